@@ -1,0 +1,279 @@
+"""BERTConfig: the one typed description of a BERT's architecture.
+
+The config validates itself on construction and raises ``ValueError`` naming the
+field, what was wrong and how to fix it. It reads and writes three dialects:
+
+* bertkit's own field names (``to_dict`` / ``from_dict``, lucid's names);
+* HF ``config.json`` (``to_hf_dict`` / ``from_hf_dict``: ``tie_word_embeddings``,
+  ``model_type: "bert"``, ``id2label``);
+* Google's ``bert_config.json`` (a subset of HF's names; read by ``from_hf_dict``).
+
+This module imports nothing from torch: activations are validated by name here and
+resolved to functions in :mod:`bertkit.modeling.layers`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
+
+from bertkit.io import atomic_write_text
+
+#: Activation names accepted by ``hidden_act``. "gelu" is the exact erf form used by
+#: Google's checkpoints, HF and pytorch_pretrained_bert; "gelu_tanh" is the tanh approximation.
+ACTIVATIONS = ("gelu", "gelu_tanh", "relu", "silu", "swish", "tanh")
+
+#: Other libraries' names for the same functions, normalised on construction.
+ACTIVATION_ALIASES = {
+    "gelu_new": "gelu_tanh",
+    "gelu_pytorch_tanh": "gelu_tanh",
+    "gelu_python_tanh": "gelu_tanh",
+    "gelu_python": "gelu",
+}
+
+#: How our activation names are written into an HF config.json (HF has no "gelu_tanh").
+_HF_ACTIVATION_NAMES = {"gelu_tanh": "gelu_pytorch_tanh"}
+
+ATTN_IMPLEMENTATIONS = ("sdpa", "eager")
+
+#: bert-base-uncased's special token ids: the defaults wherever the vocabulary holds them.
+DEFAULT_SPECIAL_IDS = {"unk_token_id": 100, "cls_token_id": 101, "sep_token_id": 102, "mask_token_id": 103}
+PROBLEM_TYPES = ("regression", "single_label_classification", "multi_label_classification")
+
+#: HF config.json keys whose name differs from ours.
+_HF_RENAMES = {"tie_word_embeddings": "tie_word_embedding"}
+
+@dataclass
+class BERTConfig:
+    """Architecture and runtime options of a BERT model.
+
+    Defaults are bert-base-uncased's. ``hidden_act`` is a name from :data:`ACTIVATIONS`
+    (or an HF alias such as ``"gelu_new"``) or a callable such as
+    ``torch.nn.functional.gelu``. Special token ids left as None take the
+    bert-base-uncased vocabulary's (unk 100, cls 101, sep 102, mask 103) when the
+    vocabulary is that large, and stay None (unknown) otherwise; a model trained with its
+    own vocabulary stores its own ids here.
+    """
+
+    vocab_size: int = 30522
+    hidden_size: int = 768
+    num_attention_heads: int = 12
+    num_hidden_layers: int = 12
+    intermediate_size: int = 3072
+    hidden_act: str | Callable = "gelu"
+    hidden_dropout_prob: float = 0.1
+    attention_probs_dropout_prob: float = 0.1
+    max_position_embeddings: int = 512
+    tie_word_embedding: bool = True
+    type_vocab_size: int = 2
+    initializer_range: float = 0.02
+    layer_norm_eps: float = 1e-12
+    use_cache: bool = False
+    is_decoder: bool = False
+    add_cross_attention: bool = False
+    chunk_size_feed_forward: int = 0
+    pad_token_id: int = 0
+    unk_token_id: int | None = None
+    cls_token_id: int | None = None
+    sep_token_id: int | None = None
+    mask_token_id: int | None = None
+    classifier_dropout: float | None = None
+    num_labels: int = 2
+    problem_type: str | None = None
+    attn_implementation: str = "sdpa"
+    id2label: dict[int, str] | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.hidden_act, str):
+            self.hidden_act = ACTIVATION_ALIASES.get(self.hidden_act, self.hidden_act)
+        if self.id2label is not None:
+            self.id2label = {int(k): str(v) for k, v in self.id2label.items()}
+        for name, default in DEFAULT_SPECIAL_IDS.items():
+            if getattr(self, name) is None and isinstance(self.vocab_size, int) and default < self.vocab_size:
+                setattr(self, name, default)
+        self.validate()
+
+    # ------------------------------------------------------------------ validation
+    def validate(self) -> None:
+        """Raise ``ValueError`` naming the first invalid field and how to fix it."""
+        for name in ("vocab_size", "hidden_size", "num_attention_heads", "num_hidden_layers",
+                     "intermediate_size", "max_position_embeddings", "type_vocab_size", "num_labels"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ValueError(f"BERTConfig.{name} must be a positive integer, got {value!r}.")
+        if self.hidden_size % self.num_attention_heads:
+            raise ValueError(
+                f"BERTConfig.hidden_size ({self.hidden_size}) must be divisible by num_attention_heads "
+                f"({self.num_attention_heads}); choose e.g. num_attention_heads="
+                f"{_largest_divisor_at_most(self.hidden_size, self.num_attention_heads)}."
+            )
+        for name in ("hidden_dropout_prob", "attention_probs_dropout_prob", "classifier_dropout"):
+            value = getattr(self, name)
+            if value is not None and not 0.0 <= value < 1.0:
+                raise ValueError(f"BERTConfig.{name} must lie in [0, 1), got {value!r}.")
+        if not self.initializer_range > 0:
+            raise ValueError(f"BERTConfig.initializer_range must be > 0, got {self.initializer_range!r}.")
+        if not self.layer_norm_eps > 0:
+            raise ValueError(f"BERTConfig.layer_norm_eps must be > 0, got {self.layer_norm_eps!r}.")
+        if not callable(self.hidden_act) and self.hidden_act not in ACTIVATIONS:
+            raise ValueError(
+                f"BERTConfig.hidden_act {self.hidden_act!r} is unknown; use one of {ACTIVATIONS} "
+                "or pass a callable."
+            )
+        if self.chunk_size_feed_forward < 0:
+            raise ValueError(
+                f"BERTConfig.chunk_size_feed_forward must be >= 0 (0 disables chunking), "
+                f"got {self.chunk_size_feed_forward!r}."
+            )
+        if self.attn_implementation not in ATTN_IMPLEMENTATIONS:
+            raise ValueError(
+                f"BERTConfig.attn_implementation must be one of {ATTN_IMPLEMENTATIONS}, "
+                f"got {self.attn_implementation!r}."
+            )
+        if self.problem_type is not None and self.problem_type not in PROBLEM_TYPES:
+            raise ValueError(
+                f"BERTConfig.problem_type must be None or one of {PROBLEM_TYPES}, got {self.problem_type!r}."
+            )
+        if self.add_cross_attention and not self.is_decoder:
+            raise ValueError(
+                "BERTConfig.add_cross_attention=True needs is_decoder=True: cross-attention layers "
+                "belong to a decoder."
+            )
+        for name in ("pad_token_id", "unk_token_id", "cls_token_id", "sep_token_id", "mask_token_id"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or not 0 <= value < self.vocab_size):
+                raise ValueError(
+                    f"BERTConfig.{name}={value!r} is outside the vocabulary [0, {self.vocab_size}); "
+                    f"set it to the id of that token in your vocab."
+                )
+        if self.id2label is not None and len(self.id2label) != self.num_labels:
+            raise ValueError(
+                f"BERTConfig.id2label has {len(self.id2label)} entries but num_labels={self.num_labels}; "
+                "make them agree or drop id2label."
+            )
+
+    # ------------------------------------------------------------------ derived
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_attention_heads
+
+    @property
+    def special_token_ids(self) -> tuple[int, ...]:
+        """The ids never masked nor drawn as random replacements in MLM."""
+        ids = {self.pad_token_id, self.unk_token_id, self.cls_token_id, self.sep_token_id, self.mask_token_id}
+        return tuple(sorted(i for i in ids if i is not None))
+
+    def replace(self, **changes: Any) -> BERTConfig:
+        """A validated copy with ``changes`` applied (the config itself is never mutated)."""
+        unknown = set(changes) - {f.name for f in fields(self)}
+        if unknown:
+            raise ValueError(
+                f"Unknown BERTConfig field(s) {sorted(unknown)}; valid fields: "
+                f"{[f.name for f in fields(self)]}."
+            )
+        if "num_labels" in changes and "id2label" not in changes and self.id2label is not None \
+                and len(self.id2label) != changes["num_labels"]:
+            changes["id2label"] = None
+        return replace(self, **changes)
+
+    # ------------------------------------------------------------------ own dialect
+    def to_dict(self) -> dict[str, Any]:
+        """Fields by bertkit's names; a callable ``hidden_act`` is written by its name."""
+        d = dataclasses.asdict(self)
+        d["hidden_act"] = self.activation_name()
+        if d["id2label"] is None:
+            del d["id2label"]
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> BERTConfig:
+        """Build from bertkit's field names; unknown keys are an error that lists them."""
+        unknown = set(d) - {f.name for f in fields(cls)}
+        if unknown:
+            raise ValueError(
+                f"Unknown BERTConfig field(s) {sorted(unknown)}. For an HF or Google config.json "
+                "use BERTConfig.from_hf_dict or BERTConfig.from_json_file."
+            )
+        return cls(**d)
+
+    def to_json_string(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n"
+
+    def to_json_file(self, path: str | os.PathLike) -> None:
+        atomic_write_text(path, self.to_json_string())
+
+    @classmethod
+    def from_json_file(cls, path: str | os.PathLike) -> BERTConfig:
+        """Read a config written by bertkit, HF (config.json) or Google (bert_config.json)."""
+        try:
+            with open(path, encoding="utf-8") as f:
+                d = json.load(f)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{path} is not valid JSON ({e}); is it a BERT config file?") from e
+        if not isinstance(d, dict):
+            raise ValueError(f"{path} must hold a JSON object of config fields.")
+        return cls.from_hf_dict(d)
+
+    # ------------------------------------------------------------------ HF dialect
+    def to_hf_dict(self, architecture: str | None = None) -> dict[str, Any]:
+        """An HF ``config.json`` dict (loads in HF transformers' ``BertConfig``)."""
+        d = self.to_dict()
+        d["tie_word_embeddings"] = d.pop("tie_word_embedding")
+        d["hidden_act"] = _HF_ACTIVATION_NAMES.get(d["hidden_act"], d["hidden_act"])
+        id2label = self.id2label or {i: f"LABEL_{i}" for i in range(self.num_labels)}
+        d["id2label"] = {str(k): v for k, v in id2label.items()}
+        d["label2id"] = {v: k for k, v in id2label.items()}
+        d["position_embedding_type"] = "absolute"
+        d["model_type"] = "bert"
+        if architecture is not None:
+            d["architectures"] = [architecture]
+        return d
+
+    @classmethod
+    def from_hf_dict(cls, d: dict[str, Any]) -> BERTConfig:
+        """Build from an HF config.json, a Google bert_config.json, or bertkit's own dict.
+
+        Keys that only matter to other libraries (``architectures``, ``transformers_version``,
+        Google's ``pooler_*``...) are ignored; an architecture bertkit
+        does not implement (``position_embedding_type`` other than ``"absolute"``) is an error.
+        """
+        known = {f.name for f in fields(cls)}
+        kwargs: dict[str, Any] = {}
+        for key, value in d.items():
+            key = _HF_RENAMES.get(key, key)
+            if key == "position_embedding_type":
+                if value not in (None, "absolute"):
+                    raise ValueError(
+                        f"position_embedding_type={value!r} is not supported; bertkit implements "
+                        "BERT's absolute position embeddings."
+                    )
+            elif key in known and value is not None:
+                kwargs[key] = value
+        if kwargs.get("id2label") is not None and "num_labels" not in kwargs:
+            kwargs["num_labels"] = len(kwargs["id2label"])
+        if "model_type" in d and d["model_type"] != "bert":
+            raise ValueError(f"config model_type is {d['model_type']!r}; bertkit loads model_type 'bert'.")
+        return cls(**kwargs)
+
+    # ------------------------------------------------------------------ helpers
+    def activation_name(self) -> str:
+        """``hidden_act`` as a name; raises if it is a callable with no known name."""
+        act = self.hidden_act
+        if isinstance(act, str):
+            return act
+        name = getattr(act, "__name__", "")
+        module = getattr(act, "__module__", "") or ""
+        if name in ACTIVATIONS and (module.startswith("torch") or module == ""):
+            return name
+        raise ValueError(
+            f"BERTConfig.hidden_act is the callable {act!r}, which cannot be written to a config "
+            f"file; use one of the names {ACTIVATIONS} to save this config."
+        )
+
+
+def _largest_divisor_at_most(n: int, k: int) -> int:
+    return max(d for d in range(1, k + 1) if n % d == 0)

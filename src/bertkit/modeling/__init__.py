@@ -1,0 +1,24 @@
+"""The BERT engine: layers, backbone, task heads, caches and factories."""
+
+from bertkit.modeling.backbone import BERT, BERTEncoding
+from bertkit.modeling.cache import EncoderDecoderCache, KVCache, StaticKVCache
+from bertkit.modeling.factories import FACTORIES, TASKS, build
+from bertkit.modeling.heads import (
+    BERTForCausalLM,
+    BERTForMaskedLM,
+    BERTForMultipleChoice,
+    BERTForNextSentencePrediction,
+    BERTForPreTraining,
+    BERTForQuestionAnswering,
+    BERTForSequenceClassification,
+    BERTForTokenClassification,
+)
+
+globals().update(FACTORIES)
+
+__all__ = [
+    "BERT", "BERTEncoding", "BERTForCausalLM", "BERTForMaskedLM", "BERTForMultipleChoice",
+    "BERTForNextSentencePrediction", "BERTForPreTraining", "BERTForQuestionAnswering",
+    "BERTForSequenceClassification", "BERTForTokenClassification", "EncoderDecoderCache", "KVCache",
+    "StaticKVCache", "TASKS", "build", *FACTORIES,
+]

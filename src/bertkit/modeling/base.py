@@ -1,0 +1,186 @@
+"""What every bertkit model shares: init, embedding access and tying, resizing, checkpointing, load/save.
+
+Subclasses set ``hf_architecture`` (the HF class their checkpoints are saved as) and,
+for task models, ``head_prefixes`` (the parameters that are new when a checkpoint
+brings only a backbone).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from typing import Any
+
+import torch
+from torch import nn
+
+from bertkit.config import BERTConfig
+from bertkit.modeling.layers import BERTLMPredictionHead
+
+
+class hybridmethod:
+    """A method that receives the class when called on the class, the instance when called on one."""
+
+    def __init__(self, func):
+        self.func = func
+        functools.update_wrapper(self, func)
+
+    def __get__(self, obj, cls):
+        return functools.partial(self.func, cls if obj is None else obj)
+
+
+class BERTPreTrainedModel(nn.Module):
+    """Base of :class:`~bertkit.BERT` and every task model."""
+
+    hf_architecture: str = "BertModel"
+    #: Parameter-name prefixes of the task head; missing from a checkpoint they are freshly initialised.
+    head_prefixes: tuple[str, ...] = ()
+
+    def __init__(self, config: BERTConfig):
+        super().__init__()
+        if not isinstance(config, BERTConfig):
+            raise TypeError(f"config must be a bertkit.BERTConfig, got {type(config).__name__}.")
+        self.config = config
+        self.load_report = None
+
+    # ------------------------------------------------------------------ init
+    def post_init(self) -> None:
+        """Initialise the weights as BERT does, then tie the output embeddings.
+
+        A backbone child (a model itself) initialised itself on construction and is skipped.
+        """
+        for child in self.children():
+            if not isinstance(child, BERTPreTrainedModel):
+                child.apply(self._init_weights)
+        self.tie_weights()
+
+    @torch.no_grad()
+    def _init_weights(self, module: nn.Module) -> None:
+        """normal(0, initializer_range) weights, zero biases, LayerNorm 1/0, zero padding row."""
+        std = self.config.initializer_range
+        if isinstance(module, nn.Linear):
+            module.weight.normal_(0.0, std)
+            if module.bias is not None:
+                module.bias.zero_()
+        elif isinstance(module, nn.Embedding):
+            module.weight.normal_(0.0, std)
+            if module.padding_idx is not None:
+                module.weight[module.padding_idx].zero_()
+        elif isinstance(module, nn.LayerNorm):
+            module.weight.fill_(1.0)
+            module.bias.zero_()
+        elif isinstance(module, BERTLMPredictionHead):
+            module.bias.zero_()
+
+    # ------------------------------------------------------------------ embeddings
+    @property
+    def base_model(self) -> nn.Module:
+        """The :class:`~bertkit.BERT` backbone (the model itself for ``BERT``)."""
+        return self.bert
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.base_model.embeddings.word_embeddings
+
+    def set_input_embeddings(self, value: nn.Embedding) -> None:
+        self.base_model.embeddings.word_embeddings = value
+        self.tie_weights()
+
+    def get_output_embeddings(self) -> nn.Linear | None:
+        """The vocabulary projection of an LM head, or None for models without one."""
+        cls = getattr(self, "cls", None)
+        predictions = getattr(cls, "predictions", None)
+        return predictions.decoder if predictions is not None else None
+
+    def set_output_embeddings(self, value: nn.Linear) -> None:
+        predictions = getattr(getattr(self, "cls", None), "predictions", None)
+        if predictions is None:
+            raise ValueError(f"{type(self).__name__} has no LM head; output embeddings exist on "
+                             "BERTForPreTraining, BERTForMaskedLM and BERTForCausalLM.")
+        predictions.decoder = value
+        predictions.bias = value.bias
+        self.tie_weights()
+
+    def tie_weights(self) -> None:
+        """Share the word embeddings with the LM decoder (when ``config.tie_word_embedding``)."""
+        out = self.get_output_embeddings()
+        if out is not None and self.config.tie_word_embedding:
+            out.weight = self.get_input_embeddings().weight
+
+    def resize_token_embeddings(self, new_num_tokens: int) -> nn.Embedding:
+        """Resize the vocabulary to ``new_num_tokens`` (new rows initialised, old kept); keeps the tie."""
+        if new_num_tokens <= 0:
+            raise ValueError(f"new_num_tokens must be positive, got {new_num_tokens}.")
+        old = self.get_input_embeddings()
+        n = min(old.num_embeddings, new_num_tokens)
+        new = nn.Embedding(new_num_tokens, old.embedding_dim, padding_idx=old.padding_idx
+                           if old.padding_idx is not None and old.padding_idx < new_num_tokens else None,
+                           device=old.weight.device, dtype=old.weight.dtype)
+        self._init_weights(new)
+        with torch.no_grad():
+            new.weight[:n] = old.weight[:n]
+        self.base_model.embeddings.word_embeddings = new
+        out = self.get_output_embeddings()
+        if out is not None:
+            predictions = self.cls.predictions
+            bias = nn.Parameter(torch.zeros(new_num_tokens, device=old.weight.device, dtype=out.bias.dtype))
+            with torch.no_grad():
+                bias[:n] = predictions.bias[:n]
+            decoder = nn.Linear(old.embedding_dim, new_num_tokens, device=old.weight.device,
+                                dtype=old.weight.dtype)
+            self._init_weights(decoder)
+            if not self.config.tie_word_embedding:
+                with torch.no_grad():
+                    decoder.weight[:n] = out.weight[:n]
+            decoder.bias = bias
+            predictions.decoder, predictions.bias = decoder, bias
+        self._set_config(self.config.replace(vocab_size=new_num_tokens))
+        self.tie_weights()
+        return new
+
+    def _set_config(self, config: BERTConfig) -> None:
+        for module in self.modules():
+            if isinstance(module, BERTPreTrainedModel):
+                module.config = config
+
+    # ------------------------------------------------------------------ checkpointing
+    def gradient_checkpointing_enable(self) -> None:
+        """Recompute each layer's activations in backward instead of storing them."""
+        self.base_model.encoder.gradient_checkpointing = True
+
+    def gradient_checkpointing_disable(self) -> None:
+        self.base_model.encoder.gradient_checkpointing = False
+
+    @property
+    def is_gradient_checkpointing(self) -> bool:
+        return self.base_model.encoder.gradient_checkpointing
+
+    # ------------------------------------------------------------------ load / save
+    @hybridmethod
+    def from_pretrained(self_or_cls, source: str | os.PathLike, **config_overrides: Any):
+        """Load a checkpoint directory written by bertkit or HF transformers.
+
+        On the class it builds a new model from the checkpoint's config (with
+        ``config_overrides`` applied, e.g. ``num_labels=3``); on an instance it loads the
+        weights into that model and returns it. Reads ``model.safetensors`` (also sharded,
+        via ``model.safetensors.index.json``) or ``pytorch_model.bin`` with
+        ``torch.load(weights_only=True)``. Strict: a missing or unexpected key is a
+        ``ValueError`` naming it, except the allowed adaptations (a task head absent from
+        the checkpoint is freshly initialised, a head the model lacks is dropped, the pooler
+        may be absent), which are listed in ``model.load_report``. Returns the model in eval mode.
+        """
+        from bertkit.weights.hf import load_pretrained
+
+        return load_pretrained(self_or_cls, source, config_overrides)
+
+    def save_pretrained(self, directory: str | os.PathLike) -> None:
+        """Write ``config.json`` (HF's keys) and ``model.safetensors`` (HF's names) atomically.
+
+        The directory loads in HF transformers' matching ``Bert*`` class and back in bertkit.
+        """
+        from bertkit.weights.hf import save_pretrained
+
+        save_pretrained(self, directory)
+
+    def num_parameters(self, trainable_only: bool = False) -> int:
+        """Number of (unique) parameters; tied weights count once."""
+        return sum(p.numel() for p in self.parameters() if p.requires_grad or not trainable_only)

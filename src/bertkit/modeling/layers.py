@@ -1,0 +1,286 @@
+"""The pieces of a BERT, top to bottom: embeddings, attention, feed-forward, layer, pooler, MLM head.
+
+Module and parameter names are HF transformers' (``embeddings.LayerNorm``,
+``attention.self.query``, ``attention.output.dense``, ``intermediate.dense``,
+``output.LayerNorm``, ``cls.predictions.transform``...), so an HF or
+pytorch_pretrained_bert state dict loads by identity. Post-LN throughout.
+
+Shapes: B batch, L query length, S key length (past + new), H hidden, nh heads, hd head dim, V vocab.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from bertkit.config import BERTConfig
+
+#: Activation name -> function. "gelu" is the exact erf GELU of Google's checkpoints.
+ACT_FNS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "gelu": F.gelu,
+    "gelu_tanh": functools.partial(F.gelu, approximate="tanh"),
+    "relu": F.relu,
+    "silu": F.silu,
+    "swish": F.silu,
+    "tanh": torch.tanh,
+}
+
+
+def activation(config: BERTConfig) -> Callable[[torch.Tensor], torch.Tensor]:
+    """The function named (or given) by ``config.hidden_act``."""
+    act = config.hidden_act
+    return act if callable(act) else ACT_FNS[act]
+
+
+class BERTEmbeddings(nn.Module):
+    """word + position + token-type embeddings, then LayerNorm and dropout."""
+
+    def __init__(self, config: BERTConfig):
+        super().__init__()
+        self.word_embeddings = nn.Embedding(config.vocab_size, config.hidden_size,
+                                            padding_idx=config.pad_token_id)
+        self.position_embeddings = nn.Embedding(config.max_position_embeddings, config.hidden_size)
+        self.token_type_embeddings = nn.Embedding(config.type_vocab_size, config.hidden_size)
+        self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+
+    def forward(self, input_ids: torch.Tensor | None, token_type_ids: torch.Tensor,
+                position_ids: torch.Tensor, inputs_embeds: torch.Tensor | None = None) -> torch.Tensor:
+        if inputs_embeds is None:
+            inputs_embeds = self.word_embeddings(input_ids)  # [B, L, H]
+        x = inputs_embeds + self.token_type_embeddings(token_type_ids) + self.position_embeddings(position_ids)
+        return self.dropout(self.LayerNorm(x))
+
+
+def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed: torch.Tensor | None,
+           dropout_p: float, *, eager: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Scaled dot-product attention of ``q [B, nh, L, hd]`` over ``k, v [B, nh, S, hd]``.
+
+    ``allowed`` is a boolean mask broadcastable to ``[B, nh, L, S]`` (True = attend) with
+    at least one True per row, or None. Returns the context ``[B, nh, L, hd]`` and, on the
+    eager path only, the attention probabilities ``[B, nh, L, S]`` (before dropout).
+    """
+    if not eager:
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, dropout_p=dropout_p), None
+    scores = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(q.size(-1))  # [B, nh, L, S]
+    if allowed is not None:
+        scores = scores.masked_fill(~allowed, torch.finfo(scores.dtype).min)
+    probs = scores.softmax(dim=-1)
+    context = torch.matmul(F.dropout(probs, dropout_p) if dropout_p else probs, v)
+    return context, probs
+
+
+class BERTSelfAttention(nn.Module):
+    """Multi-head attention projections (``query``/``key``/``value``); self- or cross-attention.
+
+    For self-attention the keys come from ``hidden_states`` and are appended to ``cache``
+    (a :class:`~bertkit.modeling.cache.KVCache`) when one is given. For cross-attention
+    they come from ``encoder_hidden_states`` and are computed once per cache.
+    """
+
+    def __init__(self, config: BERTConfig, layer_idx: int, is_cross_attention: bool = False):
+        super().__init__()
+        h = config.hidden_size
+        self.num_heads, self.head_dim = config.num_attention_heads, config.head_dim
+        self.query, self.key, self.value = nn.Linear(h, h), nn.Linear(h, h), nn.Linear(h, h)
+        self.dropout_p = config.attention_probs_dropout_prob
+        self.eager = config.attn_implementation == "eager"
+        self.layer_idx = layer_idx
+        self.is_cross_attention = is_cross_attention
+
+    def _heads(self, x: torch.Tensor) -> torch.Tensor:
+        b, n, _ = x.shape
+        return x.view(b, n, self.num_heads, self.head_dim).transpose(1, 2)  # [B, n, H] -> [B, nh, n, hd]
+
+    def forward(self, hidden_states: torch.Tensor, allowed: torch.Tensor | None,
+                encoder_hidden_states: torch.Tensor | None = None, cache=None,
+                cache_position: torch.Tensor | None = None,
+                output_attentions: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+        b, n, h = hidden_states.shape
+        q = self._heads(self.query(hidden_states))
+        if self.is_cross_attention:
+            if cache is not None and cache.has_layer(self.layer_idx):
+                k, v = cache.get(self.layer_idx)
+            else:
+                k, v = self._heads(self.key(encoder_hidden_states)), self._heads(self.value(encoder_hidden_states))
+                if cache is not None:
+                    k, v = cache.update(k, v, self.layer_idx)
+        else:
+            k, v = self._heads(self.key(hidden_states)), self._heads(self.value(hidden_states))
+            if cache is not None:
+                k, v = cache.update(k, v, self.layer_idx, cache_position)
+        dropout_p = self.dropout_p if self.training else 0.0
+        context, probs = attend(q, k, v, allowed, dropout_p, eager=self.eager or output_attentions)
+        return context.transpose(1, 2).reshape(b, n, h), probs  # [B, nh, n, hd] -> [B, n, H]
+
+
+class _ResidualOutput(nn.Module):
+    """dense -> dropout -> residual add -> LayerNorm, projecting ``in_features`` back to H."""
+
+    def __init__(self, config: BERTConfig, in_features: int):
+        super().__init__()
+        self.dense = nn.Linear(in_features, config.hidden_size)
+        self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+
+    def forward(self, hidden_states: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+        return self.LayerNorm(self.dropout(self.dense(hidden_states)) + residual)
+
+
+class BERTSelfOutput(_ResidualOutput):
+    """The attention block's output (``attention.output``): H -> H."""
+
+    def __init__(self, config: BERTConfig):
+        super().__init__(config, config.hidden_size)
+
+
+class BERTAttention(nn.Module):
+    """``self`` (the projections and attention) followed by ``output`` (dense + residual + LN)."""
+
+    def __init__(self, config: BERTConfig, layer_idx: int, is_cross_attention: bool = False):
+        super().__init__()
+        self.self = BERTSelfAttention(config, layer_idx, is_cross_attention)
+        self.output = BERTSelfOutput(config)
+
+    def forward(self, hidden_states: torch.Tensor, allowed: torch.Tensor | None,
+                **kwargs) -> tuple[torch.Tensor, torch.Tensor | None]:
+        context, probs = self.self(hidden_states, allowed, **kwargs)
+        return self.output(context, hidden_states), probs
+
+
+class BERTIntermediate(nn.Module):
+    """H -> intermediate_size with the configured activation."""
+
+    def __init__(self, config: BERTConfig):
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.intermediate_size)
+        self.act = activation(config)
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return self.act(self.dense(hidden_states))
+
+
+class BERTOutput(_ResidualOutput):
+    """The feed-forward block's output (the layer's ``output``): intermediate_size -> H."""
+
+    def __init__(self, config: BERTConfig):
+        super().__init__(config, config.intermediate_size)
+
+
+class BERTLayer(nn.Module):
+    """Self-attention, optional cross-attention (decoders), then the feed-forward block.
+
+    With ``config.chunk_size_feed_forward > 0`` the feed-forward block runs on chunks of
+    that many positions, trading speed for peak memory; results are identical.
+    """
+
+    def __init__(self, config: BERTConfig, layer_idx: int):
+        super().__init__()
+        self.attention = BERTAttention(config, layer_idx)
+        if config.add_cross_attention:
+            self.crossattention = BERTAttention(config, layer_idx, is_cross_attention=True)
+        self.intermediate = BERTIntermediate(config)
+        self.output = BERTOutput(config)
+        self.chunk_size = config.chunk_size_feed_forward
+        self.layer_idx = layer_idx
+
+    def forward(self, hidden_states: torch.Tensor, allowed: torch.Tensor | None,
+                encoder_hidden_states: torch.Tensor | None = None,
+                encoder_allowed: torch.Tensor | None = None, self_cache=None, cross_cache=None,
+                cache_position: torch.Tensor | None = None, output_attentions: bool = False):
+        """Returns ``(hidden_states [B, L, H], self_attn_probs | None, cross_attn_probs | None)``."""
+        x, self_probs = self.attention(hidden_states, allowed, cache=self_cache,
+                                       cache_position=cache_position, output_attentions=output_attentions)
+        cross_probs = None
+        if encoder_hidden_states is not None or (cross_cache is not None
+                                                 and cross_cache.has_layer(self.layer_idx)):
+            if not hasattr(self, "crossattention"):
+                raise ValueError(
+                    "encoder_hidden_states were given but this model has no cross-attention; build it "
+                    "with BERTConfig(is_decoder=True, add_cross_attention=True)."
+                )
+            x, cross_probs = self.crossattention(x, encoder_allowed, encoder_hidden_states=encoder_hidden_states,
+                                                 cache=cross_cache, output_attentions=output_attentions)
+        if self.chunk_size and x.size(1) > self.chunk_size:
+            out = torch.cat([self._feed_forward(c) for c in x.split(self.chunk_size, dim=1)], dim=1)
+        else:
+            out = self._feed_forward(x)
+        return out, self_probs, cross_probs
+
+    def _feed_forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.output(self.intermediate(x), x)
+
+
+class BERTPooler(nn.Module):
+    """tanh(dense(h[:, 0])): the [CLS] representation used by NSP and classifiers."""
+
+    def __init__(self, config: BERTConfig):
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.activation = nn.Tanh()
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return self.activation(self.dense(hidden_states[:, 0]))  # [B, L, H] -> [B, H]
+
+
+class BERTPredictionHeadTransform(nn.Module):
+    """dense -> activation -> LayerNorm, applied before the vocabulary projection."""
+
+    def __init__(self, config: BERTConfig):
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.act = activation(config)
+        self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return self.LayerNorm(self.act(self.dense(hidden_states)))
+
+
+class BERTLMPredictionHead(nn.Module):
+    """The MLM head: transform, then ``decoder`` onto the vocabulary plus ``bias``.
+
+    ``decoder.weight`` is tied to the word embeddings when ``config.tie_word_embedding``;
+    ``decoder.bias`` is the same parameter as ``bias`` (``cls.predictions.bias`` in checkpoints).
+    Works on any leading shape: ``[..., H] -> [..., V]``.
+    """
+
+    def __init__(self, config: BERTConfig):
+        super().__init__()
+        self.transform = BERTPredictionHeadTransform(config)
+        self.decoder = nn.Linear(config.hidden_size, config.vocab_size)
+        self.bias = nn.Parameter(torch.zeros(config.vocab_size))
+        self.decoder.bias = self.bias
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return self.decoder(self.transform(hidden_states))
+
+
+class BERTOnlyMLMHead(nn.Module):
+    def __init__(self, config: BERTConfig):
+        super().__init__()
+        self.predictions = BERTLMPredictionHead(config)
+
+    def forward(self, sequence_output: torch.Tensor) -> torch.Tensor:
+        return self.predictions(sequence_output)
+
+
+class BERTOnlyNSPHead(nn.Module):
+    def __init__(self, config: BERTConfig):
+        super().__init__()
+        self.seq_relationship = nn.Linear(config.hidden_size, 2)
+
+    def forward(self, pooled_output: torch.Tensor) -> torch.Tensor:
+        return self.seq_relationship(pooled_output)
+
+
+class BERTPreTrainingHeads(BERTOnlyMLMHead):
+    """MLM head (``predictions``) and NSP head (``seq_relationship``) under one ``cls`` module."""
+
+    def __init__(self, config: BERTConfig):
+        super().__init__(config)
+        self.seq_relationship = nn.Linear(config.hidden_size, 2)

@@ -1,0 +1,7 @@
+"""Mirror of ``lucid.models``: every model class, the config and the factories."""
+
+from bertkit.config import BERTConfig
+from bertkit.modeling import *  # noqa: F403
+from bertkit.modeling import __all__ as _modeling_all
+
+__all__ = ["BERTConfig", *_modeling_all]

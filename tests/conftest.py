@@ -1,0 +1,40 @@
+"""Shared fixtures: a tiny odd-sized config (every dimension distinct and awkward) and reference helpers."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from bertkit import BERTConfig
+
+#: hidden 36 with 3 heads (head dim 12), inner 37, vocab 99, 3 token types: shapes no bug can hide behind.
+TINY = dict(vocab_size=99, hidden_size=36, num_hidden_layers=2, num_attention_heads=3, intermediate_size=37,
+            max_position_embeddings=40, type_vocab_size=3, hidden_dropout_prob=0.0,
+            attention_probs_dropout_prob=0.0)
+
+
+@pytest.fixture
+def tiny_config() -> BERTConfig:
+    return BERTConfig(**TINY, mask_token_id=4, cls_token_id=2, sep_token_id=3, unk_token_id=1)
+
+
+def randomize_(model: torch.nn.Module, seed: int = 0, std: float = 0.2) -> torch.nn.Module:
+    """Give every parameter (biases and LayerNorms too) random values, so no zero-init hides a bug."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            noise = torch.randn(p.shape, generator=g) * std
+            p.copy_(1.0 + noise if name.endswith("LayerNorm.weight") else noise)
+    return model
+
+
+def padded_batch(vocab_size: int = 99, batch: int = 3, length: int = 11, type_vocab: int = 3, seed: int = 1):
+    """Random ids, mixed token types and a padding mask with a shorter second and third row."""
+    g = torch.Generator().manual_seed(seed)
+    input_ids = torch.randint(5, vocab_size, (batch, length), generator=g)
+    token_type_ids = torch.randint(0, type_vocab, (batch, length), generator=g)
+    attention_mask = torch.ones(batch, length, dtype=torch.long)
+    attention_mask[1, length - 4:] = 0
+    attention_mask[2, length - 7:] = 0
+    input_ids[attention_mask == 0] = 0
+    return input_ids, attention_mask, token_type_ids
