@@ -4,6 +4,7 @@ Start with :class:`BERTConfig` and :class:`BERT`, a task model such as
 :class:`BERTForSequenceClassification`, or a factory like ``bert_for_masked_lm_base()``.
 """
 
+from bertkit import models
 from bertkit.config import BERTConfig
 from bertkit.modeling import *  # noqa: F403
 from bertkit.modeling import __all__ as _modeling_all

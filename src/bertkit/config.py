@@ -253,8 +253,11 @@ class BERTConfig:
                     )
             elif key in known and value is not None:
                 kwargs[key] = value
-        if kwargs.get("id2label") is not None and "num_labels" not in kwargs:
-            kwargs["num_labels"] = len(kwargs["id2label"])
+        id2label = kwargs.get("id2label")
+        if id2label is not None:
+            kwargs.setdefault("num_labels", len(id2label))
+            if all(str(v) == f"LABEL_{k}" for k, v in id2label.items()):
+                del kwargs["id2label"]  # HF's placeholder names carry no information
         if "model_type" in d and d["model_type"] != "bert":
             raise ValueError(f"config model_type is {d['model_type']!r}; bertkit loads model_type 'bert'.")
         return cls(**kwargs)

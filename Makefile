@@ -1,0 +1,31 @@
+# Two entry points, each setting up what it needs in .venv first:
+#   make demo   -- install bertkit and run the demo
+#   make test   -- install bertkit with its test extras, lint, run the test suite
+VENV ?= .venv
+PY := $(VENV)/bin/python
+# torch first and pinned: 2.13.0 is the CPU wheel; an open range would pull the CUDA build.
+TORCH ?= torch==2.13.0
+
+$(PY):
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+
+$(VENV)/.demo-installed: pyproject.toml | $(PY)
+	$(PY) -m pip install -q $(TORCH)
+	$(PY) -m pip install -q -e .
+	touch $@
+
+$(VENV)/.test-installed: pyproject.toml | $(PY)
+	$(PY) -m pip install -q $(TORCH)
+	$(PY) -m pip install -q -e '.[test]'
+	touch $@
+
+.PHONY: demo test lint
+demo: $(VENV)/.demo-installed
+	$(VENV)/bin/bertkit demo
+
+lint: $(VENV)/.test-installed
+	$(PY) -m ruff check src tests benchmarks
+
+test: lint
+	$(PY) -m pytest -q
