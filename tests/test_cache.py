@@ -68,7 +68,8 @@ def test_incremental_matches_full_forward(attn, chunks):
     assert cache.get_seq_length() == ids.shape[1]
     assert len(cache) == TINY["num_hidden_layers"]
     k, v = cache.get(0)
-    assert k.shape == v.shape == (3, TINY["num_attention_heads"], 11, TINY["hidden_size"] // TINY["num_attention_heads"])
+    nh = TINY["num_attention_heads"]
+    assert k.shape == v.shape == (3, nh, 11, TINY["hidden_size"] // nh)
 
 
 def test_incremental_without_mask_matches_full_forward():
@@ -393,7 +394,7 @@ def test_mask_not_covering_the_cache_raises():
 def test_decoder_without_cache_is_causal():
     """Changing a later token never changes an earlier position's logits (and does change its own)."""
     model = decoder()
-    ids, mask, types = right_padded()
+    ids, _, types = right_padded()
     changed = ids.clone()
     changed[:, 7] = (changed[:, 7] + 11) % TINY["vocab_size"]
     with torch.no_grad():

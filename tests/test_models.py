@@ -195,7 +195,7 @@ def test_truncated_safetensors_is_a_clear_error(tmp_path, tiny_config):
     BERT(tiny_config).save_pretrained(tmp_path)
     data = (tmp_path / "model.safetensors").read_bytes()
     (tmp_path / "model.safetensors").write_bytes(data[: len(data) // 2])
-    with pytest.raises(ValueError, match="model.safetensors"):
+    with pytest.raises(ValueError, match=r"model\.safetensors"):
         BERT.from_pretrained(tmp_path)
 
 

@@ -2,13 +2,41 @@
 
 Start with :class:`BERTConfig` and :class:`BERT`, a task model such as
 :class:`BERTForSequenceClassification`, or a factory like ``bert_for_masked_lm_base()``.
+
+Names are resolved lazily, so ``import bertkit`` (and ``bertkit --help``) does not import
+torch until a model is touched.
 """
 
-from bertkit import models
-from bertkit.config import BERTConfig
-from bertkit.modeling import *  # noqa: F403
-from bertkit.modeling import __all__ as _modeling_all
-from bertkit.presets import SIZES, preset_config
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
 
 __version__ = "0.1.0"
-__all__ = ["SIZES", "BERTConfig", "preset_config", *_modeling_all]
+
+#: top-level name -> module that defines it (everything else comes from bertkit.modeling)
+_LAZY = {
+    "BERTConfig": "bertkit.config",
+    "SIZES": "bertkit.presets",
+    "preset_config": "bertkit.presets",
+}
+
+if TYPE_CHECKING:  # for IDEs and type checkers
+    from bertkit.config import BERTConfig as BERTConfig
+    from bertkit.modeling import *  # noqa: F403
+    from bertkit.presets import SIZES as SIZES
+    from bertkit.presets import preset_config as preset_config
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    if name == "models":
+        return importlib.import_module("bertkit.models")
+    modeling = importlib.import_module("bertkit.modeling")
+    if name == "__all__":
+        return [*_LAZY, "models", *modeling.__all__]
+    try:
+        return getattr(modeling, name)
+    except AttributeError:
+        raise AttributeError(f"module 'bertkit' has no attribute {name!r}") from None

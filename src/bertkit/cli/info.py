@@ -13,10 +13,8 @@ def describe(source: str) -> str:
     from bertkit import BERTConfig, preset_config
     from bertkit.modeling import BERT
 
-    if Path(source).is_dir():
-        config = BERTConfig.from_json_file(Path(source) / "config.json")
-    else:
-        config = preset_config(source)
+    is_dir = Path(source).is_dir()
+    config = BERTConfig.from_json_file(Path(source) / "config.json") if is_dir else preset_config(source)
     with torch.device("meta"):  # count parameters without allocating them
         params = BERT(config).num_parameters()
     return (f"{source}: L={config.num_hidden_layers} H={config.hidden_size} A={config.num_attention_heads} "

@@ -87,7 +87,7 @@ def adapt_state_dict(model: nn.Module, state: dict[str, torch.Tensor]) -> tuple[
     pooler = f"{prefix}pooler."
     missing = [k for k in expected if k not in state and k not in aliases]
     unexpected = [k for k in state if k not in expected]
-    bad_missing = [k for k in missing if not k.startswith(head + (pooler,))]
+    bad_missing = [k for k in missing if not k.startswith((*head, pooler))]
     # an unexpected backbone key means another architecture; another head's keys are dropped
     backbone = (f"{prefix}embeddings.", f"{prefix}encoder.")
     bad_unexpected = [k for k in unexpected if k.startswith(backbone)]

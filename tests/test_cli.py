@@ -1,0 +1,29 @@
+import subprocess
+import sys
+
+from bertkit.cli import main
+
+
+def test_help_is_instant_and_lists_commands(capsys):
+    assert main([]) == 0
+    out = capsys.readouterr().out
+    assert "demo" in out and "info" in out
+    # --help must not import torch (the CLI imports subcommands lazily)
+    code = "import sys; from bertkit.cli import main; main([]); assert 'torch' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)
+
+
+def test_info_on_a_size_and_a_directory(capsys, tmp_path, tiny_config):
+    from bertkit import BERT
+
+    assert main(["info", "base"]) == 0
+    assert "109.5M" in capsys.readouterr().out
+    BERT(tiny_config).save_pretrained(tmp_path)
+    assert main(["info", str(tmp_path)]) == 0
+    assert "H=36" in capsys.readouterr().out
+
+
+def test_demo_runs_every_task_model(capsys):
+    assert main(["demo"]) == 0
+    out = capsys.readouterr().out
+    assert "BERTForQuestionAnswering" in out and "(4, 32, 30522)" in out
