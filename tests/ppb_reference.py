@@ -26,10 +26,10 @@ from pathlib import Path
 
 import pytorch_pretrained_bert as ppb
 import torch
-from conftest import TINY, padded_batch, randomize_
 from torch import Tensor, nn
 
 import bertkit
+from conftest import TINY, padded_batch, randomize_
 
 NUM_LABELS = 5
 NUM_CHOICES = 3
@@ -121,7 +121,7 @@ class Head:
 
 HEADS: dict[str, Head] = {h.name: h for h in (
     Head("model", "BertModel", bertkit.BERT,
-         outputs=tuple(f"layer_{i}" for i in range(TINY["num_hidden_layers"])) + ("pooled",),
+         outputs=(*(f"layer_{i}" for i in range(TINY["num_hidden_layers"])), "pooled"),
          per_token=frozenset(f"layer_{i}" for i in range(TINY["num_hidden_layers"]))),
     Head("pretraining", "BertForPreTraining", bertkit.BERTForPreTraining,
          outputs=("prediction_scores", "seq_relationship"), per_token=frozenset({"prediction_scores"}),

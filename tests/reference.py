@@ -15,9 +15,9 @@ from pathlib import Path
 
 import torch
 import transformers
-from conftest import TINY, padded_batch, randomize_
 
 import bertkit
+from conftest import TINY, padded_batch, randomize_
 
 transformers.logging.set_verbosity_error()
 transformers.utils.logging.disable_progress_bar()

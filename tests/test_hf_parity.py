@@ -14,10 +14,10 @@ import torch
 
 pytest.importorskip("transformers")
 
-import transformers  # noqa: E402
-from reference import CASES, IMPLEMENTATIONS, LENGTH, build, compare, make_inputs  # noqa: E402
+import transformers
 
-import bertkit  # noqa: E402
+import bertkit
+from reference import CASES, IMPLEMENTATIONS, LENGTH, build, compare, make_inputs, max_abs_diff
 
 TOL = dict(atol=1e-5, rtol=1e-5)
 LABELLED = [c for c in CASES.values() if c.losses]
@@ -58,18 +58,30 @@ def test_labels_exercise_the_ignored_cases(case):
         assert (labels["start_positions"] < LENGTH).any()
     elif case.id in ("masked_lm", "pretraining", "causal_lm", "token_cls"):
         y = labels["labels"]
-        assert (y == -100).any() and (y != -100).all(dim=1).logical_not().all() and (y != -100).any(dim=1).all()
+        assert (y[inputs["attention_mask"] == 1] == -100).any(), "no ignored position among the valid ones"
+        assert (y != -100).any(dim=1).all(), "a row without any labelled position"
         assert (y[inputs["attention_mask"] == 0] == -100).all()
 
 
-def test_untied_hf_checkpoint_uses_its_own_decoder(tmp_path):
-    """HF keeps an untied decoder (weight and bias) apart from the embeddings and ``cls.predictions.bias``."""
-    pair = build(CASES["masked_lm"], tmp_path, "sdpa", source="hf", tie=False)
+def test_harness_detects_a_perturbed_weight(tmp_path):
+    """A 1e-2 change to one (non-uniformly propagated) bias must show up: the comparison really runs both models."""
+    pair = build(CASES["qa"], tmp_path, "sdpa", source="hf")
+    assert max_abs_diff(compare(pair)[0]) <= 1e-5
+    with torch.no_grad():
+        pair.ours.bert.encoder.layer[-1].intermediate.dense.bias[0] += 1e-2
+    outputs, losses = compare(pair)
+    assert max_abs_diff(outputs) > 1e-4 and max_abs_diff(losses) > 1e-6
+
+
+@pytest.mark.parametrize("case_id", ["masked_lm", "pretraining", "causal_lm"])
+def test_untied_hf_checkpoint_uses_its_own_decoder(case_id, tmp_path):
+    """HF (v5) keeps an untied decoder (weight and bias) apart from the embeddings and ``cls.predictions.bias``."""
+    pair = build(CASES[case_id], tmp_path, "sdpa", source="hf", tie=False)
     head = pair.hf.cls.predictions
     assert head.decoder.weight is not pair.hf.bert.embeddings.word_embeddings.weight
     assert head.decoder.bias is not head.bias and not torch.equal(head.decoder.bias, head.bias)
     outputs, losses = compare(pair)
-    assert_all_close(outputs + losses, "untied masked_lm")
+    assert_all_close(outputs + losses, f"untied {case_id}")
 
 
 # ---------------------------------------------------------------------------- all layers

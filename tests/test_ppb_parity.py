@@ -10,7 +10,9 @@ eager and SDPA attention. Builders live in ``ppb_reference.py``.
 from __future__ import annotations
 
 import pytest
+import pytorch_pretrained_bert
 import torch
+
 from conftest import TINY
 from ppb_reference import (
     ATTN_IMPLEMENTATIONS,
@@ -29,8 +31,6 @@ from ppb_reference import (
     to_our_labels,
     write_archive,
 )
-
-pytorch_pretrained_bert = pytest.importorskip("pytorch_pretrained_bert")
 
 ATOL = 1e-5
 
@@ -123,18 +123,16 @@ def test_token_classification_padding_is_ignored_like_ppb(tmp_path):
 
 @pytest.mark.parametrize("head_name", ["pretraining", "masked_lm"])
 def test_mlm_loss_with_ppb_ignore_index(head_name, tmp_path):
-    """bertkit's ``ignore_index=-1`` takes ppb's MLM labels as they are; left at -100 they are refused."""
+    """``ignore_index=-1`` takes ppb's labels as they are (MLM and NSP alike); the default -100 refuses them."""
     head = HEADS[head_name]
     reference = build_ppb(head)
     ours = load_ours(head, write_archive(reference, tmp_path), "sdpa")
     batch = make_batch()
     labels = make_labels(head, batch)
-    if head_name == "pretraining":
-        labels["next_sentence_label"] = torch.tensor([1, 0, 1])
     want = ppb_loss(head, reference, batch, labels)
     raw = tuple(labels.values())
     torch.testing.assert_close(our_loss(head, ours, batch, raw, ignore_index=-1), want, atol=ATOL, rtol=0)
-    with pytest.raises(ValueError, match="mlm_labels holds -1"):
+    with pytest.raises(ValueError, match="labels holds -1"):
         our_loss(head, ours, batch, raw)
 
 

@@ -125,7 +125,7 @@ class BERT(BERTPreTrainedModel):
                    "truncate the input")
         _check_ids("token_type_ids", token_type_ids, cfg.type_vocab_size,
                    f"this model has type_vocab_size={cfg.type_vocab_size} segment ids")
-        key_length = past_key_values.key_length(length) if past_key_values is not None else length
+        key_length = past_key_values.key_length(cache_position) if past_key_values is not None else length
         allowed = build_attention_mask(attention_mask, batch, length, key_length, cache_position,
                                        causal=cfg.is_decoder, device=device)
         encoder_allowed = None

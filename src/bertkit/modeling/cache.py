@@ -38,9 +38,9 @@ class KVCache:
         """Number of cached positions (0 when empty)."""
         return self.key_cache[0].shape[-2] if self.key_cache else 0
 
-    def key_length(self, new_tokens: int) -> int:
-        """Length of the keys attention will see after ``new_tokens`` more are added."""
-        return self.get_seq_length() + new_tokens
+    def key_length(self, cache_position: torch.Tensor) -> int:
+        """Length of the keys attention will see once the tokens at ``cache_position`` are added."""
+        return self.get_seq_length() + len(cache_position)
 
     def update(self, key: torch.Tensor, value: torch.Tensor, layer_idx: int,
                cache_position: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -100,17 +100,22 @@ class StaticKVCache(KVCache):
     def get_seq_length(self) -> int:
         return self._length
 
-    def key_length(self, new_tokens: int) -> int:
+    def key_length(self, cache_position: torch.Tensor) -> int:
+        self._check_fits(cache_position)
         return self.max_length
+
+    def _check_fits(self, cache_position: torch.Tensor) -> int:
+        end = int(cache_position[-1]) + 1
+        if end > self.max_length:
+            raise ValueError(f"StaticKVCache holds {self.max_length} positions; writing position {end - 1} "
+                             "overflows it. Create the cache with a larger max_length.")
+        return end
 
     def update(self, key, value, layer_idx, cache_position=None):
         n = key.shape[-2]
         if cache_position is None:
             cache_position = torch.arange(self._length, self._length + n, device=key.device)
-        end = int(cache_position[-1]) + 1
-        if end > self.max_length:
-            raise ValueError(f"StaticKVCache holds {self.max_length} positions; writing position {end - 1} "
-                             "overflows it. Create the cache with a larger max_length.")
+        end = self._check_fits(cache_position)
         if layer_idx == len(self.key_cache):
             shape = (*key.shape[:2], self.max_length, key.shape[-1])
             self.key_cache.append(key.new_zeros(shape))
@@ -146,8 +151,8 @@ class EncoderDecoderCache:
     def get_seq_length(self) -> int:
         return self.self_attention_cache.get_seq_length()
 
-    def key_length(self, new_tokens: int) -> int:
-        return self.self_attention_cache.key_length(new_tokens)
+    def key_length(self, cache_position: torch.Tensor) -> int:
+        return self.self_attention_cache.key_length(cache_position)
 
     def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
         self.self_attention_cache.reorder_cache(beam_idx)

@@ -166,10 +166,10 @@ class BERTForPreTraining(_MaskedLMMixin, TaskModel):
         _, pooled = self.bert(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds)
         return self._nsp_loss(pooled, nsp_labels, reduction)
 
-    def _nsp_loss(self, pooled, nsp_labels, reduction):
+    def _nsp_loss(self, pooled, nsp_labels, reduction, ignore_index: int = -100):
         logits = self.cls.seq_relationship(pooled)
-        _check_labels("nsp_labels", nsp_labels, 2, None)
-        return cross_entropy(logits, nsp_labels.view(-1), ignore_index=-100, reduction=reduction)
+        _check_labels("nsp_labels", nsp_labels, 2, ignore_index)
+        return cross_entropy(logits, nsp_labels.view(-1), ignore_index=ignore_index, reduction=reduction)
 
     def get_loss(self, mlm_labels, nsp_labels, input_ids=None, attention_mask=None, token_type_ids=None,
                  position_ids=None, inputs_embeds=None, *, mlm_weight: float = 1.0, nsp_weight: float = 1.0,
@@ -177,11 +177,12 @@ class BERTForPreTraining(_MaskedLMMixin, TaskModel):
         """``mlm_weight * MLM + nsp_weight * NSP`` from one backbone pass.
 
         ``reduction=None`` gives ``[B]``: each example's mean over its labelled tokens (0
-        if none) weighted, plus its weighted NSP loss.
+        if none) weighted, plus its weighted NSP loss. ``ignore_index`` marks unlabelled
+        tokens and NSP examples alike (0 where ignored).
         """
         check_reduction(reduction)
         seq, pooled = self.bert(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds)
-        nsp = self._nsp_loss(pooled, nsp_labels, reduction)
+        nsp = self._nsp_loss(pooled, nsp_labels, reduction, ignore_index)
         if reduction is None:
             losses, valid = self._mlm_token_losses(seq, mlm_labels, ignore_index)
             mlm = losses.sum(dim=1) / valid.sum(dim=1).clamp(min=1)
@@ -212,9 +213,10 @@ class BERTForPreTraining(_MaskedLMMixin, TaskModel):
     @torch.no_grad()
     def get_nsp_accuracy(self, nsp_labels, input_ids=None, attention_mask=None, token_type_ids=None,
                          position_ids=None, inputs_embeds=None) -> torch.Tensor:
+        """NSP accuracy over examples whose label is not -100."""
         predictions = self.predict_nsp_labels(input_ids, attention_mask, token_type_ids, position_ids,
                                               inputs_embeds)
-        return accuracy(predictions, nsp_labels.view(-1), ignore_index=None)
+        return accuracy(predictions, nsp_labels.view(-1))
 
     @torch.no_grad()
     def get_accuracy(self, mlm_labels, nsp_labels, input_ids=None, attention_mask=None, token_type_ids=None,
@@ -223,7 +225,7 @@ class BERTForPreTraining(_MaskedLMMixin, TaskModel):
         """``(mlm_acc, nsp_acc, weighted)``; weighted falls back to ``nsp_acc`` when ``mlm_acc`` is NaN."""
         seq, pooled = self.bert(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds)
         mlm_acc = self._mlm_accuracy(seq, mlm_labels, ignore_index)
-        nsp_acc = accuracy(self.cls.seq_relationship(pooled).argmax(-1), nsp_labels.view(-1), ignore_index=None)
+        nsp_acc = accuracy(self.cls.seq_relationship(pooled).argmax(-1), nsp_labels.view(-1), ignore_index)
         if torch.isnan(mlm_acc):
             return mlm_acc, nsp_acc, nsp_acc
         return mlm_acc, nsp_acc, (mlm_weight * mlm_acc + nsp_weight * nsp_acc) / (mlm_weight + nsp_weight)

@@ -9,7 +9,8 @@ The only adaptations allowed without an error (each listed in :class:`LoadReport
   lacks (dropped), and a head whose shape changed because the config did (``num_labels``);
 * the pooler absent on either side;
 * tied aliases (``cls.predictions.decoder.bias`` is ``cls.predictions.bias``;
-  ``decoder.weight`` is the word embeddings when tied).
+  ``decoder.weight`` is the word embeddings when tied). With untied embeddings a
+  checkpoint's ``decoder.bias`` wins: HF v5 keeps it apart and its forward uses it.
 
 Anything else missing, unexpected or mis-shaped is a ``ValueError`` that names the keys.
 """
@@ -77,11 +78,16 @@ def adapt_state_dict(model: nn.Module, state: dict[str, torch.Tensor]) -> tuple[
     state = _rename(state, report)
     state = _fit_prefix(state, prefix)
 
-    # tied aliases: keep the source key; an alias only stands in when its source is absent
+    # tied aliases: keep the source key; an alias only stands in when its source is absent. Except an
+    # untied head's decoder.bias: HF (v5) unties it from predictions.bias too, and its forward adds it.
+    untied = not getattr(model.config, "tie_word_embedding", True)
     for alias, source in aliases.items():
         if alias in state:
             tensor = state.pop(alias)
-            state.setdefault(source, tensor)
+            if untied and alias.endswith("predictions.decoder.bias"):
+                state[source] = tensor
+            else:
+                state.setdefault(source, tensor)
 
     head = tuple(getattr(model, "head_prefixes", ()))
     pooler = f"{prefix}pooler."
