@@ -5,12 +5,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from bertkit import BERTConfig
+from bertkit import BERTConfig, BERTForPreTraining
 
 #: hidden 36 with 3 heads (head dim 12), inner 37, vocab 99, 3 token types: shapes no bug can hide behind.
 TINY = dict(vocab_size=99, hidden_size=36, num_hidden_layers=2, num_attention_heads=3, intermediate_size=37,
             max_position_embeddings=40, type_vocab_size=3, hidden_dropout_prob=0.0,
             attention_probs_dropout_prob=0.0)
+V = TINY["vocab_size"]
 
 
 @pytest.fixture
@@ -38,3 +39,35 @@ def padded_batch(vocab_size: int = 99, batch: int = 3, length: int = 11, type_vo
     attention_mask[2, length - 7:] = 0
     input_ids[attention_mask == 0] = 0
     return input_ids, attention_mask, token_type_ids
+
+
+SPECIAL = dict(mask_token_id=4, cls_token_id=2, sep_token_id=3, unk_token_id=1)  # pad is 0
+
+
+def model_of(cls, seed=0, **overrides):
+    """A randomised model in eval mode on the tiny config with special ids set."""
+    config = BERTConfig(**{**TINY, **overrides}, **SPECIAL)
+    return randomize_(cls(config), seed=seed).eval()
+
+
+@pytest.fixture(scope="module")
+def pretraining():
+    return model_of(BERTForPreTraining)
+
+
+@pytest.fixture(scope="module")
+def batch():
+    return padded_batch()
+
+
+def mlm_labels_for(input_ids, attention_mask, seed=2):
+    """Labels at ~40% of the real tokens of rows 0 and 1; row 2 has none."""
+    g = torch.Generator().manual_seed(seed)
+    pick = (torch.rand(input_ids.shape, generator=g) < 0.4) & (attention_mask == 1)
+    pick[0, 0] = True
+    pick[2] = False
+    targets = torch.randint(0, V, input_ids.shape, generator=g)
+    return torch.where(pick, targets, torch.full_like(input_ids, -100))
+
+
+NSP = torch.tensor([0, 1, 1])
