@@ -16,6 +16,8 @@ ALLOWED = {
     "config": {"config", "io"},
     "io": {"io"},
     "presets": {"presets", "config"},
+    "tokenization": {"tokenization", "io"},
+    "resources": {"resources"},
     "modeling": {"modeling", "config", "presets", "io"},
     "weights": {"weights", "config", "modeling", "io"},
 }

@@ -1,0 +1,79 @@
+"""Tokenizer directories in HF's layout: ``vocab.txt`` + ``tokenizer_config.json`` (+ ``special_tokens_map.json``).
+
+Reading also accepts an HF directory that holds only ``tokenizer.json`` (the vocabulary and
+the BertNormalizer flags are taken from it), and a bare ``vocab.txt`` path.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from bertkit.io import atomic_write_text
+from bertkit.tokenization.vocab import DEFAULT_SPECIAL_TOKENS, write_vocab_file
+
+VOCAB_NAME = "vocab.txt"
+CONFIG_NAME = "tokenizer_config.json"
+SPECIAL_TOKENS_NAME = "special_tokens_map.json"
+TOKENIZER_JSON_NAME = "tokenizer.json"
+
+#: tokenizer_config.json keys that are constructor arguments
+_SETTINGS = ("do_lower_case", "strip_accents", "tokenize_chinese_chars", "model_max_length", "padding_side",
+             "max_input_chars_per_word", *DEFAULT_SPECIAL_TOKENS)
+
+
+def save_tokenizer(tokenizer, directory: str | os.PathLike) -> tuple[str, ...]:
+    d = Path(directory)
+    d.mkdir(parents=True, exist_ok=True)
+    write_vocab_file(tokenizer.vocab, d / VOCAB_NAME)
+    config = {"tokenizer_class": "BertTokenizer", "do_lower_case": tokenizer.do_lower_case,
+              "strip_accents": tokenizer.strip_accents, "tokenize_chinese_chars": tokenizer.tokenize_chinese_chars,
+              "model_max_length": tokenizer.model_max_length, "padding_side": tokenizer.padding_side,
+              "clean_up_tokenization_spaces": True, **tokenizer.special_tokens}
+    if tokenizer.max_input_chars_per_word != 100:
+        config["max_input_chars_per_word"] = tokenizer.max_input_chars_per_word
+    atomic_write_text(d / CONFIG_NAME, json.dumps(config, indent=2, sort_keys=True) + "\n")
+    atomic_write_text(d / SPECIAL_TOKENS_NAME, json.dumps(tokenizer.special_tokens, indent=2, sort_keys=True) + "\n")
+    return tuple(str(d / name) for name in (VOCAB_NAME, CONFIG_NAME, SPECIAL_TOKENS_NAME))
+
+
+def load_tokenizer(cls, source: str | os.PathLike, overrides: dict[str, Any]):
+    path = Path(source)
+    if path.is_file():
+        return cls(vocab_file=path, **overrides)
+    if not path.is_dir():
+        raise ValueError(f"{source} is neither a tokenizer directory nor a vocab.txt file.")
+    settings: dict[str, Any] = {}
+    for name in (SPECIAL_TOKENS_NAME, CONFIG_NAME):  # the config wins over the special-tokens map
+        if (path / name).is_file():
+            settings.update(_special_token_strings(json.loads((path / name).read_text(encoding="utf-8"))))
+    settings = {k: v for k, v in settings.items() if k in _SETTINGS}
+    if (path / VOCAB_NAME).is_file():
+        return cls(vocab_file=path / VOCAB_NAME, **{**settings, **overrides})
+    if (path / TOKENIZER_JSON_NAME).is_file():
+        vocab, json_settings = _read_tokenizer_json(path / TOKENIZER_JSON_NAME)
+        return cls(vocab=vocab, **{**json_settings, **settings, **overrides})
+    raise ValueError(f"{source} holds no {VOCAB_NAME} or {TOKENIZER_JSON_NAME}; is it a BERT tokenizer directory?")
+
+
+def _special_token_strings(config: dict[str, Any]) -> dict[str, Any]:
+    """HF may store special tokens as ``{"content": "[CLS]", ...}`` objects; keep the strings."""
+    return {k: v["content"] if isinstance(v, dict) and "content" in v else v for k, v in config.items()}
+
+
+def _read_tokenizer_json(path: Path) -> tuple[dict[str, int], dict[str, Any]]:
+    data = json.loads(path.read_text(encoding="utf-8"))
+    model = data.get("model") or {}
+    if model.get("type") != "WordPiece" or "vocab" not in model:
+        raise ValueError(f"{path} is not a WordPiece tokenizer (model type {model.get('type')!r}).")
+    settings: dict[str, Any] = {"max_input_chars_per_word": model.get("max_input_chars_per_word", 100)}
+    if model.get("unk_token"):
+        settings["unk_token"] = model["unk_token"]
+    normalizer = data.get("normalizer") or {}
+    if normalizer.get("type") == "BertNormalizer":
+        settings.update(do_lower_case=normalizer.get("lowercase", True),
+                        strip_accents=normalizer.get("strip_accents"),
+                        tokenize_chinese_chars=normalizer.get("handle_chinese_chars", True))
+    return dict(model["vocab"]), settings

@@ -1,0 +1,428 @@
+"""BERTTokenizerFast: Google's BERT tokenization, token for token, on the Rust ``tokenizers`` core.
+
+The Python layer here only validates arguments, configures truncation and padding, and
+hands whole batches to Rust; it never loops over tokens. Outputs follow HF's
+conventions (``input_ids``, ``token_type_ids``, ``attention_mask``, ...).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from bertkit.tokenization.encoding import BatchEncoding, to_tensors
+from bertkit.tokenization.pipeline import build_backend
+from bertkit.tokenization.unicode import final_sigma_positions
+from bertkit.tokenization.vocab import (
+    check_special_tokens,
+    read_vocab_file,
+    vocab_from_tokens,
+)
+
+TRUNCATION_STRATEGIES = ("longest_first", "only_first", "only_second")
+PADDING_STRATEGIES = ("longest", "max_length")
+
+TextInput = str | Sequence[str]
+
+
+class BERTTokenizerFast:
+    """WordPiece tokenizer with Google's BasicTokenizer semantics (see :mod:`bertkit.tokenization.unicode`).
+
+    Args:
+        vocab_file: path of a ``vocab.txt`` (or pass ``vocab=`` a token list / ``{token: id}``).
+        do_lower_case: lower-case (and, unless ``strip_accents=False``, strip accents).
+        strip_accents: None follows ``do_lower_case``; True / False force it.
+        tokenize_chinese_chars: isolate CJK ideographs as single tokens.
+        unk_token, sep_token, pad_token, cls_token, mask_token: the special tokens; each
+            must be in the vocabulary, and each is recognised when written in a text.
+        max_input_chars_per_word: longer words become ``unk_token``.
+        model_max_length: the default ``max_length`` when truncating or padding to max length.
+    """
+
+    def __init__(self, vocab_file: str | os.PathLike | None = None, do_lower_case: bool = True,
+                 strip_accents: bool | None = None, tokenize_chinese_chars: bool = True,
+                 unk_token: str = "[UNK]", sep_token: str = "[SEP]", pad_token: str = "[PAD]",
+                 cls_token: str = "[CLS]", mask_token: str = "[MASK]", *,
+                 vocab: Mapping[str, int] | Sequence[str] | None = None, max_input_chars_per_word: int = 100,
+                 model_max_length: int = 512, padding_side: str = "right"):
+        if (vocab_file is None) == (vocab is None):
+            raise ValueError("Pass exactly one of vocab_file (a vocab.txt path) or vocab (tokens or {token: id}).")
+        if vocab_file is not None:
+            self.vocab = read_vocab_file(vocab_file)
+            source = f"vocab_file {os.fspath(vocab_file)!r}"
+        else:
+            self.vocab = _vocab_from(vocab)
+            source = "vocab"
+        self.special_tokens = {"unk_token": unk_token, "sep_token": sep_token, "pad_token": pad_token,
+                               "cls_token": cls_token, "mask_token": mask_token}
+        check_special_tokens(self.vocab, self.special_tokens, source)
+        if max_input_chars_per_word < 1 or model_max_length < 3:
+            raise ValueError(f"max_input_chars_per_word must be >= 1 and model_max_length >= 3, got "
+                             f"{max_input_chars_per_word} and {model_max_length}.")
+        if padding_side not in ("right", "left"):
+            raise ValueError(f"padding_side must be 'right' or 'left', got {padding_side!r}.")
+        self.do_lower_case = do_lower_case
+        self.strip_accents = strip_accents
+        self.tokenize_chinese_chars = tokenize_chinese_chars
+        self.max_input_chars_per_word = max_input_chars_per_word
+        self.model_max_length = model_max_length
+        self.padding_side = padding_side
+        self.ids_to_tokens = {i: t for t, i in self.vocab.items()}
+        options = dict(lowercase=do_lower_case, strip_accents=do_lower_case if strip_accents is None else strip_accents,
+                       tokenize_chinese_chars=tokenize_chinese_chars, special_tokens=self.special_tokens,
+                       max_input_chars_per_word=max_input_chars_per_word)
+        self._backend = build_backend(self.vocab, **options)
+        self._ascii_backend = build_backend(self.vocab, **options, ascii_only=True)  # same output on ASCII text
+        self._settings: tuple | None = None  # the truncation / padding the backend is configured with
+
+    # ------------------------------------------------------------------ vocabulary
+    def __len__(self) -> int:
+        return len(self.vocab)
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.vocab)
+
+    def get_vocab(self) -> dict[str, int]:
+        return dict(self.vocab)
+
+    def __getattr__(self, name: str) -> Any:
+        # unk_token, cls_token_id, ... : the special tokens and their ids
+        special = self.__dict__.get("special_tokens", {})
+        if name in special:
+            return special[name]
+        if name.endswith("_id") and name[:-3] in special:
+            return self.vocab[special[name[:-3]]]
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    @property
+    def all_special_tokens(self) -> list[str]:
+        return list(self.special_tokens.values())
+
+    @property
+    def all_special_ids(self) -> list[int]:
+        return [self.vocab[t] for t in self.special_tokens.values()]
+
+    def convert_tokens_to_ids(self, tokens: str | Iterable[str]) -> int | list[int]:
+        """Ids of ``tokens``; a token outside the vocabulary maps to ``unk_token``'s id."""
+        unk = self.vocab[self.special_tokens["unk_token"]]
+        if isinstance(tokens, str):
+            return self.vocab.get(tokens, unk)
+        return [self.vocab.get(t, unk) for t in tokens]
+
+    def convert_ids_to_tokens(self, ids: int | Iterable[int], skip_special_tokens: bool = False) -> str | list[str]:
+        """Tokens of ``ids``; an id outside the vocabulary is a ValueError."""
+        if isinstance(ids, int) or (hasattr(ids, "item") and getattr(ids, "ndim", 1) == 0):
+            return self._token(int(ids))
+        special = set(self.all_special_ids) if skip_special_tokens else set()
+        return [self._token(int(i)) for i in _as_list(ids) if int(i) not in special]
+
+    def _token(self, i: int) -> str:
+        try:
+            return self.ids_to_tokens[i]
+        except KeyError:
+            raise ValueError(f"token id {i} is outside the vocabulary [0, {len(self.vocab)}).") from None
+
+    # ------------------------------------------------------------------ encoding
+    def tokenize(self, text: str, pair: str | None = None, add_special_tokens: bool = False) -> list[str]:
+        """The WordPiece tokens of ``text`` (and ``pair``), without special tokens by default."""
+        return self(text, pair, add_special_tokens=add_special_tokens, return_offsets_mapping=True).tokens()
+
+    def encode(self, text: str, text_pair: str | None = None, add_special_tokens: bool = True,
+               **kwargs: Any) -> list[int]:
+        """``input_ids`` of one text or pair (keyword arguments as for :meth:`__call__`)."""
+        out = self(text, text_pair, add_special_tokens=add_special_tokens, **kwargs)["input_ids"]
+        return out[0] if out and isinstance(out[0], list) else out
+
+    def encode_plus(self, text_a: str, text_b: str | None = None, **kwargs: Any) -> BatchEncoding:
+        """lucid's pair encoding: the dict :meth:`__call__` returns for one text (or pair)."""
+        if not isinstance(text_a, str):
+            raise ValueError(f"encode_plus encodes one text; got {type(text_a).__name__}. Use __call__ for batches.")
+        return self(text_a, text_b, **kwargs)
+
+    def batch_encode_plus(self, batch_text_or_text_pairs: Sequence[str | tuple[str, str]],
+                          **kwargs: Any) -> BatchEncoding:
+        """HF's older batch API: a list of texts or ``(text_a, text_b)`` pairs."""
+        items = list(batch_text_or_text_pairs)
+        if items and all(isinstance(i, (tuple, list)) and len(i) == 2 for i in items):
+            return self([a for a, _ in items], [b for _, b in items], **kwargs)
+        return self(items, **kwargs)
+
+    def __call__(self, text: TextInput, text_pair: TextInput | None = None, *, add_special_tokens: bool = True,
+                 padding: bool | str = False, truncation: bool | str | None = None, max_length: int | None = None,
+                 stride: int = 0, is_split_into_words: bool = False, pad_to_multiple_of: int | None = None,
+                 padding_side: str | None = None, return_tensors: str | None = None,
+                 return_token_type_ids: bool = True, return_attention_mask: bool = True,
+                 return_overflowing_tokens: bool = False, return_special_tokens_mask: bool = False,
+                 return_offsets_mapping: bool = False, return_length: bool = False) -> BatchEncoding:
+        """Encode one text, a pair, or batches of either, with HF's conventions.
+
+        ``truncation``: True / ``"longest_first"``, ``"only_first"``, ``"only_second"``
+        (to ``max_length``, default ``model_max_length``; given only ``max_length``,
+        ``"longest_first"``). With ``return_overflowing_tokens`` the cut-off tokens come back
+        as extra rows, windows overlapping by ``stride`` tokens, with ``overflow_to_sample_mapping``.
+        ``padding``: True / ``"longest"`` or ``"max_length"``, optionally to a multiple of
+        ``pad_to_multiple_of``. ``return_tensors``: None (lists), ``"np"`` or ``"pt"``.
+        """
+        batched, texts, pairs = _normalise_inputs(text, text_pair, is_split_into_words)
+        truncation, max_length = self._resolve_truncation(truncation, max_length, stride, pairs is not None,
+                                                          add_special_tokens)
+        padding = _resolve_padding(padding)
+        if padding == "max_length" and max_length is None:
+            max_length = self.model_max_length
+        inputs = list(zip(texts, pairs)) if pairs is not None else texts
+        settings = (truncation, max_length, stride, padding, pad_to_multiple_of, padding_side or self.padding_side)
+        encode_args = (inputs, is_split_into_words, add_special_tokens, return_overflowing_tokens)
+        # token strings, offsets and word ids cost time in Rust: computed now only when asked for,
+        # otherwise on the first call that needs them (BatchEncoding.word_ids(), tokens(), ...)
+        rows, sample_of_row = self._encode_rows(settings, *encode_args, aligned=return_offsets_mapping)
+        aligned = rows if return_offsets_mapping else functools.partial(self._aligned_rows, settings, *encode_args)
+
+        data: dict[str, Any] = {"input_ids": [r.ids for r in rows]}
+        if return_token_type_ids:
+            data["token_type_ids"] = [r.type_ids for r in rows]
+        if return_attention_mask:
+            data["attention_mask"] = [r.attention_mask for r in rows]
+        if return_special_tokens_mask:
+            data["special_tokens_mask"] = [r.special_tokens_mask for r in rows]
+        if return_offsets_mapping:
+            data["offset_mapping"] = [r.offsets for r in rows]
+        if return_length:
+            data["length"] = [len(r.ids) for r in rows]
+        if return_overflowing_tokens:
+            data["overflow_to_sample_mapping"] = sample_of_row
+        if not batched and len(rows) == 1:
+            data = {k: v[0] for k, v in data.items()}
+        return BatchEncoding(to_tensors(data, return_tensors), aligned, batched=batched or len(rows) > 1)
+
+    def _encode_rows(self, settings: tuple, inputs: list, is_split_into_words: bool, add_special_tokens: bool,
+                     overflowing: bool, *, aligned: bool) -> tuple[list, list[int]]:
+        """Encode ``inputs`` under ``settings``; overflow windows become extra rows. Returns (rows, sample of row)."""
+        self._configure(*settings)
+        encodings = self._encode_batch(inputs, is_split_into_words, add_special_tokens, aligned)
+        rows, sample_of_row = [], []
+        for i, enc in enumerate(encodings):
+            for row in (enc, *(enc.overflowing if overflowing else ())):
+                rows.append(row)
+                sample_of_row.append(i)
+        return rows, sample_of_row
+
+    def _aligned_rows(self, *args) -> list:
+        return self._encode_rows(*args, aligned=True)[0]
+
+    def _resolve_truncation(self, truncation, max_length, stride, is_pair, add_special_tokens):
+        if truncation is None:
+            truncation = "longest_first" if max_length is not None else False
+        if truncation is True:
+            truncation = "longest_first"
+        if truncation in (False, "do_not_truncate"):
+            return None, max_length
+        if truncation not in TRUNCATION_STRATEGIES:
+            raise ValueError(f"truncation must be True/False or one of {TRUNCATION_STRATEGIES}, got {truncation!r}.")
+        if truncation == "only_second" and not is_pair:
+            raise ValueError("truncation='only_second' needs a text_pair to truncate.")
+        max_length = self.model_max_length if max_length is None else max_length
+        reserved = (3 if is_pair else 2) if add_special_tokens else 0
+        if max_length <= reserved:
+            raise ValueError(f"max_length={max_length} leaves no room for text: the special tokens alone take "
+                             f"{reserved} positions. Use max_length > {reserved}.")
+        if stride < 0 or stride >= max_length - reserved:
+            raise ValueError(f"stride={stride} must be >= 0 and smaller than max_length - {reserved} special "
+                             f"tokens = {max_length - reserved}, so that windows advance.")
+        return truncation, max_length
+
+    def _configure(self, truncation, max_length, stride, padding, pad_to_multiple_of, padding_side) -> None:
+        settings = (truncation, max_length, stride, padding, pad_to_multiple_of, padding_side)
+        if settings == self._settings:
+            return
+        for backend in (self._backend, self._ascii_backend):
+            if truncation is None:
+                backend.no_truncation()
+            else:
+                backend.enable_truncation(max_length, stride=stride, strategy=truncation)
+            if padding is None:
+                backend.no_padding()
+            else:
+                backend.enable_padding(**self._padding_args(padding, max_length, pad_to_multiple_of, padding_side))
+        self._settings = settings
+
+    def _padding_args(self, padding, max_length, pad_to_multiple_of, padding_side) -> dict[str, Any]:
+        pad = self.special_tokens["pad_token"]
+        return dict(direction=padding_side, pad_id=self.vocab[pad], pad_token=pad,
+                    length=max_length if padding == "max_length" else None, pad_to_multiple_of=pad_to_multiple_of)
+
+    def _encode_batch(self, inputs: list, is_split_into_words: bool, add_special_tokens: bool, aligned: bool) -> list:
+        """Encode with the ASCII pipeline where it applies and the full one elsewhere; keep the order."""
+        ascii_rows = [i for i, x in enumerate(inputs) if _is_ascii(x)]
+        if len(ascii_rows) == len(inputs):
+            return self._run(self._ascii_backend, inputs, is_split_into_words, add_special_tokens, aligned)
+        if not ascii_rows:
+            return self._run(self._backend, inputs, is_split_into_words, add_special_tokens, aligned)
+        is_ascii = set(ascii_rows)
+        other_rows = [i for i in range(len(inputs)) if i not in is_ascii]
+        out: list = [None] * len(inputs)
+        for backend, rows in ((self._ascii_backend, ascii_rows), (self._backend, other_rows)):
+            for i, enc in zip(rows, self._run(backend, [inputs[i] for i in rows], is_split_into_words,
+                                              add_special_tokens, aligned)):
+                out[i] = enc
+        _, max_length, _, padding, pad_to_multiple_of, padding_side = self._settings
+        if padding == "longest":  # each half was padded to its own longest: pad both to the batch's
+            longest = max(len(e.ids) for e in out)
+            args = self._padding_args(padding, max_length, pad_to_multiple_of, padding_side)
+            if pad_to_multiple_of:
+                longest = -(-longest // pad_to_multiple_of) * pad_to_multiple_of
+            for enc in out:
+                enc.pad(longest, direction=args["direction"], pad_id=args["pad_id"], pad_token=args["pad_token"])
+        return out
+
+    def _run(self, backend, inputs: list, is_split_into_words: bool, add_special_tokens: bool, aligned: bool) -> list:
+        if self.do_lower_case:
+            inputs = [_fix_final_sigmas(x) for x in inputs]
+        encode = backend.encode_batch if aligned else backend.encode_batch_fast
+        try:
+            return encode(inputs, is_pretokenized=is_split_into_words, add_special_tokens=add_special_tokens)
+        except UnicodeEncodeError:  # lone surrogates cannot cross into Rust; they are ordinary word characters
+            return encode([_replace_surrogates(x) for x in inputs], is_pretokenized=is_split_into_words,
+                          add_special_tokens=add_special_tokens)
+        except Exception as e:  # the Rust core reports truncation problems as a bare Exception
+            if "runcat" in str(e):
+                raise ValueError(f"cannot truncate to the requested max_length: {e}. With only_first / "
+                                 "only_second the other text must leave room; use 'longest_first' or a larger "
+                                 "max_length.") from None
+            raise
+
+    # ------------------------------------------------------------------ decoding
+    def decode(self, token_ids, skip_special_tokens: bool = False, clean_up_tokenization_spaces: bool = True) -> str:
+        """Text of ``token_ids``: ``##`` pieces joined to their word, tokens separated by spaces."""
+        text = self._backend.decode([int(i) for i in _as_list(token_ids)], skip_special_tokens=skip_special_tokens)
+        return clean_up_tokenization(text) if clean_up_tokenization_spaces else text
+
+    def batch_decode(self, sequences, skip_special_tokens: bool = False,
+                     clean_up_tokenization_spaces: bool = True) -> list[str]:
+        return [self.decode(s, skip_special_tokens, clean_up_tokenization_spaces) for s in _as_list(sequences)]
+
+    # ------------------------------------------------------------------ files and training
+    def save_pretrained(self, directory: str | os.PathLike) -> tuple[str, ...]:
+        """Write ``vocab.txt``, ``tokenizer_config.json`` and ``special_tokens_map.json`` (HF's names)."""
+        from bertkit.tokenization.files import save_tokenizer
+
+        return save_tokenizer(self, directory)
+
+    @classmethod
+    def from_pretrained(cls, source: str | os.PathLike, **overrides: Any) -> BERTTokenizerFast:
+        """Load a directory written by bertkit or HF (``vocab.txt`` + config, or ``tokenizer.json``),
+        or a ``vocab.txt`` path; ``overrides`` replace saved settings (e.g. ``do_lower_case=False``)."""
+        from bertkit.tokenization.files import load_tokenizer
+
+        return load_tokenizer(cls, source, overrides)
+
+    @classmethod
+    def train(cls, files_or_iterator: Iterable[str] | Sequence[str | os.PathLike], vocab_size: int = 30522,
+              min_frequency: int = 2, **kwargs: Any) -> BERTTokenizerFast:
+        """Learn a WordPiece vocabulary from text files or an iterator of strings (see
+        :func:`bertkit.tokenization.training.train_tokenizer` for the options)."""
+        from bertkit.tokenization.training import train_tokenizer
+
+        return train_tokenizer(cls, files_or_iterator, vocab_size=vocab_size, min_frequency=min_frequency, **kwargs)
+
+    def __repr__(self) -> str:
+        return (f"BERTTokenizerFast(vocab_size={len(self.vocab)}, do_lower_case={self.do_lower_case}, "
+                f"strip_accents={self.strip_accents}, tokenize_chinese_chars={self.tokenize_chinese_chars})")
+
+
+BERTTokenizer = BERTTokenizerFast
+
+
+# ---------------------------------------------------------------------------- helpers
+
+def clean_up_tokenization(text: str) -> str:
+    """HF's clean-up of decoded text: no space before punctuation and English contractions."""
+    for before, after in ((" .", "."), (" ?", "?"), (" !", "!"), (" ,", ","), (" ' ", "'"), (" n't", "n't"),
+                          (" 'm", "'m"), (" 's", "'s"), (" 've", "'ve"), (" 're", "'re")):
+        text = text.replace(before, after)
+    return text
+
+
+def _vocab_from(vocab: Mapping[str, int] | Sequence[str]) -> dict[str, int]:
+    if isinstance(vocab, Mapping):
+        ids = sorted(vocab.values())
+        if ids != list(range(len(ids))):
+            raise ValueError("vocab ids must be 0..N-1, each used once.")
+        return dict(vocab)
+    tokens = list(vocab)
+    if not tokens:
+        raise ValueError("vocab is empty.")
+    return vocab_from_tokens(tokens)
+
+
+def _normalise_inputs(text, text_pair, is_split_into_words: bool):
+    """``(batched, texts, pairs)`` with texts / pairs as lists; clear errors for anything else.
+
+    One input is a string, or with ``is_split_into_words`` a list of word strings.
+    """
+    def is_single(x) -> bool:
+        if is_split_into_words:
+            return isinstance(x, (list, tuple)) and all(isinstance(w, str) for w in x)
+        return isinstance(x, str)
+
+    if is_single(text):
+        batched, texts = False, [text]
+        if text_pair is not None and not is_single(text_pair):
+            raise ValueError("text is a single text, so text_pair must be a single text too.")
+        pairs = None if text_pair is None else [text_pair]
+    elif isinstance(text, (list, tuple)):
+        batched, texts = True, list(text)
+        pairs = None if text_pair is None else list(text_pair)
+        if pairs is not None and (is_single(text_pair) or len(pairs) != len(texts)):
+            raise ValueError(f"text_pair must be a list as long as text ({len(texts)}) for a batch of pairs.")
+    else:
+        raise ValueError(f"text must be a string or a list of strings, got {type(text).__name__}.")
+    for name, items in (("text", texts), ("text_pair", pairs or [])):
+        bad = next((x for x in items if not is_single(x)), None)
+        if bad is not None:
+            what = "a list of word strings (is_split_into_words=True)" if is_split_into_words else "a string"
+            raise ValueError(f"{name} holds {type(bad).__name__} {bad!r:.40}; every item must be {what}.")
+    return batched, texts, pairs
+
+
+def _resolve_padding(padding) -> str | None:
+    if padding is True:
+        return "longest"
+    if padding in (False, None, "do_not_pad"):
+        return None
+    if padding not in PADDING_STRATEGIES:
+        raise ValueError(f"padding must be True/False, 'longest' or 'max_length', got {padding!r}.")
+    return padding
+
+
+def _is_ascii(item) -> bool:
+    return item.isascii() if isinstance(item, str) else all(_is_ascii(x) for x in item)
+
+
+def _fix_final_sigmas(item):
+    """Substitute ``ς`` where Python's ``str.lower`` would produce it (see ``final_sigma_positions``)."""
+    if isinstance(item, tuple):
+        return tuple(_fix_final_sigmas(x) for x in item)
+    if isinstance(item, list):
+        return [_fix_final_sigmas(x) for x in item]
+    if "\u03a3" not in item:
+        return item
+    chars = list(item)
+    for i in final_sigma_positions(item):
+        chars[i] = "\u03c2"
+    return "".join(chars)
+
+
+def _replace_surrogates(item):
+    """Lone surrogates become U+E000 (private use): like them, a letter in no vocabulary."""
+    if isinstance(item, (tuple, list)):
+        return type(item)(_replace_surrogates(x) for x in item)
+    return "".join("\ue000" if "\ud800" <= ch <= "\udfff" else ch for ch in item)
+
+
+def _as_list(values) -> list:
+    if hasattr(values, "tolist"):
+        values = values.tolist()
+    return list(values)
