@@ -62,3 +62,12 @@ def test_no_runtime_dependency_on_reference_libraries():
 def test_config_needs_no_torch():
     for module in ("config.py", "io.py", "presets.py"):
         assert not any(name.startswith("torch") for name in _all_imports(SRC / module)), module
+
+
+def test_tokenization_imports_no_torch():
+    import subprocess
+    import sys
+
+    code = ("import sys; from bertkit.tokenization import BERTTokenizerFast; "
+            "assert 'torch' not in sys.modules, 'tokenization imported torch'")
+    subprocess.run([sys.executable, "-c", code], check=True)

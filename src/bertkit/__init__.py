@@ -19,6 +19,9 @@ _LAZY = {
     "BERTConfig": "bertkit.config",
     "SIZES": "bertkit.presets",
     "preset_config": "bertkit.presets",
+    "BERTTokenizerFast": "bertkit.tokenization",
+    "BERTTokenizer": "bertkit.tokenization",
+    "BatchEncoding": "bertkit.tokenization",
 }
 
 if TYPE_CHECKING:  # for IDEs and type checkers
@@ -26,6 +29,9 @@ if TYPE_CHECKING:  # for IDEs and type checkers
     from bertkit.modeling import *  # noqa: F403
     from bertkit.presets import SIZES as SIZES
     from bertkit.presets import preset_config as preset_config
+    from bertkit.tokenization import BatchEncoding as BatchEncoding
+    from bertkit.tokenization import BERTTokenizer as BERTTokenizer
+    from bertkit.tokenization import BERTTokenizerFast as BERTTokenizerFast
 
 
 def __getattr__(name: str):

@@ -4,15 +4,13 @@ from bertkit.modeling.backbone import BERT, BERTEncoding
 from bertkit.modeling.cache import EncoderDecoderCache, KVCache, StaticKVCache
 from bertkit.modeling.factories import FACTORIES, TASKS, build
 from bertkit.modeling.heads import (
-    BERTForCausalLM,
-    BERTForMaskedLM,
     BERTForMultipleChoice,
     BERTForNextSentencePrediction,
-    BERTForPreTraining,
     BERTForQuestionAnswering,
     BERTForSequenceClassification,
     BERTForTokenClassification,
 )
+from bertkit.modeling.lm_heads import BERTForCausalLM, BERTForMaskedLM, BERTForPreTraining
 
 globals().update(FACTORIES)
 

@@ -142,6 +142,15 @@ class BERTPreTrainedModel(nn.Module):
             if isinstance(module, BERTPreTrainedModel):
                 module.config = config
 
+    def to(self, *args, **kwargs):
+        """``nn.Module.to`` that also takes lucid's device name ``"gpu"`` (CUDA, or MPS on Apple)."""
+        from bertkit.modeling.text import resolve_device
+
+        args = tuple(resolve_device(a) if isinstance(a, str) and a.lower() == "gpu" else a for a in args)
+        if isinstance(kwargs.get("device"), str):
+            kwargs["device"] = resolve_device(kwargs["device"])
+        return super().to(*args, **kwargs)
+
     # ------------------------------------------------------------------ checkpointing
     def gradient_checkpointing_enable(self) -> None:
         """Recompute each layer's activations in backward instead of storing them."""

@@ -12,15 +12,13 @@ from typing import Any
 from bertkit.modeling.backbone import BERT
 from bertkit.modeling.base import BERTPreTrainedModel
 from bertkit.modeling.heads import (
-    BERTForCausalLM,
-    BERTForMaskedLM,
     BERTForMultipleChoice,
     BERTForNextSentencePrediction,
-    BERTForPreTraining,
     BERTForQuestionAnswering,
     BERTForSequenceClassification,
     BERTForTokenClassification,
 )
+from bertkit.modeling.lm_heads import BERTForCausalLM, BERTForMaskedLM, BERTForPreTraining
 from bertkit.presets import SIZES, preset_config
 
 #: task name -> (model class, config fields the task requires)

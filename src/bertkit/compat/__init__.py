@@ -1,0 +1,1 @@
+"""Adapters that give other libraries' APIs on bertkit's one engine."""
