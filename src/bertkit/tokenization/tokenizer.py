@@ -134,7 +134,7 @@ class BERTTokenizerFast:
                **kwargs: Any) -> list[int]:
         """``input_ids`` of one text or pair (keyword arguments as for :meth:`__call__`)."""
         out = self(text, text_pair, add_special_tokens=add_special_tokens, **kwargs)["input_ids"]
-        return out[0] if out and isinstance(out[0], list) else out
+        return out[0] if isinstance(out, list) and out and isinstance(out[0], list) else out
 
     def encode_plus(self, text_a: str, text_b: str | None = None, **kwargs: Any) -> BatchEncoding:
         """lucid's pair encoding: the dict :meth:`__call__` returns for one text (or pair)."""
@@ -176,9 +176,12 @@ class BERTTokenizerFast:
         settings = (truncation, max_length, stride, padding, pad_to_multiple_of, padding_side or self.padding_side)
         encode_args = (inputs, is_split_into_words, add_special_tokens, return_overflowing_tokens)
         # token strings, offsets and word ids cost time in Rust: computed now only when asked for,
-        # otherwise on the first call that needs them (BatchEncoding.word_ids(), tokens(), ...)
-        rows, sample_of_row = self._encode_rows(settings, *encode_args, aligned=return_offsets_mapping)
-        aligned = rows if return_offsets_mapping else functools.partial(self._aligned_rows, settings, *encode_args)
+        # otherwise on the first call that needs them (BatchEncoding.word_ids(), tokens(), ...).
+        # Overflow windows always take the full path: tokenizers' fast path gives their pair rows
+        # wrong token_type_ids (tokenizers 0.23).
+        full = return_offsets_mapping or return_overflowing_tokens
+        rows, sample_of_row = self._encode_rows(settings, *encode_args, aligned=full)
+        aligned = rows if full else functools.partial(self._aligned_rows, settings, *encode_args)
 
         data: dict[str, Any] = {"input_ids": [r.ids for r in rows]}
         if return_token_type_ids:
@@ -193,9 +196,11 @@ class BERTTokenizerFast:
             data["length"] = [len(r.ids) for r in rows]
         if return_overflowing_tokens:
             data["overflow_to_sample_mapping"] = sample_of_row
-        if not batched and len(rows) == 1:
+        # like HF: one text gives unbatched lists, but tensors and overflow windows keep the batch dimension
+        unbatch = not batched and return_tensors is None and not return_overflowing_tokens
+        if unbatch:
             data = {k: v[0] for k, v in data.items()}
-        return BatchEncoding(to_tensors(data, return_tensors), aligned, batched=batched or len(rows) > 1)
+        return BatchEncoding(to_tensors(data, return_tensors), aligned, batched=not unbatch)
 
     def _encode_rows(self, settings: tuple, inputs: list, is_split_into_words: bool, add_special_tokens: bool,
                      overflowing: bool, *, aligned: bool) -> tuple[list, list[int]]:
@@ -380,8 +385,7 @@ def _normalise_inputs(text, text_pair, is_split_into_words: bool):
     else:
         raise ValueError(f"text must be a string or a list of strings, got {type(text).__name__}.")
     for name, items in (("text", texts), ("text_pair", pairs or [])):
-        bad = next((x for x in items if not is_single(x)), None)
-        if bad is not None:
+        for bad in (x for x in items if not is_single(x)):  # the first bad item (None included)
             what = "a list of word strings (is_split_into_words=True)" if is_split_into_words else "a string"
             raise ValueError(f"{name} holds {type(bad).__name__} {bad!r:.40}; every item must be {what}.")
     return batched, texts, pairs
