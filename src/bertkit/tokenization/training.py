@@ -22,7 +22,8 @@ def train_tokenizer(cls, files_or_iterator: Iterable[str] | Sequence[str | os.Pa
                     special_tokens: dict[str, str] | None = None, **tokenizer_kwargs: Any):
     """Train a WordPiece vocabulary and return a tokenizer of class ``cls`` that uses it.
 
-    ``files_or_iterator``: paths of UTF-8 text files, or an iterable of strings. Special
+    ``files_or_iterator``: a path or a list of paths of UTF-8 text files, or an iterator of
+    strings (a list means paths; pass ``iter(texts)`` for texts in memory). Special
     tokens come first ([PAD]=0, [UNK], [CLS], [SEP], [MASK]), then the learned pieces.
     """
     if vocab_size <= len(_SPECIAL_ORDER):
@@ -50,12 +51,27 @@ def train_tokenizer(cls, files_or_iterator: Iterable[str] | Sequence[str | os.Pa
 
 
 def _texts(files_or_iterator) -> Iterator[str]:
-    items = [files_or_iterator] if isinstance(files_or_iterator, (str, os.PathLike)) else files_or_iterator
-    for item in items:
-        if isinstance(item, os.PathLike) or (isinstance(item, str) and "\n" not in item and Path(item).is_file()):
-            with open(item, encoding="utf-8") as f:
+    """Lines of the files, or the strings of an iterator.
+
+    A path, or a list / tuple of paths, names files (a missing one is an error, not text);
+    any other iterable (a generator, ``iter(texts)``, a dataset) yields the training texts.
+    """
+    if isinstance(files_or_iterator, (str, os.PathLike)):
+        files_or_iterator = [files_or_iterator]
+    if isinstance(files_or_iterator, (list, tuple)):
+        bad = [p for p in files_or_iterator if not isinstance(p, (str, os.PathLike))]
+        if bad:
+            raise ValueError(f"train takes file paths or strings; the list holds {type(bad[0]).__name__} {bad[0]!r}.")
+        paths = [Path(p) for p in files_or_iterator]
+        missing = [str(p) for p in paths if not p.is_file()]
+        if missing:
+            raise ValueError(f"no such file: {', '.join(missing)}. A list names training files; to train on "
+                             "strings in memory pass an iterator of them, e.g. iter(texts).")
+        for path in paths:
+            with open(path, encoding="utf-8") as f:
                 yield from f
-        elif isinstance(item, str):
-            yield item
-        else:
-            raise ValueError(f"train takes file paths or strings, got {type(item).__name__}.")
+        return
+    for text in files_or_iterator:
+        if not isinstance(text, str):
+            raise ValueError(f"the training iterator must yield strings, got {type(text).__name__}.")
+        yield text
