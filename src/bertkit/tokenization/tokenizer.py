@@ -289,9 +289,13 @@ class BERTTokenizerFast:
         encode = backend.encode_batch if aligned else backend.encode_batch_fast
         try:
             return encode(inputs, is_pretokenized=is_split_into_words, add_special_tokens=add_special_tokens)
-        except UnicodeEncodeError:  # lone surrogates cannot cross into Rust; they are ordinary word characters
-            return encode([_replace_surrogates(x) for x in inputs], is_pretokenized=is_split_into_words,
-                          add_special_tokens=add_special_tokens)
+        except (UnicodeEncodeError, TypeError):
+            # lone surrogates cannot cross into Rust (a UnicodeEncodeError, or a TypeError in tokenizers 0.23);
+            # they are ordinary word characters
+            replaced = [_replace_surrogates(x) for x in inputs]
+            if replaced == inputs:
+                raise
+            return self._run(backend, replaced, is_split_into_words, add_special_tokens, aligned)
         except Exception as e:  # the Rust core reports truncation problems as a bare Exception
             if "runcat" in str(e):
                 raise ValueError(f"cannot truncate to the requested max_length: {e}. With only_first / "
