@@ -19,7 +19,7 @@ ALLOWED = {
     "tokenization": {"tokenization", "io"},
     "resources": {"resources"},
     "modeling": {"modeling", "config", "presets", "io"},
-    "weights": {"weights", "config", "modeling", "io"},
+    "weights": {"weights", "config", "modeling", "io", "tokenization"},
 }
 
 

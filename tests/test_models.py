@@ -200,7 +200,7 @@ def test_truncated_safetensors_is_a_clear_error(tmp_path, tiny_config):
 
 
 def test_missing_directory_and_weights_are_clear_errors(tmp_path):
-    with pytest.raises(FileNotFoundError, match="not a directory"):
+    with pytest.raises(FileNotFoundError, match="not a checkpoint"):
         BERT.from_pretrained(tmp_path / "nope")
     BERTConfig(vocab_size=99, hidden_size=36, num_attention_heads=3).to_json_file(tmp_path / "config.json")
     with pytest.raises(FileNotFoundError, match=r"model\.safetensors"):

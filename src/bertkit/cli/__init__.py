@@ -9,6 +9,7 @@ import sys
 COMMANDS = {
     "demo": ("demo", "show the model family and run a forward pass"),
     "info": ("info", "describe a model size, or a saved checkpoint directory"),
+    "convert": ("convert", "convert a checkpoint (HF, pytorch_pretrained_bert, Google TF, ...) to HF or TF"),
     "tokenizer": ("tokenizer", "train a WordPiece vocabulary, or tokenize text"),
 }
 

@@ -2,7 +2,8 @@
 
 The only adaptations allowed without an error (each listed in :class:`LoadReport`):
 
-* legacy names (``LayerNorm.gamma/beta``) and saved buffers (``embeddings.position_ids``);
+* other libraries' names (``LayerNorm.gamma/beta``, lucid 2.x ``layernorm``, NVIDIA's
+  ``dense_act``) and saved buffers (``embeddings.position_ids`` / ``token_type_ids``);
 * a backbone-only checkpoint (``embeddings.*``) in a task model (``bert.embeddings.*``),
   and a task checkpoint (``bert.*``) in a bare backbone;
 * the task head missing from the checkpoint (freshly initialised), or one the model
@@ -23,10 +24,12 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-#: Legacy parameter names -> current names (regex, replacement), applied in order.
+#: Other libraries' parameter names -> HF names (regex, replacement), applied in order.
 RENAMES: tuple[tuple[str, str], ...] = (
-    (r"LayerNorm\.gamma$", "LayerNorm.weight"),
+    (r"LayerNorm\.gamma$", "LayerNorm.weight"),  # 2018-era PyTorch ports
     (r"LayerNorm\.beta$", "LayerNorm.bias"),
+    (r"(^|\.)layernorm\.", r"\1LayerNorm."),  # lucid 2.x
+    (r"\.dense_act\.", ".dense."),  # NVIDIA DeepLearningExamples (fused bias + activation)
 )
 
 #: Buffers older checkpoints saved; bertkit recomputes them.

@@ -38,12 +38,12 @@ def read_state_dict(directory: str | os.PathLike) -> dict[str, torch.Tensor]:
     """All tensors of the checkpoint in ``directory`` (safetensors preferred), on CPU."""
     d = Path(directory)
     if (d / SAFETENSORS_NAME).is_file():
-        return _load_safetensors(d / SAFETENSORS_NAME)
+        return load_safetensors(d / SAFETENSORS_NAME)
     if (d / SAFETENSORS_INDEX_NAME).is_file():
         index = json.loads((d / SAFETENSORS_INDEX_NAME).read_text(encoding="utf-8"))
         state: dict[str, torch.Tensor] = {}
         for shard in sorted(set(index["weight_map"].values())):
-            state.update(_load_safetensors(d / shard))
+            state.update(load_safetensors(d / shard))
         return state
     if (d / TORCH_NAME).is_file():
         return load_torch_file(d / TORCH_NAME)
@@ -51,15 +51,18 @@ def read_state_dict(directory: str | os.PathLike) -> dict[str, torch.Tensor]:
                             f"{SAFETENSORS_INDEX_NAME} or {TORCH_NAME}.")
 
 
-def _load_safetensors(path: Path) -> dict[str, torch.Tensor]:
+def load_safetensors(path: str | os.PathLike) -> dict[str, torch.Tensor]:
     try:
         return load_file(str(path))
     except (SafetensorError, OSError) as e:
         raise ValueError(f"{path} is not a readable safetensors file ({e}); it may be truncated or corrupt.") from e
 
 
-def load_torch_file(path: str | os.PathLike) -> dict[str, torch.Tensor]:
-    """A PyTorch pickle of tensors, loaded with ``weights_only=True`` (nothing in it is executed)."""
+def load_torch_file(path: str | os.PathLike, nested: bool = False) -> dict:
+    """A PyTorch pickle of tensors, loaded with ``weights_only=True`` (nothing in it is executed).
+
+    ``nested=True`` accepts any dict (a training checkpoint holding the weights under a key).
+    """
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as e:
@@ -68,28 +71,25 @@ def load_torch_file(path: str | os.PathLike) -> dict[str, torch.Tensor]:
                          "trusted environment.") from e
     except (RuntimeError, EOFError) as e:
         raise ValueError(f"{path} is not a readable PyTorch checkpoint ({e}); it may be truncated or corrupt.") from e
-    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+    if not isinstance(state, dict) or not (nested or all(isinstance(v, torch.Tensor) for v in state.values())):
         raise ValueError(f"{path} does not hold a state dict (a mapping of names to tensors).")
     return state
 
 
 def load_pretrained(self_or_cls, source: str | os.PathLike, config_overrides: dict[str, Any]):
     """Implementation of ``from_pretrained`` (see :meth:`BERTPreTrainedModel.from_pretrained`)."""
-    if not Path(source).is_dir():
-        raise FileNotFoundError(f"{source} is not a directory; from_pretrained reads a checkpoint directory "
-                                "(config.json + model.safetensors).")
-    state = read_state_dict(source)
+    from bertkit.weights.formats import read_checkpoint
+
+    checkpoint = read_checkpoint(source)
     if isinstance(self_or_cls, type):
-        config = read_config(source)
-        if config_overrides:
-            config = config.replace(**config_overrides)
+        config = checkpoint.config.replace(**config_overrides) if config_overrides else checkpoint.config
         model = self_or_cls(config)
     else:
         if config_overrides:
             raise ValueError(f"config overrides {sorted(config_overrides)} apply when building a model; "
                              f"call {type(self_or_cls).__name__}.from_pretrained(...) on the class instead.")
         model = self_or_cls
-    fitted, report = adapt_state_dict(model, state)
+    fitted, report = adapt_state_dict(model, checkpoint.state_dict)
     model.load_state_dict(fitted, strict=False)
     model.tie_weights()
     model.load_report = report

@@ -1,0 +1,23 @@
+"""``bertkit convert SRC DST [--to hf|tf]``: any readable checkpoint to an HF directory or a Google TF1 checkpoint."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="bertkit convert", description=__doc__)
+    parser.add_argument("source", help="checkpoint directory, weights file, TF checkpoint prefix, or .zip/.tar.gz")
+    parser.add_argument("dest", help="output directory")
+    parser.add_argument("--to", choices=("hf", "tf"), default="hf")
+    casing = parser.add_mutually_exclusive_group()
+    casing.add_argument("--uncased", dest="do_lower_case", action="store_true", default=None,
+                        help="the tokenizer lower-cases (default: from the source, else from its name)")
+    casing.add_argument("--cased", dest="do_lower_case", action="store_false")
+    args = parser.parse_args(argv)
+
+    from bertkit.weights.convert import convert
+
+    out = convert(args.source, args.dest, to=args.to, do_lower_case=args.do_lower_case)
+    print(f"wrote {args.to.upper()} checkpoint to {out}")
+    return 0

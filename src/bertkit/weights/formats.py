@@ -1,0 +1,166 @@
+"""Reading any BERT checkpoint: HF directories, PyTorch archives, Google TF1 checkpoints, archives of them.
+
+:func:`read_checkpoint` sniffs ``source`` — a directory, a weights file, a TF checkpoint
+prefix, or a ``.zip`` / ``.tar.gz`` holding one — and returns a :class:`Checkpoint` with
+HF parameter names. What each format brings:
+
+=====================  ========================================================================
+HF / bertkit           ``config.json`` + ``model.safetensors`` (sharded too) or ``pytorch_model.bin``
+pytorch_pretrained_bert ``bert_config.json`` + ``pytorch_model.bin`` (2018 ``gamma``/``beta`` names)
+Google TF1             ``bert_config.json`` + ``bert_model.ckpt.index`` / ``.data-*`` (no TensorFlow needed)
+lucid 2.x, NVIDIA      safetensors / ``.pt`` with their own names (``layernorm``, ``dense_act``)
+=====================  ========================================================================
+
+Renames other than TF's are applied when the state dict is fitted to a model
+(:mod:`bertkit.weights.adapt`). Pickles are only ever read with ``weights_only=True``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tarfile
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from bertkit.config import BERTConfig
+from bertkit.weights import hf
+from bertkit.weights.tables import tf_to_hf
+
+CONFIG_NAMES = ("config.json", "bert_config.json")
+TOKENIZER_FILES = ("vocab.txt", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.json")
+TORCH_SUFFIXES = (".bin", ".pt", ".pth")
+ARCHIVE_SUFFIXES = (".zip", ".tar.gz", ".tgz", ".tar")
+
+
+@dataclass
+class Checkpoint:
+    """A checkpoint in memory: its config, its tensors under HF names, and its tokenizer files."""
+
+    config: BERTConfig
+    state_dict: dict[str, torch.Tensor]
+    format: str  # "hf", "pytorch", "tf1"
+    architecture: str | None = None  # the HF class named in config.json, if any
+    tokenizer_files: dict[str, bytes] = field(default_factory=dict)
+    vocab_file: Path | None = None  # set when the source is a directory or file on disk
+
+
+def read_checkpoint(source: str | os.PathLike, *, verify: bool = True) -> Checkpoint:
+    """Read the checkpoint at ``source`` (see the module doc); errors name the file and the problem."""
+    path = Path(source)
+    if path.is_file() and path.name.endswith(ARCHIVE_SUFFIXES):
+        return _read_archive(path, verify)
+    if path.is_dir():
+        return _read_directory(path, verify)
+    if path.with_name(path.name + ".index").is_file() or (path.is_file() and path.suffix == ".index"):
+        prefix = path.with_suffix("") if path.suffix == ".index" else path
+        return _with_config(_read_tf(prefix, verify), prefix.parent, "tf1")
+    if path.is_file() and path.name.endswith((".safetensors", *TORCH_SUFFIXES)):
+        return _with_config(_read_torch(path), path.parent, "pytorch")
+    raise FileNotFoundError(f"{source} is not a checkpoint bertkit can find: expected a directory, a weights "
+                            "file (.safetensors/.bin/.pt), a TF checkpoint prefix (with .index), or a "
+                            ".zip/.tar.gz archive of one.")
+
+
+# ---------------------------------------------------------------------------- per source kind
+
+def _read_directory(d: Path, verify: bool) -> Checkpoint:
+    if (d / hf.SAFETENSORS_NAME).is_file() or (d / hf.SAFETENSORS_INDEX_NAME).is_file() \
+            or (d / hf.TORCH_NAME).is_file():
+        return _with_config(_unwrap(hf.read_state_dict(d)), d, "hf")
+    tf_indexes = sorted(d.glob("*.ckpt*.index")) or sorted(d.glob("*.index"))
+    if tf_indexes:
+        return _with_config(_read_tf(tf_indexes[0].with_suffix(""), verify), d, "tf1")
+    others = sorted(p for p in d.iterdir() if p.name.endswith((".safetensors", *TORCH_SUFFIXES)))
+    if others:
+        return _with_config(_read_torch(others[0]), d, "pytorch")
+    subdirs = [p for p in d.iterdir() if p.is_dir()]
+    if len(subdirs) == 1 and not any(p.is_file() and p.name in CONFIG_NAMES for p in d.iterdir()):
+        return _read_directory(subdirs[0], verify)  # an unpacked release: one folder inside
+    raise FileNotFoundError(f"{d} holds no weights: expected model.safetensors, pytorch_model.bin, a TF "
+                            "checkpoint (*.ckpt.index + .data-*), or a .pt / .safetensors file.")
+
+
+def _read_archive(path: Path, verify: bool) -> Checkpoint:
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        extract_archive(path, Path(tmp))
+        checkpoint = _read_directory(Path(tmp), verify)
+        checkpoint.vocab_file = None  # the temporary copy is gone; the contents are in tokenizer_files
+        return checkpoint
+
+
+def extract_archive(path: Path, dest: Path) -> None:
+    """Unpack a .zip / .tar(.gz) into ``dest``, refusing members that would land outside it."""
+    root = dest.resolve()
+
+    def safe(name: str) -> Path:
+        target = (root / name).resolve()
+        if not target.is_relative_to(root):
+            raise ValueError(f"{path} holds the member {name!r}, which would be written outside the "
+                             "extraction directory; refusing to unpack it.")
+        return target
+
+    try:
+        if path.name.endswith(".zip"):
+            with zipfile.ZipFile(path) as z:
+                for name in z.namelist():
+                    safe(name)
+                z.extractall(root)
+        else:
+            with tarfile.open(path) as t:
+                members = t.getmembers()
+                for m in members:
+                    safe(m.name)
+                    if m.issym() or m.islnk():
+                        raise ValueError(f"{path} holds the link {m.name!r}; refusing to unpack links.")
+                t.extractall(root, members=members)
+    except (zipfile.BadZipFile, tarfile.TarError, EOFError) as e:
+        raise ValueError(f"{path} is not a readable archive ({e}); it may be truncated or corrupt.") from e
+
+
+def _read_tf(prefix: Path, verify: bool) -> dict[str, torch.Tensor]:
+    from bertkit.weights.tf_bundle import read_bundle
+
+    arrays = tf_to_hf(read_bundle(prefix, verify=verify))
+    return {name: torch.from_numpy(np.ascontiguousarray(a, dtype=np.float32) if a.dtype.kind == "f"
+                                   else np.ascontiguousarray(a)) for name, a in arrays.items()}
+
+
+def _read_torch(path: Path) -> dict[str, torch.Tensor]:
+    if path.suffix == ".safetensors":
+        return hf.load_safetensors(path)
+    return _unwrap(hf.load_torch_file(path, nested=True), path)
+
+
+def _unwrap(state: dict, path: Path | None = None) -> dict[str, torch.Tensor]:
+    """Training checkpoints nest the weights (NVIDIA: ``{"model": ...}``; Lightning: ``"state_dict"``)."""
+    for key in ("model", "state_dict", "module"):
+        if isinstance(state.get(key), dict):
+            state = state[key]
+    state = {k.removeprefix("module."): v for k, v in state.items()}  # DistributedDataParallel's prefix
+    bad = [k for k, v in state.items() if not isinstance(v, torch.Tensor)]
+    if bad:
+        raise ValueError(f"{path or 'the checkpoint'} is not a state dict: {bad[:5]} are not tensors.")
+    return state
+
+
+def _with_config(state: dict[str, torch.Tensor], directory: Path, fmt: str) -> Checkpoint:
+    config_path = next((directory / n for n in CONFIG_NAMES if (directory / n).is_file()), None)
+    if config_path is None:
+        raise FileNotFoundError(f"{directory} has no config.json or bert_config.json next to the weights; "
+                                "bertkit needs the architecture to build the model.")
+    raw = json.loads(config_path.read_text(encoding="utf-8"))
+    config = BERTConfig.from_hf_dict(raw)
+    if "classifier.weight" in state and "id2label" not in raw and "num_labels" not in raw:
+        config = config.replace(num_labels=state["classifier.weight"].shape[0])  # TF classifiers record it nowhere
+    architectures = raw.get("architectures") or [None]
+    tokenizer_files = {n: (directory / n).read_bytes() for n in TOKENIZER_FILES if (directory / n).is_file()}
+    vocab = directory / "vocab.txt"
+    return Checkpoint(config, state, fmt, architectures[0], tokenizer_files, vocab if vocab.is_file() else None)
+

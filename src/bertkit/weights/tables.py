@@ -1,0 +1,116 @@
+"""Name conversion tables as data, with one mapper and its inverse.
+
+``TF_TABLE`` maps Google's TensorFlow variable names to HF/bertkit parameter names.
+Each row is ``(tf_prefix, hf_prefix, kind)``; ``{i}`` stands for a layer index. The kind
+says which suffixes the row covers and whether the tensor is transposed (TF dense
+kernels are ``[in, out]``; ``output_weights`` are already ``[out, in]``).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+#: kind -> ((tf suffix, hf suffix, transpose), ...)
+KINDS: dict[str, tuple[tuple[str, str, bool], ...]] = {
+    "dense": (("kernel", "weight", True), ("bias", "bias", False)),
+    "layernorm": (("gamma", "weight", False), ("beta", "bias", False)),
+    "embedding": (("", "weight", False),),
+    "output": (("output_weights", "weight", False), ("output_bias", "bias", False)),
+    "output_bias": (("output_bias", "bias", False),),
+}
+
+_LAYER_TF = "bert/encoder/layer_{i}"
+_LAYER_HF = "bert.encoder.layer.{i}"
+
+TF_TABLE: tuple[tuple[str, str, str], ...] = (
+    ("bert/embeddings/word_embeddings", "bert.embeddings.word_embeddings", "embedding"),
+    ("bert/embeddings/token_type_embeddings", "bert.embeddings.token_type_embeddings", "embedding"),
+    ("bert/embeddings/position_embeddings", "bert.embeddings.position_embeddings", "embedding"),
+    ("bert/embeddings/LayerNorm", "bert.embeddings.LayerNorm", "layernorm"),
+    (f"{_LAYER_TF}/attention/self/query", f"{_LAYER_HF}.attention.self.query", "dense"),
+    (f"{_LAYER_TF}/attention/self/key", f"{_LAYER_HF}.attention.self.key", "dense"),
+    (f"{_LAYER_TF}/attention/self/value", f"{_LAYER_HF}.attention.self.value", "dense"),
+    (f"{_LAYER_TF}/attention/output/dense", f"{_LAYER_HF}.attention.output.dense", "dense"),
+    (f"{_LAYER_TF}/attention/output/LayerNorm", f"{_LAYER_HF}.attention.output.LayerNorm", "layernorm"),
+    (f"{_LAYER_TF}/intermediate/dense", f"{_LAYER_HF}.intermediate.dense", "dense"),
+    (f"{_LAYER_TF}/output/dense", f"{_LAYER_HF}.output.dense", "dense"),
+    (f"{_LAYER_TF}/output/LayerNorm", f"{_LAYER_HF}.output.LayerNorm", "layernorm"),
+    ("bert/pooler/dense", "bert.pooler.dense", "dense"),
+    ("cls/predictions/transform/dense", "cls.predictions.transform.dense", "dense"),
+    ("cls/predictions/transform/LayerNorm", "cls.predictions.transform.LayerNorm", "layernorm"),
+    ("cls/predictions", "cls.predictions", "output_bias"),
+    ("cls/seq_relationship", "cls.seq_relationship", "output"),
+    ("cls/squad", "qa_outputs", "output"),  # run_squad.py
+    ("", "classifier", "output"),  # run_classifier.py: top-level output_weights / output_bias
+)
+
+#: TF variables that are not model weights: optimizer slots, step counters, loss scaling.
+TF_SKIP = re.compile(r"(^|/)(adam_m|adam_v|global_step|beta1_power|beta2_power|bad_steps|good_steps|loss_scale"
+                     r"|current_loss_scale)$|/Adam(_1)?$")
+
+
+@dataclass(frozen=True)
+class Rule:
+    source: re.Pattern
+    target: str  # with {i}
+    transpose: bool
+
+
+def _join(prefix: str, suffix: str, sep: str) -> str:
+    return sep.join(part for part in (prefix, suffix) if part)
+
+
+def _compile(template: str) -> re.Pattern:
+    return re.compile("^" + re.escape(template).replace(re.escape("{i}"), r"(?P<i>\d+)") + "$")
+
+
+def _rules(table, inverse: bool) -> list[Rule]:
+    rules = []
+    for tf_prefix, hf_prefix, kind in table:
+        for tf_suffix, hf_suffix, transpose in KINDS[kind]:
+            tf_name, hf_name = _join(tf_prefix, tf_suffix, "/"), _join(hf_prefix, hf_suffix, ".")
+            source, target = (hf_name, tf_name) if inverse else (tf_name, hf_name)
+            rules.append(Rule(_compile(source), target, transpose))
+    return rules
+
+
+_TF_TO_HF = _rules(TF_TABLE, inverse=False)
+_HF_TO_TF = _rules(TF_TABLE, inverse=True)
+
+
+def map_names(tensors: dict[str, np.ndarray], rules: list[Rule], skip: re.Pattern | None = None,
+              what: str = "checkpoint") -> dict[str, np.ndarray]:
+    """Rename (and transpose where the rule says) every tensor; an unmatched name is a ValueError."""
+    out, unknown = {}, []
+    for name, value in tensors.items():
+        if skip is not None and skip.search(name):
+            continue
+        for rule in rules:
+            m = rule.source.match(name)
+            if m:
+                out[rule.target.format(**m.groupdict())] = value.T if rule.transpose else value
+                break
+        else:
+            unknown.append(name)
+    if unknown:
+        shown = ", ".join(sorted(unknown)[:8]) + (f" ... ({len(unknown)} in all)" if len(unknown) > 8 else "")
+        raise ValueError(f"the {what} holds variables bertkit does not know how to map: {shown}. Is it a BERT "
+                         "checkpoint (Google's variable names)?")
+    return out
+
+
+def tf_to_hf(tensors: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Google TF variable names -> HF names (kernels transposed, optimizer slots dropped)."""
+    return map_names(tensors, _TF_TO_HF, TF_SKIP, "TensorFlow checkpoint")
+
+
+def hf_to_tf(tensors: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """HF names -> Google TF variable names, the inverse of :func:`tf_to_hf`.
+
+    ``cls.predictions.decoder.*`` (tied to the embeddings / the bias) has no TF variable and
+    must be dropped by the caller first.
+    """
+    return map_names(tensors, _HF_TO_TF, None, "state dict")
