@@ -47,6 +47,9 @@ PROBLEM_TYPES = ("regression", "single_label_classification", "multi_label_class
 #: HF config.json keys whose name differs from ours.
 _HF_RENAMES = {"tie_word_embeddings": "tie_word_embedding"}
 
+#: Our architecture options that HF's BertModel lacks (always True in an HF config).
+_NON_HF_OPTIONS = ("embedding_layer_norm", "attention_bias")
+
 @dataclass
 class BERTConfig:
     """Architecture and runtime options of a BERT model.
@@ -57,6 +60,11 @@ class BERTConfig:
     bert-base-uncased vocabulary's (unk 100, cls 101, sep 102, mask 103) when the
     vocabulary is that large, and stay None (unknown) otherwise; a model trained with its
     own vocabulary stores its own ids here.
+
+    ``embedding_layer_norm=False`` drops the LayerNorm after the embedding sum and
+    ``attention_bias=False`` drops the biases of the query/key/value and attention-output
+    projections; both exist for architectures such as d2l's BERT and are True for BERT.
+    HF's ``BertModel`` has neither option, so such configs cannot be written as HF configs.
     """
 
     vocab_size: int = 30522
@@ -72,6 +80,8 @@ class BERTConfig:
     type_vocab_size: int = 2
     initializer_range: float = 0.02
     layer_norm_eps: float = 1e-12
+    embedding_layer_norm: bool = True
+    attention_bias: bool = True
     use_cache: bool = False
     is_decoder: bool = False
     add_cross_attention: bool = False
@@ -119,6 +129,9 @@ class BERTConfig:
             raise ValueError(f"BERTConfig.initializer_range must be > 0, got {self.initializer_range!r}.")
         if not self.layer_norm_eps > 0:
             raise ValueError(f"BERTConfig.layer_norm_eps must be > 0, got {self.layer_norm_eps!r}.")
+        for name in ("embedding_layer_norm", "attention_bias"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"BERTConfig.{name} must be True or False, got {getattr(self, name)!r}.")
         if not callable(self.hidden_act) and self.hidden_act not in ACTIVATIONS:
             raise ValueError(
                 f"BERTConfig.hidden_act {self.hidden_act!r} is unknown; use one of {ACTIVATIONS} "
@@ -220,8 +233,16 @@ class BERTConfig:
 
     # ------------------------------------------------------------------ HF dialect
     def to_hf_dict(self, architecture: str | None = None) -> dict[str, Any]:
-        """An HF ``config.json`` dict (loads in HF transformers' ``BertConfig``)."""
+        """An HF ``config.json`` dict (loads in HF transformers' ``BertConfig``).
+
+        Raises ``ValueError`` for options HF's BERT lacks (``embedding_layer_norm`` or
+        ``attention_bias`` set to False).
+        """
         d = self.to_dict()
+        for name in _NON_HF_OPTIONS:
+            if not d.pop(name):
+                raise ValueError(f"BERTConfig.{name}=False has no HF transformers equivalent, so this model "
+                                 "cannot be written as an HF checkpoint; save its state_dict with torch.save.")
         d["tie_word_embeddings"] = d.pop("tie_word_embedding")
         d["hidden_act"] = _HF_ACTIVATION_NAMES.get(d["hidden_act"], d["hidden_act"])
         id2label = self.id2label or {i: f"LABEL_{i}" for i in range(self.num_labels)}
@@ -261,6 +282,14 @@ class BERTConfig:
         if "model_type" in d and d["model_type"] != "bert":
             raise ValueError(f"config model_type is {d['model_type']!r}; bertkit loads model_type 'bert'.")
         return cls(**kwargs)
+
+    def to_google_dict(self) -> dict[str, Any]:
+        """Google's ``bert_config.json`` (the keys its TensorFlow code reads)."""
+        keys = ("attention_probs_dropout_prob", "hidden_act", "hidden_dropout_prob", "hidden_size",
+                "initializer_range", "intermediate_size", "max_position_embeddings", "num_attention_heads",
+                "num_hidden_layers", "type_vocab_size", "vocab_size")
+        d = self.to_dict()
+        return {k: d[k] for k in keys}
 
     # ------------------------------------------------------------------ helpers
     def activation_name(self) -> str:

@@ -38,7 +38,7 @@ def activation(config: BERTConfig) -> Callable[[torch.Tensor], torch.Tensor]:
 
 
 class BERTEmbeddings(nn.Module):
-    """word + position + token-type embeddings, then LayerNorm and dropout."""
+    """word + position + token-type embeddings, then LayerNorm (unless ``embedding_layer_norm=False``) and dropout."""
 
     def __init__(self, config: BERTConfig):
         super().__init__()
@@ -46,7 +46,8 @@ class BERTEmbeddings(nn.Module):
                                             padding_idx=config.pad_token_id)
         self.position_embeddings = nn.Embedding(config.max_position_embeddings, config.hidden_size)
         self.token_type_embeddings = nn.Embedding(config.type_vocab_size, config.hidden_size)
-        self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.LayerNorm = (nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+                          if config.embedding_layer_norm else None)
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
 
     def forward(self, input_ids: torch.Tensor | None, token_type_ids: torch.Tensor,
@@ -54,7 +55,7 @@ class BERTEmbeddings(nn.Module):
         if inputs_embeds is None:
             inputs_embeds = self.word_embeddings(input_ids)  # [B, L, H]
         x = inputs_embeds + self.token_type_embeddings(token_type_ids) + self.position_embeddings(position_ids)
-        return self.dropout(self.LayerNorm(x))
+        return self.dropout(self.LayerNorm(x) if self.LayerNorm is not None else x)
 
 
 def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed: torch.Tensor | None,
@@ -87,7 +88,8 @@ class BERTSelfAttention(nn.Module):
         super().__init__()
         h = config.hidden_size
         self.num_heads, self.head_dim = config.num_attention_heads, config.head_dim
-        self.query, self.key, self.value = nn.Linear(h, h), nn.Linear(h, h), nn.Linear(h, h)
+        bias = config.attention_bias
+        self.query, self.key, self.value = (nn.Linear(h, h, bias=bias) for _ in range(3))
         self.dropout_p = config.attention_probs_dropout_prob
         self.eager = config.attn_implementation == "eager"
         self.layer_idx = layer_idx
@@ -122,9 +124,9 @@ class BERTSelfAttention(nn.Module):
 class _ResidualOutput(nn.Module):
     """dense -> dropout -> residual add -> LayerNorm, projecting ``in_features`` back to H."""
 
-    def __init__(self, config: BERTConfig, in_features: int):
+    def __init__(self, config: BERTConfig, in_features: int, bias: bool = True):
         super().__init__()
-        self.dense = nn.Linear(in_features, config.hidden_size)
+        self.dense = nn.Linear(in_features, config.hidden_size, bias=bias)
         self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
 
@@ -133,10 +135,10 @@ class _ResidualOutput(nn.Module):
 
 
 class BERTSelfOutput(_ResidualOutput):
-    """The attention block's output (``attention.output``): H -> H."""
+    """The attention block's output (``attention.output``): H -> H, biased unless ``attention_bias=False``."""
 
     def __init__(self, config: BERTConfig):
-        super().__init__(config, config.hidden_size)
+        super().__init__(config, config.hidden_size, bias=config.attention_bias)
 
 
 class BERTAttention(nn.Module):
