@@ -22,6 +22,9 @@ _LAZY = {
     "BERTTokenizerFast": "bertkit.tokenization",
     "BERTTokenizer": "bertkit.tokenization",
     "BatchEncoding": "bertkit.tokenization",
+    "BERT_Weights": "bertkit.weights",
+    "BERT_ForQuestionAnswering_Weights": "bertkit.weights",
+    "BERT_ForSequenceClassification_Weights": "bertkit.weights",
 }
 
 if TYPE_CHECKING:  # for IDEs and type checkers
@@ -32,16 +35,19 @@ if TYPE_CHECKING:  # for IDEs and type checkers
     from bertkit.tokenization import BatchEncoding as BatchEncoding
     from bertkit.tokenization import BERTTokenizer as BERTTokenizer
     from bertkit.tokenization import BERTTokenizerFast as BERTTokenizerFast
+    from bertkit.weights import BERT_ForQuestionAnswering_Weights as BERT_ForQuestionAnswering_Weights
+    from bertkit.weights import BERT_ForSequenceClassification_Weights as BERT_ForSequenceClassification_Weights
+    from bertkit.weights import BERT_Weights as BERT_Weights
 
 
 def __getattr__(name: str):
     if name in _LAZY:
         return getattr(importlib.import_module(_LAZY[name]), name)
-    if name == "models":
-        return importlib.import_module("bertkit.models")
+    if name in ("models", "weights"):
+        return importlib.import_module(f"bertkit.{name}")
     modeling = importlib.import_module("bertkit.modeling")
     if name == "__all__":
-        return [*_LAZY, "models", *modeling.__all__]
+        return [*_LAZY, "models", "weights", *modeling.__all__]
     try:
         return getattr(modeling, name)
     except AttributeError:

@@ -165,8 +165,14 @@ class BERTPreTrainedModel(nn.Module):
 
     # ------------------------------------------------------------------ load / save
     @hybridmethod
-    def from_pretrained(self_or_cls, source: str | os.PathLike, **config_overrides: Any):
-        """Load a checkpoint directory written by bertkit or HF transformers.
+    def from_pretrained(self_or_cls, source: str | os.PathLike | None = None, *, weights: Any = None,
+                        **config_overrides: Any):
+        """Load a checkpoint directory written by bertkit or HF transformers, or registered ``weights``.
+
+        Exactly one of ``source`` / ``weights``: ``weights`` (``BERT_Weights.DEFAULT``, a
+        ``WeightsEntry`` or a name like ``"bert-base-uncased"``; a ``source`` string that is no
+        existing path but a registered name counts too) is downloaded and converted once by
+        :func:`bertkit.weights.download.fetch`, then loaded from the cache.
 
         On the class it builds a new model from the checkpoint's config (with
         ``config_overrides`` applied, e.g. ``num_labels=3``); on an instance it loads the
@@ -177,9 +183,10 @@ class BERTPreTrainedModel(nn.Module):
         the checkpoint is freshly initialised, a head the model lacks is dropped, the pooler
         may be absent), which are listed in ``model.load_report``. Returns the model in eval mode.
         """
+        from bertkit.weights.download import resolve_source
         from bertkit.weights.hf import load_pretrained
 
-        return load_pretrained(self_or_cls, source, config_overrides)
+        return load_pretrained(self_or_cls, resolve_source(source, weights), config_overrides)
 
     def save_pretrained(self, directory: str | os.PathLike) -> None:
         """Write ``config.json`` (HF's keys) and ``model.safetensors`` (HF's names) atomically.
