@@ -32,24 +32,22 @@ import inspect
 import json
 import os
 import shutil
-import tarfile
 import tempfile
 import urllib.error
 import urllib.request
-import zipfile
 from collections.abc import Iterator
 from enum import Enum
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 from bertkit.io import atomic_write_text
+from bertkit.weights.archive import CHUNK_SIZE, UnsafeArchiveError, safe_extract
 from bertkit.weights.registry import WeightsEntry, entries, lookup
 
 ENV_HOME = "BERTKIT_HOME"
 ENV_OFFLINE = ("BERTKIT_OFFLINE", "HF_HUB_OFFLINE")
 ENV_URL_BASE = "BERTKIT_WEIGHTS_URL_BASE"
 MARKER_NAME = ".bertkit-complete"
-CHUNK_SIZE = 1 << 20
 #: what a converted directory must hold
 REQUIRED_FILES = ("config.json", "vocab.txt", "tokenizer_config.json")
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json")
@@ -68,10 +66,6 @@ class WeightsNotCachedError(FileNotFoundError):
 
     def __str__(self) -> str:
         return self.args[0]
-
-
-class UnsafeArchiveError(ValueError):
-    """An archive member would land outside the extraction directory, or is a link / device."""
 
 
 class _IncompleteDownload(OSError):
@@ -267,65 +261,6 @@ def sha256_of(path: str | os.PathLike) -> str:
 
 
 # ---------------------------------------------------------------------- unpack
-def safe_extract(archive: str | os.PathLike, dest: str | os.PathLike) -> Path:
-    """Unpack a ``.zip`` or ``.tar[.gz|.bz2|.xz]`` into ``dest``, refusing anything that could escape it.
-
-    Every member is checked before anything is written: absolute paths, drive letters,
-    ``..`` components, symbolic / hard links and device files raise :class:`UnsafeArchiveError`.
-    """
-    archive, dest = Path(archive), Path(dest)
-    dest.mkdir(parents=True, exist_ok=True)
-    if zipfile.is_zipfile(archive):
-        with zipfile.ZipFile(archive) as zf:
-            infos = zf.infolist()
-            for info in infos:
-                _check_member(archive, info.filename)
-                if (info.external_attr >> 16) & 0o170000 == 0o120000:
-                    raise UnsafeArchiveError(f"Refusing to unpack {archive.name}: member {info.filename!r} is a "
-                                             "symbolic link.")
-            for info in infos:
-                out = dest.joinpath(*_parts(info.filename))
-                if info.is_dir():
-                    out.mkdir(parents=True, exist_ok=True)
-                    continue
-                out.parent.mkdir(parents=True, exist_ok=True)
-                with zf.open(info) as src, open(out, "wb") as dst:
-                    shutil.copyfileobj(src, dst, CHUNK_SIZE)
-        return dest
-    if tarfile.is_tarfile(archive):
-        with tarfile.open(archive, "r:*") as tf:
-            members = tf.getmembers()
-            for m in members:
-                _check_member(archive, m.name)
-                if not (m.isfile() or m.isdir()):
-                    raise UnsafeArchiveError(f"Refusing to unpack {archive.name}: member {m.name!r} is a link or "
-                                             "special file.")
-            for m in members:
-                out = dest.joinpath(*_parts(m.name))
-                if m.isdir():
-                    out.mkdir(parents=True, exist_ok=True)
-                    continue
-                out.parent.mkdir(parents=True, exist_ok=True)
-                src = tf.extractfile(m)
-                assert src is not None  # a regular file always has contents
-                with src, open(out, "wb") as dst:
-                    shutil.copyfileobj(src, dst, CHUNK_SIZE)
-        return dest
-    raise ValueError(f"{archive} is neither a zip nor a tar archive; was the download an HTML error page?")
-
-
-def _parts(name: str) -> list[str]:
-    return [p for p in name.replace("\\", "/").split("/") if p not in ("", ".")]
-
-
-def _check_member(archive: Path, name: str) -> None:
-    normalized = name.replace("\\", "/")
-    if (normalized.startswith("/") or PurePosixPath(normalized).is_absolute()
-            or (len(normalized) > 1 and normalized[1] == ":") or ".." in normalized.split("/")):
-        raise UnsafeArchiveError(f"Refusing to unpack {archive.name}: member {name!r} would be written outside "
-                                 "the target directory (absolute path or '..'); the archive is corrupt or malicious.")
-
-
 def _checkpoint_root(directory: Path) -> Path:
     """The shallowest folder under ``directory`` that holds a checkpoint (Google zips wrap one folder)."""
     markers = ("config.json", "bert_config.json", "model.safetensors", "pytorch_model.bin", "bert_model.ckpt.index")

@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import json
 import os
-import tarfile
-import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -29,6 +27,7 @@ import torch
 
 from bertkit.config import BERTConfig
 from bertkit.weights import hf
+from bertkit.weights.archive import safe_extract
 from bertkit.weights.tables import tf_to_hf
 
 CONFIG_NAMES = ("config.json", "bert_config.json")
@@ -89,39 +88,10 @@ def _read_archive(path: Path, verify: bool) -> Checkpoint:
     import tempfile
 
     with tempfile.TemporaryDirectory() as tmp:
-        extract_archive(path, Path(tmp))
+        safe_extract(path, tmp)
         checkpoint = _read_directory(Path(tmp), verify)
         checkpoint.vocab_file = None  # the temporary copy is gone; the contents are in tokenizer_files
         return checkpoint
-
-
-def extract_archive(path: Path, dest: Path) -> None:
-    """Unpack a .zip / .tar(.gz) into ``dest``, refusing members that would land outside it."""
-    root = dest.resolve()
-
-    def safe(name: str) -> Path:
-        target = (root / name).resolve()
-        if not target.is_relative_to(root):
-            raise ValueError(f"{path} holds the member {name!r}, which would be written outside the "
-                             "extraction directory; refusing to unpack it.")
-        return target
-
-    try:
-        if path.name.endswith(".zip"):
-            with zipfile.ZipFile(path) as z:
-                for name in z.namelist():
-                    safe(name)
-                z.extractall(root)
-        else:
-            with tarfile.open(path) as t:
-                members = t.getmembers()
-                for m in members:
-                    safe(m.name)
-                    if m.issym() or m.islnk():
-                        raise ValueError(f"{path} holds the link {m.name!r}; refusing to unpack links.")
-                t.extractall(root, members=members)
-    except (zipfile.BadZipFile, tarfile.TarError, EOFError) as e:
-        raise ValueError(f"{path} is not a readable archive ({e}); it may be truncated or corrupt.") from e
 
 
 def _read_tf(prefix: Path, verify: bool) -> dict[str, torch.Tensor]:
