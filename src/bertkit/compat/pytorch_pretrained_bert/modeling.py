@@ -1,23 +1,19 @@
 """pytorch_pretrained_bert 0.6.2's ``modeling`` API on bertkit's engine.
 
+Here: :class:`BertConfig`, the base class :class:`BertPreTrainedModel` (``from_pretrained``),
+the backbone :class:`BertModel`, checkpoint loading and the TF converter. The task models
+(``BertForPreTraining``, ``BertForSequenceClassification``...) are in :mod:`.heads` and
+re-exported here, so ``pytorch_pretrained_bert.modeling.BertForSequenceClassification``
+imports as in 0.6.2.
+
 Every class keeps 0.6.2's constructor, ``forward`` signature and return convention, and
 its parameter names (``bert.*``, ``cls.*``, ``classifier``, ``qa_outputs``): a ppb
 ``state_dict`` loads with ``load_state_dict(strict=True)`` and ours loads in ppb. The
-layers are bertkit's (:class:`bertkit.BERT`, :mod:`bertkit.modeling.layers`); losses use
-:func:`bertkit.modeling.losses.cross_entropy` and the engine's MLM scorer.
+layers are bertkit's (:class:`bertkit.BERT`, :mod:`bertkit.modeling.layers`).
 
-The models are composed here rather than subclassed from bertkit's task models because
-ppb's ``model.bert`` is itself a :class:`BertModel` called positionally as
-``bert(input_ids, token_type_ids, attention_mask)``, while bertkit's backbone takes
-``(input_ids, attention_mask, token_type_ids)``: one object cannot honour both orders.
-
-Conventions (as 0.6.2): ignore index -1 for PreTraining / MaskedLM / NSP labels, -100 for
-the classifiers; token classification counts only ``attention_mask == 1`` positions; QA
-clamps positions to ``[0, L]`` and ignores ``L``; PreTraining returns a loss only when both
-label tensors are given. Deliberate differences: a mean over no counted label is 0 (ppb:
-NaN); QA does not clamp the caller's position tensors in place; ``from_pretrained`` raises
-``FileNotFoundError`` for a missing path instead of logging and returning None, and is
-strict about the backbone (a missing backbone tensor is an error; heads may be new).
+Deliberate differences: ``from_pretrained`` raises ``FileNotFoundError`` for a missing path
+instead of logging and returning None, and is strict about the backbone (a missing backbone
+tensor is an error; heads may be new). The heads' loss conventions are listed in :mod:`.heads`.
 """
 
 from __future__ import annotations
@@ -35,14 +31,11 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from bertkit.compat.pytorch_pretrained_bert._shortcuts import fetch_registered
 from bertkit.config import BERTConfig
 from bertkit.io import atomic_write
 from bertkit.modeling.backbone import BERT
 from bertkit.modeling.base import BERTPreTrainedModel
-from bertkit.modeling.heads import _check_labels
-from bertkit.modeling.layers import BERTLMPredictionHead, BERTOnlyMLMHead, BERTOnlyNSPHead, BERTPreTrainingHeads
-from bertkit.modeling.lm_heads import _MaskedLMMixin
-from bertkit.modeling.losses import cross_entropy
 
 logger = logging.getLogger(__name__)
 
@@ -258,7 +251,7 @@ class BertPreTrainedModel(BERTPreTrainedModel):
         return model
 
 
-# ---------------------------------------------------------------------------- models
+# ---------------------------------------------------------------------------- backbone
 
 class BertModel(BertPreTrainedModel, BERT):
     """The backbone: bertkit's :class:`~bertkit.BERT` with 0.6.2's ``forward``.
@@ -286,227 +279,6 @@ class BertModel(BertPreTrainedModel, BERT):
         return encoded_layers, out.pooled_output
 
 
-class _MLMLoss:
-    """The engine's MLM loss (projects only the labelled positions onto the vocabulary)."""
-
-    _mlm_loss = _MaskedLMMixin._mlm_loss
-    _mlm_token_losses = _MaskedLMMixin._mlm_token_losses
-
-    def _masked_lm_loss(self, sequence_output: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        labels = labels.view(sequence_output.shape[:-1])
-        return self._mlm_loss(sequence_output, labels, PPB_IGNORE_INDEX, "mean")
-
-
-def _nsp_loss(scores: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    labels = labels.view(-1)
-    _check_labels("next_sentence_label", labels, 2, PPB_IGNORE_INDEX)
-    return cross_entropy(scores.view(-1, 2), labels, ignore_index=PPB_IGNORE_INDEX)
-
-
-def _classification_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """CrossEntropyLoss with its default ignore index (-100), as 0.6.2's classifiers use it."""
-    logits, labels = logits.reshape(-1, logits.shape[-1]), labels.reshape(-1)
-    _check_labels("labels", labels, logits.shape[-1], -100)
-    return cross_entropy(logits, labels)
-
-
-def _hide_decoder_bias_alias(predictions: BERTLMPredictionHead) -> None:
-    """Keep ``decoder.bias`` (the same tensor as ``predictions.bias``) out of state dicts, as ppb has none.
-
-    Saving drops the alias; loading fills it from ``bias``, so ppb's state dicts load strictly.
-    """
-    predictions.register_state_dict_post_hook(_drop_decoder_bias)
-    predictions.register_load_state_dict_pre_hook(_fill_decoder_bias)
-
-
-def _drop_decoder_bias(module, state_dict, prefix, local_metadata) -> None:
-    if module.decoder.bias is module.bias:
-        state_dict.pop(prefix + "decoder.bias", None)
-
-
-def _fill_decoder_bias(module, state_dict, prefix, *args) -> None:
-    if module.decoder.bias is module.bias and prefix + "bias" in state_dict:
-        state_dict.setdefault(prefix + "decoder.bias", state_dict[prefix + "bias"])
-
-
-class BertForPreTraining(_MLMLoss, BertPreTrainedModel):
-    """MLM + NSP heads. Returns the summed loss when both label tensors are given, else
-    ``(prediction_scores [B, L, V], seq_relationship_score [B, 2])``; labels -1 are ignored."""
-
-    hf_architecture = "BertForPreTraining"
-    head_prefixes = ("cls.",)
-
-    def __init__(self, config: BertConfig):
-        super().__init__(config)
-        self.bert = BertModel(self.config)
-        self.cls = BERTPreTrainingHeads(self.config.to_bertkit())
-        _hide_decoder_bias_alias(self.cls.predictions)
-        self.post_init()
-
-    def forward(self, input_ids: Tensor, token_type_ids: Tensor | None = None, attention_mask: Tensor | None = None,
-                masked_lm_labels: Tensor | None = None,
-                next_sentence_label: Tensor | None = None) -> Tensor | tuple[Tensor, Tensor]:
-        sequence_output, pooled_output = self.bert(input_ids, token_type_ids, attention_mask,
-                                                   output_all_encoded_layers=False)
-        seq_relationship_score = self.cls.seq_relationship(pooled_output)
-        if masked_lm_labels is not None and next_sentence_label is not None:
-            return (self._masked_lm_loss(sequence_output, masked_lm_labels)
-                    + _nsp_loss(seq_relationship_score, next_sentence_label))
-        return self.cls.predictions(sequence_output), seq_relationship_score
-
-
-class BertForMaskedLM(_MLMLoss, BertPreTrainedModel):
-    """MLM head. Returns the loss when ``masked_lm_labels`` (-1 = ignored) are given, else scores ``[B, L, V]``."""
-
-    hf_architecture = "BertForMaskedLM"
-    head_prefixes = ("cls.",)
-
-    def __init__(self, config: BertConfig):
-        super().__init__(config)
-        self.bert = BertModel(self.config)
-        self.cls = BERTOnlyMLMHead(self.config.to_bertkit())
-        _hide_decoder_bias_alias(self.cls.predictions)
-        self.post_init()
-
-    def forward(self, input_ids: Tensor, token_type_ids: Tensor | None = None, attention_mask: Tensor | None = None,
-                masked_lm_labels: Tensor | None = None) -> Tensor:
-        sequence_output, _ = self.bert(input_ids, token_type_ids, attention_mask, output_all_encoded_layers=False)
-        if masked_lm_labels is not None:
-            return self._masked_lm_loss(sequence_output, masked_lm_labels)
-        return self.cls(sequence_output)
-
-
-class BertForNextSentencePrediction(BertPreTrainedModel):
-    """NSP head. Returns the loss when ``next_sentence_label`` (0 = B follows A, 1 = random, -1 =
-    ignored) is given, else scores ``[B, 2]``."""
-
-    hf_architecture = "BertForNextSentencePrediction"
-    head_prefixes = ("cls.",)
-
-    def __init__(self, config: BertConfig):
-        super().__init__(config)
-        self.bert = BertModel(self.config)
-        self.cls = BERTOnlyNSPHead(self.config.to_bertkit())
-        self.post_init()
-
-    def forward(self, input_ids: Tensor, token_type_ids: Tensor | None = None, attention_mask: Tensor | None = None,
-                next_sentence_label: Tensor | None = None) -> Tensor:
-        _, pooled_output = self.bert(input_ids, token_type_ids, attention_mask, output_all_encoded_layers=False)
-        seq_relationship_score = self.cls(pooled_output)
-        if next_sentence_label is not None:
-            return _nsp_loss(seq_relationship_score, next_sentence_label)
-        return seq_relationship_score
-
-
-class _ClassifierModel(BertPreTrainedModel):
-    """dropout(hidden_dropout_prob) + ``classifier`` Linear, as 0.6.2 builds its classifiers."""
-
-    head_prefixes = ("classifier.",)
-
-    def _build_classifier(self, out_features: int) -> None:
-        self.bert = BertModel(self.config)
-        self.dropout = nn.Dropout(self.config.hidden_dropout_prob)
-        self.classifier = nn.Linear(self.config.hidden_size, out_features)
-        self.post_init()
-
-
-class BertForSequenceClassification(_ClassifierModel):
-    """Classifier on the pooled output: logits ``[B, num_labels]``, or the cross-entropy loss given ``labels``."""
-
-    hf_architecture = "BertForSequenceClassification"
-
-    def __init__(self, config: BertConfig, num_labels: int = 2):
-        super().__init__(config)
-        self.num_labels = num_labels
-        self._build_classifier(num_labels)
-
-    def _engine_overrides(self) -> dict[str, Any]:
-        return {"num_labels": self.num_labels}
-
-    def forward(self, input_ids: Tensor, token_type_ids: Tensor | None = None, attention_mask: Tensor | None = None,
-                labels: Tensor | None = None) -> Tensor:
-        _, pooled_output = self.bert(input_ids, token_type_ids, attention_mask, output_all_encoded_layers=False)
-        logits = self.classifier(self.dropout(pooled_output))
-        if labels is not None:
-            return _classification_loss(logits.view(-1, self.num_labels), labels)
-        return logits
-
-
-class BertForMultipleChoice(_ClassifierModel):
-    """Scores ``num_choices`` candidates from inputs ``[B, num_choices, L]``: logits ``[B, num_choices]``
-    or the cross-entropy loss given ``labels [B]``."""
-
-    hf_architecture = "BertForMultipleChoice"
-
-    def __init__(self, config: BertConfig, num_choices: int = 2):
-        super().__init__(config)
-        self.num_choices = num_choices
-        self._build_classifier(1)
-
-    def forward(self, input_ids: Tensor, token_type_ids: Tensor | None = None, attention_mask: Tensor | None = None,
-                labels: Tensor | None = None) -> Tensor:
-        def flat(t):  # [B, C, L] -> [B*C, L]
-            return None if t is None else t.view(-1, t.size(-1))
-
-        _, pooled_output = self.bert(flat(input_ids), flat(token_type_ids), flat(attention_mask),
-                                     output_all_encoded_layers=False)
-        reshaped_logits = self.classifier(self.dropout(pooled_output)).view(-1, self.num_choices)
-        if labels is not None:
-            return _classification_loss(reshaped_logits, labels)
-        return reshaped_logits
-
-
-class BertForTokenClassification(_ClassifierModel):
-    """Per-token classifier: logits ``[B, L, num_labels]``, or the loss given ``labels [B, L]``, counted
-    only where ``attention_mask == 1`` (when a mask is given) and the label is not -100."""
-
-    hf_architecture = "BertForTokenClassification"
-
-    def __init__(self, config: BertConfig, num_labels: int = 2):
-        super().__init__(config)
-        self.num_labels = num_labels
-        self._build_classifier(num_labels)
-
-    def _engine_overrides(self) -> dict[str, Any]:
-        return {"num_labels": self.num_labels}
-
-    def forward(self, input_ids: Tensor, token_type_ids: Tensor | None = None, attention_mask: Tensor | None = None,
-                labels: Tensor | None = None) -> Tensor:
-        sequence_output, _ = self.bert(input_ids, token_type_ids, attention_mask, output_all_encoded_layers=False)
-        logits = self.classifier(self.dropout(sequence_output))
-        if labels is not None:
-            if attention_mask is not None:
-                labels = labels.masked_fill(attention_mask.reshape(labels.shape) != 1, -100)
-            return _classification_loss(logits, labels)
-        return logits
-
-
-class BertForQuestionAnswering(BertPreTrainedModel):
-    """Span extraction: ``(start_logits [B, L], end_logits [B, L])``, or, given both position tensors,
-    the mean of the start and end cross-entropies (positions clamped to ``[0, L]``, ``L`` ignored)."""
-
-    hf_architecture = "BertForQuestionAnswering"
-    head_prefixes = ("qa_outputs.",)
-
-    def __init__(self, config: BertConfig):
-        super().__init__(config)
-        self.bert = BertModel(self.config)
-        self.qa_outputs = nn.Linear(self.config.hidden_size, 2)
-        self.post_init()
-
-    def forward(self, input_ids: Tensor, token_type_ids: Tensor | None = None, attention_mask: Tensor | None = None,
-                start_positions: Tensor | None = None,
-                end_positions: Tensor | None = None) -> Tensor | tuple[Tensor, Tensor]:
-        sequence_output, _ = self.bert(input_ids, token_type_ids, attention_mask, output_all_encoded_layers=False)
-        start_logits, end_logits = self.qa_outputs(sequence_output).unbind(dim=-1)  # [B, L, 2] -> 2 x [B, L]
-        if start_positions is None or end_positions is None:
-            return start_logits, end_logits
-        ignored_index = start_logits.size(1)
-        losses = [cross_entropy(logits, positions.reshape(-1).clamp(0, ignored_index), ignore_index=ignored_index)
-                  for logits, positions in ((start_logits, start_positions), (end_logits, end_positions))]
-        return (losses[0] + losses[1]) / 2
-
-
 # ---------------------------------------------------------------------------- loading
 
 def resolve_pretrained(name_or_path: str | os.PathLike, cache_dir: str | os.PathLike | None = None) -> Path:
@@ -514,18 +286,7 @@ def resolve_pretrained(name_or_path: str | os.PathLike, cache_dir: str | os.Path
     path = Path(name_or_path)
     if path.exists() or path.with_name(path.name + ".index").is_file():
         return path
-    try:
-        from bertkit.weights.download import fetch
-        from bertkit.weights.registry import lookup
-    except ImportError as e:
-        raise FileNotFoundError(f"{name_or_path!r} is not a file or directory, and shortcut names need "
-                                f"bertkit's weights registry, which is unavailable here ({e}).") from e
-    try:
-        lookup(os.fspath(name_or_path))
-    except (TypeError, ValueError) as e:
-        raise FileNotFoundError(f"{name_or_path!r} is not a file or directory, nor a registered checkpoint "
-                                f"name: {e}") from None
-    return Path(fetch(os.fspath(name_or_path), cache_dir=cache_dir))
+    return fetch_registered(name_or_path, cache_dir, "file")[1]
 
 
 def _read_pretrained(source: Path, *, weights: bool) -> tuple[BertConfig, dict[str, torch.Tensor] | None]:
@@ -612,6 +373,20 @@ def convert_tf_checkpoint_to_pytorch(tf_checkpoint_path: str | os.PathLike, bert
     state = model.state_dict()
     atomic_write(pytorch_dump_path, lambda tmp: torch.save(state, tmp))
 
+
+# ---------------------------------------------------------------------------- task models
+
+# Defined in heads.py, which builds on the classes above (so it is imported last), and re-exported here:
+# 0.6.2's users import them from ``pytorch_pretrained_bert.modeling``.
+from bertkit.compat.pytorch_pretrained_bert.heads import (  # noqa: E402
+    BertForMaskedLM,
+    BertForMultipleChoice,
+    BertForNextSentencePrediction,
+    BertForPreTraining,
+    BertForQuestionAnswering,
+    BertForSequenceClassification,
+    BertForTokenClassification,
+)
 
 __all__ = [
     "BERT_CONFIG_NAME", "CONFIG_NAME", "PRETRAINED_MODEL_NAMES", "TF_WEIGHTS_NAME", "WEIGHTS_NAME", "BertConfig",

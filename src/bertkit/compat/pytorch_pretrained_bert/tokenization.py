@@ -26,6 +26,7 @@ from collections.abc import Iterable, Sequence
 
 from tokenizers import models
 
+from bertkit.compat.pytorch_pretrained_bert._shortcuts import fetch_registered
 from bertkit.io import atomic_write_text
 from bertkit.tokenization.pipeline import build_normalizer, build_pre_tokenizer
 from bertkit.tokenization.tokenizer import BERTTokenizerFast
@@ -315,19 +316,8 @@ def _shortcut_vocab(name: str, cache_dir: str | os.PathLike | None) -> str:
 
 def _registered_vocab(name: str, cache_dir: str | os.PathLike | None) -> tuple[str, bool]:
     """``(vocab.txt path, do_lower_case)`` of a registered checkpoint name, fetched if needed."""
-    try:
-        from bertkit.weights.download import fetch
-        from bertkit.weights.registry import lookup
-    except ImportError as e:
-        raise FileNotFoundError(f"{name!r} is not a vocabulary file or directory, and shortcut names need "
-                                f"bertkit's weights registry, which is unavailable here ({e}).") from e
-    try:
-        entry = lookup(name)
-    except (TypeError, ValueError) as e:
-        raise FileNotFoundError(f"{name!r} is not a vocabulary file or directory, nor a registered checkpoint "
-                                f"name: {e}") from None
-    vocab_file = os.path.join(fetch(entry, cache_dir=cache_dir), VOCAB_NAME)
-    return vocab_file, entry.do_lower_case
+    entry, directory = fetch_registered(name, cache_dir, "vocabulary file")
+    return os.path.join(directory, VOCAB_NAME), entry.do_lower_case
 
 
 __all__ = ["NEVER_SPLIT", "VOCAB_NAME", "BasicTokenizer", "BertTokenizer", "WordpieceTokenizer", "load_vocab",
