@@ -42,6 +42,40 @@ class _MaskedLMMixin:
         losses = losses.masked_scatter(valid, F.cross_entropy(scores.float(), labels[valid], reduction="none"))
         return losses, valid
 
+    def _mlm_step(self, sequence_output: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, dict]:
+        """Mean MLM loss over labelled positions (only those are projected) and its metrics."""
+        valid = labels != -100
+        targets = labels[valid]
+        scores = self.cls.predictions(sequence_output[valid]).float()  # [N, V]
+        if targets.numel() == 0:
+            loss = scores.sum() * 0.0  # keeps the graph connected; no position to learn from
+            accuracy_ = torch.tensor(float("nan"), device=labels.device)
+        else:
+            loss = F.cross_entropy(scores, targets)
+            accuracy_ = (scores.argmax(-1) == targets).float().mean()
+        return loss, {"mlm_loss": loss.detach(), "mlm_accuracy": accuracy_.detach(), "mlm_tokens": valid.sum()}
+
+    def training_step(self, batch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The training engine's entry point: ``(loss, metrics)`` for one batch dict.
+
+        ``batch``: ``input_ids``, ``attention_mask``, ``token_type_ids`` and ``mlm_labels``
+        (-100 where nothing is predicted; ``labels`` is accepted too), plus ``nsp_labels`` for
+        models with an NSP head. Metrics are detached scalars (``loss``, ``mlm_loss``,
+        ``mlm_accuracy``, ``mlm_tokens``, and ``nsp_loss`` / ``nsp_accuracy`` with NSP).
+        """
+        seq, pooled = self.bert(batch["input_ids"], batch.get("attention_mask"), batch.get("token_type_ids"))
+        labels = batch["mlm_labels"] if "mlm_labels" in batch else batch["labels"]
+        loss, metrics = self._mlm_step(seq, labels)
+        if "nsp_labels" in batch and pooled is not None:
+            nsp_scores = self.cls.seq_relationship(pooled).float()
+            nsp_labels = batch["nsp_labels"].view(-1)
+            nsp_loss = F.cross_entropy(nsp_scores, nsp_labels)
+            loss = loss + nsp_loss
+            metrics.update(nsp_loss=nsp_loss.detach(),
+                           nsp_accuracy=(nsp_scores.argmax(-1) == nsp_labels).float().mean())
+        metrics["loss"] = loss.detach()
+        return loss, metrics
+
     def _mlm_loss(self, sequence_output, labels, ignore_index, reduction):
         losses, valid = self._mlm_token_losses(sequence_output, labels, ignore_index)
         return reduce(losses, reduction, valid)
