@@ -23,7 +23,9 @@ def _write_ppb_dir(d: Path, state: dict, config) -> Path:
     d.mkdir(parents=True, exist_ok=True)
     (d / "bert_config.json").write_text(json.dumps(config.to_google_dict()))
     torch.save(state, d / "pytorch_model.bin")
-    (d / "vocab.txt").write_text("".join(f"tok{i}\n" for i in range(TINY["vocab_size"])))
+    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]  # ids 0-4, as in conftest's tiny config
+    tokens = specials + [f"tok{i}" for i in range(len(specials), TINY["vocab_size"])]
+    (d / "vocab.txt").write_text("".join(f"{t}\n" for t in tokens))
     return d
 
 
