@@ -18,6 +18,7 @@ ALLOWED = {
     "presets": {"presets", "config"},
     "tokenization": {"tokenization", "io"},
     "resources": {"resources"},
+    "data": {"data", "tokenization", "io", "modeling"},
     "modeling": {"modeling", "config", "presets", "io"},
     "weights": {"weights", "config", "modeling", "io", "tokenization"},
 }

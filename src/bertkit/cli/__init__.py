@@ -11,6 +11,7 @@ COMMANDS = {
     "info": ("info", "describe a model size, or a saved checkpoint directory"),
     "convert": ("convert", "convert a checkpoint (HF, pytorch_pretrained_bert, Google TF, ...) to HF or TF"),
     "tokenizer": ("tokenizer", "train a WordPiece vocabulary, or tokenize text"),
+    "data": ("data", "create pretraining data: NSP sentence pairs, masking, shards"),
 }
 
 

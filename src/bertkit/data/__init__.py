@@ -1,0 +1,32 @@
+"""Pretraining data: corpus reading, Google's NSP instances, static or dynamic masking, shards on disk.
+
+The one library call is :func:`create_pretraining_data`; training reads its output with
+:class:`PretrainingDataset`, :class:`DeterministicSampler` and :class:`PretrainingCollator`.
+"""
+
+from bertkit.data.corpus import read_documents, split_sentences
+from bertkit.data.instances import (
+    InstanceBatch,
+    InstanceSpans,
+    TokenizedCorpus,
+    assemble,
+    create_instance_spans,
+    mask_statically,
+    tokenize_documents,
+    truncate_seq_pair,
+    truncation_amounts,
+)
+from bertkit.data.shards import (
+    DeterministicSampler,
+    PretrainingCollator,
+    PretrainingDataset,
+    create_pretraining_data,
+    write_shard,
+)
+
+__all__ = [
+    "DeterministicSampler", "InstanceBatch", "InstanceSpans", "PretrainingCollator", "PretrainingDataset",
+    "TokenizedCorpus", "assemble", "create_instance_spans", "create_pretraining_data", "mask_statically",
+    "read_documents", "split_sentences", "tokenize_documents", "truncate_seq_pair", "truncation_amounts",
+    "write_shard",
+]

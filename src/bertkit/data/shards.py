@@ -1,0 +1,374 @@
+"""Pretraining data on disk: sharded memory-mapped arrays, the dataset that reads them, its sampler and collator.
+
+A data directory written by :func:`create_pretraining_data` holds:
+
+- ``index.json``: counts, ``max_seq_length``, vocabulary size, dtypes, the creation
+  settings, the tokenizer settings and the list of shards (written last: its presence
+  means the directory is complete);
+- ``tokenizer/``: a copy of the tokenizer (``save_pretrained``);
+- per shard ``shard-NNNNN.<field>.npy``: ``tokens`` (uint16 when the vocabulary has at
+  most 65,535 ids, else int32; instances concatenated), ``offsets`` (``[n + 1]``),
+  ``segment_starts`` (where B starts), ``nsp_labels`` (0 = B follows A, 1 = random B), and
+  with static masking ``masked_positions``, ``masked_labels`` and ``masked_offsets``.
+
+Every file is written atomically. :class:`PretrainingDataset` maps shards with
+``np.load(mmap_mode="r")`` on first use, so a corpus larger than memory streams.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from bertkit.data.corpus import read_documents
+from bertkit.data.instances import (
+    InstanceBatch,
+    assemble,
+    create_instance_spans,
+    mask_statically,
+    tokenize_documents,
+)
+from bertkit.io import atomic_path, atomic_write_text
+from bertkit.modeling.masking import continuation_table, mask_tokens, whole_word_ids
+from bertkit.tokenization import BERTTokenizerFast
+
+INDEX_NAME = "index.json"
+TOKENIZER_DIR = "tokenizer"
+FORMAT = "bertkit-pretraining-data"
+_FIELDS = ("tokens", "offsets", "segment_starts", "nsp_labels")
+_MASK_FIELDS = ("masked_positions", "masked_labels", "masked_offsets")
+
+
+def create_pretraining_data(files_or_texts: str | os.PathLike | Iterable[str | os.PathLike],
+                            tokenizer: BERTTokenizerFast | str | os.PathLike, out_dir: str | os.PathLike, *,
+                            max_seq_length: int = 128, short_seq_prob: float = 0.1, dupe_factor: int = 1,
+                            masked_lm_prob: float = 0.15, max_predictions_per_seq: int = 20, whole_word: bool = False,
+                            static_masking: bool = False, seed: int = 12345, shard_size: int = 100_000,
+                            format: str = "auto", progress: bool = True) -> Path:
+    """Read, tokenize, pair (Google's algorithm), optionally mask, and write shards to ``out_dir``.
+
+    ``files_or_texts``: as :func:`bertkit.data.corpus.read_documents` (files in Google's
+    one-sentence-per-line format or prose, or texts in memory). ``tokenizer``: a tokenizer
+    or its directory. With ``static_masking`` the masks are drawn here, once per
+    ``dupe_factor`` copy, as Google does; otherwise the collator masks each batch afresh
+    and ``masked_lm_prob`` / ``max_predictions_per_seq`` / ``whole_word`` are recorded as
+    the defaults for it. The same arguments and ``seed`` give byte-identical files.
+    Returns the output directory.
+    """
+    from tqdm.auto import tqdm
+
+    if not isinstance(tokenizer, BERTTokenizerFast):
+        tokenizer = BERTTokenizerFast.from_pretrained(tokenizer)
+    if shard_size < 1:
+        raise ValueError(f"shard_size must be >= 1, got {shard_size}.")
+    if max_predictions_per_seq < 1:
+        raise ValueError(f"max_predictions_per_seq must be >= 1, got {max_predictions_per_seq}.")
+    out = Path(out_dir)
+    corpus = tokenize_documents(read_documents(files_or_texts, format), tokenizer, progress=progress)
+    spans = create_instance_spans(corpus, max_seq_length=max_seq_length, short_seq_prob=short_seq_prob,
+                                  dupe_factor=dupe_factor, seed=seed)
+    (out / INDEX_NAME).unlink(missing_ok=True)  # an old index must not describe half-rewritten shards
+    vocab_size = tokenizer.vocab_size
+    token_dtype = np.uint16 if vocab_size <= 65535 else np.int32
+    continuation = continuation_table(tokenizer.vocab) if whole_word else None
+    generator = torch.Generator().manual_seed(seed)
+    shards = []
+    with tqdm(total=len(spans), desc="writing shards", unit=" instances", disable=not progress) as bar:
+        for number, lo in enumerate(range(0, len(spans), shard_size)):
+            batch = assemble(corpus, spans.take(slice(lo, lo + shard_size)), cls_token_id=tokenizer.cls_token_id,
+                             sep_token_id=tokenizer.sep_token_id, dtype=token_dtype)
+            if static_masking:
+                batch = mask_statically(batch, vocab_size=vocab_size, mask_token_id=tokenizer.mask_token_id,
+                                        special_token_ids=tokenizer.all_special_ids, masked_lm_prob=masked_lm_prob,
+                                        max_predictions_per_seq=max_predictions_per_seq,
+                                        continuation=continuation, generator=generator)
+            shards.append(write_shard(out, f"shard-{number:05d}", batch, max_seq_length))
+            bar.update(len(batch))
+    tokenizer.save_pretrained(out / TOKENIZER_DIR)
+    index = {
+        "format": FORMAT, "version": 1, "num_instances": len(spans), "num_documents": corpus.num_documents,
+        "num_tokens": sum(s["num_tokens"] for s in shards), "max_seq_length": max_seq_length,
+        "vocab_size": vocab_size, "token_dtype": np.dtype(token_dtype).name,
+        "static_masking": static_masking, "whole_word_masking": whole_word, "masked_lm_prob": masked_lm_prob,
+        "max_predictions_per_seq": max_predictions_per_seq, "short_seq_prob": short_seq_prob,
+        "dupe_factor": dupe_factor, "seed": seed,
+        "tokenizer": {"dir": TOKENIZER_DIR, "do_lower_case": tokenizer.do_lower_case,
+                      "strip_accents": tokenizer.strip_accents,
+                      "tokenize_chinese_chars": tokenizer.tokenize_chinese_chars,
+                      "special_tokens": dict(tokenizer.special_tokens),
+                      "special_token_ids": {name: tokenizer.vocab[token]
+                                            for name, token in tokenizer.special_tokens.items()}},
+        "shards": shards,
+    }
+    atomic_write_text(out / INDEX_NAME, json.dumps(index, indent=2) + "\n")
+    _remove_stale_shards(out, {s["name"] for s in shards})
+    return out
+
+
+def write_shard(out_dir: str | os.PathLike, name: str, batch: InstanceBatch, max_seq_length: int) -> dict[str, Any]:
+    """Write ``batch`` as shard ``name`` (one atomic ``.npy`` per field); returns its index entry."""
+    position_dtype = np.uint16 if max_seq_length <= 65535 else np.int32
+    arrays = {"tokens": batch.tokens, "offsets": batch.offsets.astype(np.int64),
+              "segment_starts": batch.segment_starts.astype(position_dtype),
+              "nsp_labels": batch.nsp_labels.astype(np.uint8)}
+    if batch.masked_positions is not None:
+        arrays.update(masked_positions=batch.masked_positions.astype(position_dtype),
+                      masked_labels=batch.masked_labels.astype(batch.tokens.dtype),
+                      masked_offsets=batch.masked_offsets.astype(np.int64))
+    for field, array in arrays.items():
+        with atomic_path(Path(out_dir) / f"{name}.{field}.npy") as tmp, open(tmp, "wb") as f:
+            np.save(f, np.ascontiguousarray(array), allow_pickle=False)
+    return {"name": name, "num_instances": len(batch), "num_tokens": len(batch.tokens)}
+
+
+def _remove_stale_shards(out: Path, current: set[str]) -> None:
+    """Shards of an earlier, larger run in the same directory are not in the index; delete them."""
+    for path in out.glob("shard-*.npy"):
+        if path.name.split(".", 1)[0] not in current:
+            path.unlink()
+
+
+class PretrainingDataset(torch.utils.data.Dataset):
+    """The instances of a data directory; shards are memory-mapped on first access.
+
+    ``dataset[i]`` is a dict of long tensors: ``input_ids`` ``[L]``, ``token_type_ids``
+    ``[L]`` (0 for [CLS] A [SEP], 1 for B [SEP]) and ``nsp_labels`` (scalar), plus with static
+    masking ``masked_positions`` and ``masked_labels`` ``[P]``. Pickles without its maps
+    (DataLoader workers re-open them).
+    """
+
+    def __init__(self, data_dir: str | os.PathLike):
+        self.data_dir = Path(data_dir)
+        index_path = self.data_dir / INDEX_NAME
+        if not index_path.is_file():
+            raise ValueError(f"{self.data_dir} holds no {INDEX_NAME}: not a (complete) pretraining data directory.")
+        self.index = json.loads(index_path.read_text(encoding="utf-8"))
+        if self.index.get("format") != FORMAT:
+            raise ValueError(f"{index_path} is not a {FORMAT} index (format {self.index.get('format')!r}).")
+        counts = [s["num_instances"] for s in self.index["shards"]]
+        self._ends = np.cumsum(counts)
+        self._maps: dict[int, dict[str, np.ndarray]] = {}
+
+    def __len__(self) -> int:
+        return int(self.index["num_instances"])
+
+    @property
+    def static_masking(self) -> bool:
+        return bool(self.index["static_masking"])
+
+    @property
+    def max_seq_length(self) -> int:
+        return int(self.index["max_seq_length"])
+
+    def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
+        n = len(self)
+        if not -n <= i < n:
+            raise IndexError(f"index {i} is out of range for {n} instances.")
+        i %= n
+        shard = int(np.searchsorted(self._ends, i, side="right"))
+        j = i - (int(self._ends[shard - 1]) if shard else 0)
+        arrays = self._shard(shard)
+        lo, hi = arrays["offsets"][j], arrays["offsets"][j + 1]
+        input_ids = torch.from_numpy(arrays["tokens"][lo:hi].astype(np.int64))
+        token_type_ids = torch.zeros_like(input_ids)
+        token_type_ids[int(arrays["segment_starts"][j]):] = 1
+        item = {"input_ids": input_ids, "token_type_ids": token_type_ids,
+                "nsp_labels": torch.tensor(int(arrays["nsp_labels"][j]))}
+        if self.static_masking:
+            m0, m1 = arrays["masked_offsets"][j], arrays["masked_offsets"][j + 1]
+            item["masked_positions"] = torch.from_numpy(arrays["masked_positions"][m0:m1].astype(np.int64))
+            item["masked_labels"] = torch.from_numpy(arrays["masked_labels"][m0:m1].astype(np.int64))
+        return item
+
+    def _shard(self, k: int) -> dict[str, np.ndarray]:
+        if k not in self._maps:
+            name = self.index["shards"][k]["name"]
+            fields = _FIELDS + (_MASK_FIELDS if self.static_masking else ())
+            self._maps[k] = {f: np.load(self.data_dir / f"{name}.{f}.npy", mmap_mode="r", allow_pickle=False)
+                             for f in fields}
+        return self._maps[k]
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_maps": {}}
+
+    def load_tokenizer(self) -> BERTTokenizerFast:
+        """The tokenizer copy saved with the data."""
+        return BERTTokenizerFast.from_pretrained(self.data_dir / self.index["tokenizer"]["dir"])
+
+    def collator(self, **kwargs: Any) -> PretrainingCollator:
+        """A :class:`PretrainingCollator` matching this data (its tokenizer, static or dynamic masking,
+        and the recorded ``masked_lm_prob`` / whole-word setting); ``kwargs`` override."""
+        defaults = dict(dynamic=not self.static_masking, mlm_probability=self.index["masked_lm_prob"],
+                        whole_word=self.index["whole_word_masking"])
+        return PretrainingCollator.from_tokenizer(self.load_tokenizer(), **{**defaults, **kwargs})
+
+
+class DeterministicSampler(torch.utils.data.Sampler[int]):
+    """This rank's share of a seeded per-epoch permutation of ``range(n)``, resumable mid-epoch.
+
+    The epoch's order is ``default_rng([seed, epoch]).permutation(n)``, padded by wrapping
+    around to a multiple of ``world_size`` (or cut, with ``drop_last``) and dealt out as
+    ``order[rank::world_size]``, so the ranks partition the epoch. Iterating yields the rest
+    of the current epoch from :attr:`position` and then moves on to the next epoch.
+    ``set_epoch(e)`` starts epoch ``e`` from its beginning unless it is already the current
+    epoch (so calling it after :meth:`load_state_dict` keeps the restored position).
+
+    With a DataLoader that prefetches, the sampler runs ahead of the batches consumed:
+    checkpoint ``state_dict(position=samples_consumed_on_this_rank)``.
+    """
+
+    def __init__(self, n: int, seed: int = 0, rank: int = 0, world_size: int = 1, *, shuffle: bool = True,
+                 drop_last: bool = False):
+        if n < 1 or world_size < 1 or not 0 <= rank < world_size:
+            raise ValueError(f"need n >= 1, world_size >= 1 and 0 <= rank < world_size; got n={n}, rank={rank}, "
+                             f"world_size={world_size}.")
+        if drop_last and n < world_size:
+            raise ValueError(f"drop_last with n={n} < world_size={world_size} leaves every rank nothing.")
+        self.n, self.seed, self.rank, self.world_size = n, seed, rank, world_size
+        self.shuffle, self.drop_last = shuffle, drop_last
+        self.epoch, self.position = 0, 0
+
+    def __len__(self) -> int:
+        return self.n // self.world_size if self.drop_last else -(-self.n // self.world_size)
+
+    def indices(self, epoch: int | None = None) -> np.ndarray:
+        """This rank's full order for ``epoch`` (default: the current one)."""
+        epoch = self.epoch if epoch is None else epoch
+        order = np.random.default_rng([self.seed, epoch]).permutation(self.n) if self.shuffle else np.arange(self.n)
+        total = len(self) * self.world_size
+        order = np.resize(order, total)  # wraps around to pad, or cuts with drop_last
+        return order[self.rank::self.world_size]
+
+    def __iter__(self) -> Iterator[int]:
+        order = self.indices()
+        while self.position < len(order):
+            self.position += 1
+            yield int(order[self.position - 1])
+        self.epoch, self.position = self.epoch + 1, 0
+
+    def set_epoch(self, epoch: int) -> None:
+        if epoch != self.epoch:
+            self.epoch, self.position = epoch, 0
+
+    def state_dict(self, position: int | None = None) -> dict[str, int]:
+        return {"epoch": self.epoch, "position": self.position if position is None else position,
+                "seed": self.seed, "n": self.n, "world_size": self.world_size}
+
+    def load_state_dict(self, state: Mapping[str, int]) -> None:
+        for key in ("seed", "n", "world_size"):
+            if state[key] != getattr(self, key):
+                raise ValueError(f"the saved sampler has {key}={state[key]}, this one {getattr(self, key)}; "
+                                 "an order cannot be resumed across them.")
+        self.epoch, self.position = int(state["epoch"]), int(state["position"])
+
+
+class PretrainingCollator:
+    """Pads instances into a batch and masks them: the batch dict ``training_step`` consumes.
+
+    Returns long tensors ``input_ids``, ``attention_mask``, ``token_type_ids`` ``[B, L]``
+    (``L`` the longest instance rounded up to ``pad_to_multiple_of``), ``mlm_labels``
+    ``[B, L]`` (-100 where nothing is predicted) and ``nsp_labels`` ``[B]``.
+    With ``dynamic=True`` every batch is masked afresh by
+    :func:`bertkit.modeling.masking.mask_tokens` (``mlm_probability``, 80/10/10, at most
+    ``max_predictions`` per row, whole words with ``whole_word`` and the ``continuation``
+    table of ``##`` ids) using the collator's own ``generator``; :meth:`state_dict` /
+    :meth:`load_state_dict` save and restore it for an exact resume. With
+    ``dynamic=False`` the instances carry static masks and their stored labels are used.
+    In DataLoader workers each worker reseeds its copy once from the worker's seed (which
+    follows ``torch.manual_seed`` or the DataLoader's ``generator``), so workers never repeat
+    each other's masks; an exact mid-epoch resume of the masks needs ``num_workers=0``.
+    """
+
+    def __init__(self, vocab_size: int, mask_token_id: int, special_token_ids: Sequence[int],
+                 mlm_probability: float = 0.15, pad_to_multiple_of: int | None = 8, dynamic: bool = True,
+                 whole_word: bool = False, generator: torch.Generator | None = None, *, pad_token_id: int = 0,
+                 continuation: torch.Tensor | None = None, max_predictions: int | None = None,
+                 mask_replace_prob: float = 0.8, random_replace_prob: float = 0.1):
+        if whole_word and dynamic and continuation is None:
+            raise ValueError("whole_word masking needs continuation= (which ids are ## pieces); "
+                             "PretrainingCollator.from_tokenizer builds it.")
+        if continuation is not None and len(continuation) != vocab_size:
+            raise ValueError(f"continuation has {len(continuation)} entries for a vocabulary of {vocab_size}.")
+        self.vocab_size, self.mask_token_id = vocab_size, mask_token_id
+        self.special_token_ids = list(special_token_ids)
+        self.mlm_probability, self.pad_to_multiple_of = mlm_probability, pad_to_multiple_of
+        self.dynamic, self.whole_word = dynamic, whole_word
+        self.pad_token_id, self.continuation, self.max_predictions = pad_token_id, continuation, max_predictions
+        self.mask_replace_prob, self.random_replace_prob = mask_replace_prob, random_replace_prob
+        self.generator = generator if generator is not None else torch.Generator().manual_seed(torch.initial_seed())
+        self._worker: tuple[int, int] | None = None
+
+    @classmethod
+    def from_tokenizer(cls, tokenizer: BERTTokenizerFast, **kwargs: Any) -> PretrainingCollator:
+        """Vocabulary size, [MASK], [PAD], the special ids and the ``##`` table from ``tokenizer``."""
+        kwargs.setdefault("pad_token_id", tokenizer.pad_token_id)
+        if kwargs.get("whole_word"):
+            kwargs.setdefault("continuation", continuation_table(tokenizer.vocab))
+        return cls(tokenizer.vocab_size, tokenizer.mask_token_id, tokenizer.all_special_ids, **kwargs)
+
+    def __call__(self, items: Sequence[Mapping[str, Any]]) -> dict[str, torch.Tensor]:
+        if not items:
+            raise ValueError("cannot collate an empty list of instances.")
+        static = "masked_positions" in items[0]
+        if static == self.dynamic:
+            raise ValueError("these instances carry static masks: use dynamic=False" if static else
+                             "these instances carry no static masks: use dynamic=True")
+        lengths = [len(item["input_ids"]) for item in items]
+        width = max(lengths)
+        if self.pad_to_multiple_of:
+            width = -(-width // self.pad_to_multiple_of) * self.pad_to_multiple_of
+        input_ids = torch.full((len(items), width), self.pad_token_id, dtype=torch.long)
+        token_type_ids = torch.zeros_like(input_ids)
+        attention_mask = torch.zeros_like(input_ids)
+        for r, (item, n) in enumerate(zip(items, lengths)):
+            input_ids[r, :n] = torch.as_tensor(item["input_ids"])
+            if "token_type_ids" in item:
+                token_type_ids[r, :n] = torch.as_tensor(item["token_type_ids"])
+            attention_mask[r, :n] = 1
+        if static:
+            mlm_labels = torch.full_like(input_ids, -100)
+            for r, item in enumerate(items):
+                mlm_labels[r, torch.as_tensor(item["masked_positions"], dtype=torch.long)] = \
+                    torch.as_tensor(item["masked_labels"], dtype=torch.long)
+        else:
+            input_ids, mlm_labels = self._mask(input_ids, attention_mask)
+        batch = {"input_ids": input_ids, "attention_mask": attention_mask, "token_type_ids": token_type_ids,
+                 "mlm_labels": mlm_labels}
+        if "nsp_labels" in items[0]:
+            batch["nsp_labels"] = torch.tensor([int(item["nsp_labels"]) for item in items], dtype=torch.long)
+        return batch
+
+    def _mask(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        worker = torch.utils.data.get_worker_info()
+        if worker is not None and self._worker != (worker.id, worker.seed):
+            self.generator.manual_seed((self.generator.initial_seed() * 1_000_003 + worker.seed) % 2**63)
+            self._worker = (worker.id, worker.seed)
+        word_ids = whole_word_ids(input_ids, self.continuation) if self.whole_word else None
+        return mask_tokens(input_ids, vocab_size=self.vocab_size, mask_token_id=self.mask_token_id,
+                           attention_mask=attention_mask, special_token_ids=self.special_token_ids,
+                           mlm_probability=self.mlm_probability, mask_replace_prob=self.mask_replace_prob,
+                           random_replace_prob=self.random_replace_prob, generator=self.generator,
+                           max_predictions=self.max_predictions, whole_word=self.whole_word, word_ids=word_ids)
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        return {"generator": self.generator.get_state()}
+
+    def __getstate__(self) -> dict[str, Any]:
+        # a torch.Generator does not survive pickling into spawned DataLoader workers (torch 2.x); its state does
+        state = {**self.__dict__, "generator": bytes(self.generator.get_state().numpy())}
+        state["_seed"] = self.generator.initial_seed()
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        generator = torch.Generator().manual_seed(state.pop("_seed"))
+        generator.set_state(torch.frombuffer(bytearray(state["generator"]), dtype=torch.uint8))
+        self.__dict__.update(state, generator=generator)
+
+    def load_state_dict(self, state: Mapping[str, torch.Tensor]) -> None:
+        self.generator.set_state(state["generator"])
