@@ -11,7 +11,6 @@ import pytest
 import torch
 
 from bertkit.data import (
-    DeterministicSampler,
     PretrainingCollator,
     PretrainingDataset,
     assemble,
@@ -27,6 +26,7 @@ from bertkit.data.corpus import detect_format
 from bertkit.modeling.masking import continuation_table, mask_tokens, whole_word_ids
 from bertkit.resources import BERT_BASE_UNCASED_VOCAB, austen_novels
 from bertkit.tokenization import BERTTokenizerFast
+from bertkit.training import SeededSampler
 
 SPECIAL_IDS = [0, 1, 2, 3, 4]  # [PAD] [UNK] [CLS] [SEP] [MASK]
 V = 1000
@@ -304,37 +304,6 @@ def test_creation_is_deterministic_and_seeded(tmp_path, austen, bert_tokenizer):
 
 # ---------------------------------------------------------------------------- sampler and collator resume
 
-def test_sampler_resumes_exactly_and_ranks_partition_the_epoch():
-    sampler = DeterministicSampler(1000, seed=3)
-    sampler.set_epoch(2)
-    full = sampler.indices()
-    assert sorted(full.tolist()) == list(range(1000))
-    assert not np.array_equal(full, sampler.indices(epoch=3))
-    it = iter(sampler)
-    head = [next(it) for _ in range(37)]
-    state = sampler.state_dict()
-    assert state["epoch"] == 2 and state["position"] == 37
-    resumed = DeterministicSampler(1000, seed=3)
-    resumed.load_state_dict(state)
-    resumed.set_epoch(2)  # the trainer's usual call keeps the restored position
-    assert head + list(resumed) == full.tolist()
-    assert resumed.epoch == 3 and resumed.position == 0  # exhausted: on to the next epoch
-    assert list(resumed) == DeterministicSampler(1000, seed=3).indices(epoch=3).tolist()
-    with pytest.raises(ValueError, match="seed"):
-        DeterministicSampler(1000, seed=4).load_state_dict(state)
-    for n in (1000, 1003):
-        shares = [DeterministicSampler(n, seed=3, rank=r, world_size=4) for r in range(4)]
-        for s in shares:
-            s.set_epoch(5)
-        parts = [list(s) for s in shares]
-        assert len({len(p) for p in parts}) == 1
-        union = sorted(i for p in parts for i in p)
-        if n == 1000:
-            assert union == list(range(1000))  # disjoint and complete
-        else:
-            assert set(union) == set(range(n)) and len(union) == 1004  # padded by wrapping around
-
-
 def test_collator_generator_state_resumes_masks():
     items = synthetic_items(n=40, seed=5)
     collator = PretrainingCollator(V, 4, SPECIAL_IDS, generator=torch.Generator().manual_seed(0))
@@ -410,7 +379,7 @@ def test_cli_data_create_end_to_end(tmp_path, austen, capsys):
     assert data.max_seq_length == 64 and len(data) > 500
     tokenizer = data.load_tokenizer()
     continuation = continuation_table(tokenizer.vocab)
-    loader = torch.utils.data.DataLoader(data, batch_size=32, sampler=DeterministicSampler(len(data), seed=0),
+    loader = torch.utils.data.DataLoader(data, batch_size=32, sampler=SeededSampler(len(data), seed=0),
                                          collate_fn=data.collator())
     batch = next(iter(loader))
     assert batch["input_ids"].shape[1] <= 64 and batch["nsp_labels"].shape == (32,)

@@ -19,6 +19,7 @@ ALLOWED = {
     "tokenization": {"tokenization", "io"},
     "resources": {"resources"},
     "data": {"data", "tokenization", "io", "modeling"},
+    "training": {"training", "io"},
     "modeling": {"modeling", "config", "presets", "io"},
     "weights": {"weights", "config", "modeling", "io", "tokenization"},
 }

@@ -9,6 +9,8 @@ import sys
 COMMANDS = {
     "demo": ("demo", "show the model family and run a forward pass"),
     "info": ("info", "describe a model size, or a saved checkpoint directory"),
+    "pretrain": ("pretrain", "pretrain a BERT from prepared data or raw text"),
+    "fill-mask": ("fill_mask", "print the top-k predictions for each [MASK] in a text"),
     "convert": ("convert", "convert a checkpoint (HF, pytorch_pretrained_bert, Google TF, ...) to HF or TF"),
     "tokenizer": ("tokenizer", "train a WordPiece vocabulary, or tokenize text"),
     "data": ("data", "create pretraining data: NSP sentence pairs, masking, shards"),

@@ -1,7 +1,8 @@
 """Pretraining data: corpus reading, Google's NSP instances, static or dynamic masking, shards on disk.
 
 The one library call is :func:`create_pretraining_data`; training reads its output with
-:class:`PretrainingDataset`, :class:`DeterministicSampler` and :class:`PretrainingCollator`.
+:class:`PretrainingDataset` and :class:`PretrainingCollator` (the order of examples is the
+training engine's :class:`~bertkit.training.SeededSampler`).
 """
 
 from bertkit.data.corpus import read_documents, split_sentences
@@ -17,7 +18,6 @@ from bertkit.data.instances import (
     truncation_amounts,
 )
 from bertkit.data.shards import (
-    DeterministicSampler,
     PretrainingCollator,
     PretrainingDataset,
     create_pretraining_data,
@@ -25,7 +25,7 @@ from bertkit.data.shards import (
 )
 
 __all__ = [
-    "DeterministicSampler", "InstanceBatch", "InstanceSpans", "PretrainingCollator", "PretrainingDataset",
+    "InstanceBatch", "InstanceSpans", "PretrainingCollator", "PretrainingDataset",
     "TokenizedCorpus", "assemble", "create_instance_spans", "create_pretraining_data", "mask_statically",
     "read_documents", "split_sentences", "tokenize_documents", "truncate_seq_pair", "truncation_amounts",
     "write_shard",

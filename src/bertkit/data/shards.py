@@ -1,4 +1,4 @@
-"""Pretraining data on disk: sharded memory-mapped arrays, the dataset that reads them, its sampler and collator.
+"""Pretraining data on disk: sharded memory-mapped arrays, the dataset that reads them, and its collator.
 
 A data directory written by :func:`create_pretraining_data` holds:
 
@@ -197,6 +197,11 @@ class PretrainingDataset(torch.utils.data.Dataset):
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_maps": {}}
 
+    def token_arrays(self) -> Iterator[np.ndarray]:
+        """Each shard's token ids (memory-mapped, instances concatenated), e.g. for frequency counts."""
+        for k in range(len(self.index["shards"])):
+            yield self._shard(k)["tokens"]
+
     def load_tokenizer(self) -> BERTTokenizerFast:
         """The tokenizer copy saved with the data."""
         return BERTTokenizerFast.from_pretrained(self.data_dir / self.index["tokenizer"]["dir"])
@@ -207,65 +212,6 @@ class PretrainingDataset(torch.utils.data.Dataset):
         defaults = dict(dynamic=not self.static_masking, mlm_probability=self.index["masked_lm_prob"],
                         whole_word=self.index["whole_word_masking"])
         return PretrainingCollator.from_tokenizer(self.load_tokenizer(), **{**defaults, **kwargs})
-
-
-class DeterministicSampler(torch.utils.data.Sampler[int]):
-    """This rank's share of a seeded per-epoch permutation of ``range(n)``, resumable mid-epoch.
-
-    The epoch's order is ``default_rng([seed, epoch]).permutation(n)``, padded by wrapping
-    around to a multiple of ``world_size`` (or cut, with ``drop_last``) and dealt out as
-    ``order[rank::world_size]``, so the ranks partition the epoch. Iterating yields the rest
-    of the current epoch from :attr:`position` and then moves on to the next epoch.
-    ``set_epoch(e)`` starts epoch ``e`` from its beginning unless it is already the current
-    epoch (so calling it after :meth:`load_state_dict` keeps the restored position).
-
-    With a DataLoader that prefetches, the sampler runs ahead of the batches consumed:
-    checkpoint ``state_dict(position=samples_consumed_on_this_rank)``.
-    """
-
-    def __init__(self, n: int, seed: int = 0, rank: int = 0, world_size: int = 1, *, shuffle: bool = True,
-                 drop_last: bool = False):
-        if n < 1 or world_size < 1 or not 0 <= rank < world_size:
-            raise ValueError(f"need n >= 1, world_size >= 1 and 0 <= rank < world_size; got n={n}, rank={rank}, "
-                             f"world_size={world_size}.")
-        if drop_last and n < world_size:
-            raise ValueError(f"drop_last with n={n} < world_size={world_size} leaves every rank nothing.")
-        self.n, self.seed, self.rank, self.world_size = n, seed, rank, world_size
-        self.shuffle, self.drop_last = shuffle, drop_last
-        self.epoch, self.position = 0, 0
-
-    def __len__(self) -> int:
-        return self.n // self.world_size if self.drop_last else -(-self.n // self.world_size)
-
-    def indices(self, epoch: int | None = None) -> np.ndarray:
-        """This rank's full order for ``epoch`` (default: the current one)."""
-        epoch = self.epoch if epoch is None else epoch
-        order = np.random.default_rng([self.seed, epoch]).permutation(self.n) if self.shuffle else np.arange(self.n)
-        total = len(self) * self.world_size
-        order = np.resize(order, total)  # wraps around to pad, or cuts with drop_last
-        return order[self.rank::self.world_size]
-
-    def __iter__(self) -> Iterator[int]:
-        order = self.indices()
-        while self.position < len(order):
-            self.position += 1
-            yield int(order[self.position - 1])
-        self.epoch, self.position = self.epoch + 1, 0
-
-    def set_epoch(self, epoch: int) -> None:
-        if epoch != self.epoch:
-            self.epoch, self.position = epoch, 0
-
-    def state_dict(self, position: int | None = None) -> dict[str, int]:
-        return {"epoch": self.epoch, "position": self.position if position is None else position,
-                "seed": self.seed, "n": self.n, "world_size": self.world_size}
-
-    def load_state_dict(self, state: Mapping[str, int]) -> None:
-        for key in ("seed", "n", "world_size"):
-            if state[key] != getattr(self, key):
-                raise ValueError(f"the saved sampler has {key}={state[key]}, this one {getattr(self, key)}; "
-                                 "an order cannot be resumed across them.")
-        self.epoch, self.position = int(state["epoch"]), int(state["position"])
 
 
 class PretrainingCollator:

@@ -1,0 +1,24 @@
+"""``bertkit fill-mask MODEL_DIR "text with [MASK]" [--top-k 5]``: the likeliest tokens for each mask."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="bertkit fill-mask", description=__doc__)
+    parser.add_argument("model", help="a directory holding a BERT with an MLM head and its tokenizer")
+    parser.add_argument("text", nargs="+", help="texts containing [MASK]")
+    parser.add_argument("--top-k", type=int, default=5)
+    args = parser.parse_args(argv)
+
+    from bertkit import BERTForMaskedLM, BERTTokenizerFast
+
+    tokenizer = BERTTokenizerFast.from_pretrained(args.model)
+    model = BERTForMaskedLM.from_pretrained(args.model)
+    for text in args.text:
+        print(text)
+        for i, candidates in enumerate(model.fill_mask(tokenizer, text, top_k=args.top_k)):
+            shown = "  ".join(f"{token} {probability:.3f}" for token, probability in candidates)
+            print(f"  [MASK] {i + 1}: {shown}")
+    return 0

@@ -1,0 +1,240 @@
+"""TrainingConfig: every knob of the training loop, validated on construction.
+
+Invalid values raise ``ValueError`` naming the field and what is allowed, as
+:class:`bertkit.config.BERTConfig` does. Where the loop runs (device, precision) is
+settled at run time by :func:`resolve_device` and :func:`resolve_precision`, since
+``"auto"`` and bf16 support depend on the machine.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+import os
+import warnings
+from dataclasses import dataclass, fields
+from typing import Any
+
+import torch
+
+SCHEDULES = ("linear", "polynomial", "constant")
+PRECISIONS = ("fp32", "bf16", "fp16")
+DEVICES = ("auto", "cpu", "cuda", "gpu")
+
+
+@dataclass
+class TrainingConfig:
+    """Optimisation, schedule, precision, bookkeeping and runtime options of :class:`~bertkit.training.Trainer`.
+
+    ``batch_size`` is the *global* batch: examples per optimizer step, summed over the
+    ``gradient_accumulation_steps`` micro-batches and over all DDP ranks; it must divide
+    evenly (micro-batch = batch_size / (accumulation × world size)). ``max_steps`` counts
+    optimizer steps, skipped (non-finite) ones included. Learning rate: linear warmup
+    over ``warmup_steps`` (or ``ceil(warmup_ratio * max_steps)``), then ``schedule``
+    decays to ``end_learning_rate`` at ``max_steps`` (``"polynomial"`` with ``power``;
+    ``"linear"`` is power 1; ``"constant"`` stays). ``eval_every`` / ``save_every`` of
+    ``None`` mean "only at the end"; ``keep_last=None`` keeps every checkpoint.
+    ``max_grad_norm=None`` disables clipping. ``device="gpu"`` means CUDA (or MPS).
+    """
+
+    max_steps: int
+    learning_rate: float = 1e-4
+    weight_decay: float = 0.01
+    adam_beta1: float = 0.9
+    adam_beta2: float = 0.999
+    adam_epsilon: float = 1e-6
+    warmup_steps: int = 0
+    warmup_ratio: float | None = None
+    schedule: str = "linear"
+    power: float = 1.0
+    end_learning_rate: float = 0.0
+    batch_size: int = 32
+    gradient_accumulation_steps: int = 1
+    eval_batch_size: int | None = None
+    max_grad_norm: float | None = 1.0
+    precision: str = "fp32"
+    eval_every: int | None = None
+    log_every: int = 10
+    save_every: int | None = None
+    keep_last: int | None = 3
+    output_dir: str = "output"
+    seed: int = 42
+    max_nonfinite_steps: int = 10
+    gradient_checkpointing: bool = False
+    num_workers: int = 0
+    device: str = "auto"
+    progress_bar: bool = True
+    find_unused_parameters: bool = False
+
+    def __post_init__(self) -> None:
+        if isinstance(self.output_dir, os.PathLike):
+            self.output_dir = os.fspath(self.output_dir)
+        self.validate()
+
+    def validate(self) -> None:
+        """Raise ``ValueError`` naming the first invalid field."""
+        for name in ("max_steps", "batch_size", "gradient_accumulation_steps", "log_every", "max_nonfinite_steps"):
+            _check_int(name, getattr(self, name), minimum=1)
+        for name in ("eval_batch_size", "eval_every", "save_every", "keep_last"):
+            if getattr(self, name) is not None:
+                _check_int(name, getattr(self, name), minimum=1)
+        for name in ("warmup_steps", "num_workers", "seed"):
+            _check_int(name, getattr(self, name), minimum=0)
+        for name in ("learning_rate", "adam_epsilon"):
+            _check_float(name, getattr(self, name), positive=True)
+        for name in ("weight_decay", "end_learning_rate"):
+            _check_float(name, getattr(self, name))
+        if not self.end_learning_rate <= self.learning_rate:
+            raise ValueError(f"TrainingConfig.end_learning_rate ({self.end_learning_rate}) must not exceed "
+                             f"learning_rate ({self.learning_rate}).")
+        for name in ("adam_beta1", "adam_beta2"):
+            value = getattr(self, name)
+            if not isinstance(value, int | float) or not 0.0 <= value < 1.0:
+                raise ValueError(f"TrainingConfig.{name} must lie in [0, 1), got {value!r}.")
+        if self.warmup_ratio is not None:
+            if not isinstance(self.warmup_ratio, int | float) or not 0.0 <= self.warmup_ratio <= 1.0:
+                raise ValueError(f"TrainingConfig.warmup_ratio must lie in [0, 1], got {self.warmup_ratio!r}.")
+            if self.warmup_steps:
+                raise ValueError("TrainingConfig.warmup_steps and warmup_ratio are alternatives; set only one "
+                                 f"(got warmup_steps={self.warmup_steps}, warmup_ratio={self.warmup_ratio}).")
+        if self.schedule not in SCHEDULES:
+            raise ValueError(f"TrainingConfig.schedule must be one of {SCHEDULES}, got {self.schedule!r}.")
+        _check_float("power", self.power, positive=True)
+        if self.max_grad_norm is not None:
+            _check_float("max_grad_norm", self.max_grad_norm, positive=True)
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"TrainingConfig.precision must be one of {PRECISIONS}, got {self.precision!r}.")
+        if self.device not in DEVICES:
+            raise ValueError(f"TrainingConfig.device must be one of {DEVICES}, got {self.device!r}.")
+        if self.precision == "fp16" and self.device == "cpu":
+            raise ValueError("TrainingConfig.precision='fp16' needs CUDA (it trains with a GradScaler); "
+                             "on CPU use 'bf16' or 'fp32'.")
+        if self.batch_size % self.gradient_accumulation_steps:
+            raise ValueError(f"TrainingConfig.batch_size ({self.batch_size}) must be divisible by "
+                             f"gradient_accumulation_steps ({self.gradient_accumulation_steps}).")
+        for name in ("gradient_checkpointing", "progress_bar", "find_unused_parameters"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"TrainingConfig.{name} must be True or False, got {getattr(self, name)!r}.")
+        if not isinstance(self.output_dir, str) or not self.output_dir:
+            raise ValueError(f"TrainingConfig.output_dir must be a non-empty path, got {self.output_dir!r}.")
+
+    # ------------------------------------------------------------------ derived
+    @property
+    def num_warmup_steps(self) -> int:
+        """``warmup_steps``, or ``ceil(warmup_ratio * max_steps)`` when a ratio is given."""
+        if self.warmup_ratio is not None:
+            return math.ceil(self.warmup_ratio * self.max_steps)
+        return self.warmup_steps
+
+    def micro_batch_size(self, world_size: int = 1) -> int:
+        """Examples per forward pass on one rank; ``ValueError`` if the global batch does not split evenly."""
+        parts = self.gradient_accumulation_steps * world_size
+        if self.batch_size % parts:
+            raise ValueError(f"TrainingConfig.batch_size ({self.batch_size}) must be divisible by "
+                             f"gradient_accumulation_steps × world size ({parts}).")
+        return self.batch_size // parts
+
+    # ------------------------------------------------------------------ (de)serialisation
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> TrainingConfig:
+        """Build from a dict (e.g. JSON); unknown keys raise ``ValueError``."""
+        unknown = set(values) - {f.name for f in fields(cls)}
+        if unknown:
+            raise ValueError(f"Unknown TrainingConfig field(s) {sorted(unknown)}; valid fields: "
+                             f"{[f.name for f in fields(cls)]}.")
+        return cls(**values)
+
+    def replace(self, **changes: Any) -> TrainingConfig:
+        """A validated copy with ``changes`` applied."""
+        return self.from_dict({**self.to_dict(), **changes})
+
+
+def _check_int(name: str, value: Any, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"TrainingConfig.{name} must be an integer >= {minimum}, got {value!r}.")
+
+
+def _check_float(name: str, value: Any, positive: bool = False) -> None:
+    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    if not ok or value < 0 or (positive and value == 0):
+        raise ValueError(f"TrainingConfig.{name} must be a finite number {'> 0' if positive else '>= 0'}, "
+                         f"got {value!r}.")
+
+
+# ---------------------------------------------------------------------- runtime resolution
+def resolve_device(name: str, local_rank: int = 0) -> torch.device:
+    """``"auto"`` → CUDA if available else CPU; ``"gpu"`` → CUDA or MPS; raises if the device is absent."""
+    if name not in DEVICES:
+        raise ValueError(f"TrainingConfig.device must be one of {DEVICES}, got {name!r}.")
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    if name == "gpu":
+        if torch.cuda.is_available():
+            name = "cuda"
+        elif getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+            return torch.device("mps")
+        else:
+            raise ValueError("TrainingConfig.device='gpu' but neither CUDA nor MPS is available; use 'cpu'.")
+    if name == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError("TrainingConfig.device='cuda' but CUDA is not available; use 'cpu' or 'auto'.")
+        return torch.device("cuda", local_rank)
+    return torch.device("cpu")
+
+
+def resolve_precision(precision: str, device: torch.device) -> str:
+    """The precision the loop will actually use on ``device``.
+
+    fp16 needs CUDA (``ValueError`` elsewhere). bf16 on CPU needs hardware support
+    (AVX512-BF16, AMX or Arm BF16); without it this warns and returns ``"fp32"``.
+    """
+    if precision == "fp16" and device.type != "cuda":
+        raise ValueError(f"TrainingConfig.precision='fp16' needs CUDA (device is {device}); use 'bf16' or 'fp32'.")
+    if precision == "bf16" and device.type == "cpu" and not cpu_supports_bf16():
+        warnings.warn("precision='bf16' requested but this CPU has no native bf16 support "
+                      f"(capability {torch.backends.cpu.get_cpu_capability()}); training in fp32.", stacklevel=2)
+        return "fp32"
+    return precision
+
+
+@functools.cache
+def cpu_supports_bf16() -> bool:
+    """True when the CPU has native bf16 arithmetic and a bf16 autocast matmul runs.
+
+    ``torch.backends.cpu.get_cpu_capability()`` reports only the vector ISA (``"AVX512"``
+    with or without the BF16 extension), so the CPU flags are read where the OS exposes
+    them, oneDNN is asked otherwise, and a tiny autocast matmul confirms it works.
+    """
+    flags = _cpu_flags()
+    if flags is not None:
+        supported = bool(flags & {"avx512_bf16", "amx_bf16", "bf16"})
+    else:
+        try:
+            supported = bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+        except (AttributeError, RuntimeError):
+            supported = False
+    if not supported:
+        return False
+    try:
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            probe = torch.ones(4, 4) @ torch.ones(4, 4)
+        return probe.dtype == torch.bfloat16 and bool(probe[0, 0] == 4)
+    except RuntimeError:
+        return False
+
+
+def _cpu_flags() -> set[str] | None:
+    """CPU feature flags from /proc/cpuinfo (x86 "flags", Arm "Features"), or None where unreadable."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() in ("flags", "Features"):
+                    return set(value.split())
+    except OSError:
+        return None
+    return None

@@ -1,0 +1,77 @@
+"""SeededSampler: a shuffled, rank-sharded, mid-epoch resumable order of example indices.
+
+This is the sampler protocol :class:`~bertkit.training.Trainer` relies on, and the
+default when no sampler is given:
+
+* ``set_epoch(epoch)`` selects epoch ``epoch``'s order and starts it from the beginning;
+* ``__iter__`` yields this rank's indices of the current epoch; it continues from the
+  position restored by ``load_state_dict`` (once), otherwise it starts at 0;
+* the position counts indices *yielded so far* and is advanced before each yield, so
+  ``state_dict()`` taken after the k-th index makes a restored sampler continue at k+1;
+* ``__len__`` is this rank's number of indices in a full epoch;
+* ``state_dict()`` / ``load_state_dict()`` hold only primitives (checkpoints load with
+  ``weights_only=True``) and are cheap (the trainer snapshots them every micro-batch).
+
+Rank ``r`` of ``w`` receives the strided share ``order[r::w]`` (the tail that does not
+divide evenly is dropped), so the ranks' k-th micro-batches together are exactly the
+examples that one process would put into its k-th global batch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+import torch
+
+
+class SeededSampler:
+    """Indices ``0 .. num_examples-1`` in an order that depends only on ``(seed, epoch)``; see the module doc."""
+
+    def __init__(self, num_examples: int, seed: int = 0, rank: int = 0, world_size: int = 1, *,
+                 shuffle: bool = True):
+        if num_examples < 1:
+            raise ValueError(f"SeededSampler needs num_examples >= 1, got {num_examples}.")
+        if not 0 <= rank < world_size:
+            raise ValueError(f"SeededSampler needs 0 <= rank < world_size, got rank={rank}, world_size={world_size}.")
+        if num_examples < world_size:
+            raise ValueError(f"SeededSampler: {num_examples} examples cannot be shared by {world_size} ranks.")
+        self.num_examples, self.seed, self.rank, self.world_size = num_examples, seed, rank, world_size
+        self.shuffle = shuffle
+        self.epoch = 0
+        self.position = 0
+        self._resume = False
+
+    def __len__(self) -> int:
+        return self.num_examples // self.world_size
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch, self.position, self._resume = epoch, 0, False
+
+    def indices(self) -> torch.Tensor:
+        """This rank's full index order for the current epoch, ``[len(self)]`` int64."""
+        if self.shuffle:
+            seed = int(np.random.SeedSequence([self.seed, self.epoch]).generate_state(1, np.uint64)[0] >> 1)
+            order = torch.randperm(self.num_examples, generator=torch.Generator().manual_seed(seed))
+        else:
+            order = torch.arange(self.num_examples)
+        return order[self.rank: len(self) * self.world_size: self.world_size]
+
+    def __iter__(self) -> Iterator[int]:
+        start = self.position if self._resume else 0
+        self.position, self._resume = start, False
+        for index in self.indices()[start:].tolist():
+            self.position += 1
+            yield index
+
+    def state_dict(self) -> dict[str, int]:
+        return {"seed": self.seed, "epoch": self.epoch, "position": self.position,
+                "num_examples": self.num_examples, "world_size": self.world_size}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        """Restore epoch and position; the next ``__iter__`` continues there. Size mismatches raise."""
+        for key in ("num_examples", "world_size", "seed"):
+            if state[key] != getattr(self, key):
+                raise ValueError(f"SeededSampler state has {key}={state[key]}, this sampler {getattr(self, key)}; "
+                                 "resume with the same data, seed and number of ranks.")
+        self.epoch, self.position, self._resume = state["epoch"], state["position"], True

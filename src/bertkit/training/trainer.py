@@ -1,0 +1,497 @@
+"""Trainer: one training loop for any ``nn.Module`` with ``training_step(batch) -> (loss, metrics)``.
+
+The engine calls nothing else on the model (plus ``train()`` / ``eval()``), so the same
+loop pretrains (``BERTForPreTraining``) and fine-tunes (a task model with a head):
+
+* a step = ``gradient_accumulation_steps`` micro-batches; each micro-batch's loss is
+  scaled by ``1 / gradient_accumulation_steps`` (DDP then averages over ranks). The
+  update is thus the mean of the micro-batch means: exactly the full-batch gradient when
+  every micro-batch carries as many loss units (examples for NSP / classification,
+  labelled tokens for MLM), and the usual close approximation otherwise. We chose this
+  over token weighting because one generic loop cannot split a model's summed MLM + NSP
+  loss into per-token and per-example parts;
+* global gradient-norm clipping, autocast per :func:`~bertkit.training.config.resolve_precision`
+  (fp16 with a GradScaler on CUDA), AdamW and a LambdaLR schedule;
+* a step whose loss (or, without fp16, gradient norm) is non-finite on any rank applies
+  no update: gradients are zeroed, the step is counted and logged, and
+  ``max_nonfinite_steps`` such steps in a row raise :class:`NonFiniteLossError`. Skipped
+  steps still advance ``step`` and the schedule (they consumed their batches);
+* every ``log_every`` steps one JSON line goes to ``output_dir/metrics.jsonl`` (rank 0;
+  format in :mod:`.metrics`); every ``eval_every`` steps (and at ``max_steps``) the eval
+  set is scored; every ``save_every`` steps (and at the end) a checkpoint is written
+  (:mod:`.checkpoint`).
+
+Exact resume: the data order depends only on the sampler's ``(seed, epoch, position)``
+(see :mod:`.sampler` for the protocol), the trainer snapshots the sampler's state after
+every micro-batch it consumes, and a checkpoint holds that snapshot, the ``state_dict()``
+of the collate function and of any ``stateful`` objects, the RNG states of every rank,
+the optimizer, scheduler and step. On CPU in fp32 with ``num_workers=0`` a run that is
+interrupted and resumed ends with bit-identical weights to an uninterrupted one. With
+workers the data order stays exact, but a collator drawing random numbers runs in the
+workers, so its masks are only reproducible if it derives them from the example indices.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import json
+import logging
+import math
+import os
+import random
+import time
+import warnings
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+from torch.utils.data import DataLoader
+from tqdm.auto import tqdm
+
+from bertkit.training import checkpoint as ckpt
+from bertkit.training.config import TrainingConfig, resolve_device, resolve_precision
+from bertkit.training.distributed import (
+    all_reduce_,
+    barrier,
+    gather_to_main,
+    init_distributed,
+    wrap_ddp,
+)
+from bertkit.training.metrics import MetricWindow, truncate_metrics
+from bertkit.training.optim import build_optimizer, build_scheduler
+from bertkit.training.sampler import SeededSampler
+
+logger = logging.getLogger("bertkit.training")
+
+EVENTS = ("on_train_begin", "on_step_end", "on_log", "on_evaluate", "on_save", "on_train_end")
+SAMPLER_METHODS = ("set_epoch", "state_dict", "load_state_dict", "__iter__", "__len__")
+METRICS_FILE = "metrics.jsonl"
+
+
+class NonFiniteLossError(RuntimeError):
+    """Raised after ``max_nonfinite_steps`` consecutive steps with a NaN / inf loss or gradient."""
+
+
+@dataclass
+class TrainState:
+    """Where the run is; saved in every checkpoint. ``batch_in_epoch`` counts this rank's micro-batches."""
+
+    step: int = 0
+    epoch: int = 0
+    batch_in_epoch: int = 0
+    examples_seen: int = 0
+    nonfinite_steps: int = 0
+    consecutive_nonfinite: int = 0
+    elapsed_s: float = 0.0
+
+
+class Trainer:
+    """Train ``model`` on ``train_dataset`` as ``config`` says; see the module docstring for the loop.
+
+    ``collate_fn`` turns a list of examples into the batch dict ``training_step`` takes.
+    The order of examples comes from ``sampler`` (an object following the
+    :mod:`.sampler` protocol, already sharded for this rank) or is built by
+    ``sampler_factory(len(train_dataset), seed=, rank=, world_size=)`` (default
+    :class:`SeededSampler`). ``stateful`` names further objects (with
+    ``state_dict``/``load_state_dict``, or ``torch.Generator``) to checkpoint per rank.
+    ``callbacks`` maps an event of :data:`EVENTS` to functions called with the trainer; a
+    callback may set ``trainer.should_stop = True`` (identically on every rank) to end the
+    run after the current step, with a checkpoint.
+    """
+
+    def __init__(self, model: nn.Module, train_dataset, *, config: TrainingConfig,
+                 collate_fn: Callable | None = None, sampler: Any = None, sampler_factory: Callable | None = None,
+                 eval_dataset=None, eval_collate_fn: Callable | None = None,
+                 callbacks: Mapping[str, Callable | Iterable[Callable]] | None = None,
+                 stateful: Mapping[str, Any] | None = None):
+        if not callable(getattr(model, "training_step", None)):
+            raise TypeError(f"{type(model).__name__} has no training_step(batch) -> (loss, metrics); "
+                            "the Trainer calls only that.")
+        if sampler is not None and sampler_factory is not None:
+            raise ValueError("Pass either sampler or sampler_factory, not both.")
+        self.config = config
+        # LOCAL_RANK picks the GPU before the process group exists
+        self.device = resolve_device(config.device, int(os.environ.get("LOCAL_RANK", 0)))
+        self.ctx = init_distributed(self.device.type)
+        self.precision = resolve_precision(config.precision, self.device)
+        if config.gradient_checkpointing:
+            if not callable(getattr(model, "gradient_checkpointing_enable", None)):
+                raise ValueError(f"TrainingConfig.gradient_checkpointing=True but {type(model).__name__} has no "
+                                 "gradient_checkpointing_enable().")
+            model.gradient_checkpointing_enable()
+        self.model = model.to(self.device)
+        self.micro_batch_size = config.micro_batch_size(self.ctx.world_size)
+
+        factory = sampler_factory or SeededSampler
+        self.sampler = sampler if sampler is not None else factory(
+            len(train_dataset), seed=config.seed, rank=self.ctx.rank, world_size=self.ctx.world_size)
+        missing = [m for m in SAMPLER_METHODS if not callable(getattr(self.sampler, m, None))]
+        if missing:
+            raise TypeError(f"The sampler lacks {missing}; see bertkit.training.sampler for the protocol.")
+        step_examples = self.micro_batch_size * config.gradient_accumulation_steps
+        self._micro_per_epoch = len(self.sampler) // step_examples * config.gradient_accumulation_steps
+        if self._micro_per_epoch == 0:
+            raise ValueError(f"One step needs {step_examples} examples per rank but the sampler gives "
+                             f"{len(self.sampler)} per epoch; lower TrainingConfig.batch_size or add data.")
+        self._index_batches = _IndexBatches(self.sampler, self.micro_batch_size)
+        pin = self.device.type == "cuda"
+        self.collate_fn = collate_fn
+        self.train_loader = DataLoader(train_dataset, batch_sampler=self._index_batches, collate_fn=collate_fn,
+                                       num_workers=config.num_workers, pin_memory=pin,
+                                       generator=torch.Generator().manual_seed(config.seed))
+        self.eval_loader = None
+        # a separate eval collator is rewound before every evaluation: each one scores the same masks
+        separate = eval_collate_fn is not None and eval_collate_fn is not collate_fn
+        self._eval_collate, self._eval_collate_state = eval_collate_fn, \
+            ckpt.object_state(eval_collate_fn) if separate else None
+        if eval_dataset is not None:
+            shard = range(self.ctx.rank, len(eval_dataset), self.ctx.world_size)
+            self.eval_loader = DataLoader(eval_dataset, batch_size=config.eval_batch_size or self.micro_batch_size,
+                                          sampler=list(shard), collate_fn=eval_collate_fn or collate_fn,
+                                          num_workers=config.num_workers, pin_memory=pin,
+                                          generator=torch.Generator().manual_seed(config.seed))
+
+        self.optimizer = build_optimizer(self.model, config)
+        self.scheduler = build_scheduler(self.optimizer, config)
+        self.scaler = _grad_scaler() if self.precision == "fp16" else None
+        self._params = [p for group in self.optimizer.param_groups for p in group["params"]]
+        self.ddp = wrap_ddp(self.model, self.ctx, self.device, config.find_unused_parameters) \
+            if self.ctx.enabled else None
+
+        self.stateful = dict(stateful or {})
+        self.callbacks: dict[str, list[Callable]] = {event: [] for event in EVENTS}
+        for event, fns in (callbacks or {}).items():
+            for fn in [fns] if callable(fns) else fns:
+                self.add_callback(event, fn)
+        self.output_dir = Path(config.output_dir)
+        self.metrics_path = self.output_dir / METRICS_FILE
+        self.state = TrainState()
+        self.should_stop = False
+        self.last_log: dict[str, Any] = {}
+        self.last_eval: dict[str, Any] = {}
+        self._sampler_snapshot: Any = None
+        self._saved_step = -1
+        self._started = False
+        self._last_lr = config.learning_rate
+
+    # ------------------------------------------------------------------ public API
+    def add_callback(self, event: str, fn: Callable[[Trainer], None]) -> None:
+        if event not in EVENTS:
+            raise ValueError(f"Unknown callback event {event!r}; choose one of {EVENTS}.")
+        self.callbacks[event].append(fn)
+
+    def train(self, resume_from: str | Path | None = None) -> TrainState:
+        """Run until ``config.max_steps`` (or ``should_stop``); returns the final :class:`TrainState`.
+
+        ``resume_from``: ``"latest"`` (the newest checkpoint in ``output_dir``, or a fresh
+        start when there is none) or a checkpoint directory. A fresh start refuses an
+        ``output_dir`` that already holds checkpoints.
+        """
+        cfg = self.config
+        checkpoint = ckpt.resolve_checkpoint(resume_from, self.output_dir)
+        if checkpoint is not None:
+            self._restore(checkpoint)
+        elif not self._started:
+            self._start_fresh()
+        self._started, self.should_stop = True, False
+        self.model.train()
+        t0 = time.perf_counter() - self.state.elapsed_s
+        batches, window = self._micro_batches(), MetricWindow()
+        bar = tqdm(total=cfg.max_steps, initial=self.state.step, desc="train", unit="step", dynamic_ncols=True,
+                   disable=not (self.ctx.is_main and cfg.progress_bar))
+        self._trigger("on_train_begin")
+        try:
+            while self.state.step < cfg.max_steps and not self.should_stop:
+                self._train_step(batches, window)
+                self.state.elapsed_s = time.perf_counter() - t0
+                bar.update(1)
+                step, end = self.state.step, self.state.step == cfg.max_steps
+                if step % cfg.log_every == 0 or end:
+                    self._log(window, bar)
+                if self.eval_loader is not None and (end or (cfg.eval_every and step % cfg.eval_every == 0)):
+                    self.evaluate()
+                if end or (cfg.save_every and step % cfg.save_every == 0):
+                    self.save_checkpoint()
+                self._trigger("on_step_end")
+            if window.steps:
+                self._log(window, bar)
+            if self._saved_step != self.state.step:
+                self.save_checkpoint()
+        finally:
+            bar.close()
+        self._trigger("on_train_end")
+        return self.state
+
+    @torch.no_grad()
+    def evaluate(self) -> dict[str, Any]:
+        """Mean of ``training_step``'s loss and metrics over the eval set (eval mode, no grad), weighted by
+        examples and reduced over ranks; NaN metric values (e.g. accuracy with nothing to score) are skipped.
+
+        A stateful ``eval_collate_fn`` (other than ``collate_fn``) is restored to its state at
+        construction first, so every evaluation, resumed runs included, sees the same batches.
+        """
+        if self.eval_loader is None:
+            raise ValueError("Trainer.evaluate() needs an eval_dataset.")
+        ckpt.load_object_state(self._eval_collate, self._eval_collate_state)
+        window = MetricWindow()
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            for batch in self.eval_loader:
+                batch = _to_device(batch, self.device)
+                with self._autocast():
+                    loss, metrics = self.model.training_step(batch)
+                examples = _num_examples(batch)
+                window.add({**metrics, "loss": loss}, weight=examples)
+                window.count(examples, _num_tokens(batch))
+        finally:
+            self.model.train(was_training)
+        values, examples, _ = window.reduce(self.ctx)
+        self.last_eval = values
+        self._write({"split": "eval", "step": self.state.step, "epoch": self.state.epoch, **values,
+                     "examples": examples, "elapsed_s": round(self.state.elapsed_s, 3)})
+        self._trigger("on_evaluate")
+        return values
+
+    def save_checkpoint(self) -> Path | None:
+        """Write the full state as checkpoint ``step`` (rank 0) and rotate; returns its path on rank 0."""
+        local = {"rng": ckpt.rng_state(), "data": self._data_state()}
+        gathered = gather_to_main(local, self.ctx)
+        path = None
+        if self.ctx.is_main:
+            state = {"format": 1, "world_size": self.ctx.world_size, "trainer": asdict(self.state),
+                     "config": self.config.to_dict(), "optimizer": self.optimizer.state_dict(),
+                     "scheduler": self.scheduler.state_dict(),
+                     "scaler": self.scaler.state_dict() if self.scaler is not None else None,
+                     "metrics": {"last_log": self.last_log, "last_eval": self.last_eval}, "ranks": gathered}
+            path = ckpt.save_checkpoint(self.output_dir, self.state.step, self.model, state)
+            ckpt.rotate_checkpoints(self.output_dir, self.config.keep_last)
+        barrier(self.ctx)
+        self._saved_step = self.state.step
+        self._trigger("on_save")
+        return path
+
+    # ------------------------------------------------------------------ one step
+    def _train_step(self, batches: Iterator[dict], window: MetricWindow) -> None:
+        cfg, accum = self.config, self.config.gradient_accumulation_steps
+        started = time.perf_counter()
+        nonfinite = torch.zeros((), dtype=torch.bool, device=self.device)
+        for micro in range(accum):
+            batch = _to_device(next(batches), self.device)
+            sync = self.ddp is None or micro == accum - 1  # DDP all-reduces on the last micro-batch only
+            with contextlib.nullcontext() if sync else self.ddp.no_sync():
+                with self._autocast():
+                    loss, metrics = self.ddp(batch) if self.ddp is not None else self.model.training_step(batch)
+                scaled = loss / accum
+                (self.scaler.scale(scaled) if self.scaler is not None else scaled).backward()
+            loss = loss.detach()
+            nonfinite |= ~torch.isfinite(loss)
+            examples = _num_examples(batch)
+            window.add({**metrics, "loss": loss}, weight=examples)
+            window.count(examples, _num_tokens(batch))
+
+        if self.scaler is not None:
+            self.scaler.unscale_(self.optimizer)
+        grad_norm = None
+        if cfg.max_grad_norm is not None:
+            grad_norm = torch.nn.utils.clip_grad_norm_(self._params, cfg.max_grad_norm)
+            window.add({"grad_norm": grad_norm}, weight=1)
+        norm = grad_norm.float() if grad_norm is not None else torch.zeros((), device=self.device)
+        any_bad_loss, norm = torch.stack([all_reduce_(nonfinite.float(), self.ctx, op="max"), norm]).tolist()
+        # with fp16 an overflowing gradient is the GradScaler's business (it skips and backs off)
+        bad_grad = self.scaler is None and not math.isfinite(norm)
+        self._last_lr = self.optimizer.param_groups[0]["lr"]
+        if any_bad_loss or bad_grad:
+            self._skip_step()
+        else:
+            self.state.consecutive_nonfinite = 0
+            if self.scaler is not None:
+                self.scaler.step(self.optimizer)
+            else:
+                self.optimizer.step()
+        if self.scaler is not None:
+            self.scaler.update()
+        with warnings.catch_warnings():  # a skipped first step makes torch warn about the call order
+            warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler.step\\(\\)`")
+            self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.state.step += 1
+        self.state.examples_seen += self.micro_batch_size * accum * self.ctx.world_size
+        window.steps += 1
+        window.seconds += time.perf_counter() - started
+
+    def _skip_step(self) -> None:
+        self.optimizer.zero_grad(set_to_none=True)
+        state, limit = self.state, self.config.max_nonfinite_steps
+        state.nonfinite_steps += 1
+        state.consecutive_nonfinite += 1
+        logger.warning("step %d: non-finite loss or gradient norm; no update applied (%d in a row, %d in total).",
+                       state.step + 1, state.consecutive_nonfinite, state.nonfinite_steps)
+        if state.consecutive_nonfinite >= limit:
+            latest = ckpt.latest_checkpoint(self.output_dir)
+            raise NonFiniteLossError(
+                f"Training stopped at step {state.step + 1}: the loss or gradient norm was NaN/inf in "
+                f"{state.consecutive_nonfinite} consecutive steps (TrainingConfig.max_nonfinite_steps={limit}); "
+                f"none of them changed the weights. Last checkpoint: {latest or 'none'}. Try a lower "
+                "learning_rate, a longer warmup, max_grad_norm, bf16/fp32 instead of fp16, or look for "
+                "NaN/inf in the inputs.")
+
+    # ------------------------------------------------------------------ data
+    def _micro_batches(self) -> Iterator[dict]:
+        """Micro-batches forever, epoch after epoch, keeping ``state.epoch`` / ``batch_in_epoch`` and the
+        sampler snapshot in step. An epoch ends after its last whole optimizer step's worth of micro-batches."""
+        while True:
+            if self.state.batch_in_epoch >= self._micro_per_epoch:
+                self.state.epoch += 1
+                self.state.batch_in_epoch = 0
+                self.sampler.set_epoch(self.state.epoch)
+            self._index_batches.snapshots.clear()
+            for batch in self.train_loader:
+                self._sampler_snapshot = self._index_batches.snapshots.popleft()
+                self.state.batch_in_epoch += 1
+                yield batch
+                if self.state.batch_in_epoch >= self._micro_per_epoch:
+                    break
+            else:  # the sampler ran out before the epoch's last full step (or was resumed at its end)
+                if self.state.batch_in_epoch == 0:
+                    raise RuntimeError("The sampler yielded no full micro-batch in a whole epoch.")
+                self.state.batch_in_epoch = self._micro_per_epoch
+
+    def _data_state(self) -> dict[str, Any]:
+        return {"sampler": self._sampler_snapshot, "collate_fn": ckpt.object_state(self.collate_fn),
+                "stateful": {name: ckpt.object_state(obj) for name, obj in self.stateful.items()}}
+
+    # ------------------------------------------------------------------ start / resume
+    def _start_fresh(self) -> None:
+        existing = ckpt.latest_checkpoint(self.output_dir)
+        if existing is not None:
+            raise ValueError(f"{self.output_dir} already holds checkpoints ({existing.name}); pass "
+                             "resume_from='latest' to continue that run, or use a new output_dir.")
+        seed = self.config.seed + self.ctx.rank  # ranks draw different dropout masks
+        random.seed(seed)
+        np.random.seed(seed % 2**32)
+        torch.manual_seed(seed)
+        self.sampler.set_epoch(0)
+        self._sampler_snapshot = ckpt.object_state(self.sampler)
+        if self.ctx.is_main and self.metrics_path.exists():
+            self.metrics_path.unlink()
+
+    def _restore(self, path: Path) -> None:
+        saved = ckpt.load_checkpoint(path, self.model)
+        old = saved["config"]
+        if saved["world_size"] != self.ctx.world_size or any(
+                old[k] != self.config.to_dict()[k] for k in ("batch_size", "gradient_accumulation_steps", "seed")):
+            raise ValueError(f"{path} was written with world size {saved['world_size']}, batch_size "
+                             f"{old['batch_size']}, gradient_accumulation_steps {old['gradient_accumulation_steps']}"
+                             f" and seed {old['seed']}; resume with the same values (the data position depends "
+                             "on them).")
+        self.optimizer.load_state_dict(saved["optimizer"])
+        self.scheduler.load_state_dict(saved["scheduler"])
+        if self.scaler is not None and saved["scaler"] is not None:
+            self.scaler.load_state_dict(saved["scaler"])
+        self.state = TrainState(**saved["trainer"])
+        self.last_log, self.last_eval = saved["metrics"]["last_log"], saved["metrics"]["last_eval"]
+        local = saved["ranks"][self.ctx.rank]
+        ckpt.set_rng_state(local["rng"])
+        data = local["data"]
+        ckpt.load_object_state(self.sampler, data["sampler"])
+        self._sampler_snapshot = data["sampler"]
+        ckpt.load_object_state(self.collate_fn, data["collate_fn"])
+        for name, obj in self.stateful.items():
+            ckpt.load_object_state(obj, data["stateful"].get(name))
+        self._saved_step = self.state.step
+        if self.ctx.is_main:
+            truncate_metrics(self.metrics_path, self.state.step)
+        logger.info("resumed from %s at step %d (epoch %d)", path, self.state.step, self.state.epoch)
+
+    # ------------------------------------------------------------------ logging
+    def _log(self, window: MetricWindow, bar) -> None:
+        values, examples, tokens = window.reduce(self.ctx)
+        seconds = max(window.seconds, 1e-9)
+        record = {"split": "train", "step": self.state.step, "epoch": self.state.epoch, "lr": self._last_lr,
+                  **values, "tokens_per_s": round(tokens / seconds, 2), "examples_per_s": round(examples / seconds, 2),
+                  "elapsed_s": round(self.state.elapsed_s, 3), "nonfinite_steps": self.state.nonfinite_steps}
+        self.last_log = record
+        self._write(record)
+        if values.get("loss") is not None:
+            bar.set_postfix(loss=f"{values['loss']:.4f}", tok_s=f"{tokens / seconds:.0f}", refresh=False)
+        window.reset()
+        self._trigger("on_log")
+
+    def _write(self, record: dict[str, Any]) -> None:
+        """Append one line to metrics.jsonl (rank 0); opened per line, so a crash never loses a written one."""
+        if self.ctx.is_main:
+            self.output_dir.mkdir(parents=True, exist_ok=True)
+            with open(self.metrics_path, "a", encoding="utf-8") as f:
+                f.write(json.dumps(record) + "\n")
+
+    # ------------------------------------------------------------------ helpers
+    def _autocast(self):
+        if self.precision == "fp32":
+            return contextlib.nullcontext()
+        dtype = torch.bfloat16 if self.precision == "bf16" else torch.float16
+        return torch.autocast(self.device.type, dtype=dtype)
+
+    def _trigger(self, event: str) -> None:
+        for fn in self.callbacks[event]:
+            fn(self)
+
+
+class _IndexBatches:
+    """Batch sampler: consecutive micro-batches of the sampler's indices, recording the sampler's
+    state after each one, so the state of the last *consumed* batch is known even when workers
+    prefetch ahead. A trailing partial batch is dropped."""
+
+    def __init__(self, sampler, batch_size: int):
+        self.sampler, self.batch_size = sampler, batch_size
+        self.snapshots: collections.deque = collections.deque()
+
+    def __iter__(self) -> Iterator[list[int]]:
+        batch = []
+        for index in self.sampler:
+            batch.append(index)
+            if len(batch) == self.batch_size:
+                self.snapshots.append(self.sampler.state_dict())
+                yield batch
+                batch = []
+
+    def __len__(self) -> int:
+        return len(self.sampler) // self.batch_size
+
+
+def _grad_scaler():
+    """fp16's loss scaler (``torch.amp.GradScaler`` since torch 2.3, ``torch.cuda.amp`` before)."""
+    if hasattr(torch.amp, "GradScaler"):
+        return torch.amp.GradScaler("cuda")
+    return torch.cuda.amp.GradScaler()
+
+
+def _to_device(batch: Any, device: torch.device) -> Any:
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device, non_blocking=device.type == "cuda")
+    if isinstance(batch, Mapping):
+        return {k: _to_device(v, device) for k, v in batch.items()}
+    if isinstance(batch, list | tuple):
+        return type(batch)(_to_device(v, device) for v in batch)
+    return batch
+
+
+def _num_examples(batch: Mapping[str, Any]) -> int:
+    """Leading dimension of ``input_ids`` (or of the first tensor in the batch)."""
+    if isinstance(batch.get("input_ids"), torch.Tensor):
+        return batch["input_ids"].shape[0]
+    return next(v.shape[0] for v in batch.values() if isinstance(v, torch.Tensor))
+
+
+def _num_tokens(batch: Mapping[str, Any]) -> torch.Tensor | int:
+    """Real tokens: ``attention_mask.sum()`` (stays on device), else ``input_ids.numel()``, else 0."""
+    if isinstance(batch.get("attention_mask"), torch.Tensor):
+        return batch["attention_mask"].sum()
+    if isinstance(batch.get("input_ids"), torch.Tensor):
+        return batch["input_ids"].numel()
+    return 0
