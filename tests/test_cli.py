@@ -23,7 +23,15 @@ def test_info_on_a_size_and_a_directory(capsys, tmp_path, tiny_config):
     assert "H=36" in capsys.readouterr().out
 
 
-def test_demo_runs_every_task_model(capsys):
-    assert main(["demo"]) == 0
+def test_demo_pretrains_and_reports_against_baselines(capsys, tmp_path):
+    from bertkit.cli import demo
+
+    evaluation = demo.run(str(tmp_path / "demo"), budget_s=60, max_steps=3)
     out = capsys.readouterr().out
-    assert "BERTForQuestionAnswering" in out and "(4, 32, 30522)" in out
+    for line in ("MLM accuracy at [MASK] positions", "MLM accuracy at all selected positions", "NSP accuracy",
+                 "fill-mask:", "model + tokenizer:"):
+        assert line in out
+    assert 0 < evaluation["masked_positions"] < evaluation["selected_positions"]
+    assert (tmp_path / "demo" / "model" / "model.safetensors").is_file()
+    demo.run(str(tmp_path / "demo"), budget_s=60, max_steps=1)  # a second run never overwrites the first
+    assert (tmp_path / "demo-2" / "model" / "model.safetensors").is_file()

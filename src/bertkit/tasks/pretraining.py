@@ -175,10 +175,14 @@ def most_frequent_token(dataset: PretrainingDataset, exclude: list[int]) -> int:
 def pretrain_from_text(files: list[str | os.PathLike] | str | os.PathLike, output_dir: str | os.PathLike, *,
                        model: str | os.PathLike | BERTConfig = "tiny", vocab_size: int = 8000,
                        do_lower_case: bool = True, max_seq_length: int = 128, heldout_every: int = 20,
-                       dupe_factor: int = 1, whole_word: bool = False, training: TrainingConfig | None = None,
+                       dupe_factor: int = 1, whole_word: bool = False, masked_lm_prob: float = 0.15,
+                       training: TrainingConfig | None = None,
                        model_overrides: dict[str, Any] | None = None, progress: bool = True,
                        callbacks=None) -> PretrainingResult:
-    """Learn a vocabulary, build train / held-out data (every ``heldout_every``-th document held out), pretrain."""
+    """Learn a vocabulary, build train / held-out data (every ``heldout_every``-th document held out), pretrain.
+
+    ``masked_lm_prob`` applies to training; held-out data is always masked at BERT's 15%.
+    """
     output_dir = Path(output_dir)
     data_root = output_dir / "data"
     data_root.mkdir(parents=True, exist_ok=True)
@@ -193,7 +197,7 @@ def pretrain_from_text(files: list[str | os.PathLike] | str | os.PathLike, outpu
                                         do_lower_case=do_lower_case, show_progress=progress)
     common = dict(max_seq_length=max_seq_length, whole_word=whole_word, progress=progress, format="google")
     train_dir = create_pretraining_data([data_root / "train.txt"], tokenizer, data_root / "train",
-                                        dupe_factor=dupe_factor, **common)
+                                        dupe_factor=dupe_factor, masked_lm_prob=masked_lm_prob, **common)
     heldout_dir = create_pretraining_data([data_root / "heldout.txt"], tokenizer, data_root / "heldout",
                                           seed=7, **common)
     return pretrain(train_dir, output_dir, model=model, training=training, eval_data_dir=heldout_dir,
