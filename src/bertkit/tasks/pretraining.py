@@ -69,8 +69,12 @@ def model_config(model: str | os.PathLike | BERTConfig, tokenizer: BERTTokenizer
 def pretrain(data_dir: str | os.PathLike, output_dir: str | os.PathLike, *,
              model: str | os.PathLike | BERTConfig = "tiny", training: TrainingConfig | None = None,
              eval_data_dir: str | os.PathLike | None = None, resume_from: str | None = None,
-             model_overrides: dict[str, Any] | None = None, callbacks=None) -> PretrainingResult:
+             model_overrides: dict[str, Any] | None = None, masking: dict[str, Any] | None = None,
+             callbacks=None) -> PretrainingResult:
     """Pretrain on ``data_dir``; save the model and tokenizer (HF format) under ``output_dir/model``.
+
+    ``masking`` overrides the training collator's masking (e.g. ``mask_replace_prob``);
+    evaluation always masks as BERT does (15%, 80/10/10).
 
     ``training`` defaults to a short run; its ``output_dir`` is set to ``output_dir``. The
     metrics go to ``metrics.jsonl``, a plot of the curves to ``metrics.png`` (with
@@ -84,7 +88,7 @@ def pretrain(data_dir: str | os.PathLike, output_dir: str | os.PathLike, *,
     training = training.replace(output_dir=str(output_dir))
     config = model_config(model, tokenizer, dataset.max_seq_length, **(model_overrides or {}))
     net = BERTForPreTraining(config)
-    collator = dataset.collator()
+    collator = dataset.collator(**(masking or {}))
     eval_dataset = PretrainingDataset(eval_data_dir) if eval_data_dir is not None else None
     trainer = Trainer(net, dataset, config=training, collate_fn=collator,
                       eval_dataset=eval_dataset, eval_collate_fn=_seeded_collator(eval_dataset, training.seed)
@@ -177,8 +181,8 @@ def pretrain_from_text(files: list[str | os.PathLike] | str | os.PathLike, outpu
                        do_lower_case: bool = True, max_seq_length: int = 128, heldout_every: int = 20,
                        dupe_factor: int = 1, whole_word: bool = False, masked_lm_prob: float = 0.15,
                        training: TrainingConfig | None = None,
-                       model_overrides: dict[str, Any] | None = None, progress: bool = True,
-                       callbacks=None) -> PretrainingResult:
+                       model_overrides: dict[str, Any] | None = None, masking: dict[str, Any] | None = None,
+                       progress: bool = True, callbacks=None) -> PretrainingResult:
     """Learn a vocabulary, build train / held-out data (every ``heldout_every``-th document held out), pretrain.
 
     ``masked_lm_prob`` applies to training; held-out data is always masked at BERT's 15%.
@@ -201,4 +205,4 @@ def pretrain_from_text(files: list[str | os.PathLike] | str | os.PathLike, outpu
     heldout_dir = create_pretraining_data([data_root / "heldout.txt"], tokenizer, data_root / "heldout",
                                           seed=7, **common)
     return pretrain(train_dir, output_dir, model=model, training=training, eval_data_dir=heldout_dir,
-                    model_overrides=model_overrides, callbacks=callbacks)
+                    model_overrides=model_overrides, masking=masking, callbacks=callbacks)
