@@ -13,9 +13,9 @@ import argparse
 import time
 from pathlib import Path
 
-#: the recipe, tuned for 2 CPU cores (see README "Demo")
-RECIPE = dict(layers=2, hidden=128, heads=2, vocab_size=4000, max_seq_length=64, batch_size=128,
-              learning_rate=3e-3, max_steps=700, masked_lm_prob=0.4, warmup_ratio=0.05)
+#: the recipe, tuned for 2 CPU cores: many small steps escape the unigram plateau sooner than few large ones
+RECIPE = dict(layers=2, hidden=128, heads=2, vocab_size=4000, max_seq_length=64, batch_size=32,
+              learning_rate=2e-3, max_steps=2500, masked_lm_prob=0.3, warmup_ratio=0.05)
 
 SENTENCES = (
     "it is a truth universally acknowledged, that a single man in possession of a good fortune, "
@@ -54,7 +54,7 @@ def run(output: str = "runs/demo", budget_s: float = 270.0, max_steps: int | Non
 
     training = TrainingConfig(max_steps=max_steps or r["max_steps"], batch_size=r["batch_size"],
                               learning_rate=r["learning_rate"], warmup_ratio=r["warmup_ratio"], precision=precision,
-                              log_every=25, device="auto")
+                              log_every=100, device="auto")
     config = BERTConfig(num_hidden_layers=r["layers"], hidden_size=r["hidden"], num_attention_heads=r["heads"],
                         intermediate_size=4 * r["hidden"])
     result = pretrain_from_text(files, out, model=config, vocab_size=r["vocab_size"],
