@@ -26,7 +26,7 @@ SENTENCES = (
 )
 
 
-def run(output: str = "runs/demo", budget_s: float = 270.0, max_steps: int | None = None) -> dict:
+def run(output: str = "runs/demo", budget_s: float = 330.0, max_steps: int | None = None) -> dict:
     import torch
 
     from bertkit import BERTConfig, BERTForMaskedLM, BERTTokenizerFast
@@ -94,7 +94,7 @@ def _fresh(path: Path) -> Path:
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="bertkit demo", description=__doc__)
     parser.add_argument("-o", "--output", default="runs/demo")
-    parser.add_argument("--budget", type=float, default=270.0, help="seconds of training at most")
+    parser.add_argument("--budget", type=float, default=330.0, help="seconds (from the start) before training stops")
     parser.add_argument("--max-steps", type=int, default=None)
     args = parser.parse_args(argv)
     run(args.output, args.budget, args.max_steps)
