@@ -10,9 +10,30 @@ torch until a model is touched.
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING
+import os
+from typing import TYPE_CHECKING, Any
+
+from bertkit import hooks as _hooks
 
 __version__ = "0.1.0"
+
+
+# The models' from_pretrained / save_pretrained are bertkit.weights' work, and modeling does not
+# import weights (design §2): this root, which runs before any bertkit.* module, wires them up.
+def _load_pretrained(model_or_cls: Any, source: str | os.PathLike | Any | None, weights: Any,
+                     config_overrides: dict[str, Any]) -> Any:
+    from bertkit.weights import load_pretrained
+
+    return load_pretrained(model_or_cls, source, weights, config_overrides)
+
+
+def _save_pretrained(model: Any, directory: str | os.PathLike) -> None:
+    from bertkit.weights import save_pretrained
+
+    save_pretrained(model, directory)
+
+
+_hooks.install_checkpoint_io(_load_pretrained, _save_pretrained)
 
 #: top-level name -> module that defines it (everything else comes from bertkit.modeling)
 _LAZY = {
@@ -25,6 +46,7 @@ _LAZY = {
     "BERT_Weights": "bertkit.weights",
     "BERT_ForQuestionAnswering_Weights": "bertkit.weights",
     "BERT_ForSequenceClassification_Weights": "bertkit.weights",
+    "LoadWarning": "bertkit.weights",
 }
 
 if TYPE_CHECKING:  # for IDEs and type checkers
@@ -38,6 +60,7 @@ if TYPE_CHECKING:  # for IDEs and type checkers
     from bertkit.weights import BERT_ForQuestionAnswering_Weights as BERT_ForQuestionAnswering_Weights
     from bertkit.weights import BERT_ForSequenceClassification_Weights as BERT_ForSequenceClassification_Weights
     from bertkit.weights import BERT_Weights as BERT_Weights
+    from bertkit.weights import LoadWarning as LoadWarning
 
 
 def __getattr__(name: str):

@@ -18,7 +18,7 @@ The pipeline, top to bottom:
    is just four offsets and a label.
 3. :func:`assemble`: ``[CLS] A [SEP] B [SEP]`` rows, vectorised, in the shard layout.
 4. :func:`mask_statically`: Google's static masking through the project's one masking
-   function, :func:`bertkit.modeling.masking.mask_tokens` (``exact_count=True``).
+   function, :func:`bertkit.masking.mask_tokens` (``exact_count=True``).
 
 Three seeded streams make the output a function of ``seed``: ``random.Random(seed)`` for
 pairing, ``numpy.random.default_rng(seed)`` for truncation and the final shuffle, and a
@@ -37,7 +37,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from bertkit.modeling.masking import mask_tokens, whole_word_ids
+from bertkit.masking import mask_tokens, whole_word_ids
 
 
 @dataclass(frozen=True)
@@ -148,7 +148,8 @@ def create_instance_spans(corpus: TokenizedCorpus, *, max_seq_length: int = 128,
     if dupe_factor < 1:
         raise ValueError(f"dupe_factor must be >= 1, got {dupe_factor}.")
     if corpus.num_documents == 0:
-        raise ValueError("the corpus holds no text: there is nothing to build instances from.")
+        raise ValueError("the corpus holds no words after tokenization (empty files, or only white space and "
+                         "control characters): there is nothing to build instances from.")
     if corpus.num_documents == 1:
         warnings.warn("the corpus is a single document, so random-next segments (NSP label 1) come from that "
                       "same document; give it several documents.", stacklevel=2)

@@ -3,6 +3,10 @@
 Subclasses set ``hf_architecture`` (the HF class their checkpoints are saved as) and,
 for task models, ``head_prefixes`` (the parameters that are new when a checkpoint
 brings only a backbone).
+
+Loading and saving are implemented in :mod:`bertkit.weights`, which imports modeling; the
+methods here reach it through the slots of :mod:`bertkit.hooks` (filled by the package root),
+so modeling never imports weights (design §2).
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from bertkit import hooks
 from bertkit.config import BERTConfig
 from bertkit.modeling.layers import BERTLMPredictionHead
 
@@ -51,12 +56,17 @@ class BERTPreTrainedModel(nn.Module):
         """
         for child in self.children():
             if not isinstance(child, BERTPreTrainedModel):
-                child.apply(self._init_weights)
+                child.apply(self.init_module_weights)
         self.tie_weights()
 
     @torch.no_grad()
-    def _init_weights(self, module: nn.Module) -> None:
-        """normal(0, initializer_range) weights, zero biases, LayerNorm 1/0, zero padding row."""
+    def init_module_weights(self, module: nn.Module) -> None:
+        """Initialise one ``module`` in place as BERT does (``post_init`` applies it to every head layer).
+
+        Linear and Embedding weights ~ normal(0, ``config.initializer_range``), their biases and an
+        Embedding's padding row 0, LayerNorm weight 1 and bias 0, an LM head's separate bias 0;
+        other modules are left alone.
+        """
         std = self.config.initializer_range
         if isinstance(module, nn.Linear):
             module.weight.normal_(0.0, std)
@@ -115,7 +125,7 @@ class BERTPreTrainedModel(nn.Module):
         new = nn.Embedding(new_num_tokens, old.embedding_dim, padding_idx=old.padding_idx
                            if old.padding_idx is not None and old.padding_idx < new_num_tokens else None,
                            device=old.weight.device, dtype=old.weight.dtype)
-        self._init_weights(new)
+        self.init_module_weights(new)
         with torch.no_grad():
             new.weight[:n] = old.weight[:n]
         self.base_model.embeddings.word_embeddings = new
@@ -127,17 +137,22 @@ class BERTPreTrainedModel(nn.Module):
                 bias[:n] = predictions.bias[:n]
             decoder = nn.Linear(old.embedding_dim, new_num_tokens, device=old.weight.device,
                                 dtype=old.weight.dtype)
-            self._init_weights(decoder)
+            self.init_module_weights(decoder)
             if not self.config.tie_word_embedding:
                 with torch.no_grad():
                     decoder.weight[:n] = out.weight[:n]
             decoder.bias = bias
             predictions.decoder, predictions.bias = decoder, bias
-        self._set_config(self.config.replace(vocab_size=new_num_tokens))
+        self.set_config(self.config.replace(vocab_size=new_num_tokens))
         self.tie_weights()
         return new
 
-    def _set_config(self, config: BERTConfig) -> None:
+    def set_config(self, config: BERTConfig) -> None:
+        """Make ``config`` the config of this model and of every model inside it (its backbone).
+
+        :meth:`resize_token_embeddings` calls it; a subclass that keeps its config in another
+        type (the pytorch_pretrained_bert compat) overrides it.
+        """
         for module in self.modules():
             if isinstance(module, BERTPreTrainedModel):
                 module.config = config
@@ -180,22 +195,23 @@ class BERTPreTrainedModel(nn.Module):
         via ``model.safetensors.index.json``) or ``pytorch_model.bin`` with
         ``torch.load(weights_only=True)``. Strict: a missing or unexpected key is a
         ``ValueError`` naming it, except the allowed adaptations (a task head absent from
-        the checkpoint is freshly initialised, a head the model lacks is dropped, the pooler
-        may be absent), which are listed in ``model.load_report``. Returns the model in eval mode.
+        the checkpoint is freshly initialised, a known head the model lacks — MLM, NSP,
+        classifier, QA — is dropped, the pooler may be absent, a classifier of another size
+        is re-initialised, floating-point tensors are cast to the model's dtype), which are
+        listed in ``model.load_report`` and each emitted as a :class:`bertkit.LoadWarning`.
+        A head under unknown names (e.g. ``score.*``) is refused unless ``strict=False``,
+        which drops it and initialises the model's own head. ``warn=False`` (or
+        ``warnings.filterwarnings("ignore", category=bertkit.LoadWarning)``) silences the
+        warnings. Returns the model in eval mode.
         """
-        from bertkit.weights.download import resolve_source
-        from bertkit.weights.hf import load_pretrained
-
-        return load_pretrained(self_or_cls, resolve_source(source, weights), config_overrides)
+        return hooks.load_pretrained(self_or_cls, source, weights, config_overrides)
 
     def save_pretrained(self, directory: str | os.PathLike) -> None:
         """Write ``config.json`` (HF's keys) and ``model.safetensors`` (HF's names) atomically.
 
         The directory loads in HF transformers' matching ``Bert*`` class and back in bertkit.
         """
-        from bertkit.weights.hf import save_pretrained
-
-        save_pretrained(self, directory)
+        hooks.save_pretrained(self, directory)
 
     def num_parameters(self, trainable_only: bool = False) -> int:
         """Number of (unique) parameters; tied weights count once."""

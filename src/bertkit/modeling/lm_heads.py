@@ -2,7 +2,9 @@
 
 MLM heads accept ``pred_positions`` (``[B, P]`` indices or a boolean ``[B, L]`` mask) to
 project only those positions onto the vocabulary, and their losses project only the
-labelled positions. Masking for pretraining is :func:`bertkit.modeling.masking.mask_tokens`.
+labelled positions: every MLM loss here (``get_loss``, ``get_mlm_loss``, ``training_step``)
+is :func:`bertkit.modeling.losses.masked_lm_losses`, reduced. Masking for pretraining is
+:func:`bertkit.masking.mask_tokens`.
 """
 
 from __future__ import annotations
@@ -11,12 +13,21 @@ import torch
 import torch.nn.functional as F
 
 from bertkit.config import BERTConfig
+from bertkit.masking import mask_tokens
 from bertkit.modeling import text as text_helpers
 from bertkit.modeling.cache import KVCache
-from bertkit.modeling.heads import TaskModel, _check_labels, gather_positions
+from bertkit.modeling.heads import TaskModel, gather_positions
 from bertkit.modeling.layers import BERTOnlyMLMHead, BERTPreTrainingHeads
-from bertkit.modeling.losses import accuracy, check_reduction, cross_entropy, reduce
-from bertkit.modeling.masking import mask_tokens
+from bertkit.modeling.losses import (
+    MaskedLMLosses,
+    accuracy,
+    check_labels,
+    check_reduction,
+    cross_entropy,
+    masked_lm_loss,
+    masked_lm_losses,
+    reduce,
+)
 
 
 class _SpecDefault(int):
@@ -32,28 +43,21 @@ class _MaskedLMMixin:
     def _mlm_scores(self, sequence_output: torch.Tensor, pred_positions: torch.Tensor | None) -> torch.Tensor:
         return self.cls.predictions(gather_positions(sequence_output, pred_positions))
 
-    def _mlm_token_losses(self, sequence_output: torch.Tensor, labels: torch.Tensor,
-                          ignore_index: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Per-position MLM loss ``[B, L]`` (0 where ignored) and the validity mask; projects only labelled tokens."""
-        _check_labels("mlm_labels", labels, self.config.vocab_size, ignore_index)
-        valid = labels != ignore_index
-        scores = self.cls.predictions(sequence_output[valid])  # [N, V]
-        losses = sequence_output.new_zeros(labels.shape, dtype=torch.float32)
-        losses = losses.masked_scatter(valid, F.cross_entropy(scores.float(), labels[valid], reduction="none"))
-        return losses, valid
+    def _mlm_losses(self, sequence_output: torch.Tensor, labels: torch.Tensor,
+                    ignore_index: int = -100) -> MaskedLMLosses:
+        return masked_lm_losses(self.cls.predictions, sequence_output, labels, vocab_size=self.config.vocab_size,
+                                ignore_index=ignore_index)
 
     def _mlm_step(self, sequence_output: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, dict]:
-        """Mean MLM loss over labelled positions (only those are projected) and its metrics."""
-        valid = labels != -100
-        targets = labels[valid]
-        scores = self.cls.predictions(sequence_output[valid]).float()  # [N, V]
+        """Mean MLM loss over labelled positions (0, graph kept, when there are none) and its metrics."""
+        out = self._mlm_losses(sequence_output, labels)
+        loss = reduce(out.losses, "mean", out.valid)
+        targets = labels[out.valid]
         if targets.numel() == 0:
-            loss = scores.sum() * 0.0  # keeps the graph connected; no position to learn from
             accuracy_ = torch.tensor(float("nan"), device=labels.device)
         else:
-            loss = F.cross_entropy(scores, targets)
-            accuracy_ = (scores.argmax(-1) == targets).float().mean()
-        return loss, {"mlm_loss": loss.detach(), "mlm_accuracy": accuracy_.detach(), "mlm_tokens": valid.sum()}
+            accuracy_ = (out.scores.argmax(-1) == targets).float().mean()
+        return loss, {"mlm_loss": loss.detach(), "mlm_accuracy": accuracy_.detach(), "mlm_tokens": out.valid.sum()}
 
     def training_step(self, batch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """The training engine's entry point: ``(loss, metrics)`` for one batch dict.
@@ -77,8 +81,8 @@ class _MaskedLMMixin:
         return loss, metrics
 
     def _mlm_loss(self, sequence_output, labels, ignore_index, reduction):
-        losses, valid = self._mlm_token_losses(sequence_output, labels, ignore_index)
-        return reduce(losses, reduction, valid)
+        return masked_lm_loss(self.cls.predictions, sequence_output, labels, vocab_size=self.config.vocab_size,
+                              ignore_index=ignore_index, reduction=reduction)
 
     def _mlm_accuracy(self, sequence_output, labels, ignore_index) -> torch.Tensor:
         valid = labels != ignore_index
@@ -149,7 +153,7 @@ class BERTForPreTraining(_MaskedLMMixin, TaskModel):
 
     def _nsp_loss(self, pooled, nsp_labels, reduction, ignore_index: int = -100):
         logits = self.cls.seq_relationship(pooled)
-        _check_labels("nsp_labels", nsp_labels, 2, ignore_index)
+        check_labels("nsp_labels", nsp_labels, 2, ignore_index)
         return cross_entropy(logits, nsp_labels.view(-1), ignore_index=ignore_index, reduction=reduction)
 
     def get_loss(self, mlm_labels, nsp_labels, input_ids=None, attention_mask=None, token_type_ids=None,
@@ -165,8 +169,8 @@ class BERTForPreTraining(_MaskedLMMixin, TaskModel):
         seq, pooled = self.bert(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds)
         nsp = self._nsp_loss(pooled, nsp_labels, reduction, ignore_index)
         if reduction is None:
-            losses, valid = self._mlm_token_losses(seq, mlm_labels, ignore_index)
-            mlm = losses.sum(dim=1) / valid.sum(dim=1).clamp(min=1)
+            out = self._mlm_losses(seq, mlm_labels, ignore_index)
+            mlm = out.losses.sum(dim=1) / out.valid.sum(dim=1).clamp(min=1)
         else:
             mlm = self._mlm_loss(seq, mlm_labels, ignore_index, reduction)
         return mlm_weight * mlm + nsp_weight * nsp

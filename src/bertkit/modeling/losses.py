@@ -1,10 +1,15 @@
 """Loss and accuracy functions shared by every head (one implementation each).
 
 ``reduction`` is ``"mean"``, ``"sum"`` or ``None``; with ``None`` the loss keeps the
-labels' shape and ignored positions hold 0.
+labels' shape and ignored positions hold 0. :func:`check_labels` is the label validation
+every loss runs first; :func:`masked_lm_losses` is the one place the masked-LM loss is
+computed (the lucid heads, their training step and the pytorch_pretrained_bert compat call it).
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -52,3 +57,58 @@ def accuracy(predictions: torch.Tensor, labels: torch.Tensor, ignore_index: int 
     hits = ((predictions == labels) & valid).sum()
     n = valid.sum()
     return hits.float() / n if n > 0 else torch.tensor(float("nan"), device=labels.device)
+
+
+def check_labels(name: str, labels: torch.Tensor, num_classes: int, ignore_index: int | None) -> None:
+    """Raise a ValueError naming ``name`` when a label is outside ``[0, num_classes)`` (``ignore_index`` allowed).
+
+    Float labels (regression, multi-label targets) and empty tensors are not checked.
+    """
+    if labels.is_floating_point() or labels.numel() == 0:
+        return
+    bad = (labels < 0) | (labels >= num_classes)
+    if ignore_index is not None:
+        bad &= labels != ignore_index
+    if bool(bad.any()):
+        value = int(labels[bad][0])
+        raise ValueError(f"{name} holds {value}, outside [0, {num_classes})"
+                         + (f" and not the ignore index {ignore_index}" if ignore_index is not None else "")
+                         + "; check the labels match this model's head.")
+
+
+class MaskedLMLosses(NamedTuple):
+    """What :func:`masked_lm_losses` returns."""
+
+    #: ``[B, L]`` float32 cross-entropy per position, 0 where the label is the ignore index.
+    losses: torch.Tensor
+    #: ``[B, L]`` bool, True at the labelled positions.
+    valid: torch.Tensor
+    #: ``[N, V]`` float32 vocabulary scores at the N labelled positions, in row-major order.
+    scores: torch.Tensor
+
+
+def masked_lm_losses(project: Callable[[torch.Tensor], torch.Tensor], sequence_output: torch.Tensor,
+                     labels: torch.Tensor, *, vocab_size: int, ignore_index: int = -100) -> MaskedLMLosses:
+    """The masked-LM cross-entropy, projecting only the labelled positions onto the vocabulary.
+
+    ``project`` maps hidden states ``[N, H]`` to scores ``[N, V]`` (an MLM head's
+    ``cls.predictions``); ``sequence_output`` is ``[B, L, H]`` and ``labels`` ``[B, L]``
+    holds token ids in ``[0, vocab_size)`` or ``ignore_index`` (anything else is a
+    ``ValueError``). Scores and losses are float32 whatever the model's dtype. With no
+    labelled position the losses are all 0 and still part of the autograd graph.
+    """
+    check_labels("mlm_labels", labels, vocab_size, ignore_index)
+    valid = labels != ignore_index
+    scores = project(sequence_output[valid]).float()  # [B, L, H] -> [N, H] -> [N, V]
+    losses = sequence_output.new_zeros(labels.shape, dtype=torch.float32)
+    losses = losses.masked_scatter(valid, F.cross_entropy(scores, labels[valid], reduction="none"))
+    return MaskedLMLosses(losses, valid, scores)
+
+
+def masked_lm_loss(project: Callable[[torch.Tensor], torch.Tensor], sequence_output: torch.Tensor,
+                   labels: torch.Tensor, *, vocab_size: int, ignore_index: int = -100,
+                   reduction: str | None = "mean") -> torch.Tensor:
+    """:func:`masked_lm_losses` reduced: ``"mean"`` over the labelled positions (0 when there are none),
+    ``"sum"``, or ``None`` for ``[B, L]`` with 0 where ignored."""
+    out = masked_lm_losses(project, sequence_output, labels, vocab_size=vocab_size, ignore_index=ignore_index)
+    return reduce(out.losses, reduction, out.valid)
