@@ -158,3 +158,187 @@ def test_ppb_archive_to_hf_is_bit_exact_through_the_cli(tmp_path, tiny_config, c
     with torch.no_grad():
         torch.testing.assert_close(hf(input_ids=ids, attention_mask=mask, token_type_ids=types).prediction_logits,
                                    source.eval()(ids, mask, types)[0])
+
+
+# ---------------------------------------------------------------------------- sharded checkpoints
+
+def _write_sharded(d: Path, model, *, torch_format: bool = False) -> dict[str, str]:
+    """``model`` as an HF sharded directory (two shards and the index); returns the index's weight_map."""
+    from safetensors.torch import save_file
+
+    d.mkdir(parents=True, exist_ok=True)
+    state = {k: v.contiguous() for k, v in model.state_dict().items() if ".decoder." not in k}
+    keys = list(state)
+    suffix = "bin" if torch_format else "safetensors"
+    weight_map = {}
+    for i, part in enumerate((keys[: len(keys) // 2], keys[len(keys) // 2:])):
+        name = f"model-0000{i + 1}-of-00002.{suffix}"
+        shard = {k: state[k] for k in part}
+        if torch_format:
+            torch.save(shard, d / name)
+        else:
+            save_file(shard, d / name)
+        weight_map.update(dict.fromkeys(part, name))
+    index = "pytorch_model.bin.index.json" if torch_format else "model.safetensors.index.json"
+    (d / index).write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+    (d / "config.json").write_text(json.dumps(model.config.to_hf_dict(architecture=model.hf_architecture)))
+    return weight_map
+
+
+@pytest.mark.parametrize("torch_format", [False, True], ids=["safetensors", "pytorch"])
+def test_sharded_checkpoints_load(tmp_path, tiny_config, torch_format):
+    source = randomize_(bertkit.BERTForMaskedLM(tiny_config))
+    _write_sharded(tmp_path, source, torch_format=torch_format)
+    _outputs_equal(bertkit.BERTForMaskedLM.from_pretrained(tmp_path), source)
+
+
+def _rewrite_index(d: Path, edit) -> Path:
+    index = d / "model.safetensors.index.json"
+    index.write_text(edit(index.read_text()))
+    return index
+
+
+@pytest.mark.parametrize("entry", ["../outside.safetensors", "sub/../../outside.safetensors", "{outside}"])
+def test_a_shard_entry_leaving_the_folder_is_refused(tmp_path, tiny_config, entry):
+    source = randomize_(bertkit.BERTForMaskedLM(tiny_config))
+    d = tmp_path / "ckpt"
+    weight_map = _write_sharded(d, source)
+    first = sorted(set(weight_map.values()))[0]
+    (d / first).rename(tmp_path / "outside.safetensors")  # a readable shard, but outside the folder
+    entry = entry.format(outside=tmp_path / "outside.safetensors")
+    _rewrite_index(d, lambda text: text.replace(first, entry))
+    with pytest.raises(ValueError, match="refusing shard entry") as error:
+        bertkit.BERTForMaskedLM.from_pretrained(d)
+    assert repr(entry) in str(error.value) and "model.safetensors.index.json" in str(error.value)
+
+
+def test_a_shard_linking_outside_the_folder_is_refused_unless_it_is_the_hub_cache(tmp_path, tiny_config):
+    source = randomize_(bertkit.BERTForMaskedLM(tiny_config))
+    d = tmp_path / "ckpt"
+    first = sorted(set(_write_sharded(d, source).values()))[0]
+    (d / first).rename(tmp_path / "elsewhere.safetensors")
+    (d / first).symlink_to(tmp_path / "elsewhere.safetensors")
+    with pytest.raises(ValueError, match=f"refusing shard entry '{first}': it is a link to .*elsewhere"):
+        bertkit.BERTForMaskedLM.from_pretrained(d)
+
+    # the Hugging Face hub cache: snapshots/<revision>/<file> -> ../../blobs/<hash>
+    repo = tmp_path / "models--someone--bert"
+    snapshot = repo / "snapshots" / "abc123"
+    names = set(_write_sharded(snapshot, source).values())
+    (repo / "blobs").mkdir()
+    for i, name in enumerate(sorted(names)):
+        (snapshot / name).rename(repo / "blobs" / f"blob{i}")
+        (snapshot / name).symlink_to(Path("../../blobs") / f"blob{i}")
+    _outputs_equal(bertkit.BERTForMaskedLM.from_pretrained(snapshot), source)
+
+
+@pytest.mark.parametrize(("text", "match"), [
+    ('{"metadata": {}}', 'has no "weight_map"'),
+    ('{"weight_map": ["model-00001-of-00002.safetensors"]}', 'has no "weight_map"'),
+    ('{"weight_map": {"a": 1}}', 'has no "weight_map"'),
+    ('{"weight_map": {', "is not valid JSON"),
+    ('{"weight_map": {"bert.embeddings.word_embeddings.weight": "model-00009-of-00009.safetensors"}}',
+     "names the shard 'model-00009-of-00009.safetensors', which is not in"),
+])
+def test_a_damaged_index_is_a_clear_error_naming_it(tmp_path, tiny_config, text, match):
+    _write_sharded(tmp_path, randomize_(bertkit.BERTForMaskedLM(tiny_config)))
+    index = _rewrite_index(tmp_path, lambda _: text)
+    with pytest.raises(ValueError, match=match) as error:
+        bertkit.BERTForMaskedLM.from_pretrained(tmp_path)
+    assert str(index) in str(error.value)
+
+
+def test_an_index_listing_a_tensor_no_shard_holds_is_an_error(tmp_path, tiny_config):
+    weight_map = _write_sharded(tmp_path, randomize_(bertkit.BERTForMaskedLM(tiny_config)))
+    weight_map["bert.embeddings.extra"] = next(iter(weight_map.values()))
+    _rewrite_index(tmp_path, lambda _: json.dumps({"weight_map": weight_map}))
+    with pytest.raises(ValueError, match=r"lists tensors its shards do not hold: bert\.embeddings\.extra"):
+        bertkit.BERTForMaskedLM.from_pretrained(tmp_path)
+
+
+# ---------------------------------------------------------------------------- convert into an existing folder
+
+def _folder_bytes(d: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(d.iterdir())}
+
+
+@pytest.fixture
+def old_and_new(tmp_path, tiny_config):
+    """``old``: an HF folder of one model; ``new``: a ppb folder of another (the conversion source)."""
+    old = tmp_path / "out"
+    randomize_(bertkit.BERTForPreTraining(tiny_config), seed=1).save_pretrained(old)
+    new_model = randomize_(bertkit.BERTForPreTraining(tiny_config), seed=2)
+    return old, _write_ppb_dir(tmp_path / "ppb", _state_with(new_model, lambda k: k), tiny_config), new_model
+
+
+def test_convert_refuses_a_non_empty_folder_without_overwrite(old_and_new):
+    from bertkit.weights.convert import convert
+
+    old, source, _ = old_and_new
+    before = _folder_bytes(old)
+    for to in ("hf", "tf"):
+        with pytest.raises(ValueError, match="overwrite=True") as error:
+            convert(source, old, to=to)
+        assert str(old) in str(error.value) and "--overwrite" in str(error.value)
+    assert _folder_bytes(old) == before
+    with pytest.raises(ValueError, match="is a file"):
+        convert(source, old / "config.json", overwrite=True)
+
+
+@pytest.mark.parametrize("to", ["hf", "tf"])
+def test_convert_with_overwrite_replaces_the_folder_content(old_and_new, to):
+    from bertkit.weights.convert import convert
+
+    old, source, new_model = old_and_new
+    convert(source, old, to=to, overwrite=True)
+    names = {p.name for p in old.iterdir()}
+    assert ("model.safetensors" in names) == (to == "hf"), names
+    assert not [p for p in old.parent.iterdir() if p.name.startswith(".")], "no staging folder is left"
+    loaded = bertkit.BERTForPreTraining.from_pretrained(old)
+    for (name, a), b in zip(new_model.state_dict().items(), loaded.state_dict().values()):
+        assert torch.equal(a, b), name
+
+
+def test_convert_in_place_with_overwrite(old_and_new):
+    from bertkit.weights.convert import convert
+
+    _, source, new_model = old_and_new
+    convert(source, source, overwrite=True)
+    assert (source / "model.safetensors").is_file() and not (source / "pytorch_model.bin").exists()
+    _outputs_equal(bertkit.BERTForPreTraining.from_pretrained(source), new_model)
+
+
+def test_a_conversion_failing_midway_leaves_the_folder_untouched(old_and_new, monkeypatch):
+    from bertkit.weights import convert as convert_module
+
+    old, source, _ = old_and_new
+    before = _folder_bytes(old)
+
+    def half_written(model, dest):
+        (Path(dest) / "bert_model.ckpt.index").write_bytes(b"partial")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(convert_module, "write_tf_checkpoint", half_written)
+    with pytest.raises(OSError, match="disk full"):
+        convert_module.convert(source, old, to="tf", overwrite=True)
+    assert _folder_bytes(old) == before
+    assert sorted(p.name for p in old.parent.iterdir()) == ["out", "ppb"], "the staging folder is removed"
+
+
+def test_convert_cli_refuses_a_non_empty_folder_and_overwrites_when_asked(old_and_new):
+    import subprocess
+    import sys
+
+    old, source, _ = old_and_new
+    before = _folder_bytes(old)
+    script = Path(sys.executable).parent / "bertkit"
+    command = [str(script)] if script.is_file() else [sys.executable, "-m", "bertkit.cli"]
+    refused = subprocess.run([*command, "convert", str(source), str(old), "--to", "tf"], capture_output=True,
+                             text=True, timeout=300)
+    assert refused.returncode != 0
+    assert str(old) in refused.stderr and "--overwrite" in refused.stderr
+    assert _folder_bytes(old) == before
+    done = subprocess.run([*command, "convert", str(source), str(old), "--to", "tf", "--overwrite"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert (old / "bert_model.ckpt.index").is_file() and not (old / "model.safetensors").exists()

@@ -3,12 +3,21 @@
 ``convert(src, dst, to="hf")`` writes ``config.json`` + ``model.safetensors`` + the tokenizer
 files; ``to="tf"`` writes ``bert_config.json`` + ``bert_model.ckpt.{index,data-*}`` +
 ``vocab.txt`` as Google released them (readable by TensorFlow and by bertkit).
+
+``dst`` must be new or empty unless ``overwrite=True``: a folder holding one checkpoint and
+another's files beside it would load as the old one. The output is written into a sibling
+folder first and takes ``dst``'s place only when complete, so a failed conversion leaves
+``dst`` as it was.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import secrets
+import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -26,7 +35,7 @@ from bertkit.modeling import (
     BERTForTokenClassification,
 )
 from bertkit.modeling.base import BERTPreTrainedModel
-from bertkit.weights.adapt import adapt_state_dict, tied_aliases
+from bertkit.weights.adapt import load_into, tied_aliases
 from bertkit.weights.formats import Checkpoint, read_checkpoint
 from bertkit.weights.tables import hf_to_tf
 
@@ -38,14 +47,16 @@ ARCHITECTURES = {cls.hf_architecture: cls for cls in (
 TF_CHECKPOINT_NAME = "bert_model.ckpt"
 
 
-def model_for_checkpoint(checkpoint: Checkpoint) -> BERTPreTrainedModel:
-    """The bertkit model the checkpoint describes, with its weights loaded (strictly)."""
+def model_for_checkpoint(checkpoint: Checkpoint, *, source: str | os.PathLike | None = None,
+                         warn: bool = True) -> BERTPreTrainedModel:
+    """The bertkit model the checkpoint describes, with its weights loaded (strictly), in eval mode.
+
+    Loading is :func:`bertkit.weights.adapt.load_into`'s: what it adapts is in ``model.load_report``
+    and, unless ``warn=False``, a ``LoadWarning`` naming ``source``.
+    """
     cls = ARCHITECTURES.get(checkpoint.architecture or "") or _guess_class(checkpoint)
     model = cls(checkpoint.config)
-    fitted, report = adapt_state_dict(model, checkpoint.state_dict)
-    model.load_state_dict(fitted, strict=False)
-    model.tie_weights()
-    model.load_report = report
+    load_into(model, checkpoint.state_dict, source=source, warn=warn)
     return model.eval()
 
 
@@ -70,25 +81,81 @@ def _guess_class(checkpoint: Checkpoint) -> type[BERTPreTrainedModel]:
 
 
 def convert(source: str | os.PathLike, dest: str | os.PathLike, *, to: str = "hf",
-            do_lower_case: bool | None = None) -> Path:
-    """Read ``source`` in any supported format and write it to ``dest`` as ``to`` ("hf" or "tf").
+            do_lower_case: bool | None = None, overwrite: bool = False) -> Path:
+    """Read ``source`` in any supported format and write it to the folder ``dest`` as ``to`` ("hf" or "tf").
 
     The tokenizer files travel along: the source's own, or a ``vocab.txt`` with
     ``do_lower_case`` taken from the argument, the source's tokenizer config, or the name
     ("cased" / "uncased", as Google names its releases), in that order.
+
+    ``dest`` must not exist or be empty; with ``overwrite=True`` a non-empty ``dest`` has its whole
+    content replaced (``source`` may then be ``dest`` itself: it is read before anything is written).
+    The output is complete before it replaces ``dest``; if reading or writing fails ``dest`` is left
+    as it was. Returns ``dest``. Raises ``ValueError`` for a bad ``to``, a ``dest`` that is a file
+    or not empty (without ``overwrite``), and an unreadable or ill-fitting checkpoint (a
+    ``FileNotFoundError`` when ``source`` holds none).
     """
     if to not in ("hf", "tf"):
         raise ValueError(f"to must be 'hf' or 'tf', got {to!r}.")
-    checkpoint = read_checkpoint(source)
-    model = model_for_checkpoint(checkpoint)
+    if not isinstance(overwrite, bool):
+        raise TypeError(f"overwrite must be True or False, got {overwrite!r}.")
     dest = Path(dest)
-    dest.mkdir(parents=True, exist_ok=True)
-    if to == "hf":
-        model.save_pretrained(dest)
-    else:
-        write_tf_checkpoint(model, dest)
-    _write_tokenizer(checkpoint, dest, source, do_lower_case, to)
+    _check_destination(dest, overwrite)
+    checkpoint = read_checkpoint(source)
+    model = model_for_checkpoint(checkpoint, source=source)
+    with _replacing(dest) as staging:
+        if to == "hf":
+            model.save_pretrained(staging)
+        else:
+            write_tf_checkpoint(model, staging)
+        _write_tokenizer(checkpoint, staging, source, do_lower_case, to)
     return dest
+
+
+def _check_destination(dest: Path, overwrite: bool) -> None:
+    if dest.exists() and not dest.is_dir():
+        raise ValueError(f"{dest} is a file; the converted checkpoint is a folder. Choose a folder path.")
+    held = sorted(p.name for p in dest.iterdir()) if dest.is_dir() else []
+    if held and not overwrite:
+        shown = ", ".join(held[:5]) + (f" ... ({len(held)} entries)" if len(held) > 5 else "")
+        raise ValueError(f"{dest} is not empty (it holds {shown}); converting into it would leave two checkpoints "
+                         "mixed in one folder. Pass overwrite=True (bertkit convert: --overwrite) to replace its "
+                         "contents, or choose a new or empty folder.")
+
+
+@contextlib.contextmanager
+def _replacing(dest: Path) -> Iterator[Path]:
+    """Yield an empty sibling folder of ``dest``; when the block succeeds it takes ``dest``'s place.
+
+    The old ``dest`` is moved aside, the new folder renamed in, and only then is the old one
+    deleted (or moved back if the rename fails). If the block raises, the sibling is removed and
+    ``dest`` is untouched. A ``dest`` that is a link to a folder keeps the link: the folder it
+    points to is replaced.
+    """
+    dest = dest.resolve() if dest.is_symlink() else dest
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    token = secrets.token_hex(4)
+    staging = dest.parent / f".{dest.name}.{token}.tmp"
+    staging.mkdir()
+    try:
+        yield staging
+        if dest.is_dir():
+            shutil.copymode(dest, staging)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    old = dest.parent / f".{dest.name}.{token}.old" if dest.exists() else None
+    if old is not None:
+        os.replace(dest, old)
+    try:
+        os.replace(staging, dest)
+    except BaseException:
+        if old is not None:
+            os.replace(old, dest)
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
 
 
 def write_tf_checkpoint(model: BERTPreTrainedModel, dest: str | os.PathLike) -> None:

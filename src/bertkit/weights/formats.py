@@ -5,7 +5,7 @@ prefix, or a ``.zip`` / ``.tar.gz`` holding one — and returns a :class:`Checkp
 HF parameter names. What each format brings:
 
 =====================  ========================================================================
-HF / bertkit           ``config.json`` + ``model.safetensors`` (sharded too) or ``pytorch_model.bin``
+HF / bertkit           ``config.json`` + ``model.safetensors`` or ``pytorch_model.bin`` (each sharded too)
 pytorch_pretrained_bert ``bert_config.json`` + ``pytorch_model.bin`` (2018 ``gamma``/``beta`` names)
 Google TF1             ``bert_config.json`` + ``bert_model.ckpt.index`` / ``.data-*`` (no TensorFlow needed)
 lucid 2.x, NVIDIA      safetensors / ``.pt`` with their own names (``layernorm``, ``dense_act``)
@@ -68,8 +68,7 @@ def read_checkpoint(source: str | os.PathLike, *, verify: bool = True) -> Checkp
 # ---------------------------------------------------------------------------- per source kind
 
 def _read_directory(d: Path, verify: bool) -> Checkpoint:
-    if (d / hf.SAFETENSORS_NAME).is_file() or (d / hf.SAFETENSORS_INDEX_NAME).is_file() \
-            or (d / hf.TORCH_NAME).is_file():
+    if hf.has_weights(d):
         return _with_config(_unwrap(hf.read_state_dict(d)), d, "hf")
     tf_indexes = sorted(d.glob("*.ckpt*.index")) or sorted(d.glob("*.index"))
     if tf_indexes:
@@ -80,8 +79,9 @@ def _read_directory(d: Path, verify: bool) -> Checkpoint:
     subdirs = [p for p in d.iterdir() if p.is_dir()]
     if len(subdirs) == 1 and not any(p.is_file() and p.name in CONFIG_NAMES for p in d.iterdir()):
         return _read_directory(subdirs[0], verify)  # an unpacked release: one folder inside
-    raise FileNotFoundError(f"{d} holds no weights: expected model.safetensors, pytorch_model.bin, a TF "
-                            "checkpoint (*.ckpt.index + .data-*), or a .pt / .safetensors file.")
+    raise FileNotFoundError(f"{d} holds no weights: expected model.safetensors or pytorch_model.bin (or their "
+                            "*.index.json when sharded), a TF checkpoint (*.ckpt.index + .data-*), or a .pt / "
+                            ".safetensors file.")
 
 
 def _read_archive(path: Path, verify: bool) -> Checkpoint:
@@ -98,8 +98,8 @@ def _read_tf(prefix: Path, verify: bool) -> dict[str, torch.Tensor]:
     from bertkit.weights.tf_bundle import read_bundle
 
     arrays = tf_to_hf(read_bundle(prefix, verify=verify))
-    return {name: torch.from_numpy(np.ascontiguousarray(a, dtype=np.float32) if a.dtype.kind == "f"
-                                   else np.ascontiguousarray(a)) for name, a in arrays.items()}
+    # stored dtypes are kept: a half-precision checkpoint is cast (and reported) when it is fitted to a model
+    return {name: torch.from_numpy(np.ascontiguousarray(a)) for name, a in arrays.items()}
 
 
 def _read_torch(path: Path) -> dict[str, torch.Tensor]:

@@ -1,7 +1,9 @@
-"""HF-format directories: ``config.json`` + ``model.safetensors`` (sharded too) or ``pytorch_model.bin``.
+"""HF-format directories: ``config.json`` + ``model.safetensors`` or ``pytorch_model.bin``, each possibly sharded.
 
 Reading never executes pickled code: safetensors first, else ``torch.load(weights_only=True)``.
-Writing is atomic per file and produces what HF transformers' ``Bert*`` classes load.
+A sharded checkpoint's index (``*.index.json``) may only name shard files inside the checkpoint
+folder (see :func:`shard_files`). Writing is atomic per file and produces what HF transformers'
+``Bert*`` classes load.
 """
 
 from __future__ import annotations
@@ -9,7 +11,8 @@ from __future__ import annotations
 import json
 import os
 import pickle
-from pathlib import Path
+from collections.abc import Callable
+from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Any
 
 import torch
@@ -18,12 +21,15 @@ from safetensors.torch import load_file, save_file
 
 from bertkit.config import BERTConfig
 from bertkit.io import atomic_write, atomic_write_text
-from bertkit.weights.adapt import adapt_state_dict, tied_aliases
+from bertkit.weights.adapt import load_into, tied_aliases
 
 CONFIG_NAME = "config.json"
 SAFETENSORS_NAME = "model.safetensors"
 SAFETENSORS_INDEX_NAME = "model.safetensors.index.json"
 TORCH_NAME = "pytorch_model.bin"
+TORCH_INDEX_NAME = "pytorch_model.bin.index.json"
+#: the weight files of an HF directory, in the order they are looked for
+WEIGHT_NAMES = (SAFETENSORS_NAME, SAFETENSORS_INDEX_NAME, TORCH_NAME, TORCH_INDEX_NAME)
 
 
 def read_config(directory: str | os.PathLike) -> BERTConfig:
@@ -34,21 +40,89 @@ def read_config(directory: str | os.PathLike) -> BERTConfig:
     return BERTConfig.from_json_file(path)
 
 
+def has_weights(directory: str | os.PathLike) -> bool:
+    """Whether ``directory`` holds an HF-format weights file or shard index (:data:`WEIGHT_NAMES`)."""
+    return any((Path(directory) / name).is_file() for name in WEIGHT_NAMES)
+
+
 def read_state_dict(directory: str | os.PathLike) -> dict[str, torch.Tensor]:
-    """All tensors of the checkpoint in ``directory`` (safetensors preferred), on CPU."""
+    """All tensors of the checkpoint in ``directory`` (safetensors preferred, sharded or not), on CPU."""
     d = Path(directory)
     if (d / SAFETENSORS_NAME).is_file():
         return load_safetensors(d / SAFETENSORS_NAME)
     if (d / SAFETENSORS_INDEX_NAME).is_file():
-        index = json.loads((d / SAFETENSORS_INDEX_NAME).read_text(encoding="utf-8"))
-        state: dict[str, torch.Tensor] = {}
-        for shard in sorted(set(index["weight_map"].values())):
-            state.update(load_safetensors(d / shard))
-        return state
+        return read_sharded(d / SAFETENSORS_INDEX_NAME, load_safetensors)
     if (d / TORCH_NAME).is_file():
         return load_torch_file(d / TORCH_NAME)
-    raise FileNotFoundError(f"{directory} holds no weights: expected {SAFETENSORS_NAME}, "
-                            f"{SAFETENSORS_INDEX_NAME} or {TORCH_NAME}.")
+    if (d / TORCH_INDEX_NAME).is_file():
+        return read_sharded(d / TORCH_INDEX_NAME, load_torch_file)
+    raise FileNotFoundError(f"{directory} holds no weights: expected one of {', '.join(WEIGHT_NAMES)}.")
+
+
+def read_sharded(index_path: Path, load: Callable[[Path], dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    """The tensors of every shard :func:`shard_files` finds in ``index_path``, read with ``load``.
+
+    Raises ``ValueError`` naming the index when it is damaged or unsafe, or when a tensor it
+    lists is in none of the shards.
+    """
+    weight_map, shards = shard_files(index_path)
+    state: dict[str, torch.Tensor] = {}
+    for shard in shards:
+        state.update(load(shard))
+    absent = [name for name in weight_map if name not in state]
+    if absent:
+        shown = ", ".join(f"{n} ({weight_map[n]})" for n in absent[:5])
+        raise ValueError(f"{index_path} lists tensors its shards do not hold: {shown}"
+                         f"{f' ... ({len(absent)} in all)' if len(absent) > 5 else ''}; a shard is incomplete "
+                         "or from another checkpoint. Download the checkpoint again.")
+    return state
+
+
+def shard_files(index_path: Path) -> tuple[dict[str, str], list[Path]]:
+    """Parse a sharded checkpoint's index: its ``weight_map`` and the shard files it names, checked.
+
+    A shard entry must be a relative file name that stays inside the index's folder: an absolute
+    path, a ``..`` component, or a link that resolves outside the folder is refused
+    (``ValueError`` naming the entry), so an index cannot make bertkit read other files. Links into
+    the Hugging Face hub cache's ``blobs/`` folder (beside the ``snapshots/`` folder holding the
+    checkpoint) are allowed: the hub cache stores every file that way. Malformed JSON, a missing or
+    ill-typed ``weight_map`` and a missing shard are ``ValueError`` naming the index file.
+    """
+    try:
+        index = json.loads(index_path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f"{index_path} is not valid JSON ({e}); the sharded checkpoint's index is damaged. "
+                         "Download it again.") from e
+    weight_map = index.get("weight_map") if isinstance(index, dict) else None
+    if not isinstance(weight_map, dict) or not weight_map \
+            or not all(isinstance(k, str) and isinstance(v, str) for k, v in weight_map.items()):
+        raise ValueError(f'{index_path} has no "weight_map" mapping tensor names to shard file names (a sharded '
+                         "checkpoint's index, as HF transformers writes it, has one); the file is damaged or not "
+                         "an index.")
+    folder = index_path.parent
+    allowed = [folder.resolve(), *_hub_blob_folders(folder)]
+    shards = []
+    for entry in sorted(set(weight_map.values())):
+        if not entry or PurePosixPath(entry).is_absolute() or PureWindowsPath(entry).is_absolute() \
+                or PureWindowsPath(entry).drive or ".." in PureWindowsPath(entry).parts:
+            raise ValueError(f"{index_path}: refusing shard entry {entry!r}: shard paths must be file names inside "
+                             f"{folder} (no absolute paths, no '..'); the index is damaged or malicious.")
+        path = folder / entry
+        resolved = path.resolve()
+        if not any(resolved.is_relative_to(root) for root in allowed):
+            raise ValueError(f"{index_path}: refusing shard entry {entry!r}: it is a link to {resolved}, outside "
+                             f"{folder}; shard files must be inside the checkpoint folder.")
+        if not resolved.is_file():
+            raise ValueError(f"{index_path} names the shard {entry!r}, which is not in {folder}; the download is "
+                             "incomplete. Download the missing shard (or the whole checkpoint) again.")
+        shards.append(path)
+    return weight_map, shards
+
+
+def _hub_blob_folders(folder: Path) -> list[Path]:
+    """``<repo>/blobs`` when ``folder`` is inside ``<repo>/snapshots/`` of a Hugging Face hub cache."""
+    resolved = folder.resolve()
+    return [p.parent / "blobs" for p in (resolved, *resolved.parents) if p.name == "snapshots"][:1]
 
 
 def load_safetensors(path: str | os.PathLike) -> dict[str, torch.Tensor]:
@@ -76,10 +150,22 @@ def load_torch_file(path: str | os.PathLike, nested: bool = False) -> dict:
     return state
 
 
-def load_pretrained(self_or_cls, source: str | os.PathLike, config_overrides: dict[str, Any]):
-    """Implementation of ``from_pretrained`` (see :meth:`BERTPreTrainedModel.from_pretrained`)."""
+def load_pretrained(self_or_cls, source: str | os.PathLike, config_overrides: dict[str, Any], *,
+                    strict: bool = True, warn: bool = True):
+    """Implementation of ``from_pretrained`` (see :meth:`BERTPreTrainedModel.from_pretrained`).
+
+    ``strict`` and ``warn`` are :func:`bertkit.weights.adapt.load_into`'s: ``strict=False`` also
+    drops an unexpected head that matches no known BERT head (``score.*``) instead of refusing
+    it; ``warn=False`` silences the :class:`~bertkit.weights.adapt.LoadWarning` s (the report
+    is still in ``model.load_report``). They may also arrive inside ``config_overrides``
+    (``from_pretrained`` forwards its keyword arguments there): they are taken out before the
+    rest overrides the config.
+    """
     from bertkit.weights.formats import read_checkpoint
 
+    config_overrides = dict(config_overrides)
+    strict = config_overrides.pop("strict", strict)
+    warn = config_overrides.pop("warn", warn)
     checkpoint = read_checkpoint(source)
     if isinstance(self_or_cls, type):
         config = checkpoint.config.replace(**config_overrides) if config_overrides else checkpoint.config
@@ -89,10 +175,7 @@ def load_pretrained(self_or_cls, source: str | os.PathLike, config_overrides: di
             raise ValueError(f"config overrides {sorted(config_overrides)} apply when building a model; "
                              f"call {type(self_or_cls).__name__}.from_pretrained(...) on the class instead.")
         model = self_or_cls
-    fitted, report = adapt_state_dict(model, checkpoint.state_dict)
-    model.load_state_dict(fitted, strict=False)
-    model.tie_weights()
-    model.load_report = report
+    load_into(model, checkpoint.state_dict, strict=strict, warn=warn, source=source)
     return model.eval()
 
 
