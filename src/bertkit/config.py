@@ -1,7 +1,10 @@
 """BERTConfig: the one typed description of a BERT's architecture.
 
 The config validates itself on construction and raises ``ValueError`` naming the
-field, what was wrong and how to fix it. It reads and writes three dialects:
+field, what was wrong and how to fix it: first every field's type (an integer field
+takes no ``768.0`` nor ``"768"``, a number field takes ints but no numeric strings, a
+flag takes only ``True``/``False``), then the values. Errors from a config file name the
+file and the key as the file spells it. It reads and writes three dialects:
 
 * bertkit's own field names (``to_dict`` / ``from_dict``, lucid's names);
 * HF ``config.json`` (``to_hf_dict`` / ``from_hf_dict``: ``tie_word_embeddings``,
@@ -15,9 +18,12 @@ resolved to functions in :mod:`bertkit.modeling.layers`.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
-from collections.abc import Callable
+import types
+import typing
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
@@ -98,22 +104,30 @@ class BERTConfig:
     id2label: dict[int, str] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
+        self._check_types()  # before normalising, which relies on them
         if isinstance(self.hidden_act, str):
             self.hidden_act = ACTIVATION_ALIASES.get(self.hidden_act, self.hidden_act)
         if self.id2label is not None:
             self.id2label = {int(k): str(v) for k, v in self.id2label.items()}
         for name, default in DEFAULT_SPECIAL_IDS.items():
-            if getattr(self, name) is None and isinstance(self.vocab_size, int) and default < self.vocab_size:
+            if getattr(self, name) is None and default < self.vocab_size:
                 setattr(self, name, default)
         self.validate()
 
     # ------------------------------------------------------------------ validation
+    def _check_types(self) -> None:
+        for f in fields(self):
+            problem = _type_problem(type(self), f.name, getattr(self, f.name))
+            if problem:
+                raise ValueError(f"BERTConfig.{f.name} {problem}.")
+
     def validate(self) -> None:
-        """Raise ``ValueError`` naming the first invalid field and how to fix it."""
+        """Raise ``ValueError`` naming the first invalid field (its type, then its value) and how to fix it."""
+        self._check_types()
         for name in ("vocab_size", "hidden_size", "num_attention_heads", "num_hidden_layers",
                      "intermediate_size", "max_position_embeddings", "type_vocab_size", "num_labels"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            if value <= 0:
                 raise ValueError(f"BERTConfig.{name} must be a positive integer, got {value!r}.")
         if self.hidden_size % self.num_attention_heads:
             raise ValueError(
@@ -129,9 +143,6 @@ class BERTConfig:
             raise ValueError(f"BERTConfig.initializer_range must be > 0, got {self.initializer_range!r}.")
         if not self.layer_norm_eps > 0:
             raise ValueError(f"BERTConfig.layer_norm_eps must be > 0, got {self.layer_norm_eps!r}.")
-        for name in ("embedding_layer_norm", "attention_bias"):
-            if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"BERTConfig.{name} must be True or False, got {getattr(self, name)!r}.")
         if not callable(self.hidden_act) and self.hidden_act not in ACTIVATIONS:
             raise ValueError(
                 f"BERTConfig.hidden_act {self.hidden_act!r} is unknown; use one of {ACTIVATIONS} "
@@ -158,7 +169,7 @@ class BERTConfig:
             )
         for name in ("pad_token_id", "unk_token_id", "cls_token_id", "sep_token_id", "mask_token_id"):
             value = getattr(self, name)
-            if value is not None and (not isinstance(value, int) or not 0 <= value < self.vocab_size):
+            if value is not None and not 0 <= value < self.vocab_size:
                 raise ValueError(
                     f"BERTConfig.{name}={value!r} is outside the vocabulary [0, {self.vocab_size}); "
                     f"set it to the id of that token in your vocab."
@@ -203,8 +214,12 @@ class BERTConfig:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> BERTConfig:
-        """Build from bertkit's field names; unknown keys are an error that lists them."""
+    def from_dict(cls, d: Mapping[str, Any]) -> BERTConfig:
+        """Build from bertkit's field names; unknown keys are an error that lists them.
+
+        Raises ``TypeError`` when ``d`` is not a mapping, ``ValueError`` naming the field otherwise.
+        """
+        _require_mapping("BERTConfig.from_dict", d)
         unknown = set(d) - {f.name for f in fields(cls)}
         if unknown:
             raise ValueError(
@@ -221,15 +236,29 @@ class BERTConfig:
 
     @classmethod
     def from_json_file(cls, path: str | os.PathLike) -> BERTConfig:
-        """Read a config written by bertkit, HF (config.json) or Google (bert_config.json)."""
+        """Read a config written by bertkit, HF (config.json) or Google (bert_config.json).
+
+        Every problem with the file's content is a ``ValueError`` that starts with the
+        file's path: not UTF-8 JSON, not a JSON object, a key of the wrong type (named as the
+        file spells it, e.g. ``hidden_dropout_prob must be a number, got the string '0.1'``)
+        or an invalid value. A missing file is ``FileNotFoundError``.
+        """
+        if os.path.isdir(path):
+            raise ValueError(f"{path} is a directory; pass the config.json (or bert_config.json) file inside it.")
         try:
             with open(path, encoding="utf-8") as f:
                 d = json.load(f)
+        except UnicodeDecodeError as e:
+            raise ValueError(f"{path} is not UTF-8 text ({e}); is it a BERT config file?") from e
         except json.JSONDecodeError as e:
             raise ValueError(f"{path} is not valid JSON ({e}); is it a BERT config file?") from e
         if not isinstance(d, dict):
-            raise ValueError(f"{path} must hold a JSON object of config fields.")
-        return cls.from_hf_dict(d)
+            raise ValueError(f"{path} must hold a JSON object of config fields ({{\"hidden_size\": 768, ...}}), "
+                             f"got a JSON {_JSON_NAMES.get(type(d), type(d).__name__)}.")
+        try:
+            return cls.from_hf_dict(d)
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"{path}: {e}") from None
 
     # ------------------------------------------------------------------ HF dialect
     def to_hf_dict(self, architecture: str | None = None) -> dict[str, Any]:
@@ -255,17 +284,20 @@ class BERTConfig:
         return d
 
     @classmethod
-    def from_hf_dict(cls, d: dict[str, Any]) -> BERTConfig:
+    def from_hf_dict(cls, d: Mapping[str, Any]) -> BERTConfig:
         """Build from an HF config.json, a Google bert_config.json, or bertkit's own dict.
 
         Keys that only matter to other libraries (``architectures``, ``transformers_version``,
-        Google's ``pooler_*``...) are ignored; an architecture bertkit
-        does not implement (``position_embedding_type`` other than ``"absolute"``) is an error.
+        Google's ``pooler_*``...) are ignored and ``null`` values keep the default; an
+        architecture bertkit does not implement (``position_embedding_type`` other than
+        ``"absolute"``) is an error. A value of the wrong type is a ``ValueError`` naming the
+        key as ``d`` spells it (``tie_word_embeddings``, not our ``tie_word_embedding``).
         """
+        _require_mapping("BERTConfig.from_hf_dict", d)
         known = {f.name for f in fields(cls)}
         kwargs: dict[str, Any] = {}
-        for key, value in d.items():
-            key = _HF_RENAMES.get(key, key)
+        for given_key, value in d.items():
+            key = _HF_RENAMES.get(given_key, given_key)
             if key == "position_embedding_type":
                 if value not in (None, "absolute"):
                     raise ValueError(
@@ -273,6 +305,9 @@ class BERTConfig:
                         "BERT's absolute position embeddings."
                     )
             elif key in known and value is not None:
+                problem = _type_problem(cls, key, value)
+                if problem:
+                    raise ValueError(f"{given_key} {problem}.")
                 kwargs[key] = value
         id2label = kwargs.get("id2label")
         if id2label is not None:
@@ -305,6 +340,83 @@ class BERTConfig:
             f"BERTConfig.hidden_act is the callable {act!r}, which cannot be written to a config "
             f"file; use one of the names {ACTIVATIONS} to save this config."
         )
+
+
+# ---------------------------------------------------------------------------- type checks
+
+#: What a field annotated with each type accepts, and how an error message names it.
+#: A bool is no integer here (JSON's true is not 1) and an int is a number (0 is a fine dropout).
+_KINDS: dict[Any, tuple[str, Callable[[Any], bool]]] = {
+    bool: ("true or false", lambda v: isinstance(v, bool)),
+    int: ("an integer", lambda v: isinstance(v, int) and not isinstance(v, bool)),
+    float: ("a number", lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)),
+    str: ("a string", lambda v: isinstance(v, str)),
+    dict: ("a mapping", lambda v: isinstance(v, Mapping)),
+    Callable: ("a callable", callable),
+}
+_JSON_NAMES = {str: "string", bool: "boolean", int: "integer", float: "number", list: "list", dict: "object",
+               type(None): "null"}
+
+
+@functools.cache
+def _field_types(config_class: type) -> dict[str, tuple[Any, ...]]:
+    """Each field's accepted types, read from the class's annotations (``int | None`` -> ``(int, None)``)."""
+    hints = typing.get_type_hints(config_class)
+    return {name: tuple(typing.get_origin(t) or t for t in
+                        (typing.get_args(hint) if isinstance(hint, types.UnionType) else (hint,)))
+            for name, hint in hints.items()}
+
+
+def _type_problem(config_class: type, name: str, value: Any) -> str | None:
+    """Why ``value`` has the wrong type for field ``name`` (``"must be ..., got ..."``), or None if it fits."""
+    accepted = _field_types(config_class)[name]
+    if (value is None and type(None) in accepted) or any(_KINDS[t][1](value) for t in accepted if t in _KINDS):
+        return _id2label_problem(value) if name == "id2label" and value is not None else None
+    expected = " or ".join(_KINDS[t][0] for t in accepted if t in _KINDS)
+    if type(None) in accepted:
+        expected += " (or null/None for the default)"
+    return f"must be {expected}, got {_describe(value)}{_fix_hint(accepted, value)}"
+
+
+def _id2label_problem(mapping: Mapping) -> str | None:
+    for key in mapping:
+        if isinstance(key, bool) or not (isinstance(key, int) or (isinstance(key, str) and key.lstrip("-").isdigit())):
+            return f"must map label ids (integers) to names, got the key {key!r}"
+    return None
+
+
+def _describe(value: Any) -> str:
+    """``the string '0.1'``, ``the boolean True``, ``the list [1, 2]``..."""
+    text = repr(value)
+    text = text if len(text) <= 60 else text[:57] + "..."
+    if value is None:
+        return "None (null)"
+    kind = _JSON_NAMES.get(type(value))
+    return f"the {kind} {text}" if kind else f"{text} (a {type(value).__name__})"
+
+
+def _fix_hint(accepted: tuple[Any, ...], value: Any) -> str:
+    """How to write ``value`` so that it fits, when the intent is clear."""
+    if isinstance(value, str) and (int in accepted or float in accepted):
+        try:
+            number = float(value)
+        except ValueError:
+            return ""
+        return f"; write the number without quotes ({value.strip()})" if number == number else ""
+    if isinstance(value, float) and int in accepted and value.is_integer():
+        return f"; write it as the integer {int(value)}"
+    if bool in accepted:
+        flag = {"true": True, "false": False}.get(value.lower()) if isinstance(value, str) \
+            else bool(value) if isinstance(value, int) and value in (0, 1) else None
+        if flag is not None:
+            return f"; write {str(flag).lower()} (JSON) or {flag} (Python)"
+    return ""
+
+
+def _require_mapping(where: str, d: Any) -> None:
+    if not isinstance(d, Mapping):
+        raise TypeError(f"{where} takes a dict of config fields ({{'hidden_size': 768, ...}}), got "
+                        f"{type(d).__name__}.")
 
 
 def _largest_divisor_at_most(n: int, k: int) -> int:

@@ -34,7 +34,7 @@ from bertkit.modeling import text as text_helpers
 from bertkit.modeling.backbone import BERT
 from bertkit.modeling.base import BERTPreTrainedModel
 from bertkit.modeling.layers import BERTOnlyNSPHead
-from bertkit.modeling.losses import accuracy, cross_entropy, reduce
+from bertkit.modeling.losses import accuracy, check_labels, cross_entropy, reduce
 
 
 class TaskModel(BERTPreTrainedModel):
@@ -54,7 +54,7 @@ class TaskModel(BERTPreTrainedModel):
 
     def loss_from_logits(self, logits: torch.Tensor, labels: torch.Tensor, *, reduction: str | None = "mean",
                          ignore_index: int = -100) -> torch.Tensor:
-        _check_labels("labels", labels, logits.shape[-1], ignore_index)
+        check_labels("labels", labels, logits.shape[-1], ignore_index)
         return cross_entropy(logits, labels, ignore_index=ignore_index, reduction=reduction)
 
     def predictions_from_logits(self, logits: torch.Tensor) -> torch.Tensor:
@@ -176,18 +176,10 @@ class BERTForMultipleChoice(_ClassifierHead):
 
     def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None,
                 inputs_embeds=None) -> torch.Tensor:
-        ref = input_ids if input_ids is not None else inputs_embeds
-        if ref is None or ref.dim() < 3:
-            raise ValueError("BERTForMultipleChoice takes input_ids [batch, choices, seq] "
-                             "(or inputs_embeds [batch, choices, seq, hidden]).")
-        batch, choices = ref.shape[:2]
-
-        def flat(t):  # [B, C, L, ...] -> [B*C, L, ...]
-            return None if t is None else t.reshape(batch * choices, *t.shape[2:])
-
-        _, pooled = self.bert(flat(input_ids), flat(attention_mask), flat(token_type_ids), flat(position_ids),
-                              flat(inputs_embeds))
-        return self.classifier(self.dropout(pooled)).view(batch, choices)
+        inputs = self.bert.validate_inputs(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
+                                           batch_dims=2)  # checked as [B, C, L]: errors speak of choices
+        _, pooled = self.bert(**inputs.merged_batch())  # [B, C, L, ...] -> [B*C, L, ...]
+        return self.classifier(self.dropout(pooled)).view(inputs.batch_shape)
 
 
 class BERTForTokenClassification(_ClassifierHead):
@@ -253,11 +245,12 @@ class BERTForQuestionAnswering(TaskModel):
     predict_spans = predict
 
     def answer(self, tokenizer, question: str, context: str, *, max_answer_length: int = 30, max_length: int = 384,
-               stride: int = 128) -> dict:
+               stride: int = 128, max_question_length: int = 64) -> dict:
         """The span of ``context`` that best answers ``question`` (windows of ``max_length`` tokens
-        overlapping by ``stride``): ``{"answer", "start", "end", "score"}`` with character offsets."""
+        overlapping by ``stride``; a question is cut to its first ``max_question_length`` tokens):
+        ``{"answer", "start", "end", "score"}`` with character offsets."""
         return text_helpers.answer(self, tokenizer, question, context, max_answer_length=max_answer_length,
-                      max_length=max_length, stride=stride)
+                                   max_length=max_length, stride=stride, max_question_length=max_question_length)
 
     @torch.no_grad()
     def get_accuracy(self, start_positions: torch.Tensor, end_positions: torch.Tensor, *inputs,
@@ -284,7 +277,7 @@ def gather_positions(sequence_output: torch.Tensor, pred_positions: torch.Tensor
         return sequence_output[pred_positions]
     if pred_positions.dim() != 2 or pred_positions.shape[0] != sequence_output.shape[0]:
         raise ValueError(f"pred_positions must be [batch, num_predictions] indices, got {tuple(pred_positions.shape)}.")
-    _check_labels("pred_positions", pred_positions, sequence_output.shape[1], None)
+    check_labels("pred_positions", pred_positions, sequence_output.shape[1], None)
     index = pred_positions.unsqueeze(-1).expand(-1, -1, sequence_output.shape[-1])  # [B, P] -> [B, P, H]
     return sequence_output.gather(1, index)
 
@@ -303,16 +296,3 @@ def best_spans(start_logits: torch.Tensor, end_logits: torch.Tensor, max_answer_
     best = scores.masked_fill(~valid, float("-inf")).flatten(1).argmax(-1)
     return best // length, best % length
 
-
-def _check_labels(name: str, labels: torch.Tensor, num_classes: int, ignore_index: int | None) -> None:
-    """Raise a ValueError naming ``name`` when a label is outside ``[0, num_classes)`` (ignore_index allowed)."""
-    if labels.is_floating_point() or labels.numel() == 0:
-        return
-    bad = (labels < 0) | (labels >= num_classes)
-    if ignore_index is not None:
-        bad &= labels != ignore_index
-    if bool(bad.any()):
-        value = int(labels[bad][0])
-        raise ValueError(f"{name} holds {value}, outside [0, {num_classes})"
-                         + (f" and not the ignore index {ignore_index}" if ignore_index is not None else "")
-                         + "; check the labels match this model's head.")
