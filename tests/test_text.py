@@ -101,6 +101,42 @@ def test_answer_finds_the_best_span_across_windows(tokenizer):
     assert result["score"] == pytest.approx(best, abs=1e-5)
 
 
+def test_answer_cuts_a_long_question_to_max_question_length(tokenizer):
+    model = tiny(bertkit.bert_for_question_answering_tiny)
+    context = " ".join(f"sentence number {i} says something about emma ." for i in range(40))
+    long_question = "who " * 300 + "is it?"  # 303 tokens: more than max_length - stride leaves
+    result = model.answer(tokenizer, long_question, context)
+    assert result == model.answer(tokenizer, "who " * 64, context)  # its first 64 tokens (max_question_length)
+    assert context[result["start"]:result["end"]] == result["answer"]
+    assert model.answer(tokenizer, long_question, context, max_question_length=4) == \
+        model.answer(tokenizer, "who who who who", context)
+
+
+def test_answer_errors_name_the_arguments(tokenizer):
+    model = tiny(bertkit.bert_for_question_answering_tiny)
+    with pytest.raises(ValueError, match=r"max_length=64 - 3 special tokens - 50 question tokens \(at most "
+                                         r"max_question_length=64\) leaves 11 context tokens per window, which must "
+                                         r"be more than stride=16"):
+        model.answer(tokenizer, "who " * 50, "some context", max_length=64, stride=16)
+    with pytest.raises(ValueError, match="context has no tokens"):
+        model.answer(tokenizer, "who?", "  \n ")
+    with pytest.raises(ValueError, match="max_answer_length must be >= 1, got max_answer_length=0"):
+        model.answer(tokenizer, "who?", "emma", max_answer_length=0)
+
+
+def test_fill_mask_says_where_a_cut_off_mask_is(tokenizer):
+    model = tiny(bertkit.bert_for_masked_lm_tiny)
+    limit = model.config.max_position_embeddings
+    text = "word " * (limit + 10) + "[MASK] ."
+    with pytest.raises(ValueError, match=rf"the \[MASK\] at character {5 * (limit + 10)} \(token {limit + 11}\) "
+                                         rf"of text lies beyond max_length={limit} tokens.*\({limit + 14} tokens\).*"
+                                         rf"shorter text, with each \[MASK\] among its first {limit - 2} tokens"):
+        model.fill_mask(tokenizer, text)
+    with pytest.raises(ValueError, match=rf"token {limit + 12}"):  # one mask kept, the other cut off
+        model.fill_mask(tokenizer, "[MASK] " + text)
+    assert len(model.fill_mask(tokenizer, "[MASK] " + "word " * (limit - 3))) == 1  # the longest that fits
+
+
 def test_classify_text_uses_label_names(tokenizer):
     model = tiny(bertkit.bert_for_sequence_classification_tiny, num_labels=3,
                  id2label={0: "negative", 1: "neutral", 2: "positive"})

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import argparse
+from bertkit.cli import ArgumentParser
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="bertkit tokenizer", description=__doc__)
+    parser = ArgumentParser(prog="bertkit tokenizer", description=__doc__)
     sub = parser.add_subparsers(dest="action", required=True)
     train = sub.add_parser("train", help="learn a WordPiece vocabulary from text files")
     train.add_argument("files", nargs="+", help="UTF-8 text files")
@@ -26,7 +26,9 @@ def main(argv: list[str]) -> int:
         tokenizer = BERTTokenizerFast.train(args.files, vocab_size=args.vocab_size, min_frequency=args.min_frequency,
                                             do_lower_case=not args.cased)
         tokenizer.save_pretrained(args.output)
-        print(f"trained a {tokenizer.vocab_size}-token vocabulary; saved to {args.output}")
+        short = (f" (fewer than --vocab-size {args.vocab_size}: no further pair of pieces occurs --min-frequency "
+                 f"{args.min_frequency} times in the text)" if tokenizer.vocab_size < args.vocab_size else "")
+        print(f"trained a {tokenizer.vocab_size}-token vocabulary{short}; saved to {args.output}")
     else:
         tokenizer = BERTTokenizerFast.from_pretrained(args.tokenizer)
         enc = tokenizer(args.text, args.text_pair)

@@ -58,35 +58,77 @@ def loss_from_text(model, tokenizer, text_a: str, text_b: str | None, *, nsp_lab
 
 @torch.no_grad()
 def fill_mask(model, tokenizer, text: str, top_k: int = 5) -> list[list[tuple[str, float]]]:
-    """For each mask token in ``text``, the ``top_k`` most likely tokens with their probabilities."""
+    """For each mask token in ``text``, the ``top_k`` most likely tokens with their probabilities.
+
+    The text is read up to the model's ``max_position_embeddings`` tokens. ValueError if it
+    holds no mask token, or if a mask token lies beyond that limit (it would be truncated away).
+    """
+    _check_int("top_k", top_k, 1)
     enc = encode(model, tokenizer, [text])
     at_mask = enc["input_ids"] == tokenizer.mask_token_id
-    if not bool(at_mask.any()):
-        raise ValueError(f"text has no {tokenizer.mask_token} token to fill: {text!r:.80}")
+    _check_masks_kept(tokenizer, text, int(at_mask.sum()), enc["input_ids"].shape[1])
     scores = model(enc["input_ids"], enc["attention_mask"], enc["token_type_ids"], pred_positions=at_mask)
     if isinstance(scores, tuple):  # BERTForPreTraining also returns the NSP scores
         scores = scores[0]
-    probs, ids = scores.float().softmax(-1).topk(top_k, dim=-1)  # [masks, top_k]
+    probs, ids = scores.float().softmax(-1).topk(min(top_k, scores.shape[-1]), dim=-1)  # [masks, top_k]
     return [list(zip(tokenizer.convert_ids_to_tokens(row_ids.tolist()), row_probs.tolist()))
             for row_ids, row_probs in zip(ids, probs)]
 
 
+def _check_masks_kept(tokenizer, text: str, kept: int, length: int) -> None:
+    """ValueError unless each mask token of ``text`` is among the ``kept`` ones of its truncated encoding
+    (``length`` tokens)."""
+    mask = tokenizer.mask_token
+    full = tokenizer(text, return_offsets_mapping=True)  # not truncated
+    positions = [i for i, t in enumerate(full["input_ids"]) if t == tokenizer.mask_token_id]
+    if not positions:
+        raise ValueError(f"text has no {mask} token to fill: {text!r:.80}. Write {mask} where a word should be "
+                         "predicted.")
+    if len(positions) > kept:
+        token = positions[kept]
+        char = full["offset_mapping"][token][0]
+        raise ValueError(f"the {mask} at character {char} (token {token}) of text lies beyond max_length={length} "
+                         f"tokens, the model's max_position_embeddings, where the text ({len(full['input_ids'])} "
+                         f"tokens) is truncated. Use a shorter text, with each {mask} among its first {length - 2} "
+                         "tokens (e.g. only the sentences around it), or a model with a larger "
+                         "max_position_embeddings.")
+
+
 @torch.no_grad()
 def answer(model, tokenizer, question: str, context: str, *, max_answer_length: int = 30, max_length: int = 384,
-           stride: int = 128) -> dict[str, Any]:
+           stride: int = 128, max_question_length: int = 64) -> dict[str, Any]:
     """The best span of ``context`` answering ``question``, over sliding windows of the context.
+
+    Each window holds the question, the special tokens and a stretch of the context, ``max_length``
+    tokens in all; consecutive windows share ``stride`` context tokens. A question longer than
+    ``max_question_length`` tokens is cut to its first ``max_question_length`` tokens (as HF's
+    ``max_query_length``), so that a long question still leaves room for the context. ValueError
+    if the windows leave no more than ``stride`` tokens of context, or the context is empty.
 
     Returns ``{"answer": str, "start": int, "end": int, "score": float}`` with character offsets.
     """
     from bertkit.modeling.heads import best_spans
 
+    for name, value, minimum in (("max_answer_length", max_answer_length, 1), ("stride", stride, 0),
+                                 ("max_question_length", max_question_length, 1), ("max_length", max_length, 4)):
+        _check_int(name, value, minimum)
+    question, question_tokens = _first_tokens(tokenizer, question, max_question_length)
+    room = max_length - 3 - question_tokens  # context tokens per window, after [CLS] question [SEP] ... [SEP]
+    if room <= stride:
+        raise ValueError(f"max_length={max_length} - 3 special tokens - {question_tokens} question tokens (at most "
+                         f"max_question_length={max_question_length}) leaves {room} context tokens per window, which "
+                         f"must be more than stride={stride}, the tokens consecutive windows share. Use a larger "
+                         "max_length, a smaller stride, or a smaller max_question_length.")
     enc = tokenizer([question], [context], truncation="only_second", max_length=max_length, stride=stride,
                     return_overflowing_tokens=True, return_offsets_mapping=True, padding=True, return_tensors="pt")
     device = model_device(model)
-    start_logits, end_logits = model(enc["input_ids"].to(device), enc["attention_mask"].to(device),
-                                     enc["token_type_ids"].to(device))
     in_context = torch.tensor([[s == 1 for s in enc.sequence_ids(i)] for i in range(len(enc["input_ids"]))],
                               device=device)
+    if not bool(in_context.any()):
+        raise ValueError(f"context has no tokens to answer from: {context!r:.80}. Pass the text that holds the "
+                         "answer.")
+    start_logits, end_logits = model(enc["input_ids"].to(device), enc["attention_mask"].to(device),
+                                     enc["token_type_ids"].to(device))
     starts, ends = best_spans(start_logits, end_logits, max_answer_length, in_context)
     rows = torch.arange(len(starts), device=device)
     scores = start_logits[rows, starts] + end_logits[rows, ends]
@@ -94,6 +136,25 @@ def answer(model, tokenizer, question: str, context: str, *, max_answer_length: 
     offsets = enc["offset_mapping"][best]
     first, last = int(offsets[int(starts[best])][0]), int(offsets[int(ends[best])][1])
     return {"answer": context[first:last], "start": first, "end": last, "score": float(scores[best])}
+
+
+def _first_tokens(tokenizer, text: str, limit: int) -> tuple[str, int]:
+    """``text`` cut after its first ``limit`` tokens, and its number of tokens (at most ``limit``).
+
+    The cut falls at the end of a token, and greedy WordPiece tokenizes the shortened text into
+    the same first tokens.
+    """
+    offsets = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
+    if len(offsets) <= limit:
+        return text, len(offsets)
+    return text[:offsets[limit - 1][1]], limit
+
+
+def _check_int(name: str, value, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {name}={value!r} ({type(value).__name__}).")
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {name}={value}.")
 
 
 @torch.no_grad()

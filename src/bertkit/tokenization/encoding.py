@@ -39,6 +39,10 @@ class BatchEncoding(dict):
     def _encoding(self, batch_index: int):
         if not self.encodings:
             raise ValueError("this BatchEncoding holds no token alignment.")
+        rows = len(self.encodings)
+        if not -rows <= batch_index < rows:
+            raise IndexError(f"batch_index={batch_index} is out of range: this BatchEncoding holds {rows} "
+                             f"row{'s' if rows > 1 else ''} (0 to {rows - 1}).")
         return self.encodings[batch_index]
 
     def tokens(self, batch_index: int = 0) -> list[str]:
@@ -58,6 +62,10 @@ class BatchEncoding(dict):
         in a batch (HF's overloads); None where no token covers it (e.g. whitespace)."""
         if char_index is None:
             batch_or_char_index, char_index = 0, batch_or_char_index
+        if char_index < 0:
+            raise ValueError(f"char_index must be >= 0, got {char_index}.")
+        if sequence_index not in (0, 1):
+            raise ValueError(f"sequence_index must be 0 (the text) or 1 (the text_pair), got {sequence_index!r}.")
         return self._encoding(batch_or_char_index).char_to_token(char_index, sequence_index)
 
     def to(self, device) -> BatchEncoding:

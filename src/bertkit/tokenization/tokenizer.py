@@ -12,6 +12,7 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from bertkit.tokenization import checks
 from bertkit.tokenization.encoding import BatchEncoding, to_tensors
 from bertkit.tokenization.pipeline import build_backend
 from bertkit.tokenization.unicode import final_sigma_positions
@@ -113,17 +114,16 @@ class BERTTokenizerFast:
         return [self.vocab.get(t, unk) for t in tokens]
 
     def convert_ids_to_tokens(self, ids: int | Iterable[int], skip_special_tokens: bool = False) -> str | list[str]:
-        """Tokens of ``ids``; an id outside the vocabulary is a ValueError."""
-        if isinstance(ids, int) or (hasattr(ids, "item") and getattr(ids, "ndim", 1) == 0):
-            return self._token(int(ids))
-        special = set(self.all_special_ids) if skip_special_tokens else set()
-        return [self._token(int(i)) for i in _as_list(ids) if int(i) not in special]
+        """The token of one id, or the list of tokens of a sequence / 1-D array / tensor of ids.
 
-    def _token(self, i: int) -> str:
-        try:
-            return self.ids_to_tokens[i]
-        except KeyError:
-            raise ValueError(f"token id {i} is outside the vocabulary [0, {len(self.vocab)}).") from None
+        A non-integer id is a TypeError; an id outside the vocabulary a ValueError naming it.
+        """
+        single = isinstance(ids, int) or getattr(ids, "ndim", None) == 0
+        checked = checks.token_ids(ids, len(self.vocab), "ids")
+        if single:
+            return self.ids_to_tokens[checked[0]]
+        special = set(self.all_special_ids) if skip_special_tokens else set()
+        return [self.ids_to_tokens[i] for i in checked if i not in special]
 
     # ------------------------------------------------------------------ encoding
     def tokenize(self, text: str, pair: str | None = None, add_special_tokens: bool = False) -> list[str]:
@@ -166,9 +166,17 @@ class BERTTokenizerFast:
         overlapping by ``stride`` tokens, with ``overflow_to_sample_mapping``.
         ``padding``: True / ``"longest"`` or ``"max_length"``, optionally to a multiple of
         ``pad_to_multiple_of``. ``return_tensors``: None (lists), ``"np"`` or ``"pt"``.
+
+        Raises TypeError for arguments of the wrong type and ValueError for values that cannot
+        work, e.g. a ``stride`` not smaller than the tokens a truncated text keeps (checked per
+        pair: with ``"only_second"`` the first text must leave more than ``stride`` tokens).
         """
         batched, texts, pairs = _normalise_inputs(text, text_pair, is_split_into_words)
         padding = _resolve_padding(padding)
+        checks.check_int(stride, "stride", 0)
+        for name, value in (("max_length", max_length), ("pad_to_multiple_of", pad_to_multiple_of)):
+            if value is not None:
+                checks.check_int(value, name, 1)
         if truncation is None:  # HF: max_length alone means truncation, unless it is there for padding
             truncation = "longest_first" if max_length is not None and padding is None else False
         truncation, max_length = self._resolve_truncation(truncation, max_length, stride, pairs is not None,
@@ -178,12 +186,21 @@ class BERTTokenizerFast:
         inputs = list(zip(texts, pairs)) if pairs is not None else texts
         settings = (truncation, max_length, stride, padding, pad_to_multiple_of, padding_side or self.padding_side)
         encode_args = (inputs, is_split_into_words, add_special_tokens, return_overflowing_tokens)
+        if pairs is not None and truncation is not None:
+            self._check_pair_cuts(texts, pairs, settings, is_split_into_words, add_special_tokens)
         # token strings, offsets and word ids cost time in Rust: computed now only when asked for,
         # otherwise on the first call that needs them (BatchEncoding.word_ids(), tokens(), ...).
         # Overflow windows always take the full path: tokenizers' fast path gives their pair rows
         # wrong token_type_ids (tokenizers 0.23).
         full = return_offsets_mapping or return_overflowing_tokens
-        rows, sample_of_row = self._encode_rows(settings, *encode_args, aligned=full)
+        try:
+            rows, sample_of_row = self._encode_rows(settings, *encode_args, aligned=full)
+        except Exception as error:  # the Rust core reports truncation problems as a bare Exception
+            if pairs is None or "Truncation error" not in str(error):
+                raise
+            self._check_pair_cuts(texts, pairs, settings, is_split_into_words, add_special_tokens, every_row=True)
+            raise ValueError(f"cannot truncate to max_length={max_length}: {error}. Use truncation='longest_first' "
+                             "or a larger max_length.") from None
         aligned = rows if full else functools.partial(self._aligned_rows, settings, *encode_args)
 
         data: dict[str, Any] = {"input_ids": [r.ids for r in rows]}
@@ -230,29 +247,85 @@ class BERTTokenizerFast:
         if truncation == "only_second" and not is_pair:
             raise ValueError("truncation='only_second' needs a text_pair to truncate.")
         max_length = self.model_max_length if max_length is None else max_length
-        reserved = (3 if is_pair else 2) if add_special_tokens else 0
+        if add_special_tokens:
+            reserved = checks.SPECIAL_TOKENS_PAIR if is_pair else checks.SPECIAL_TOKENS_SINGLE
+        else:
+            reserved = 0
         if max_length <= reserved:
             raise ValueError(f"max_length={max_length} leaves no room for text: the special tokens alone take "
                              f"{reserved} positions. Use max_length > {reserved}.")
-        if stride < 0 or stride >= max_length - reserved:
-            raise ValueError(f"stride={stride} must be >= 0 and smaller than max_length - {reserved} special "
-                             f"tokens = {max_length - reserved}, so that windows advance.")
+        if stride >= max_length - reserved:
+            raise ValueError(f"stride={stride} must be smaller than max_length - {reserved} special tokens = "
+                             f"{max_length - reserved}, so that windows advance. Use a smaller stride or a larger "
+                             "max_length.")
+        limit = max_length - checks.SPECIAL_TOKENS_SINGLE  # tokenizers' own check, whatever add_special_tokens says
+        if limit >= 0 and stride > limit:
+            raise ValueError(f"stride={stride} must be <= max_length - 2 = {limit} even with add_special_tokens="
+                             "False (the tokenizers library checks it against a single text with its special "
+                             "tokens). Use a smaller stride or a larger max_length.")
         return truncation, max_length
+
+    def _check_pair_cuts(self, texts: list, pairs: list, settings: tuple, is_split_into_words: bool,
+                         add_special_tokens: bool, every_row: bool = False) -> None:
+        """ValueError for the first pair that truncation cannot cut (see :mod:`bertkit.tokenization.checks`).
+
+        Only rows near the limit are examined (all with ``every_row``), so the usual cost is one
+        encoding of the texts that ``only_first`` / ``only_second`` keep whole.
+        """
+        truncation, max_length, stride = settings[:3]
+        reserved = checks.SPECIAL_TOKENS_PAIR if add_special_tokens else 0
+        room = max_length - reserved
+        if not every_row and (stride == 0 or (truncation == "longest_first" and stride < room // 2)):
+            return  # every text that is cut keeps more than stride tokens
+        if truncation == "longest_first":
+            rows = list(range(len(texts)))
+            first, second = self._token_counts(texts, is_split_into_words), None
+        else:
+            kept = texts if truncation == "only_second" else pairs
+            counts = self._token_counts(kept, is_split_into_words)
+            rows = [i for i, n in enumerate(counts) if every_row or room - n <= stride]
+            first, second = (counts, None) if truncation == "only_second" else (None, counts)
+        if not rows:
+            return
+        if first is None:
+            first = dict(zip(rows, self._token_counts([texts[i] for i in rows], is_split_into_words)))
+        if second is None:
+            second = dict(zip(rows, self._token_counts([pairs[i] for i in rows], is_split_into_words)))
+        for i in rows:
+            problem = checks.pair_cut_problem(first[i], second[i], strategy=truncation, max_length=max_length,
+                                              reserved=reserved, stride=stride,
+                                              where=f" (pair {i} of the batch)" if len(texts) > 1 else "")
+            if problem:
+                raise ValueError(problem)
+
+    def _token_counts(self, items: list, is_split_into_words: bool) -> list[int]:
+        """Tokens of each text alone, without special tokens or truncation."""
+        self._configure(None, None, 0, None, None, self.padding_side)
+        return [len(e.ids) for e in self._encode_batch(items, is_split_into_words, False, aligned=False)]
 
     def _configure(self, truncation, max_length, stride, padding, pad_to_multiple_of, padding_side) -> None:
         settings = (truncation, max_length, stride, padding, pad_to_multiple_of, padding_side)
         if settings == self._settings:
             return
+        self._settings = None  # until both backends are configured
         for backend in (self._backend, self._ascii_backend):
-            if truncation is None:
-                backend.no_truncation()
-            else:
-                backend.enable_truncation(max_length, stride=stride, strategy=truncation)
-            if padding is None:
-                backend.no_padding()
-            else:
-                backend.enable_padding(**self._padding_args(padding, max_length, pad_to_multiple_of, padding_side))
+            with checks.no_panics(lambda: self._describe(settings), _PANIC_FIX):
+                if truncation is None:
+                    backend.no_truncation()
+                else:
+                    backend.enable_truncation(max_length, stride=stride, strategy=truncation)
+                if padding is None:
+                    backend.no_padding()
+                else:
+                    backend.enable_padding(**self._padding_args(padding, max_length, pad_to_multiple_of,
+                                                                padding_side))
         self._settings = settings
+
+    @staticmethod
+    def _describe(settings: tuple, add_special_tokens: bool | None = None) -> str:
+        names = ("truncation", "max_length", "stride", "padding", "pad_to_multiple_of", "padding_side")
+        described = ", ".join(f"{name}={value!r}" for name, value in zip(names, settings))
+        return described if add_special_tokens is None else f"{described}, add_special_tokens={add_special_tokens}"
 
     def _padding_args(self, padding, max_length, pad_to_multiple_of, padding_side) -> dict[str, Any]:
         pad = self.special_tokens["pad_token"]
@@ -288,7 +361,8 @@ class BERTTokenizerFast:
             inputs = [_fix_final_sigmas(x) for x in inputs]
         encode = backend.encode_batch if aligned else backend.encode_batch_fast
         try:
-            return encode(inputs, is_pretokenized=is_split_into_words, add_special_tokens=add_special_tokens)
+            with checks.no_panics(lambda: self._describe(self._settings, add_special_tokens), _PANIC_FIX):
+                return encode(inputs, is_pretokenized=is_split_into_words, add_special_tokens=add_special_tokens)
         except (UnicodeEncodeError, TypeError):
             # lone surrogates cannot cross into Rust (a UnicodeEncodeError, or a TypeError in tokenizers 0.23);
             # they are ordinary word characters
@@ -296,17 +370,17 @@ class BERTTokenizerFast:
             if replaced == inputs:
                 raise
             return self._run(backend, replaced, is_split_into_words, add_special_tokens, aligned)
-        except Exception as e:  # the Rust core reports truncation problems as a bare Exception
-            if "runcat" in str(e):
-                raise ValueError(f"cannot truncate to the requested max_length: {e}. With only_first / "
-                                 "only_second the other text must leave room; use 'longest_first' or a larger "
-                                 "max_length.") from None
-            raise
 
     # ------------------------------------------------------------------ decoding
     def decode(self, token_ids, skip_special_tokens: bool = False, clean_up_tokenization_spaces: bool = True) -> str:
-        """Text of ``token_ids``: ``##`` pieces joined to their word, tokens separated by spaces."""
-        text = self._backend.decode([int(i) for i in _as_list(token_ids)], skip_special_tokens=skip_special_tokens)
+        """Text of ``token_ids`` (an int, a sequence of ints, a 1-D numpy array or torch tensor):
+        ``##`` pieces joined to their word, tokens separated by spaces.
+
+        A non-integer id is a TypeError; an id outside the vocabulary a ValueError naming it.
+        """
+        ids = checks.token_ids(token_ids, len(self.vocab))
+        with checks.no_panics(lambda: f"token_ids {ids!r:.80}", "Pass ids from this tokenizer's vocabulary."):
+            text = self._backend.decode(ids, skip_special_tokens=skip_special_tokens)
         return clean_up_tokenization(text) if clean_up_tokenization_spaces else text
 
     def batch_decode(self, sequences, skip_special_tokens: bool = False,
@@ -343,6 +417,10 @@ class BERTTokenizerFast:
 
 
 BERTTokenizer = BERTTokenizerFast
+
+#: the advice in the ValueError that replaces a panic the checks above did not foresee
+_PANIC_FIX = ("A smaller stride or a larger max_length usually avoids this; please report the case, since "
+              "bertkit should have rejected these arguments with a clearer message.")
 
 
 # ---------------------------------------------------------------------------- helpers
