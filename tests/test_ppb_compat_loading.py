@@ -192,6 +192,15 @@ def test_tokenizer_max_len_warns_like_ppb(caplog):
         ours.convert_tokens_to_ids(["not-a-token"])
 
 
+@pytest.mark.parametrize("name", ["_is_whitespace", "_is_control", "_is_punctuation"])
+def test_character_classes_match_ppb_on_every_code_point(name):
+    from pytorch_pretrained_bert import tokenization as ppb_tokenization
+
+    ours, theirs = getattr(P.tokenization, name), getattr(ppb_tokenization, name)
+    differ = [hex(cp) for cp in range(0x110000) if ours(chr(cp)) != theirs(chr(cp))]
+    assert not differ, differ[:20]
+
+
 def test_tokenizer_files_and_from_pretrained(tmp_path):
     ours = P.BertTokenizer(BERT_BASE_UNCASED_VOCAB)
     saved = ours.save_vocabulary(tmp_path)

@@ -154,14 +154,49 @@ def test_multiple_choice_without_optional_inputs():
         assert_all_close(ours(batch.input_ids), reference(batch.input_ids))
 
 
-def test_question_answering_all_ignored_is_zero_not_nan():
-    """A documented difference: ppb's mean over no counted position is NaN, ours 0."""
-    ours, reference = build_pair("question_answering")
+def _ignored_like(labels: torch.Tensor, value: int) -> torch.Tensor:
+    return torch.full_like(labels, value)
+
+
+#: head -> cases of labels where a mean has no counted label: {label argument: how to replace ppb's label}
+NOTHING_COUNTED = {
+    "pretraining": [{"masked_lm_labels": -1, "next_sentence_label": -1}, {"masked_lm_labels": -1},
+                    {"next_sentence_label": -1}],
+    "masked_lm": [{"masked_lm_labels": -1}],
+    "next_sentence": [{"next_sentence_label": -1}],
+    "sequence_classification": [{"labels": -100}],
+    "multiple_choice": [{"labels": -100}],
+    "token_classification": [{"labels": -100}],
+    "question_answering": [{"start_positions": 100, "end_positions": 100}, {"start_positions": 100}],
+}
+
+
+@pytest.mark.parametrize("head_name,case", [(h, i) for h, cases in NOTHING_COUNTED.items() for i in range(len(cases))])
+def test_losses_over_no_counted_label_are_nan_as_in_ppb(head_name, case):
+    """0.6.2's CrossEntropyLoss means over no counted label: NaN, with zero gradients from that part."""
+    ours, reference = build_pair(head_name)
+    batch = make_batch(HEADS[head_name].choices)
+    labels = make_labels(HEADS[head_name], batch)
+    labels.update({k: _ignored_like(labels[k], v) for k, v in NOTHING_COUNTED[head_name][case].items()})
+    want = reference(*batch_args(batch), **{k: v.clone() for k, v in labels.items()})
+    got = ours(*batch_args(batch), **labels)
+    assert torch.isnan(want) and torch.isnan(got) and got.dim() == 0
+    want.backward()
+    got.backward()
+    theirs = dict(reference.named_parameters())
+    for name, p in ours.named_parameters():
+        torch.testing.assert_close(p.grad, theirs[name].grad, atol=ATOL, rtol=1e-4, msg=name)
+
+
+def test_token_classification_with_every_position_masked_is_nan_as_in_ppb():
+    ours, reference = build_pair("token_classification")
     batch = make_batch()
-    far = torch.full((3,), 100)
+    labels = torch.randint(0, NUM_LABELS, batch.input_ids.shape, generator=torch.Generator().manual_seed(4))
+    mask = torch.zeros_like(batch.attention_mask)
     with torch.no_grad():
-        assert torch.isnan(reference(*batch_args(batch), far.clone(), far.clone()))
-        assert ours(*batch_args(batch), far, far).item() == 0.0
+        want = reference(batch.input_ids, batch.token_type_ids, mask, labels=labels)
+        got = ours(batch.input_ids, batch.token_type_ids, mask, labels=labels)
+    assert torch.isnan(want) and torch.isnan(got)
 
 
 def test_label_errors_are_clear():

@@ -1,4 +1,4 @@
-"""``bertkit.compat.pytorch_pretrained_bert.BertAdam`` against the real pytorch-pretrained-bert 0.6.2's.
+"""``bertkit.compat.pytorch_pretrained_bert``'s BertAdam and OpenAIAdam against pytorch-pretrained-bert 0.6.2's.
 
 Trajectories of both optimizers on the same parameters and gradients (every schedule, weight
 decay and gradient clipping, on the CPU and on a GPU when there is one), the warnings and
@@ -82,6 +82,52 @@ def test_bert_adam_trajectory_matches_ppb(schedule, warmup, t_total, weight_deca
     ours_messages = [m for lib, m in messages if lib == "bertkit"]
     assert ours_messages == [m for lib, m in messages if lib == "pytorch_pretrained_bert"]
     assert bool(ours_messages) == (t_total < 0 or schedule in ("warmup_linear", "warmup_cosine"))
+
+
+@pytest.mark.parametrize("weight_decay,vector_l2,max_grad_norm", [(0.01, False, 1.0), (0.02, True, -1), (0, False, -1)],
+                         ids=["decay_clip", "decay_vectors", "plain"])
+@pytest.mark.parametrize("schedule,warmup,t_total", [
+    ("warmup_linear", 0.2, 8), ("warmup_cosine", 0.3, 8), ("warmup_constant", 0.25, 8), ("warmup_linear", -1, -1),
+    ("none", -1, 8),
+])
+def test_openai_adam_trajectory_matches_ppb(schedule, warmup, t_total, weight_decay, vector_l2, max_grad_norm,
+                                            caplog):
+    """0.6.2's OpenAIAdam: bias-corrected Adam, the schedule read after the step count advanced, decay after."""
+    ours_params, ppb_params = _param_lists(seed=1)
+    args = dict(lr=0.01, warmup=warmup, t_total=t_total, schedule=schedule, weight_decay=weight_decay,
+                vector_l2=vector_l2, max_grad_norm=max_grad_norm)
+    with caplog.at_level(logging.WARNING):
+        ours = P.OpenAIAdam(_groups(ours_params, weight_decay), **args)
+        reference = ppb.OpenAIAdam(_groups(ppb_params, weight_decay), **args)
+        for step in range(10):
+            _set_grads(step, ours_params, ppb_params)
+            ours.step()
+            reference.step()
+            for a, b in zip(ours_params, ppb_params):
+                torch.testing.assert_close(a, b, atol=1e-7, rtol=1e-6)
+            assert ours.get_lr() == reference.get_lr()
+    for a, b in zip(ours_params, ppb_params):
+        state, ref_state = ours.state[a], reference.state[b]
+        assert state.keys() == ref_state.keys() == {"step", "exp_avg", "exp_avg_sq"}
+        assert state["step"] == ref_state["step"]
+        torch.testing.assert_close(state["exp_avg_sq"], ref_state["exp_avg_sq"], atol=1e-9, rtol=1e-6)
+    messages = [(r.name.split(".")[0], r.getMessage()) for r in caplog.records]
+    ours_messages = [m for lib, m in messages if lib == "bertkit"]
+    assert ours_messages == [m for lib, m in messages if lib == "pytorch_pretrained_bert"]
+    assert ours.param_groups[0].keys() == reference.param_groups[0].keys()
+
+
+def test_openai_adam_defaults_and_validation():
+    ours = P.OpenAIAdam([nn.Parameter(torch.ones(2))], lr=0.1)
+    reference = ppb.OpenAIAdam([nn.Parameter(torch.ones(2))], lr=0.1)
+    assert {k: v for k, v in ours.defaults.items() if k != "schedule"} == \
+        {k: v for k, v in reference.defaults.items() if k != "schedule"}
+    for bad in (dict(lr=-1), dict(lr=0.1, schedule="cyclic"), dict(lr=0.1, b1=1.0), dict(lr=0.1, e=-1)):
+        with pytest.raises(ValueError) as ours_error:
+            P.OpenAIAdam([nn.Parameter(torch.ones(2))], **bad)
+        with pytest.raises(ValueError) as ppb_error:
+            ppb.OpenAIAdam([nn.Parameter(torch.ones(2))], **bad)
+        assert str(ours_error.value) == str(ppb_error.value)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")

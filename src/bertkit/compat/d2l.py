@@ -2,18 +2,34 @@
 
 ``get_tokens_and_segments``, ``BERTEncoder``, ``MaskLM``, ``NextSentencePred`` and
 ``BERTModel`` take d2l 1.0.3's arguments and return what its released code returns,
-to float rounding, given the same weights (:func:`load_d2l_state_dict` copies a real
-d2l module's weights in; :func:`to_d2l_state_dict` goes back). The encoder is a bertkit
-:class:`~bertkit.BERT` configured as d2l's architecture: no embedding LayerNorm and no
-embedding dropout, ReLU feed-forward, a learned position table, LayerNorm eps 1e-5,
-post-LN blocks; the MLM head is bertkit's (dense -> ReLU -> LayerNorm -> decoder,
-untied). Parameters start as d2l's do (PyTorch's default initialisation).
+to float rounding, given the same weights. The encoder is a bertkit :class:`~bertkit.BERT`
+configured as d2l's architecture: no embedding LayerNorm and no embedding dropout, ReLU
+feed-forward, a learned position table, LayerNorm eps 1e-5, post-LN blocks; the MLM head
+is bertkit's (dense -> ReLU -> LayerNorm -> decoder, untied). Parameters start as d2l's do
+(PyTorch's default initialisation).
+
+d2l's attribute names are views of the engine's modules, read-only: ``encoder.token_embedding``,
+``segment_embedding`` (the engine's embedding modules), ``pos_embedding`` (a ``[1, max_len, H]``
+view of the engine's position table, sharing its storage; its gradient lives on
+``bert.embeddings.position_embeddings.weight``) and ``blks`` (the engine's layers,
+``bert.encoder.layer``, whose own attributes are the engine's). ``BERTModel.encoder``,
+``hidden``, ``mlm``, ``mlm.mlp``, ``nsp`` and ``nsp.output`` are the modules themselves.
+
+State dicts: ``state_dict()`` uses d2l 1.0.3's names and shapes (``encoder.pos_embedding``
+``[1, max_len, H]``, ``encoder.blks.0.attention.W_q.weight``, ``mlm.mlp.3.bias``...), in
+d2l's order, so ``torch.save(net.state_dict(), path)`` writes a file d2l loads and a d2l
+file loads here; ``load_state_dict`` accepts d2l's names and the engine's (``bert.*``,
+``mlp.transform.*``), strictly. Both hold in any module that contains these ones (d2l's
+fine-tuning models keep ``bert.encoder``). One table per module maps the names (``_ENCODER_TABLE``,
+``_MASK_LM_TABLE``); the views use the same table. :func:`load_d2l_state_dict` loads with
+d2l-named errors, :func:`to_d2l_state_dict` is ``state_dict()`` (detached).
 
 The pre-1.0 d2l signatures that the book's older text shows are accepted too:
 ``BERTEncoder(vocab_size, num_hiddens, norm_shape, ffn_num_input, ffn_num_hiddens,
 num_heads, num_layers, dropout, max_len=1000, key_size=768, query_size=768,
 value_size=768)`` (recognised by ``norm_shape`` being a list) and the same names as
 keywords; their input widths must equal ``num_hiddens`` as they must in a working d2l model.
+``MaskLM``'s ``num_inputs`` keeps the chapter's default, 768 (see :class:`MaskLM`).
 
 Known difference: a sequence with ``valid_lens == 0`` attends uniformly in d2l and
 to all keys by score here; neither output means anything.
@@ -27,6 +43,7 @@ from __future__ import annotations
 import inspect
 import re
 from collections.abc import Callable, Mapping
+from typing import NamedTuple
 
 import torch
 from torch import nn
@@ -143,15 +160,152 @@ def valid_lens_to_mask(valid_lens: torch.Tensor | None, length: int) -> torch.Te
     return keys < valid_lens.unsqueeze(-1)  # [B] -> [B, S];  [B, L] -> [B, L, S]
 
 
+# ---------------------------------------------------------------------------- d2l's names
+
+def _squeeze_position_table(t: torch.Tensor) -> torch.Tensor:
+    return t.squeeze(0)  # d2l's [1, max_len, H] -> the engine's [max_len, H]
+
+
+def _unsqueeze_position_table(t: torch.Tensor) -> torch.Tensor:
+    return t.unsqueeze(0)
+
+
+#: (d2l name, bertkit name[, d2l -> bertkit, bertkit -> d2l]). A name covers the parameters
+#: below it (``.weight``, ``.bias``); ``{i}`` is a block index. In d2l's state-dict order.
+_Rule = tuple
+_ENCODER_TABLE: tuple[_Rule, ...] = (
+    ("pos_embedding", "bert.embeddings.position_embeddings.weight",
+     _squeeze_position_table, _unsqueeze_position_table),
+    ("token_embedding", "bert.embeddings.word_embeddings"),
+    ("segment_embedding", "bert.embeddings.token_type_embeddings"),
+    ("blks.{i}.attention.W_q", "bert.encoder.layer.{i}.attention.self.query"),
+    ("blks.{i}.attention.W_k", "bert.encoder.layer.{i}.attention.self.key"),
+    ("blks.{i}.attention.W_v", "bert.encoder.layer.{i}.attention.self.value"),
+    ("blks.{i}.attention.W_o", "bert.encoder.layer.{i}.attention.output.dense"),
+    ("blks.{i}.addnorm1.ln", "bert.encoder.layer.{i}.attention.output.LayerNorm"),
+    ("blks.{i}.ffn.dense1", "bert.encoder.layer.{i}.intermediate.dense"),
+    ("blks.{i}.ffn.dense2", "bert.encoder.layer.{i}.output.dense"),
+    ("blks.{i}.addnorm2.ln", "bert.encoder.layer.{i}.output.LayerNorm"),
+)
+_MASK_LM_TABLE: tuple[_Rule, ...] = (
+    ("mlp.0", "mlp.transform.dense"),
+    ("mlp.2", "mlp.transform.LayerNorm"),
+    ("mlp.3.weight", "mlp.decoder.weight"),
+    ("mlp.3.bias", "mlp.bias"),  # also mlp.decoder.bias: the same parameter, saved once
+)
+
+
+def _pattern(template: str) -> re.Pattern:
+    return re.compile("^" + re.escape(template).replace(r"\{i\}", r"(?P<i>\d+)") + r"(?P<rest>(\..+)?)$")
+
+
+class _Renamed(NamedTuple):
+    name: str
+    convert: Callable[[torch.Tensor], torch.Tensor] | None
+    order: tuple[int, int, int]  # where d2l's state dict has it: (in a block?, block index, rule index)
+
+
+def _rename(key: str, table: tuple[_Rule, ...], inverse: bool) -> _Renamed | None:
+    """The one mapper: ``key`` renamed by the first matching rule (d2l -> bertkit, or back), or None."""
+    for index, (src, dst, *convert) in enumerate(table):
+        src, dst = (dst, src) if inverse else (src, dst)
+        m = _pattern(src).match(key)
+        if m:
+            block = m.groupdict().get("i")
+            name = dst.replace("{i}", block) if block is not None else dst
+            fn = (convert[1] if inverse else convert[0]) if convert else None
+            return _Renamed(name + m.group("rest"), fn, (block is not None, int(block or 0), index))
+    return None
+
+
+def _second_names(module: nn.Module) -> dict[str, str]:
+    """``{second name: first name}`` of the parameters ``module`` holds under two names (``mlp.decoder.bias``)."""
+    first: dict[int, str] = {}
+    seconds = {}
+    for name, p in module.named_parameters(remove_duplicate=False):
+        if id(p) in first:
+            seconds[name] = first[id(p)]
+        else:
+            first[id(p)] = name
+    return seconds
+
+
+def _save_d2l_names(module: nn.Module, state_dict: dict, prefix: str, local_metadata: dict) -> None:
+    """State-dict post-hook: ``module``'s entries (the last ones written) under d2l's names, in d2l's order."""
+    seconds = _second_names(module)
+    entries = [(key, state_dict.pop(key)) for key in [k for k in state_dict if k.startswith(prefix)]]
+    renamed = []
+    for key, tensor in entries:
+        local = key[len(prefix):]
+        if local in seconds:
+            continue
+        r = _rename(local, module.d2l_table, inverse=True)
+        renamed.append((r.order, r.name, r.convert(tensor) if r.convert else tensor) if r
+                       else ((2, 0, 0), local, tensor))
+    for _, name, tensor in sorted(renamed, key=lambda item: item[0]):  # stable: weight stays before bias
+        state_dict[prefix + name] = tensor
+
+
+def _load_d2l_names(module: nn.Module, state_dict: dict, prefix: str, *args) -> None:
+    """Load pre-hook: d2l's names in ``state_dict`` become the engine's (engine names pass through)."""
+    for key in [k for k in state_dict if k.startswith(prefix)]:
+        r = _rename(key[len(prefix):], module.d2l_table, inverse=False)
+        if r is not None:
+            tensor = state_dict.pop(key)
+            state_dict[prefix + r.name] = r.convert(tensor) if r.convert else tensor
+    for second, first in _second_names(module).items():
+        if prefix + first in state_dict:
+            state_dict.setdefault(prefix + second, state_dict[prefix + first])
+
+
+class _D2LNamed(nn.Module):
+    """A module whose state dicts carry d2l 1.0.3's names (``d2l_table``); see the module docstring."""
+
+    d2l_table: tuple[_Rule, ...] = ()
+
+    def _use_d2l_names(self) -> None:
+        self.register_state_dict_post_hook(_save_d2l_names)
+        self.register_load_state_dict_pre_hook(_load_d2l_names)
+
+
+class _D2LView:
+    """d2l's attribute: a read-only view of the engine module (or parameter) the owner's ``d2l_table`` maps it to."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, module: nn.Module | None, owner: type | None = None):
+        if module is None:
+            return self
+        r = _rename(self.name, module.d2l_table, inverse=False)
+        engine_name = r.name
+        try:
+            target = module.get_submodule(engine_name)
+        except AttributeError:
+            target = module.get_parameter(engine_name)
+        back = _rename(engine_name, module.d2l_table, inverse=True).convert  # e.g. [L, H] -> [1, L, H]
+        return back(target) if back else target
+
+    def __set__(self, module: nn.Module, value) -> None:
+        raise AttributeError(f"{self.name} is a read-only view of the engine's "
+                             f"{_rename(self.name, module.d2l_table, inverse=False).name}; change that instead.")
+
+
 # ---------------------------------------------------------------------------- models
 
-class BERTEncoder(nn.Module):
+class BERTEncoder(_D2LNamed):
     """d2l's BERT encoder: ``forward(tokens [B, L], segments [B, L], valid_lens [B] | [B, L] | None)`` -> ``[B, L, H]``.
 
     Arguments as d2l 1.0.3: ``(vocab_size, num_hiddens, ffn_num_hiddens, num_heads, num_blks,
     dropout, max_len=1000)`` (and the pre-1.0 form, see the module docstring). The engine
-    model is ``self.bert`` (a :class:`~bertkit.BERT` without pooler) and its config ``self.config``.
+    model is ``self.bert`` (a :class:`~bertkit.BERT` without pooler) and its config ``self.config``;
+    ``token_embedding``, ``segment_embedding``, ``pos_embedding`` and ``blks`` are views of it.
     """
+
+    d2l_table = _ENCODER_TABLE
+    token_embedding = _D2LView()
+    segment_embedding = _D2LView()
+    pos_embedding = _D2LView()
 
     def __init__(self, *args, **kwargs):
         super().__init__()
@@ -161,8 +315,14 @@ class BERTEncoder(nn.Module):
         embeddings.dropout = nn.Identity()  # d2l drops out inside the blocks only
         embeddings.word_embeddings.padding_idx = None  # d2l's token embedding trains every row
         _torch_default_init_(self.bert)
+        self._use_d2l_names()
 
     __init__.__signature__ = _with_self(_encoder_args)
+
+    @property
+    def blks(self) -> nn.ModuleList:
+        """d2l's blocks: the engine's layers (``bert.encoder.layer``), with the engine's attribute names."""
+        return self.bert.encoder.layer
 
     def forward(self, tokens: torch.Tensor, segments: torch.Tensor,
                 valid_lens: torch.Tensor | None = None) -> torch.Tensor:
@@ -170,23 +330,33 @@ class BERTEncoder(nn.Module):
         return self.bert(tokens, attention_mask=mask, token_type_ids=segments)[0]
 
 
-class MaskLM(nn.Module):
+class _ChapterDefault(int):
+    """An int default told apart from the same value passed explicitly."""
+
+
+class MaskLM(_D2LNamed):
     """d2l's MLM head: ``forward(X [B, L, num_inputs], pred_positions [B, P])`` -> ``[B, P, vocab_size]``.
 
     ``mlp`` is bertkit's MLM head (dense -> ReLU -> LayerNorm(eps 1e-5) -> decoder, untied).
-    ``num_inputs`` (the pre-1.0 argument) fixes the input width; None infers it from the
-    first input, as d2l 1.0.3's ``LazyLinear`` does.
+    ``num_inputs`` is the input width; passed explicitly, the first layer is built for it.
+    Left at its default, the chapter's 768, the width is taken from the first input, as d2l
+    1.0.3's ``LazyLinear`` does (768 in the chapter's example), so 1.0.3's ``MaskLM(vocab_size,
+    num_hiddens)`` works on any encoder; ``None`` asks for that explicitly.
     """
 
-    def __init__(self, vocab_size: int, num_hiddens: int, num_inputs: int | None = None):
+    d2l_table = _MASK_LM_TABLE
+
+    def __init__(self, vocab_size: int, num_hiddens: int, num_inputs: int | None = _ChapterDefault(768)):
         super().__init__()
         head_config = BERTConfig(vocab_size=vocab_size, hidden_size=num_hiddens, num_attention_heads=1,
                                  hidden_act="relu", layer_norm_eps=1e-5, tie_word_embedding=False)
         self.mlp = BERTLMPredictionHead(head_config)
-        if num_inputs != num_hiddens:
-            self.mlp.transform.dense = nn.LazyLinear(num_hiddens) if num_inputs is None \
-                else nn.Linear(num_inputs, num_hiddens)
+        if isinstance(num_inputs, _ChapterDefault) or num_inputs is None:
+            self.mlp.transform.dense = nn.LazyLinear(num_hiddens)
+        elif num_inputs != num_hiddens:
+            self.mlp.transform.dense = nn.Linear(num_inputs, num_hiddens)
         _torch_default_init_(self.mlp)  # the decoder bias starts like a Linear's, as in d2l
+        self._use_d2l_names()
 
     def forward(self, X: torch.Tensor, pred_positions: torch.Tensor) -> torch.Tensor:
         return self.mlp(gather_positions(X, pred_positions))  # [B, P, H] -> [B, P, V]
@@ -237,138 +407,50 @@ class BERTModel(nn.Module):
 
 # ---------------------------------------------------------------------------- weights
 
-def _squeeze_position_table(t: torch.Tensor) -> torch.Tensor:
-    return t.squeeze(0)  # d2l's [1, max_len, H] -> the engine's [max_len, H]
+_MODULES = (BERTEncoder, MaskLM, NextSentencePred, BERTModel)
 
 
-def _unsqueeze_position_table(t: torch.Tensor) -> torch.Tensor:
-    return t.unsqueeze(0)
-
-
-#: (d2l name, bertkit name[, d2l -> bertkit, bertkit -> d2l]). A name covers the parameters
-#: below it (``.weight``, ``.bias``); ``{i}`` is a block index.
-_Rule = tuple
-_ENCODER_TABLE: tuple[_Rule, ...] = (
-    ("token_embedding", "bert.embeddings.word_embeddings"),
-    ("segment_embedding", "bert.embeddings.token_type_embeddings"),
-    ("pos_embedding", "bert.embeddings.position_embeddings.weight",
-     _squeeze_position_table, _unsqueeze_position_table),
-    ("blks.{i}.attention.W_q", "bert.encoder.layer.{i}.attention.self.query"),
-    ("blks.{i}.attention.W_k", "bert.encoder.layer.{i}.attention.self.key"),
-    ("blks.{i}.attention.W_v", "bert.encoder.layer.{i}.attention.self.value"),
-    ("blks.{i}.attention.W_o", "bert.encoder.layer.{i}.attention.output.dense"),
-    ("blks.{i}.addnorm1.ln", "bert.encoder.layer.{i}.attention.output.LayerNorm"),
-    ("blks.{i}.ffn.dense1", "bert.encoder.layer.{i}.intermediate.dense"),
-    ("blks.{i}.ffn.dense2", "bert.encoder.layer.{i}.output.dense"),
-    ("blks.{i}.addnorm2.ln", "bert.encoder.layer.{i}.output.LayerNorm"),
-)
-_MASK_LM_TABLE: tuple[_Rule, ...] = (
-    ("mlp.0", "mlp.transform.dense"),
-    ("mlp.2", "mlp.transform.LayerNorm"),
-    ("mlp.3.weight", "mlp.decoder.weight"),
-    ("mlp.3.bias", "mlp.bias"),  # also mlp.decoder.bias: the same parameter
-)
-_NSP_TABLE: tuple[_Rule, ...] = (("output", "output"),)
-
-
-def _prefixed(prefix: str, table: tuple[_Rule, ...]) -> tuple[_Rule, ...]:
-    return tuple((prefix + src, prefix + dst, *rest) for src, dst, *rest in table)
-
-
-_TABLES: dict[type, tuple[_Rule, ...]] = {
-    BERTEncoder: _ENCODER_TABLE,
-    MaskLM: _MASK_LM_TABLE,
-    NextSentencePred: _NSP_TABLE,
-    BERTModel: (*_prefixed("encoder.", _ENCODER_TABLE), ("hidden.0", "hidden.0"),
-                *_prefixed("mlm.", _MASK_LM_TABLE), *_prefixed("nsp.", _NSP_TABLE)),
-}
-
-
-def _pattern(template: str) -> re.Pattern:
-    return re.compile("^" + re.escape(template).replace(r"\{i\}", r"(?P<i>\d+)") + r"(?P<rest>(\..+)?)$")
-
-
-def _rename(key: str, table: tuple[_Rule, ...], inverse: bool) -> tuple[str, Callable | None] | None:
-    """The one mapper: ``key`` renamed by the first matching rule (and its tensor conversion), or None."""
-    for src, dst, *convert in table:
-        src, dst = (dst, src) if inverse else (src, dst)
-        m = _pattern(src).match(key)
-        if m:
-            name = dst.replace("{i}", m.group("i") or "") if "{i}" in dst else dst
-            fn = (convert[1] if inverse else convert[0]) if convert else None
-            return name + m.group("rest"), fn
-    return None
-
-
-def _table_of(module: nn.Module) -> tuple[_Rule, ...]:
-    for cls, table in _TABLES.items():
-        if isinstance(module, cls):
-            return table
-    raise TypeError(f"module must be a bertkit.compat.d2l BERTEncoder, MaskLM, NextSentencePred or BERTModel, "
-                    f"got {type(module).__name__}.")
+def _check_module(module: nn.Module) -> None:
+    if not isinstance(module, _MODULES):
+        raise TypeError(f"module must be a bertkit.compat.d2l BERTEncoder, MaskLM, NextSentencePred or BERTModel, "
+                        f"got {type(module).__name__}.")
 
 
 def load_d2l_state_dict(module: nn.Module, d2l_state_dict: Mapping[str, torch.Tensor] | nn.Module) -> nn.Module:
     """Copy a real d2l module's weights (its ``state_dict()``, or the module) into ``module``; returns it.
 
     ``module`` is this module's ``BERTEncoder``, ``MaskLM``, ``NextSentencePred`` or
-    ``BERTModel``, built with the d2l model's sizes. Raises ``ValueError`` naming unknown or
-    missing keys, mismatched shapes, or d2l ``LazyLinear`` weights not yet materialised.
+    ``BERTModel``, built with the d2l model's sizes. ``module.load_state_dict`` takes the
+    same dict; this adds errors in d2l's names: ``ValueError`` naming unknown or missing
+    keys, mismatched shapes, or d2l ``LazyLinear`` weights not yet materialised; ``TypeError``
+    for another kind of module.
     """
+    _check_module(module)
     if isinstance(d2l_state_dict, nn.Module):
         d2l_state_dict = d2l_state_dict.state_dict()
-    table = _table_of(module)
     ours = module.state_dict(keep_vars=True)
-    converted: dict[str, torch.Tensor] = {}
-    source: dict[str, str] = {}  # our name -> the d2l key it came from
-    unknown, lazy = [], []
-    for key, tensor in d2l_state_dict.items():
-        renamed = _rename(key, table, inverse=False)
-        if renamed is None or renamed[0] not in ours:
-            unknown.append(key)
-        elif isinstance(tensor, nn.parameter.UninitializedParameter):
-            lazy.append(key)
-        else:
-            name, fn = renamed
-            converted[name], source[name] = (fn(tensor) if fn else tensor), key
+    unknown = sorted(set(d2l_state_dict) - set(ours))
     if unknown:
         raise ValueError(f"load_d2l_state_dict: keys not in d2l's {type(module).__name__} or not matching this "
-                         f"model's sizes: {sorted(unknown)}.")
+                         f"model's sizes: {unknown}.")
+    lazy = sorted(k for k, t in d2l_state_dict.items() if isinstance(t, nn.parameter.UninitializedParameter))
     if lazy:
-        raise ValueError(f"load_d2l_state_dict: {sorted(lazy)} are uninitialised LazyLinear weights; run one "
+        raise ValueError(f"load_d2l_state_dict: {lazy} are uninitialised LazyLinear weights; run one "
                          "forward pass of the d2l model before copying its weights.")
-    for name in set(ours) - set(converted):  # a parameter shared under two names (mlp.bias, mlp.decoder.bias)
-        twin = next((other for other in converted if ours[other] is ours[name]), None)
-        if twin is not None:
-            converted[name], source[name] = converted[twin], source[twin]
-    missing = sorted(set(ours) - set(converted))
+    missing = sorted(set(ours) - set(d2l_state_dict))
     if missing:
-        d2l_names = [(_rename(name, table, inverse=True) or (name,))[0] for name in missing]
-        raise ValueError(f"load_d2l_state_dict: the d2l state dict lacks {d2l_names} (bertkit names {missing}).")
-    mismatched = [f"{source[name]} -> {name}: {tuple(converted[name].shape)} vs {tuple(ours[name].shape)}"
-                  for name in ours if not isinstance(ours[name], nn.parameter.UninitializedParameter)
-                  and converted[name].shape != ours[name].shape]
+        raise ValueError(f"load_d2l_state_dict: the d2l state dict lacks {missing}.")
+    mismatched = [f"{name}: {tuple(d2l_state_dict[name].shape)} vs {tuple(ours[name].shape)}" for name in ours
+                  if not isinstance(ours[name], nn.parameter.UninitializedParameter)
+                  and d2l_state_dict[name].shape != ours[name].shape]
     if mismatched:
         raise ValueError("load_d2l_state_dict: shapes differ, d2l's vs ours (was the d2l model built with other "
-                         "sizes?): "
-                         + "; ".join(mismatched))
-    module.load_state_dict(converted, strict=True)
+                         "sizes?): " + "; ".join(mismatched))
+    module.load_state_dict(d2l_state_dict, strict=True)
     return module
 
 
 def to_d2l_state_dict(module: nn.Module) -> dict[str, torch.Tensor]:
-    """The inverse of :func:`load_d2l_state_dict`: ``module``'s weights under d2l 1.0.3's names."""
-    table = _table_of(module)
-    out: dict[str, torch.Tensor] = {}
-    seen: set[int] = set()
-    for name, tensor in module.state_dict(keep_vars=True).items():
-        if id(tensor) in seen:
-            continue  # the second name of a shared parameter
-        seen.add(id(tensor))
-        renamed = _rename(name, table, inverse=True)
-        if renamed is None:
-            raise ValueError(f"to_d2l_state_dict: {name} has no d2l counterpart.")
-        d2l_name, fn = renamed
-        tensor = tensor.detach()
-        out[d2l_name] = fn(tensor) if fn else tensor
-    return out
+    """``module``'s weights under d2l 1.0.3's names and shapes (its ``state_dict()``), for d2l's ``load_state_dict``."""
+    _check_module(module)
+    return dict(module.state_dict())

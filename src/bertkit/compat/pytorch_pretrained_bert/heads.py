@@ -2,10 +2,12 @@
 
 Every class keeps 0.6.2's constructor, ``forward`` signature and return convention, and
 its parameter names (``bert.*``, ``cls.*``, ``classifier``, ``qa_outputs``): a ppb
-``state_dict`` loads with ``load_state_dict(strict=True)`` and ours loads in ppb. The head
-layers are bertkit's (:mod:`bertkit.modeling.layers`); losses use
-:func:`bertkit.modeling.losses.cross_entropy` and the engine's MLM scorer. The classes are
-re-exported by :mod:`.modeling`, where 0.6.2 defined them.
+``state_dict`` loads with ``load_state_dict(strict=True)`` and ours loads in ppb. The LM
+heads are 0.6.2's classes of :mod:`.layers` (the engine's layers, tied to the word
+embeddings at construction as in 0.6.2); losses use :func:`bertkit.modeling.losses.cross_entropy`
+and :func:`bertkit.modeling.losses.masked_lm_loss` (which projects only the labelled
+positions onto the vocabulary). The classes are re-exported by :mod:`.modeling`, where
+0.6.2 defined them.
 
 The models are composed here rather than subclassed from bertkit's task models because
 ppb's ``model.bert`` is itself a :class:`BertModel` called positionally as
@@ -15,8 +17,11 @@ ppb's ``model.bert`` is itself a :class:`BertModel` called positionally as
 Conventions (as 0.6.2): ignore index -1 for PreTraining / MaskedLM / NSP labels, -100 for
 the classifiers; token classification counts only ``attention_mask == 1`` positions; QA
 clamps positions to ``[0, L]`` and ignores ``L``; PreTraining returns a loss only when both
-label tensors are given. Deliberate differences: a mean over no counted label is 0 (ppb:
-NaN); QA does not clamp the caller's position tensors in place.
+label tensors are given (their sum). A mean over no counted label is NaN, as 0.6.2's
+``CrossEntropyLoss`` gives it, with zero gradients: for MaskedLM / NSP / the classifiers
+when every label is ignored, for PreTraining when either part has none, for QA when every
+start (or every end) position is out of range. One deliberate difference: QA does not
+clamp the caller's position tensors in place.
 """
 
 from __future__ import annotations
@@ -26,53 +31,38 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from bertkit.compat.pytorch_pretrained_bert.layers import BertOnlyMLMHead, BertOnlyNSPHead, BertPreTrainingHeads
 from bertkit.compat.pytorch_pretrained_bert.modeling import (
     PPB_IGNORE_INDEX,
     BertConfig,
     BertModel,
     BertPreTrainedModel,
 )
-from bertkit.modeling.heads import _check_labels
-from bertkit.modeling.layers import BERTLMPredictionHead, BERTOnlyMLMHead, BERTOnlyNSPHead, BERTPreTrainingHeads
-from bertkit.modeling.lm_heads import _MaskedLMMixin
-from bertkit.modeling.losses import cross_entropy
+from bertkit.modeling.losses import check_labels, cross_entropy, masked_lm_loss
 
 
-def _nsp_loss(scores: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+def _nan_if_none_counted(mean: Tensor, counted: Tensor) -> Tensor:
+    """The engine's mean (0 over no counted label) as 0.6.2's: NaN when no label counts, gradients then 0."""
+    return torch.where(counted.any(), mean, torch.full_like(mean, float("nan")))
+
+
+def _nsp_loss(scores: Tensor, labels: Tensor) -> Tensor:
     labels = labels.view(-1)
-    _check_labels("next_sentence_label", labels, 2, PPB_IGNORE_INDEX)
-    return cross_entropy(scores.view(-1, 2), labels, ignore_index=PPB_IGNORE_INDEX)
+    check_labels("next_sentence_label", labels, 2, PPB_IGNORE_INDEX)
+    loss = cross_entropy(scores.view(-1, 2), labels, ignore_index=PPB_IGNORE_INDEX)
+    return _nan_if_none_counted(loss, labels != PPB_IGNORE_INDEX)
 
 
-def _classification_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+def _classification_loss(logits: Tensor, labels: Tensor) -> Tensor:
     """CrossEntropyLoss with its default ignore index (-100), as 0.6.2's classifiers use it."""
     logits, labels = logits.reshape(-1, logits.shape[-1]), labels.reshape(-1)
-    _check_labels("labels", labels, logits.shape[-1], -100)
-    return cross_entropy(logits, labels)
-
-
-def _hide_decoder_bias_alias(predictions: BERTLMPredictionHead) -> None:
-    """Keep ``decoder.bias`` (the same tensor as ``predictions.bias``) out of state dicts, as ppb has none.
-
-    Saving drops the alias; loading fills it from ``bias``, so ppb's state dicts load strictly.
-    """
-    predictions.register_state_dict_post_hook(_drop_decoder_bias)
-    predictions.register_load_state_dict_pre_hook(_fill_decoder_bias)
-
-
-def _drop_decoder_bias(module, state_dict, prefix, local_metadata) -> None:
-    if module.decoder.bias is module.bias:
-        state_dict.pop(prefix + "decoder.bias", None)
-
-
-def _fill_decoder_bias(module, state_dict, prefix, *args) -> None:
-    if module.decoder.bias is module.bias and prefix + "bias" in state_dict:
-        state_dict.setdefault(prefix + "decoder.bias", state_dict[prefix + "bias"])
+    check_labels("labels", labels, logits.shape[-1], -100)
+    return _nan_if_none_counted(cross_entropy(logits, labels), labels != -100)
 
 
 class _MaskedLMModel(BertPreTrainedModel):
-    """The backbone and a ``cls`` head (``_cls_head``) with MLM ``predictions``, whose ``decoder.bias`` alias
-    stays out of state dicts; the engine's MLM loss (projects only the labelled positions onto the vocabulary)."""
+    """The backbone and a ``cls`` head (``_cls_head``, built 0.6.2's way from the config and the word embeddings)
+    with MLM ``predictions``; the engine's MLM loss."""
 
     head_prefixes = ("cls.",)
     _cls_head: type[nn.Module]
@@ -80,16 +70,17 @@ class _MaskedLMModel(BertPreTrainedModel):
     def __init__(self, config: BertConfig):
         super().__init__(config)
         self.bert = BertModel(self.config)
-        self.cls = self._cls_head(self.config.to_bertkit())
-        _hide_decoder_bias_alias(self.cls.predictions)
+        embeddings = self.bert.embeddings.word_embeddings.weight
+        if not self.config.tie_word_embedding:  # only a bertkit config converted to 0.6.2's can say so
+            embeddings = nn.Parameter(embeddings.detach().clone())
+        self.cls = self._cls_head(self.config, embeddings)
         self.post_init()
 
-    _mlm_loss = _MaskedLMMixin._mlm_loss
-    _mlm_token_losses = _MaskedLMMixin._mlm_token_losses
-
-    def _masked_lm_loss(self, sequence_output: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    def _masked_lm_loss(self, sequence_output: Tensor, labels: Tensor) -> Tensor:
         labels = labels.view(sequence_output.shape[:-1])
-        return self._mlm_loss(sequence_output, labels, PPB_IGNORE_INDEX, "mean")
+        loss = masked_lm_loss(self.cls.predictions, sequence_output, labels, vocab_size=self.config.vocab_size,
+                              ignore_index=PPB_IGNORE_INDEX)
+        return _nan_if_none_counted(loss, labels != PPB_IGNORE_INDEX)
 
 
 class BertForPreTraining(_MaskedLMModel):
@@ -97,25 +88,24 @@ class BertForPreTraining(_MaskedLMModel):
     ``(prediction_scores [B, L, V], seq_relationship_score [B, 2])``; labels -1 are ignored."""
 
     hf_architecture = "BertForPreTraining"
-    _cls_head = BERTPreTrainingHeads
+    _cls_head = BertPreTrainingHeads
 
     def forward(self, input_ids: Tensor, token_type_ids: Tensor | None = None, attention_mask: Tensor | None = None,
                 masked_lm_labels: Tensor | None = None,
                 next_sentence_label: Tensor | None = None) -> Tensor | tuple[Tensor, Tensor]:
         sequence_output, pooled_output = self.bert(input_ids, token_type_ids, attention_mask,
                                                    output_all_encoded_layers=False)
-        seq_relationship_score = self.cls.seq_relationship(pooled_output)
         if masked_lm_labels is not None and next_sentence_label is not None:
             return (self._masked_lm_loss(sequence_output, masked_lm_labels)
-                    + _nsp_loss(seq_relationship_score, next_sentence_label))
-        return self.cls.predictions(sequence_output), seq_relationship_score
+                    + _nsp_loss(self.cls.seq_relationship(pooled_output), next_sentence_label))
+        return self.cls(sequence_output, pooled_output)
 
 
 class BertForMaskedLM(_MaskedLMModel):
     """MLM head. Returns the loss when ``masked_lm_labels`` (-1 = ignored) are given, else scores ``[B, L, V]``."""
 
     hf_architecture = "BertForMaskedLM"
-    _cls_head = BERTOnlyMLMHead
+    _cls_head = BertOnlyMLMHead
 
     def forward(self, input_ids: Tensor, token_type_ids: Tensor | None = None, attention_mask: Tensor | None = None,
                 masked_lm_labels: Tensor | None = None) -> Tensor:
@@ -135,7 +125,7 @@ class BertForNextSentencePrediction(BertPreTrainedModel):
     def __init__(self, config: BertConfig):
         super().__init__(config)
         self.bert = BertModel(self.config)
-        self.cls = BERTOnlyNSPHead(self.config.to_bertkit())
+        self.cls = BertOnlyNSPHead(self.config)
         self.post_init()
 
     def forward(self, input_ids: Tensor, token_type_ids: Tensor | None = None, attention_mask: Tensor | None = None,
@@ -248,8 +238,11 @@ class BertForQuestionAnswering(BertPreTrainedModel):
         if start_positions is None or end_positions is None:
             return start_logits, end_logits
         ignored_index = start_logits.size(1)
-        losses = [cross_entropy(logits, positions.reshape(-1).clamp(0, ignored_index), ignore_index=ignored_index)
-                  for logits, positions in ((start_logits, start_positions), (end_logits, end_positions))]
+        losses = []
+        for logits, positions in ((start_logits, start_positions), (end_logits, end_positions)):
+            positions = positions.reshape(-1).clamp(0, ignored_index)
+            loss = cross_entropy(logits, positions, ignore_index=ignored_index)
+            losses.append(_nan_if_none_counted(loss, positions != ignored_index))
         return (losses[0] + losses[1]) / 2
 
 

@@ -2,9 +2,10 @@
 
 Here: :class:`BertConfig`, the base class :class:`BertPreTrainedModel` (``from_pretrained``),
 the backbone :class:`BertModel`, checkpoint loading and the TF converter. The task models
-(``BertForPreTraining``, ``BertForSequenceClassification``...) are in :mod:`.heads` and
-re-exported here, so ``pytorch_pretrained_bert.modeling.BertForSequenceClassification``
-imports as in 0.6.2.
+(``BertForPreTraining``, ``BertForSequenceClassification``...) are in :mod:`.heads`, the
+layer classes (``BertEmbeddings``, ``BertLayer``, ``BertLMPredictionHead``...), ``gelu``,
+``swish`` and ``ACT2FN`` in :mod:`.layers`, ``cached_path``, ``CONFIG_NAME`` and
+``WEIGHTS_NAME`` in :mod:`.file_utils`; all are re-exported here, where 0.6.2 has them.
 
 Every class keeps 0.6.2's constructor, ``forward`` signature and return convention, and
 its parameter names (``bert.*``, ``cls.*``, ``classifier``, ``qa_outputs``): a ppb
@@ -27,11 +28,33 @@ import tempfile
 import weakref
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 import torch
 from torch import Tensor, nn
 
-from bertkit.compat.pytorch_pretrained_bert._shortcuts import fetch_registered
+from bertkit.compat.pytorch_pretrained_bert._shortcuts import archive_map, fetch_registered
+from bertkit.compat.pytorch_pretrained_bert.file_utils import CONFIG_NAME, WEIGHTS_NAME, cached_path
+from bertkit.compat.pytorch_pretrained_bert.layers import (
+    ACT2FN,
+    BertAttention,
+    BertEmbeddings,
+    BertEncoder,
+    BertIntermediate,
+    BertLayer,
+    BertLayerNorm,
+    BertLMPredictionHead,
+    BertOnlyMLMHead,
+    BertOnlyNSPHead,
+    BertOutput,
+    BertPooler,
+    BertPredictionHeadTransform,
+    BertPreTrainingHeads,
+    BertSelfAttention,
+    BertSelfOutput,
+    gelu,
+    swish,
+)
 from bertkit.config import BERTConfig
 from bertkit.io import atomic_write
 from bertkit.modeling.backbone import BERT
@@ -39,16 +62,12 @@ from bertkit.modeling.base import BERTPreTrainedModel
 
 logger = logging.getLogger(__name__)
 
-CONFIG_NAME = "config.json"
-WEIGHTS_NAME = "pytorch_model.bin"
 BERT_CONFIG_NAME = "bert_config.json"
 TF_WEIGHTS_NAME = "model.ckpt"
 
-#: The shortcut names 0.6.2 knew; any name bertkit's weights registry knows is accepted too.
-PRETRAINED_MODEL_NAMES = (
-    "bert-base-uncased", "bert-large-uncased", "bert-base-cased", "bert-large-cased",
-    "bert-base-multilingual-uncased", "bert-base-multilingual-cased", "bert-base-chinese",
-)
+#: 0.6.2's shortcut names, each with its checkpoint's URL in bertkit's weights registry (see
+#: :func:`._shortcuts.archive_map`); ``from_pretrained`` accepts any name the registry knows.
+PRETRAINED_MODEL_ARCHIVE_MAP = archive_map()
 
 #: ppb's ignore index for PreTraining, MaskedLM and NSP labels.
 PPB_IGNORE_INDEX = -1
@@ -196,13 +215,13 @@ class BertPreTrainedModel(BERTPreTrainedModel):
 
     def init_bert_weights(self, module: nn.Module) -> None:
         """Initialise ``module`` as BERT does (normal(0, initializer_range), zero biases, LayerNorm 1/0)."""
-        self._init_weights(module)
+        self.init_module_weights(module)
 
     def _engine_overrides(self) -> dict[str, Any]:
         """BERTConfig fields this model holds outside its config (e.g. ``num_labels``)."""
         return {}
 
-    def _set_config(self, config: BERTConfig) -> None:
+    def set_config(self, config: BERTConfig) -> None:
         # bertkit's resize_token_embeddings hands in a BERTConfig: keep a ppb config, with the new size
         ppb_config = copy.deepcopy(self.config)
         ppb_config.vocab_size = config.vocab_size
@@ -282,7 +301,11 @@ class BertModel(BertPreTrainedModel, BERT):
 # ---------------------------------------------------------------------------- loading
 
 def resolve_pretrained(name_or_path: str | os.PathLike, cache_dir: str | os.PathLike | None = None) -> Path:
-    """A local path as is; otherwise a registered name (``'bert-base-uncased'``) fetched into ``cache_dir``."""
+    """A local path as is; a URL through :func:`.file_utils.cached_path` (a registered checkpoint's URL, e.g. a
+    value of ``PRETRAINED_MODEL_ARCHIVE_MAP``, gives its directory); otherwise a registered name
+    (``'bert-base-uncased'``) fetched into ``cache_dir``."""
+    if urlparse(os.fspath(name_or_path)).scheme in ("http", "https", "file"):
+        return Path(cached_path(name_or_path, cache_dir))
     path = Path(name_or_path)
     if path.exists() or path.with_name(path.name + ".index").is_file():
         return path
@@ -303,13 +326,14 @@ def _read_pretrained(source: Path, *, weights: bool) -> tuple[BertConfig, dict[s
 
 
 def load_state_dict_into(model: BERTPreTrainedModel, state_dict: dict[str, torch.Tensor]) -> BERTPreTrainedModel:
-    """Fit ``state_dict`` to ``model`` with bertkit's rules and load it; logs what 0.6.2 logs."""
-    from bertkit.weights.adapt import adapt_state_dict
+    """Fit ``state_dict`` to ``model`` with bertkit's rules and load it; logs what 0.6.2 logs.
 
-    fitted, report = adapt_state_dict(model, dict(state_dict))
-    model.load_state_dict(fitted, strict=False)
-    model.tie_weights()
-    model.load_report = report
+    As in 0.6.2, tensors the model has no place for are dropped (not an error) and reported
+    through the log, not as warnings.
+    """
+    from bertkit.weights.adapt import load_into
+
+    report = load_into(model, dict(state_dict), strict=False, warn=False)
     if report.initialized or report.resized:
         logger.info("Weights of %s not initialized from pretrained model: %s", type(model).__name__,
                     report.initialized + report.resized)
@@ -388,10 +412,16 @@ from bertkit.compat.pytorch_pretrained_bert.heads import (  # noqa: E402
     BertForTokenClassification,
 )
 
+#: The name of 0.4/0.5 scripts for :class:`BertPreTrainedModel` (0.6.2 renamed it).
+PreTrainedBertModel = BertPreTrainedModel
+
 __all__ = [
-    "BERT_CONFIG_NAME", "CONFIG_NAME", "PRETRAINED_MODEL_NAMES", "TF_WEIGHTS_NAME", "WEIGHTS_NAME", "BertConfig",
-    "BertForMaskedLM", "BertForMultipleChoice", "BertForNextSentencePrediction", "BertForPreTraining",
-    "BertForQuestionAnswering", "BertForSequenceClassification", "BertForTokenClassification", "BertModel",
-    "BertPreTrainedModel", "convert_tf_checkpoint_to_pytorch", "load_state_dict_into", "load_tf_weights_in_bert",
-    "resolve_pretrained",
+    "ACT2FN", "BERT_CONFIG_NAME", "CONFIG_NAME", "PRETRAINED_MODEL_ARCHIVE_MAP", "TF_WEIGHTS_NAME", "WEIGHTS_NAME",
+    "BertAttention", "BertConfig", "BertEmbeddings", "BertEncoder", "BertForMaskedLM", "BertForMultipleChoice",
+    "BertForNextSentencePrediction", "BertForPreTraining", "BertForQuestionAnswering",
+    "BertForSequenceClassification", "BertForTokenClassification", "BertIntermediate", "BertLMPredictionHead",
+    "BertLayer", "BertLayerNorm", "BertModel", "BertOnlyMLMHead", "BertOnlyNSPHead", "BertOutput", "BertPooler",
+    "BertPreTrainedModel", "BertPreTrainingHeads", "BertPredictionHeadTransform", "BertSelfAttention",
+    "BertSelfOutput", "PreTrainedBertModel", "cached_path", "convert_tf_checkpoint_to_pytorch", "gelu",
+    "load_state_dict_into", "load_tf_weights_in_bert", "resolve_pretrained", "swish",
 ]

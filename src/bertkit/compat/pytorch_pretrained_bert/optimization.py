@@ -1,13 +1,14 @@
-"""pytorch_pretrained_bert 0.6.2's ``BertAdam`` and its learning-rate schedules.
+"""pytorch_pretrained_bert 0.6.2's ``BertAdam``, ``OpenAIAdam`` and their learning-rate schedules.
 
-The update rule is 0.6.2's, step for step: no bias correction; each parameter's gradient
+Both optimizers are 0.6.2's, step for step, and share everything but the last part of the
+update (:class:`_ScheduledAdam`); ``OpenAIAdam``'s differences are in its docstring.
+``BertAdam``'s update rule: no bias correction; each parameter's gradient
 clipped to ``max_grad_norm`` on its own (in place, as ``clip_grad_norm_(p, ...)`` does);
 decoupled weight decay added to the update; the learning rate multiplied by the
 schedule's value at the parameter's step count *before* the update (so with warmup the
 first step has learning rate 0 and moves nothing). Warnings (``t_total < 0``, training
 beyond ``t_total``) are 0.6.2's. The arithmetic runs as ``torch._foreach_*`` ops over all
-parameters of a group at once; the optimizer state (``step``, ``next_m``, ``next_v``)
-has 0.6.2's keys.
+parameters of a group at once; the optimizer states have 0.6.2's keys.
 """
 
 from __future__ import annotations
@@ -150,25 +151,16 @@ SCHEDULES = {
 }
 
 
-class BertAdam(Optimizer):
-    """Implements BERT version of Adam algorithm with weight decay fix.
+class _ScheduledAdam(Optimizer):
+    """What 0.6.2's ``BertAdam`` and ``OpenAIAdam`` share: argument checks, the schedule object, ``get_lr``,
+    per-parameter gradient clipping and the moment updates. Subclasses name the moments
+    (``_moments``) and apply the update (``_update``)."""
 
-    Params:
-        lr: learning rate
-        warmup: portion of t_total for the warmup, -1  means no warmup. Default: -1
-        t_total: total number of training steps for the learning
-            rate schedule, -1  means constant learning rate of 1. (no warmup regardless of warmup setting).
-        schedule: ``'warmup_linear'`` (default), ``'warmup_constant'``, ``'warmup_cosine'``, ``'none'``,
-            None or an ``_LRSchedule`` object.
-        b1, b2: Adam's betas. Default: 0.9, 0.999
-        e: Adam's epsilon. Default: 1e-6
-        weight_decay: decoupled weight decay. Default: 0.01
-        max_grad_norm: per-parameter gradient clipping norm (-1 means no clipping). Default: 1.0
-    """
+    _moments: tuple[str, str]
 
-    def __init__(self, params: Iterable, lr: float = required, warmup: float = -1, t_total: float = -1,
-                 schedule: str | _LRSchedule | None = "warmup_linear", b1: float = 0.9, b2: float = 0.999,
-                 e: float = 1e-6, weight_decay: float = 0.01, max_grad_norm: float = 1.0, **kwargs):
+    def __init__(self, params: Iterable, lr: float, schedule: str | _LRSchedule | None, warmup: float,
+                 t_total: float, b1: float, b2: float, e: float, weight_decay: float, max_grad_norm: float,
+                 **extra_defaults):
         if lr is not required and lr < 0.0:
             raise ValueError(f"Invalid learning rate: {lr} - should be >= 0.0")
         if not isinstance(schedule, _LRSchedule) and schedule not in SCHEDULES:
@@ -184,12 +176,12 @@ class BertAdam(Optimizer):
         elif warmup != -1 or t_total != -1:
             logger.warning("warmup and t_total on the optimizer are ineffective when _LRSchedule object is "
                            "provided as schedule. Please specify custom warmup and t_total in _LRSchedule object.")
-        defaults = dict(lr=lr, schedule=schedule, b1=b1, b2=b2, e=e, weight_decay=weight_decay,
+        defaults = dict(lr=lr, schedule=schedule, b1=b1, b2=b2, e=e, weight_decay=weight_decay, **extra_defaults,
                         max_grad_norm=max_grad_norm)
         super().__init__(params, defaults)
 
     def get_lr(self) -> list[float]:
-        """The scheduled learning rate of every parameter for its next step ([0] before the first step)."""
+        """The learning rate times the schedule at every parameter's step count ([0] before the first step)."""
         lr = []
         for group in self.param_groups:
             for p in group["params"]:
@@ -206,6 +198,7 @@ class BertAdam(Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
+        first, second = self._moments
         for group in self.param_groups:
             params = [p for p in group["params"] if p.grad is not None]
             if not params:
@@ -217,32 +210,100 @@ class BertAdam(Optimizer):
             for p, state in zip(params, states):
                 if len(state) == 0:
                     state["step"] = 0
-                    state["next_m"] = torch.zeros_like(p)  # exponential moving average of gradients
-                    state["next_v"] = torch.zeros_like(p)  # ... and of squared gradients
-            next_m = [s["next_m"] for s in states]
-            next_v = [s["next_v"] for s in states]
-            beta1, beta2 = group["b1"], group["b2"]
-
+                    state[first] = torch.zeros_like(p)  # exponential moving average of gradients
+                    state[second] = torch.zeros_like(p)  # ... and of squared gradients
+            exp_avg = [s[first] for s in states]
+            exp_avg_sq = [s[second] for s in states]
             if group["max_grad_norm"] > 0:
                 _clip_each_(grads, group["max_grad_norm"])
-            torch._foreach_mul_(next_m, beta1)
-            torch._foreach_add_(next_m, grads, alpha=1 - beta1)
-            torch._foreach_mul_(next_v, beta2)
-            torch._foreach_addcmul_(next_v, grads, grads, value=1 - beta2)
-            denom = torch._foreach_sqrt(next_v)
+            torch._foreach_mul_(exp_avg, group["b1"])
+            torch._foreach_add_(exp_avg, grads, alpha=1 - group["b1"])
+            torch._foreach_mul_(exp_avg_sq, group["b2"])
+            torch._foreach_addcmul_(exp_avg_sq, grads, grads, value=1 - group["b2"])
+            denom = torch._foreach_sqrt(exp_avg_sq)
             torch._foreach_add_(denom, group["e"])
-            update = torch._foreach_div(next_m, denom)
-            del denom
-            # decoupled weight decay: added to the update, never to the moments
-            if group["weight_decay"] > 0.0:
-                torch._foreach_add_(update, params, alpha=group["weight_decay"])
-            # each parameter's own step count, as 0.6.2 keeps one per parameter
-            lrs = [group["lr"] * group["schedule"].get_lr(state["step"]) for state in states]
-            torch._foreach_mul_(update, lrs)
-            torch._foreach_sub_(params, update)
-            for state in states:
-                state["step"] += 1
+            self._update(group, params, states, exp_avg, denom)
         return loss
+
+    def _update(self, group: dict, params: list[torch.Tensor], states: list[dict], exp_avg: list[torch.Tensor],
+                denom: list[torch.Tensor]) -> None:
+        """Move ``params`` given the new first moments and ``sqrt(second moments) + e``; advance the step counts."""
+        raise NotImplementedError
+
+
+class BertAdam(_ScheduledAdam):
+    """Implements BERT version of Adam algorithm with weight decay fix.
+
+    Params:
+        lr: learning rate
+        warmup: portion of t_total for the warmup, -1  means no warmup. Default: -1
+        t_total: total number of training steps for the learning
+            rate schedule, -1  means constant learning rate of 1. (no warmup regardless of warmup setting).
+        schedule: ``'warmup_linear'`` (default), ``'warmup_constant'``, ``'warmup_cosine'``, ``'none'``,
+            None or an ``_LRSchedule`` object.
+        b1, b2: Adam's betas. Default: 0.9, 0.999
+        e: Adam's epsilon. Default: 1e-6
+        weight_decay: decoupled weight decay. Default: 0.01
+        max_grad_norm: per-parameter gradient clipping norm (-1 means no clipping). Default: 1.0
+
+    The update (no bias correction; the schedule read at the step count before the update):
+    ``p -= lr * schedule(step) * (m / (sqrt(v) + e) + weight_decay * p)``. State: ``step``,
+    ``next_m``, ``next_v``.
+    """
+
+    _moments = ("next_m", "next_v")
+
+    def __init__(self, params: Iterable, lr: float = required, warmup: float = -1, t_total: float = -1,
+                 schedule: str | _LRSchedule | None = "warmup_linear", b1: float = 0.9, b2: float = 0.999,
+                 e: float = 1e-6, weight_decay: float = 0.01, max_grad_norm: float = 1.0, **kwargs):
+        super().__init__(params, lr, schedule, warmup, t_total, b1, b2, e, weight_decay, max_grad_norm)
+
+    def _update(self, group, params, states, exp_avg, denom) -> None:
+        update = torch._foreach_div(exp_avg, denom)
+        # decoupled weight decay: added to the update, never to the moments
+        if group["weight_decay"] > 0.0:
+            torch._foreach_add_(update, params, alpha=group["weight_decay"])
+        # each parameter's own step count, as 0.6.2 keeps one per parameter
+        lrs = [group["lr"] * group["schedule"].get_lr(state["step"]) for state in states]
+        torch._foreach_mul_(update, lrs)
+        torch._foreach_sub_(params, update)
+        for state in states:
+            state["step"] += 1
+
+
+class OpenAIAdam(_ScheduledAdam):
+    """Implements Open AI version of Adam algorithm with weight decay fix (0.6.2's, for BERT too).
+
+    Params as :class:`BertAdam`'s, with other defaults (``e=1e-8``, ``weight_decay=0``,
+    ``max_grad_norm=-1``) and ``vector_l2``: decay vectors (biases, LayerNorms) too.
+
+    The update, with ``t`` the step count after this step and ``lr_t = lr * schedule(t)``:
+    ``p -= lr_t * sqrt(1 - b2**t) / (1 - b1**t) * m / (sqrt(v) + e)`` (Adam's bias correction),
+    then, for matrices (or every parameter with ``vector_l2``), ``p -= lr_t * weight_decay * p``.
+    State: ``step``, ``exp_avg``, ``exp_avg_sq``.
+    """
+
+    _moments = ("exp_avg", "exp_avg_sq")
+
+    def __init__(self, params: Iterable, lr: float = required, schedule: str | _LRSchedule | None = "warmup_linear",
+                 warmup: float = -1, t_total: float = -1, b1: float = 0.9, b2: float = 0.999, e: float = 1e-8,
+                 weight_decay: float = 0, vector_l2: bool = False, max_grad_norm: float = -1, **kwargs):
+        super().__init__(params, lr, schedule, warmup, t_total, b1, b2, e, weight_decay, max_grad_norm,
+                         vector_l2=vector_l2)
+
+    def _update(self, group, params, states, exp_avg, denom) -> None:
+        b1, b2 = group["b1"], group["b2"]
+        lrs, step_sizes = [], []
+        for state in states:
+            state["step"] += 1
+            lr = group["lr"] * group["schedule"].get_lr(state["step"])
+            lrs.append(lr)
+            step_sizes.append(-lr * math.sqrt(1 - b2 ** state["step"]) / (1 - b1 ** state["step"]))
+        torch._foreach_addcdiv_(params, exp_avg, denom, step_sizes)
+        if group["weight_decay"] > 0:
+            for p, lr in zip(params, lrs):
+                if p.dim() > 1 or group["vector_l2"]:
+                    p.add_(p, alpha=-lr * group["weight_decay"])
 
 
 def _clip_each_(grads: list[torch.Tensor], max_norm: float) -> None:
@@ -255,6 +316,6 @@ def _clip_each_(grads: list[torch.Tensor], max_norm: float) -> None:
     torch._foreach_mul_(grads, coefs)
 
 
-__all__ = ["SCHEDULES", "BertAdam", "ConstantLR", "WarmupConstantSchedule", "WarmupCosineSchedule",
+__all__ = ["SCHEDULES", "BertAdam", "ConstantLR", "OpenAIAdam", "WarmupConstantSchedule", "WarmupCosineSchedule",
            "WarmupCosineWithHardRestartsSchedule", "WarmupCosineWithWarmupRestartsSchedule",
            "WarmupLinearSchedule"]

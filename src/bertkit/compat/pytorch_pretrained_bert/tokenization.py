@@ -23,25 +23,27 @@ import os
 import re
 import unicodedata
 from collections.abc import Iterable, Sequence
+from urllib.parse import urlparse
 
 from tokenizers import models
 
-from bertkit.compat.pytorch_pretrained_bert._shortcuts import fetch_registered
+from bertkit.compat.pytorch_pretrained_bert._shortcuts import archive_map, fetch_registered, max_positions_map
+from bertkit.compat.pytorch_pretrained_bert.file_utils import cached_path
 from bertkit.io import atomic_write_text
 from bertkit.tokenization.pipeline import build_normalizer, build_pre_tokenizer
 from bertkit.tokenization.tokenizer import BERTTokenizerFast
-from bertkit.tokenization.unicode import char_classes, final_sigma_positions
+from bertkit.tokenization.unicode import char_classes, final_sigma_positions, is_punctuation, is_removed, is_whitespace
 
 logger = logging.getLogger(__name__)
 
 VOCAB_NAME = "vocab.txt"
 NEVER_SPLIT = ("[UNK]", "[SEP]", "[PAD]", "[CLS]", "[MASK]")
 
-#: 0.6.2's shortcut names, each limited to 512 positions.
-PRETRAINED_VOCAB_POSITIONAL_EMBEDDINGS_SIZE_MAP = {
-    name: 512 for name in ("bert-base-uncased", "bert-large-uncased", "bert-base-cased", "bert-large-cased",
-                           "bert-base-multilingual-uncased", "bert-base-multilingual-cased", "bert-base-chinese")
-}
+#: 0.6.2's shortcut names, each with the URL of its checkpoint in bertkit's weights registry (0.6.2 pointed at
+#: separate vocab.txt files; ``cached_path`` of these URLs gives the checkpoint's directory, holding vocab.txt).
+PRETRAINED_VOCAB_ARCHIVE_MAP = archive_map()
+#: 0.6.2's shortcut names, each with its model's number of positions (512 for all of them).
+PRETRAINED_VOCAB_POSITIONAL_EMBEDDINGS_SIZE_MAP = max_positions_map()
 
 
 def load_vocab(vocab_file: str | os.PathLike) -> collections.OrderedDict[str, int]:
@@ -124,6 +126,30 @@ def _mentions(cleaned: str, watch: tuple[tuple[str, ...], tuple[str, ...]]) -> b
         return False
     folded = _fold(cleaned)
     return any(t in folded for t in folded_tokens)
+
+
+# ---------------------------------------------------------------------------- 0.6.2's character tests
+
+def _is_whitespace(char: str) -> bool:
+    """Whether ``char`` is whitespace to BERT: space, \\t, \\n, \\r or category Zs (Google's rule)."""
+    return is_whitespace(char)
+
+
+def _is_control(char: str) -> bool:
+    """Whether ``char`` is a control character to 0.6.2: any ``C*`` category except \\t, \\n and \\r.
+
+    Google's Cc/Cf controls (bertkit's :func:`~bertkit.tokenization.unicode.is_removed`, without
+    the NUL and U+FFFD it adds) plus Cs, Co and Cn, the characters 0.6.2 also drops (module docstring).
+    """
+    category = unicodedata.category(char)
+    if category in ("Cc", "Cf"):
+        return is_removed(char, category)
+    return category in ("Cs", "Co", "Cn")
+
+
+def _is_punctuation(char: str) -> bool:
+    """Whether ``char`` is split off as punctuation: ASCII non-alphanumerics and categories P* (Google's rule)."""
+    return is_punctuation(char)
 
 
 # ---------------------------------------------------------------------------- tokenizers
@@ -263,7 +289,8 @@ class BertTokenizer:
     def from_pretrained(cls, pretrained_model_name_or_path: str | os.PathLike,
                         cache_dir: str | os.PathLike | None = None, *inputs, **kwargs) -> BertTokenizer:
         """A shortcut name (``'bert-base-uncased'``, or any name of bertkit's weights registry,
-        fetched into ``cache_dir``), a directory holding ``vocab.txt``, or a vocab file.
+        fetched into ``cache_dir``), a directory holding ``vocab.txt``, a vocab file, or a URL
+        (of a vocab file, or a value of ``PRETRAINED_VOCAB_ARCHIVE_MAP``) fetched by ``cached_path``.
 
         0.6.2's rules for its shortcut names: ``-cased`` names force ``do_lower_case=False``
         (others ``True``), with a warning when that overrides the argument, and ``max_len``
@@ -287,6 +314,8 @@ class BertTokenizer:
             kwargs["max_len"] = min(int(1e12) if max_len is None else max_len,
                                     PRETRAINED_VOCAB_POSITIONAL_EMBEDDINGS_SIZE_MAP[name])
         else:
+            if urlparse(name).scheme in ("http", "https", "file"):  # a vocab.txt's URL, or a registered checkpoint's
+                name = cached_path(name, cache_dir)
             vocab_file = os.path.join(name, VOCAB_NAME) if os.path.isdir(name) else name
             if not os.path.exists(vocab_file):
                 vocab_file, do_lower_case = _registered_vocab(name, cache_dir)
@@ -320,5 +349,6 @@ def _registered_vocab(name: str, cache_dir: str | os.PathLike | None) -> tuple[s
     return os.path.join(directory, VOCAB_NAME), entry.do_lower_case
 
 
-__all__ = ["NEVER_SPLIT", "VOCAB_NAME", "BasicTokenizer", "BertTokenizer", "WordpieceTokenizer", "load_vocab",
+__all__ = ["NEVER_SPLIT", "PRETRAINED_VOCAB_ARCHIVE_MAP", "PRETRAINED_VOCAB_POSITIONAL_EMBEDDINGS_SIZE_MAP",
+           "VOCAB_NAME", "BasicTokenizer", "BertTokenizer", "WordpieceTokenizer", "cached_path", "load_vocab",
            "whitespace_tokenize"]
