@@ -1,28 +1,65 @@
 """Atomic file writes: a temp file in the target's directory, fsync, then rename.
 
-A crash mid-write leaves the previous file (or none) in place, never a torn one.
+A crash mid-write leaves the previous file (or none) in place, never a torn one. Files
+and directories get the permissions the user's umask gives (``0o666 & ~umask`` and
+``0o777 & ~umask``), not the private ``0o600`` / ``0o700`` of :mod:`tempfile`. A write
+that fails for lack of space (``ENOSPC``, or the C++ stream error torch reports for it)
+becomes an :class:`OSError` naming the target path and the free space left.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+import shutil
 import tempfile
 from collections.abc import Callable, Iterator
 
 
+def umask() -> int:
+    """The process's current umask (read without changing it for longer than a moment)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def apply_umask(path: str | os.PathLike) -> None:
+    """Give ``path`` (a file or a directory) the permissions a plain ``open`` / ``mkdir`` would have."""
+    full = 0o777 if os.path.isdir(path) else 0o666
+    os.chmod(path, full & ~umask())
+
+
+def make_temp_dir(parent: str | os.PathLike, prefix: str) -> str:
+    """A new hidden-by-prefix directory in ``parent`` with umask permissions (``tempfile.mkdtemp`` gives 0700)."""
+    os.makedirs(parent, exist_ok=True)
+    path = tempfile.mkdtemp(prefix=prefix, dir=parent)
+    apply_umask(path)
+    return path
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[str]:
-    """Yield a temporary path beside ``path``; on success it replaces ``path`` atomically."""
+    """Yield a temporary path beside ``path``; on success it replaces ``path`` atomically.
+
+    On failure ``path`` is untouched and the temporary file removed; running out of disk
+    space raises ``OSError(ENOSPC)`` naming ``path`` (see :func:`disk_full_error`).
+    """
     path = os.fspath(path)
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=directory)
     os.close(fd)
     try:
-        yield tmp
-        with open(tmp, "rb+") as f:
-            os.fsync(f.fileno())
+        try:
+            yield tmp
+            with open(tmp, "rb+") as f:
+                os.fsync(f.fileno())
+        except Exception as error:  # only a full disk is translated; anything else is re-raised as it is
+            if is_disk_full(error):
+                raise disk_full_error(path, error) from error
+            raise
+        apply_umask(tmp)
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
@@ -41,3 +78,26 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
             f.write(text)
 
     atomic_write(path, write)
+
+
+#: how writers report a full disk without an errno: torch's C++ stream ("basic_ios::clear: iostream error",
+#: "unexpected pos N vs M" from its zip writer) and safetensors' Rust I/O error ("os error 28")
+_DISK_FULL_MARKERS = ("iostream error", "unexpected pos", "No space left", "os error 28", "os error 122")
+
+
+def is_disk_full(error: BaseException) -> bool:
+    """True for ``ENOSPC`` / ``EDQUOT`` and for the errno-less messages torch and safetensors give on a full disk."""
+    if isinstance(error, OSError) and error.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)):
+        return True
+    return any(marker in str(error) for marker in _DISK_FULL_MARKERS)
+
+
+def disk_full_error(path: str | os.PathLike, cause: BaseException) -> OSError:
+    """An ``OSError(ENOSPC)`` that names ``path`` and the free space of its file system."""
+    directory = os.path.dirname(os.path.abspath(path))
+    try:
+        free = f"{shutil.disk_usage(directory).free / 2**20:.1f} MiB free"
+    except OSError:
+        free = "free space unknown"
+    return OSError(errno.ENOSPC, f"could not write {os.fspath(path)}: no space left on the device ({free}; "
+                                 f"{type(cause).__name__}: {cause}). Free some space and run again")

@@ -1,8 +1,15 @@
-"""The ``bertkit`` command: thin subcommands, each one library call, imported lazily so ``--help`` is instant."""
+"""The ``bertkit`` command: thin subcommands, each one library call, imported lazily so ``--help`` is instant.
+
+Errors are one line on stderr, ``bertkit: error: ...``: exit status 2 for a usage error
+(argparse), 1 for anything that goes wrong while running. ``--debug`` (anywhere on the
+command line) or ``BERTKIT_DEBUG=1`` shows the full traceback instead.
+"""
 
 from __future__ import annotations
 
 import argparse
+import logging
+import os
 import sys
 
 #: subcommand -> (module under bertkit.cli, one-line help)
@@ -18,7 +25,59 @@ COMMANDS = {
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="bertkit", description="The BERT model family for PyTorch.")
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv or os.environ.get("BERTKIT_DEBUG", "") not in ("", "0")
+    argv = [a for a in argv if a != "--debug"]
+    _report_to_stderr()
+    try:
+        return _dispatch(argv)
+    except KeyboardInterrupt:
+        print("bertkit: interrupted", file=sys.stderr)
+        return 130
+    except Exception as error:
+        if debug:
+            raise
+        print(f"bertkit: error: {one_line(error)}", file=sys.stderr)
+        return 1
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse with bertkit's one-line usage errors: ``bertkit: error: ... (see PROG --help)``, exit 2."""
+
+    def error(self, message: str):
+        print(f"bertkit: error: {message} (see {self.prog} --help)", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def _report_to_stderr() -> None:
+    """bertkit's log records (INFO and up) and Python warnings as ``bertkit: ...`` lines on stderr."""
+    import warnings
+
+    log = logging.getLogger("bertkit")
+    if not log.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("bertkit: %(message)s"))
+        log.addHandler(handler)
+        log.setLevel(logging.INFO)
+        log.propagate = False
+
+    def show(message, category, filename, lineno, file=None, line=None) -> None:
+        print(f"bertkit: warning: {message}", file=sys.stderr)
+
+    warnings.showwarning = show
+
+
+def one_line(error: BaseException) -> str:
+    """The error's message on one line (its type when it has none, as for a bare ``KeyError``)."""
+    text = " ".join(str(error).split())
+    if isinstance(error, KeyError | IndexError | AttributeError) or not text:
+        text = f"{type(error).__name__}: {text}" if text else type(error).__name__
+    return f"{text} (run with --debug for the traceback)" if not isinstance(error, ValueError | OSError) else text
+
+
+def _dispatch(argv: list[str]) -> int:
+    parser = ArgumentParser(prog="bertkit", description="The BERT model family for PyTorch.",
+                                     epilog="--debug (or BERTKIT_DEBUG=1) shows tracebacks.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (_, help_text) in COMMANDS.items():
         sub.add_parser(name, help=help_text, add_help=False)

@@ -1,21 +1,19 @@
 """``bertkit demo``: pretrain a small BERT on Jane Austen's novels (bundled) in about five minutes.
 
-Learns an 8k WordPiece vocabulary, builds Google-style NSP instances, pretrains with the
-training engine (bf16 where the CPU has it, MLM projected only at masked positions; a GPU is
-used when present), then reports held-out MLM accuracy at ``[MASK]`` positions and at every
-selected position (Google's metric), each beside the unigram baseline, NSP accuracy beside
-chance, and fill-mask predictions. Everything lands in ``--output`` (default ``runs/demo``).
+Uses the ``tiny`` size's recipe (``bertkit.presets.RECIPES``, the same defaults as
+``bertkit pretrain --text ... --model tiny``). Learns a WordPiece vocabulary, builds Google-style
+NSP instances, pretrains with the training engine (bf16 where the CPU has it, MLM projected only
+at masked positions; a GPU is used when present), then reports held-out MLM accuracy at ``[MASK]``
+positions and at every selected position (Google's metric), each beside the unigram baseline,
+NSP accuracy beside chance, and fill-mask predictions. Everything lands in ``--output`` (default ``runs/demo``).
 """
 
 from __future__ import annotations
 
-import argparse
 import time
 from pathlib import Path
 
-#: the recipe, tuned for 2 CPU cores: many small steps escape the unigram plateau sooner than few large ones
-RECIPE = dict(layers=2, hidden=128, heads=2, vocab_size=4000, max_seq_length=64, batch_size=32,
-              learning_rate=2e-3, max_steps=3500, masked_lm_prob=0.3, warmup_ratio=0.05)
+from bertkit.cli import ArgumentParser
 
 SENTENCES = (
     "it is a truth universally acknowledged, that a single man in possession of a good fortune, "
@@ -29,22 +27,18 @@ SENTENCES = (
 def run(output: str = "runs/demo", budget_s: float = 330.0, max_steps: int | None = None) -> dict:
     import torch
 
-    from bertkit import BERTConfig, BERTForMaskedLM, BERTTokenizerFast
-    from bertkit.resources import austen_novels
+    from bertkit import BERTForMaskedLM, BERTTokenizerFast
+    from bertkit.presets import RECIPES, SIZES
+    from bertkit.resources import austen_files
     from bertkit.tasks.pretraining import pretrain_from_text
     from bertkit.training import TrainingConfig, cpu_supports_bf16
 
     out = _fresh(Path(output))
-    raw = out / "raw"
-    raw.mkdir(parents=True, exist_ok=True)
-    files = []
-    for name, text in austen_novels().items():
-        (raw / f"{name}.txt").write_text(text, encoding="utf-8")
-        files.append(raw / f"{name}.txt")
-    r = RECIPE
+    files = austen_files()
+    r, (layers, hidden, _) = RECIPES["tiny"], SIZES["tiny"]
     gpu = torch.cuda.is_available()
     precision = "bf16" if gpu or cpu_supports_bf16() else "fp32"
-    print(f"bertkit demo: pretraining a BERT (L={r['layers']}, H={r['hidden']}) on Jane Austen's six novels; "
+    print(f"bertkit demo: pretraining a BERT (L={layers}, H={hidden}) on Jane Austen's six novels; "
           f"device={'cuda' if gpu else 'cpu'} precision={precision}; output in {out}/")
     start = time.perf_counter()
 
@@ -52,14 +46,12 @@ def run(output: str = "runs/demo", budget_s: float = 330.0, max_steps: int | Non
         if time.perf_counter() - start > budget_s:
             trainer.should_stop = True
 
-    training = TrainingConfig(max_steps=max_steps or r["max_steps"], batch_size=r["batch_size"],
-                              learning_rate=r["learning_rate"], warmup_ratio=r["warmup_ratio"], precision=precision,
+    training = TrainingConfig(max_steps=max_steps or r.max_steps, batch_size=r.batch_size,
+                              learning_rate=r.learning_rate, warmup_ratio=r.warmup_ratio, precision=precision,
                               log_every=100, device="auto")
-    config = BERTConfig(num_hidden_layers=r["layers"], hidden_size=r["hidden"], num_attention_heads=r["heads"],
-                        intermediate_size=4 * r["hidden"])
-    result = pretrain_from_text(files, out, model=config, vocab_size=r["vocab_size"],
-                                max_seq_length=r["max_seq_length"], masked_lm_prob=r["masked_lm_prob"],
-                                training=training, progress=False, callbacks={"on_step_end": stop_at_budget})
+    result = pretrain_from_text(files, out, model="tiny", vocab_size=r.vocab_size, max_seq_length=r.max_seq_length,
+                                masked_lm_prob=r.masked_lm_prob, training=training, progress=False,
+                                callbacks={"on_step_end": stop_at_budget})
     ev = result.evaluation
     print(f"\nheld-out evaluation ({ev['selected_positions']} predicted positions, {ev['nsp_examples']} pairs; "
           f"unigram baseline = always '{ev['unigram_token']}'):")
@@ -92,7 +84,7 @@ def _fresh(path: Path) -> Path:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="bertkit demo", description=__doc__)
+    parser = ArgumentParser(prog="bertkit demo", description=__doc__)
     parser.add_argument("-o", "--output", default="runs/demo")
     parser.add_argument("--budget", type=float, default=330.0, help="seconds (from the start) before training stops")
     parser.add_argument("--max-steps", type=int, default=None)

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import argparse
+from bertkit.cli import ArgumentParser
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="bertkit fill-mask", description=__doc__)
+    parser = ArgumentParser(prog="bertkit fill-mask", description=__doc__)
     parser.add_argument("model", help="a directory holding a BERT with an MLM head and its tokenizer")
     parser.add_argument("text", nargs="+", help="texts containing [MASK]")
     parser.add_argument("--top-k", type=int, default=5)

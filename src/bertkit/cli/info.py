@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
+
+from bertkit.cli import ArgumentParser
 
 
 def describe(source: str) -> str:
@@ -24,7 +25,7 @@ def describe(source: str) -> str:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="bertkit info", description=__doc__)
+    parser = ArgumentParser(prog="bertkit info", description=__doc__)
     parser.add_argument("source", help="a size (tiny, mini, small, medium, base, large) or a checkpoint directory")
     args = parser.parse_args(argv)
     print(describe(args.source))

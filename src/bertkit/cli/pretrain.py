@@ -1,35 +1,96 @@
 """``bertkit pretrain``: pretrain a BERT on prepared data (``--data``) or straight from text (``--text``).
 
-    bertkit pretrain --data DATA_DIR --model tiny -o OUT [--max-steps N] [--batch-size B] ...
-    bertkit pretrain --text FILE... --model tiny -o OUT [--vocab-size 8000] ...
+    bertkit pretrain --text BOOK.txt --model tiny -o OUT           # the size's recipe: tuned defaults
+    bertkit pretrain --data DATA_DIR --model small -o OUT [--max-steps N] [--batch-size B] ...
+    bertkit pretrain --text BOOK.txt --model tiny -o OUT --resume  # continue; reuses the tokenizer and data
 
-Under ``torchrun --nproc-per-node N bertkit pretrain ...`` the run is data-parallel (DDP).
+Defaults come from the model size's recipe (learning rate, batch, sequence length, masking
+rate, steps, vocabulary: ``bertkit.presets.RECIPES``); with --resume, from the run being
+resumed. OUT belongs to one run: a second run into it fails, and a directory holding a run
+is only continued (--resume) or replaced (--overwrite, once the new run has a checkpoint).
+Under ``torchrun --nproc-per-node N -m bertkit.cli pretrain --data ...`` the run is data-parallel.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
+from typing import Any
+
+from bertkit.cli import ArgumentParser
 
 
 def add_training_arguments(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("training")
-    group.add_argument("--max-steps", type=int, default=1000)
-    group.add_argument("--batch-size", type=int, default=64, help="global batch (examples per optimizer step)")
-    group.add_argument("--gradient-accumulation-steps", type=int, default=1)
-    group.add_argument("--learning-rate", type=float, default=1e-3)
-    group.add_argument("--warmup-ratio", type=float, default=0.06)
-    group.add_argument("--weight-decay", type=float, default=0.01)
-    group.add_argument("--precision", choices=("auto", "fp32", "bf16", "fp16"), default="auto",
-                       help="auto: bf16 where the hardware has it, else fp32")
-    group.add_argument("--log-every", type=int, default=25)
-    group.add_argument("--eval-every", type=int, default=None)
-    group.add_argument("--save-every", type=int, default=None)
-    group.add_argument("--keep-last", type=int, default=2)
-    group.add_argument("--seed", type=int, default=42)
+    """Training flags; those left at None are filled from the recipe or the resumed run."""
+    group = parser.add_argument_group("training (defaults: the size's recipe, or the resumed run's values)")
+    group.add_argument("--max-steps", type=int)
+    group.add_argument("--batch-size", type=int, help="global batch (examples per optimizer step)")
+    group.add_argument("--gradient-accumulation-steps", type=int)
+    group.add_argument("--learning-rate", type=float)
+    group.add_argument("--warmup-ratio", type=float)
+    group.add_argument("--weight-decay", type=float)
+    group.add_argument("--precision", choices=("auto", "fp32", "bf16", "fp16"),
+                       help="auto (default): bf16 where the hardware has it, else fp32")
+    group.add_argument("--log-every", type=int)
+    group.add_argument("--eval-every", type=int)
+    group.add_argument("--save-every", type=int, help="steps between checkpoints (default: only at the end)")
+    group.add_argument("--keep-last", type=int)
+    group.add_argument("--seed", type=int, help="makes the whole run reproducible (default 42)")
     group.add_argument("--device", default="auto")
     group.add_argument("--gradient-checkpointing", action="store_true")
-    group.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in -o")
+    run = parser.add_argument_group("the output directory")
+    owner = run.add_mutually_exclusive_group()
+    owner.add_argument("--resume", action="store_true", help="continue the run in -o from its latest checkpoint")
+    owner.add_argument("--overwrite", action="store_true",
+                       help="replace what -o holds (only once the new run has written its first checkpoint)")
+    run.add_argument("--apply-changes", action="store_true",
+                     help="with --resume: continue with changed hyperparameters (learning rate, steps, ...) "
+                          "instead of refusing them")
+
+
+#: TrainingConfig field -> CLI attribute, for the fields the CLI sets
+TRAINING_FLAGS = {"max_steps": "max_steps", "batch_size": "batch_size", "learning_rate": "learning_rate",
+                  "warmup_ratio": "warmup_ratio", "weight_decay": "weight_decay", "precision": "precision",
+                  "gradient_accumulation_steps": "gradient_accumulation_steps", "log_every": "log_every",
+                  "eval_every": "eval_every", "save_every": "save_every", "keep_last": "keep_last", "seed": "seed"}
+#: data setting (run.json "text.settings") -> CLI attribute
+TEXT_FLAGS = {"vocab_size": "vocab_size", "max_seq_length": "max_seq_length", "masked_lm_prob": "masked_lm_prob",
+              "encoding": "encoding", "format": "format"}
+
+
+def defaults(args: argparse.Namespace) -> dict[str, Any]:
+    """Values for flags the user left unset: the resumed run's own, else the model size's recipe."""
+    from bertkit.presets import SIZES, recipe_for
+    from bertkit.training.rundir import holds_run, read_run_info
+
+    stored: dict[str, Any] = {}
+    if args.resume and holds_run(args.output):
+        info = read_run_info(args.output)
+        stored = {attr: info["training"][k] for k, attr in TRAINING_FLAGS.items() if k in info.get("training", {})}
+        settings = info.get("text", {}).get("settings", {})
+        stored |= {attr: settings[k] for k, attr in TEXT_FLAGS.items() if k in settings}
+        if "do_lower_case" in settings:
+            stored["cased"] = not settings["do_lower_case"]
+    if args.model in SIZES:
+        recipe = recipe_for(args.model)
+    else:
+        from bertkit.config import BERTConfig
+
+        recipe = recipe_for(BERTConfig.from_json_file(args.model).hidden_size)
+    base = dict(max_steps=recipe.max_steps, batch_size=recipe.batch_size, learning_rate=recipe.learning_rate,
+                warmup_ratio=recipe.warmup_ratio, weight_decay=0.01, precision="auto", gradient_accumulation_steps=1,
+                log_every=25, eval_every=None, save_every=None, keep_last=2, seed=42, vocab_size=recipe.vocab_size,
+                max_seq_length=recipe.max_seq_length, masked_lm_prob=recipe.masked_lm_prob, encoding="utf-8",
+                format="auto", cased=False)
+    return base | stored
+
+
+def fill_defaults(args: argparse.Namespace) -> argparse.Namespace:
+    for name, value in defaults(args).items():
+        if getattr(args, name, None) is None:
+            setattr(args, name, value)
+    return args
 
 
 def training_config(args: argparse.Namespace):
@@ -50,30 +111,46 @@ def training_config(args: argparse.Namespace):
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="bertkit pretrain", description=__doc__,
+    parser = ArgumentParser(prog="bertkit pretrain", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--data", help="a directory written by `bertkit data create`")
-    source.add_argument("--text", nargs="+", help="text files: train a tokenizer and build the data first")
+    source.add_argument("--text", nargs="+", help="text files (.txt, .gz, .bz2, .xz): train a tokenizer and build "
+                                                  "the data first")
     parser.add_argument("--eval-data", help="held-out data directory (with --data)")
     parser.add_argument("--model", default="tiny", help="tiny, mini, small, medium, base, large, or a config JSON")
     parser.add_argument("-o", "--output", required=True)
-    parser.add_argument("--vocab-size", type=int, default=8000, help="with --text")
-    parser.add_argument("--max-seq-length", type=int, default=128, help="with --text")
-    parser.add_argument("--cased", action="store_true", help="with --text: keep case and accents")
+    text = parser.add_argument_group("with --text")
+    text.add_argument("--vocab-size", type=int)
+    text.add_argument("--max-seq-length", type=int)
+    text.add_argument("--masked-lm-prob", type=float, help="share of tokens selected for prediction in training")
+    text.add_argument("--encoding", help="of the text files (default utf-8), e.g. latin-1, cp1252")
+    text.add_argument("--format", choices=("auto", "google", "prose", "paragraphs"),
+                      help="layout of the text files (default: detected per file)")
+    text.add_argument("--cased", action="store_true", default=None, help="keep case and accents")
     add_training_arguments(parser)
     args = parser.parse_args(argv)
+    if args.apply_changes and not args.resume:
+        parser.error("--apply-changes only applies with --resume")
+    from bertkit.presets import SIZES
+
+    if args.model not in SIZES and not Path(args.model).is_file():
+        parser.error(f"--model must be a size (tiny, mini, small, medium, base, large) or a config JSON file, "
+                     f"got {args.model!r}")
+    fill_defaults(args)
 
     from bertkit.tasks.pretraining import pretrain, pretrain_from_text
 
     training = training_config(args)
+    common = dict(model=args.model, training=training, resume=args.resume, overwrite=args.overwrite,
+                  apply_changes=args.apply_changes)
     if args.data:
-        result = pretrain(args.data, args.output, model=args.model, training=training, eval_data_dir=args.eval_data,
-                          resume_from="latest" if args.resume else None)
+        result = pretrain(args.data, args.output, eval_data_dir=args.eval_data, **common)
     else:
-        result = pretrain_from_text(args.text, args.output, model=args.model, vocab_size=args.vocab_size,
+        result = pretrain_from_text(args.text, args.output, vocab_size=args.vocab_size,
                                     max_seq_length=args.max_seq_length, do_lower_case=not args.cased,
-                                    training=training)
+                                    masked_lm_prob=args.masked_lm_prob, encoding=args.encoding, format=args.format,
+                                    **common)
     print(f"model and tokenizer: {result.model_dir}\nmetrics: {result.metrics_path}")
     if result.plot_path:
         print(f"plot: {result.plot_path}")

@@ -1,27 +1,43 @@
 """Reading raw text into documents: a document is a list of sentences.
 
-Two layouts are understood, chosen per file (``format="auto"``) or forced:
+Three layouts are understood, chosen per file (``format="auto"``) or forced:
 
 - ``"google"``: the input of Google's ``create_pretraining_data.py``: one sentence per
   line, a blank line between documents.
 - ``"prose"``: ordinary books (e.g. the bundled Austen novels): paragraphs separated by
   blank lines, sentences wrapped across lines. A file is split into documents at chapter
-  headings ("CHAPTER IV", "Chapter 12"), paragraphs are unwrapped, and each paragraph is
-  split into sentences by :func:`split_sentences`.
+  headings ("CHAPTER IV", "Chapter 12", "CHAPTER 1. Loomings."), paragraphs are unwrapped,
+  and each paragraph is split into sentences by :func:`split_sentences`.
+- ``"paragraphs"``: one paragraph per line (what most editors and exporters write), blank
+  lines optional; otherwise as ``"prose"``.
 
-Reading streams line by line, so a file never has to fit in memory; the output depends
-only on the input (nothing random here).
+Files are read in any encoding Python knows (``encoding``, UTF-8 by default; a byte-order
+mark is dropped), with any line ending, and ``.gz`` / ``.bz2`` / ``.xz`` files are
+decompressed on the fly. A file that does not decode raises ``ValueError`` naming the file
+and the byte offset; a binary file is refused. Reading streams line by line, so a file
+never has to fit in memory; the output depends only on the input (nothing random here).
 """
 
 from __future__ import annotations
 
+import bz2
+import codecs
+import gzip
+import io
 import itertools
+import lzma
 import os
 import re
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-FORMATS = ("auto", "google", "prose")
+FORMATS = ("auto", "google", "prose", "paragraphs")
+
+#: file suffix -> opener of the decompressed byte stream
+COMPRESSION = {".gz": gzip.open, ".bz2": bz2.open, ".xz": lzma.open}
+
+#: a line this long is a whole paragraph: wrapped prose stays far below it
+PARAGRAPH_LINE = 200
 
 #: words that end in "." without ending a sentence (compared lower-cased, without the dot)
 ABBREVIATIONS = frozenset({
@@ -35,48 +51,65 @@ _CLOSERS = "\"'”’)]_"
 # quotes/brackets and the first word character of what follows
 _CANDIDATE = re.compile(rf"([.?!…]+)([{re.escape(_CLOSERS)}]*)\s+(?=[{re.escape(_OPENERS)}]*(\w))")
 _INITIALS = re.compile(r"(?:[A-Za-z]\.)+[A-Za-z]|[A-HJ-Z]")  # "U.S", "e.g", or one capital other than "I"
-_CHAPTER = re.compile(r"(?:CHAPTER|Chapter)\s+(?:[IVXLCDM]+|\d+|[A-Z][a-z]+(?:[- ][A-Za-z]+)*)\.?")
+# "CHAPTER XII", "Chapter 3", "Chapter the First", optionally followed by a short title after a separator:
+# "CHAPTER 1. Loomings.", "Chapter 4: The Storm", "CHAPTER II -- THE NEWS"
+_CHAPTER = re.compile(r"(?:CHAPTER|Chapter)\s+(?:[IVXLCDM]+|\d+|(?:the\s+|THE\s+)?[A-Z][a-z]+(?:[- ][A-Za-z]+)*)\.?"
+                      r"(?:\s*[.:\u2014\u2013-]+\s*\S.{0,78})?")
 _SECTION = re.compile(r"(?:VOLUME|Volume|BOOK|Book|PART|Part)\s+(?:[IVXLCDM]+|\d+|[A-Z][a-z]+)\.?")
 _LAST_WORD = re.compile(r"[\w.]*\Z")
 _ENDS_SENTENCE = re.compile(rf"[.?!…][{re.escape(_CLOSERS)}]*$")
 
 
 def read_documents(sources: str | os.PathLike | Iterable[str | os.PathLike],
-                   format: str = "auto") -> Iterator[list[str]]:
+                   format: str = "auto", encoding: str = "utf-8") -> Iterator[list[str]]:
     """Yield the documents of ``sources``, each a list of sentences (empty documents are skipped).
 
     ``sources``: files, or texts in memory. A ``Path`` (any ``os.PathLike``) is a file; a
     ``str`` is a file if one exists at that path, and a text if it contains a line break;
     anything else is a ValueError. A document never spans two sources.
-    ``format``: ``"auto"`` (decided per source by :func:`detect_format`), ``"google"`` or ``"prose"``.
+    ``format``: ``"auto"`` (decided per source by :func:`detect_format`), ``"google"``,
+    ``"prose"`` or ``"paragraphs"``. ``encoding``: of the files (``codecs`` names).
     """
     if format not in FORMATS:
         raise ValueError(f"format must be one of {FORMATS}, got {format!r}.")
+    try:
+        codecs.lookup(encoding)
+    except LookupError:
+        raise ValueError(f"encoding={encoding!r} is not a text encoding Python knows (e.g. 'utf-8', "
+                         "'latin-1', 'cp1252', 'utf-16').") from None
     if isinstance(sources, (str, os.PathLike)):
         sources = [sources]
     for source in sources:
-        lines = _lines_of(source)
+        lines = _lines_of(source, encoding)
         chosen = format
         if chosen == "auto":
             head = list(itertools.islice(lines, 2000))
             chosen = detect_format(head)
             lines = itertools.chain(head, lines)
-        yield from (_google_documents(lines) if chosen == "google" else _prose_documents(lines))
+        if chosen == "google":
+            yield from _google_documents(lines)
+        else:
+            yield from _prose_documents(lines, one_paragraph_per_line=chosen == "paragraphs")
 
 
 def detect_format(lines: Iterable[str]) -> str:
-    """``"google"`` when the non-blank lines look like one sentence each, else ``"prose"``.
+    """``"google"`` when the non-blank lines look like one sentence each, ``"paragraphs"`` when
+    they look like whole paragraphs, else ``"prose"``.
 
     One sentence per line means most lines end with terminal punctuation and hardly any
-    line holds two sentences. Wrapped prose ends most lines mid-sentence; a paragraph per
-    line holds several sentences per line.
+    line holds two sentences. Wrapped prose ends most lines mid-sentence and never runs
+    past :data:`PARAGRAPH_LINE` characters; a paragraph per line often does, and holds
+    several sentences per line.
     """
     sample = [line.strip() for line in lines if line.strip()]
     if not sample:
         return "google"
     ending = sum(bool(_ENDS_SENTENCE.search(line)) for line in sample) / len(sample)
     several = sum(len(split_sentences(line)) > 1 for line in sample) / len(sample)
-    return "google" if ending >= 0.6 and several <= 0.25 else "prose"
+    if ending >= 0.6 and several <= 0.25:
+        return "google"
+    long_lines = sum(len(line) > PARAGRAPH_LINE for line in sample) / len(sample)
+    return "paragraphs" if long_lines >= 0.1 else "prose"
 
 
 def split_sentences(text: str) -> list[str]:
@@ -112,12 +145,12 @@ def _ends_sentence(before: str, punctuation: str) -> bool:
     return word.lower() not in ABBREVIATIONS and _INITIALS.fullmatch(word) is None
 
 
-def _lines_of(source: str | os.PathLike) -> Iterator[str]:
+def _lines_of(source: str | os.PathLike, encoding: str) -> Iterator[str]:
     if isinstance(source, os.PathLike) or (isinstance(source, str) and os.path.isfile(source)):
         path = Path(source)
         if not path.is_file():
             raise ValueError(f"no such file: {path}")
-        return _file_lines(path)
+        return _file_lines(path, encoding)
     if not isinstance(source, str):
         raise ValueError(f"a source must be a file path or a text, got {type(source).__name__}.")
     if "\n" not in source and "\r" not in source:
@@ -126,9 +159,65 @@ def _lines_of(source: str | os.PathLike) -> Iterator[str]:
     return iter(source.splitlines())
 
 
-def _file_lines(path: Path) -> Iterator[str]:
-    with open(path, encoding="utf-8-sig") as f:
-        yield from f
+def open_bytes(path: str | os.PathLike) -> io.BufferedIOBase:
+    """``path`` as a binary stream, decompressed when its suffix is one of :data:`COMPRESSION`."""
+    path = Path(path)
+    opener = COMPRESSION.get(path.suffix.lower(), open)
+    return opener(path, "rb")
+
+
+def _file_lines(path: Path, encoding: str) -> Iterator[str]:
+    """The lines of a text file (universal newlines, BOM dropped); decoding errors name the file and byte."""
+    codec = "utf-8-sig" if codecs.lookup(encoding).name == "utf-8" else encoding
+    with open_bytes(path) as raw:
+        head = raw.read(8192)
+        if b"\0" in head and not codecs.lookup(encoding).name.startswith("utf-16") \
+                and not codecs.lookup(encoding).name.startswith("utf-32"):
+            raise ValueError(f"{path} looks like a binary file (it contains NUL bytes), not text; pass text files "
+                             "(.txt, or .txt.gz / .bz2 / .xz).")
+        stream = io.TextIOWrapper(_Prefixed(head, raw), encoding=codec, errors="strict", newline=None)
+        try:
+            yield from stream
+        except UnicodeDecodeError as error:
+            offset = _first_undecodable_byte(path, codec)
+            shown = f"at byte {offset}" if offset is not None else "somewhere"
+            raise ValueError(f"{path} is not valid {encoding} text ({shown}: {error.reason}); pass its encoding, "
+                             "e.g. --encoding latin-1 or --encoding cp1252 (Python: encoding=...)") from None
+
+
+class _Prefixed(io.RawIOBase):
+    """A byte stream that replays ``head`` (already read) before the rest of ``raw``."""
+
+    def __init__(self, head: bytes, raw):
+        self._head, self._raw = head, raw
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        if self._head:
+            n = min(len(buffer), len(self._head))
+            buffer[:n] = self._head[:n]
+            self._head = self._head[n:]
+            return n
+        data = self._raw.read(len(buffer))
+        buffer[:len(data)] = data
+        return len(data)
+
+
+def _first_undecodable_byte(path: Path, codec: str) -> int | None:
+    """The offset (in the decompressed bytes) where decoding ``path`` with ``codec`` first fails."""
+    decoder = codecs.getincrementaldecoder(codec)(errors="strict")
+    consumed = 0
+    with open_bytes(path) as raw:
+        while chunk := raw.read(1 << 20):
+            pending = len(decoder.getstate()[0])
+            try:
+                decoder.decode(chunk)
+            except UnicodeDecodeError as error:
+                return consumed - pending + error.start
+            consumed += len(chunk)
+    return None
 
 
 def _google_documents(lines: Iterable[str]) -> Iterator[list[str]]:
@@ -144,9 +233,10 @@ def _google_documents(lines: Iterable[str]) -> Iterator[list[str]]:
         yield document
 
 
-def _prose_documents(lines: Iterable[str]) -> Iterator[list[str]]:
+def _prose_documents(lines: Iterable[str], one_paragraph_per_line: bool = False) -> Iterator[list[str]]:
     document: list[str] = []
-    for paragraph in _paragraphs(lines):
+    paragraphs = (line.strip() for line in lines if line.strip()) if one_paragraph_per_line else _paragraphs(lines)
+    for paragraph in paragraphs:
         if is_heading(paragraph):
             if document:
                 yield document

@@ -35,7 +35,7 @@ from bertkit.data.instances import (
     tokenize_documents,
 )
 from bertkit.io import atomic_path, atomic_write_text
-from bertkit.modeling.masking import continuation_table, mask_tokens, whole_word_ids
+from bertkit.masking import continuation_table, mask_tokens, whole_word_ids
 from bertkit.tokenization import BERTTokenizerFast
 
 INDEX_NAME = "index.json"
@@ -50,12 +50,12 @@ def create_pretraining_data(files_or_texts: str | os.PathLike | Iterable[str | o
                             max_seq_length: int = 128, short_seq_prob: float = 0.1, dupe_factor: int = 1,
                             masked_lm_prob: float = 0.15, max_predictions_per_seq: int = 20, whole_word: bool = False,
                             static_masking: bool = False, seed: int = 12345, shard_size: int = 100_000,
-                            format: str = "auto", progress: bool = True) -> Path:
+                            format: str = "auto", encoding: str = "utf-8", progress: bool = True) -> Path:
     """Read, tokenize, pair (Google's algorithm), optionally mask, and write shards to ``out_dir``.
 
     ``files_or_texts``: as :func:`bertkit.data.corpus.read_documents` (files in Google's
-    one-sentence-per-line format or prose, or texts in memory). ``tokenizer``: a tokenizer
-    or its directory. With ``static_masking`` the masks are drawn here, once per
+    one-sentence-per-line format or prose, in ``encoding``, possibly compressed, or texts in
+    memory). ``tokenizer``: a tokenizer or its directory. With ``static_masking`` the masks are drawn here, once per
     ``dupe_factor`` copy, as Google does; otherwise the collator masks each batch afresh
     and ``masked_lm_prob`` / ``max_predictions_per_seq`` / ``whole_word`` are recorded as
     the defaults for it. The same arguments and ``seed`` give byte-identical files.
@@ -70,7 +70,7 @@ def create_pretraining_data(files_or_texts: str | os.PathLike | Iterable[str | o
     if max_predictions_per_seq < 1:
         raise ValueError(f"max_predictions_per_seq must be >= 1, got {max_predictions_per_seq}.")
     out = Path(out_dir)
-    corpus = tokenize_documents(read_documents(files_or_texts, format), tokenizer, progress=progress)
+    corpus = tokenize_documents(read_documents(files_or_texts, format, encoding), tokenizer, progress=progress)
     spans = create_instance_spans(corpus, max_seq_length=max_seq_length, short_seq_prob=short_seq_prob,
                                   dupe_factor=dupe_factor, seed=seed)
     (out / INDEX_NAME).unlink(missing_ok=True)  # an old index must not describe half-rewritten shards
@@ -221,7 +221,7 @@ class PretrainingCollator:
     (``L`` the longest instance rounded up to ``pad_to_multiple_of``), ``mlm_labels``
     ``[B, L]`` (-100 where nothing is predicted) and ``nsp_labels`` ``[B]``.
     With ``dynamic=True`` every batch is masked afresh by
-    :func:`bertkit.modeling.masking.mask_tokens` (``mlm_probability``, 80/10/10, at most
+    :func:`bertkit.masking.mask_tokens` (``mlm_probability``, 80/10/10, at most
     ``max_predictions`` per row, whole words with ``whole_word`` and the ``continuation``
     table of ``##`` ids) using the collator's own ``generator``; :meth:`state_dict` /
     :meth:`load_state_dict` save and restore it for an exact resume. With

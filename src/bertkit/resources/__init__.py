@@ -14,7 +14,12 @@ RESOURCES = Path(__file__).parent
 BERT_BASE_UNCASED_VOCAB = RESOURCES / "bert-base-uncased-vocab.txt"
 
 
+def austen_files() -> list[Path]:
+    """The six novels' files (``.txt.xz``; bertkit's corpus reader decompresses them as it reads)."""
+    return sorted((RESOURCES / "austen").glob("*.txt.xz"))
+
+
 def austen_novels() -> dict[str, str]:
     """``{name: text}`` for the six novels, decompressed (about 4 MB of text)."""
     return {p.name.removesuffix(".txt.xz"): lzma.decompress(p.read_bytes()).decode("utf-8")
-            for p in sorted((RESOURCES / "austen").glob("*.txt.xz"))}
+            for p in austen_files()}

@@ -3,8 +3,9 @@
 :func:`pretrain` trains a :class:`~bertkit.BERTForPreTraining` on a data directory written by
 :func:`bertkit.data.create_pretraining_data`, with the one training engine
 (:class:`bertkit.training.Trainer`, single process or torchrun DDP). :func:`pretrain_from_text`
-does everything from text files: it learns a WordPiece vocabulary, holds out every
-``heldout_every``-th document, builds both data directories and pretrains.
+does everything from text files: it holds part of the text out (whole documents, or blocks
+of sentences when there are too few), learns a WordPiece vocabulary, builds both data
+directories and pretrains. Both own their output directory and resume exactly.
 :func:`evaluate_pretraining` scores held-out data the way Google reports it — MLM accuracy at
 all selected positions — and also at the positions actually replaced by ``[MASK]``, each beside
 the unigram baseline (always predicting the most frequent token), and NSP accuracy beside chance.
@@ -12,7 +13,10 @@ the unigram baseline (always predicting the most frequent token), and NSP accura
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
+import logging
 import os
 import time
 from dataclasses import dataclass, field
@@ -24,13 +28,18 @@ import torch
 
 from bertkit.config import BERTConfig
 from bertkit.data.corpus import read_documents
-from bertkit.data.shards import PretrainingDataset, create_pretraining_data
+from bertkit.data.shards import INDEX_NAME, PretrainingDataset, create_pretraining_data
+from bertkit.data.split import split_heldout
 from bertkit.io import atomic_write_text
 from bertkit.modeling import BERTForPreTraining
 from bertkit.presets import SIZES, preset_fields
 from bertkit.tokenization import BERTTokenizerFast
 from bertkit.training import Trainer, TrainingConfig
+from bertkit.training.distributed import launched_by_torchrun
 from bertkit.training.metrics import plot_metrics
+from bertkit.training.rundir import RunDirectory, file_fingerprint
+
+logger = logging.getLogger("bertkit.pretraining")
 
 MODEL_DIR = "model"
 EVALUATION_FILE = "evaluation.json"
@@ -68,32 +77,97 @@ def model_config(model: str | os.PathLike | BERTConfig, tokenizer: BERTTokenizer
 
 def pretrain(data_dir: str | os.PathLike, output_dir: str | os.PathLike, *,
              model: str | os.PathLike | BERTConfig = "tiny", training: TrainingConfig | None = None,
-             eval_data_dir: str | os.PathLike | None = None, resume_from: str | None = None,
-             model_overrides: dict[str, Any] | None = None, masking: dict[str, Any] | None = None,
-             callbacks=None) -> PretrainingResult:
+             eval_data_dir: str | os.PathLike | None = None, resume: bool = False, overwrite: bool = False,
+             apply_changes: bool = False, model_overrides: dict[str, Any] | None = None,
+             masking: dict[str, Any] | None = None, callbacks=None) -> PretrainingResult:
     """Pretrain on ``data_dir``; save the model and tokenizer (HF format) under ``output_dir/model``.
 
-    ``masking`` overrides the training collator's masking (e.g. ``mask_replace_prob``);
-    evaluation always masks as BERT does (15%, 80/10/10).
+    ``output_dir`` is owned by the run (:class:`~bertkit.training.rundir.RunDirectory`): it
+    must be new or empty unless ``resume`` (continue the run it holds from its latest
+    checkpoint; a run without a checkpoint yet starts again) or ``overwrite`` (replace it
+    once this run's first checkpoint exists). Resuming against a different model config,
+    tokenizer or data is refused; changed hyperparameters are refused unless ``apply_changes``.
 
-    ``training`` defaults to a short run; its ``output_dir`` is set to ``output_dir``. The
-    metrics go to ``metrics.jsonl``, a plot of the curves to ``metrics.png`` (with
+    ``masking`` overrides the training collator's masking (e.g. ``mask_replace_prob``);
+    evaluation always masks as BERT does (15%, 80/10/10). ``training.seed`` seeds the model's
+    initialisation, the masks, dropout and the data order: the same seed gives the same run.
+    The metrics go to ``metrics.jsonl``, a plot of the curves to ``metrics.png`` (with
     matplotlib), the held-out evaluation to ``evaluation.json``.
     """
+    with _open_run(output_dir, resume, overwrite) as run:
+        return _train(run, PretrainingDataset(data_dir), model=model, training=training,
+                      eval_dataset=PretrainingDataset(eval_data_dir) if eval_data_dir is not None else None,
+                      apply_changes=apply_changes, model_overrides=model_overrides, masking=masking,
+                      callbacks=callbacks)
+
+
+def _open_run(output_dir: str | os.PathLike, resume: bool, overwrite: bool):
+    """The run directory on the main process; under DDP the other ranks only write where it says."""
+    if launched_by_torchrun() and int(os.environ["RANK"]) != 0:
+        return contextlib.nullcontext(_FollowerRun(Path(output_dir).absolute(), resume))
+    return RunDirectory(output_dir, resume=resume, overwrite=overwrite)
+
+
+@dataclass
+class _FollowerRun:
+    """What a non-main DDP rank knows of the run directory (rank 0 checks and locks it)."""
+
+    path: Path
+    resumed: bool
+
+    def check(self, section: str, value: Any) -> None:
+        pass
+
+    def record(self, section: str, value: Any) -> None:
+        pass
+
+    def save(self) -> None:
+        pass
+
+    def commit(self) -> None:
+        pass
+
+
+def _train(run: RunDirectory, dataset: PretrainingDataset, *, model, training: TrainingConfig | None,
+           eval_dataset: PretrainingDataset | None, apply_changes: bool, model_overrides, masking,
+           callbacks) -> PretrainingResult:
     start = time.perf_counter()
-    output_dir = Path(output_dir)
-    dataset = PretrainingDataset(data_dir)
     tokenizer = dataset.load_tokenizer()
     training = (training or TrainingConfig(max_steps=1000, learning_rate=1e-3, warmup_ratio=0.1))
-    training = training.replace(output_dir=str(output_dir))
+    training = training.replace(output_dir=str(run.path))
+    check_enough_data(dataset, training)
     config = model_config(model, tokenizer, dataset.max_seq_length, **(model_overrides or {}))
+    run.check("task", {"name": "pretraining"})
+    run.check("model", config.to_dict())
+    run.check("tokenizer", tokenizer_fingerprint(tokenizer))
+    run.check("data", {"train": data_fingerprint(dataset),
+                       "eval": data_fingerprint(eval_dataset) if eval_dataset is not None else None,
+                       "masking": masking or {}})
+    run.save()
+    torch.manual_seed(training.seed)  # the initial weights are a function of the seed
     net = BERTForPreTraining(config)
-    collator = dataset.collator(**(masking or {}))
-    eval_dataset = PretrainingDataset(eval_data_dir) if eval_data_dir is not None else None
-    trainer = Trainer(net, dataset, config=training, collate_fn=collator,
-                      eval_dataset=eval_dataset, eval_collate_fn=_seeded_collator(eval_dataset, training.seed)
-                      if eval_dataset is not None else None, callbacks=callbacks)
-    trainer.train(resume_from=resume_from)
+    collator = dataset.collator(generator=torch.Generator().manual_seed(training.seed), **(masking or {}))
+    trainer = Trainer(net, dataset, config=training, collate_fn=collator, eval_dataset=eval_dataset,
+                      eval_collate_fn=_seeded_collator(eval_dataset, training.seed)
+                      if eval_dataset is not None else None, callbacks=callbacks, apply_changes=apply_changes)
+
+    def commit(trainer: Trainer) -> None:  # an --overwrite run replaces the old directory once it has a checkpoint
+        staging = run.path
+        run.commit()
+        if run.path != staging:
+            trainer.relocate(run.path)
+            for data in (dataset, eval_dataset):  # data built inside the run (--text) moved with it
+                if data is not None and data.data_dir.absolute().is_relative_to(staging):
+                    data.data_dir = run.path / data.data_dir.absolute().relative_to(staging)
+
+    def record_training(trainer: Trainer) -> None:  # once the Trainer accepted them (fresh, or checked on resume)
+        run.record("training", trainer.config.to_dict())
+        run.save()
+
+    trainer.add_callback("on_train_begin", record_training)
+    trainer.add_callback("on_save", commit)
+    trainer.train(resume_from="latest" if run.resumed else None)
+    output_dir = run.path
     model_dir = output_dir / MODEL_DIR
     result = PretrainingResult(output_dir, model_dir, output_dir / "metrics.jsonl", None)
     if trainer.ctx.is_main:
@@ -106,6 +180,34 @@ def pretrain(data_dir: str | os.PathLike, output_dir: str | os.PathLike, *,
             atomic_write_text(output_dir / EVALUATION_FILE, json.dumps(result.evaluation, indent=2) + "\n")
     result.seconds = time.perf_counter() - start
     return result
+
+
+def check_enough_data(dataset: PretrainingDataset, training: TrainingConfig) -> None:
+    """``ValueError`` saying how much more text is needed when ``dataset`` cannot fill one optimizer step."""
+    have, need = len(dataset), training.batch_size
+    if have >= need:
+        return
+    tokens = int(dataset.index.get("num_tokens", 0))
+    per_instance = tokens / have if have else dataset.max_seq_length
+    missing_kb = (need - have) * per_instance * 4.5 / 1024  # ~4.5 bytes of English text per word piece
+    raise ValueError(f"the training text is too small: it makes {have} instance(s) of up to {dataset.max_seq_length} "
+                     f"tokens ({tokens} tokens in all), and one step needs batch_size={need}. Give about "
+                     f"{max(1, round(missing_kb))} KB more text, or lower --batch-size / --max-seq-length.")
+
+
+def tokenizer_fingerprint(tokenizer: BERTTokenizerFast) -> dict[str, Any]:
+    """What makes two tokenizers the same: the vocabulary (hashed) and the normalisation settings."""
+    vocab = "\n".join(tokenizer.convert_ids_to_tokens(list(range(tokenizer.vocab_size))))
+    return {"vocab_size": tokenizer.vocab_size, "vocab_sha256": hashlib.sha256(vocab.encode()).hexdigest(),
+            "do_lower_case": tokenizer.do_lower_case, "strip_accents": tokenizer.strip_accents,
+            "tokenize_chinese_chars": tokenizer.tokenize_chinese_chars}
+
+
+def data_fingerprint(dataset: PretrainingDataset) -> dict[str, Any]:
+    """What makes two data directories the same: their index (counts, settings, shards)."""
+    index = {k: v for k, v in dataset.index.items() if k != "tokenizer"}
+    return {"num_instances": len(dataset),
+            "index_sha256": hashlib.sha256(json.dumps(index, sort_keys=True).encode()).hexdigest()}
 
 
 @torch.no_grad()
@@ -180,29 +282,56 @@ def pretrain_from_text(files: list[str | os.PathLike] | str | os.PathLike, outpu
                        model: str | os.PathLike | BERTConfig = "tiny", vocab_size: int = 8000,
                        do_lower_case: bool = True, max_seq_length: int = 128, heldout_every: int = 20,
                        dupe_factor: int = 1, whole_word: bool = False, masked_lm_prob: float = 0.15,
-                       training: TrainingConfig | None = None,
+                       encoding: str = "utf-8", format: str = "auto", training: TrainingConfig | None = None,
+                       resume: bool = False, overwrite: bool = False, apply_changes: bool = False,
                        model_overrides: dict[str, Any] | None = None, masking: dict[str, Any] | None = None,
                        progress: bool = True, callbacks=None) -> PretrainingResult:
-    """Learn a vocabulary, build train / held-out data (every ``heldout_every``-th document held out), pretrain.
+    """Learn a vocabulary, build train / held-out data (:func:`bertkit.data.split.split_heldout`), pretrain.
 
-    ``masked_lm_prob`` applies to training; held-out data is always masked at BERT's 15%.
+    Everything lands in ``output_dir`` (owned as :func:`pretrain` says): ``data/`` holds the
+    split text, the tokenizer and both data directories. With ``resume`` they are reused as
+    they are — never rebuilt — after checking that ``files`` and the data settings are the
+    ones the run was built from. ``masked_lm_prob`` applies to training; held-out data is
+    always masked at BERT's 15%. ``training.seed`` also seeds the data creation.
     """
-    output_dir = Path(output_dir)
-    data_root = output_dir / "data"
-    data_root.mkdir(parents=True, exist_ok=True)
-    documents = list(read_documents(files))
-    if len(documents) < 2 * heldout_every:
-        heldout_every = max(2, len(documents) // 2)
-    heldout = documents[::heldout_every]
-    train = [d for i, d in enumerate(documents) if i % heldout_every]
-    for name, docs in (("train.txt", train), ("heldout.txt", heldout)):  # Google's one-sentence-per-line format
+    if launched_by_torchrun():
+        raise ValueError("pretraining from --text under torchrun would build the data once per process; build it "
+                         "first (bertkit data create ...), then run torchrun ... pretrain --data DIR.")
+    files = [files] if isinstance(files, (str, os.PathLike)) else list(files)
+    for path in files:
+        if not Path(path).is_file():
+            raise ValueError(f"no such file: {path}" if not Path(path).exists() else f"{path} is not a file")
+    training = training or TrainingConfig(max_steps=1000, learning_rate=1e-3, warmup_ratio=0.1)
+    settings = dict(vocab_size=vocab_size, do_lower_case=do_lower_case, max_seq_length=max_seq_length,
+                    heldout_every=heldout_every, dupe_factor=dupe_factor, whole_word=whole_word,
+                    masked_lm_prob=masked_lm_prob, encoding=encoding, format=format, seed=training.seed)
+    with _open_run(output_dir, resume, overwrite) as run:
+        run.check("text", {"files": file_fingerprint(files), "settings": settings})
+        data_root = run.path / "data"
+        train_dir, heldout_dir = data_root / "train", data_root / "heldout"
+        if not (run.resumed and (train_dir / INDEX_NAME).exists()):
+            _build_text_data(files, data_root, settings, progress)
+        heldout = PretrainingDataset(heldout_dir) if (heldout_dir / INDEX_NAME).exists() else None
+        return _train(run, PretrainingDataset(train_dir), model=model, training=training, eval_dataset=heldout,
+                      apply_changes=apply_changes, model_overrides=model_overrides, masking=masking,
+                      callbacks=callbacks)
+
+
+def _build_text_data(files: list, data_root: Path, settings: dict[str, Any], progress: bool) -> None:
+    """Split the text, train the tokenizer on the training part, and write both data directories."""
+    split = split_heldout(list(read_documents(files, settings["format"], settings["encoding"])),
+                          settings["heldout_every"])
+    logger.warning("held-out split: %s", split.description)
+    if not split.train:
+        raise ValueError(f"{', '.join(map(str, files))} hold no text: nothing to pretrain on.")
+    for name, docs in (("train.txt", split.train), ("heldout.txt", split.heldout)):  # Google's format
         atomic_write_text(data_root / name, "\n\n".join("\n".join(doc) for doc in docs) + "\n")
-    tokenizer = BERTTokenizerFast.train([data_root / "train.txt"], vocab_size=vocab_size,
-                                        do_lower_case=do_lower_case, show_progress=progress)
-    common = dict(max_seq_length=max_seq_length, whole_word=whole_word, progress=progress, format="google")
-    train_dir = create_pretraining_data([data_root / "train.txt"], tokenizer, data_root / "train",
-                                        dupe_factor=dupe_factor, masked_lm_prob=masked_lm_prob, **common)
-    heldout_dir = create_pretraining_data([data_root / "heldout.txt"], tokenizer, data_root / "heldout",
-                                          seed=7, **common)
-    return pretrain(train_dir, output_dir, model=model, training=training, eval_data_dir=heldout_dir,
-                    model_overrides=model_overrides, masking=masking, callbacks=callbacks)
+    tokenizer = BERTTokenizerFast.train([data_root / "train.txt"], vocab_size=settings["vocab_size"],
+                                        do_lower_case=settings["do_lower_case"], show_progress=progress)
+    common = dict(max_seq_length=settings["max_seq_length"], whole_word=settings["whole_word"], progress=progress,
+                  format="google")
+    create_pretraining_data([data_root / "train.txt"], tokenizer, data_root / "train", seed=settings["seed"],
+                            dupe_factor=settings["dupe_factor"], masked_lm_prob=settings["masked_lm_prob"], **common)
+    if split.heldout:
+        create_pretraining_data([data_root / "heldout.txt"], tokenizer, data_root / "heldout",
+                                seed=settings["seed"] + 1, **common)

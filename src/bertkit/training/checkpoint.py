@@ -10,7 +10,8 @@ Layout under ``output_dir/checkpoints/``::
 A checkpoint is assembled in a hidden temporary directory beside its final place,
 each file fsynced, and then renamed into place: a ``step-*`` directory is always
 complete, and a crash mid-save leaves only a ``.tmp-*`` directory that the next save
-removes. What goes into ``state.pt`` is the trainer's business; this module also has
+removes. A full disk raises ``OSError(ENOSPC)`` naming the checkpoint and the previous
+one, which stays intact. What goes into ``state.pt`` is the trainer's business; this module also has
 the helpers for the pieces every trainer needs (RNG states, ``state_dict`` of arbitrary
 data objects).
 """
@@ -21,7 +22,6 @@ import os
 import random
 import re
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +30,7 @@ import torch
 from safetensors.torch import load_model, save_model
 from torch import nn
 
-from bertkit.io import atomic_write
+from bertkit.io import atomic_write, is_disk_full, make_temp_dir
 
 CHECKPOINTS = "checkpoints"
 MODEL_FILE = "model.safetensors"
@@ -56,10 +56,17 @@ def save_checkpoint(output_dir: str | os.PathLike, step: int, model: nn.Module, 
         return final
     for stale in root.glob(".tmp-*"):  # left by a save that crashed
         shutil.rmtree(stale, ignore_errors=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{final.name}-", dir=root))
+    tmp = Path(make_temp_dir(root, prefix=f".tmp-{final.name}-"))
     try:
-        atomic_write(tmp / MODEL_FILE, lambda path: save_model(model, path))
-        atomic_write(tmp / STATE_FILE, lambda path: torch.save(state, path))
+        try:
+            atomic_write(tmp / MODEL_FILE, lambda path: save_model(model, path))
+            atomic_write(tmp / STATE_FILE, lambda path: torch.save(state, path))
+        except OSError as error:
+            if not is_disk_full(error):
+                raise
+            previous = latest_checkpoint(output_dir)
+            kept = f"the previous checkpoint {previous} is intact" if previous else "no earlier checkpoint exists"
+            raise OSError(error.errno, f"checkpoint {final} was not written: {error.strerror}; {kept}") from error
         os.replace(tmp, final)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

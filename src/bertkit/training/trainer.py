@@ -68,6 +68,20 @@ from bertkit.training.sampler import SeededSampler
 
 logger = logging.getLogger("bertkit.training")
 
+#: TrainingConfig fields a resume must keep: the position in the data depends on them
+FIXED_ON_RESUME = ("batch_size", "gradient_accumulation_steps", "seed")
+#: fields that change where and how a run reports or runs, not what it learns: free to change on resume
+BOOKKEEPING = frozenset({"output_dir", "progress_bar", "num_workers", "device", "log_every", "eval_every",
+                         "save_every", "keep_last", "eval_batch_size", "gradient_checkpointing",
+                         "find_unused_parameters"})
+
+
+def hyperparameter_changes(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
+    """``"name: old -> new"`` for each hyperparameter (not bookkeeping, not fixed) that differs."""
+    return [f"{name}: {old[name]!r} -> {new[name]!r}" for name in sorted(new)
+            if name in old and name not in BOOKKEEPING and name not in FIXED_ON_RESUME and old[name] != new[name]]
+
+
 EVENTS = ("on_train_begin", "on_step_end", "on_log", "on_evaluate", "on_save", "on_train_end")
 SAMPLER_METHODS = ("set_epoch", "state_dict", "load_state_dict", "__iter__", "__len__")
 METRICS_FILE = "metrics.jsonl"
@@ -108,7 +122,7 @@ class Trainer:
                  collate_fn: Callable | None = None, sampler: Any = None, sampler_factory: Callable | None = None,
                  eval_dataset=None, eval_collate_fn: Callable | None = None,
                  callbacks: Mapping[str, Callable | Iterable[Callable]] | None = None,
-                 stateful: Mapping[str, Any] | None = None):
+                 stateful: Mapping[str, Any] | None = None, apply_changes: bool = False):
         if not callable(getattr(model, "training_step", None)):
             raise TypeError(f"{type(model).__name__} has no training_step(batch) -> (loss, metrics); "
                             "the Trainer calls only that.")
@@ -178,6 +192,7 @@ class Trainer:
         self._saved_step = -1
         self._started = False
         self._last_lr = config.learning_rate
+        self.apply_changes = apply_changes
 
     # ------------------------------------------------------------------ public API
     def add_callback(self, event: str, fn: Callable[[Trainer], None]) -> None:
@@ -385,13 +400,21 @@ class Trainer:
         saved = ckpt.load_checkpoint(path, self.model)
         old = saved["config"]
         if saved["world_size"] != self.ctx.world_size or any(
-                old[k] != self.config.to_dict()[k] for k in ("batch_size", "gradient_accumulation_steps", "seed")):
+                old[k] != self.config.to_dict()[k] for k in FIXED_ON_RESUME):
             raise ValueError(f"{path} was written with world size {saved['world_size']}, batch_size "
                              f"{old['batch_size']}, gradient_accumulation_steps {old['gradient_accumulation_steps']}"
                              f" and seed {old['seed']}; resume with the same values (the data position depends "
                              "on them).")
+        changed = hyperparameter_changes(old, self.config.to_dict())
+        if changed and not self.apply_changes:
+            raise ValueError(f"{path} was trained with other hyperparameters: {'; '.join(changed)}. Resume with "
+                             "the run's values, or pass apply_changes=True (CLI: --apply-changes) to continue "
+                             "with the new ones.")
         self.optimizer.load_state_dict(saved["optimizer"])
         self.scheduler.load_state_dict(saved["scheduler"])
+        if changed:
+            self._apply_hyperparameters()
+            logger.warning("resumed with changed hyperparameters: %s", "; ".join(changed))
         if self.scaler is not None and saved["scaler"] is not None:
             self.scaler.load_state_dict(saved["scaler"])
         self.state = TrainState(**saved["trainer"])
@@ -408,6 +431,23 @@ class Trainer:
         if self.ctx.is_main:
             truncate_metrics(self.metrics_path, self.state.step)
         logger.info("resumed from %s at step %d (epoch %d)", path, self.state.step, self.state.epoch)
+
+    def _apply_hyperparameters(self) -> None:
+        """After loading a checkpoint's optimizer and scheduler: use this config's optimizer settings and peak
+        learning rate (the schedule's shape already comes from this config) from the current step on."""
+        cfg = self.config
+        for group in self.optimizer.param_groups:
+            group.update(betas=(cfg.adam_beta1, cfg.adam_beta2), eps=cfg.adam_epsilon, initial_lr=cfg.learning_rate,
+                         weight_decay=cfg.weight_decay if group.get("name") == "decay" else 0.0)
+        self.scheduler.base_lrs = [cfg.learning_rate] * len(self.optimizer.param_groups)
+        for group, multiplier in zip(self.optimizer.param_groups, self.scheduler.lr_lambdas):
+            group["lr"] = cfg.learning_rate * multiplier(self.scheduler.last_epoch)
+
+    def relocate(self, output_dir: str | os.PathLike) -> None:
+        """Write everything from now on under ``output_dir`` (a run directory that was moved into place)."""
+        self.output_dir = Path(output_dir)
+        self.metrics_path = self.output_dir / METRICS_FILE
+        self.config = self.config.replace(output_dir=os.fspath(output_dir))
 
     # ------------------------------------------------------------------ logging
     def _log(self, window: MetricWindow, bar) -> None:

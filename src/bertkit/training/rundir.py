@@ -1,0 +1,231 @@
+"""Run directories: a run owns its output directory, and a resumed run is the same run.
+
+:class:`RunDirectory` is opened (a context manager) before anything is written:
+
+* it takes an exclusive lock (``.lock``, an OS file lock released even when the process is
+  killed): a second run into the same directory fails at once, naming the holder;
+* a directory that holds a run (``run.json``, checkpoints, a saved model or metrics) is
+  never written to unless ``resume`` (continue it) or ``overwrite`` (replace it) is given;
+  a non-empty directory holding something else is refused the same way;
+* ``overwrite`` builds the new run in a hidden sibling (``.NAME.overwrite``) and swaps it
+  into place only when :meth:`commit` is called — after the new run's first checkpoint —
+  so a run that fails early leaves the old directory exactly as it was;
+* ``run.json`` stores fingerprints of what defines the run (model config, tokenizer, data,
+  source text, settings); :meth:`check` records one and, on a resumed run, refuses a
+  different one with a message naming each difference.
+
+Locking uses ``fcntl.flock`` (POSIX) or ``msvcrt.locking`` (Windows).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import socket
+import time
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from bertkit.io import atomic_write_text
+
+RUN_FILE = "run.json"
+LOCK_FILE = ".lock"
+#: what marks a directory as holding a run (older runs have no run.json)
+RUN_MARKERS = (RUN_FILE, "checkpoints", "model", "metrics.jsonl")
+
+
+class RunDirectoryError(ValueError):
+    """The output directory cannot be used as asked (in use, holds another run, or differs on resume)."""
+
+
+class RunDirectory:
+    """The directory a run writes to; see the module docstring. ``path`` is where to write *now*."""
+
+    def __init__(self, path: str | os.PathLike, *, resume: bool = False, overwrite: bool = False):
+        if resume and overwrite:
+            raise RunDirectoryError("resume and overwrite are alternatives: --resume continues the run in the "
+                                    "directory, --overwrite replaces it; pass one.")
+        self.final = Path(path).absolute()
+        self.path = self.final
+        self.resume, self.overwrite = resume, overwrite
+        self.resumed = False
+        self.info: dict[str, Any] = {}
+        self._locks: list[int] = []
+        self._staging: Path | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+    def __enter__(self) -> RunDirectory:
+        self.open()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def open(self) -> RunDirectory:
+        """Lock the directory and decide where the run writes (see the module docstring)."""
+        try:
+            return self._open()
+        except BaseException:
+            self.close()
+            raise
+
+    def _open(self) -> RunDirectory:
+        final = self.final
+        if final.exists() and not final.is_dir():
+            raise RunDirectoryError(f"{final} is a file; the output must be a directory.")
+        if final.is_dir() and any(p.name != LOCK_FILE for p in final.iterdir()):
+            self._locks.append(_lock(final))
+            if holds_run(final) and self.resume:
+                self.resumed = True
+                self.info = read_run_info(final)
+            elif self.overwrite:
+                self._staging = final.parent / f".{final.name}.overwrite"
+                shutil.rmtree(self._staging, ignore_errors=True)  # left by an overwrite that never committed
+                self._staging.mkdir(parents=True)
+                self._locks.append(_lock(self._staging))
+                self.path = self._staging
+            elif holds_run(final):
+                raise RunDirectoryError(f"{final} already holds a run{describe_run(final)}; pass --resume to "
+                                        "continue it (Python: resume=True) or --overwrite to replace it "
+                                        "(overwrite=True), or choose another output directory.")
+            else:
+                raise RunDirectoryError(f"{final} is not empty and holds no bertkit run; choose an empty or new "
+                                        "directory, or pass --overwrite (overwrite=True) to replace its contents.")
+        else:
+            final.mkdir(parents=True, exist_ok=True)
+            self._locks.append(_lock(final))
+        self.info.setdefault("format", "bertkit-run")
+        self.info.setdefault("created", time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+        return self
+
+    def commit(self) -> None:
+        """Put an ``overwrite`` run in place of the old directory (a no-op otherwise); ``path`` becomes ``final``."""
+        if self._staging is None or self.path == self.final:
+            return
+        replaced = self.final.parent / f".{self.final.name}.replaced"
+        shutil.rmtree(replaced, ignore_errors=True)
+        os.replace(self.final, replaced)
+        os.replace(self._staging, self.final)
+        shutil.rmtree(replaced, ignore_errors=True)
+        self.path, self._staging = self.final, None
+
+    def close(self) -> None:
+        """Release the locks; an ``overwrite`` run that never committed is removed (the old one stays)."""
+        for fd in self._locks:
+            os.close(fd)  # closing releases the lock
+        self._locks.clear()
+        if self._staging is not None:
+            shutil.rmtree(self._staging, ignore_errors=True)
+            self._staging = None
+
+    # ------------------------------------------------------------------ fingerprints
+    def check(self, section: str, value: Mapping[str, Any]) -> None:
+        """Record ``value`` (JSON-able) as ``section`` of run.json; on a resumed run that recorded a different
+        one, raise :class:`RunDirectoryError` listing each difference."""
+        value = json.loads(json.dumps(value))
+        stored = self.info.get(section)
+        if self.resumed and stored is not None and stored != value:
+            raise RunDirectoryError(f"cannot resume {self.final}: its {section} differs from this one's: "
+                                    f"{'; '.join(differences(stored, value))}. Resume with the run's own "
+                                    f"{section}, or start a new run (another -o, or --overwrite).")
+        self.info[section] = value
+
+    def record(self, section: str, value: Mapping[str, Any]) -> None:
+        """Store ``value`` as ``section`` of run.json without comparing (what was checked elsewhere)."""
+        self.info[section] = json.loads(json.dumps(value))
+
+    def save(self) -> None:
+        """Write run.json (atomically)."""
+        atomic_write_text(self.path / RUN_FILE, json.dumps(self.info, indent=2, sort_keys=True) + "\n")
+
+
+def holds_run(path: str | os.PathLike) -> bool:
+    """Whether ``path`` holds a bertkit run (see :data:`RUN_MARKERS`)."""
+    return any((Path(path) / marker).exists() for marker in RUN_MARKERS)
+
+
+def read_run_info(path: str | os.PathLike) -> dict[str, Any]:
+    """``run.json`` of a run directory ({} for runs older than run.json); a damaged file is an error."""
+    file = Path(path) / RUN_FILE
+    if not file.exists():
+        return {}
+    try:
+        info = json.loads(file.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise RunDirectoryError(f"{file} is damaged ({error}); restore it or start a new run.") from None
+    if not isinstance(info, dict):
+        raise RunDirectoryError(f"{file} is damaged (not a JSON object); restore it or start a new run.")
+    return info
+
+
+def describe_run(path: Path) -> str:
+    """`` (task, created ...)`` from run.json, or ``""``."""
+    try:
+        info = read_run_info(path)
+    except RunDirectoryError:
+        return " (run.json is damaged)"
+    parts = [str(info[k]) for k in ("task", "created") if k in info]
+    return f" ({', '.join(parts)})" if parts else ""
+
+
+def differences(old: Any, new: Any, prefix: str = "") -> list[str]:
+    """``"key: old -> new"`` for each leaf that differs between two JSON-like values."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        found = []
+        for key in sorted(set(old) | set(new)):
+            name = f"{prefix}.{key}" if prefix else str(key)
+            if key not in old:
+                found.append(f"{name}: (absent) -> {new[key]!r}")
+            elif key not in new:
+                found.append(f"{name}: {old[key]!r} -> (absent)")
+            else:
+                found += differences(old[key], new[key], name)
+        return found
+    return [] if old == new else [f"{prefix or 'value'}: {old!r} -> {new!r}"]
+
+
+def file_fingerprint(paths: Iterable[str | os.PathLike]) -> list[dict[str, Any]]:
+    """Name, size and sha256 of each file, in order (what a run was built from)."""
+    found = []
+    for path in paths:
+        digest = hashlib.sha256()
+        with open(path, "rb") as f:
+            while chunk := f.read(1 << 20):
+                digest.update(chunk)
+        found.append({"name": Path(path).name, "bytes": os.path.getsize(path), "sha256": digest.hexdigest()})
+    return found
+
+
+# ---------------------------------------------------------------------- locking
+def _lock(directory: Path) -> int:
+    """An exclusive, non-blocking lock on ``directory/.lock``; returns the open descriptor that holds it."""
+    path = directory / LOCK_FILE
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        _try_lock(fd)
+    except OSError:
+        try:
+            holder = Path(path).read_text(encoding="utf-8").strip() or "an unknown process"
+        except OSError:
+            holder = "an unknown process"
+        os.close(fd)
+        raise RunDirectoryError(f"{directory} is in use by another run ({holder}); wait for it to finish, stop it, "
+                                "or choose another output directory.") from None
+    os.ftruncate(fd, 0)
+    os.write(fd, f"pid {os.getpid()} on {socket.gethostname()} since {time.strftime('%Y-%m-%d %H:%M:%S')}"
+             .encode())
+    return fd
+
+
+def _try_lock(fd: int) -> None:
+    try:
+        import fcntl
+    except ImportError:  # Windows
+        import msvcrt
+
+        msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
+        return
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -1,0 +1,154 @@
+"""The ``bertkit`` command in subprocesses: --seed makes a run bit-identical, a run SIGKILLed after a
+checkpoint and resumed ends bit-identical to an uninterrupted one, --text --resume rebuilds nothing, two runs
+into one directory cannot both proceed, and errors are one line with the documented exit status."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from bertkit.resources import austen_novels
+
+TINY = dict(vocab_size=30522, num_hidden_layers=1, hidden_size=32, num_attention_heads=2, intermediate_size=37)
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("cli")
+    book = root / "book.txt"
+    book.write_text(austen_novels()["persuasion"][:120_000], encoding="utf-8")
+    config = root / "tiny.json"
+    config.write_text(json.dumps(TINY), encoding="utf-8")
+    return root, book, config
+
+
+def bertkit(*args, check: bool = True, **kwargs) -> subprocess.CompletedProcess:
+    env = kwargs.pop("env", None) or {k: v for k, v in os.environ.items() if k != "BERTKIT_DEBUG"}
+    result = subprocess.run([sys.executable, "-m", "bertkit.cli", *map(str, args)], capture_output=True, text=True,
+                            env=env, timeout=300, **kwargs)
+    if check:
+        assert result.returncode == 0, result.stderr[-3000:]
+    return result
+
+
+def pretrain_args(book: Path, config: Path, out: Path, *extra) -> list:
+    return ["pretrain", "--text", book, "--model", config, "-o", out, "--vocab-size", 500, "--max-seq-length", 32,
+            "--batch-size", 8, "--log-every", 5, *extra]
+
+
+def weights(out: Path) -> bytes:
+    return (out / "model" / "model.safetensors").read_bytes()
+
+
+def test_seed_makes_a_cli_run_bit_identical(inputs):
+    root, book, config = inputs
+    a, b, c = root / "seed-a", root / "seed-b", root / "seed-c"
+    for out, seed in ((a, 1), (b, 1), (c, 2)):
+        bertkit(*pretrain_args(book, config, out, "--max-steps", 10, "--seed", seed))
+    assert weights(a) == weights(b) != weights(c)
+    assert (a / "model" / "vocab.txt").read_bytes() == (b / "model" / "vocab.txt").read_bytes()
+    losses = [[json.loads(line).get("loss") for line in (out / "metrics.jsonl").read_text().splitlines()]
+              for out in (a, b)]
+    assert losses[0] == losses[1]
+
+
+def test_sigkill_after_a_checkpoint_then_resume_is_bit_identical(inputs):
+    root, book, config = inputs
+    steps = ["--max-steps", 150, "--save-every", 5, "--seed", 3]
+    whole, killed = root / "whole", root / "killed"
+    bertkit(*pretrain_args(book, config, whole, *steps))
+
+    process = subprocess.Popen([sys.executable, "-m", "bertkit.cli", *map(str, pretrain_args(book, config, killed,
+                                                                                             *steps))],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    first = killed / "checkpoints" / "step-00000005"
+    deadline = time.monotonic() + 240
+    while not first.exists() and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.005)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    assert first.exists() and not (killed / "model").exists(), "the run ended before it could be killed"
+    stamps = {p: p.stat().st_mtime_ns for p in (killed / "data").rglob("*") if p.is_file()}
+
+    resumed = bertkit(*pretrain_args(book, config, killed, *steps, "--resume"))
+    assert "resumed from" in resumed.stderr
+    assert weights(killed) == weights(whole)
+    assert {p: p.stat().st_mtime_ns for p in (killed / "data").rglob("*") if p.is_file()} == stamps
+    # the resumed run's metrics continue the interrupted ones: each logged step once, in order
+    steps_logged = [json.loads(line)["step"] for line in (killed / "metrics.jsonl").read_text().splitlines()
+                    if json.loads(line)["split"] == "train"]
+    assert steps_logged == list(range(5, 151, 5))
+
+
+def test_resume_takes_the_runs_own_settings_and_refuses_changed_ones(inputs):
+    root, book, config = inputs
+    out = root / "settings"
+    bertkit(*pretrain_args(book, config, out, "--max-steps", 5, "--learning-rate", 3e-3))
+    changed = bertkit(*pretrain_args(book, config, out, "--max-steps", 5, "--learning-rate", 1e-3, "--resume"),
+                      check=False)
+    assert changed.returncode == 1
+    assert changed.stderr.strip().splitlines() == [
+        f"bertkit: error: {out / 'checkpoints' / 'step-00000005'} was trained with other hyperparameters: "
+        "learning_rate: 0.003 -> 0.001. Resume with the run's values, or pass apply_changes=True "
+        "(CLI: --apply-changes) to continue with the new ones."]
+    # no flags: the run's own values (3e-3, 5 steps) are used, so it resumes and has nothing left to do
+    bertkit(*pretrain_args(book, config, out, "--resume"))
+    bertkit(*pretrain_args(book, config, out, "--max-steps", 8, "--resume", "--apply-changes"))
+    assert json.loads((out / "metrics.jsonl").read_text().splitlines()[-1])["step"] == 8
+
+
+def test_two_runs_into_one_directory(inputs):
+    root, book, config = inputs
+    out = root / "shared"
+    first = subprocess.Popen([sys.executable, "-m", "bertkit.cli", *map(str, pretrain_args(
+        book, config, out, "--max-steps", 2000))], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not (out / "run.json").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        second = bertkit(*pretrain_args(book, config, out, "--max-steps", 5, "--resume"), check=False)
+        assert second.returncode == 1
+        assert f"bertkit: error: {out} is in use by another run (pid {first.pid} on " in second.stderr
+        assert first.poll() is None  # the first run goes on
+    finally:
+        first.kill()
+        first.wait()
+
+
+def test_errors_are_one_line_with_exit_status(tmp_path):
+    missing = bertkit("pretrain", "--text", tmp_path / "nope.txt", "-o", tmp_path / "o", check=False)
+    assert missing.returncode == 1
+    assert missing.stderr.strip().splitlines()[-1].startswith("bertkit: error: no such file:")
+    assert "Traceback" not in missing.stderr
+
+    usage = bertkit("pretrain", "--model", "tiny", "-o", tmp_path / "o", check=False)
+    assert usage.returncode == 2
+    assert usage.stderr.splitlines() == ["bertkit: error: one of the arguments --data --text is required "
+                                         "(see bertkit pretrain --help)"]
+    unknown = bertkit("no-such-command", check=False)
+    assert unknown.returncode == 2 and unknown.stderr.startswith("bertkit: error: argument COMMAND: invalid choice")
+
+    debug = bertkit("--debug", "pretrain", "--text", tmp_path / "nope.txt", "-o", tmp_path / "o2", check=False)
+    assert debug.returncode == 1 and "Traceback (most recent call last)" in debug.stderr
+    env_debug = bertkit("pretrain", "--text", tmp_path / "nope.txt", "-o", tmp_path / "o3", check=False,
+                        env={**os.environ, "BERTKIT_DEBUG": "1"})
+    assert "Traceback (most recent call last)" in env_debug.stderr
+
+    latin = tmp_path / "latin.txt"
+    latin.write_bytes("Caf\xe9 au lait. Tr\xe8s bien.\n".encode("latin-1") * 50)
+    bad = bertkit("pretrain", "--text", latin, "-o", tmp_path / "o4", check=False)
+    assert bad.returncode == 1
+    assert bad.stderr.strip().splitlines()[-1] == (
+        f"bertkit: error: {latin} is not valid utf-8 text (at byte 3: invalid continuation byte); pass its "
+        "encoding, e.g. --encoding latin-1 or --encoding cp1252 (Python: encoding=...)")
+
+
+def test_make_demo_installs_the_plot_extra():
+    makefile = (Path(__file__).parents[1] / "Makefile").read_text()
+    demo_install = makefile.split("$(VENV)/.demo-installed:")[1].split("\n\n")[0]
+    assert "'.[plot]'" in demo_install
