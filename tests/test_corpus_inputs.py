@@ -136,3 +136,21 @@ def test_empty_corpus_is_an_error_naming_the_files(tmp_path):
     with pytest.raises(ValueError, match=r"empty\.txt"):
         pretrain_from_text([empty], tmp_path / "run", vocab_size=200, max_seq_length=32, progress=False,
                            training=_tiny_training(), model_overrides=TINY)
+
+
+def test_training_without_nsp_uses_contiguous_text_and_reports_no_nsp(tmp_path):
+    import json
+
+    book = tmp_path / "book.txt"
+    book.write_text(PERSUASION[:80_000], encoding="utf-8")
+    result = pretrain_from_text([book], tmp_path / "run", vocab_size=500, max_seq_length=32, progress=False,
+                                next_sentence_prediction=False, training=_tiny_training(), model_overrides=TINY)
+    from bertkit.data.shards import PretrainingDataset
+
+    data = PretrainingDataset(tmp_path / "run" / "data" / "train")
+    assert data.index["random_next_prob"] == 0.0
+    labels = [int(data[i]["nsp_labels"]) for i in range(len(data))]
+    assert sum(labels) < 0.02 * len(labels)  # only one-token sentences still take a random B
+    assert "nsp_labels" not in data.collator(nsp=False)([data[0], data[1]]) and not any(
+        "nsp_loss" in json.loads(line) for line in result.metrics_path.read_text().splitlines())
+    assert "nsp_accuracy" not in result.evaluation and result.evaluation["selected_positions"] > 0

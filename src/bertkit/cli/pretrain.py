@@ -5,7 +5,7 @@
     bertkit pretrain --text BOOK.txt --model tiny -o OUT --resume  # continue; reuses the tokenizer and data
 
 Defaults come from the model size's recipe (learning rate, batch, sequence length, masking
-rate, steps, vocabulary: ``bertkit.presets.RECIPES``); with --resume, from the run being
+rate, steps, vocabulary, NSP on or off: ``bertkit.presets.RECIPES``); with --resume, from the run being
 resumed. OUT belongs to one run: a second run into it fails, and a directory holding a run
 is only continued (--resume) or replaced (--overwrite, once the new run has a checkpoint).
 Under ``torchrun --nproc-per-node N -m bertkit.cli pretrain --data ...`` the run is data-parallel.
@@ -56,7 +56,7 @@ TRAINING_FLAGS = {"max_steps": "max_steps", "batch_size": "batch_size", "learnin
                   "eval_every": "eval_every", "save_every": "save_every", "keep_last": "keep_last", "seed": "seed"}
 #: data setting (run.json "text.settings") -> CLI attribute
 TEXT_FLAGS = {"vocab_size": "vocab_size", "max_seq_length": "max_seq_length", "masked_lm_prob": "masked_lm_prob",
-              "encoding": "encoding", "format": "format"}
+              "encoding": "encoding", "format": "format", "next_sentence_prediction": "nsp"}
 
 
 def defaults(args: argparse.Namespace) -> dict[str, Any]:
@@ -70,6 +70,8 @@ def defaults(args: argparse.Namespace) -> dict[str, Any]:
         stored = {attr: info["training"][k] for k, attr in TRAINING_FLAGS.items() if k in info.get("training", {})}
         settings = info.get("text", {}).get("settings", {})
         stored |= {attr: settings[k] for k, attr in TEXT_FLAGS.items() if k in settings}
+        if "next_sentence_prediction" in info.get("data", {}):
+            stored.setdefault("nsp", info["data"]["next_sentence_prediction"])
         if "do_lower_case" in settings:
             stored["cased"] = not settings["do_lower_case"]
     if args.model in SIZES:
@@ -82,7 +84,7 @@ def defaults(args: argparse.Namespace) -> dict[str, Any]:
                 warmup_ratio=recipe.warmup_ratio, weight_decay=0.01, precision="auto", gradient_accumulation_steps=1,
                 log_every=25, eval_every=None, save_every=None, keep_last=2, seed=42, vocab_size=recipe.vocab_size,
                 max_seq_length=recipe.max_seq_length, masked_lm_prob=recipe.masked_lm_prob, encoding="utf-8",
-                format="auto", cased=False)
+                format="auto", cased=False, nsp=recipe.next_sentence_prediction)
     return base | stored
 
 
@@ -128,6 +130,8 @@ def main(argv: list[str]) -> int:
     text.add_argument("--format", choices=("auto", "google", "prose", "paragraphs"),
                       help="layout of the text files (default: detected per file)")
     text.add_argument("--cased", action="store_true", default=None, help="keep case and accents")
+    parser.add_argument("--nsp", action=argparse.BooleanOptionalAction,
+                        help="train next-sentence prediction beside MLM (default: the size's recipe; tiny: off)")
     add_training_arguments(parser)
     args = parser.parse_args(argv)
     if args.apply_changes and not args.resume:
@@ -143,7 +147,7 @@ def main(argv: list[str]) -> int:
 
     training = training_config(args)
     common = dict(model=args.model, training=training, resume=args.resume, overwrite=args.overwrite,
-                  apply_changes=args.apply_changes)
+                  apply_changes=args.apply_changes, next_sentence_prediction=args.nsp)
     if args.data:
         result = pretrain(args.data, args.output, eval_data_dir=args.eval_data, **common)
     else:

@@ -139,12 +139,14 @@ def tokenize_documents(documents: Iterable[Sequence[str]], tokenizer, *, batch_s
 # ---------------------------------------------------------------------------- 2. pair sentences
 
 def create_instance_spans(corpus: TokenizedCorpus, *, max_seq_length: int = 128, short_seq_prob: float = 0.1,
-                          dupe_factor: int = 1, seed: int = 12345) -> InstanceSpans:
+                          dupe_factor: int = 1, seed: int = 12345, random_next_prob: float = 0.5) -> InstanceSpans:
     """Google's sentence pairs with NSP labels, truncated to fit ``max_seq_length`` and shuffled."""
     if max_seq_length < 5:
         raise ValueError(f"max_seq_length must be >= 5 ([CLS] A [SEP] B [SEP] with A, B >= 1), got {max_seq_length}.")
     if not 0.0 <= short_seq_prob <= 1.0:
         raise ValueError(f"short_seq_prob must lie in [0, 1], got {short_seq_prob}.")
+    if not 0.0 <= random_next_prob <= 1.0:
+        raise ValueError(f"random_next_prob must lie in [0, 1], got {random_next_prob}.")
     if dupe_factor < 1:
         raise ValueError(f"dupe_factor must be >= 1, got {dupe_factor}.")
     if corpus.num_documents == 0:
@@ -161,7 +163,8 @@ def create_instance_spans(corpus: TokenizedCorpus, *, max_seq_length: int = 128,
     rows: list[tuple[int, int, int, int, bool]] = []
     for _ in range(dupe_factor):
         for d in order:
-            rows.extend(_pairs_from_document(starts, documents, d, max_seq_length - 3, short_seq_prob, rng))
+            rows.extend(_pairs_from_document(starts, documents, d, max_seq_length - 3, short_seq_prob, rng,
+                                             random_next_prob))
     a_start, a_end, b_start, b_end, is_random = (np.asarray(c) for c in zip(*rows))
     np_rng = np.random.default_rng(seed)
     cuts = truncation_amounts(a_end - a_start, b_end - b_start, max_seq_length - 3, np_rng)
@@ -171,8 +174,13 @@ def create_instance_spans(corpus: TokenizedCorpus, *, max_seq_length: int = 128,
 
 
 def _pairs_from_document(starts: list[int], documents: list[int], d: int, max_num_tokens: int,
-                         short_seq_prob: float, rng: random.Random) -> list[tuple[int, int, int, int, bool]]:
-    """Google's ``create_instances_from_document`` on sentence indices; yields untruncated token spans."""
+                         short_seq_prob: float, rng: random.Random,
+                         random_next_prob: float = 0.5) -> list[tuple[int, int, int, int, bool]]:
+    """Google's ``create_instances_from_document`` on sentence indices; yields untruncated token spans.
+
+    B is a random other document's text with ``random_next_prob`` (Google: 0.5), and always
+    when the chunk is one sentence — except with ``random_next_prob=0`` (contiguous text, for
+    training without NSP), where a one-sentence chunk is cut in two halves instead."""
     first, end = documents[d], documents[d + 1]  # sentences of document d
     target = max_num_tokens
     if rng.random() < short_seq_prob:
@@ -185,7 +193,11 @@ def _pairs_from_document(starts: list[int], documents: list[int], d: int, max_nu
             n_sentences = i - chunk_start + 1
             a_end = 1 if n_sentences == 1 else rng.randint(1, n_sentences - 1)
             a = (starts[chunk_start], starts[chunk_start + a_end])
-            if n_sentences == 1 or rng.random() < 0.5:
+            if n_sentences == 1 and random_next_prob == 0.0 and a[1] - starts[chunk_start] > 1:
+                # B always follows A: a lone sentence is cut in two rather than paired with a stranger
+                middle = (starts[chunk_start] + starts[chunk_start + 1]) // 2
+                pairs.append((starts[chunk_start], middle, middle, starts[chunk_start + 1], False))
+            elif n_sentences == 1 or rng.random() < random_next_prob:
                 b = _random_segment(starts, documents, d, target - (a[1] - a[0]), rng)
                 pairs.append((*a, *b, True))
                 i -= n_sentences - a_end  # put the unused sentences back for the next chunk

@@ -50,7 +50,8 @@ def create_pretraining_data(files_or_texts: str | os.PathLike | Iterable[str | o
                             max_seq_length: int = 128, short_seq_prob: float = 0.1, dupe_factor: int = 1,
                             masked_lm_prob: float = 0.15, max_predictions_per_seq: int = 20, whole_word: bool = False,
                             static_masking: bool = False, seed: int = 12345, shard_size: int = 100_000,
-                            format: str = "auto", encoding: str = "utf-8", progress: bool = True) -> Path:
+                            format: str = "auto", encoding: str = "utf-8", random_next_prob: float = 0.5,
+                            progress: bool = True) -> Path:
     """Read, tokenize, pair (Google's algorithm), optionally mask, and write shards to ``out_dir``.
 
     ``files_or_texts``: as :func:`bertkit.data.corpus.read_documents` (files in Google's
@@ -58,7 +59,9 @@ def create_pretraining_data(files_or_texts: str | os.PathLike | Iterable[str | o
     memory). ``tokenizer``: a tokenizer or its directory. With ``static_masking`` the masks are drawn here, once per
     ``dupe_factor`` copy, as Google does; otherwise the collator masks each batch afresh
     and ``masked_lm_prob`` / ``max_predictions_per_seq`` / ``whole_word`` are recorded as
-    the defaults for it. The same arguments and ``seed`` give byte-identical files.
+    the defaults for it. ``random_next_prob``: share of pairs whose B is a random other
+    document (NSP label 1); 0 makes contiguous text, for training without NSP. The same
+    arguments and ``seed`` give byte-identical files.
     Returns the output directory.
     """
     from tqdm.auto import tqdm
@@ -72,7 +75,7 @@ def create_pretraining_data(files_or_texts: str | os.PathLike | Iterable[str | o
     out = Path(out_dir)
     corpus = tokenize_documents(read_documents(files_or_texts, format, encoding), tokenizer, progress=progress)
     spans = create_instance_spans(corpus, max_seq_length=max_seq_length, short_seq_prob=short_seq_prob,
-                                  dupe_factor=dupe_factor, seed=seed)
+                                  dupe_factor=dupe_factor, seed=seed, random_next_prob=random_next_prob)
     (out / INDEX_NAME).unlink(missing_ok=True)  # an old index must not describe half-rewritten shards
     vocab_size = tokenizer.vocab_size
     token_dtype = np.uint16 if vocab_size <= 65535 else np.int32
@@ -97,7 +100,7 @@ def create_pretraining_data(files_or_texts: str | os.PathLike | Iterable[str | o
         "vocab_size": vocab_size, "token_dtype": np.dtype(token_dtype).name,
         "static_masking": static_masking, "whole_word_masking": whole_word, "masked_lm_prob": masked_lm_prob,
         "max_predictions_per_seq": max_predictions_per_seq, "short_seq_prob": short_seq_prob,
-        "dupe_factor": dupe_factor, "seed": seed,
+        "dupe_factor": dupe_factor, "seed": seed, "random_next_prob": random_next_prob,
         "tokenizer": {"dir": TOKENIZER_DIR, "do_lower_case": tokenizer.do_lower_case,
                       "strip_accents": tokenizer.strip_accents,
                       "tokenize_chinese_chars": tokenizer.tokenize_chinese_chars,
@@ -219,7 +222,8 @@ class PretrainingCollator:
 
     Returns long tensors ``input_ids``, ``attention_mask``, ``token_type_ids`` ``[B, L]``
     (``L`` the longest instance rounded up to ``pad_to_multiple_of``), ``mlm_labels``
-    ``[B, L]`` (-100 where nothing is predicted) and ``nsp_labels`` ``[B]``.
+    ``[B, L]`` (-100 where nothing is predicted) and ``nsp_labels`` ``[B]`` (left out with
+    ``nsp=False``: the model then trains on MLM alone).
     With ``dynamic=True`` every batch is masked afresh by
     :func:`bertkit.masking.mask_tokens` (``mlm_probability``, 80/10/10, at most
     ``max_predictions`` per row, whole words with ``whole_word`` and the ``continuation``
@@ -235,7 +239,7 @@ class PretrainingCollator:
                  mlm_probability: float = 0.15, pad_to_multiple_of: int | None = 8, dynamic: bool = True,
                  whole_word: bool = False, generator: torch.Generator | None = None, *, pad_token_id: int = 0,
                  continuation: torch.Tensor | None = None, max_predictions: int | None = None,
-                 mask_replace_prob: float = 0.8, random_replace_prob: float = 0.1):
+                 mask_replace_prob: float = 0.8, random_replace_prob: float = 0.1, nsp: bool = True):
         if whole_word and dynamic and continuation is None:
             raise ValueError("whole_word masking needs continuation= (which ids are ## pieces); "
                              "PretrainingCollator.from_tokenizer builds it.")
@@ -247,6 +251,7 @@ class PretrainingCollator:
         self.dynamic, self.whole_word = dynamic, whole_word
         self.pad_token_id, self.continuation, self.max_predictions = pad_token_id, continuation, max_predictions
         self.mask_replace_prob, self.random_replace_prob = mask_replace_prob, random_replace_prob
+        self.nsp = nsp
         self.generator = generator if generator is not None else torch.Generator().manual_seed(torch.initial_seed())
         self._worker: tuple[int, int] | None = None
 
@@ -286,7 +291,7 @@ class PretrainingCollator:
             input_ids, mlm_labels = self._mask(input_ids, attention_mask)
         batch = {"input_ids": input_ids, "attention_mask": attention_mask, "token_type_ids": token_type_ids,
                  "mlm_labels": mlm_labels}
-        if "nsp_labels" in items[0]:
+        if self.nsp and "nsp_labels" in items[0]:
             batch["nsp_labels"] = torch.tensor([int(item["nsp_labels"]) for item in items], dtype=torch.long)
         return batch
 

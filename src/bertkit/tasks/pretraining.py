@@ -78,8 +78,9 @@ def model_config(model: str | os.PathLike | BERTConfig, tokenizer: BERTTokenizer
 def pretrain(data_dir: str | os.PathLike, output_dir: str | os.PathLike, *,
              model: str | os.PathLike | BERTConfig = "tiny", training: TrainingConfig | None = None,
              eval_data_dir: str | os.PathLike | None = None, resume: bool = False, overwrite: bool = False,
-             apply_changes: bool = False, model_overrides: dict[str, Any] | None = None,
-             masking: dict[str, Any] | None = None, callbacks=None) -> PretrainingResult:
+             apply_changes: bool = False, next_sentence_prediction: bool = True,
+             model_overrides: dict[str, Any] | None = None, masking: dict[str, Any] | None = None,
+             callbacks=None) -> PretrainingResult:
     """Pretrain on ``data_dir``; save the model and tokenizer (HF format) under ``output_dir/model``.
 
     ``output_dir`` is owned by the run (:class:`~bertkit.training.rundir.RunDirectory`): it
@@ -89,16 +90,18 @@ def pretrain(data_dir: str | os.PathLike, output_dir: str | os.PathLike, *,
     tokenizer or data is refused; changed hyperparameters are refused unless ``apply_changes``.
 
     ``masking`` overrides the training collator's masking (e.g. ``mask_replace_prob``);
-    evaluation always masks as BERT does (15%, 80/10/10). ``training.seed`` seeds the model's
-    initialisation, the masks, dropout and the data order: the same seed gives the same run.
+    evaluation always masks as BERT does (15%, 80/10/10). ``next_sentence_prediction=False``
+    trains the MLM head alone (the NSP head stays as initialised and is not evaluated).
+    ``training.seed`` seeds the model's initialisation, the masks, dropout and the data order:
+    the same seed gives the same run.
     The metrics go to ``metrics.jsonl``, a plot of the curves to ``metrics.png`` (with
     matplotlib), the held-out evaluation to ``evaluation.json``.
     """
     with _open_run(output_dir, resume, overwrite) as run:
         return _train(run, PretrainingDataset(data_dir), model=model, training=training,
                       eval_dataset=PretrainingDataset(eval_data_dir) if eval_data_dir is not None else None,
-                      apply_changes=apply_changes, model_overrides=model_overrides, masking=masking,
-                      callbacks=callbacks)
+                      apply_changes=apply_changes, nsp=next_sentence_prediction,
+                      model_overrides=model_overrides, masking=masking, callbacks=callbacks)
 
 
 def _open_run(output_dir: str | os.PathLike, resume: bool, overwrite: bool):
@@ -129,7 +132,7 @@ class _FollowerRun:
 
 
 def _train(run: RunDirectory, dataset: PretrainingDataset, *, model, training: TrainingConfig | None,
-           eval_dataset: PretrainingDataset | None, apply_changes: bool, model_overrides, masking,
+           eval_dataset: PretrainingDataset | None, apply_changes: bool, nsp: bool, model_overrides, masking,
            callbacks) -> PretrainingResult:
     start = time.perf_counter()
     tokenizer = dataset.load_tokenizer()
@@ -142,13 +145,13 @@ def _train(run: RunDirectory, dataset: PretrainingDataset, *, model, training: T
     run.check("tokenizer", tokenizer_fingerprint(tokenizer))
     run.check("data", {"train": data_fingerprint(dataset),
                        "eval": data_fingerprint(eval_dataset) if eval_dataset is not None else None,
-                       "masking": masking or {}})
+                       "masking": masking or {}, "next_sentence_prediction": nsp})
     run.save()
     torch.manual_seed(training.seed)  # the initial weights are a function of the seed
     net = BERTForPreTraining(config)
-    collator = dataset.collator(generator=torch.Generator().manual_seed(training.seed), **(masking or {}))
+    collator = dataset.collator(generator=torch.Generator().manual_seed(training.seed), nsp=nsp, **(masking or {}))
     trainer = Trainer(net, dataset, config=training, collate_fn=collator, eval_dataset=eval_dataset,
-                      eval_collate_fn=_seeded_collator(eval_dataset, training.seed)
+                      eval_collate_fn=_seeded_collator(eval_dataset, training.seed, nsp=nsp)
                       if eval_dataset is not None else None, callbacks=callbacks, apply_changes=apply_changes)
 
     def commit(trainer: Trainer) -> None:  # an --overwrite run replaces the old directory once it has a checkpoint
@@ -176,7 +179,7 @@ def _train(run: RunDirectory, dataset: PretrainingDataset, *, model, training: T
         result.plot_path = plot_metrics(result.metrics_path, output_dir / "metrics.png")
         if eval_dataset is not None:
             result.evaluation = evaluate_pretraining(net, eval_dataset, frequencies_from=dataset,
-                                                     device=trainer.device, seed=training.seed)
+                                                     device=trainer.device, seed=training.seed, nsp=nsp)
             atomic_write_text(output_dir / EVALUATION_FILE, json.dumps(result.evaluation, indent=2) + "\n")
     result.seconds = time.perf_counter() - start
     return result
@@ -213,13 +216,14 @@ def data_fingerprint(dataset: PretrainingDataset) -> dict[str, Any]:
 @torch.no_grad()
 def evaluate_pretraining(model: BERTForPreTraining, dataset: PretrainingDataset, *,
                          frequencies_from: PretrainingDataset | None = None, batch_size: int = 64,
-                         device: torch.device | str = "cpu", seed: int = 0) -> dict[str, float]:
+                         device: torch.device | str = "cpu", seed: int = 0, nsp: bool = True) -> dict[str, Any]:
     """Held-out MLM and NSP accuracy beside their baselines (masks drawn with ``seed``, reproducible).
 
     ``mlm_accuracy_selected`` is Google's metric (every position chosen for prediction);
     ``mlm_accuracy_masked`` counts only positions replaced by ``[MASK]``. The unigram baseline
     predicts the most frequent non-special token of ``frequencies_from`` (default: ``dataset``)
-    at the same positions; NSP's baseline is the majority label's share.
+    at the same positions; NSP's baseline is the majority label's share (NSP is left out of
+    the result with ``nsp=False``, for a model trained without it).
     """
     tokenizer = dataset.load_tokenizer()
     unigram = most_frequent_token(frequencies_from or dataset, tokenizer.all_special_ids)
@@ -241,16 +245,16 @@ def evaluate_pretraining(model: BERTForPreTraining, dataset: PretrainingDataset,
         counts["masked"] += int(was_mask.sum())
         counts["masked_hits"] += int((predictions == targets)[was_mask].sum())
         counts["masked_unigram"] += int((targets == unigram)[was_mask].sum())
-        nsp = batch["nsp_labels"]
-        counts["nsp"] += int(nsp.numel())
-        counts["nsp_hits"] += int((model.cls.seq_relationship(pooled).argmax(-1) == nsp).sum())
-        counts["nsp_ones"] += int(nsp.sum())
+        nsp_labels = batch["nsp_labels"]
+        counts["nsp"] += int(nsp_labels.numel())
+        counts["nsp_hits"] += int((model.cls.seq_relationship(pooled).argmax(-1) == nsp_labels).sum())
+        counts["nsp_ones"] += int(nsp_labels.sum())
 
     def ratio(a: str, b: str) -> float:
         return counts[a] / counts[b] if counts[b] else float("nan")
 
     ones = ratio("nsp_ones", "nsp")
-    return {
+    result = {
         "mlm_accuracy_masked": ratio("masked_hits", "masked"),
         "unigram_accuracy_masked": ratio("masked_unigram", "masked"),
         "mlm_accuracy_selected": ratio("selected_hits", "selected"),
@@ -262,11 +266,15 @@ def evaluate_pretraining(model: BERTForPreTraining, dataset: PretrainingDataset,
         "nsp_examples": counts["nsp"],
         "unigram_token": tokenizer.convert_ids_to_tokens(unigram),
     }
+    if not nsp:
+        for key in ("nsp_accuracy", "nsp_chance", "nsp_examples"):
+            del result[key]
+    return result
 
 
-def _seeded_collator(dataset: PretrainingDataset, seed: int):
+def _seeded_collator(dataset: PretrainingDataset, seed: int, nsp: bool = True):
     """A collator whose masks depend only on ``seed`` (evaluation is then reproducible)."""
-    return dataset.collator(generator=torch.Generator().manual_seed(seed))
+    return dataset.collator(generator=torch.Generator().manual_seed(seed), nsp=nsp)
 
 
 def most_frequent_token(dataset: PretrainingDataset, exclude: list[int]) -> int:
@@ -282,7 +290,8 @@ def pretrain_from_text(files: list[str | os.PathLike] | str | os.PathLike, outpu
                        model: str | os.PathLike | BERTConfig = "tiny", vocab_size: int = 8000,
                        do_lower_case: bool = True, max_seq_length: int = 128, heldout_every: int = 20,
                        dupe_factor: int = 1, whole_word: bool = False, masked_lm_prob: float = 0.15,
-                       encoding: str = "utf-8", format: str = "auto", training: TrainingConfig | None = None,
+                       encoding: str = "utf-8", format: str = "auto", next_sentence_prediction: bool = True,
+                       training: TrainingConfig | None = None,
                        resume: bool = False, overwrite: bool = False, apply_changes: bool = False,
                        model_overrides: dict[str, Any] | None = None, masking: dict[str, Any] | None = None,
                        progress: bool = True, callbacks=None) -> PretrainingResult:
@@ -304,7 +313,8 @@ def pretrain_from_text(files: list[str | os.PathLike] | str | os.PathLike, outpu
     training = training or TrainingConfig(max_steps=1000, learning_rate=1e-3, warmup_ratio=0.1)
     settings = dict(vocab_size=vocab_size, do_lower_case=do_lower_case, max_seq_length=max_seq_length,
                     heldout_every=heldout_every, dupe_factor=dupe_factor, whole_word=whole_word,
-                    masked_lm_prob=masked_lm_prob, encoding=encoding, format=format, seed=training.seed)
+                    masked_lm_prob=masked_lm_prob, encoding=encoding, format=format, seed=training.seed,
+                    next_sentence_prediction=next_sentence_prediction)
     with _open_run(output_dir, resume, overwrite) as run:
         run.check("text", {"files": file_fingerprint(files), "settings": settings})
         data_root = run.path / "data"
@@ -313,8 +323,8 @@ def pretrain_from_text(files: list[str | os.PathLike] | str | os.PathLike, outpu
             _build_text_data(files, data_root, settings, progress)
         heldout = PretrainingDataset(heldout_dir) if (heldout_dir / INDEX_NAME).exists() else None
         return _train(run, PretrainingDataset(train_dir), model=model, training=training, eval_dataset=heldout,
-                      apply_changes=apply_changes, model_overrides=model_overrides, masking=masking,
-                      callbacks=callbacks)
+                      apply_changes=apply_changes, nsp=next_sentence_prediction, model_overrides=model_overrides,
+                      masking=masking, callbacks=callbacks)
 
 
 def _build_text_data(files: list, data_root: Path, settings: dict[str, Any], progress: bool) -> None:
@@ -328,8 +338,9 @@ def _build_text_data(files: list, data_root: Path, settings: dict[str, Any], pro
         atomic_write_text(data_root / name, "\n\n".join("\n".join(doc) for doc in docs) + "\n")
     tokenizer = BERTTokenizerFast.train([data_root / "train.txt"], vocab_size=settings["vocab_size"],
                                         do_lower_case=settings["do_lower_case"], show_progress=progress)
+    # without NSP the pairs are contiguous text: a random B would only be noise in the MLM context
     common = dict(max_seq_length=settings["max_seq_length"], whole_word=settings["whole_word"], progress=progress,
-                  format="google")
+                  format="google", random_next_prob=0.5 if settings["next_sentence_prediction"] else 0.0)
     create_pretraining_data([data_root / "train.txt"], tokenizer, data_root / "train", seed=settings["seed"],
                             dupe_factor=settings["dupe_factor"], masked_lm_prob=settings["masked_lm_prob"], **common)
     if split.heldout:
