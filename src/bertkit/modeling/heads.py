@@ -36,6 +36,9 @@ from bertkit.modeling.base import BERTPreTrainedModel
 from bertkit.modeling.layers import BERTOnlyNSPHead
 from bertkit.modeling.losses import accuracy, check_labels, cross_entropy, reduce
 
+#: the batch keys :meth:`TaskModel.training_step` passes to ``forward``
+INPUT_KEYS = ("input_ids", "attention_mask", "token_type_ids", "position_ids", "inputs_embeds")
+
 
 class TaskModel(BERTPreTrainedModel):
     """A head over ``self.bert``. Subclasses build ``self`` heads and define ``forward``.
@@ -45,6 +48,8 @@ class TaskModel(BERTPreTrainedModel):
     """
 
     add_pooling_layer = False
+    #: batch keys that hold the labels, in ``get_loss``'s order (QA: start and end positions)
+    label_keys: tuple[str, ...] = ("labels",)
 
     def __init__(self, config: BERTConfig, num_labels: int | None = None):
         if num_labels is not None:
@@ -59,6 +64,30 @@ class TaskModel(BERTPreTrainedModel):
 
     def predictions_from_logits(self, logits: torch.Tensor) -> torch.Tensor:
         return logits.argmax(dim=-1)
+
+    def training_step(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The training engine's entry point: ``(loss, metrics)`` for one batch dict.
+
+        ``batch`` holds ``forward``'s inputs by name (:data:`INPUT_KEYS`; others are ignored)
+        and the labels under :attr:`label_keys`. The loss is exactly ``get_loss`` on the same
+        batch (in the same train/eval mode); ``metrics`` has ``loss`` and :meth:`step_metrics`,
+        detached scalars (NaN where nothing counts).
+        """
+        missing = [key for key in self.label_keys if key not in batch]
+        if missing:
+            raise ValueError(f"{type(self).__name__}.training_step needs the labels under {list(self.label_keys)}; "
+                             f"the batch lacks {missing} (it has {sorted(batch)}).")
+        logits = self(**{key: batch[key] for key in INPUT_KEYS if key in batch})
+        labels = batch[self.label_keys[0]] if len(self.label_keys) == 1 else tuple(batch[k] for k in self.label_keys)
+        loss = self.loss_from_logits(logits, labels)
+        with torch.no_grad():
+            metrics = {name: value.detach() for name, value in self.step_metrics(logits, labels, batch).items()}
+        return loss, {**metrics, "loss": loss.detach()}
+
+    def step_metrics(self, logits, labels, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Per-batch metrics for :meth:`training_step`: accuracy of the predictions where labelled."""
+        predictions = self.predictions_from_logits(logits)
+        return {"accuracy": accuracy(predictions, labels.reshape(predictions.shape))}
 
     def get_loss(self, labels: torch.Tensor, *inputs, reduction: str | None = "mean", ignore_index: int = -100,
                  **kw_inputs) -> torch.Tensor:
@@ -154,6 +183,15 @@ class BERTForSequenceClassification(_ClassifierHead):
             return (logits > 0).long()
         return logits.argmax(-1)
 
+    def step_metrics(self, logits, labels, batch):
+        kind = self.problem_type(labels)
+        if kind == "regression":
+            return {}  # the loss is the mean squared error
+        predictions = self.predictions_from_logits(logits)
+        if kind == "multi_label_classification":  # every label of the example right
+            return {"accuracy": (predictions == labels.long()).all(-1).float().mean()}
+        return {"accuracy": accuracy(predictions, labels.view(-1))}
+
     def classify_text(self, tokenizer, text: str | list[str], text_pair: str | list[str] | None = None) -> list[dict]:
         """``[{"label": ..., "score": ...}]`` per text: the most probable class and its probability."""
         return text_helpers.classify_text(self, tokenizer, text, text_pair)
@@ -202,6 +240,7 @@ class BERTForQuestionAnswering(TaskModel):
 
     hf_architecture = "BertForQuestionAnswering"
     head_prefixes = ("qa_outputs.",)
+    label_keys = ("start_positions", "end_positions")
 
     def __init__(self, config: BERTConfig):
         super().__init__(config)
@@ -220,12 +259,23 @@ class BERTForQuestionAnswering(TaskModel):
 
         ``reduction=None`` gives ``[B]`` (0 for ignored examples).
         """
-        start_logits, end_logits = self(*inputs, **kw_inputs)
+        return self.loss_from_logits(self(*inputs, **kw_inputs), (start_positions, end_positions),
+                                     reduction=reduction)
+
+    def loss_from_logits(self, logits, labels, *, reduction="mean", ignore_index=-100):
+        """``logits`` = ``(start [B, L], end [B, L])``, ``labels`` = ``(start_positions, end_positions)``;
+        positions outside ``[0, L)`` are ignored (``ignore_index`` does not apply)."""
+        (start_logits, end_logits), (start_positions, end_positions) = logits, labels
         length = start_logits.shape[1]
-        losses = [cross_entropy(logits, positions.view(-1).clamp(0, length), ignore_index=length,
+        losses = [cross_entropy(scores, positions.view(-1).clamp(0, length), ignore_index=length,
                                 reduction=reduction)
-                  for logits, positions in ((start_logits, start_positions), (end_logits, end_positions))]
+                  for scores, positions in ((start_logits, start_positions), (end_logits, end_positions))]
         return (losses[0] + losses[1]) / 2
+
+    def step_metrics(self, logits, labels, batch):
+        """Exact match of the best span (within the attention mask, at most 30 tokens) with the gold one."""
+        start, end = best_spans(*logits, 30, batch.get("attention_mask"))
+        return {"exact_match": ((start == labels[0].view(-1)) & (end == labels[1].view(-1))).float().mean()}
 
     @torch.no_grad()
     def predict(self, *inputs, max_answer_length: int = 30, answer_mask: torch.Tensor | None = None,

@@ -295,6 +295,10 @@ class BERTForCausalLM(TaskModel):
         return super().loss_from_logits(logits[:, :-1], labels[:, 1:], reduction=reduction,
                                         ignore_index=ignore_index)
 
+    def step_metrics(self, logits, labels, batch):
+        """Next-token accuracy where labelled (the loss is the log-perplexity)."""
+        return {"accuracy": accuracy(logits[:, :-1].argmax(-1), labels[:, 1:])}
+
     @torch.no_grad()
     def get_perplexity(self, labels: torch.Tensor, *inputs, ignore_index: int = -100, **kw_inputs) -> torch.Tensor:
         """``exp`` of the mean next-token loss."""

@@ -36,6 +36,7 @@ from bertkit.presets import SIZES, preset_fields
 from bertkit.tokenization import BERTTokenizerFast
 from bertkit.training import Trainer, TrainingConfig
 from bertkit.training.distributed import launched_by_torchrun
+from bertkit.training.evaluation import predict_batches
 from bertkit.training.metrics import plot_metrics
 from bertkit.training.rundir import RunDirectory, file_fingerprint
 
@@ -228,26 +229,29 @@ def evaluate_pretraining(model: BERTForPreTraining, dataset: PretrainingDataset,
     tokenizer = dataset.load_tokenizer()
     unigram = most_frequent_token(frequencies_from or dataset, tokenizer.all_special_ids)
     collator = _seeded_collator(dataset, seed)
-    model.eval()
     counts = dict.fromkeys(("selected", "selected_hits", "selected_unigram", "masked", "masked_hits",
                             "masked_unigram", "nsp", "nsp_hits", "nsp_ones"), 0)
-    for start in range(0, len(dataset), batch_size):
-        batch = {k: v.to(device) for k, v in collator([dataset[i] for i in range(start, min(start + batch_size,
-                                                                                            len(dataset)))]).items()}
+
+    def predictions(model: BERTForPreTraining, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         seq, pooled = model.bert(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
+        selected = model.cls.predictions(seq[batch["mlm_labels"] != -100]).argmax(-1)
+        return selected, model.cls.seq_relationship(pooled).argmax(-1)
+
+    model.to(device)
+    for batch, (predicted, nsp_predicted) in predict_batches(model, dataset, collate_fn=collator,
+                                                             batch_size=batch_size, forward=predictions):
         selected = batch["mlm_labels"] != -100
         targets = batch["mlm_labels"][selected]
-        predictions = model.cls.predictions(seq[selected]).argmax(-1)
         was_mask = batch["input_ids"][selected] == tokenizer.mask_token_id
         counts["selected"] += int(targets.numel())
-        counts["selected_hits"] += int((predictions == targets).sum())
+        counts["selected_hits"] += int((predicted == targets).sum())
         counts["selected_unigram"] += int((targets == unigram).sum())
         counts["masked"] += int(was_mask.sum())
-        counts["masked_hits"] += int((predictions == targets)[was_mask].sum())
+        counts["masked_hits"] += int((predicted == targets)[was_mask].sum())
         counts["masked_unigram"] += int((targets == unigram)[was_mask].sum())
         nsp_labels = batch["nsp_labels"]
         counts["nsp"] += int(nsp_labels.numel())
-        counts["nsp_hits"] += int((model.cls.seq_relationship(pooled).argmax(-1) == nsp_labels).sum())
+        counts["nsp_hits"] += int((nsp_predicted == nsp_labels).sum())
         counts["nsp_ones"] += int(nsp_labels.sum())
 
     def ratio(a: str, b: str) -> float:

@@ -9,12 +9,14 @@ and imports nothing from ``bertkit.tasks`` (design.md §2). Pieces:
 * :mod:`.checkpoint`: atomic checkpoints, rotation, discovery, RNG capture;
 * :mod:`.distributed`: DDP under ``torchrun`` (gloo on CPU, NCCL on CUDA);
 * :mod:`.trainer`: :class:`Trainer`;
-* :mod:`.metrics`: metrics.jsonl averaging and :func:`plot_metrics`.
+* :mod:`.metrics`: metrics.jsonl averaging and :func:`plot_metrics`;
+* :mod:`.evaluation`: :func:`predict_batches`, the one inference loop task modules decode.
 """
 
 from bertkit.training.checkpoint import latest_checkpoint, list_checkpoints, load_checkpoint, save_checkpoint
 from bertkit.training.config import TrainingConfig, cpu_supports_bf16, resolve_device, resolve_precision
 from bertkit.training.distributed import DistributedContext, TrainingStepModule, cleanup, init_distributed
+from bertkit.training.evaluation import predict_batches
 from bertkit.training.metrics import plot_metrics
 from bertkit.training.optim import build_optimizer, build_scheduler, lr_multiplier, parameter_groups
 from bertkit.training.sampler import SeededSampler
@@ -40,6 +42,7 @@ __all__ = [
     "lr_multiplier",
     "parameter_groups",
     "plot_metrics",
+    "predict_batches",
     "resolve_device",
     "resolve_precision",
     "save_checkpoint",

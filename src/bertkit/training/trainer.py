@@ -62,6 +62,7 @@ from bertkit.training.distributed import (
     init_distributed,
     wrap_ddp,
 )
+from bertkit.training.evaluation import autocast, to_device
 from bertkit.training.metrics import MetricWindow, truncate_metrics
 from bertkit.training.optim import build_optimizer, build_scheduler
 from bertkit.training.sampler import SeededSampler
@@ -258,7 +259,7 @@ class Trainer:
         self.model.eval()
         try:
             for batch in self.eval_loader:
-                batch = _to_device(batch, self.device)
+                batch = to_device(batch, self.device)
                 with self._autocast():
                     loss, metrics = self.model.training_step(batch)
                 examples = _num_examples(batch)
@@ -297,7 +298,7 @@ class Trainer:
         started = time.perf_counter()
         nonfinite = torch.zeros((), dtype=torch.bool, device=self.device)
         for micro in range(accum):
-            batch = _to_device(next(batches), self.device)
+            batch = to_device(next(batches), self.device)
             sync = self.ddp is None or micro == accum - 1  # DDP all-reduces on the last micro-batch only
             with contextlib.nullcontext() if sync else self.ddp.no_sync():
                 with self._autocast():
@@ -472,10 +473,7 @@ class Trainer:
 
     # ------------------------------------------------------------------ helpers
     def _autocast(self):
-        if self.precision == "fp32":
-            return contextlib.nullcontext()
-        dtype = torch.bfloat16 if self.precision == "bf16" else torch.float16
-        return torch.autocast(self.device.type, dtype=dtype)
+        return autocast(self.device, self.precision)
 
     def _trigger(self, event: str) -> None:
         for fn in self.callbacks[event]:
@@ -509,16 +507,6 @@ def _grad_scaler():
     if hasattr(torch.amp, "GradScaler"):
         return torch.amp.GradScaler("cuda")
     return torch.cuda.amp.GradScaler()
-
-
-def _to_device(batch: Any, device: torch.device) -> Any:
-    if isinstance(batch, torch.Tensor):
-        return batch.to(device, non_blocking=device.type == "cuda")
-    if isinstance(batch, Mapping):
-        return {k: _to_device(v, device) for k, v in batch.items()}
-    if isinstance(batch, list | tuple):
-        return type(batch)(_to_device(v, device) for v in batch)
-    return batch
 
 
 def _num_examples(batch: Mapping[str, Any]) -> int:
