@@ -15,7 +15,7 @@ def main(argv: list[str]) -> int:
     from bertkit import BERTForMaskedLM, BERTTokenizerFast
 
     tokenizer = BERTTokenizerFast.from_pretrained(args.model)
-    model = BERTForMaskedLM.from_pretrained(args.model)
+    model = BERTForMaskedLM.from_pretrained(args.model, warn=False)  # a pretraining run's NSP head drops, as meant
     for text in args.text:
         print(text)
         for i, candidates in enumerate(model.fill_mask(tokenizer, text, top_k=args.top_k)):

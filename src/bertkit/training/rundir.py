@@ -167,7 +167,9 @@ def describe_run(path: Path) -> str:
         info = read_run_info(path)
     except RunDirectoryError:
         return " (run.json is damaged)"
-    parts = [str(info[k]) for k in ("task", "created") if k in info]
+    task = info.get("task")
+    parts = [str(task.get("name", task) if isinstance(task, dict) else task)] if task else []
+    parts += [f"created {info['created']}"] if "created" in info else []
     return f" ({', '.join(parts)})" if parts else ""
 
 
