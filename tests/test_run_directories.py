@@ -50,7 +50,8 @@ def test_a_second_run_into_a_locked_directory_fails_naming_the_holder(tmp_path):
 def test_a_directory_holding_a_run_needs_resume_or_overwrite(book, tmp_path):
     out = tmp_path / "run"
     first = _from_text(book, out)
-    with pytest.raises(RunDirectoryError, match=r"already holds a run \(pretraining, created .*\); pass --resume.*--overwrite"):
+    with pytest.raises(RunDirectoryError,
+                       match=r"already holds a run \(pretraining, created .*\); pass --resume.*--overwrite"):
         _from_text(book, out)
     # with checkpoints/ deleted the run's model is still protected
     import shutil
