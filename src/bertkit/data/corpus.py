@@ -168,41 +168,20 @@ def open_bytes(path: str | os.PathLike) -> io.BufferedIOBase:
 
 def _file_lines(path: Path, encoding: str) -> Iterator[str]:
     """The lines of a text file (universal newlines, BOM dropped); decoding errors name the file and byte."""
-    codec = "utf-8-sig" if codecs.lookup(encoding).name == "utf-8" else encoding
+    name = codecs.lookup(encoding).name
+    codec = "utf-8-sig" if name == "utf-8" else encoding
     with open_bytes(path) as raw:
-        head = raw.read(8192)
-        if b"\0" in head and not codecs.lookup(encoding).name.startswith("utf-16") \
-                and not codecs.lookup(encoding).name.startswith("utf-32"):
+        if b"\0" in raw.read(8192) and not name.startswith(("utf-16", "utf-32")):
             raise ValueError(f"{path} looks like a binary file (it contains NUL bytes), not text; pass text files "
                              "(.txt, or .txt.gz / .bz2 / .xz).")
-        stream = io.TextIOWrapper(_Prefixed(head, raw), encoding=codec, errors="strict", newline=None)
+        raw.seek(0)  # plain and compressed files alike rewind
         try:
-            yield from stream
+            yield from io.TextIOWrapper(raw, encoding=codec, errors="strict", newline=None)
         except UnicodeDecodeError as error:
             offset = _first_undecodable_byte(path, codec)
             shown = f"at byte {offset}" if offset is not None else "somewhere"
             raise ValueError(f"{path} is not valid {encoding} text ({shown}: {error.reason}); pass its encoding, "
                              "e.g. --encoding latin-1 or --encoding cp1252 (Python: encoding=...)") from None
-
-
-class _Prefixed(io.RawIOBase):
-    """A byte stream that replays ``head`` (already read) before the rest of ``raw``."""
-
-    def __init__(self, head: bytes, raw):
-        self._head, self._raw = head, raw
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer) -> int:
-        if self._head:
-            n = min(len(buffer), len(self._head))
-            buffer[:n] = self._head[:n]
-            self._head = self._head[n:]
-            return n
-        data = self._raw.read(len(buffer))
-        buffer[:len(data)] = data
-        return len(data)
 
 
 def _first_undecodable_byte(path: Path, codec: str) -> int | None:
