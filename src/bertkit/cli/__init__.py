@@ -17,6 +17,9 @@ COMMANDS = {
     "demo": ("demo", "show the model family and run a forward pass"),
     "info": ("info", "describe a model size, or a saved checkpoint directory"),
     "pretrain": ("pretrain", "pretrain a BERT from prepared data or raw text"),
+    "finetune": ("finetune", "fine-tune a BERT: classify, tag, qa (SQuAD), choice (SWAG)"),
+    "evaluate": ("evaluate", "score a fine-tuned model on a labelled file"),
+    "predict": ("predict", "predict with a fine-tuned model, one JSON line per input row"),
     "fill-mask": ("fill_mask", "print the top-k predictions for each [MASK] in a text"),
     "convert": ("convert", "convert a checkpoint (HF, pytorch_pretrained_bert, Google TF, ...) to HF or TF"),
     "tokenizer": ("tokenizer", "train a WordPiece vocabulary, or tokenize text"),
@@ -55,7 +58,7 @@ def _report_to_stderr() -> None:
 
     log = logging.getLogger("bertkit")
     if not log.handlers:
-        handler = logging.StreamHandler()
+        handler = _StderrHandler()
         handler.setFormatter(logging.Formatter("bertkit: %(message)s"))
         log.addHandler(handler)
         log.setLevel(logging.INFO)
@@ -65,6 +68,19 @@ def _report_to_stderr() -> None:
         print(f"bertkit: warning: {message}", file=sys.stderr)
 
     warnings.showwarning = show
+
+
+class _StderrHandler(logging.StreamHandler):
+    """Writes to whatever ``sys.stderr`` is now (a redirected or captured stream included), not to the one
+    it was created with."""
+
+    @property
+    def stream(self):
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value) -> None:
+        pass
 
 
 def one_line(error: BaseException) -> str:

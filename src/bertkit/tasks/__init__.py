@@ -1,1 +1,28 @@
-"""Tasks: what people run end to end (pretraining now; fine-tuning tasks next), built on data + training."""
+"""Tasks: what people run end to end, built on data + training.
+
+* :mod:`.pretraining`: pretrain (or continue pretraining) a BERT from raw text or prepared data;
+* :mod:`.finetuning`: :func:`finetune`, :func:`evaluate`, :func:`predict` for every fine-tuning task:
+  :mod:`.classification` (``"classify"``, GLUE), :mod:`.token_classification` (``"tag"``),
+  :mod:`.question_answering` (``"qa"``, SQuAD) and :mod:`.multiple_choice` (``"choice"``, SWAG); each
+  brings its data reading, features, metrics and decoding (:mod:`.base` is the contract,
+  :mod:`.metrics` the metrics).
+
+Submodules are imported on first use, so ``import bertkit.tasks`` stays light.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS = {"finetune": "finetuning", "evaluate": "finetuning", "predict": "finetuning", "TASKS": "finetuning",
+            "FinetuneResult": "finetuning", "pretrain": "pretraining", "pretrain_from_text": "pretraining"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(f"bertkit.tasks.{_EXPORTS[name]}"), name)
+    raise AttributeError(f"module 'bertkit.tasks' has no attribute {name!r}")
+
+
+__all__ = sorted(_EXPORTS)

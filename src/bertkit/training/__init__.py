@@ -19,12 +19,13 @@ from bertkit.training.distributed import DistributedContext, TrainingStepModule,
 from bertkit.training.evaluation import predict_batches
 from bertkit.training.metrics import plot_metrics
 from bertkit.training.optim import build_optimizer, build_scheduler, lr_multiplier, parameter_groups
-from bertkit.training.sampler import SeededSampler
+from bertkit.training.sampler import LengthGroupedSampler, SeededSampler
 from bertkit.training.trainer import EVENTS, NonFiniteLossError, Trainer, TrainState
 
 __all__ = [
     "EVENTS",
     "DistributedContext",
+    "LengthGroupedSampler",
     "NonFiniteLossError",
     "SeededSampler",
     "TrainState",

@@ -142,6 +142,37 @@ class RunDirectory:
         atomic_write_text(self.path / RUN_FILE, json.dumps(self.info, indent=2, sort_keys=True) + "\n")
 
 
+def open_run(path: str | os.PathLike, *, resume: bool = False, overwrite: bool = False):
+    """The run directory as a context manager: a :class:`RunDirectory` on the main process; under torchrun
+    the other ranks get a :class:`FollowerRun` (rank 0 checks and locks; they only write where it says)."""
+    import contextlib
+
+    from bertkit.training.distributed import launched_by_torchrun
+
+    if launched_by_torchrun() and int(os.environ["RANK"]) != 0:
+        return contextlib.nullcontext(FollowerRun(Path(path).absolute(), resume))
+    return RunDirectory(path, resume=resume, overwrite=overwrite)
+
+
+class FollowerRun:
+    """What a non-main DDP rank knows of the run directory: where it is and whether the run resumes."""
+
+    def __init__(self, path: Path, resumed: bool):
+        self.path, self.final, self.resumed, self.info = path, path, resumed, {}
+
+    def check(self, section: str, value: Any) -> None:
+        pass
+
+    def record(self, section: str, value: Any) -> None:
+        pass
+
+    def save(self) -> None:
+        pass
+
+    def commit(self) -> None:
+        pass
+
+
 def holds_run(path: str | os.PathLike) -> bool:
     """Whether ``path`` holds a bertkit run (see :data:`RUN_MARKERS`)."""
     return any((Path(path) / marker).exists() for marker in RUN_MARKERS)

@@ -231,9 +231,9 @@ class Trainer:
                     self._log(window, bar)
                 if self.eval_loader is not None and (end or (cfg.eval_every and step % cfg.eval_every == 0)):
                     self.evaluate()
+                self._trigger("on_step_end")  # before the checkpoint, so it holds what the callbacks measured
                 if end or (cfg.save_every and step % cfg.save_every == 0):
                     self.save_checkpoint()
-                self._trigger("on_step_end")
             if window.steps:
                 self._log(window, bar)
             if self._saved_step != self.state.step:
@@ -269,7 +269,7 @@ class Trainer:
             self.model.train(was_training)
         values, examples, _ = window.reduce(self.ctx)
         self.last_eval = values
-        self._write({"split": "eval", "step": self.state.step, "epoch": self.state.epoch, **values,
+        self.write_metrics({"split": "eval", "step": self.state.step, "epoch": self.state.epoch, **values,
                      "examples": examples, "elapsed_s": round(self.state.elapsed_s, 3)})
         self._trigger("on_evaluate")
         return values
@@ -458,14 +458,15 @@ class Trainer:
                   **values, "tokens_per_s": round(tokens / seconds, 2), "examples_per_s": round(examples / seconds, 2),
                   "elapsed_s": round(self.state.elapsed_s, 3), "nonfinite_steps": self.state.nonfinite_steps}
         self.last_log = record
-        self._write(record)
+        self.write_metrics(record)
         if values.get("loss") is not None:
             bar.set_postfix(loss=f"{values['loss']:.4f}", tok_s=f"{tokens / seconds:.0f}", refresh=False)
         window.reset()
         self._trigger("on_log")
 
-    def _write(self, record: dict[str, Any]) -> None:
-        """Append one line to metrics.jsonl (rank 0); opened per line, so a crash never loses a written one."""
+    def write_metrics(self, record: dict[str, Any]) -> None:
+        """Append ``record`` as one line to metrics.jsonl (rank 0); opened per line, so a crash never loses a
+        written one. Callbacks use it for what they measure (e.g. a task's validation scores)."""
         if self.ctx.is_main:
             self.output_dir.mkdir(parents=True, exist_ok=True)
             with open(self.metrics_path, "a", encoding="utf-8") as f:

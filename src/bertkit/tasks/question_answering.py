@@ -1,0 +1,634 @@
+"""Extractive question answering (``bertkit finetune qa``): SQuAD v1.1 and v2.0.
+
+Data: SQuAD's JSON (``{"data": [{"title", "paragraphs": [{"context", "qas": [...]}]}]}``) or
+HF datasets' squad layout as JSON Lines (``{"id", "question", "context", "answers": {"text":
+[...], "answer_start": [...]}}`` per line). Gold answers are located in their context
+(:func:`locate_answer` repairs SQuAD's few misplaced ``answer_start`` values and whitespace
+differences, with one warning per file); a question with ``is_impossible`` (or, in JSON Lines,
+an empty ``answers``) is unanswerable, one with no answers at all is unlabelled (a test set).
+
+Features are Google's / HF's windows: ``[CLS] question [SEP] context window [SEP]`` with the
+question cut to ``max_query_length`` tokens and the context in windows of ``max_seq_length``
+tokens that overlap by ``doc_stride`` tokens (HF's meaning of the stride). A token seen in
+several windows belongs, for answer starts, to the window where it has the most context on
+both sides (Google's ``_check_is_max_context``). Training labels are the token positions of the
+first gold answer in the windows that hold all of it, and ``[CLS]`` (0) elsewhere and for
+unanswerable questions.
+
+One span decoder (:func:`nbest_spans`, :func:`decode_example`) serves fine-tuning, the QA
+pipeline and the server: it finds the exact ``n_best_size`` best valid spans (Google and HF
+only pair the ``n_best_size`` best starts with the ``n_best_size`` best ends, which can miss
+the best valid span). With unanswerable questions (v2) an example's null score is the lowest
+``start[0] + end[0]`` over its windows, and the answer is ``""`` when ``null_score - best span
+score`` exceeds ``null_score_diff_threshold``; :meth:`QuestionAnswering.calibrate` picks that
+threshold on validation data, and :meth:`QuestionAnswering.apply_threshold` re-decides saved
+predictions without the model.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import warnings
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bertkit.io import atomic_write_text
+from bertkit.modeling.heads import BERTForQuestionAnswering
+from bertkit.tasks import metrics
+from bertkit.tasks.base import IGNORE_INDEX, Task, softmax
+from bertkit.tasks.readers import open_text, read_rows, table_format
+
+#: special tokens around the question and the context window: [CLS] question [SEP] context [SEP]
+SPECIAL_TOKENS = 3
+#: command-line flags of the options, for error messages
+FLAGS = {"doc_stride": "--doc-stride", "max_query_length": "--max-query-length", "n_best_size": "--n-best-size",
+         "max_answer_length": "--max-answer-length", "max_seq_length": "--max-seq-length"}
+
+
+# ---------------------------------------------------------------------------------------------- examples
+@dataclass(frozen=True)
+class Answer:
+    """A gold answer: its text as given (what scoring compares with) and where it is in the context.
+
+    ``start`` / ``end`` are character offsets of the answer in the context (``end`` exclusive),
+    None when the text could not be found there (then it is not used as a training label).
+    """
+
+    text: str
+    start: int | None
+    end: int | None
+
+
+@dataclass
+class QAExample:
+    """One question about one context.
+
+    ``answers``: the gold answers; ``[]`` for an unanswerable question (SQuAD v2), None when the
+    data has no answers (a test set).
+    """
+
+    id: str
+    question: str
+    context: str
+    answers: list[Answer] | None
+    title: str = ""
+
+    @property
+    def is_impossible(self) -> bool:
+        return self.answers is not None and not self.answers
+
+    @property
+    def label(self) -> list[str] | None:
+        """The gold answer texts (``[]``: unanswerable), under the name :meth:`Task.has_labels` looks for."""
+        return None if self.answers is None else [a.text for a in self.answers]
+
+
+def read_squad(path: str | os.PathLike) -> list[QAExample]:
+    """The questions of a SQuAD JSON or squad-layout JSON Lines file, in file order (see the module docstring).
+
+    ValueError, naming the file and the question, for invalid JSON, a missing key, a value of the
+    wrong type, a duplicate id or a file without questions. Answers whose ``answer_start`` is off
+    are repaired by :func:`locate_answer`; one warning per file counts them.
+    """
+    with open_text(path) as f:
+        text = f.read()
+    squad = _squad_json(path, text)
+    if squad is not None:
+        records = _squad_records(path, squad)
+    elif table_format(path) == "jsonl":
+        records = ((f"{path}, line {row.line}", row.values) for row in read_rows(path))
+    else:
+        raise ValueError(f"{path} is neither SQuAD JSON (an object with 'data') nor JSON Lines; name a JSON Lines "
+                         "file .jsonl.")
+    repairs: dict[str, list[str]] = {"moved": [], "missing": []}
+    examples = [_example(where, record, repairs, jsonl=squad is None) for where, record in records]
+    if not examples:
+        raise ValueError(f"{path} holds no questions.")
+    _check_unique_ids(path, examples)
+    if repairs["moved"] or repairs["missing"]:
+        moved, missing = repairs["moved"], repairs["missing"]
+        warnings.warn(f"{path}: {len(moved)} answers were not at their answer_start and were taken from the nearest "
+                      f"match in the context (questions {moved[:5]}...); {len(missing)} answers are not in their "
+                      f"context at all (questions {missing[:5]}...) and are not used as training labels (scoring "
+                      "still counts them as gold).", stacklevel=2)
+    return examples
+
+
+def locate_answer(context: str, text: str, start: int) -> tuple[int, int] | None:
+    """The character span ``(start, end)`` of answer ``text`` in ``context``, given its ``answer_start``.
+
+    Surrounding whitespace of ``text`` is not part of the span. The text is taken at ``start``
+    when it is there, else at its occurrence nearest to ``start``, else at the nearest stretch that
+    differs from it only in whitespace (SQuAD has a few of each). None if it is not in the context.
+    """
+    core = text.strip()
+    if not core:
+        return None
+    start += len(text) - len(text.lstrip())
+    if context.startswith(core, start):
+        return start, start + len(core)
+    for pattern in (re.escape(core), r"\s+".join(map(re.escape, core.split()))):
+        matches = [m.span() for m in re.finditer(pattern, context)]
+        if matches:
+            return min(matches, key=lambda span: abs(span[0] - start))
+    return None
+
+
+def _squad_json(path, text: str) -> Mapping | None:
+    """The parsed file if it is SQuAD's nested layout, else None (JSON Lines)."""
+    if not text.lstrip().startswith("{"):
+        return None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as error:
+        if error.msg == "Extra data":  # a second object: JSON Lines
+            return None
+        raise ValueError(f"{path}: not valid JSON ({error.msg} at line {error.lineno}, column {error.colno})."
+                         ) from None
+    if not isinstance(data, Mapping) or "data" not in data:
+        return None
+    if not isinstance(data["data"], list):
+        raise ValueError(f"{path}: 'data' must be a list of articles, got {type(data['data']).__name__}.")
+    return data
+
+
+def _squad_records(path, squad: Mapping) -> Iterator[tuple[str, Any]]:
+    """``(where, flat record)`` per question of SQuAD's nested layout, the context copied into each record."""
+    for a, article in enumerate(squad["data"]):
+        place = f"{path}: article {a}"
+        paragraphs = _field(place, article, "paragraphs", list)
+        for p, paragraph in enumerate(paragraphs):
+            context = _field(f"{place}, paragraph {p}", paragraph, "context", str)
+            for q, qa in enumerate(_field(f"{place}, paragraph {p}", paragraph, "qas", list)):
+                if not isinstance(qa, Mapping) or "id" not in qa:
+                    yield f"{place}, paragraph {p}, question {q}", qa
+                else:
+                    yield f"{path}: question id {qa['id']!r}", {**qa, "context": context,
+                                                                 "title": article.get("title") or ""}
+
+
+def _example(where: str, record: Any, repairs: dict[str, list[str]], *, jsonl: bool) -> QAExample:
+    """One question from a flat record; ``repairs`` collects the ids of answers moved or not found."""
+    if not isinstance(record, Mapping):
+        raise ValueError(f"{where}: expected a JSON object for a question, got {type(record).__name__}.")
+    qid = str(_field(where, record, "id", (str, int)))
+    if jsonl:
+        where = f"{where} (question id {qid!r})"
+    question, context = _field(where, record, "question", str), _field(where, record, "context", str)
+    impossible = record.get("is_impossible", False)
+    if not isinstance(impossible, bool):
+        raise ValueError(f"{where}: 'is_impossible' must be true or false, got {impossible!r}.")
+    pairs = _answer_pairs(where, record.get("answers"))
+    if impossible or (jsonl and pairs == []):
+        answers = []  # SQuAD v2 marks it; HF's squad_v2 layout gives empty answer lists
+    elif not pairs:
+        answers = None  # no gold: a test set
+    else:
+        answers = []
+        for text, start in pairs:
+            span = locate_answer(context, text, start)
+            given = start + len(text) - len(text.lstrip())
+            if span is None:
+                repairs["missing"].append(qid)
+            elif span != (given, given + len(text.strip())):
+                repairs["moved"].append(qid)
+            answers.append(Answer(text, *(span or (None, None))))
+    return QAExample(qid, question, context, answers, str(record.get("title") or ""))
+
+
+def _answer_pairs(where: str, answers: Any) -> list[tuple[str, int]] | None:
+    """``[(text, answer_start), ...]`` from SQuAD's list of objects or HF's object of lists; None if absent."""
+    if answers is None:
+        return None
+    if isinstance(answers, Mapping):  # HF: {"text": [...], "answer_start": [...]}
+        texts, starts = _field(where, answers, "text", list), _field(where, answers, "answer_start", list)
+        if len(texts) != len(starts):
+            raise ValueError(f"{where}: 'answers' has {len(texts)} texts but {len(starts)} answer_start values.")
+        pairs = list(zip(texts, starts))
+    elif isinstance(answers, list):
+        pairs = [(_field(where, a, "text", str), _field(where, a, "answer_start", int)) for a in answers]
+    else:
+        raise ValueError(f"{where}: 'answers' must be a list of {{'text', 'answer_start'}} objects or "
+                         f"{{'text': [...], 'answer_start': [...]}}, got {type(answers).__name__}.")
+    for text, start in pairs:
+        if not isinstance(text, str) or isinstance(start, bool) or not isinstance(start, int) or start < 0:
+            raise ValueError(f"{where}: an answer needs a text (a string) and an answer_start (an int >= 0), got "
+                             f"text={text!r:.60}, answer_start={start!r}.")
+    return pairs
+
+
+def _field(where: str, record: Any, key: str, kind: type | tuple[type, ...]) -> Any:
+    """``record[key]``, checked to be a ``kind``; ValueError naming ``where`` otherwise."""
+    if not isinstance(record, Mapping):
+        raise ValueError(f"{where}: expected a JSON object with {key!r}, got {type(record).__name__}.")
+    if key not in record:
+        raise ValueError(f"{where}: missing key {key!r} (it has {sorted(record)}).")
+    value = record[key]
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    if isinstance(value, bool) or not isinstance(value, kinds):
+        names = " or ".join(k.__name__ for k in kinds)
+        raise ValueError(f"{where}: {key!r} must be {names}, got {type(value).__name__} {value!r:.60}.")
+    return value
+
+
+def _check_unique_ids(path, examples: Sequence[QAExample]) -> None:
+    seen: set[str] = set()
+    for example in examples:
+        if example.id in seen:
+            raise ValueError(f"{path}: question id {example.id!r} appears more than once; ids must be unique "
+                             "(predictions are keyed by id).")
+        seen.add(example.id)
+
+
+# ---------------------------------------------------------------------------------------------- windows
+def window_spans(n_tokens: int, room: int, stride: int) -> list[tuple[int, int]]:
+    """``[(first, end), ...]`` token ranges of a context of ``n_tokens`` tokens cut into windows of ``room``
+    tokens overlapping by ``stride`` (< ``room``); one empty window for an empty context."""
+    spans, first = [], 0
+    while True:
+        end = min(first + room, n_tokens)
+        spans.append((first, end))
+        if end == n_tokens:
+            return spans
+        first += room - stride
+
+
+def max_context_window(spans: Sequence[tuple[int, int]], n_tokens: int) -> np.ndarray:
+    """``[n_tokens]``: the window in which each context token has the most context (Google's rule:
+    ``min(tokens left, tokens right) + 0.01 * window length``, the first window on ties)."""
+    best = np.full(n_tokens, -1.0)
+    owner = np.zeros(n_tokens, dtype=np.int64)
+    for k, (first, end) in enumerate(spans):
+        position = np.arange(first, end)
+        score = np.minimum(position - first, end - 1 - position) + 0.01 * (end - first)
+        better = score > best[first:end]
+        best[first:end] = np.where(better, score, best[first:end])
+        owner[first:end] = np.where(better, k, owner[first:end])
+    return owner
+
+
+def answer_token_span(offsets: Sequence[tuple[int, int]], start: int, end: int) -> tuple[int, int] | None:
+    """The first and last (inclusive) of the tokens (character ``offsets``, in order) that overlap
+    characters ``[start, end)``; None when no token does (e.g. only removed characters)."""
+    first = next((i for i, (_, token_end) in enumerate(offsets) if token_end > start), None)
+    last = next((i for i in range(len(offsets) - 1, -1, -1) if offsets[i][0] < end), None)
+    if first is None or last is None or first > last:
+        return None
+    return first, last
+
+
+# ---------------------------------------------------------------------------------------------- decoding
+@dataclass(frozen=True)
+class Span:
+    """A candidate answer: characters ``[start, end)`` of the context and its two logits."""
+
+    start: int
+    end: int
+    start_logit: float
+    end_logit: float
+
+    @property
+    def score(self) -> float:
+        return self.start_logit + self.end_logit
+
+
+def nbest_spans(start_logits: Sequence[np.ndarray], end_logits: Sequence[np.ndarray],
+                offsets: Sequence[Sequence[tuple[int, int] | None]],
+                max_context: Sequence[Sequence[bool]] | None = None, *, n_best_size: int = 20,
+                max_answer_length: int = 30) -> list[Span]:
+    """The ``n_best_size`` best answer spans of one example over its windows, best first.
+
+    Per window ``k``: ``start_logits[k]`` and ``end_logits[k]`` (``[L_k]``), ``offsets[k]`` the
+    ``(start, end)`` characters in the context of each token (None outside the context), and
+    ``max_context[k]`` whether the window is the token's max-context one (None: every token is).
+    A span is tokens ``s..e`` of one window, both in the context, with ``s <= e < s +
+    max_answer_length`` and ``s`` in its max-context window; its score is ``start_logits[k][s] +
+    end_logits[k][e]`` and its text characters ``offsets[k][s][0]`` to ``offsets[k][e][1]``. The
+    search is exact; spans with the same characters count once, with their best score; ties go to
+    the earlier window, start and end.
+    """
+    scores, where = [], []
+    for k, (start, end, offs) in enumerate(zip(start_logits, end_logits, offsets)):
+        start, end = np.asarray(start, dtype=np.float64), np.asarray(end, dtype=np.float64)
+        if not len(start) == len(end) == len(offs):
+            raise ValueError(f"window {k}: {len(start)} start logits, {len(end)} end logits and {len(offs)} offsets; "
+                             "they must have one per token.")
+        in_context = np.array([o is not None for o in offs], dtype=bool)
+        can_start = in_context & (np.asarray(max_context[k], dtype=bool) if max_context is not None else True)
+        band = _band(start, end, can_start, in_context, max_answer_length)  # [L, max_answer_length]
+        s, d = np.nonzero(np.isfinite(band))
+        scores.append(band[s, d])
+        where.append(np.stack([np.full_like(s, k), s, s + d], axis=1))
+    if not scores:
+        return []
+    all_scores, all_where = np.concatenate(scores), np.concatenate(where)
+    return _distinct_best(all_scores, all_where, start_logits, end_logits, offsets, n_best_size)
+
+
+def _band(start: np.ndarray, end: np.ndarray, can_start: np.ndarray, can_end: np.ndarray, width: int) -> np.ndarray:
+    """``[L, width]``: ``start[s] + end[s + d]`` for valid pairs, -inf elsewhere."""
+    length = len(start)
+    padded_end = np.concatenate([np.where(can_end, end, -np.inf), np.full(width, -np.inf)])
+    ends = np.lib.stride_tricks.sliding_window_view(padded_end, width)[:length]  # [L, width]: end[s + d]
+    return np.where(can_start[:, None], start[:, None] + ends, -np.inf)
+
+
+def _distinct_best(scores: np.ndarray, where: np.ndarray, start_logits, end_logits, offsets,
+                   n_best_size: int) -> list[Span]:
+    """The ``n_best_size`` best candidates with distinct character spans (``where`` rows: window, start, end)."""
+    take = n_best_size
+    while True:
+        if take < len(scores):  # every candidate scoring at least the take-th best (ties included)
+            chosen = np.flatnonzero(scores >= np.partition(scores, len(scores) - take)[len(scores) - take])
+        else:
+            chosen = np.arange(len(scores))
+        chosen = chosen[np.argsort(-scores[chosen], kind="stable")]  # best first; ties in (window, start, end) order
+        spans: dict[tuple[int, int], Span] = {}
+        for k, s, e in where[chosen].tolist():
+            chars = (offsets[k][s][0], offsets[k][e][1])
+            if chars not in spans:
+                spans[chars] = Span(*chars, float(start_logits[k][s]), float(end_logits[k][e]))
+                if len(spans) == n_best_size:
+                    return list(spans.values())
+        if len(chosen) == len(scores):
+            return list(spans.values())
+        take *= 4  # duplicates of a character span took places: look further down
+
+
+def decode_example(context: str, start_logits: Sequence[np.ndarray], end_logits: Sequence[np.ndarray],
+                   offsets: Sequence[Sequence[tuple[int, int] | None]],
+                   max_context: Sequence[Sequence[bool]] | None = None, *, n_best_size: int = 20,
+                   max_answer_length: int = 30, version_2_with_negative: bool = False,
+                   null_score_diff_threshold: float = 0.0) -> dict[str, Any]:
+    """One example's prediction from its windows' logits (arguments as :func:`nbest_spans`).
+
+    Returns ``{"label", "answer", "start", "end", "score", ["null_score_diff",] "nbest"}``:
+    ``answer`` (= ``label``) is the text of the best span, or ``""``; ``start`` / ``end`` its
+    characters in ``context`` (None for ``""``); ``score`` its start + end logit (for ``""`` in
+    v2 the null score, with no span at all in v1 None). ``nbest`` lists the best spans as
+    ``{"text", "probability", "start_logit", "end_logit", "start", "end"}``, best first, with a
+    softmax over their scores; in v2 it also holds the null answer (text ``""``, start/end None,
+    the logits at ``[CLS]`` of the window with the lowest null score), and ``null_score_diff`` is
+    ``null score - best span score`` (inf when the context offers no span): the answer is ``""``
+    when it exceeds ``null_score_diff_threshold``.
+    """
+    spans = nbest_spans(start_logits, end_logits, offsets, max_context, n_best_size=n_best_size,
+                        max_answer_length=max_answer_length)
+    entries = [{"text": context[s.start:s.end], "start_logit": s.start_logit, "end_logit": s.end_logit,
+                "start": s.start, "end": s.end} for s in spans]
+    prediction: dict[str, Any] = {}
+    if version_2_with_negative:
+        k = min(range(len(start_logits)), key=lambda i: float(start_logits[i][0]) + float(end_logits[i][0]))
+        null = {"text": "", "start_logit": float(start_logits[k][0]), "end_logit": float(end_logits[k][0]),
+                "start": None, "end": None}
+        prediction["null_score_diff"] = _score(null) - (spans[0].score if spans else -math.inf)
+        entries = sorted([*entries, null], key=_score, reverse=True)
+    if entries:
+        probabilities = softmax(np.array([_score(e) for e in entries]))
+        entries = [{"text": e["text"], "probability": float(p), **{k: v for k, v in e.items() if k != "text"}}
+                   for e, p in zip(entries, probabilities)]
+    prediction["nbest"] = entries
+    return decide(prediction, null_score_diff_threshold)
+
+
+def decide(prediction: Mapping[str, Any], null_score_diff_threshold: float = 0.0) -> dict[str, Any]:
+    """``prediction`` with ``label`` / ``answer`` / ``start`` / ``end`` / ``score`` chosen from its ``nbest``:
+    ``""`` when it has a ``null_score_diff`` above ``null_score_diff_threshold`` (or no span at
+    all), else the best span. Needs no model: it re-decides saved predictions for a new threshold."""
+    nbest = prediction["nbest"]
+    spans = [e for e in nbest if e["start"] is not None]
+    null = next((e for e in nbest if e["start"] is None), None)
+    diff = prediction.get("null_score_diff")
+    if spans and (diff is None or diff <= null_score_diff_threshold):
+        best = spans[0]
+        chosen = {"label": best["text"], "answer": best["text"], "start": best["start"], "end": best["end"],
+                  "score": _score(best)}
+    else:
+        chosen = {"label": "", "answer": "", "start": None, "end": None,
+                  "score": _score(null) if null is not None else None}
+    head = {"id": prediction["id"]} if "id" in prediction else {}
+    return {**head, **chosen, **{k: v for k, v in prediction.items() if k not in chosen and k != "id"}}
+
+
+def best_span_text(prediction: Mapping[str, Any]) -> str:
+    """The text of the best span of a prediction, whatever the null threshold says ("" if it has none)."""
+    return next((e["text"] for e in prediction["nbest"] if e["start"] is not None), "")
+
+
+def _score(entry: Mapping[str, Any]) -> float:
+    return entry["start_logit"] + entry["end_logit"]
+
+
+# ---------------------------------------------------------------------------------------------- the task
+class QuestionAnswering(Task):
+    """Extractive QA (``bertkit finetune qa``); see the module docstring.
+
+    Options: ``doc_stride`` (tokens consecutive context windows share), ``max_query_length``
+    (question tokens kept), ``n_best_size`` (spans in each prediction's n-best list),
+    ``max_answer_length`` (tokens), ``null_score_diff_threshold`` (v2: answer ``""`` above it),
+    ``version_2_with_negative`` (None: v2 when the training data has an unanswerable question).
+    Each is checked here; a bad value is a ValueError naming the option and its flag.
+    """
+
+    name = "qa"
+    model_class = BERTForQuestionAnswering
+    primary_metric = "f1"
+    sequence_outputs = True
+
+    def __init__(self, *, doc_stride: int = 128, max_query_length: int = 64, n_best_size: int = 20,
+                 max_answer_length: int = 30, null_score_diff_threshold: float = 0.0,
+                 version_2_with_negative: bool | None = None):
+        super().__init__()
+        self.doc_stride = _check_int("doc_stride", doc_stride, 0)
+        self.max_query_length = _check_int("max_query_length", max_query_length, 1)
+        self.n_best_size = _check_int("n_best_size", n_best_size, 1)
+        self.max_answer_length = _check_int("max_answer_length", max_answer_length, 1)
+        if isinstance(null_score_diff_threshold, bool) or not isinstance(null_score_diff_threshold, int | float) \
+                or not math.isfinite(null_score_diff_threshold):
+            raise ValueError(f"null_score_diff_threshold must be a finite number, got {null_score_diff_threshold!r}.")
+        self.null_score_diff_threshold = float(null_score_diff_threshold)
+        if version_2_with_negative not in (None, True, False):
+            raise ValueError("version_2_with_negative must be true, false or null (inferred from the data), got "
+                             f"{version_2_with_negative!r}.")
+        self.version_2_with_negative = version_2_with_negative
+
+    def options(self) -> dict[str, Any]:
+        return {"doc_stride": self.doc_stride, "max_query_length": self.max_query_length,
+                "n_best_size": self.n_best_size, "max_answer_length": self.max_answer_length,
+                "null_score_diff_threshold": self.null_score_diff_threshold,
+                "version_2_with_negative": self.version_2_with_negative}
+
+    def read(self, path: str | os.PathLike) -> list[QAExample]:
+        return read_squad(path)
+
+    def fit(self, examples: Sequence[QAExample]) -> None:
+        """Settle ``version_2_with_negative`` (when None) from the training data: any unanswerable question."""
+        if self.version_2_with_negative is None:
+            self.version_2_with_negative = any(e.is_impossible for e in examples)
+
+    def is_version_2(self, examples: Sequence[QAExample]) -> bool:
+        """``version_2_with_negative``, or (not settled yet) whether ``examples`` have an unanswerable question."""
+        if self.version_2_with_negative is not None:
+            return self.version_2_with_negative
+        return any(e.is_impossible for e in examples)
+
+    # ------------------------------------------------------------------ features
+    def featurize(self, examples: Sequence[QAExample], tokenizer: Any, max_seq_length: int) -> list[dict[str, Any]]:
+        """One feature per context window (see the module docstring); beyond :class:`Task`'s keys each has
+        ``offsets`` (the context characters of each token, None for question and special tokens)
+        and ``token_is_max_context`` (per token), and, for examples with gold,
+        ``start_positions`` / ``end_positions`` (0 where the window lacks the answer, -100 when the
+        answer was not found in the context).
+
+        ValueError when ``max_seq_length`` leaves no more than ``doc_stride`` context tokens per
+        window after the special tokens and the longest question (cut to ``max_query_length`` tokens).
+        """
+        self.prepare(tokenizer)
+        _check_int("max_seq_length", max_seq_length, SPECIAL_TOKENS + 1)
+        if not examples:
+            return []
+        questions = [q[:self.max_query_length] for q in
+                     tokenizer([e.question for e in examples], add_special_tokens=False)["input_ids"]]
+        self._check_room(max_seq_length, max(map(len, questions)))
+        contexts = list(dict.fromkeys(e.context for e in examples))  # SQuAD asks several questions per context
+        encoded = tokenizer(contexts, add_special_tokens=False, return_offsets_mapping=True)
+        tokens = dict(zip(contexts, zip(encoded["input_ids"], encoded["offset_mapping"])))
+        features = []
+        for i, (example, question) in enumerate(zip(examples, questions)):
+            ids, offsets = tokens[example.context]
+            features += self._windows(i, example, question, ids, offsets,
+                                      max_seq_length - SPECIAL_TOKENS - len(question), tokenizer)
+        return features
+
+    def _check_room(self, max_seq_length: int, longest_question: int) -> None:
+        """ValueError when the longest (cut) question leaves windows no more than ``doc_stride`` context tokens."""
+        room = max_seq_length - SPECIAL_TOKENS - longest_question
+        if room <= self.doc_stride:
+            raise ValueError(f"max_seq_length={max_seq_length} (--max-seq-length) - {SPECIAL_TOKENS} special tokens - "
+                             f"{longest_question} tokens of the longest question (at most max_query_length="
+                             f"{self.max_query_length}, --max-query-length) leaves {room} context tokens per window, "
+                             f"which must be more than doc_stride={self.doc_stride} (--doc-stride), the tokens "
+                             "consecutive windows share. Use a larger --max-seq-length, a smaller --doc-stride or a "
+                             "smaller --max-query-length.")
+
+    def _windows(self, index: int, example: QAExample, question: list[int], ids: list[int],
+                 offsets: list[tuple[int, int]], room: int, tokenizer: Any) -> list[dict[str, Any]]:
+        spans = window_spans(len(ids), room, self.doc_stride)
+        owner = max_context_window(spans, len(ids))
+        prefix = len(question) + 2  # [CLS] question [SEP]
+        answer = self._answer_tokens(example, offsets)
+        features = []
+        for k, (first, end) in enumerate(spans):
+            feature = {
+                "example": index,
+                "input_ids": [tokenizer.cls_token_id, *question, tokenizer.sep_token_id, *ids[first:end],
+                              tokenizer.sep_token_id],
+                "token_type_ids": [0] * prefix + [1] * (end - first + 1),
+                "offsets": [None] * prefix + list(offsets[first:end]) + [None],
+                "token_is_max_context": [False] * prefix + (owner[first:end] == k).tolist() + [False],
+            }
+            if example.answers is not None:
+                if answer is None:
+                    position = (IGNORE_INDEX, IGNORE_INDEX)
+                elif answer == "impossible" or not first <= answer[0] <= answer[1] < end:
+                    position = (0, 0)  # [CLS]
+                else:
+                    position = (prefix + answer[0] - first, prefix + answer[1] - first)
+                feature["start_positions"], feature["end_positions"] = position
+            features.append(feature)
+        return features
+
+    @staticmethod
+    def _answer_tokens(example: QAExample, offsets: list[tuple[int, int]]) -> tuple[int, int] | str | None:
+        """The context tokens of the first locatable gold answer, "impossible", or None (no usable answer)."""
+        if example.is_impossible:
+            return "impossible"
+        for answer in example.answers or []:
+            if answer.start is not None:
+                tokens = answer_token_span(offsets, answer.start, answer.end)
+                if tokens is not None:
+                    return tokens
+        return None
+
+    # ------------------------------------------------------------------ predictions
+    def decode(self, examples: Sequence[QAExample], features: Sequence[dict[str, Any]],
+               outputs: Sequence[Any]) -> list[dict[str, Any]]:
+        """One prediction per example: ``{"id", **decode_example(...)}`` (see :func:`decode_example`)."""
+        if len(features) != len(outputs):
+            raise ValueError(f"{len(features)} features but {len(outputs)} outputs; pass one output per feature.")
+        windows: dict[int, list[int]] = {}
+        for j, feature in enumerate(features):
+            windows.setdefault(feature["example"], []).append(j)
+        version_2 = self.is_version_2(examples)
+        predictions = []
+        for i, example in enumerate(examples):
+            rows = windows.get(i)
+            if not rows:
+                raise ValueError(f"question {example.id!r} (example {i}) has no features; decode the features "
+                                 "featurize made for these examples.")
+            prediction = decode_example(
+                example.context, [outputs[j][0] for j in rows], [outputs[j][1] for j in rows],
+                [features[j]["offsets"] for j in rows], [features[j]["token_is_max_context"] for j in rows],
+                n_best_size=self.n_best_size, max_answer_length=self.max_answer_length,
+                version_2_with_negative=version_2, null_score_diff_threshold=self.null_score_diff_threshold)
+            predictions.append({"id": example.id, **prediction})
+        return predictions
+
+    def apply_threshold(self, predictions: Sequence[Mapping[str, Any]],
+                        null_score_diff_threshold: float | None = None) -> list[dict[str, Any]]:
+        """The predictions decided again for ``null_score_diff_threshold`` (default: the task's), without the model."""
+        threshold = self.null_score_diff_threshold if null_score_diff_threshold is None else null_score_diff_threshold
+        return [decide(p, threshold) for p in predictions]
+
+    def calibrate(self, examples: Sequence[QAExample], predictions: Sequence[Mapping[str, Any]]) -> dict[str, float]:
+        """v2: set ``null_score_diff_threshold`` to the one that maximises F1 on these labelled examples
+        (the official ``find_best_thresh``) and return ``{"null_score_diff_threshold", "best_f1"}``.
+        v1, or examples without gold: ``{}`` and nothing changes."""
+        if not self.is_version_2(examples) or not self.has_labels(examples):
+            return {}
+        _check_ids(examples, predictions)
+        threshold, best = metrics.best_null_threshold(
+            {p["id"]: p["null_score_diff"] for p in predictions}, {p["id"]: best_span_text(p) for p in predictions},
+            {e.id: e.label for e in examples}, metric="f1")
+        self.null_score_diff_threshold = float(threshold)
+        return {"null_score_diff_threshold": float(threshold), "best_f1": float(best)}
+
+    def score(self, examples: Sequence[QAExample], predictions: Sequence[Mapping[str, Any]]) -> dict[str, float]:
+        """SQuAD's exact match and F1 (percent) of the predicted answers, over the examples with gold."""
+        _check_ids(examples, predictions)
+        labelled = [(e, p) for e, p in zip(examples, predictions) if e.label is not None]
+        return metrics.squad_scores({p["id"]: p["answer"] for _, p in labelled}, {e.id: e.label for e, _ in labelled})
+
+    def write_extra(self, split: str, examples: Sequence[QAExample], predictions: Sequence[Mapping[str, Any]],
+                    directory: str | os.PathLike) -> list[Path]:
+        """The official files: ``predictions_<split>.json`` (id -> answer), ``nbest_predictions_<split>.json``
+        (id -> n-best list) and, in v2, ``null_odds_<split>.json`` (id -> null_score_diff)."""
+        files = {f"predictions_{split}.json": {p["id"]: p["answer"] for p in predictions},
+                 f"nbest_predictions_{split}.json": {p["id"]: p["nbest"] for p in predictions}}
+        if any("null_score_diff" in p for p in predictions):
+            files[f"null_odds_{split}.json"] = {p["id"]: p["null_score_diff"] for p in predictions}
+        paths = []
+        for name, content in files.items():
+            paths.append(Path(directory) / name)
+            atomic_write_text(paths[-1], json.dumps(content, ensure_ascii=False, indent=2) + "\n")
+        return paths
+
+
+def _check_ids(examples: Sequence[QAExample], predictions: Sequence[Mapping[str, Any]]) -> None:
+    if len(examples) != len(predictions) or any(e.id != p["id"] for e, p in zip(examples, predictions)):
+        raise ValueError(f"{len(predictions)} predictions for {len(examples)} questions, not one per question in "
+                         "order; pass the predictions decode made for these examples.")
+
+
+def _check_int(name: str, value: Any, minimum: int) -> int:
+    flag = f" ({FLAGS[name]})" if name in FLAGS else ""
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{name}{flag} must be an int >= {minimum}, got {value!r}.")
+    return value

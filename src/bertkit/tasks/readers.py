@@ -1,0 +1,134 @@
+"""Reading labelled tables: CSV, TSV and JSON Lines, row by row with line numbers for error messages.
+
+:func:`read_rows` is what the classification and multiple-choice tasks read their files with.
+The format follows the file name: ``.jsonl`` / ``.json`` (one JSON object per line, or one JSON
+list of objects), ``.tsv`` (tab-separated, no quoting, as GLUE and Google's readers do: a field
+may begin with ``"``), anything else CSV (comma-separated, ``"``-quoted). Text files may be
+gzip/bz2/xz compressed (by suffix) and start with a byte-order mark.
+"""
+
+from __future__ import annotations
+
+import bz2
+import csv
+import gzip
+import io
+import json
+import lzma
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+_OPENERS = {".gz": gzip.open, ".bz2": bz2.open, ".xz": lzma.open}
+
+
+@dataclass
+class Row:
+    """One record of a table: its values by column name and the line it starts on (1-based)."""
+
+    values: dict[str, Any]
+    line: int
+
+
+def table_format(path: str | os.PathLike) -> str:
+    """``"jsonl"``, ``"tsv"`` or ``"csv"``, from the file name (a compression suffix is looked through)."""
+    suffixes = [s.lower() for s in Path(path).suffixes if s.lower() not in _OPENERS]
+    last = suffixes[-1] if suffixes else ""
+    return {".jsonl": "jsonl", ".json": "jsonl", ".ndjson": "jsonl", ".tsv": "tsv"}.get(last, "csv")
+
+
+def open_text(path: str | os.PathLike, encoding: str = "utf-8") -> io.TextIOBase:
+    """``path`` opened for reading text (decompressed by suffix; a BOM is dropped; newlines kept raw)."""
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"no such file: {path}" if not path.exists() else f"{path} is not a file")
+    opener = _OPENERS.get(path.suffix.lower(), open)
+    return opener(path, "rt", encoding="utf-8-sig" if encoding.lower().replace("-", "") == "utf8" else encoding,
+                  newline="")
+
+
+def read_rows(path: str | os.PathLike, *, header: Sequence[str] | None = None, encoding: str = "utf-8") -> list[Row]:
+    """Every record of ``path`` in file order (see the module docstring for formats).
+
+    CSV / TSV files start with a header row naming the columns, unless ``header`` gives the
+    names (a file without one, like CoLA's). A CSV/TSV row with another number of fields than
+    the header, or a JSON line that is not an object, raises ``ValueError`` naming the file
+    and line. Empty lines are skipped.
+    """
+    kind = table_format(path)
+    try:
+        with open_text(path, encoding) as f:
+            return _json_rows(path, f) if kind == "jsonl" else _delimited_rows(path, f, kind, header)
+    except UnicodeDecodeError as error:
+        raise ValueError(f"{path} is not valid {encoding} text ({error.reason} at byte {error.start}); pass its "
+                         "encoding, e.g. --encoding latin-1 (Python: encoding=...).") from None
+
+
+def _json_rows(path, f) -> list[Row]:
+    text = f.read()
+    if text.lstrip().startswith("["):  # a JSON list of objects
+        try:
+            records = json.loads(text)
+        except json.JSONDecodeError as error:
+            raise ValueError(f"{path}: not valid JSON ({error.msg} at line {error.lineno}).") from None
+        lines = list(range(1, len(records) + 1))
+    else:
+        records, lines = [], []
+        for number, line in enumerate(text.splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError as error:
+                raise ValueError(f"{path}, line {number}: not valid JSON ({error.msg}); a .jsonl file holds one "
+                                 "JSON object per line.") from None
+            lines.append(number)
+    rows = []
+    for record, number in zip(records, lines):
+        if not isinstance(record, Mapping):
+            raise ValueError(f"{path}, line {number}: expected a JSON object with named fields, got "
+                             f"{type(record).__name__}.")
+        rows.append(Row(dict(record), number))
+    return rows
+
+
+def _delimited_rows(path, f, kind: str, header: Sequence[str] | None) -> list[Row]:
+    options = {"delimiter": "\t", "quoting": csv.QUOTE_NONE} if kind == "tsv" else {"delimiter": ","}
+    reader = csv.reader(f, **options)
+    columns = list(header) if header is not None else None
+    rows = []
+    for fields in reader:
+        number = reader.line_num
+        if not fields or (len(fields) == 1 and not fields[0].strip()):
+            continue
+        if columns is None:
+            columns = [c.strip() for c in fields]
+            continue
+        if len(fields) != len(columns):
+            raise ValueError(f"{path}, line {number}: {len(fields)} fields, but the header has {len(columns)} "
+                             f"({columns}); check the delimiter ({'tab' if kind == 'tsv' else 'comma'}, from the "
+                             "file name) and quoting.")
+        rows.append(Row(dict(zip(columns, fields)), number))
+    if columns is None:
+        raise ValueError(f"{path} is empty: it has no header row and no records.")
+    return rows
+
+
+def column(path: str | os.PathLike, rows: Sequence[Row], name: str, option: str) -> str:
+    """``name`` if the rows have that column; else a ``ValueError`` listing the columns and naming ``option``."""
+    if rows and name not in rows[0].values:
+        raise ValueError(f"{path} has no column {name!r} (its columns: {sorted(rows[0].values)}); pass the right "
+                         f"name with {option}.")
+    return name
+
+
+def guess_column(path: str | os.PathLike, rows: Sequence[Row], candidates: Sequence[str], option: str) -> str:
+    """The first of ``candidates`` the rows have; a ``ValueError`` asking for ``option`` when none fits."""
+    have = rows[0].values if rows else {}
+    for name in candidates:
+        if name in have:
+            return name
+    raise ValueError(f"{path}: cannot tell which column to use (looked for {list(candidates)}, found "
+                     f"{sorted(have)}); name it with {option}.")
