@@ -128,7 +128,8 @@ def finetune(task: str | Task, model: str | os.PathLike, train: str | os.PathLik
              precision: str = "fp32", gradient_accumulation_steps: int = 1,
              early_stopping_patience: int | None = None, metric_for_best: str | None = None,
              group_by_length: bool = True, device: str = "auto", resume: bool = False, overwrite: bool = False,
-             apply_changes: bool = False, progress: bool = True, **task_options: Any) -> FinetuneResult:
+             apply_changes: bool = False, progress: bool = True, callbacks: Mapping[str, Any] | None = None,
+             **task_options: Any) -> FinetuneResult:
     """Fine-tune ``model`` (anything bertkit loads) on ``task`` and write ``output_dir`` (see the module doc).
 
     ``task``: ``"classify"``, ``"tag"``, ``"qa"``, ``"choice"`` (its options as keyword
@@ -138,7 +139,8 @@ def finetune(task: str | Task, model: str | os.PathLike, train: str | os.PathLik
     mismatched sets too). ``epochs`` may be fractional. ``metric_for_best`` (default: the
     task's primary metric; ``"loss"`` is lower-is-better) picks the epoch whose model is kept;
     ``early_stopping_patience`` evaluations without improvement end the run. The output
-    directory belongs to the run: ``resume`` continues it, ``overwrite`` replaces it.
+    directory belongs to the run: ``resume`` continues it, ``overwrite`` replaces it. ``callbacks``
+    go to the :class:`~bertkit.training.Trainer` (event -> function or functions).
     """
     start = time.perf_counter()
     task = make_task(task, **task_options)
@@ -177,7 +179,7 @@ def finetune(task: str | Task, model: str | os.PathLike, train: str | os.PathLik
                 group_size=training.micro_batch_size())
         trainer = Trainer(net, train_features, config=training, collate_fn=task.collate,
                           sampler_factory=sampler_factory, stateful={"best_model": best},
-                          apply_changes=apply_changes)
+                          apply_changes=apply_changes, callbacks=callbacks)
 
         def save_model(directory: Path) -> None:
             net.save_pretrained(directory)

@@ -70,8 +70,12 @@ def truncate_metrics(path: Path, step: int) -> None:
 
 
 # ---------------------------------------------------------------------- plotting
+#: metrics drawn in the scores panel besides every ``*accuracy`` / ``*f1`` (fine-tuning tasks' metrics)
+SCORE_KEYS = frozenset({"exact_match", "matthews_correlation", "pearson", "spearman", "precision", "recall"})
+
+
 def plot_metrics(metrics_path: str | Path, png_path: str | Path) -> Path | None:
-    """Plot loss (train and eval) and every ``*accuracy`` metric against step into a PNG.
+    """Plot loss (train and eval) and the score metrics (accuracy, F1, ...) against step into a PNG.
 
     matplotlib is optional (``pip install 'bertkit[plot]'``): without it this prints a
     message to stderr and returns None. Returns ``png_path`` otherwise.
@@ -84,8 +88,8 @@ def plot_metrics(metrics_path: str | Path, png_path: str | Path) -> Path | None:
               file=sys.stderr)
         return None
     records = [json.loads(line) for line in Path(metrics_path).read_text(encoding="utf-8").splitlines() if line]
-    accuracy_keys = sorted({k for r in records for k in r if k.endswith("accuracy")})
-    panels = [("loss", ["loss"]), *([("accuracy", accuracy_keys)] if accuracy_keys else [])]
+    score_keys = sorted({k for r in records for k in r if k.endswith(("accuracy", "f1")) or k in SCORE_KEYS})
+    panels = [("loss", ["loss"]), *([("scores", score_keys)] if score_keys else [])]
     figure = Figure(figsize=(6 * len(panels), 4), layout="constrained")
     FigureCanvasAgg(figure)
     for i, (title, keys) in enumerate(panels):
