@@ -146,7 +146,7 @@ def test_readers_formats_and_errors(tmp_path):
     with pytest.raises(ValueError, match=r"f\.jsonl, line 1: not valid JSON"):
         read_rows(tmp_path / "f.jsonl")
     (tmp_path / "latin.csv").write_bytes("text,label\ncaf\xe9,1\n".encode("latin-1"))
-    with pytest.raises(ValueError, match="not valid utf-8.*--encoding latin-1"):
+    with pytest.raises(ValueError, match=r"not valid utf-8.*--encoding latin-1"):
         read_rows(tmp_path / "latin.csv")
     assert read_rows(tmp_path / "latin.csv", encoding="latin-1")[0].values["text"] == "café"
     with pytest.raises(ValueError, match="no such file"):
@@ -161,14 +161,14 @@ def test_classification_errors_name_the_fix(tmp_path):
     with pytest.raises(ValueError, match=r"no column 'text'.*\['body', 'label'\].*--text-column"):
         Classification(text_column="text").read(path)
     examples = Classification(text_column="body", label_column="gold").read(path)
-    with pytest.raises(ValueError, match="no labels.*--label-column"):
+    with pytest.raises(ValueError, match=r"no labels.*--label-column"):
         Classification(text_column="body", label_column="gold").fit(examples)
     path.write_text("text,label\nhi,1\nho,1\n", encoding="utf-8")
     task = Classification()
     with pytest.raises(ValueError, match="a single label"):
         task.fit(task.read(path))
     path.write_text("text,label\nhi,1\nho,\n", encoding="utf-8")
-    with pytest.raises(ValueError, match="line 3: the label .* is empty"):
+    with pytest.raises(ValueError, match=r"line 3: the label .* is empty"):
         Classification().read(path)
     with pytest.raises(ValueError, match="problem_type must be one of"):
         Classification(problem_type="ranking")
