@@ -176,7 +176,7 @@ def finetune(task: str | Task, model: str | os.PathLike, train: str | os.PathLik
         if group_by_length:
             sampler_factory = functools.partial(
                 LengthGroupedSampler, lengths=[task.feature_length(f) for f in train_features],
-                group_size=training.micro_batch_size())
+                group_size=batch_size // gradient_accumulation_steps)  # one micro-batch of every rank
         trainer = Trainer(net, train_features, config=training, collate_fn=task.collate,
                           sampler_factory=sampler_factory, stateful={"best_model": best},
                           apply_changes=apply_changes, callbacks=callbacks)
