@@ -3,12 +3,23 @@
     bertkit pretrain --text BOOK.txt --model tiny -o OUT           # the size's recipe: tuned defaults
     bertkit pretrain --data DATA_DIR --model small -o OUT [--max-steps N] [--batch-size B] ...
     bertkit pretrain --text BOOK.txt --model tiny -o OUT --resume  # continue; reuses the tokenizer and data
+    bertkit pretrain --text DOMAIN.txt --init-from CHECKPOINT -o OUT  # continue pretraining a checkpoint
 
 Defaults come from the model size's recipe (learning rate, batch, sequence length, masking
 rate, steps, vocabulary, NSP on or off: ``bertkit.presets.RECIPES``); with --resume, from the run being
 resumed. OUT belongs to one run: a second run into it fails, and a directory holding a run
 is only continued (--resume) or replaced (--overwrite, once the new run has a checkpoint).
 Under ``torchrun --nproc-per-node N -m bertkit.cli pretrain --data ...`` the run is data-parallel.
+
+--init-from (instead of --model) continues MLM training of an existing checkpoint on new text
+(domain adaptation): an HF/bertkit directory, a Google TF1 checkpoint (directory, bert_model.ckpt
+prefix or .zip), a pytorch_pretrained_bert .tar.gz, or a registered name (bert-base-uncased). The
+text is tokenized with the checkpoint's own tokenizer (so no --vocab-size / --cased), and --data
+must have been built with it. Defaults: the recipe of the checkpoint's hidden size, except a
+learning rate of a fifth of the from-scratch one, at most 1e-4 (tiny, mini, small: 1e-4; medium:
+6e-5; base, large: 2e-5: large enough to adapt, small enough to keep what the checkpoint knows),
+BERT's own masking rate of 15%, sequences of at most the checkpoint's positions, and NSP off
+unless --nsp. The held-out [MASK] accuracy is reported before and after training.
 """
 
 from __future__ import annotations
@@ -55,6 +66,10 @@ TRAINING_FLAGS = {"max_steps": "max_steps", "batch_size": "batch_size", "learnin
                   "gradient_accumulation_steps": "gradient_accumulation_steps", "log_every": "log_every",
                   "eval_every": "eval_every", "save_every": "save_every", "keep_last": "keep_last", "seed": "seed"}
 #: data setting (run.json "text.settings") -> CLI attribute
+#: continuing a checkpoint: a fifth of the from-scratch learning rate of its size, at most this
+CONTINUE_MAX_LEARNING_RATE = 1e-4
+CONTINUE_MASKED_LM_PROB = 0.15  # what the checkpoint was (most likely) trained and is evaluated with
+
 TEXT_FLAGS = {"vocab_size": "vocab_size", "max_seq_length": "max_seq_length", "masked_lm_prob": "masked_lm_prob",
               "encoding": "encoding", "format": "format", "next_sentence_prediction": "nsp"}
 
@@ -74,7 +89,12 @@ def defaults(args: argparse.Namespace) -> dict[str, Any]:
             stored.setdefault("nsp", info["data"]["next_sentence_prediction"])
         if "do_lower_case" in settings:
             stored["cased"] = not settings["do_lower_case"]
-    if args.model in SIZES:
+    if args.init_from:
+        from bertkit.tasks.sources import source_config
+
+        config = source_config(args.init_from)
+        recipe = recipe_for(config.hidden_size)
+    elif args.model in SIZES:
         recipe = recipe_for(args.model)
     else:
         from bertkit.config import BERTConfig
@@ -85,6 +105,10 @@ def defaults(args: argparse.Namespace) -> dict[str, Any]:
                 log_every=25, eval_every=None, save_every=None, keep_last=2, seed=42, vocab_size=recipe.vocab_size,
                 max_seq_length=recipe.max_seq_length, masked_lm_prob=recipe.masked_lm_prob, encoding="utf-8",
                 format="auto", cased=False, nsp=recipe.next_sentence_prediction)
+    if args.init_from:  # the checkpoint's tokenizer decides vocabulary and case
+        base |= dict(learning_rate=min(recipe.learning_rate / 5, CONTINUE_MAX_LEARNING_RATE), vocab_size=None,
+                     cased=None, masked_lm_prob=CONTINUE_MASKED_LM_PROB, nsp=False,
+                     max_seq_length=min(recipe.max_seq_length, config.max_position_embeddings))
     return base | stored
 
 
@@ -117,42 +141,63 @@ def main(argv: list[str]) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--data", help="a directory written by `bertkit data create`")
-    source.add_argument("--text", nargs="+", help="text files (.txt, .gz, .bz2, .xz): train a tokenizer and build "
-                                                  "the data first")
+    source.add_argument("--text", nargs="+", help="text files (.txt, .gz, .bz2, .xz): train a tokenizer (with "
+                                                  "--init-from: use the checkpoint's) and build the data first")
     parser.add_argument("--eval-data", help="held-out data directory (with --data)")
-    parser.add_argument("--model", default="tiny", help="tiny, mini, small, medium, base, large, or a config JSON")
+    parser.add_argument("--model", help="train from scratch: tiny (default), mini, small, medium, base, large, "
+                                        "or a config JSON")
+    parser.add_argument("--init-from", metavar="SRC",
+                        help="continue pretraining this checkpoint instead of --model (see above); with --resume "
+                             "it defaults to the run's own")
     parser.add_argument("-o", "--output", required=True)
     text = parser.add_argument_group("with --text")
-    text.add_argument("--vocab-size", type=int)
+    text.add_argument("--vocab-size", type=int, help="of the WordPiece vocabulary learnt from the text "
+                                                     "(not with --init-from)")
     text.add_argument("--max-seq-length", type=int)
     text.add_argument("--masked-lm-prob", type=float, help="share of tokens selected for prediction in training")
     text.add_argument("--encoding", help="of the text files (default utf-8), e.g. latin-1, cp1252")
     text.add_argument("--format", choices=("auto", "google", "prose", "paragraphs"),
                       help="layout of the text files (default: detected per file)")
-    text.add_argument("--cased", action="store_true", default=None, help="keep case and accents")
+    text.add_argument("--cased", action="store_true", default=None,
+                      help="keep case and accents (not with --init-from)")
     parser.add_argument("--nsp", action=argparse.BooleanOptionalAction,
-                        help="train next-sentence prediction beside MLM (default: the size's recipe; tiny: off)")
+                        help="train next-sentence prediction beside MLM (default: the size's recipe, tiny: off; "
+                             "with --init-from: off)")
     add_training_arguments(parser)
     args = parser.parse_args(argv)
     if args.apply_changes and not args.resume:
         parser.error("--apply-changes only applies with --resume")
     from bertkit.presets import SIZES
 
-    if args.model not in SIZES and not Path(args.model).is_file():
-        parser.error(f"--model must be a size (tiny, mini, small, medium, base, large) or a config JSON file, "
-                     f"got {args.model!r}")
+    if args.model and args.init_from:
+        parser.error(f"--model {args.model} and --init-from {args.init_from} are alternatives: --model trains a "
+                     "size from scratch, --init-from continues a checkpoint (of its own size); pass one")
+    if args.resume and not (args.model or args.init_from):
+        args.init_from = _resumed_source(args.output)
+    if args.init_from:
+        for flag, value in (("--vocab-size", args.vocab_size), ("--cased", args.cased)):
+            if value is not None:
+                parser.error(f"{flag} applies to a tokenizer trained from the text; with --init-from the text is "
+                             f"tokenized with {args.init_from}'s own tokenizer: leave {flag} out")
+    else:
+        args.model = args.model or "tiny"
+        if args.model not in SIZES and not Path(args.model).is_file():
+            parser.error(f"--model must be a size (tiny, mini, small, medium, base, large) or a config JSON file, "
+                         f"got {args.model!r}")
     fill_defaults(args)
 
     from bertkit.tasks.pretraining import pretrain, pretrain_from_text
 
     training = training_config(args)
-    common = dict(model=args.model, training=training, resume=args.resume, overwrite=args.overwrite,
-                  apply_changes=args.apply_changes, next_sentence_prediction=args.nsp)
+    common = dict(model=None if args.init_from else args.model, init_from=args.init_from, training=training,
+                  resume=args.resume, overwrite=args.overwrite, apply_changes=args.apply_changes,
+                  next_sentence_prediction=args.nsp)
     if args.data:
         result = pretrain(args.data, args.output, eval_data_dir=args.eval_data, **common)
     else:
         result = pretrain_from_text(args.text, args.output, vocab_size=args.vocab_size,
-                                    max_seq_length=args.max_seq_length, do_lower_case=not args.cased,
+                                    max_seq_length=args.max_seq_length,
+                                    do_lower_case=None if args.init_from else not args.cased,
                                     masked_lm_prob=args.masked_lm_prob, encoding=args.encoding, format=args.format,
                                     **common)
     print(f"model and tokenizer: {result.model_dir}\nmetrics: {result.metrics_path}")
@@ -160,4 +205,29 @@ def main(argv: list[str]) -> int:
         print(f"plot: {result.plot_path}")
     if result.evaluation:
         print(json.dumps(result.evaluation, indent=2))
+        print(summary(result.evaluation))
     return 0
+
+
+def _resumed_source(output: str) -> str | None:
+    """The checkpoint the run in ``output`` continues (None for a run from scratch, or no run)."""
+    from bertkit.training.rundir import holds_run, read_run_info
+
+    return read_run_info(output).get("init_from", {}).get("source") if holds_run(output) else None
+
+
+def summary(evaluation: dict[str, Any]) -> str:
+    """``held-out [MASK] accuracy: 12.3% before -> 18.9% after (unigram 6.7%)`` (and NSP's, when scored)."""
+    def percent(value: float) -> str:
+        return f"{100 * value:.1f}%"
+
+    before = evaluation.get("before")
+    lines = []
+    for name, key, baseline, label in (("[MASK]", "mlm_accuracy_masked", "unigram_accuracy_masked", "unigram"),
+                                       ("NSP", "nsp_accuracy", "nsp_chance", "chance")):
+        if key not in evaluation:
+            continue
+        scores = (f"{percent(before[key])} before -> {percent(evaluation[key])} after" if before
+                  else percent(evaluation[key]))
+        lines.append(f"held-out {name} accuracy: {scores} ({label} {percent(evaluation[baseline])})")
+    return "\n".join(lines)

@@ -6,6 +6,9 @@
 does everything from text files: it holds part of the text out (whole documents, or blocks
 of sentences when there are too few), learns a WordPiece vocabulary, builds both data
 directories and pretrains. Both own their output directory and resume exactly.
+With ``init_from`` both continue pretraining a checkpoint instead (domain adaptation): any
+source :func:`bertkit.tasks.sources.load_source` reads, trained further with its own tokenizer,
+the held-out set scored before and after.
 :func:`evaluate_pretraining` scores held-out data the way Google reports it — MLM accuracy at
 all selected positions — and also at the positions actually replaced by ``[MASK]``, each beside
 the unigram baseline (always predicting the most frequent token), and NSP accuracy beside chance.
@@ -13,13 +16,13 @@ the unigram baseline (always predicting the most frequent token), and NSP accura
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import logging
 import os
 import time
-from dataclasses import dataclass, field
+import warnings
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -33,12 +36,14 @@ from bertkit.data.split import split_heldout
 from bertkit.io import atomic_write_text
 from bertkit.modeling import BERTForPreTraining
 from bertkit.presets import SIZES, preset_fields
+from bertkit.tasks.sources import LoadedSource, load_source
 from bertkit.tokenization import BERTTokenizerFast
 from bertkit.training import Trainer, TrainingConfig
 from bertkit.training.distributed import launched_by_torchrun
 from bertkit.training.evaluation import predict_batches
 from bertkit.training.metrics import plot_metrics
-from bertkit.training.rundir import RunDirectory, file_fingerprint
+from bertkit.training.rundir import FollowerRun, RunDirectory, RunDirectoryError, file_fingerprint, open_run
+from bertkit.weights.adapt import LoadWarning
 
 logger = logging.getLogger("bertkit.pretraining")
 
@@ -46,15 +51,24 @@ MODEL_DIR = "model"
 EVALUATION_FILE = "evaluation.json"
 
 
+#: what a continued run keeps of a checkpoint without NSP when NSP is off: initialised, never trained or used
+_UNUSED_WITHOUT_NSP = ("cls.seq_relationship.", "bert.pooler.")
+
+
 @dataclass
 class PretrainingResult:
-    """Where a run put things, and what it measured on held-out data (empty without one)."""
+    """Where a run put things, and what it measured on held-out data (empty without one).
+
+    ``evaluation`` is what ``evaluation.json`` holds: the scores after training, and for a run
+    continued from a checkpoint (``init_from``) also ``"before"`` and ``"after"`` (the flat keys
+    equal ``"after"``).
+    """
 
     output_dir: Path
     model_dir: Path
     metrics_path: Path
     plot_path: Path | None
-    evaluation: dict[str, float] = field(default_factory=dict)
+    evaluation: dict[str, Any] = field(default_factory=dict)
     seconds: float = 0.0
 
 
@@ -77,12 +91,18 @@ def model_config(model: str | os.PathLike | BERTConfig, tokenizer: BERTTokenizer
 
 
 def pretrain(data_dir: str | os.PathLike, output_dir: str | os.PathLike, *,
-             model: str | os.PathLike | BERTConfig = "tiny", training: TrainingConfig | None = None,
+             model: str | os.PathLike | BERTConfig | None = None, init_from: str | os.PathLike | None = None,
+             training: TrainingConfig | None = None,
              eval_data_dir: str | os.PathLike | None = None, resume: bool = False, overwrite: bool = False,
              apply_changes: bool = False, next_sentence_prediction: bool = True,
              model_overrides: dict[str, Any] | None = None, masking: dict[str, Any] | None = None,
              callbacks=None) -> PretrainingResult:
     """Pretrain on ``data_dir``; save the model and tokenizer (HF format) under ``output_dir/model``.
+
+    ``model`` is a size (default ``tiny``), a config JSON or a :class:`BERTConfig` to train from
+    scratch; ``init_from`` (its alternative) a checkpoint to continue pretraining, see
+    :func:`continue_from`: the data must then be built with the checkpoint's tokenizer and
+    sequences no longer than its position embeddings (``ValueError`` otherwise).
 
     ``output_dir`` is owned by the run (:class:`~bertkit.training.rundir.RunDirectory`): it
     must be new or empty unless ``resume`` (continue the run it holds from its latest
@@ -98,49 +118,103 @@ def pretrain(data_dir: str | os.PathLike, output_dir: str | os.PathLike, *,
     The metrics go to ``metrics.jsonl``, a plot of the curves to ``metrics.png`` (with
     matplotlib), the held-out evaluation to ``evaluation.json``.
     """
-    with _open_run(output_dir, resume, overwrite) as run:
-        return _train(run, PretrainingDataset(data_dir), model=model, training=training,
-                      eval_dataset=PretrainingDataset(eval_data_dir) if eval_data_dir is not None else None,
+    training = training or TrainingConfig(max_steps=1000, learning_rate=1e-3, warmup_ratio=0.1)
+    dataset = PretrainingDataset(data_dir)
+    eval_dataset = PretrainingDataset(eval_data_dir) if eval_data_dir is not None else None
+    init = None
+    if init_from is not None:
+        init = continue_from(init_from, model=model, seed=training.seed, nsp=next_sentence_prediction,
+                             model_overrides=model_overrides)
+        for data in (dataset, eval_dataset):
+            if data is not None:
+                _check_data_fits(init, data)
+    with open_run(output_dir, resume=resume, overwrite=overwrite) as run:
+        _check_init_source(run, init)
+        return _train(run, dataset, model=model, init=init, training=training, eval_dataset=eval_dataset,
                       apply_changes=apply_changes, nsp=next_sentence_prediction,
                       model_overrides=model_overrides, masking=masking, callbacks=callbacks)
 
 
-def _open_run(output_dir: str | os.PathLike, resume: bool, overwrite: bool):
-    """The run directory on the main process; under DDP the other ranks only write where it says."""
-    if launched_by_torchrun() and int(os.environ["RANK"]) != 0:
-        return contextlib.nullcontext(_FollowerRun(Path(output_dir).absolute(), resume))
-    return RunDirectory(output_dir, resume=resume, overwrite=overwrite)
+def continue_from(source: str | os.PathLike, *, model: Any = None, seed: int = 42, nsp: bool = False,
+                  model_overrides: dict[str, Any] | None = None) -> LoadedSource:
+    """The checkpoint ``source`` as a :class:`BERTForPreTraining` with its tokenizer, ready to pretrain further.
+
+    ``source`` is anything :func:`bertkit.tasks.sources.load_source` reads. A head the checkpoint
+    lacks is initialised (from ``seed``): a fresh MLM head for a bare encoder, a fresh NSP head and
+    pooler for an MLM-only checkpoint; each is a :class:`~bertkit.LoadWarning`, except the NSP head
+    and pooler when ``nsp`` is off (never trained nor used then: logged instead). ``model_overrides``
+    change the checkpoint's config (e.g. dropout); ``model`` must be None (``ValueError``: a size and
+    a checkpoint are alternatives).
+    """
+    if model is not None:
+        raise ValueError(f"model={model!r} (--model) and init_from={os.fspath(source)!r} (--init-from) are "
+                         "alternatives: a size trains from scratch, a checkpoint brings its own size. Pass one.")
+    torch.manual_seed(seed)  # the heads the checkpoint lacks are a function of the seed
+    init = load_source(source, BERTForPreTraining, warn=False, **(model_overrides or {}))
+    report = init.model.load_report
+    unused = [k for k in report.initialized if k.startswith(_UNUSED_WITHOUT_NSP)] if not nsp else []
+    if unused:
+        logger.info("%s has no NSP head: it gets a fresh one (unused: next-sentence prediction is off)", init.source)
+    kept = replace(report, initialized=[k for k in report.initialized if k not in unused])
+    for message in kept.adaptations(type(init.model).__name__):
+        warnings.warn(f"{init.source}: {message}", LoadWarning, stacklevel=3)
+    return init
 
 
-@dataclass
-class _FollowerRun:
-    """What a non-main DDP rank knows of the run directory (rank 0 checks and locks it)."""
-
-    path: Path
-    resumed: bool
-
-    def check(self, section: str, value: Any) -> None:
-        pass
-
-    def record(self, section: str, value: Any) -> None:
-        pass
-
-    def save(self) -> None:
-        pass
-
-    def commit(self) -> None:
-        pass
+def _check_data_fits(init: LoadedSource, dataset: PretrainingDataset) -> None:
+    """``ValueError`` unless ``dataset`` was built with ``init``'s tokenizer and fits its position embeddings."""
+    ours, theirs = tokenizer_fingerprint(init.tokenizer), tokenizer_fingerprint(dataset.load_tokenizer())
+    if ours != theirs:
+        differ = [f"{key} {theirs[key]} (data) vs {ours[key]} (checkpoint)" for key in ours
+                  if key != "vocab_sha256" and ours[key] != theirs[key]]
+        if ours["vocab_sha256"] != theirs["vocab_sha256"] and ours["vocab_size"] == theirs["vocab_size"]:
+            differ.append("the vocabularies hold different tokens")
+        raise ValueError(f"{dataset.data_dir} (--data / --eval-data) was built with another tokenizer than "
+                         f"{init.source}'s (--init-from): {'; '.join(differ)}. Build the data with the checkpoint's "
+                         "tokenizer (bertkit data create FILES --tokenizer DIR_WITH_ITS_VOCAB ...), or pass the "
+                         "text itself with --text.")
+    _check_positions(init, dataset.max_seq_length, f"{dataset.data_dir} (--data) was built with max_seq_length",
+                     "rebuild it with bertkit data create ... --max-seq-length")
 
 
-def _train(run: RunDirectory, dataset: PretrainingDataset, *, model, training: TrainingConfig | None,
-           eval_dataset: PretrainingDataset | None, apply_changes: bool, nsp: bool, model_overrides, masking,
-           callbacks) -> PretrainingResult:
+def _check_positions(init: LoadedSource, length: int, what: str, fix: str) -> None:
+    positions = init.model.config.max_position_embeddings
+    if length > positions:
+        raise ValueError(f"{what} {length}, more than the {positions} position embeddings of {init.source} "
+                         f"(--init-from): it has no positions beyond {positions}; {fix} {positions} or less.")
+
+
+def _check_init_source(run: RunDirectory | FollowerRun, init: LoadedSource | None) -> None:
+    """Record where a run starts from; a resumed run must start from the same checkpoint (same content)."""
+    stored = getattr(run, "info", {}).get("init_from") if run.resumed else None
+    if init is None:
+        if stored is not None:
+            raise RunDirectoryError(f"cannot resume {run.path}: it continues pretraining from {stored['source']}; "
+                                    f"pass --init-from {stored['source']} (Python: init_from=...) to resume it.")
+        return
+    if run.resumed and stored is None and "model" in getattr(run, "info", {}):
+        raise RunDirectoryError(f"cannot resume {run.path}: it pretrains a model from scratch, not from a "
+                                f"checkpoint; resume it without --init-from, or start a new run from {init.source} "
+                                "(another -o, or --overwrite).")
+    new = {"source": init.source, **init.fingerprint}
+    if stored is not None and {k: v for k, v in stored.items() if k != "source"} != init.fingerprint:
+        raise RunDirectoryError(f"cannot resume {run.path}: it continues pretraining from {stored['source']}, and "
+                                f"--init-from {init.source} holds other weights or another config. Resume with "
+                                f"--init-from {stored['source']}, or start a new run (another -o, or --overwrite).")
+    run.record("init_from", new)  # the same content, possibly moved: keep its current path
+
+
+def _train(run: RunDirectory, dataset: PretrainingDataset, *, model, init: LoadedSource | None,
+           training: TrainingConfig, eval_dataset: PretrainingDataset | None, apply_changes: bool, nsp: bool,
+           model_overrides, masking, callbacks) -> PretrainingResult:
     start = time.perf_counter()
     tokenizer = dataset.load_tokenizer()
-    training = (training or TrainingConfig(max_steps=1000, learning_rate=1e-3, warmup_ratio=0.1))
     training = training.replace(output_dir=str(run.path))
     check_enough_data(dataset, training)
-    config = model_config(model, tokenizer, dataset.max_seq_length, **(model_overrides or {}))
+    if init is None:
+        config = model_config(model or "tiny", tokenizer, dataset.max_seq_length, **(model_overrides or {}))
+    else:
+        config = init.model.config
     run.check("task", {"name": "pretraining"})
     run.check("model", config.to_dict())
     run.check("tokenizer", tokenizer_fingerprint(tokenizer))
@@ -148,8 +222,11 @@ def _train(run: RunDirectory, dataset: PretrainingDataset, *, model, training: T
                        "eval": data_fingerprint(eval_dataset) if eval_dataset is not None else None,
                        "masking": masking or {}, "next_sentence_prediction": nsp})
     run.save()
-    torch.manual_seed(training.seed)  # the initial weights are a function of the seed
-    net = BERTForPreTraining(config)
+    if init is None:
+        torch.manual_seed(training.seed)  # the initial weights are a function of the seed
+        net = BERTForPreTraining(config)
+    else:  # on resume the Trainer loads the checkpoint's weights over these
+        net = init.model
     collator = dataset.collator(generator=torch.Generator().manual_seed(training.seed), nsp=nsp, **(masking or {}))
     trainer = Trainer(net, dataset, config=training, collate_fn=collator, eval_dataset=eval_dataset,
                       eval_collate_fn=_seeded_collator(eval_dataset, training.seed, nsp=nsp)
@@ -170,6 +247,9 @@ def _train(run: RunDirectory, dataset: PretrainingDataset, *, model, training: T
 
     trainer.add_callback("on_train_begin", record_training)
     trainer.add_callback("on_save", commit)
+    before = None
+    if init is not None and eval_dataset is not None and trainer.ctx.is_main:
+        before = _evaluate_before(run, net, eval_dataset, dataset, trainer.device, training.seed, nsp)
     trainer.train(resume_from="latest" if run.resumed else None)
     output_dir = run.path
     model_dir = output_dir / MODEL_DIR
@@ -181,9 +261,29 @@ def _train(run: RunDirectory, dataset: PretrainingDataset, *, model, training: T
         if eval_dataset is not None:
             result.evaluation = evaluate_pretraining(net, eval_dataset, frequencies_from=dataset,
                                                      device=trainer.device, seed=training.seed, nsp=nsp)
+            if before is not None:  # the flat keys stay "after", for readers of from-scratch runs
+                result.evaluation = {**result.evaluation, "before": before, "after": result.evaluation}
             atomic_write_text(output_dir / EVALUATION_FILE, json.dumps(result.evaluation, indent=2) + "\n")
     result.seconds = time.perf_counter() - start
     return result
+
+
+def _evaluate_before(run: RunDirectory, net: BERTForPreTraining, eval_dataset: PretrainingDataset,
+                     dataset: PretrainingDataset, device: torch.device, seed: int, nsp: bool) -> dict[str, Any]:
+    """The loaded checkpoint's held-out scores, measured once per run (a resumed run keeps the first run's)."""
+    stored = run.info.get("evaluation_before") if run.resumed else None
+    if stored is not None:
+        return stored
+    before = evaluate_pretraining(net, eval_dataset, frequencies_from=dataset, device=device, seed=seed, nsp=nsp)
+    logger.info("held-out [MASK] accuracy before training: %s (unigram %s)",
+                _percent(before["mlm_accuracy_masked"]), _percent(before["unigram_accuracy_masked"]))
+    run.record("evaluation_before", before)
+    run.save()
+    return before
+
+
+def _percent(value: float) -> str:
+    return f"{100 * value:.1f}%"
 
 
 def check_enough_data(dataset: PretrainingDataset, training: TrainingConfig) -> None:
@@ -291,8 +391,9 @@ def most_frequent_token(dataset: PretrainingDataset, exclude: list[int]) -> int:
 
 
 def pretrain_from_text(files: list[str | os.PathLike] | str | os.PathLike, output_dir: str | os.PathLike, *,
-                       model: str | os.PathLike | BERTConfig = "tiny", vocab_size: int = 8000,
-                       do_lower_case: bool = True, max_seq_length: int = 128, heldout_every: int = 20,
+                       model: str | os.PathLike | BERTConfig | None = None,
+                       init_from: str | os.PathLike | None = None, vocab_size: int | None = None,
+                       do_lower_case: bool | None = None, max_seq_length: int = 128, heldout_every: int = 20,
                        dupe_factor: int = 1, whole_word: bool = False, masked_lm_prob: float = 0.15,
                        encoding: str = "utf-8", format: str = "auto", next_sentence_prediction: bool = True,
                        training: TrainingConfig | None = None,
@@ -300,6 +401,13 @@ def pretrain_from_text(files: list[str | os.PathLike] | str | os.PathLike, outpu
                        model_overrides: dict[str, Any] | None = None, masking: dict[str, Any] | None = None,
                        progress: bool = True, callbacks=None) -> PretrainingResult:
     """Learn a vocabulary, build train / held-out data (:func:`bertkit.data.split.split_heldout`), pretrain.
+
+    From scratch (``model``: a size, default ``tiny``, or a config) the vocabulary is learnt from the
+    training part (``vocab_size``, default 8000; ``do_lower_case``, default True). With ``init_from``
+    (a checkpoint, see :func:`continue_from`) no vocabulary is learnt: the text is tokenized with
+    the checkpoint's own tokenizer, so ``vocab_size`` / ``do_lower_case`` are refused (``ValueError``),
+    as is a ``max_seq_length`` beyond the checkpoint's position embeddings; the held-out set is
+    scored before training too.
 
     Everything lands in ``output_dir`` (owned as :func:`pretrain` says): ``data/`` holds the
     split text, the tokenizer and both data directories. With ``resume`` they are reused as
@@ -315,24 +423,40 @@ def pretrain_from_text(files: list[str | os.PathLike] | str | os.PathLike, outpu
         if not Path(path).is_file():
             raise ValueError(f"no such file: {path}" if not Path(path).exists() else f"{path} is not a file")
     training = training or TrainingConfig(max_steps=1000, learning_rate=1e-3, warmup_ratio=0.1)
-    settings = dict(vocab_size=vocab_size, do_lower_case=do_lower_case, max_seq_length=max_seq_length,
-                    heldout_every=heldout_every, dupe_factor=dupe_factor, whole_word=whole_word,
-                    masked_lm_prob=masked_lm_prob, encoding=encoding, format=format, seed=training.seed,
-                    next_sentence_prediction=next_sentence_prediction)
-    with _open_run(output_dir, resume, overwrite) as run:
+    settings = dict(max_seq_length=max_seq_length, heldout_every=heldout_every, dupe_factor=dupe_factor,
+                    whole_word=whole_word, masked_lm_prob=masked_lm_prob, encoding=encoding, format=format,
+                    seed=training.seed, next_sentence_prediction=next_sentence_prediction)
+    init = None
+    if init_from is None:
+        settings |= dict(vocab_size=8000 if vocab_size is None else vocab_size,
+                         do_lower_case=True if do_lower_case is None else do_lower_case)
+    else:
+        given = [f"{name}={value!r}" for name, value in (("vocab_size", vocab_size), ("do_lower_case", do_lower_case))
+                 if value is not None]
+        if given:
+            raise ValueError(f"{', '.join(given)} (--vocab-size / --cased) would train a new tokenizer, but with "
+                             f"init_from (--init-from) the text is tokenized with {os.fspath(init_from)}'s own "
+                             "tokenizer; leave them out.")
+        init = continue_from(init_from, model=model, seed=training.seed, nsp=next_sentence_prediction,
+                             model_overrides=model_overrides)
+        _check_positions(init, max_seq_length, "max_seq_length (--max-seq-length) is",
+                         "pass --max-seq-length")
+    with open_run(output_dir, resume=resume, overwrite=overwrite) as run:
+        _check_init_source(run, init)
         run.check("text", {"files": file_fingerprint(files), "settings": settings})
         data_root = run.path / "data"
         train_dir, heldout_dir = data_root / "train", data_root / "heldout"
         if not (run.resumed and (train_dir / INDEX_NAME).exists()):
-            _build_text_data(files, data_root, settings, progress)
+            _build_text_data(files, data_root, settings, progress, tokenizer=init.tokenizer if init else None)
         heldout = PretrainingDataset(heldout_dir) if (heldout_dir / INDEX_NAME).exists() else None
-        return _train(run, PretrainingDataset(train_dir), model=model, training=training, eval_dataset=heldout,
-                      apply_changes=apply_changes, nsp=next_sentence_prediction, model_overrides=model_overrides,
-                      masking=masking, callbacks=callbacks)
+        return _train(run, PretrainingDataset(train_dir), model=model, init=init, training=training,
+                      eval_dataset=heldout, apply_changes=apply_changes, nsp=next_sentence_prediction,
+                      model_overrides=model_overrides, masking=masking, callbacks=callbacks)
 
 
-def _build_text_data(files: list, data_root: Path, settings: dict[str, Any], progress: bool) -> None:
-    """Split the text, train the tokenizer on the training part, and write both data directories."""
+def _build_text_data(files: list, data_root: Path, settings: dict[str, Any], progress: bool,
+                     tokenizer: BERTTokenizerFast | None = None) -> None:
+    """Split the text, train the tokenizer on the training part (unless given one), write both data directories."""
     split = split_heldout(list(read_documents(files, settings["format"], settings["encoding"])),
                           settings["heldout_every"])
     logger.warning("held-out split: %s", split.description)
@@ -340,8 +464,9 @@ def _build_text_data(files: list, data_root: Path, settings: dict[str, Any], pro
         raise ValueError(f"{', '.join(map(str, files))} hold no text: nothing to pretrain on.")
     for name, docs in (("train.txt", split.train), ("heldout.txt", split.heldout)):  # Google's format
         atomic_write_text(data_root / name, "\n\n".join("\n".join(doc) for doc in docs) + "\n")
-    tokenizer = BERTTokenizerFast.train([data_root / "train.txt"], vocab_size=settings["vocab_size"],
-                                        do_lower_case=settings["do_lower_case"], show_progress=progress)
+    if tokenizer is None:
+        tokenizer = BERTTokenizerFast.train([data_root / "train.txt"], vocab_size=settings["vocab_size"],
+                                            do_lower_case=settings["do_lower_case"], show_progress=progress)
     # without NSP the pairs are contiguous text: a random B would only be noise in the MLM context
     common = dict(max_seq_length=settings["max_seq_length"], whole_word=settings["whole_word"], progress=progress,
                   format="google", random_next_prob=0.5 if settings["next_sentence_prediction"] else 0.0)

@@ -91,7 +91,8 @@ def load_source(source: str | os.PathLike, model_class: type[M], *, warn: bool =
                          "to another checkpoint. Put the checkpoint's own vocabulary there.")
     model = model_class(config)
     load_into(model, checkpoint.state_dict, strict=strict, warn=warn, source=resolved)
-    named = str(source) if str(resolved) != os.fspath(source) else os.path.abspath(resolved)
+    named = os.path.abspath(source) if isinstance(source, str | os.PathLike) and os.path.exists(source) \
+        else str(source)  # a registered name
     return LoadedSource(model.eval(), tokenizer, named, resolved, _fingerprint(checkpoint))
 
 
