@@ -48,11 +48,15 @@ class BERTEncoder(nn.Module):
         self.gradient_checkpointing = False
 
     def forward(self, x: torch.Tensor, allowed, *, output_hidden_states: bool = False,
-                output_attentions: bool = False, self_cache=None, **layer_kwargs):
+                output_attentions: bool = False, self_cache=None, last_layer_positions: slice | None = None,
+                **layer_kwargs):
+        """``last_layer_positions``: compute the last layer only at these positions (see :class:`BERTLayer`)."""
         hidden, attns, cross = [x] if output_hidden_states else None, [], []
         use_checkpoint = self.gradient_checkpointing and self.training and torch.is_grad_enabled() \
             and self_cache is None
-        for layer in self.layer:
+        for i, layer in enumerate(self.layer):
+            if i == len(self.layer) - 1 and last_layer_positions is not None:
+                layer_kwargs = {**layer_kwargs, "query_positions": last_layer_positions}
             if use_checkpoint:
                 x, a, c = checkpoint(layer, x, allowed, use_reentrant=False, output_attentions=output_attentions,
                                      **layer_kwargs)
@@ -111,8 +115,16 @@ class BERT(BERTPreTrainedModel):
                encoder_hidden_states: torch.FloatTensor | None = None,
                encoder_attention_mask: torch.Tensor | None = None, past_key_values=None,
                use_cache: bool | None = None, cache_position: torch.Tensor | None = None, *,
-               output_hidden_states: bool = False, output_attentions: bool = False) -> BERTEncoding:
-        """Like :meth:`forward`, returning a :class:`BERTEncoding` (all layers on request)."""
+               output_hidden_states: bool = False, output_attentions: bool = False,
+               first_token_only: bool = False) -> BERTEncoding:
+        """Like :meth:`forward`, returning a :class:`BERTEncoding` (all layers on request).
+
+        ``first_token_only``: for heads that read only the first ([CLS]) token (the pooler): the
+        last layer is computed at that position alone (it still attends to every token), so
+        ``last_hidden_state`` is ``[B, 1, H]``; the pooled output is the same as without it. It
+        applies to encoders without a cache and without hidden states or attentions requested,
+        and is ignored otherwise.
+        """
         inputs = self.validate_inputs(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
                                       encoder_hidden_states=encoder_hidden_states,
                                       encoder_attention_mask=encoder_attention_mask,
@@ -132,10 +144,13 @@ class BERT(BERTPreTrainedModel):
                                                    causal=False)
 
         x = self.embeddings(inputs.input_ids, token_type_ids, position_ids, inputs.inputs_embeds)
+        first_only = first_token_only and not (self.config.is_decoder or inputs.self_cache is not None
+                                               or output_hidden_states or output_attentions)
         x, hidden, attns, cross = self.encoder(
             x, allowed, encoder_hidden_states=inputs.encoder_hidden_states, encoder_allowed=encoder_allowed,
             self_cache=inputs.self_cache, cross_cache=inputs.cross_cache, cache_position=cache_position,
-            output_hidden_states=output_hidden_states, output_attentions=output_attentions)
+            output_hidden_states=output_hidden_states, output_attentions=output_attentions,
+            last_layer_positions=slice(0, 1) if first_only else None)
         return BERTEncoding(
             last_hidden_state=x,
             pooled_output=self.pooler(x) if self.pooler is not None else None,

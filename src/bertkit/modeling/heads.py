@@ -65,6 +65,10 @@ class TaskModel(BERTPreTrainedModel):
     def predictions_from_logits(self, logits: torch.Tensor) -> torch.Tensor:
         return logits.argmax(dim=-1)
 
+    def _pooled(self, *inputs, **kw_inputs) -> torch.Tensor:
+        """The pooled [CLS] output, the last layer computed at [CLS] alone (heads that read nothing else)."""
+        return self.bert.encode(*inputs, **kw_inputs, first_token_only=True).pooled_output
+
     def training_step(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """The training engine's entry point: ``(loss, metrics)`` for one batch dict.
 
@@ -120,8 +124,7 @@ class BERTForNextSentencePrediction(TaskModel):
 
     def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None,
                 inputs_embeds=None) -> torch.Tensor:
-        _, pooled = self.bert(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds)
-        return self.cls(pooled)
+        return self.cls(self._pooled(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds))
 
 
 class _ClassifierHead(TaskModel):
@@ -152,7 +155,7 @@ class BERTForSequenceClassification(_ClassifierHead):
 
     def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None,
                 inputs_embeds=None) -> torch.Tensor:
-        _, pooled = self.bert(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds)
+        pooled = self._pooled(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds)
         return self.classifier(self.dropout(pooled))
 
     def problem_type(self, labels: torch.Tensor | None = None) -> str:
@@ -216,7 +219,7 @@ class BERTForMultipleChoice(_ClassifierHead):
                 inputs_embeds=None) -> torch.Tensor:
         inputs = self.bert.validate_inputs(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
                                            batch_dims=2)  # checked as [B, C, L]: errors speak of choices
-        _, pooled = self.bert(**inputs.merged_batch())  # [B, C, L, ...] -> [B*C, L, ...]
+        pooled = self._pooled(**inputs.merged_batch())  # [B, C, L, ...] -> [B*C, L, ...]
         return self.classifier(self.dropout(pooled)).view(inputs.batch_shape)
 
 

@@ -101,10 +101,13 @@ class BERTSelfAttention(nn.Module):
 
     def forward(self, hidden_states: torch.Tensor, allowed: torch.Tensor | None,
                 encoder_hidden_states: torch.Tensor | None = None, cache=None,
-                cache_position: torch.Tensor | None = None,
-                output_attentions: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
-        b, n, h = hidden_states.shape
-        q = self._heads(self.query(hidden_states))
+                cache_position: torch.Tensor | None = None, output_attentions: bool = False,
+                queries: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """``queries [B, n, H]`` (self-attention only): the positions whose outputs are wanted, attending to
+        all of ``hidden_states``; default: every position of ``hidden_states``."""
+        source = hidden_states if queries is None else queries
+        b, n, h = source.shape
+        q = self._heads(self.query(source))
         if self.is_cross_attention:
             if cache is not None and cache.has_layer(self.layer_idx):
                 k, v = cache.get(self.layer_idx)
@@ -149,10 +152,10 @@ class BERTAttention(nn.Module):
         self.self = BERTSelfAttention(config, layer_idx, is_cross_attention)
         self.output = BERTSelfOutput(config)
 
-    def forward(self, hidden_states: torch.Tensor, allowed: torch.Tensor | None,
+    def forward(self, hidden_states: torch.Tensor, allowed: torch.Tensor | None, queries: torch.Tensor | None = None,
                 **kwargs) -> tuple[torch.Tensor, torch.Tensor | None]:
-        context, probs = self.self(hidden_states, allowed, **kwargs)
-        return self.output(context, hidden_states), probs
+        context, probs = self.self(hidden_states, allowed, queries=queries, **kwargs)
+        return self.output(context, hidden_states if queries is None else queries), probs
 
 
 class BERTIntermediate(nn.Module):
@@ -194,9 +197,20 @@ class BERTLayer(nn.Module):
     def forward(self, hidden_states: torch.Tensor, allowed: torch.Tensor | None,
                 encoder_hidden_states: torch.Tensor | None = None,
                 encoder_allowed: torch.Tensor | None = None, self_cache=None, cross_cache=None,
-                cache_position: torch.Tensor | None = None, output_attentions: bool = False):
-        """Returns ``(hidden_states [B, L, H], self_attn_probs | None, cross_attn_probs | None)``."""
-        x, self_probs = self.attention(hidden_states, allowed, cache=self_cache,
+                cache_position: torch.Tensor | None = None, output_attentions: bool = False,
+                query_positions: slice | None = None):
+        """Returns ``(hidden_states [B, L, H], self_attn_probs | None, cross_attn_probs | None)``.
+
+        ``query_positions`` computes the layer's output only at those positions (``[B, n, H]``),
+        each still attending to every position: the same values as the full layer's at those
+        positions, for a fraction of the work (an encoder's last layer when only [CLS] is read).
+        """
+        queries = None
+        if query_positions is not None:
+            queries = hidden_states[:, query_positions]
+            if allowed is not None and allowed.shape[-2] != 1:  # per-query rows: keep the wanted ones
+                allowed = allowed[..., query_positions, :]
+        x, self_probs = self.attention(hidden_states, allowed, queries=queries, cache=self_cache,
                                        cache_position=cache_position, output_attentions=output_attentions)
         cross_probs = None
         if encoder_hidden_states is not None or (cross_cache is not None
