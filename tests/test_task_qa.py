@@ -294,6 +294,8 @@ def test_calibrate_picks_the_f1_maximising_threshold_and_apply_threshold_redecid
         assert (prediction["answer"] == "") == (prediction["null_score_diff"] > task.null_score_diff_threshold)
     assert task.options()["null_score_diff_threshold"] == calibration["null_score_diff_threshold"]
     assert QuestionAnswering(version_2_with_negative=False).calibrate(examples, predictions) == {}
+    fixed = QuestionAnswering(version_2_with_negative=True, null_score_diff_threshold=1.5)  # the user's value stays
+    assert fixed.calibrate(examples, predictions) == {} and fixed.null_score_diff_threshold == 1.5
 
 
 def test_score_and_official_files(tokenizer, tmp_path):

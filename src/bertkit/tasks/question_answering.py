@@ -432,7 +432,8 @@ class QuestionAnswering(Task):
 
     Options: ``doc_stride`` (tokens consecutive context windows share), ``max_query_length``
     (question tokens kept), ``n_best_size`` (spans in each prediction's n-best list),
-    ``max_answer_length`` (tokens), ``null_score_diff_threshold`` (v2: answer ``""`` above it),
+    ``max_answer_length`` (tokens), ``null_score_diff_threshold`` (v2: answer ``""`` above it; None:
+    tuned on the validation set),
     ``version_2_with_negative`` (None: v2 when the training data has an unanswerable question).
     Each is checked here; a bad value is a ValueError naming the option and its flag.
     """
@@ -443,17 +444,19 @@ class QuestionAnswering(Task):
     sequence_outputs = True
 
     def __init__(self, *, doc_stride: int = 128, max_query_length: int = 64, n_best_size: int = 20,
-                 max_answer_length: int = 30, null_score_diff_threshold: float = 0.0,
+                 max_answer_length: int = 30, null_score_diff_threshold: float | None = None,
                  version_2_with_negative: bool | None = None):
         super().__init__()
         self.doc_stride = _check_int("doc_stride", doc_stride, 0)
         self.max_query_length = _check_int("max_query_length", max_query_length, 1)
         self.n_best_size = _check_int("n_best_size", n_best_size, 1)
         self.max_answer_length = _check_int("max_answer_length", max_answer_length, 1)
-        if isinstance(null_score_diff_threshold, bool) or not isinstance(null_score_diff_threshold, int | float) \
-                or not math.isfinite(null_score_diff_threshold):
-            raise ValueError(f"null_score_diff_threshold must be a finite number, got {null_score_diff_threshold!r}.")
-        self.null_score_diff_threshold = float(null_score_diff_threshold)
+        #: None: tuned on the validation set by :meth:`calibrate` (0.0 until then); a number: kept as given
+        self.tune_null_threshold = null_score_diff_threshold is None
+        threshold = 0.0 if null_score_diff_threshold is None else null_score_diff_threshold
+        if isinstance(threshold, bool) or not isinstance(threshold, int | float) or not math.isfinite(threshold):
+            raise ValueError(f"null_score_diff_threshold must be a finite number, got {threshold!r}.")
+        self.null_score_diff_threshold = float(threshold)
         if version_2_with_negative not in (None, True, False):
             raise ValueError("version_2_with_negative must be true, false or null (inferred from the data), got "
                              f"{version_2_with_negative!r}.")
@@ -590,8 +593,8 @@ class QuestionAnswering(Task):
     def calibrate(self, examples: Sequence[QAExample], predictions: Sequence[Mapping[str, Any]]) -> dict[str, float]:
         """v2: set ``null_score_diff_threshold`` to the one that maximises F1 on these labelled examples
         (the official ``find_best_thresh``) and return ``{"null_score_diff_threshold", "best_f1"}``.
-        v1, or examples without gold: ``{}`` and nothing changes."""
-        if not self.is_version_2(examples) or not self.has_labels(examples):
+        v1, examples without gold, or a threshold the user fixed: ``{}`` and nothing changes."""
+        if not self.tune_null_threshold or not self.is_version_2(examples) or not self.has_labels(examples):
             return {}
         _check_ids(examples, predictions)
         threshold, best = metrics.best_null_threshold(
