@@ -13,13 +13,12 @@ from bertkit import BERTTokenizerFast
 from bertkit.resources import BERT_BASE_UNCASED_VOCAB
 from bertkit.tasks.metrics import normalize_answer
 from bertkit.tasks.question_answering import (
-    Answer,
-    QAExample,
     QuestionAnswering,
     Span,
     decode_example,
     nbest_spans,
 )
+from bertkit.tasks.squad import Answer, QAExample
 
 WORDS = ["the", "river", "Zürich", "café", "naïve", "résumé", "e\u0301cole", "1,234", "U.S.", "(1990)", "don't",
          "state-of-the-art", "Paris,", "France.", "42%", "$5", "Æsir", "straße", "NASA's", "Ωmega", "x", "Dvořák",

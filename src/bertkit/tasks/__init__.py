@@ -3,7 +3,8 @@
 * :mod:`.pretraining`: pretrain (or continue pretraining) a BERT from raw text or prepared data;
 * :mod:`.finetuning`: :func:`finetune`, :func:`evaluate`, :func:`predict` for every fine-tuning task:
   :mod:`.classification` (``"classify"``, GLUE), :mod:`.token_classification` (``"tag"``),
-  :mod:`.question_answering` (``"qa"``, SQuAD) and :mod:`.multiple_choice` (``"choice"``, SWAG); each
+  :mod:`.question_answering` (``"qa"``; :mod:`.squad` reads SQuAD files) and :mod:`.multiple_choice`
+  (``"choice"``, SWAG); each
   brings its data reading, features, metrics and decoding (:mod:`.base` is the contract,
   :mod:`.metrics` the metrics).
 

@@ -97,9 +97,10 @@ class Task:
 
         Works for rows ``[L]`` and for multiple choice's ``[C, L]`` (one list per choice).
         """
-        batch = {"input_ids": pad([f["input_ids"] for f in features], self.pad_token_id)}
-        batch["attention_mask"] = pad([mask_of(f["input_ids"]) for f in features], 0)
-        batch["token_type_ids"] = pad([f["token_type_ids"] for f in features], 0)
+        input_ids, lengths = pad([f["input_ids"] for f in features], self.pad_token_id, with_lengths=True)
+        positions = torch.arange(input_ids.shape[-1])
+        batch = {"input_ids": input_ids, "attention_mask": (positions < lengths.unsqueeze(-1)).long(),
+                 "token_type_ids": pad([f["token_type_ids"] for f in features], 0)}
         for key in self.model_class.label_keys:
             if key not in features[0]:
                 continue
@@ -119,21 +120,19 @@ class Task:
         return max(map(len, ids)) if ids and isinstance(ids[0], list) else len(ids)
 
 
-def mask_of(ids: list) -> list:
-    """An all-ones attention mask shaped like ``ids`` (a row, or a list of rows)."""
-    return [mask_of(row) for row in ids] if ids and isinstance(ids[0], list) else [1] * len(ids)
-
-
-def pad(rows: Sequence[list], value: int) -> torch.Tensor:
-    """Stack lists (``[L]`` rows, or ``[C, L]`` nested rows) into one tensor, right-padded with ``value``."""
+def pad(rows: Sequence[list], value: int, *, with_lengths: bool = False):
+    """Stack lists (``[L]`` rows, or ``[C, L]`` nested rows) into one tensor, right-padded with ``value``;
+    with ``with_lengths`` also each row's length (``[N]`` or ``[N, C]``)."""
     nested = bool(rows) and bool(rows[0]) and isinstance(rows[0][0], list)
     flat = [row for item in rows for row in item] if nested else list(rows)
-    length = max(map(len, flat))
-    array = np.full((len(flat), length), value, dtype=np.int64)
+    sizes = np.fromiter(map(len, flat), dtype=np.int64, count=len(flat))
+    array = np.full((len(flat), int(sizes.max())), value, dtype=np.int64)
     for i, row in enumerate(flat):
         array[i, :len(row)] = row
-    tensor = torch.from_numpy(array)
-    return tensor.view(len(rows), -1, length) if nested else tensor
+    tensor, lengths = torch.from_numpy(array), torch.from_numpy(sizes)
+    if nested:
+        tensor, lengths = tensor.view(len(rows), -1, tensor.shape[-1]), lengths.view(len(rows), -1)
+    return (tensor, lengths) if with_lengths else tensor
 
 
 def softmax(logits: np.ndarray) -> np.ndarray:

@@ -180,6 +180,10 @@ class Classification(Task):
         if self.labels is None and self.problem_type != REGRESSION and config.id2label:
             self.labels = [config.id2label[i] for i in range(config.num_labels)]
 
+    def _label_index(self) -> dict[str, int]:
+        """Label (as text, so 1 and "1" agree) -> class id."""
+        return {str(label): i for i, label in enumerate(self.labels)}
+
     def _label_items(self, label: Any) -> list:
         if self.problem_type != MULTI:
             return [label]
@@ -190,7 +194,7 @@ class Classification(Task):
     def _target(self, example: TextExample) -> Any:
         if self.problem_type == REGRESSION:
             return _number(example.label, example.line)
-        index = {str(label): i for i, label in enumerate(self.labels)}
+        index = self._label_index()
         items = [str(item) for item in self._label_items(example.label)]
         unknown = sorted(set(items) - set(index))
         if unknown:
@@ -241,7 +245,7 @@ class Classification(Task):
             return {"pearson": metrics.pearson(predicted, gold), "spearman": metrics.spearman(predicted, gold),
                     "mse": float(np.mean((predicted - gold) ** 2))}
         if self.problem_type == MULTI:
-            index = {str(label): i for i, label in enumerate(self.labels)}
+            index = self._label_index()
             gold = np.array([self._target(e) for e in examples], dtype=np.int64)
             predicted = np.zeros_like(gold)
             for row, p in enumerate(predictions):
@@ -250,7 +254,7 @@ class Classification(Task):
             return {"accuracy": scores["exact_match"], "micro_f1": scores["micro_f1"],
                     "macro_f1": scores["macro_f1"]}
         gold = [self._target(e) for e in examples]
-        index = {str(label): i for i, label in enumerate(self.labels)}
+        index = self._label_index()
         predicted = [index[str(p["label"])] for p in predictions]
         scores = {"accuracy": metrics.accuracy(predicted, gold)}
         if len(self.labels) == 2:  # the second label (e.g. 1, "pos") is the positive class
