@@ -90,9 +90,11 @@ def causal_labels(inputs: Inputs, g: torch.Generator) -> torch.Tensor:
 
 
 def qa_labels(inputs: Inputs, g: torch.Generator) -> Labels:
-    """Span positions; one start and one end lie outside the sequence (HF clamps them to L and ignores them)."""
-    start = torch.randint(0, LENGTH // 2, (BATCH,), generator=g)
-    end = start + torch.randint(0, LENGTH // 2, (BATCH,), generator=g)
+    """Span positions on real tokens; one start and one end lie outside the sequence (HF clamps them to L and
+    ignores them). A span on padding would compare logits that unpadded execution leaves at 0."""
+    lengths = inputs["attention_mask"].sum(1)
+    start = (torch.rand(BATCH, generator=g) * (lengths // 2)).long()
+    end = start + (torch.rand(BATCH, generator=g) * (lengths - start)).long()
     start[1] = LENGTH + 40
     end[2] = LENGTH + 3
     return dict(start_positions=start, end_positions=end)

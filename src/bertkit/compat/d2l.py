@@ -311,6 +311,7 @@ class BERTEncoder(_D2LNamed):
         super().__init__()
         self.config = _d2l_config(**_d2l_arguments("BERTEncoder", args, kwargs, _OLD_ENCODER_ORDER))
         self.bert = BERT(self.config, add_pooling_layer=False)
+        self.bert.drops_padding = False  # d2l's outputs at every position, padding included
         embeddings = self.bert.embeddings
         embeddings.dropout = nn.Identity()  # d2l drops out inside the blocks only
         embeddings.word_embeddings.padding_idx = None  # d2l's token embedding trains every row

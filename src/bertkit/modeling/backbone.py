@@ -18,6 +18,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from bertkit.config import BERTConfig
+from bertkit.modeling import unpad
 from bertkit.modeling.base import BERTPreTrainedModel
 from bertkit.modeling.inputs import ModelInputs, validate_inputs, value_checks_disabled
 from bertkit.modeling.layers import BERTEmbeddings, BERTLayer, BERTPooler
@@ -80,6 +81,10 @@ class BERT(BERTPreTrainedModel):
     """
 
     hf_architecture = "BertModel"
+    #: Unpadded execution (:mod:`bertkit.modeling.unpad`) on the fast path when a batch has enough
+    #: padding: outputs at padding positions are then 0. The compat models, which reproduce their
+    #: references at every position (padding included), set it False.
+    drops_padding: bool = True
 
     def __init__(self, config: BERTConfig, add_pooling_layer: bool = True):
         super().__init__(config)
@@ -143,14 +148,26 @@ class BERT(BERTPreTrainedModel):
                                                    inputs.encoder_attention_mask.shape[-1], cache_position,
                                                    causal=False)
 
-        x = self.embeddings(inputs.input_ids, token_type_ids, position_ids, inputs.inputs_embeds)
         first_only = first_token_only and not (self.config.is_decoder or inputs.self_cache is not None
                                                or output_hidden_states or output_attentions)
+        packing = None
+        if allowed is not None and self.drops_padding and not (self.config.is_decoder or inputs.self_cache is not None
+                                        or inputs.encoder_hidden_states is not None or output_attentions):
+            packing = unpad.plan(inputs.attention_mask, need_first=first_only)
+        if packing is None:
+            x = self.embeddings(inputs.input_ids, token_type_ids, position_ids, inputs.inputs_embeds)
+        else:  # unpadded execution: the embeddings and the encoder see the real tokens alone, [N, H]
+            x = self.embeddings(*(None if t is None else packing.pack(t) for t in (
+                inputs.input_ids, token_type_ids, position_ids, inputs.inputs_embeds)))
         x, hidden, attns, cross = self.encoder(
             x, allowed, encoder_hidden_states=inputs.encoder_hidden_states, encoder_allowed=encoder_allowed,
             self_cache=inputs.self_cache, cross_cache=inputs.cross_cache, cache_position=cache_position,
             output_hidden_states=output_hidden_states, output_attentions=output_attentions,
-            last_layer_positions=slice(0, 1) if first_only else None)
+            last_layer_positions=slice(0, 1) if first_only else None,
+            **({"packing": packing} if packing is not None else {}))
+        if packing is not None:
+            x = x if first_only else packing.unpack(x)
+            hidden = [packing.unpack(h) for h in hidden] if output_hidden_states else hidden
         return BERTEncoding(
             last_hidden_state=x,
             pooled_output=self.pooler(x) if self.pooler is not None else None,

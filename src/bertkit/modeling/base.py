@@ -20,6 +20,7 @@ from torch import nn
 
 from bertkit import hooks
 from bertkit.config import BERTConfig
+from bertkit.modeling.fast import Linear
 from bertkit.modeling.layers import BERTLMPredictionHead
 
 
@@ -135,7 +136,7 @@ class BERTPreTrainedModel(nn.Module):
             bias = nn.Parameter(torch.zeros(new_num_tokens, device=old.weight.device, dtype=out.bias.dtype))
             with torch.no_grad():
                 bias[:n] = predictions.bias[:n]
-            decoder = nn.Linear(old.embedding_dim, new_num_tokens, device=old.weight.device,
+            decoder = Linear(old.embedding_dim, new_num_tokens, device=old.weight.device,
                                 dtype=old.weight.dtype)
             self.init_module_weights(decoder)
             if not self.config.tie_word_embedding:

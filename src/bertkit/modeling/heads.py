@@ -33,6 +33,7 @@ from bertkit.config import BERTConfig
 from bertkit.modeling import text as text_helpers
 from bertkit.modeling.backbone import BERT
 from bertkit.modeling.base import BERTPreTrainedModel
+from bertkit.modeling.fast import Linear
 from bertkit.modeling.layers import BERTOnlyNSPHead
 from bertkit.modeling.losses import accuracy, check_labels, cross_entropy, reduce
 
@@ -135,7 +136,7 @@ class _ClassifierHead(TaskModel):
     def _build_classifier(self, out_features: int) -> None:
         p = self.config.classifier_dropout
         self.dropout = nn.Dropout(self.config.hidden_dropout_prob if p is None else p)
-        self.classifier = nn.Linear(self.config.hidden_size, out_features)
+        self.classifier = Linear(self.config.hidden_size, out_features)
         self.post_init()
 
 
@@ -247,7 +248,10 @@ class BERTForQuestionAnswering(TaskModel):
 
     def __init__(self, config: BERTConfig):
         super().__init__(config)
-        self.qa_outputs = nn.Linear(config.hidden_size, 2)
+        self.qa_outputs = Linear(config.hidden_size, 2)
+        # HF's span loss normalises over every position, padding included, so the padding positions'
+        # logits count: this head keeps the padded path (unpadded execution would change them).
+        self.bert.drops_padding = False
         self.post_init()
 
     def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None,

@@ -19,6 +19,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from bertkit.config import BERTConfig
+from bertkit.modeling.fast import Linear
+from bertkit.modeling.unpad import Packing
 
 #: Activation name -> function. "gelu" is the exact erf GELU of Google's checkpoints.
 ACT_FNS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
@@ -89,7 +91,7 @@ class BERTSelfAttention(nn.Module):
         h = config.hidden_size
         self.num_heads, self.head_dim = config.num_attention_heads, config.head_dim
         bias = config.attention_bias
-        self.query, self.key, self.value = (nn.Linear(h, h, bias=bias) for _ in range(3))
+        self.query, self.key, self.value = (Linear(h, h, bias=bias) for _ in range(3))
         self.dropout_p = config.attention_probs_dropout_prob
         self.eager = config.attn_implementation == "eager"
         self.layer_idx = layer_idx
@@ -102,9 +104,17 @@ class BERTSelfAttention(nn.Module):
     def forward(self, hidden_states: torch.Tensor, allowed: torch.Tensor | None,
                 encoder_hidden_states: torch.Tensor | None = None, cache=None,
                 cache_position: torch.Tensor | None = None, output_attentions: bool = False,
-                queries: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+                queries: torch.Tensor | None = None,
+                packing: Packing | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """``queries [B, n, H]`` (self-attention only): the positions whose outputs are wanted, attending to
-        all of ``hidden_states``; default: every position of ``hidden_states``."""
+        all of ``hidden_states``; default: every position of ``hidden_states``.
+
+        With ``packing`` (unpadded execution, :mod:`bertkit.modeling.unpad`) ``hidden_states`` are the
+        packed real tokens ``[N, H]`` and so is the result (``[B, n, H]`` with ``queries``); ``allowed``
+        is ignored (the packing's key mask applies).
+        """
+        if packing is not None:
+            return self._packed_forward(hidden_states, packing, queries)
         source = hidden_states if queries is None else queries
         b, n, h = source.shape
         q = self._heads(self.query(source))
@@ -123,13 +133,24 @@ class BERTSelfAttention(nn.Module):
         context, probs = attend(q, k, v, allowed, dropout_p, eager=self.eager or output_attentions)
         return context.transpose(1, 2).reshape(b, n, h), probs  # [B, nh, n, hd] -> [B, n, H]
 
+    def _packed_forward(self, x: torch.Tensor, packing: Packing,
+                        queries: torch.Tensor | None) -> tuple[torch.Tensor, None]:
+        """Projections on the packed tokens ``x [N, H]``, one masked attention call on ``[B, L]``."""
+        q = self.query(queries) if queries is not None else packing.unpack(self.query(x))  # [B, n, H]
+        k, v = packing.unpack(self.key(x)), packing.unpack(self.value(x))  # [B, L, H]
+        dropout_p = self.dropout_p if self.training else 0.0
+        context, _ = attend(self._heads(q), self._heads(k), self._heads(v), packing.keys, dropout_p,
+                            eager=self.eager)
+        context = context.transpose(1, 2).flatten(2)  # [B, nh, n, hd] -> [B, n, H]
+        return (context if queries is not None else packing.pack(context)), None
+
 
 class _ResidualOutput(nn.Module):
     """dense -> dropout -> residual add -> LayerNorm, projecting ``in_features`` back to H."""
 
     def __init__(self, config: BERTConfig, in_features: int, bias: bool = True):
         super().__init__()
-        self.dense = nn.Linear(in_features, config.hidden_size, bias=bias)
+        self.dense = Linear(in_features, config.hidden_size, bias=bias)
         self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
 
@@ -163,7 +184,7 @@ class BERTIntermediate(nn.Module):
 
     def __init__(self, config: BERTConfig):
         super().__init__()
-        self.dense = nn.Linear(config.hidden_size, config.intermediate_size)
+        self.dense = Linear(config.hidden_size, config.intermediate_size)
         self.act = activation(config)
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
@@ -198,14 +219,24 @@ class BERTLayer(nn.Module):
                 encoder_hidden_states: torch.Tensor | None = None,
                 encoder_allowed: torch.Tensor | None = None, self_cache=None, cross_cache=None,
                 cache_position: torch.Tensor | None = None, output_attentions: bool = False,
-                query_positions: slice | None = None):
+                query_positions: slice | None = None, packing: Packing | None = None):
         """Returns ``(hidden_states [B, L, H], self_attn_probs | None, cross_attn_probs | None)``.
 
         ``query_positions`` computes the layer's output only at those positions (``[B, n, H]``),
         each still attending to every position: the same values as the full layer's at those
         positions, for a fraction of the work (an encoder's last layer when only [CLS] is read).
+
+        ``packing``: ``hidden_states`` are the packed real tokens ``[N, H]`` (unpadded execution) and
+        so is the output; ``query_positions`` may then only be ``slice(0, 1)`` (output ``[B, 1, H]``).
         """
         queries = None
+        if packing is not None:
+            if query_positions is not None:
+                if query_positions != slice(0, 1):
+                    raise ValueError("with unpadded execution only query_positions=slice(0, 1) is supported.")
+                queries = packing.first_tokens(hidden_states)
+            x, _ = self.attention(hidden_states, None, queries=queries, packing=packing)
+            return self._feed_forward_chunked(x), None, None
         if query_positions is not None:
             queries = hidden_states[:, query_positions]
             if allowed is not None and allowed.shape[-2] != 1:  # per-query rows: keep the wanted ones
@@ -222,11 +253,14 @@ class BERTLayer(nn.Module):
                 )
             x, cross_probs = self.crossattention(x, encoder_allowed, encoder_hidden_states=encoder_hidden_states,
                                                  cache=cross_cache, output_attentions=output_attentions)
-        if self.chunk_size and x.size(1) > self.chunk_size:
-            out = torch.cat([self._feed_forward(c) for c in x.split(self.chunk_size, dim=1)], dim=1)
-        else:
-            out = self._feed_forward(x)
-        return out, self_probs, cross_probs
+        return self._feed_forward_chunked(x), self_probs, cross_probs
+
+    def _feed_forward_chunked(self, x: torch.Tensor) -> torch.Tensor:
+        """The feed-forward block, on chunks of ``chunk_size`` positions (dim 1; dim 0 when packed ``[N, H]``)."""
+        dim = 1 if x.dim() == 3 else 0
+        if self.chunk_size and x.size(dim) > self.chunk_size:
+            return torch.cat([self._feed_forward(c) for c in x.split(self.chunk_size, dim=dim)], dim=dim)
+        return self._feed_forward(x)
 
     def _feed_forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.output(self.intermediate(x), x)
@@ -237,7 +271,7 @@ class BERTPooler(nn.Module):
 
     def __init__(self, config: BERTConfig):
         super().__init__()
-        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.dense = Linear(config.hidden_size, config.hidden_size)
         self.activation = nn.Tanh()
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
@@ -249,7 +283,7 @@ class BERTPredictionHeadTransform(nn.Module):
 
     def __init__(self, config: BERTConfig):
         super().__init__()
-        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.dense = Linear(config.hidden_size, config.hidden_size)
         self.act = activation(config)
         self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
 
@@ -268,7 +302,7 @@ class BERTLMPredictionHead(nn.Module):
     def __init__(self, config: BERTConfig):
         super().__init__()
         self.transform = BERTPredictionHeadTransform(config)
-        self.decoder = nn.Linear(config.hidden_size, config.vocab_size)
+        self.decoder = Linear(config.hidden_size, config.vocab_size)
         self.bias = nn.Parameter(torch.zeros(config.vocab_size))
         self.decoder.bias = self.bias
 
@@ -288,7 +322,7 @@ class BERTOnlyMLMHead(nn.Module):
 class BERTOnlyNSPHead(nn.Module):
     def __init__(self, config: BERTConfig):
         super().__init__()
-        self.seq_relationship = nn.Linear(config.hidden_size, 2)
+        self.seq_relationship = Linear(config.hidden_size, 2)
 
     def forward(self, pooled_output: torch.Tensor) -> torch.Tensor:
         return self.seq_relationship(pooled_output)
@@ -299,4 +333,4 @@ class BERTPreTrainingHeads(BERTOnlyMLMHead):
 
     def __init__(self, config: BERTConfig):
         super().__init__(config)
-        self.seq_relationship = nn.Linear(config.hidden_size, 2)
+        self.seq_relationship = Linear(config.hidden_size, 2)

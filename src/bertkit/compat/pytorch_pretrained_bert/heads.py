@@ -38,6 +38,7 @@ from bertkit.compat.pytorch_pretrained_bert.modeling import (
     BertModel,
     BertPreTrainedModel,
 )
+from bertkit.modeling.fast import Linear
 from bertkit.modeling.losses import check_labels, cross_entropy, masked_lm_loss
 
 
@@ -145,7 +146,7 @@ class _ClassifierModel(BertPreTrainedModel):
     def _build_classifier(self, out_features: int) -> None:
         self.bert = BertModel(self.config)
         self.dropout = nn.Dropout(self.config.hidden_dropout_prob)
-        self.classifier = nn.Linear(self.config.hidden_size, out_features)
+        self.classifier = Linear(self.config.hidden_size, out_features)
         self.post_init()
 
 
@@ -227,7 +228,7 @@ class BertForQuestionAnswering(BertPreTrainedModel):
     def __init__(self, config: BertConfig):
         super().__init__(config)
         self.bert = BertModel(self.config)
-        self.qa_outputs = nn.Linear(self.config.hidden_size, 2)
+        self.qa_outputs = Linear(self.config.hidden_size, 2)
         self.post_init()
 
     def forward(self, input_ids: Tensor, token_type_ids: Tensor | None = None, attention_mask: Tensor | None = None,

@@ -283,6 +283,7 @@ class BertModel(BertPreTrainedModel, BERT):
 
     hf_architecture = "BertModel"
     head_prefixes = ()
+    drops_padding = False  # 0.6.2's outputs at every position, padding included (GEMMs still take the fast path)
 
     def __init__(self, config: BertConfig, output_attentions: bool = False):
         super().__init__(config)

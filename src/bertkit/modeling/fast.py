@@ -1,0 +1,211 @@
+"""The fast path's switches and its dense layer: GEMMs on the fastest CPU backend, measured.
+
+Every dense layer of the engine is a :class:`Linear`: an ``nn.Linear`` (same ``weight`` / ``bias``
+parameters, same ``state_dict``) whose float32 CPU product runs on oneDNN's inner product instead of
+torch's default BLAS when that is faster on this machine. On some AMD CPUs MKL's sgemm reaches ~40 %
+of the FMA peak where oneDNN reaches ~90 %; on others the two are within ~10 %. So the backend is
+**measured**, once per process, on the first float32 product (:func:`gemm_backend`, ~0.1 s): oneDNN
+is taken when it is at least :data:`MIN_GAIN` faster, the plain ``F.linear`` otherwise. Gradients run
+on the same backend (``x̄ = ḡ W``, ``W̄ = ḡᵀ x``, both as oneDNN products), so training gains too.
+
+What stays on ``F.linear``: CUDA and other devices (cuBLAS is right there), bfloat16/float16 (torch
+already sends those to oneDNN on CPU), autocast regions, tracing / ONNX export / ``torch.compile``.
+
+The fast path also drops padding before the encoder (:mod:`bertkit.modeling.unpad`). Both are on by
+default and switched together by :func:`fast_path` (a context manager) or :func:`set_fast_path`;
+``BERTKIT_FAST_PATH=0`` turns them off, ``BERTKIT_GEMM=onednn|plain`` skips the measurement.
+The settings are process-wide.
+
+Inference may attach a prepacked kernel to a layer (``Linear.packed``, see :mod:`bertkit.inference`);
+it is used whenever no gradient is needed for the layer's weight.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import statistics
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+#: oneDNN must be at least this much faster than ``F.linear`` to be chosen by measurement.
+MIN_GAIN = 1.05
+GEMM_CHOICES = ("auto", "onednn", "plain")
+
+
+@dataclass(frozen=True)
+class FastPathSettings:
+    """``enabled``: the fast path at all; ``gemm``: ``auto`` (measure) | ``onednn`` | ``plain``;
+    ``min_padding``: drop padding when at least this fraction of a batch's tokens is padding."""
+
+    enabled: bool = True
+    gemm: str = "auto"
+    min_padding: float = 0.05
+
+    def __post_init__(self):
+        if self.gemm not in GEMM_CHOICES:
+            raise ValueError(f"gemm must be one of {GEMM_CHOICES}, got {self.gemm!r}.")
+        if not 0.0 <= self.min_padding <= 1.0:
+            raise ValueError(f"min_padding must be a fraction in [0, 1], got {self.min_padding!r}.")
+
+
+def _from_environment() -> FastPathSettings:
+    enabled = os.environ.get("BERTKIT_FAST_PATH", "1").strip().lower() not in ("0", "false", "no", "off")
+    gemm = os.environ.get("BERTKIT_GEMM", "auto").strip().lower() or "auto"
+    if gemm not in GEMM_CHOICES:
+        raise ValueError(f"BERTKIT_GEMM must be one of {GEMM_CHOICES}, got {gemm!r}.")
+    return FastPathSettings(enabled=enabled, gemm=gemm)
+
+
+_settings = _from_environment()
+
+
+@dataclass
+class GemmMeasurement:
+    """What :func:`measure_gemm` found: GFLOP/s of each backend on one float32 product."""
+
+    plain_gflops: float
+    onednn_gflops: float
+    shape: tuple[int, int, int]
+    threads: int
+    chosen: str = field(init=False)
+
+    def __post_init__(self):
+        self.chosen = "onednn" if self.onednn_gflops >= MIN_GAIN * self.plain_gflops else "plain"
+
+
+_measured: GemmMeasurement | None = None
+
+
+def settings() -> FastPathSettings:
+    """The current process-wide settings."""
+    return _settings
+
+
+def set_fast_path(enabled: bool | None = None, *, gemm: str | None = None,
+                  min_padding: float | None = None) -> FastPathSettings:
+    """Change the process-wide fast-path settings (None keeps a setting); returns the previous ones."""
+    global _settings
+    previous = _settings
+    changes = {k: v for k, v in (("enabled", enabled), ("gemm", gemm), ("min_padding", min_padding))
+               if v is not None}
+    _settings = replace(_settings, **changes)
+    return previous
+
+
+@contextlib.contextmanager
+def fast_path(enabled: bool = True, *, gemm: str | None = None, min_padding: float | None = None) -> Iterator[None]:
+    """Run a block with the fast path on or off (``fast_path(False)``: the plain PyTorch path)."""
+    previous = set_fast_path(enabled, gemm=gemm, min_padding=min_padding)
+    try:
+        yield
+    finally:
+        global _settings
+        _settings = previous
+
+
+def onednn_available() -> bool:
+    return torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+
+
+def measure_gemm(m: int = 512, k: int = 768, n: int = 1024, repeats: int = 7) -> GemmMeasurement:
+    """Time ``F.linear`` against oneDNN's inner product on one float32 ``[m, k] x [k, n]``, interleaved."""
+    x, w = torch.randn(m, k), torch.randn(n, k)
+    runs = {"plain": lambda: F.linear(x, w), "onednn": lambda: onednn_linear(x, w, None)}
+    times: dict[str, list[float]] = {name: [] for name in runs}
+    for i in range(repeats + 2):
+        for name, run in runs.items():
+            start = time.perf_counter()
+            run()
+            if i >= 2:  # the first two are warm-up
+                times[name].append(time.perf_counter() - start)
+    flops = 2.0 * m * k * n
+    return GemmMeasurement(flops / statistics.median(times["plain"]) / 1e9,
+                           flops / statistics.median(times["onednn"]) / 1e9, (m, k, n), torch.get_num_threads())
+
+
+def gemm_backend() -> str:
+    """``onednn`` or ``plain``: the backend of float32 CPU products now (measured once when ``auto``)."""
+    global _measured
+    if not _settings.enabled or _settings.gemm == "plain" or not onednn_available():
+        return "plain"
+    if _settings.gemm == "onednn":
+        return "onednn"
+    if _measured is None:
+        with torch.no_grad():
+            _measured = measure_gemm()
+    return _measured.chosen
+
+
+def gemm_measurement() -> GemmMeasurement | None:
+    """The measurement behind ``auto`` (None until the first float32 CPU product needed it)."""
+    return _measured
+
+
+def onednn_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """``x Wᵀ + b`` by oneDNN's inner product (``weight`` dense or prepacked by ``to_mkldnn()``); no autograd."""
+    return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
+
+
+class _OneDNNLinear(torch.autograd.Function):
+    """``F.linear`` with forward and both gradients as oneDNN products (strided views, no copies)."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        ctx.save_for_backward(x, weight)
+        ctx.has_bias = bias is not None
+        return onednn_linear(x, weight, bias)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad: torch.Tensor):
+        x, weight = ctx.saved_tensors
+        grad_x = grad_w = grad_b = None
+        if ctx.needs_input_grad[0]:
+            grad_x = onednn_linear(grad, weight.t(), None)  # [.., out] x [out, in] -> [.., in]
+        if ctx.needs_input_grad[1] or (ctx.has_bias and ctx.needs_input_grad[2]):
+            g2 = grad.reshape(-1, grad.shape[-1])  # [M, out]
+            if ctx.needs_input_grad[1]:
+                grad_w = onednn_linear(g2.t(), x.reshape(-1, x.shape[-1]).t(), None)  # [out, M] x [M, in]
+            if ctx.has_bias and ctx.needs_input_grad[2]:
+                grad_b = g2.sum(0)
+        return grad_x, grad_w, grad_b
+
+
+def _plain_context(x: torch.Tensor) -> bool:
+    """Places the fast kernels must stay out of: tracing, export, compile, autocast."""
+    return (torch.jit.is_tracing() or torch.jit.is_scripting() or torch.compiler.is_compiling()
+            or torch.onnx.is_in_onnx_export() or torch.is_autocast_enabled(x.device.type))
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """``F.linear`` on the fast backend when it applies (float32 on CPU, oneDNN chosen)."""
+    if (x.device.type != "cpu" or x.dtype != torch.float32 or weight.dtype != torch.float32 or x.dim() < 2
+            or x.numel() == 0 or _plain_context(x) or gemm_backend() != "onednn"):
+        return F.linear(x, weight, bias)
+    if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad
+                                    or (bias is not None and bias.requires_grad)):
+        return _OneDNNLinear.apply(x, weight, bias)
+    return onednn_linear(x, weight, bias)
+
+
+class Linear(nn.Linear):
+    """``nn.Linear`` on the fast path: same parameters, ``state_dict`` and results (float32 to ~1e-6 relative).
+
+    ``packed``: an inference kernel attached by :func:`bertkit.inference.optimize_for_inference`
+    (prepacked oneDNN weights, int8); called as ``packed(x, self)`` whenever the weight needs no
+    gradient and the fast path is on. It is not part of the ``state_dict``.
+    """
+
+    packed = None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if (self.packed is not None and _settings.enabled and not _plain_context(x)
+                and not (torch.is_grad_enabled() and self.weight.requires_grad)):
+            return self.packed(x, self)
+        return linear(x, self.weight, self.bias) if _settings.enabled else F.linear(x, self.weight, self.bias)

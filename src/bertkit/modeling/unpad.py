@@ -1,0 +1,91 @@
+"""Unpadded execution: the encoder runs on a batch's real tokens only.
+
+With a padding mask ``[B, L]``, the embeddings and every position-wise part of a layer (the
+projections, the feed-forward block, LayerNorms, dropout) run on the packed real tokens ``[N, H]``
+(``N`` = number of real tokens); attention alone needs the sequences apart, so each layer scatters
+its queries, keys and values back to ``[B, L, ...]`` for one masked SDPA call and gathers the context
+again (attention is a small share of BERT's work below ~512 tokens; measured against per-length
+buckets and jagged tensors, this was the fastest on CPU and it is exact). Outputs at real positions
+equal the padded path's; at padding positions they are 0 (the padded path computes values there
+that carry no meaning). Gradients flow through the gathers, so training uses it too.
+
+:func:`plan` decides: a 2-D boolean mask, enough padding (``settings().min_padding``), the fast
+path on. The backbone calls it; layers receive the :class:`Packing` and ask it to ``pack``/``unpack``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from bertkit.modeling.fast import settings
+
+
+@dataclass
+class Packing:
+    """Where a batch's real tokens sit.
+
+    ``index [N]``: the real tokens' positions in the flattened ``[B * L]`` batch, in order;
+    ``keys [B, 1, 1, L]``: the attention mask (True = a real key) for the padded attention call;
+    ``first [B]``: each row's position-0 token in the packed order (valid when every row starts
+    with a real token, ``starts_real``).
+    """
+
+    index: torch.Tensor
+    batch: int
+    length: int
+    keys: torch.Tensor
+    first: torch.Tensor
+    starts_real: bool
+
+    @property
+    def tokens(self) -> int:
+        return self.index.numel()
+
+    def pack(self, x: torch.Tensor) -> torch.Tensor:
+        """``[B, L, ...]`` (or ids broadcastable to ``[B, L]``) -> ``[N, ...]``."""
+        if x.shape[:2] != (self.batch, self.length):
+            x = x.expand(self.batch, self.length, *x.shape[2:])
+        return x.reshape(self.batch * self.length, *x.shape[2:]).index_select(0, self.index)
+
+    def unpack(self, x: torch.Tensor) -> torch.Tensor:
+        """``[N, ...]`` -> ``[B, L, ...]`` with zeros at padding positions (differentiable)."""
+        out = x.new_zeros(self.batch * self.length, *x.shape[1:])
+        return out.index_copy(0, self.index, x).view(self.batch, self.length, *x.shape[1:])
+
+    def first_tokens(self, x: torch.Tensor) -> torch.Tensor:
+        """``[N, H]`` -> ``[B, 1, H]``: each row's position-0 token."""
+        return x.index_select(0, self.first).unsqueeze(1)
+
+
+def plan(mask: torch.Tensor | None, *, need_first: bool = False) -> Packing | None:
+    """A :class:`Packing` for a boolean padding mask ``[B, L]``, or None to stay padded.
+
+    None when the fast path is off, the mask is not 2-D, or less than ``settings().min_padding``
+    of the tokens is padding; also when ``need_first`` (the caller reads position 0 of each row
+    alone) and some row starts with padding.
+    """
+    config = settings()
+    if not config.enabled or mask is None or mask.dim() != 2 or mask.dtype != torch.bool or _tracing():
+        return None
+    b, length = mask.shape
+    flat = mask.reshape(-1)
+    real = int(flat.sum())
+    if real == 0 or b * length - real < config.min_padding * b * length or b * length == real:
+        return None
+    starts_real = bool(mask[:, 0].all())
+    if need_first and not starts_real:
+        return None
+    index = flat.nonzero().squeeze(1)
+    lengths = mask.sum(1)
+    first = torch.cumsum(lengths, 0) - lengths  # with starts_real, position 0 is each row's first real token
+    keys = mask | ~mask.any(dim=1, keepdim=True)  # a row with no real token attends anywhere: no NaN
+    return Packing(index=index, batch=b, length=length, keys=keys[:, None, None, :], first=first,
+                   starts_real=starts_real)
+
+
+def _tracing() -> bool:
+    """Data-dependent shapes stay out of traced, exported and compiled graphs (the padded path serves there)."""
+    return (torch.jit.is_tracing() or torch.jit.is_scripting() or torch.compiler.is_compiling()
+            or torch.onnx.is_in_onnx_export())
