@@ -147,9 +147,24 @@ def gemm_measurement() -> GemmMeasurement | None:
     return _measured
 
 
-def onednn_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    """``x Wᵀ + b`` by oneDNN's inner product (``weight`` dense or prepacked by ``to_mkldnn()``); no autograd."""
-    return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
+#: activations a product can end with, fused into oneDNN's kernel (bit-identical to the unfused function)
+ACTIVATIONS = {"gelu": F.gelu}
+
+
+def onednn_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                  activation: str | None = None) -> torch.Tensor:
+    """``act(x Wᵀ + b)`` by oneDNN's inner product (``weight`` dense or prepacked by ``to_mkldnn()``); no autograd.
+
+    ``activation``: None or ``"gelu"`` (the exact erf GELU, as a oneDNN post-op).
+    """
+    if activation is None:
+        return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
+    return torch.ops.mkldnn._linear_pointwise(x, weight, bias, activation, [], "none")
+
+
+def activate(y: torch.Tensor, activation: str | None) -> torch.Tensor:
+    """``y`` through the named activation of :data:`ACTIVATIONS` (None: unchanged)."""
+    return y if activation is None else ACTIVATIONS[activation](y)
 
 
 class _OneDNNLinear(torch.autograd.Function):
@@ -183,29 +198,34 @@ def _plain_context(x: torch.Tensor) -> bool:
             or torch.onnx.is_in_onnx_export() or torch.is_autocast_enabled(x.device.type))
 
 
-def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    """``F.linear`` on the fast backend when it applies (float32 on CPU, oneDNN chosen)."""
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+           activation: str | None = None) -> torch.Tensor:
+    """``act(F.linear(x, weight, bias))`` on the fast backend when it applies (float32 on CPU, oneDNN chosen);
+    the activation is fused into the product when no gradient is needed."""
     if (x.device.type != "cpu" or x.dtype != torch.float32 or weight.dtype != torch.float32 or x.dim() < 2
             or x.numel() == 0 or _plain_context(x) or gemm_backend() != "onednn"):
-        return F.linear(x, weight, bias)
+        return activate(F.linear(x, weight, bias), activation)
     if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad
                                     or (bias is not None and bias.requires_grad)):
-        return _OneDNNLinear.apply(x, weight, bias)
-    return onednn_linear(x, weight, bias)
+        return activate(_OneDNNLinear.apply(x, weight, bias), activation)
+    return onednn_linear(x, weight, bias, activation)
 
 
 class Linear(nn.Linear):
     """``nn.Linear`` on the fast path: same parameters, ``state_dict`` and results (float32 to ~1e-6 relative).
 
     ``packed``: an inference kernel attached by :func:`bertkit.inference.optimize_for_inference`
-    (prepacked oneDNN weights, int8); called as ``packed(x, self)`` whenever the weight needs no
+    (prepacked oneDNN weights, int8); called as ``packed(x, self, activation)`` whenever the weight needs no
     gradient and the fast path is on. It is not part of the ``state_dict``.
     """
 
     packed = None
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, activation: str | None = None) -> torch.Tensor:
+        """``act(x Wᵀ + b)``; ``activation``: None or a name in :data:`ACTIVATIONS`, fused where the kernel can."""
         if (self.packed is not None and _settings.enabled and not _plain_context(x)
                 and not (torch.is_grad_enabled() and self.weight.requires_grad)):
-            return self.packed(x, self)
-        return linear(x, self.weight, self.bias) if _settings.enabled else F.linear(x, self.weight, self.bias)
+            return self.packed(x, self, activation)
+        if not _settings.enabled:
+            return activate(F.linear(x, self.weight, self.bias), activation)
+        return linear(x, self.weight, self.bias, activation)

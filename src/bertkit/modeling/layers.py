@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from bertkit.config import BERTConfig
-from bertkit.modeling.fast import Linear
+from bertkit.modeling.fast import ACTIVATIONS, Linear
 from bertkit.modeling.unpad import Packing
 
 #: Activation name -> function. "gelu" is the exact erf GELU of Google's checkpoints.
@@ -186,8 +186,11 @@ class BERTIntermediate(nn.Module):
         super().__init__()
         self.dense = Linear(config.hidden_size, config.intermediate_size)
         self.act = activation(config)
+        self.fused_act = config.hidden_act if config.hidden_act in ACTIVATIONS else None  # into the product
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        if self.fused_act is not None:
+            return self.dense(hidden_states, activation=self.fused_act)
         return self.act(self.dense(hidden_states))
 
 

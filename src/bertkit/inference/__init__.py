@@ -1,0 +1,12 @@
+"""Inference on the fast path: :func:`optimize_for_inference`, one call.
+
+``optimize_for_inference(model)`` puts a bertkit model in eval mode and gives every dense layer a
+kernel prepared once: oneDNN's inner product on a weight reordered once (float32 where oneDNN is the
+faster backend of this machine, bfloat16 always), or int8 dynamic quantization. Parameter names,
+``state_dict`` and ``save_pretrained`` stay HF's: the prepared weights live beside the parameters,
+are rebuilt if a parameter changes, and are never saved.
+"""
+
+from bertkit.inference.optimize import Int8Kernel, PackedKernel, native_bf16, optimize_for_inference
+
+__all__ = ["Int8Kernel", "PackedKernel", "native_bf16", "optimize_for_inference"]

@@ -1,0 +1,158 @@
+"""Prepared dense-layer kernels and :func:`optimize_for_inference`, which attaches them."""
+
+from __future__ import annotations
+
+import warnings
+from functools import cache
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from bertkit.modeling.fast import Linear, activate, gemm_backend, onednn_available, onednn_linear
+
+DTYPES = {None: None, "float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16,
+          "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16}
+QUANTIZE = (None, "int8")
+
+
+class _Kernel:
+    """A weight prepared once from ``layer.weight`` and rebuilt when the parameter changes (new storage,
+    an in-place update, another dtype). Never pickled or deep-copied: a copy prepares its own."""
+
+    def __init__(self):
+        self._key = None
+        self._prepared = None
+
+    def prepared(self, layer: Linear):
+        w = layer.weight
+        key = (w.data_ptr(), w._version, w.dtype, w.device)
+        if key != self._key:
+            with torch.no_grad():
+                self._prepared = self.prepare(layer)
+            self._key = key
+        return self._prepared
+
+    def prepare(self, layer: Linear):
+        raise NotImplementedError
+
+    def __deepcopy__(self, memo):
+        return type(self)()
+
+    def __getstate__(self):
+        return {}
+
+    def __setstate__(self, state):
+        self.__init__()
+
+    def __repr__(self):
+        return f"{type(self).__name__}()"
+
+
+class PackedKernel(_Kernel):
+    """oneDNN's inner product on the weight reordered once into oneDNN's layout (float32 or bfloat16, CPU)."""
+
+    def prepare(self, layer: Linear):
+        return layer.weight.detach().to_mkldnn()
+
+    def __call__(self, x: torch.Tensor, layer: Linear, activation: str | None = None) -> torch.Tensor:
+        w = layer.weight
+        if x.device.type != "cpu" or x.dtype != w.dtype or w.device.type != "cpu" or x.dim() < 2 or not x.numel():
+            return activate(F.linear(x, w, layer.bias), activation)
+        return onednn_linear(x, self.prepared(layer), layer.bias, activation)
+
+
+@cache
+def _has_vnni() -> bool:
+    """Whether the CPU has VNNI (int8 dot products without the 16-bit overflow that ``reduce_range`` avoids)."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return " avx512_vnni" in flags or " avx_vnni" in flags
+
+
+class Int8Kernel(_Kernel):
+    """int8 dynamic quantization: weights per output channel (symmetric) once, activations per call.
+
+    ``reduce_range`` (7-bit activations) is used on CPUs without VNNI, where fbgemm's 8-bit products
+    can saturate; with VNNI the full range is exact in the accumulator.
+    """
+
+    def prepare(self, layer: Linear):
+        w = layer.weight.detach().float()
+        scales = (w.abs().amax(dim=1) / 127.0).clamp(min=1e-12).double()
+        with warnings.catch_warnings():  # torch marks the quantized tensor API deprecated; it is what fbgemm takes
+            warnings.simplefilter("ignore", UserWarning)
+            q = torch.quantize_per_channel(w, scales, torch.zeros(w.shape[0], dtype=torch.long), 0, torch.qint8)
+        bias = layer.bias.detach().float() if layer.bias is not None else None
+        return torch.ops.quantized.linear_prepack(q, bias)
+
+    def __call__(self, x: torch.Tensor, layer: Linear, activation: str | None = None) -> torch.Tensor:
+        if x.device.type != "cpu" or x.dtype != torch.float32 or not x.numel():
+            return activate(F.linear(x, layer.weight, layer.bias), activation)
+        return activate(torch.ops.quantized.linear_dynamic(x, self.prepared(layer), not _has_vnni()), activation)
+
+
+def native_bf16(device: torch.device | str = "cpu") -> bool:
+    """Whether ``device`` computes bfloat16 natively (CPU: AVX512-BF16 / AMX through oneDNN; CUDA: Ampere+)."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+    if device.type == "cpu":
+        return onednn_available() and bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    return False
+
+
+def optimize_for_inference(model: nn.Module, *, dtype: torch.dtype | str | None = None, quantize: str | None = None,
+                           device: torch.device | str | None = None) -> nn.Module:
+    """Prepare ``model`` (any bertkit model) for fast inference, in place; returns it, in eval mode.
+
+    Args:
+        dtype: None keeps the model's dtype (float32: exact to ~1e-6 relative of the eager model);
+            ``torch.bfloat16`` (or ``"bf16"``) casts the model, for CPUs with native bf16 and GPUs (a
+            warning where it would be emulated); ``torch.float16`` on GPUs.
+        quantize: ``"int8"``: dynamic quantization of every dense layer (CPU, float32 only); its
+            accuracy cost on a fine-tuned classifier is measured in ``benchmarks/run.py``.
+        device: move the model there first.
+
+    On CPU every :class:`~bertkit.modeling.fast.Linear` gets a prepared kernel: int8, or oneDNN on a
+    weight reordered once (bfloat16 always, float32 where this machine measures oneDNN faster, see
+    :func:`bertkit.modeling.fast.gemm_backend`). On CUDA nothing is attached (cuBLAS serves). The
+    kernels serve whenever no gradient is needed for a weight, never enter ``state_dict`` and are
+    rebuilt when a weight changes; the fast path's unpadded execution applies as always.
+    """
+    if dtype not in DTYPES and not isinstance(dtype, torch.dtype):
+        raise ValueError(f"dtype must be None, a torch dtype or one of {[k for k in DTYPES if k]}, got {dtype!r}.")
+    dtype = DTYPES.get(dtype, dtype)
+    if quantize not in QUANTIZE:
+        raise ValueError(f"quantize must be one of {QUANTIZE}, got {quantize!r}.")
+    if device is not None:
+        model.to(device)
+    model.eval()
+    target = next(model.parameters()).device
+    if quantize == "int8":
+        if target.type != "cpu":
+            raise ValueError(f"quantize='int8' runs on CPU; the model is on {target}. Move it with device='cpu'.")
+        if dtype not in (None, torch.float32):
+            raise ValueError(f"quantize='int8' takes a float32 model; got dtype={dtype}. Leave dtype unset.")
+        if "x86" in torch.backends.quantized.supported_engines:
+            torch.backends.quantized.engine = "x86"
+    if dtype is not None:
+        if dtype in (torch.bfloat16, torch.float16) and target.type == "cpu" and not (
+                dtype == torch.bfloat16 and native_bf16("cpu")):
+            warnings.warn(f"this CPU has no native {dtype} arithmetic: it is emulated and slower than float32.",
+                          stacklevel=2)
+        model.to(dtype)
+    model_dtype = next(model.parameters()).dtype
+    kernel = None
+    if target.type == "cpu" and onednn_available():
+        if quantize == "int8":
+            kernel = Int8Kernel
+        elif model_dtype == torch.bfloat16 or (model_dtype == torch.float32 and gemm_backend() == "onednn"):
+            kernel = PackedKernel
+    for module in model.modules():
+        if isinstance(module, Linear):
+            module.packed = kernel() if kernel is not None else None
+    return model
