@@ -6,6 +6,18 @@ import pytest
 import torch
 
 from bertkit import BERTConfig, BERTForPreTraining
+from bertkit.modeling import fast
+
+# The suite runs the fast path's kernels (oneDNN products, unpadded execution) whatever this machine's
+# measurement would choose, so they are what it tests; `engine_path` also runs a module on the plain path.
+fast.set_fast_path(True, gemm="onednn")
+
+
+@pytest.fixture(params=["fast", "plain"])
+def engine_path(request):
+    """Run a test on the fast path (oneDNN products, unpadded execution) and on the plain PyTorch path."""
+    with fast.fast_path(request.param == "fast"):
+        yield request.param
 
 #: hidden 36 with 3 heads (head dim 12), inner 37, vocab 99, 3 token types: shapes no bug can hide behind.
 TINY = dict(vocab_size=99, hidden_size=36, num_hidden_layers=2, num_attention_heads=3, intermediate_size=37,

@@ -23,6 +23,8 @@ from bertkit import BERT, BERTConfig
 from bertkit.compat import d2l as ours
 from conftest import randomize_
 
+pytestmark = pytest.mark.usefixtures("engine_path")  # the parity suite on the fast and the plain path
+
 #: Packages d2l.torch imports at module level, with the submodules it takes from them.
 _D2L_IMPORT_ONLY = {"torchvision": ("transforms",), "PIL": ("Image",), "pandas": (), "IPython": ("display",),
                     "matplotlib": ("pyplot",), "matplotlib_inline": ("backend_inline",)}

@@ -8,6 +8,8 @@ import torch
 from bertkit import BERT, BERTForMultipleChoice, BERTForSequenceClassification
 from conftest import padded_batch, randomize_
 
+pytestmark = pytest.mark.usefixtures("engine_path")  # the parity suite on the fast and the plain path
+
 
 @pytest.mark.parametrize("impl", ["sdpa", "eager"])
 @pytest.mark.parametrize("mask_kind", ["none", "padding", "per_query"])

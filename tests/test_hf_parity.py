@@ -19,6 +19,8 @@ import transformers
 import bertkit
 from reference import CASES, IMPLEMENTATIONS, LENGTH, build, compare, make_inputs, max_abs_diff
 
+pytestmark = pytest.mark.usefixtures("engine_path")  # the parity suite on the fast and the plain path
+
 TOL = dict(atol=1e-5, rtol=1e-5)
 LABELLED = [c for c in CASES.values() if c.losses]
 

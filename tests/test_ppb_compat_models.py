@@ -21,7 +21,7 @@ from conftest import TINY
 from ppb_compat_helpers import ATOL, CLASSES, IGNORE_PPB_ADD_WARNING, assert_all_close, batch_args, build_pair
 from ppb_reference import HEADS, NUM_LABELS, PPB_CONFIG, build_ppb, make_batch, make_labels, write_archive
 
-pytestmark = IGNORE_PPB_ADD_WARNING
+pytestmark = [IGNORE_PPB_ADD_WARNING, pytest.mark.usefixtures("engine_path")]  # fast and plain path
 
 
 @pytest.mark.parametrize("head_name", CLASSES)

@@ -32,6 +32,8 @@ from ppb_reference import (
     write_archive,
 )
 
+pytestmark = pytest.mark.usefixtures("engine_path")  # the parity suite on the fast and the plain path
+
 ATOL = 1e-5
 
 

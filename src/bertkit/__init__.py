@@ -33,7 +33,14 @@ def _save_pretrained(model: Any, directory: str | os.PathLike) -> None:
     save_pretrained(model, directory)
 
 
+def _optimize_for_inference(model: Any, **options: Any) -> Any:
+    from bertkit.inference import optimize_for_inference
+
+    return optimize_for_inference(model, **options)
+
+
 _hooks.install_checkpoint_io(_load_pretrained, _save_pretrained)
+_hooks.install_inference(_optimize_for_inference)
 
 #: top-level name -> module that defines it (everything else comes from bertkit.modeling)
 _LAZY = {
@@ -47,11 +54,15 @@ _LAZY = {
     "BERT_ForQuestionAnswering_Weights": "bertkit.weights",
     "BERT_ForSequenceClassification_Weights": "bertkit.weights",
     "LoadWarning": "bertkit.weights",
+    "optimize_for_inference": "bertkit.inference",
+    "fast_path": "bertkit.modeling.fast",
 }
 
 if TYPE_CHECKING:  # for IDEs and type checkers
     from bertkit.config import BERTConfig as BERTConfig
+    from bertkit.inference import optimize_for_inference as optimize_for_inference
     from bertkit.modeling import *  # noqa: F403
+    from bertkit.modeling.fast import fast_path as fast_path
     from bertkit.presets import SIZES as SIZES
     from bertkit.presets import preset_config as preset_config
     from bertkit.tokenization import BatchEncoding as BatchEncoding

@@ -8,6 +8,9 @@ methods call :func:`load_pretrained` / :func:`save_pretrained` here; the package
 ``bertkit.weights``' implementation with :func:`install_checkpoint_io`. Its functions import
 ``bertkit.weights`` on first call, so ``import bertkit`` stays torch-free.
 
+Likewise ``model.optimize_for_inference(...)`` calls :func:`optimize_for_inference` here, which
+the root fills with :mod:`bertkit.inference`' function (``inference`` sits above ``modeling``).
+
 A leaf like :mod:`bertkit.io`: this module imports nothing (not even torch).
 """
 
@@ -48,3 +51,19 @@ def save_pretrained(model: Any, directory: str | os.PathLike) -> None:
     if _saver is None:
         raise RuntimeError("no checkpoint saver is installed; `import bertkit` installs bertkit.weights' one.")
     _saver(model, directory)
+
+
+_optimizer: Callable[..., Any] | None = None
+
+
+def install_inference(optimize: Callable[..., Any]) -> None:
+    """Make ``optimize(model, **options)`` the implementation of every model's ``optimize_for_inference``."""
+    global _optimizer
+    _optimizer = optimize
+
+
+def optimize_for_inference(model: Any, **options: Any) -> Any:
+    """Call the installed optimizer; ``RuntimeError`` if none is installed."""
+    if _optimizer is None:
+        raise RuntimeError("no inference optimizer is installed; `import bertkit` installs bertkit.inference's.")
+    return _optimizer(model, **options)

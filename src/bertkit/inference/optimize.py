@@ -10,7 +10,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bertkit.modeling.fast import Linear, activate, gemm_backend, onednn_available, onednn_linear
+from bertkit.modeling import fast
+from bertkit.modeling.fast import Linear, activate, gemm_backend, onednn_available
 
 DTYPES = {None: None, "float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16,
           "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16}
@@ -60,7 +61,7 @@ class PackedKernel(_Kernel):
         w = layer.weight
         if x.device.type != "cpu" or x.dtype != w.dtype or w.device.type != "cpu" or x.dim() < 2 or not x.numel():
             return activate(F.linear(x, w, layer.bias), activation)
-        return onednn_linear(x, self.prepared(layer), layer.bias, activation)
+        return fast.onednn_linear(x, self.prepared(layer), layer.bias, activation)
 
 
 @cache

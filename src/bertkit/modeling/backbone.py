@@ -18,7 +18,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from bertkit.config import BERTConfig
-from bertkit.modeling import unpad
+from bertkit.modeling import fast, unpad
 from bertkit.modeling.base import BERTPreTrainedModel
 from bertkit.modeling.inputs import ModelInputs, validate_inputs, value_checks_disabled
 from bertkit.modeling.layers import BERTEmbeddings, BERTLayer, BERTPooler
@@ -59,8 +59,8 @@ class BERTEncoder(nn.Module):
             if i == len(self.layer) - 1 and last_layer_positions is not None:
                 layer_kwargs = {**layer_kwargs, "query_positions": last_layer_positions}
             if use_checkpoint:
-                x, a, c = checkpoint(layer, x, allowed, use_reentrant=False, output_attentions=output_attentions,
-                                     **layer_kwargs)
+                x, a, c = checkpoint(fast.pinned(layer), x, allowed, use_reentrant=False,
+                                     output_attentions=output_attentions, **layer_kwargs)
             else:
                 x, a, c = layer(x, allowed, self_cache=self_cache, output_attentions=output_attentions,
                                 **layer_kwargs)

@@ -83,6 +83,15 @@ class BERTPreTrainedModel(nn.Module):
         elif isinstance(module, BERTLMPredictionHead):
             module.bias.zero_()
 
+    # ------------------------------------------------------------------ inference
+    def optimize_for_inference(self, *, dtype=None, quantize: str | None = None, device=None):
+        """Prepare this model for fast inference in place (eval mode, prepared kernels); returns it.
+
+        ``dtype=torch.bfloat16`` for bf16, ``quantize="int8"`` for int8 dynamic quantization; see
+        :func:`bertkit.inference.optimize_for_inference`. ``state_dict`` and ``save_pretrained`` are unchanged.
+        """
+        return hooks.optimize_for_inference(self, dtype=dtype, quantize=quantize, device=device)
+
     # ------------------------------------------------------------------ embeddings
     @property
     def base_model(self) -> nn.Module:

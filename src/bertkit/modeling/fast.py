@@ -109,6 +109,22 @@ def fast_path(enabled: bool = True, *, gemm: str | None = None, min_padding: flo
         _settings = previous
 
 
+def pinned(fn):
+    """``fn`` that runs under the settings current now, whenever it is called (gradient checkpointing
+    recomputes a layer during backward, which must take the same kernels as the forward did)."""
+    current = _settings
+
+    def run(*args, **kwargs):
+        global _settings
+        previous, _settings = _settings, current
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            _settings = previous
+
+    return run
+
+
 def onednn_available() -> bool:
     return torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
 

@@ -1,0 +1,338 @@
+"""The fast path: oneDNN products (forward and gradients), unpadded execution, prepared inference kernels.
+
+Every claim is checked against the plain PyTorch path on the same weights, and that the fast path is
+really taken is checked by counting kernel calls and packings, never by timing.
+"""
+
+from __future__ import annotations
+
+import copy
+import io
+import warnings
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import bertkit
+from bertkit.inference import Int8Kernel, PackedKernel, native_bf16, optimize_for_inference
+from bertkit.modeling import fast, unpad
+from bertkit.modeling.fast import Linear
+from conftest import padded_batch, randomize_
+
+pytestmark = pytest.mark.skipif(not fast.onednn_available(), reason="torch built without oneDNN")
+
+
+@pytest.fixture
+def kernel_calls(monkeypatch):
+    """Count oneDNN products (the function every fast Linear reaches)."""
+    calls = []
+    real = fast.onednn_linear
+
+    def spy(*args, **kwargs):
+        calls.append(args[0].shape)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(fast, "onednn_linear", spy)
+    return calls
+
+
+@pytest.fixture
+def packings(monkeypatch):
+    """Record every unpadding decision of the backbone (None = padded path)."""
+    plans = []
+    real = unpad.plan
+
+    def spy(*args, **kwargs):
+        plans.append(real(*args, **kwargs))
+        return plans[-1]
+
+    monkeypatch.setattr(unpad, "plan", spy)
+    return plans
+
+
+def _models(cls, config, seed=0):
+    model = randomize_(cls(config), seed=seed, std=0.1).eval()
+    return model
+
+
+# ---------------------------------------------------------------------------- the dense layer
+
+@pytest.mark.parametrize("shape", [(7, 36), (3, 5, 36), (2, 3, 4, 36)])
+@pytest.mark.parametrize("bias", [True, False])
+def test_onednn_linear_equals_f_linear_with_gradients(shape, bias, kernel_calls):
+    torch.manual_seed(0)
+    layer = Linear(36, 37, bias=bias)
+    x = torch.randn(shape, requires_grad=True)
+    x_ref = x.detach().clone().requires_grad_(True)
+    out = layer(x)
+    assert len(kernel_calls) == 1, "the forward product did not run on oneDNN"
+    grad = torch.randn(out.shape)
+    out.backward(grad)
+    assert len(kernel_calls) == 3, "the two gradient products did not run on oneDNN"
+    got = (out.detach(), x.grad, layer.weight.grad, layer.bias.grad if bias else None)
+    layer.zero_grad()
+    ref = F.linear(x_ref, layer.weight, layer.bias)
+    ref.backward(grad)
+    want = (ref.detach(), x_ref.grad, layer.weight.grad, layer.bias.grad if bias else None)
+    for g, w in zip(got, want):
+        if w is not None:
+            torch.testing.assert_close(g, w, atol=1e-5, rtol=1e-5)
+
+
+def test_non_contiguous_input_and_fused_gelu(kernel_calls):
+    torch.manual_seed(0)
+    layer = Linear(36, 50)
+    x = torch.randn(4, 36, 9).transpose(1, 2)  # strided
+    with torch.no_grad():
+        torch.testing.assert_close(layer(x, activation="gelu"), F.gelu(F.linear(x, layer.weight, layer.bias)),
+                                   atol=1e-6, rtol=1e-6)
+    assert len(kernel_calls) == 1
+    x.requires_grad_(True)
+    layer(x, activation="gelu").sum().backward()  # the unfused form keeps the gradient right
+    assert x.grad is not None and torch.isfinite(x.grad).all()
+
+
+@pytest.mark.parametrize("case", ["plain_setting", "bf16", "autocast", "tracing", "empty"])
+def test_plain_f_linear_where_the_fast_kernel_does_not_apply(case, kernel_calls):
+    layer = Linear(8, 4)
+    x = torch.randn(3, 8)
+    if case == "plain_setting":
+        with fast.fast_path(gemm="plain"):
+            layer(x)
+    elif case == "bf16":
+        layer.to(torch.bfloat16)(x.bfloat16())
+    elif case == "autocast":
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            assert layer(x).dtype == torch.bfloat16
+    elif case == "tracing":
+        torch.jit.trace(layer, x, check_trace=False)
+    else:
+        assert layer(torch.randn(0, 8)).shape == (0, 4)
+    assert kernel_calls == []
+
+
+def test_gemm_measurement_and_settings(monkeypatch):
+    m = fast.measure_gemm(64, 64, 64, repeats=2)
+    assert m.plain_gflops > 0 and m.onednn_gflops > 0 and m.chosen in ("onednn", "plain")
+    assert m.chosen == ("onednn" if m.onednn_gflops >= fast.MIN_GAIN * m.plain_gflops else "plain")
+    with fast.fast_path(gemm="auto"):
+        monkeypatch.setattr(fast, "_measured", m)
+        assert fast.gemm_backend() == m.chosen
+    with fast.fast_path(False):
+        assert fast.gemm_backend() == "plain" and not fast.settings().enabled
+    assert fast.settings().enabled and fast.settings().gemm == "onednn"  # restored
+    with pytest.raises(ValueError, match="gemm must be one of"):
+        fast.set_fast_path(gemm="mkl")
+    with pytest.raises(ValueError, match="min_padding"):
+        fast.set_fast_path(min_padding=2.0)
+    monkeypatch.setenv("BERTKIT_GEMM", "cublas")
+    with pytest.raises(ValueError, match="BERTKIT_GEMM"):
+        fast._from_environment()
+    monkeypatch.setenv("BERTKIT_GEMM", "plain")
+    monkeypatch.setenv("BERTKIT_FAST_PATH", "0")
+    assert fast._from_environment() == fast.FastPathSettings(enabled=False, gemm="plain")
+
+
+def test_every_dense_layer_of_every_model_is_the_fast_linear(tiny_config):
+    for cls in (bertkit.BERTForPreTraining, bertkit.BERTForSequenceClassification,
+                bertkit.BERTForTokenClassification, bertkit.BERTForQuestionAnswering, bertkit.BERTForMultipleChoice):
+        model = cls(tiny_config)
+        dense = [name for name, m in model.named_modules() if isinstance(m, torch.nn.Linear)]
+        assert dense and all(isinstance(model.get_submodule(n), Linear) for n in dense), cls.__name__
+
+
+# ---------------------------------------------------------------------------- unpadded execution
+
+HEADS = [bertkit.BERT, bertkit.BERTForPreTraining, bertkit.BERTForSequenceClassification,
+         bertkit.BERTForTokenClassification, bertkit.BERTForMultipleChoice]
+
+
+def _real_positions(out, mask):
+    """Every output tensor, token-level ones at real positions only."""
+    outs = out if isinstance(out, tuple) else (out,)
+    return [t[mask.bool()] if t is not None and t.shape[:2] == mask.shape else t for t in outs]
+
+
+@pytest.mark.parametrize("cls", HEADS, ids=lambda c: c.__name__)
+def test_unpadded_outputs_and_gradients_equal_the_padded_path(cls, tiny_config, packings):
+    ids, mask, types = padded_batch()
+    if cls is bertkit.BERTForMultipleChoice:
+        ids, mask, types = (t.view(1, 3, -1) for t in (ids, mask, types))
+    model = _models(cls, tiny_config)
+    results = []
+    for on in (True, False):
+        model.zero_grad()
+        with fast.fast_path(on):
+            out = model(ids, mask, types)
+        flat_mask = mask.view(-1, mask.shape[-1])
+        real = _real_positions(out, mask if out[0].shape[:2] == mask.shape else flat_mask)
+        sum(t.sum() * (i + 1) for i, t in enumerate(real) if t is not None).backward()
+        results.append(([t.detach() for t in real if t is not None],
+                        {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}))
+    assert any(p is not None for p in packings), "the padded batch was not unpadded on the fast path"
+    (fast_out, fast_grads), (plain_out, plain_grads) = results
+    for a, b in zip(fast_out, plain_out):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+    assert fast_grads.keys() == plain_grads.keys()
+    for name in fast_grads:
+        torch.testing.assert_close(fast_grads[name], plain_grads[name], atol=1e-5, rtol=1e-5, msg=name)
+
+
+def test_padding_positions_are_zero_and_hidden_states_unpacked(tiny_config, packings):
+    ids, mask, types = padded_batch()
+    model = _models(bertkit.BERT, tiny_config)
+    with torch.no_grad():
+        out = model.encode(ids, mask, types, output_hidden_states=True)
+        with fast.fast_path(False):
+            ref = model.encode(ids, mask, types, output_hidden_states=True)
+    packing = packings[0]
+    assert packing is not None and packing.tokens == int(mask.sum())
+    assert (out.last_hidden_state[~mask.bool()] == 0).all()
+    for a, b in zip(out.hidden_states, ref.hidden_states, strict=True):
+        torch.testing.assert_close(a[mask.bool()], b[mask.bool()], atol=1e-5, rtol=1e-5)
+
+
+def test_when_the_padded_path_serves(tiny_config, packings):
+    ids, mask, types = padded_batch()
+    model = _models(bertkit.BERTForSequenceClassification, tiny_config)
+    with torch.no_grad():
+        model(ids)  # no mask
+        model(ids, torch.ones_like(mask))  # nothing padded
+        model.bert.encode(ids, mask, types, output_attentions=True)  # attention maps are [B, nh, L, L]
+        with fast.fast_path(min_padding=0.5):  # 33 % padding is below the threshold
+            model(ids, mask, types)
+        left = mask.flip(1)  # rows that start with padding: [CLS]-only heads stay padded
+        padded = model(ids, left, types)
+        with fast.fast_path(False):
+            torch.testing.assert_close(padded, model(ids, left, types), atol=1e-5, rtol=1e-5)
+        model.bert.encode(ids, left, types)  # ... but the full sequence output unpads
+    # no mask, no padding and attention maps never reach the planner; the threshold, the left padding
+    # under a [CLS]-only head and the plain path say None; the full output of left padding unpads
+    assert packings[:3] == [None, None, None] and len(packings) == 4
+    assert packings[-1] is not None and not packings[-1].starts_real
+
+
+def test_qa_and_compat_models_keep_padding_positions(tiny_config):
+    import bertkit.compat.pytorch_pretrained_bert as P
+    from ppb_reference import PPB_CONFIG
+
+    assert bertkit.BERTForQuestionAnswering(tiny_config).bert.drops_padding is False
+    assert P.BertModel(P.BertConfig(**PPB_CONFIG)).drops_padding is False
+    assert bertkit.BERTForTokenClassification(tiny_config).bert.drops_padding is True
+
+
+def test_unpadded_training_with_checkpointing_and_chunked_feed_forward(tiny_config, packings):
+    ids, mask, types = padded_batch()
+    config = tiny_config.replace(chunk_size_feed_forward=4)
+    model = _models(bertkit.BERTForTokenClassification, config).train()
+    model.bert.encoder.gradient_checkpointing = True
+    grads = []
+    for on in (True, False):
+        model.zero_grad()
+        with fast.fast_path(on):
+            logits = model(ids, mask, types)
+        logits[mask.bool()].square().sum().backward()
+        grads.append({n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
+    assert packings[0] is not None
+    for name in grads[0]:
+        torch.testing.assert_close(grads[0][name], grads[1][name], atol=1e-5, rtol=1e-5, msg=name)
+
+
+def test_fully_padded_row_gives_no_nan(tiny_config):
+    ids, mask, types = padded_batch()
+    mask[2] = 0
+    model = _models(bertkit.BERT, tiny_config)
+    with torch.no_grad():
+        out = model(ids, mask, types)[0]
+    assert torch.isfinite(out).all() and (out[2] == 0).all()
+
+
+# ---------------------------------------------------------------------------- optimize_for_inference
+
+def _classifier(tiny_config):
+    return _models(bertkit.BERTForSequenceClassification, tiny_config.replace(num_labels=3))
+
+
+def test_optimized_float32_model_equals_the_eager_model(tiny_config, kernel_calls):
+    ids, mask, types = padded_batch()
+    eager = _classifier(tiny_config)
+    model = optimize_for_inference(copy.deepcopy(eager).train())
+    assert not model.training
+    kernels = [m.packed for m in model.modules() if isinstance(m, Linear)]
+    assert kernels and all(isinstance(k, PackedKernel) for k in kernels)
+    with torch.no_grad():
+        got = model(ids, mask, types)
+        with fast.fast_path(False):
+            want = eager(ids, mask, types)
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    assert len(kernel_calls) >= len(kernels) - 1  # each layer ran its prepacked oneDNN kernel
+    # names, state_dict and saved checkpoints are HF's; the kernels are not in them
+    assert list(model.state_dict()) == list(eager.state_dict())
+    buffer = io.BytesIO()
+    torch.save(model.state_dict(), buffer)
+    copy.deepcopy(model)
+
+
+def test_prepared_weights_follow_parameter_updates(tiny_config):
+    ids, mask, types = padded_batch()
+    model = optimize_for_inference(_classifier(tiny_config))
+    with torch.no_grad():
+        before = model(ids, mask, types)
+        model.load_state_dict(_classifier(tiny_config.replace(num_labels=3)).state_dict() | {
+            "classifier.bias": torch.tensor([5.0, 0.0, -5.0])})
+        after = model(ids, mask, types)
+        with fast.fast_path(False):
+            want = model(ids, mask, types)
+    assert not torch.allclose(before, after)
+    torch.testing.assert_close(after, want, atol=1e-5, rtol=1e-5)
+
+
+def test_training_after_optimizing_uses_gradients_not_the_prepared_kernel(tiny_config):
+    ids, mask, types = padded_batch()
+    model = optimize_for_inference(_classifier(tiny_config)).train()
+    model(ids, mask, types).sum().backward()
+    assert all(p.grad is not None for n, p in model.named_parameters() if "classifier" in n)
+
+
+@pytest.mark.skipif(not native_bf16("cpu"), reason="no native bf16 on this CPU")
+def test_bf16_by_one_flag(tiny_config):
+    ids, mask, types = padded_batch()
+    eager = _classifier(tiny_config)
+    model = optimize_for_inference(copy.deepcopy(eager), dtype="bf16")
+    assert all(p.dtype == torch.bfloat16 for p in model.parameters())
+    with torch.no_grad():
+        got = model(ids, mask, types)
+        want = eager(ids, mask, types)
+    assert got.dtype == torch.bfloat16
+    torch.testing.assert_close(got.float(), want, atol=0.1, rtol=0.05)
+
+
+def test_int8_quantization(tiny_config):
+    ids, mask, types = padded_batch()
+    eager = _classifier(tiny_config)
+    model = optimize_for_inference(copy.deepcopy(eager), quantize="int8")
+    assert all(isinstance(m.packed, Int8Kernel) for m in model.modules() if isinstance(m, Linear))
+    with torch.no_grad():
+        got, want = model(ids, mask, types), eager(ids, mask, types)
+    assert got.dtype == torch.float32 and not torch.equal(got, want)
+    torch.testing.assert_close(got, want, atol=0.1, rtol=0.1)
+    assert list(model.state_dict()) == list(eager.state_dict())
+
+
+def test_optimize_errors_name_the_argument(tiny_config):
+    model = _classifier(tiny_config)
+    with pytest.raises(ValueError, match="dtype must be"):
+        optimize_for_inference(model, dtype="int4")
+    with pytest.raises(ValueError, match="quantize must be one of"):
+        optimize_for_inference(model, quantize="int4")
+    with pytest.raises(ValueError, match="float32 model"):
+        optimize_for_inference(model, quantize="int8", dtype="bf16")
+
+
+def test_model_method_and_root_export(tiny_config):
+    model = _classifier(tiny_config)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert model.optimize_for_inference() is model
+    assert bertkit.optimize_for_inference is optimize_for_inference
