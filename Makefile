@@ -22,7 +22,7 @@ $(VENV)/.test-installed: pyproject.toml | $(PY)
 	$(PY) -m pip install -q --no-deps d2l==1.0.3
 	touch $@
 
-.PHONY: demo test lint
+.PHONY: demo test lint bench
 demo: $(VENV)/.demo-installed
 	$(VENV)/bin/bertkit demo
 
@@ -31,3 +31,7 @@ lint: $(VENV)/.test-installed
 
 test: lint
 	$(PY) -m pytest -q
+
+# bertkit vs HF transformers vs ONNX Runtime, one run (~6 min on 2 cores): benchmarks/run.py
+bench: $(VENV)/.test-installed
+	$(PY) benchmarks/run.py

@@ -111,7 +111,7 @@ class MaskingCollator:
 
 def make_config(out, **overrides) -> TrainingConfig:
     base = dict(max_steps=10, learning_rate=3e-3, warmup_steps=2, batch_size=8, log_every=1, output_dir=str(out),
-                device="cpu", progress_bar=False, seed=0)
+                device="cpu", progress_bar=False, seed=0, precision="fp32")
     return TrainingConfig(**{**base, **overrides})
 
 

@@ -21,7 +21,8 @@ def parser_for(prog: str, doc: str) -> ArgumentParser:
     parser.add_argument("--data", required=True, help="the file to run on (same formats as finetune)")
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--max-seq-length", type=int, help="default: the fine-tuning run's")
-    parser.add_argument("--precision", choices=("fp32", "bf16", "fp16"), default="fp32")
+    parser.add_argument("--precision", choices=("auto", "fp32", "bf16", "fp16"), default="auto",
+                        help="auto (default): bf16 where the CPU/GPU has it natively, else fp32")
     seen: set[str] = set()
     for task in TASK_FLAGS:  # --encoding is shared by two tasks: add each flag once
         flags = [(flag, kwargs) for flag, kwargs in TASK_FLAGS[task] if flag not in seen]

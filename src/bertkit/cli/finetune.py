@@ -122,8 +122,8 @@ def _add_common(parser: argparse.ArgumentParser, task: str) -> None:
     group.add_argument("--warmup-ratio", type=float, default=0.1, help="default: %(default)s")
     group.add_argument("--weight-decay", type=float, default=0.01, help="default: %(default)s")
     group.add_argument("--gradient-accumulation-steps", type=int, default=1)
-    group.add_argument("--precision", choices=("fp32", "bf16", "fp16"), default="fp32",
-                       help="bf16: faster where the CPU/GPU has it (default fp32)")
+    group.add_argument("--precision", choices=("auto", "fp32", "bf16", "fp16"), default="auto",
+                       help="auto (default): bf16 autocast where the CPU/GPU has it natively, else fp32")
     group.add_argument("--seed", type=int, default=42, help="makes the run reproducible (default 42)")
     group.add_argument("--early-stopping-patience", type=int,
                        help="stop after this many epochs without a better validation metric")

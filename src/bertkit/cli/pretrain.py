@@ -120,13 +120,9 @@ def fill_defaults(args: argparse.Namespace) -> argparse.Namespace:
 
 
 def training_config(args: argparse.Namespace):
-    from bertkit.training import TrainingConfig, cpu_supports_bf16
+    from bertkit.training import TrainingConfig
 
-    precision = args.precision
-    if precision == "auto":
-        import torch
-
-        precision = "bf16" if torch.cuda.is_available() or cpu_supports_bf16() else "fp32"
+    precision = args.precision  # "auto" resolves on the device: bf16 where native, else fp32
     return TrainingConfig(
         max_steps=args.max_steps, batch_size=args.batch_size,
         gradient_accumulation_steps=args.gradient_accumulation_steps, learning_rate=args.learning_rate,

@@ -125,7 +125,7 @@ def finetune(task: str | Task, model: str | os.PathLike, train: str | os.PathLik
              test: str | os.PathLike | None = None, data_dir: str | os.PathLike | None = None,
              epochs: float = 3, learning_rate: float = 5e-5, batch_size: int = 32, eval_batch_size: int = 64,
              max_seq_length: int = 128, warmup_ratio: float = 0.1, weight_decay: float = 0.01, seed: int = 42,
-             precision: str = "fp32", gradient_accumulation_steps: int = 1,
+             precision: str = "auto", gradient_accumulation_steps: int = 1,
              early_stopping_patience: int | None = None, metric_for_best: str | None = None,
              group_by_length: bool = True, device: str = "auto", resume: bool = False, overwrite: bool = False,
              apply_changes: bool = False, progress: bool = True, callbacks: Mapping[str, Any] | None = None,
@@ -269,7 +269,7 @@ def _write_task_file(model_dir: Path, task: Task, max_seq_length: int) -> None:
 
 # ---------------------------------------------------------------------- running a model over features
 def run_model(model: torch.nn.Module, task: Task, features: Sequence[dict[str, Any]], *, batch_size: int = 64,
-              precision: str = "fp32") -> tuple[list[Any], float | None]:
+              precision: str = "auto") -> tuple[list[Any], float | None]:
     """Every feature's outputs (float32 numpy; a tuple for QA) in feature order, and the mean loss when
     the features carry labels (None otherwise). Features run longest first, so batches pad little;
     outputs with a sequence axis are trimmed to the feature's own length."""
@@ -306,7 +306,7 @@ def _row(logits: Any, row: int, length: int | None) -> Any:
 
 
 def score_split(model, task: Task, examples: Sequence[Any], features: Sequence[dict[str, Any]], *,
-                batch_size: int = 64, precision: str = "fp32") -> tuple[list[dict[str, Any]], dict[str, Any], list]:
+                batch_size: int = 64, precision: str = "auto") -> tuple[list[dict[str, Any]], dict[str, Any], list]:
     """``(predictions, metrics, outputs)`` for one split; metrics (with ``loss``) only when it is labelled."""
     outputs, loss = run_model(model, task, features, batch_size=batch_size, precision=precision)
     predictions = task.decode(examples, features, outputs)
@@ -393,7 +393,7 @@ def load_finetuned(model_dir: str | os.PathLike, task: str | None = None, **task
 
 
 def evaluate(model_dir: str | os.PathLike, data: str | os.PathLike, *, task: str | None = None,
-             batch_size: int = 64, precision: str = "fp32", max_seq_length: int | None = None,
+             batch_size: int = 64, precision: str = "auto", max_seq_length: int | None = None,
              output: str | os.PathLike | None = None, **task_options: Any) -> dict[str, Any]:
     """The task's metrics of a fine-tuned model on a labelled file (and its predictions in ``output``)."""
     net, tokenizer, task_object, saved_length = load_finetuned(model_dir, task, **task_options)
@@ -409,7 +409,7 @@ def evaluate(model_dir: str | os.PathLike, data: str | os.PathLike, *, task: str
 
 
 def predict(model_dir: str | os.PathLike, data: str | os.PathLike, output: str | os.PathLike, *,
-            task: str | None = None, batch_size: int = 64, precision: str = "fp32",
+            task: str | None = None, batch_size: int = 64, precision: str = "auto",
             max_seq_length: int | None = None, **task_options: Any) -> list[dict[str, Any]]:
     """Predictions of a fine-tuned model for every row of ``data``, written to ``output`` (JSON lines)."""
     net, tokenizer, task_object, saved_length = load_finetuned(model_dir, task, **task_options)

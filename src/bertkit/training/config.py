@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 SCHEDULES = ("linear", "polynomial", "constant")
-PRECISIONS = ("fp32", "bf16", "fp16")
+PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 DEVICES = ("auto", "cpu", "cuda", "gpu")
 
 
@@ -53,7 +53,7 @@ class TrainingConfig:
     gradient_accumulation_steps: int = 1
     eval_batch_size: int | None = None
     max_grad_norm: float | None = 1.0
-    precision: str = "fp32"
+    precision: str = "auto"
     eval_every: int | None = None
     log_every: int = 10
     save_every: int | None = None
@@ -189,9 +189,15 @@ def resolve_device(name: str, local_rank: int = 0) -> torch.device:
 def resolve_precision(precision: str, device: torch.device) -> str:
     """The precision the loop will actually use on ``device``.
 
+    ``auto`` (the default) is bf16 autocast where ``device`` has native bf16 (AVX512-BF16/AMX CPUs,
+    Ampere+ GPUs), fp32 elsewhere.
     fp16 needs CUDA (``ValueError`` elsewhere). bf16 on CPU needs hardware support
     (AVX512-BF16, AMX or Arm BF16); without it this warns and returns ``"fp32"``.
     """
+    if precision == "auto":  # bf16 autocast where the hardware computes it natively, else fp32
+        native = (torch.cuda.is_available() and torch.cuda.is_bf16_supported() if device.type == "cuda"
+                  else device.type == "cpu" and cpu_supports_bf16())
+        return "bf16" if native else "fp32"
     if precision == "fp16" and device.type != "cuda":
         raise ValueError(f"TrainingConfig.precision='fp16' needs CUDA (device is {device}); use 'bf16' or 'fp32'.")
     if precision == "bf16" and device.type == "cpu" and not cpu_supports_bf16():

@@ -17,11 +17,16 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader
 
+from bertkit.training.config import resolve_precision
+
 
 def autocast(device: torch.device, precision: str):
     """The autocast context of ``precision`` (``"fp32"``: none; ``"bf16"`` / ``"fp16"``) on ``device``."""
     if precision == "fp32":
         return contextlib.nullcontext()
+    if precision not in ("bf16", "fp16"):
+        raise ValueError(f"precision must be a resolved one (fp32, bf16, fp16), got {precision!r}; "
+                         "resolve 'auto' with bertkit.training.config.resolve_precision.")
     dtype = torch.bfloat16 if precision == "bf16" else torch.float16
     return torch.autocast(device.type, dtype=dtype)
 
@@ -52,9 +57,10 @@ def predict_batches(model: nn.Module, dataset, *, collate_fn: Callable | None = 
     ``batch`` is what ``collate_fn`` made (on the CPU, as collated); ``outputs`` is
     ``forward(model, batch_on_device)`` with every tensor detached, moved to the CPU and, if
     floating point, cast to float32. The model runs in eval mode on its own device and is put
-    back into the mode it was in.
+    back into the mode it was in. ``precision`` may be ``"auto"`` (bf16 where the device has it natively).
     """
     device = next((p.device for p in model.parameters()), torch.device("cpu"))
+    precision = resolve_precision(precision, device)
     loader = DataLoader(dataset, batch_size=batch_size, shuffle=False, collate_fn=collate_fn)
     was_training = model.training
     model.eval()

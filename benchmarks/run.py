@@ -1,0 +1,387 @@
+"""bertkit's speed against HF transformers and ONNX Runtime, in one run: inference, pretraining, fine-tuning.
+
+Every table is measured in this process (peak memory in one child process per variant), the variants
+interleaved round by round so machine drift hits them alike; times are medians. Ratios are against HF
+fp32 (and ONNX Runtime fp32 for inference); "max diff" is the largest absolute difference to HF fp32
+on the same weights (inference: last hidden state at real tokens; training: the loss before the first
+step, without dropout; the timed steps train with BERT's dropout 0.1);
+"% GEMM peak" is the model's FLOPs per second over the fastest fp32 (bf16 for bf16 rows) product
+measured at the start of the run.
+
+    python benchmarks/run.py                 # everything, BERT-base (~6 min on 2 cores)
+    python benchmarks/run.py --only inference --rounds 9
+    python benchmarks/run.py --quick         # a tiny model, one round: checks that it all runs
+
+Needs the test extras (transformers) and onnxruntime, onnx, onnxscript (``pip install -e '.[test]'``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+import transformers
+
+import bertkit
+from bertkit.inference import native_bf16
+from bertkit.modeling import fast
+from bertkit.training import TrainingConfig
+from bertkit.training.optim import build_optimizer
+
+transformers.logging.set_verbosity_error()
+transformers.utils.logging.disable_progress_bar()
+
+BASE = dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072)
+SMALL = dict(hidden_size=256, num_hidden_layers=4, num_attention_heads=4, intermediate_size=1024)
+TINY = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=2, intermediate_size=128)
+
+
+# ---------------------------------------------------------------------------- timing
+def interleaved(variants: dict[str, Callable[[], object]], rounds: int, warmup: int = 1) -> dict[str, float]:
+    """Median seconds of each variant, all run once per round in turn (after ``warmup`` rounds)."""
+    times: dict[str, list[float]] = {name: [] for name in variants}
+    for r in range(warmup + rounds):
+        for name, run in variants.items():
+            start = time.perf_counter()
+            run()
+            if r >= warmup:
+                times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
+def gemm_peaks(rounds: int) -> dict[str, float]:
+    """GFLOP/s of one [1024, 768] x [768, 3072] product on each backend, measured now."""
+    m, k, n = 1024, 768, 3072
+    x, w = torch.randn(m, k), torch.randn(n, k)
+    xb, wb = x.bfloat16(), w.bfloat16()
+    runs = {"fp32 F.linear (default BLAS)": lambda: F.linear(x, w)}
+    if fast.onednn_available():
+        wm = w.to_mkldnn()
+        runs["fp32 oneDNN"] = lambda: fast.onednn_linear(x, wm, None)
+    runs["bf16 F.linear"] = lambda: F.linear(xb, wb)
+    seconds = interleaved(runs, max(rounds, 5))
+    return {name: 2 * m * k * n / s / 1e9 for name, s in seconds.items()}
+
+
+def forward_flops(cfg: dict, tokens: int, lengths: list[int]) -> float:
+    """Forward FLOPs of a BERT encoder on ``tokens`` real tokens (dense layers) with rows of ``lengths`` (attention)."""
+    h, inner, layers = cfg["hidden_size"], cfg["intermediate_size"], cfg["num_hidden_layers"]
+    dense = 2 * tokens * (4 * h * h + 2 * h * inner)
+    attention = sum(4 * n * n * h for n in lengths)
+    return layers * (dense + attention)
+
+
+# ---------------------------------------------------------------------------- inference
+def make_batch(batch: int, length: int, real: float, vocab: int, seed: int = 0):
+    """Random ids, a padding mask with ``real`` of the tokens real (rows of spread lengths), zero token types."""
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(1000, vocab, (batch, length), generator=g)
+    mask = torch.ones_like(ids)
+    if real < 1.0:
+        lengths = torch.linspace(2 * real - 1, 1.0, batch).mul(length).round().long().clamp(min=1, max=length)
+        mask = (torch.arange(length)[None] < lengths[:, None]).long()
+    return ids, mask, torch.zeros_like(ids)
+
+
+class _HFEncoder(torch.nn.Module):
+    """HF's BertModel as ``(ids, mask, types) -> last_hidden_state`` for the ONNX exporter."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids, attention_mask, token_type_ids):
+        return self.model(input_ids=input_ids, attention_mask=attention_mask,
+                          token_type_ids=token_type_ids).last_hidden_state
+
+
+def onnx_sessions(hf, workdir: Path, threads: int) -> dict[str, object]:
+    """ONNX Runtime sessions on HF's model exported by ``torch.onnx.export`` (fp32) and dynamically quantized."""
+    import onnxruntime as ort
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    example = make_batch(2, 16, 0.7, 2000)
+    batch, length = torch.export.Dim("batch", min=1, max=1024), torch.export.Dim("length", min=2, max=512)
+    path = workdir / "hf.onnx"
+    torch.onnx.export(_HFEncoder(hf), example, str(path), input_names=["input_ids", "attention_mask", "token_type_ids"],
+                      output_names=["last_hidden_state"], dynamic_shapes=({0: batch, 1: length},) * 3,
+                      opset_version=18, dynamo=True, verbose=False)
+    quantize_dynamic(str(path), str(workdir / "hf-int8.onnx"), weight_type=QuantType.QInt8)
+    options = ort.SessionOptions()
+    options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    return {name: ort.InferenceSession(str(workdir / file), options, providers=["CPUExecutionProvider"])
+            for name, file in (("fp32", "hf.onnx"), ("int8", "hf-int8.onnx"))}
+
+
+def inference(cfg: dict, args, peaks: dict[str, float], workdir: Path) -> list[dict]:
+    torch.manual_seed(0)
+    hf = transformers.BertModel(transformers.BertConfig(**cfg, attn_implementation="sdpa")).eval()
+    hf.save_pretrained(workdir / "hf")
+    eager = bertkit.BERT.from_pretrained(workdir / "hf").eval()
+    ours = {"fp32": bertkit.optimize_for_inference(copy.deepcopy(eager)),
+            "int8": bertkit.optimize_for_inference(copy.deepcopy(eager), quantize="int8")}
+    if native_bf16():
+        ours["bf16"] = bertkit.optimize_for_inference(copy.deepcopy(eager), dtype=torch.bfloat16)
+    hf_bf16 = copy.deepcopy(hf).to(torch.bfloat16) if native_bf16() else None
+    sessions = onnx_sessions(hf, workdir, torch.get_num_threads()) if not args.no_onnx else {}
+
+    def run_hf(model):
+        return lambda ids, mask, types: model(input_ids=ids, attention_mask=mask,
+                                              token_type_ids=types).last_hidden_state
+
+    def run_ours(model):
+        return lambda ids, mask, types: model(ids, mask, types)[0]
+
+    def run_ort(session):
+        return lambda ids, mask, types: torch.from_numpy(session.run(None, {
+            "input_ids": ids.numpy(), "attention_mask": mask.numpy(), "token_type_ids": types.numpy()})[0])
+
+    variants = {"HF fp32 (sdpa)": run_hf(hf), "bertkit fp32": run_ours(ours["fp32"])}
+    if "fp32" in sessions:
+        variants["ONNX Runtime fp32"] = run_ort(sessions["fp32"])
+    extra = {}
+    if "bf16" in ours:
+        extra |= {"HF bf16": run_hf(hf_bf16), "bertkit bf16": run_ours(ours["bf16"])}
+    extra["bertkit int8"] = run_ours(ours["int8"])
+    if "int8" in sessions:
+        extra["ONNX Runtime int8"] = run_ort(sessions["int8"])
+
+    workloads = [("8 x 128", 8, 128, 1.0, True), ("latency 1 x 128", 1, 128, 1.0, False),
+                 ("latency 1 x 16", 1, 16, 1.0, False), ("8 x 128, 30 % padding", 8, 128, 0.7, True)]
+    rows = []
+    for name, b, length, real, with_extra in workloads:
+        ids, mask, types = make_batch(b, length, real, cfg.get("vocab_size", 30522))
+        runs = {**variants, **(extra if with_extra else {})}
+        with torch.inference_mode():
+            reference = runs["HF fp32 (sdpa)"](ids, mask, types)
+            outputs = {v: run(ids, mask, types).float() for v, run in runs.items()}
+            batch = (ids, mask, types)
+            seconds = interleaved({v: (lambda run=run, batch=batch: run(*batch)) for v, run in runs.items()},
+                                  args.rounds)
+        lengths = mask.sum(1).tolist()
+        tokens = sum(lengths)
+        flops = forward_flops(cfg, tokens, lengths)
+        padded_flops = forward_flops(cfg, b * length, [length] * b)
+        real_mask = mask.bool()
+        for v, s in seconds.items():
+            bf16 = "bf16" in v
+            peak = peaks.get("bf16 F.linear" if bf16 else "fp32 oneDNN", peaks["fp32 F.linear (default BLAS)"])
+            work = flops if v.startswith("bertkit") else padded_flops  # what the variant computes
+            rows.append({"workload": name, "variant": v, "ms": 1e3 * s, "real tokens/s": tokens / s,
+                         "x HF fp32": seconds["HF fp32 (sdpa)"] / s,
+                         "x ORT fp32": seconds["ONNX Runtime fp32"] / s if "ONNX Runtime fp32" in seconds else None,
+                         "max diff": (outputs[v] - reference)[real_mask].abs().max().item(),
+                         "% GEMM peak": 100 * work / s / 1e9 / peak})
+    return rows
+
+
+# ---------------------------------------------------------------------------- training steps
+def mlm_batch(batch: int, length: int, vocab: int, real: float = 1.0, seed: int = 0) -> dict[str, torch.Tensor]:
+    """A pretraining batch: 15 % of real positions labelled, NSP labels; full rows unless ``real`` < 1."""
+    ids, mask, types = make_batch(batch, length, real, vocab, seed)
+    g = torch.Generator().manual_seed(seed + 1)
+    chosen = (torch.rand(ids.shape, generator=g) < 0.15) & mask.bool()
+    labels = torch.where(chosen, ids, torch.full_like(ids, -100))
+    return {"input_ids": ids, "attention_mask": mask, "token_type_ids": types, "mlm_labels": labels,
+            "nsp_labels": torch.randint(0, 2, (batch,), generator=g)}
+
+
+def _configs(kind: str, cfg: dict) -> tuple[type, type, transformers.BertConfig]:
+    hf_config = transformers.BertConfig(**cfg, attn_implementation="sdpa", num_labels=2)  # dropout 0.1 as BERT
+    if kind == "pretraining":
+        return transformers.BertForPreTraining, bertkit.BERTForPreTraining, hf_config
+    return transformers.BertForSequenceClassification, bertkit.BERTForSequenceClassification, hf_config
+
+
+def _training_models(kind: str, cfg: dict, workdir: Path):
+    """(HF model, bertkit model) with the same random weights."""
+    hf_cls, ours_cls, hf_config = _configs(kind, cfg)
+    torch.manual_seed(0)
+    hf = hf_cls(hf_config).train()
+    path = workdir / f"{kind}-{cfg['hidden_size']}-{cfg['num_hidden_layers']}"
+    hf.save_pretrained(path)
+    return hf, ours_cls.from_pretrained(path).train()
+
+
+def make_step(variant: str, kind: str, model, batch: dict) -> Callable[..., float]:
+    """One optimizer step (forward, backward, AdamW) of ``variant`` on ``model``; returns the loss.
+
+    HF: ``model(**inputs).loss`` and torch's AdamW (HF Trainer's default). bertkit: ``training_step``
+    (the sparse MLM head in pretraining) and bertkit's optimizer (fused AdamW), bf16 autocast if named.
+    """
+    inputs = {k: batch[k] for k in ("input_ids", "attention_mask", "token_type_ids")}
+    if variant.startswith("HF"):
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)
+        labels = (dict(labels=batch["mlm_labels"], next_sentence_label=batch["nsp_labels"]) if kind == "pretraining"
+                  else dict(labels=batch["nsp_labels"]))
+
+        def loss_fn():
+            return model(**inputs, **labels).loss
+    else:
+        optimizer = build_optimizer(model, TrainingConfig(max_steps=1, learning_rate=1e-5))
+        ours_batch = batch if kind == "pretraining" else inputs | {"labels": batch["nsp_labels"]}
+        bf16 = "bf16" in variant
+
+        def loss_fn():
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+                return model.training_step(ours_batch)[0]
+
+    def step(update: bool = True) -> float:
+        """One training step; ``update=False``: the loss alone, in eval mode (no dropout), for comparison."""
+        if not update:
+            model.eval()
+            with torch.no_grad():
+                loss = loss_fn().item()
+            model.train()
+            return loss
+        optimizer.zero_grad(set_to_none=True)
+        loss = loss_fn()
+        loss.backward()
+        optimizer.step()
+        return loss.item()
+
+    return step
+
+
+def _variants() -> list[str]:
+    return ["HF fp32 + AdamW", "bertkit fp32"] + (["bertkit bf16 autocast"] if native_bf16() else [])
+
+
+def _workload(kind: str, cfg: dict, batch: int, length: int, real: float) -> dict:
+    return {"kind": kind, "cfg": cfg, "batch": batch, "length": length, "real": real}
+
+
+def _batch(w: dict) -> dict[str, torch.Tensor]:
+    return mlm_batch(w["batch"], w["length"], w["cfg"].get("vocab_size", 30522), w["real"])
+
+
+def training(workloads: list[dict], args, peaks: dict[str, float], workdir: Path) -> list[dict]:
+    rows = []
+    for w in workloads:
+        cfg, kind = w["cfg"], w["kind"]
+        hf, ours = _training_models(kind, cfg, workdir)
+        batch = _batch(w)
+        models = {"HF fp32 + AdamW": hf, "bertkit fp32": ours, "bertkit bf16 autocast": copy.deepcopy(ours)}
+        steps = {v: make_step(v, kind, models[v], batch) for v in _variants()}
+        first = {name: step(update=False) for name, step in steps.items()}  # same weights: the losses agree
+        seconds = interleaved(steps, args.rounds, warmup=1)
+        memory = {v: peak_memory(w, v) for v in steps} if not args.quick else {}
+        lengths = batch["attention_mask"].sum(1).tolist()
+        flops = 3 * forward_flops(cfg, sum(lengths), lengths)  # forward + backward
+        name = f"{kind} L{cfg['num_hidden_layers']}/H{cfg['hidden_size']} {w['batch']} x {w['length']}" + (
+            f", {round(100 * (1 - w['real']))} % padding" if w["real"] < 1 else "")
+        hf_name = "HF fp32 + AdamW"
+        for v, s in seconds.items():
+            peak = peaks.get("bf16 F.linear" if "bf16" in v else "fp32 oneDNN", peaks["fp32 F.linear (default BLAS)"])
+            rows.append({"workload": name, "variant": v, "ms": 1e3 * s, "x HF fp32": seconds[hf_name] / s,
+                         "loss diff": abs(first[v] - first[hf_name]), "peak MB": memory.get(v),
+                         "x HF memory": memory[v] / memory[hf_name] if memory else None,
+                         "% GEMM peak": 100 * flops / s / 1e9 / peak})
+    return rows
+
+
+def peak_memory(workload: dict, variant: str) -> float:
+    """Training memory (MB) of ``variant`` alone, measured in a child process: its peak RSS over three steps
+    minus its RSS before the first (the interpreter, the imports and the weights)."""
+    out = subprocess.run([sys.executable, __file__, "--memory-probe", json.dumps({**workload, "variant": variant}),
+                          "--threads", str(torch.get_num_threads())], capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])["peak_mb"]
+
+
+def _rss_mb() -> float:
+    pages = int(Path("/proc/self/statm").read_text().split()[1])
+    return pages * resource.getpagesize() / 2**20
+
+
+def memory_probe(spec: dict) -> None:
+    hf_cls, ours_cls, hf_config = _configs(spec["kind"], spec["cfg"])
+    torch.manual_seed(0)
+    if spec["variant"].startswith("HF"):
+        model = hf_cls(hf_config).train()
+    else:
+        model = ours_cls(bertkit.BERTConfig.from_hf_dict(hf_config.to_dict())).train()
+    step = make_step(spec["variant"], spec["kind"], model, _batch(spec))
+    before = _rss_mb()
+    for _ in range(3):
+        step()
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(json.dumps({"peak_mb": peak - before}))
+
+
+# ---------------------------------------------------------------------------- report
+def markdown(rows: list[dict], columns: list[str]) -> str:
+    def cell(v):
+        if v is None:
+            return "—"
+        if isinstance(v, float):
+            return f"{v:.2e}" if 0 < abs(v) < 1e-2 else f"{v:,.2f}" if abs(v) < 100 else f"{v:,.0f}"
+        return str(v)
+
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(cell(r.get(c)) for c in columns) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--only", choices=("inference", "pretraining", "finetuning"), action="append")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument("--quick", action="store_true", help="tiny model, one round: a check that everything runs")
+    parser.add_argument("--no-onnx", action="store_true", help="skip ONNX Runtime")
+    parser.add_argument("--json", type=Path, help="also write every row here")
+    parser.add_argument("--memory-probe", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    if args.memory_probe:
+        return memory_probe(json.loads(args.memory_probe))
+    if args.quick:
+        args.rounds = 1
+    sections = args.only or ["inference", "pretraining", "finetuning"]
+    big, small = (TINY, TINY) if args.quick else (BASE, SMALL)
+
+    print(f"torch {torch.__version__}, transformers {transformers.__version__}, {torch.get_num_threads()} threads, "
+          f"CPU capability {torch.backends.cpu.get_cpu_capability()}, native bf16: {native_bf16()}, "
+          f"GEMM backend chosen: {fast.gemm_backend()}")
+    peaks = gemm_peaks(args.rounds)
+    print("\n## GEMM, [1024, 768] x [768, 3072], GFLOP/s\n")
+    print(markdown([{"backend": k, "GFLOP/s": v} for k, v in peaks.items()], ["backend", "GFLOP/s"]))
+    results: dict[str, list[dict]] = {"gemm": [{"backend": k, "gflops": v} for k, v in peaks.items()]}
+    with tempfile.TemporaryDirectory() as d:
+        workdir = Path(d)
+        if "inference" in sections:
+            rows = inference(big, args, peaks, workdir)
+            results["inference"] = rows
+            print(f"\n## Inference, BERT {'base' if big is BASE else 'tiny'} encoder\n")
+            print(markdown(rows, ["workload", "variant", "ms", "real tokens/s", "x HF fp32", "x ORT fp32",
+                                  "max diff", "% GEMM peak"]))
+        training_workloads = []
+        if "pretraining" in sections:
+            training_workloads += [_workload("pretraining", small, 32, 128, 1.0),
+                                   _workload("pretraining", big, 8, 128, 1.0)]
+        if "finetuning" in sections:
+            training_workloads += [_workload("finetuning", big, 8, 128, 0.7)]
+        if training_workloads:
+            rows = training(training_workloads, args, peaks, workdir)
+            results["training"] = rows
+            print("\n## Training steps (forward, backward, AdamW) vs HF + torch AdamW\n")
+            print(markdown(rows, ["workload", "variant", "ms", "x HF fp32", "loss diff", "peak MB", "x HF memory",
+                                  "% GEMM peak"]))
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=1))
+
+
+if __name__ == "__main__":
+    main()

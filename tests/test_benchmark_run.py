@@ -1,0 +1,46 @@
+"""benchmarks/run.py runs end to end (tiny model, one round) and its variants compute the same numbers.
+
+Timings are printed by the script, never asserted here; what is asserted is what could be wrong
+without anyone noticing in a table: the fast path, bf16, int8 and ONNX Runtime against HF fp32.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "run.py"
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    pytest.importorskip("onnxruntime")
+    pytest.importorskip("transformers")
+    out = tmp_path_factory.mktemp("bench") / "rows.json"
+    run = subprocess.run([sys.executable, str(SCRIPT), "--quick", "--json", str(out)], capture_output=True,
+                         text=True, timeout=900)
+    assert run.returncode == 0, run.stderr[-3000:]
+    return run.stdout, json.loads(out.read_text())
+
+
+def test_every_table_is_printed(report):
+    stdout, _ = report
+    for title in ("## GEMM", "## Inference", "## Training steps"):
+        assert title in stdout
+    assert "| 8 x 128 | bertkit fp32 |" in stdout
+
+
+def test_variants_agree_with_hf(report):
+    _, rows = report
+    inference = {(r["workload"], r["variant"]): r for r in rows["inference"]}
+    for (workload, variant), row in inference.items():
+        bound = 1e-4 if "fp32" in variant else 0.2  # bf16 / int8 are approximate by nature
+        assert row["max diff"] <= bound, (workload, variant, row["max diff"])
+    assert ("8 x 128, 30 % padding", "ONNX Runtime fp32") in inference
+    for row in rows["training"]:
+        bound = 1e-4 if "fp32" in row["variant"] else 5e-2
+        assert row["loss diff"] <= bound, row
