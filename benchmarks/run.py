@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import copy
 import json
-import resource
 import statistics
 import subprocess
 import sys
@@ -300,9 +299,13 @@ def peak_memory(workload: dict, variant: str) -> float:
     return json.loads(out.stdout.strip().splitlines()[-1])["peak_mb"]
 
 
-def _rss_mb() -> float:
-    pages = int(Path("/proc/self/statm").read_text().split()[1])
-    return pages * resource.getpagesize() / 2**20
+def _status_mb(field: str) -> float:
+    """A memory line of /proc/self/status in MB: ``VmRSS`` now, ``VmHWM`` its peak. (Not ``ru_maxrss``: it
+    survives exec, so a child started by a big parent would report the parent's size.)"""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError(f"no {field} in /proc/self/status")
 
 
 def memory_probe(spec: dict) -> None:
@@ -313,11 +316,10 @@ def memory_probe(spec: dict) -> None:
     else:
         model = ours_cls(bertkit.BERTConfig.from_hf_dict(hf_config.to_dict())).train()
     step = make_step(spec["variant"], spec["kind"], model, _batch(spec))
-    before = _rss_mb()
+    before = _status_mb("VmRSS")
     for _ in range(3):
         step()
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(json.dumps({"peak_mb": peak - before}))
+    print(json.dumps({"peak_mb": _status_mb("VmHWM") - before}))
 
 
 # ---------------------------------------------------------------------------- report

@@ -336,3 +336,35 @@ def test_model_method_and_root_export(tiny_config):
         warnings.simplefilter("error")
         assert model.optimize_for_inference() is model
     assert bertkit.optimize_for_inference is optimize_for_inference
+
+
+# ---------------------------------------------------------------------------- dropout
+def test_fast_dropout_has_dropouts_distribution_and_gradient():
+    torch.manual_seed(0)
+    x = torch.randn(400, 500, requires_grad=True)
+    y = fast.dropout(x, 0.1, training=True)
+    kept = y != 0
+    assert abs(kept.float().mean().item() - 0.9) < 0.005  # 200,000 draws: 0.9 +- ~0.0007
+    torch.testing.assert_close(y[kept], x[kept] / 0.9)
+    y.backward(torch.ones_like(y))
+    torch.testing.assert_close(x.grad, kept.float() / 0.9)
+    assert torch.equal(fast.dropout(x, 0.1, training=False), x)
+    with fast.fast_path(False):  # the plain path is torch's own dropout
+        torch.manual_seed(1)
+        a = fast.dropout(x, 0.3)
+        torch.manual_seed(1)
+        assert torch.equal(a, F.dropout(x, 0.3))
+
+
+def test_attention_dropout_takes_the_fast_kernel(tiny_config, monkeypatch):
+    calls = []
+    real = fast._Dropout.apply
+    monkeypatch.setattr(fast._Dropout, "apply", lambda *a: calls.append(a[0].shape) or real(*a))
+    ids, mask, types = padded_batch()
+    config = tiny_config.replace(hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1)
+    model = bertkit.BERTForTokenClassification(config).train()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        model(ids, mask, types).float().sum().backward()
+    heads, length = config.num_attention_heads, ids.shape[1]
+    assert (3, heads, length, length) in calls  # attention probabilities
+    assert len(calls) == 1 + 3 * config.num_hidden_layers + 1  # embeddings, 3 per layer, the classifier

@@ -202,16 +202,26 @@ class _OneDNNLinear(torch.autograd.Function):
         if ctx.needs_input_grad[1] or (ctx.has_bias and ctx.needs_input_grad[2]):
             g2 = grad.reshape(-1, grad.shape[-1])  # [M, out]
             if ctx.needs_input_grad[1]:
-                grad_w = onednn_linear(g2.t(), x.reshape(-1, x.shape[-1]).t(), None)  # [out, M] x [M, in]
+                x2 = x.reshape(-1, x.shape[-1])  # [M, in]
+                # oneDNN copies a transposed left operand: transpose the smaller of the two
+                if weight.shape[0] > weight.shape[1]:  # out > in: (xᵀ g)ᵀ
+                    grad_w = onednn_linear(x2.t(), g2.t(), None).t()
+                else:  # gᵀ x
+                    grad_w = onednn_linear(g2.t(), x2.t(), None)
             if ctx.has_bias and ctx.needs_input_grad[2]:
                 grad_b = g2.sum(0)
         return grad_x, grad_w, grad_b
 
 
-def _plain_context(x: torch.Tensor) -> bool:
-    """Places the fast kernels must stay out of: tracing, export, compile, autocast."""
+def _tracing() -> bool:
+    """Tracing, scripting, export or compile: graphs keep to standard operators."""
     return (torch.jit.is_tracing() or torch.jit.is_scripting() or torch.compiler.is_compiling()
-            or torch.onnx.is_in_onnx_export() or torch.is_autocast_enabled(x.device.type))
+            or torch.onnx.is_in_onnx_export())
+
+
+def _plain_context(x: torch.Tensor) -> bool:
+    """Places the fast products must stay out of: graphs, and autocast (which picks their dtype itself)."""
+    return _tracing() or torch.is_autocast_enabled(x.device.type)
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
@@ -245,3 +255,46 @@ class Linear(nn.Linear):
         if not _settings.enabled:
             return activate(F.linear(x, self.weight, self.bias), activation)
         return linear(x, self.weight, self.bias, activation)
+
+
+# ---------------------------------------------------------------------------- dropout
+class _Dropout(torch.autograd.Function):
+    """Inverted dropout from one uniform draw per element (keep where ``u >= p``); the mask is kept as bool."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, p: float) -> torch.Tensor:
+        keep = torch.rand(x.shape, device=x.device) >= p
+        ctx.save_for_backward(keep)
+        ctx.scale = 1.0 / (1.0 - p)
+        return x.mul(keep).mul_(ctx.scale)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad: torch.Tensor):
+        (keep,) = ctx.saved_tensors
+        return grad.mul(keep).mul_(ctx.scale), None
+
+
+def fast_dropout_applies(x: torch.Tensor, p: float, training: bool) -> bool:
+    """Whether :func:`dropout` takes its fast kernel here (CPU, 0 < p < 1, training, fast path on)."""
+    return (training and 0.0 < p < 1.0 and _settings.enabled and x.device.type == "cpu"
+            and x.is_floating_point() and not _tracing())
+
+
+def dropout(x: torch.Tensor, p: float, training: bool = True) -> torch.Tensor:
+    """``F.dropout`` with the same distribution (each element kept with probability ``1 - p`` and scaled by
+    ``1 / (1 - p)``), ~2x faster on CPU, where torch's ``bernoulli_`` is slow: a share of a training step
+    comparable to the attention's. It draws from torch's generator differently, so a seeded run's masks
+    differ from ``F.dropout``'s."""
+    if not fast_dropout_applies(x, p, training):
+        return F.dropout(x, p, training)
+    return _Dropout.apply(x, p)
+
+
+class Dropout(nn.Dropout):
+    """``nn.Dropout`` through :func:`dropout` (the fast kernel on the fast path)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.inplace:
+            return F.dropout(x, self.p, self.training, inplace=True)
+        return dropout(x, self.p, self.training)

@@ -27,13 +27,12 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 from bertkit.config import BERTConfig
 from bertkit.modeling import text as text_helpers
 from bertkit.modeling.backbone import BERT
 from bertkit.modeling.base import BERTPreTrainedModel
-from bertkit.modeling.fast import Linear
+from bertkit.modeling.fast import Dropout, Linear
 from bertkit.modeling.layers import BERTOnlyNSPHead
 from bertkit.modeling.losses import accuracy, check_labels, cross_entropy, reduce
 
@@ -135,7 +134,7 @@ class _ClassifierHead(TaskModel):
 
     def _build_classifier(self, out_features: int) -> None:
         p = self.config.classifier_dropout
-        self.dropout = nn.Dropout(self.config.hidden_dropout_prob if p is None else p)
+        self.dropout = Dropout(self.config.hidden_dropout_prob if p is None else p)
         self.classifier = Linear(self.config.hidden_size, out_features)
         self.post_init()
 

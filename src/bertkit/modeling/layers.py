@@ -19,7 +19,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from bertkit.config import BERTConfig
-from bertkit.modeling.fast import ACTIVATIONS, Linear
+from bertkit.modeling import fast
+from bertkit.modeling.fast import ACTIVATIONS, Dropout, Linear
 from bertkit.modeling.unpad import Packing
 
 #: Activation name -> function. "gelu" is the exact erf GELU of Google's checkpoints.
@@ -50,7 +51,7 @@ class BERTEmbeddings(nn.Module):
         self.token_type_embeddings = nn.Embedding(config.type_vocab_size, config.hidden_size)
         self.LayerNorm = (nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
                           if config.embedding_layer_norm else None)
-        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.dropout = Dropout(config.hidden_dropout_prob)
 
     def forward(self, input_ids: torch.Tensor | None, token_type_ids: torch.Tensor,
                 position_ids: torch.Tensor, inputs_embeds: torch.Tensor | None = None) -> torch.Tensor:
@@ -68,13 +69,13 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed: torch.Ten
     at least one True per row, or None. Returns the context ``[B, nh, L, hd]`` and, on the
     eager path only, the attention probabilities ``[B, nh, L, S]`` (before dropout).
     """
-    if not eager:
+    if not eager and not fast.fast_dropout_applies(q, dropout_p, True):  # SDPA's CPU dropout is its math path
         return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, dropout_p=dropout_p), None
     scores = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(q.size(-1))  # [B, nh, L, S]
     if allowed is not None:
         scores = scores.masked_fill(~allowed, torch.finfo(scores.dtype).min)
     probs = scores.softmax(dim=-1)
-    context = torch.matmul(F.dropout(probs, dropout_p) if dropout_p else probs, v)
+    context = torch.matmul(fast.dropout(probs, dropout_p) if dropout_p else probs, v)
     return context, probs
 
 
@@ -152,7 +153,7 @@ class _ResidualOutput(nn.Module):
         super().__init__()
         self.dense = Linear(in_features, config.hidden_size, bias=bias)
         self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.dropout = Dropout(config.hidden_dropout_prob)
 
     def forward(self, hidden_states: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
         return self.LayerNorm(self.dropout(self.dense(hidden_states)) + residual)

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
-from bertkit.modeling.fast import settings
+from bertkit.modeling.fast import _tracing, settings
 
 
 @dataclass
@@ -66,7 +66,7 @@ def plan(mask: torch.Tensor | None, *, need_first: bool = False) -> Packing | No
     of the tokens is padding; also when ``need_first`` (the caller reads position 0 of each row
     alone) and some row starts with padding.
     """
-    config = settings()
+    config = settings()  # data-dependent shapes stay out of graphs (traced, exported, compiled): padded there
     if not config.enabled or mask is None or mask.dim() != 2 or mask.dtype != torch.bool or _tracing():
         return None
     b, length = mask.shape
@@ -83,9 +83,3 @@ def plan(mask: torch.Tensor | None, *, need_first: bool = False) -> Packing | No
     keys = mask | ~mask.any(dim=1, keepdim=True)  # a row with no real token attends anywhere: no NaN
     return Packing(index=index, batch=b, length=length, keys=keys[:, None, None, :], first=first,
                    starts_real=starts_real)
-
-
-def _tracing() -> bool:
-    """Data-dependent shapes stay out of traced, exported and compiled graphs (the padded path serves there)."""
-    return (torch.jit.is_tracing() or torch.jit.is_scripting() or torch.compiler.is_compiling()
-            or torch.onnx.is_in_onnx_export())
