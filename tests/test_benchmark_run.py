@@ -29,7 +29,7 @@ def report(tmp_path_factory):
 
 def test_every_table_is_printed(report):
     stdout, _ = report
-    for title in ("## GEMM", "## Inference", "## Training steps"):
+    for title in ("## GEMM", "## Inference", "## Training steps", "## Accuracy"):
         assert title in stdout
     assert "| 8 x 128 | bertkit fp32 |" in stdout
 
@@ -44,3 +44,11 @@ def test_variants_agree_with_hf(report):
     for row in rows["training"]:
         bound = 1e-4 if "fp32" in row["variant"] else 5e-2
         assert row["loss diff"] <= bound, row
+
+
+def test_fast_variants_keep_the_fine_tuned_models_predictions(report):
+    _, rows = report
+    by_variant = {r["variant"]: r for r in rows["accuracy"]}
+    assert by_variant["fp32"]["agreement with fp32 %"] >= 99.0
+    assert by_variant["int8"]["agreement with fp32 %"] >= 80.0
+    assert all(r["examples"] == by_variant["fp32"]["examples"] > 100 for r in rows["accuracy"])
