@@ -11,8 +11,9 @@ on the same backend (``x̄ = ḡ W``, ``W̄ = ḡᵀ x``, both as oneDNN product
 What stays on ``F.linear``: CUDA and other devices (cuBLAS is right there), bfloat16/float16 (torch
 already sends those to oneDNN on CPU), autocast regions, tracing / ONNX export / ``torch.compile``.
 
-The fast path also drops padding before the encoder (:mod:`bertkit.modeling.unpad`). Both are on by
-default and switched together by :func:`fast_path` (a context manager) or :func:`set_fast_path`;
+The fast path also drops padding before the encoder (:mod:`bertkit.modeling.unpad`) and draws dropout
+masks faster than torch's CPU ``bernoulli_`` (:func:`dropout`). All are on by default and switched
+together by :func:`fast_path` (a context manager) or :func:`set_fast_path`;
 ``BERTKIT_FAST_PATH=0`` turns them off, ``BERTKIT_GEMM=onednn|plain`` skips the measurement.
 The settings are process-wide.
 
