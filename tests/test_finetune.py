@@ -186,7 +186,7 @@ def test_tag_learns_entities_through_the_cli(model_dir, tmp_path):
     out = tmp_path / "out"
     assert cli(["finetune", "tag", "--model", str(model_dir), "--train", str(tmp_path / "train.conll"),
                 "--validation", str(tmp_path / "dev.conll"), "--test", str(tmp_path / "dev.conll"), "-o", str(out),
-                *_fast(3, 5e-4, 16, 48)]) == 0
+                *_fast(5, 5e-4, 16, 48)]) == 0  # 3 epochs gave F1 0.58-0.93 across seeds; 5 give >= 0.9
     results = json.loads((out / "results.json").read_text())
     assert results["validation"]["f1"] > 0.8, results
     assert set(results["validation"]["per_type"]) == {"LOC", "PER"}
