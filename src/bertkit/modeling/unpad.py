@@ -4,8 +4,8 @@ With a padding mask ``[B, L]``, the embeddings and every position-wise part of a
 projections, the feed-forward block, LayerNorms, dropout) run on the packed real tokens ``[N, H]``
 (``N`` = number of real tokens); attention alone needs the sequences apart, so each layer scatters
 its queries, keys and values back to ``[B, L, ...]`` for one masked SDPA call and gathers the context
-again (attention is a small share of BERT's work below ~512 tokens; measured against per-length
-buckets and jagged tensors, this was the fastest on CPU and it is exact). Outputs at real positions
+again: exact, and cheap where attention is a small share of the work (below ~512 tokens). Per-length
+buckets or jagged tensors would skip the padded keys too; they are not measured yet. Outputs at real positions
 equal the padded path's; at padding positions they are 0 (the padded path computes values there
 that carry no meaning). Gradients flow through the gathers, so training uses it too.
 
