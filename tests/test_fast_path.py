@@ -52,8 +52,7 @@ def packings(monkeypatch):
 
 
 def _models(cls, config, seed=0):
-    model = randomize_(cls(config), seed=seed, std=0.1).eval()
-    return model
+    return randomize_(cls(config), seed=seed, std=0.1).eval()
 
 
 # ---------------------------------------------------------------------------- the dense layer

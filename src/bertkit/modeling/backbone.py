@@ -153,7 +153,7 @@ class BERT(BERTPreTrainedModel):
         packing = None
         if allowed is not None and self.drops_padding and not (self.config.is_decoder or inputs.self_cache is not None
                                         or inputs.encoder_hidden_states is not None or output_attentions):
-            packing = unpad.plan(inputs.attention_mask, need_first=first_only)
+            packing = unpad.plan(inputs.attention_mask, allowed, need_first=first_only)
         if packing is None:
             x = self.embeddings(inputs.input_ids, token_type_ids, position_ids, inputs.inputs_embeds)
         else:  # unpadded execution: the embeddings and the encoder see the real tokens alone, [N, H]

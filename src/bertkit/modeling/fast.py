@@ -24,6 +24,7 @@ it is used whenever no gradient is needed for the layer's weight.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import statistics
 import time
@@ -92,22 +93,31 @@ def set_fast_path(enabled: bool | None = None, *, gemm: str | None = None,
                   min_padding: float | None = None) -> FastPathSettings:
     """Change the process-wide fast-path settings (None keeps a setting); returns the previous ones."""
     global _settings
-    previous = _settings
-    changes = {k: v for k, v in (("enabled", enabled), ("gemm", gemm), ("min_padding", min_padding))
-               if v is not None}
-    _settings = replace(_settings, **changes)
+    previous, _settings = _settings, _changed(enabled, gemm, min_padding)
     return previous
 
 
+def _changed(enabled: bool | None, gemm: str | None, min_padding: float | None) -> FastPathSettings:
+    """The current settings with the given (non-None) ones replaced, validated."""
+    changes = {k: v for k, v in (("enabled", enabled), ("gemm", gemm), ("min_padding", min_padding))
+               if v is not None}
+    return replace(_settings, **changes)
+
+
 @contextlib.contextmanager
-def fast_path(enabled: bool = True, *, gemm: str | None = None, min_padding: float | None = None) -> Iterator[None]:
-    """Run a block with the fast path on or off (``fast_path(False)``: the plain PyTorch path)."""
-    previous = set_fast_path(enabled, gemm=gemm, min_padding=min_padding)
+def _applied(settings_: FastPathSettings) -> Iterator[None]:
+    """Run a block under ``settings_``, restoring the settings it found."""
+    global _settings
+    previous, _settings = _settings, settings_
     try:
         yield
     finally:
-        global _settings
         _settings = previous
+
+
+def fast_path(enabled: bool = True, *, gemm: str | None = None, min_padding: float | None = None):
+    """A context manager: run a block with the fast path on or off (``fast_path(False)``: the plain PyTorch path)."""
+    return _applied(_changed(enabled, gemm, min_padding))
 
 
 def pinned(fn):
@@ -116,17 +126,15 @@ def pinned(fn):
     current = _settings
 
     def run(*args, **kwargs):
-        global _settings
-        previous, _settings = _settings, current
-        try:
+        with _applied(current):
             return fn(*args, **kwargs)
-        finally:
-            _settings = previous
 
     return run
 
 
+@functools.cache
 def onednn_available() -> bool:
+    """Whether this torch build has oneDNN and its inner-product operator."""
     return torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
 
 
@@ -253,9 +261,7 @@ class Linear(nn.Linear):
         if (self.packed is not None and _settings.enabled and not _plain_context(x)
                 and not (torch.is_grad_enabled() and self.weight.requires_grad)):
             return self.packed(x, self, activation)
-        if not _settings.enabled:
-            return activate(F.linear(x, self.weight, self.bias), activation)
-        return linear(x, self.weight, self.bias, activation)
+        return linear(x, self.weight, self.bias, activation)  # F.linear when the fast path is off
 
 
 # ---------------------------------------------------------------------------- dropout

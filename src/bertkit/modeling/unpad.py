@@ -59,9 +59,11 @@ class Packing:
         return x.index_select(0, self.first).unsqueeze(1)
 
 
-def plan(mask: torch.Tensor | None, *, need_first: bool = False) -> Packing | None:
+def plan(mask: torch.Tensor | None, keys: torch.Tensor, *, need_first: bool = False) -> Packing | None:
     """A :class:`Packing` for a boolean padding mask ``[B, L]``, or None to stay padded.
 
+    ``keys [B, 1, 1, L]`` is the attention mask the backbone built from ``mask``
+    (:func:`~bertkit.modeling.backbone.build_attention_mask`: rows with no real token open to every key).
     None when the fast path is off, the mask is not 2-D, or less than ``settings().min_padding``
     of the tokens is padding; also when ``need_first`` (the caller reads position 0 of each row
     alone) and some row starts with padding.
@@ -70,16 +72,13 @@ def plan(mask: torch.Tensor | None, *, need_first: bool = False) -> Packing | No
     if not config.enabled or mask is None or mask.dim() != 2 or mask.dtype != torch.bool or _tracing():
         return None
     b, length = mask.shape
-    flat = mask.reshape(-1)
-    real = int(flat.sum())
-    if real == 0 or b * length - real < config.min_padding * b * length or b * length == real:
+    lengths = mask.sum(1)
+    real = int(lengths.sum())
+    if real in (0, b * length) or b * length - real < config.min_padding * b * length:
         return None
     starts_real = bool(mask[:, 0].all())
     if need_first and not starts_real:
         return None
-    index = flat.nonzero().squeeze(1)
-    lengths = mask.sum(1)
     first = torch.cumsum(lengths, 0) - lengths  # with starts_real, position 0 is each row's first real token
-    keys = mask | ~mask.any(dim=1, keepdim=True)  # a row with no real token attends anywhere: no NaN
-    return Packing(index=index, batch=b, length=length, keys=keys[:, None, None, :], first=first,
+    return Packing(index=mask.reshape(-1).nonzero().squeeze(1), batch=b, length=length, keys=keys, first=first,
                    starts_real=starts_real)
