@@ -141,6 +141,27 @@ def test_every_dense_layer_of_every_model_is_the_fast_linear(tiny_config):
         assert dense and all(isinstance(model.get_submodule(n), Linear) for n in dense), cls.__name__
 
 
+def test_query_key_value_run_as_one_product_unless_a_module_is_hooked(tiny_config, monkeypatch):
+    weights = []
+    real = fast.linear
+    monkeypatch.setattr(fast, "linear", lambda x, w, *a, **k: weights.append(tuple(w.shape)) or real(x, w, *a, **k))
+    ids, mask, types = padded_batch()
+    model = _models(bertkit.BERT, tiny_config).train()
+    h, layers = tiny_config.hidden_size, tiny_config.num_hidden_layers
+    model(ids, mask, types)[0].sum().backward()
+    assert weights.count((3 * h, h)) == layers  # one [q | k | v] product per layer ...
+    fused_grads = {n: p.grad.clone() for n, p in model.named_parameters() if "attention.self" in n}
+    assert len(fused_grads) == 6 * layers
+    seen = []
+    model.encoder.layer[0].attention.self.key.register_forward_hook(lambda *a: seen.append(1))
+    model.zero_grad()
+    weights.clear()
+    model(ids, mask, types)[0].sum().backward()
+    assert seen == [1] and weights.count((3 * h, h)) == layers - 1  # ... a hooked module runs itself
+    for name, grad in fused_grads.items():  # same gradients either way
+        torch.testing.assert_close(model.get_parameter(name).grad, grad, rtol=1e-4, atol=1e-6, msg=name)
+
+
 # ---------------------------------------------------------------------------- unpadded execution
 
 HEADS = [bertkit.BERT, bertkit.BERTForPreTraining, bertkit.BERTForSequenceClassification,
@@ -344,15 +365,35 @@ def test_fast_dropout_has_dropouts_distribution_and_gradient():
     y = fast.dropout(x, 0.1, training=True)
     kept = y != 0
     assert abs(kept.float().mean().item() - 0.9) < 0.005  # 200,000 draws: 0.9 +- ~0.0007
-    torch.testing.assert_close(y[kept], x[kept] / 0.9)
+    q = 6554 / 65536  # 0.1 rounded to 2^-16 steps; the scale keeps the expectation exact
+    torch.testing.assert_close(y[kept], x[kept] / (1 - q))
     y.backward(torch.ones_like(y))
-    torch.testing.assert_close(x.grad, kept.float() / 0.9)
+    torch.testing.assert_close(x.grad, kept.float() / (1 - q))
     assert torch.equal(fast.dropout(x, 0.1, training=False), x)
     with fast.fast_path(False):  # the plain path is torch's own dropout
         torch.manual_seed(1)
         a = fast.dropout(x, 0.3)
         torch.manual_seed(1)
         assert torch.equal(a, F.dropout(x, 0.3))
+
+
+@pytest.mark.parametrize("p", [0.1, 0.5, 0.9, 3 / 65536])
+def test_keep_mask_draws_every_lane_independently(p):
+    torch.manual_seed(0)
+    keep, q = fast.keep_mask(torch.Size([1001, 999]), p)  # not a multiple of 4 elements
+    assert keep.shape == (1001, 999) and keep.dtype == torch.bool
+    assert abs(q - p) <= 2 ** -17
+    lanes = keep.flatten()[: 1000 * 996].view(-1, 4).float().mean(0)  # the four 16-bit lanes of each draw
+    sd = (q * (1 - q) / 249_000) ** 0.5
+    assert (lanes - (1 - q)).abs().max() < 6 * sd + 1e-9
+    torch.manual_seed(0)
+    assert torch.equal(fast.keep_mask(torch.Size([1001, 999]), p)[0], keep)  # torch.manual_seed governs it
+
+
+def test_dropout_too_close_to_0_or_1_for_16_bits_is_torchs():
+    x = torch.randn(64, 64)
+    assert not fast.fast_dropout_applies(x, 1e-6, True) and not fast.fast_dropout_applies(x, 1 - 1e-6, True)
+    assert fast.fast_dropout_applies(x, 0.1, True)
 
 
 def test_attention_dropout_takes_the_fast_kernel(tiny_config, monkeypatch):

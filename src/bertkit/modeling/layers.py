@@ -22,6 +22,7 @@ from bertkit.config import BERTConfig
 from bertkit.modeling import fast
 from bertkit.modeling.fast import ACTIVATIONS, Dropout, Linear
 from bertkit.modeling.unpad import Packing
+from bertkit.modeling.vocab_loss import linear_cross_entropy
 
 #: Activation name -> function. "gelu" is the exact erf GELU of Google's checkpoints.
 ACT_FNS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
@@ -98,6 +99,20 @@ class BERTSelfAttention(nn.Module):
         self.layer_idx = layer_idx
         self.is_cross_attention = is_cross_attention
 
+    def _fused_projections(self, x: torch.Tensor) -> torch.Tensor | None:
+        """``[q | k | v]``, ``[..., 3H]``, of ``x [..., H]`` from one product on the concatenated weights (one GEMM three times
+        wider, and in backward one pass over ``x`` for the three weight gradients), or None where the three
+        modules must run themselves: the fast path off, prepared inference kernels, hooks or replaced
+        modules (adapters such as LoRA)."""
+        projections = (self.query, self.key, self.value)
+        if not fast.settings().enabled or fast._tracing() or not all(
+                type(m) is Linear and m.packed is None and not m._forward_hooks and not m._forward_pre_hooks
+                for m in projections):
+            return None
+        weight = torch.cat([m.weight for m in projections])
+        bias = None if self.query.bias is None else torch.cat([m.bias for m in projections])
+        return fast.linear(x, weight, bias)
+
     def _heads(self, x: torch.Tensor) -> torch.Tensor:
         b, n, _ = x.shape
         return x.view(b, n, self.num_heads, self.head_dim).transpose(1, 2)  # [B, n, H] -> [B, nh, n, hd]
@@ -118,8 +133,13 @@ class BERTSelfAttention(nn.Module):
             return self._packed_forward(hidden_states, packing, queries)
         source = hidden_states if queries is None else queries
         b, n, h = source.shape
-        q = self._heads(self.query(source))
-        if self.is_cross_attention:
+        fused = None
+        if not self.is_cross_attention and queries is None and cache is None:
+            fused = self._fused_projections(hidden_states)
+        if fused is not None:
+            q, k, v = (self._heads(t) for t in fused.chunk(3, dim=-1))
+        elif self.is_cross_attention:
+            q = self._heads(self.query(source))
             if cache is not None and cache.has_layer(self.layer_idx):
                 k, v = cache.get(self.layer_idx)
             else:
@@ -127,6 +147,7 @@ class BERTSelfAttention(nn.Module):
                 if cache is not None:
                     k, v = cache.update(k, v, self.layer_idx)
         else:
+            q = self._heads(self.query(source))
             k, v = self._heads(self.key(hidden_states)), self._heads(self.value(hidden_states))
             if cache is not None:
                 k, v = cache.update(k, v, self.layer_idx, cache_position)
@@ -137,8 +158,12 @@ class BERTSelfAttention(nn.Module):
     def _packed_forward(self, x: torch.Tensor, packing: Packing,
                         queries: torch.Tensor | None) -> tuple[torch.Tensor, None]:
         """Projections on the packed tokens ``x [N, H]``, one masked attention call on ``[B, L]``."""
-        q = self.query(queries) if queries is not None else packing.unpack(self.query(x))  # [B, n, H]
-        k, v = packing.unpack(self.key(x)), packing.unpack(self.value(x))  # [B, L, H]
+        fused = self._fused_projections(x) if queries is None else None
+        if fused is not None:
+            q, k, v = packing.unpack(fused).chunk(3, dim=-1)  # [B, L, H] each
+        else:
+            q = self.query(queries) if queries is not None else packing.unpack(self.query(x))  # [B, n, H]
+            k, v = packing.unpack(self.key(x)), packing.unpack(self.value(x))  # [B, L, H]
         dropout_p = self.dropout_p if self.training else 0.0
         context, _ = attend(self._heads(q), self._heads(k), self._heads(v), packing.keys, dropout_p,
                             eager=self.eager)
@@ -312,6 +337,11 @@ class BERTLMPredictionHead(nn.Module):
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         return self.decoder(self.transform(hidden_states))
+
+    def losses(self, hidden_states: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(losses [N], predictions [N])``: the cross-entropy of the scores of ``hidden_states [N, H]``
+        against ``targets [N]`` (valid ids) and their argmax, without keeping the ``[N, V]`` scores."""
+        return linear_cross_entropy(self.transform(hidden_states), self.decoder.weight, self.bias, targets)
 
 
 class BERTOnlyMLMHead(nn.Module):

@@ -56,7 +56,7 @@ class _MaskedLMMixin:
         if targets.numel() == 0:
             accuracy_ = torch.tensor(float("nan"), device=labels.device)
         else:
-            accuracy_ = (out.scores.argmax(-1) == targets).float().mean()
+            accuracy_ = (out.predictions == targets).float().mean()
         return loss, {"mlm_loss": loss.detach(), "mlm_accuracy": accuracy_.detach(), "mlm_tokens": out.valid.sum()}
 
     def training_step(self, batch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:

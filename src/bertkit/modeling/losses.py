@@ -8,8 +8,7 @@ computed (the lucid heads, their training step and the pytorch_pretrained_bert c
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 import torch
 import torch.nn.functional as F
@@ -83,32 +82,38 @@ class MaskedLMLosses(NamedTuple):
     losses: torch.Tensor
     #: ``[B, L]`` bool, True at the labelled positions.
     valid: torch.Tensor
-    #: ``[N, V]`` float32 vocabulary scores at the N labelled positions, in row-major order.
-    scores: torch.Tensor
+    #: ``[N]`` the argmax token id at the N labelled positions, in row-major order.
+    predictions: torch.Tensor
 
 
-def masked_lm_losses(project: Callable[[torch.Tensor], torch.Tensor], sequence_output: torch.Tensor,
-                     labels: torch.Tensor, *, vocab_size: int, ignore_index: int = -100) -> MaskedLMLosses:
+class VocabularyHead(Protocol):
+    """An MLM head: ``losses(hidden [N, H], targets [N]) -> (losses [N], predictions [N])``."""
+
+    def losses(self, hidden_states: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+
+def masked_lm_losses(head: VocabularyHead, sequence_output: torch.Tensor, labels: torch.Tensor, *,
+                     vocab_size: int, ignore_index: int = -100) -> MaskedLMLosses:
     """The masked-LM cross-entropy, projecting only the labelled positions onto the vocabulary.
 
-    ``project`` maps hidden states ``[N, H]`` to scores ``[N, V]`` (an MLM head's
-    ``cls.predictions``); ``sequence_output`` is ``[B, L, H]`` and ``labels`` ``[B, L]``
-    holds token ids in ``[0, vocab_size)`` or ``ignore_index`` (anything else is a
-    ``ValueError``). Scores and losses are float32 whatever the model's dtype. With no
-    labelled position the losses are all 0 and still part of the autograd graph.
+    ``head`` is an MLM head (``cls.predictions``), whose ``losses`` scores hidden states ``[N, H]``
+    against their targets (fused: :func:`bertkit.modeling.vocab_loss.linear_cross_entropy`);
+    ``sequence_output`` is ``[B, L, H]`` and ``labels`` ``[B, L]`` holds token ids in
+    ``[0, vocab_size)`` or ``ignore_index`` (anything else is a ``ValueError``). Losses are float32
+    whatever the model's dtype. With no labelled position the losses are all 0 and still part of the
+    autograd graph.
     """
     check_labels("mlm_labels", labels, vocab_size, ignore_index)
     valid = labels != ignore_index
-    scores = project(sequence_output[valid]).float()  # [B, L, H] -> [N, H] -> [N, V]
+    per_target, predictions = head.losses(sequence_output[valid], labels[valid])  # [N, H] -> [N]
     losses = sequence_output.new_zeros(labels.shape, dtype=torch.float32)
-    losses = losses.masked_scatter(valid, F.cross_entropy(scores, labels[valid], reduction="none"))
-    return MaskedLMLosses(losses, valid, scores)
+    return MaskedLMLosses(losses.masked_scatter(valid, per_target.float()), valid, predictions)
 
 
-def masked_lm_loss(project: Callable[[torch.Tensor], torch.Tensor], sequence_output: torch.Tensor,
+def masked_lm_loss(head: VocabularyHead, sequence_output: torch.Tensor,
                    labels: torch.Tensor, *, vocab_size: int, ignore_index: int = -100,
                    reduction: str | None = "mean") -> torch.Tensor:
     """:func:`masked_lm_losses` reduced: ``"mean"`` over the labelled positions (0 when there are none),
     ``"sum"``, or ``None`` for ``[B, L]`` with 0 where ignored."""
-    out = masked_lm_losses(project, sequence_output, labels, vocab_size=vocab_size, ignore_index=ignore_index)
+    out = masked_lm_losses(head, sequence_output, labels, vocab_size=vocab_size, ignore_index=ignore_index)
     return reduce(out.losses, reduction, out.valid)
