@@ -52,3 +52,24 @@ def test_fast_variants_keep_the_fine_tuned_models_predictions(report):
     assert by_variant["fp32"]["agreement with fp32 %"] >= 99.0
     assert by_variant["int8"]["agreement with fp32 %"] >= 80.0
     assert all(r["examples"] == by_variant["fp32"]["examples"] > 100 for r in rows["accuracy"])
+
+
+def test_attention_variants_compute_the_same_attention():
+    """benchmarks/attention.py compares four unpadded attentions; each must be the same function."""
+    import importlib.util
+
+    import torch
+
+    spec = importlib.util.spec_from_file_location("attention_bench", SCRIPT.parent / "attention.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    qkv, lengths = bench.batch(5, 16, 0.7, seed=3)
+    assert lengths.max() <= 16 and lengths.min() >= 1 and len(set(lengths.tolist())) > 1
+    reference = bench.padded(qkv, lengths)
+    assert reference.shape == qkv.shape[1:]
+    for name in ("per-length buckets", "block-diagonal mask"):
+        torch.testing.assert_close(bench.VARIANTS[name](qkv, lengths), reference, msg=name)
+    # one sequence alone is plain attention
+    q, k, v = qkv[:, : lengths[0]].transpose(1, 2)
+    alone = torch.nn.functional.scaled_dot_product_attention(q, k, v).transpose(0, 1)
+    torch.testing.assert_close(reference[: lengths[0]], alone)
