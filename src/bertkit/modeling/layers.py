@@ -100,9 +100,9 @@ class BERTSelfAttention(nn.Module):
         self.is_cross_attention = is_cross_attention
 
     def _fused_projections(self, x: torch.Tensor) -> torch.Tensor | None:
-        """``[q | k | v]``, ``[..., 3H]``, of ``x [..., H]`` from one product on the concatenated weights (one GEMM three times
-        wider, and in backward one pass over ``x`` for the three weight gradients), or None where the three
-        modules must run themselves: the fast path off, prepared inference kernels, hooks or replaced
+        """``[q | k | v]``, ``[..., 3H]``, of ``x [..., H]`` from one product on the concatenated weights (one
+        GEMM three times wider, and in backward one pass over ``x`` for the three weight gradients), or None
+        where the three modules must run themselves: the fast path off, prepared inference kernels, hooks or replaced
         modules (adapters such as LoRA)."""
         projections = (self.query, self.key, self.value)
         if not fast.settings().enabled or fast._tracing() or not all(
