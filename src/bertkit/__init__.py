@@ -56,6 +56,9 @@ _LAZY = {
     "LoadWarning": "bertkit.weights",
     "optimize_for_inference": "bertkit.inference",
     "fast_path": "bertkit.modeling.fast",
+    "pipeline": "bertkit.pipelines",
+    "SentenceTransformer": "bertkit.sentence",
+    "semantic_search": "bertkit.sentence",
 }
 
 if TYPE_CHECKING:  # for IDEs and type checkers
@@ -63,6 +66,9 @@ if TYPE_CHECKING:  # for IDEs and type checkers
     from bertkit.inference import optimize_for_inference as optimize_for_inference
     from bertkit.modeling import *  # noqa: F403
     from bertkit.modeling.fast import fast_path as fast_path
+    from bertkit.pipelines import pipeline as pipeline
+    from bertkit.sentence import SentenceTransformer as SentenceTransformer
+    from bertkit.sentence import semantic_search as semantic_search
     from bertkit.presets import SIZES as SIZES
     from bertkit.presets import preset_config as preset_config
     from bertkit.tokenization import BatchEncoding as BatchEncoding

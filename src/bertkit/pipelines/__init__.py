@@ -1,0 +1,69 @@
+"""Answers, not tensors: ``bertkit.pipeline(task, model=SRC)``.
+
+=========================  ====================================================================
+task                       answers
+=========================  ====================================================================
+``fill-mask``              top-k tokens per mask (``targets`` restricts them)
+``embeddings``             one vector per text (sentence-transformers modules, or mean pooling)
+``feature-extraction``     HF's token vectors ``[1, L, H]`` per text
+``text-classification``    labels and scores; pairs, softmax / sigmoid / none, top-k, multi-label
+``token-classification``   entities with character offsets (``ner``), five aggregation strategies
+``question-answering``     spans of contexts of any length (doc-stride windows), top-k, impossible
+``rerank``                 cross-encoder scores of passages for a query, best first
+=========================  ====================================================================
+
+``SRC`` is anything bertkit loads (a directory, a TF checkpoint, a registered name); the model runs on
+bertkit's fast inference path in length-sorted batches of ``batch_size``. Inputs: one item, a list, or any
+iterable (answers streamed back in order). Answers are plain Python data, as HF's pipelines return.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from typing import Any
+
+#: task name -> (module under bertkit.pipelines, class)
+TASKS = {
+    "fill-mask": ("fill_mask", "FillMaskPipeline"),
+    "embeddings": ("embeddings", "EmbeddingsPipeline"),
+    "feature-extraction": ("embeddings", "FeatureExtractionPipeline"),
+    "text-classification": ("classification", "TextClassificationPipeline"),
+    "token-classification": ("token_classification", "TokenClassificationPipeline"),
+    "question-answering": ("question_answering", "QuestionAnsweringPipeline"),
+    "rerank": ("classification", "RerankPipeline"),
+}
+ALIASES = {"ner": "token-classification", "sentiment-analysis": "text-classification", "qa": "question-answering",
+           "sentence-embeddings": "embeddings", "classify": "text-classification", "tag": "token-classification"}
+
+
+def pipeline_class(task: str) -> type:
+    """The pipeline class of ``task`` (or an alias); ValueError listing the tasks."""
+    name = ALIASES.get(task, task)
+    if name not in TASKS:
+        raise ValueError(f"unknown pipeline task {task!r}; tasks: {', '.join(TASKS)} "
+                         f"(aliases: {', '.join(ALIASES)}).")
+    module, cls = TASKS[name]
+    return getattr(importlib.import_module(f"bertkit.pipelines.{module}"), cls)
+
+
+def pipeline(task: str, model: str | os.PathLike | Any = None, *, tokenizer: Any = None, device: Any = None,
+             dtype: Any = None, batch_size: int = 32, **defaults: Any):
+    """A pipeline for ``task`` on ``model``: a source path or name (loaded with its own tokenizer), or a
+    loaded bertkit model together with ``tokenizer``. ``device`` (``"cpu"``, ``"cuda"``, ``"gpu"``),
+    ``dtype`` (e.g. ``torch.bfloat16``: :func:`bertkit.optimize_for_inference`), ``batch_size``; any other
+    keyword is a default of the task's call parameters (``top_k=3``, ``aggregation_strategy="simple"``)."""
+    cls = pipeline_class(task)
+    if model is None:
+        raise ValueError(f"pipeline({task!r}) needs model=: a checkpoint directory, file or registered name.")
+    options = dict(device=device, dtype=dtype, batch_size=batch_size, **defaults)
+    if isinstance(model, str | os.PathLike):
+        if tokenizer is not None:
+            raise ValueError("tokenizer= goes with a loaded model; a model source brings its own tokenizer.")
+        return cls.from_source(model, **options)
+    if tokenizer is None:
+        raise ValueError("pipeline(model=<a loaded model>) needs tokenizer= too.")
+    return cls(model, tokenizer, **options)
+
+
+__all__ = ["ALIASES", "TASKS", "pipeline", "pipeline_class"]

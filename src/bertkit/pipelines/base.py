@@ -1,0 +1,135 @@
+"""The pipeline contract: inputs in, plain Python answers out, in length-sorted batches.
+
+A task subclasses :class:`Pipeline` with three steps:
+
+* ``preprocess(item, params) -> list[feature]``: one input (a text, a pair, a question with its context)
+  becomes one or more features, dicts with ``input_ids`` / ``token_type_ids`` / ``attention_mask`` lists
+  plus whatever ``postprocess`` needs (offsets, window positions);
+* ``outputs(batch) -> tensor or tuple of tensors``: the model on a padded batch (``[B, ...]`` each);
+* ``postprocess(item, features, outputs, params)``: the answer for one input from its features and their
+  outputs (numpy float32, token axes trimmed to each feature's length).
+
+:meth:`Pipeline.__call__` takes one input (answer returned bare), a list or tuple (a list back, same order),
+or any other iterable (a generator back, read in chunks: memory stays bounded whatever the stream's size).
+Features of a call run in batches sorted by length (:mod:`bertkit.pipelines.batching`).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Iterator
+from typing import Any, ClassVar
+
+import torch
+
+from bertkit.pipelines.batching import CHUNK_BATCHES, check_batch_size, chunks, pad, run_sorted
+
+
+class Pipeline:
+    """A model and its tokenizer answering one task. Build one with :func:`bertkit.pipeline`."""
+
+    #: the task name(s) :func:`bertkit.pipeline` knows this class by
+    task: str = ""
+    #: the model class a source is loaded into
+    model_class: type | None = None
+    #: keyword arguments ``__call__`` accepts, with their defaults
+    defaults: ClassVar[dict[str, Any]] = {}
+    #: whether :meth:`outputs` are per token (``[B, L, ...]``, trimmed to each row's length) or per row
+    token_level: bool = False
+
+    def __init__(self, model: torch.nn.Module, tokenizer: Any, *, device: str | torch.device | None = None,
+                 dtype: torch.dtype | None = None, batch_size: int = 32, max_length: int | None = None,
+                 **defaults: Any):
+        from bertkit.modeling.text import resolve_device
+
+        self.batch_size = check_batch_size(batch_size)
+        self.params = self.check({**type(self).defaults, **defaults})
+        self.model, self.tokenizer = model.eval(), tokenizer
+        if device is not None:
+            self.model.to(resolve_device(device))
+        self.device = next(self.model.parameters()).device
+        if hasattr(self.model, "optimize_for_inference"):
+            self.model.optimize_for_inference(dtype=dtype)
+        elif dtype is not None:
+            self.model.to(dtype)
+        limit = getattr(getattr(model, "config", None), "max_position_embeddings", 512)
+        self.max_length = min(max_length or limit, limit)
+        self.pad_values = {"input_ids": tokenizer.pad_token_id, "token_type_ids": 0, "attention_mask": 0}
+
+    @classmethod
+    def from_source(cls, source: str | os.PathLike, **options: Any) -> Pipeline:
+        """Load ``source`` (anything bertkit loads) into :attr:`model_class` with its own tokenizer."""
+        from bertkit.tasks.sources import load_model_and_tokenizer
+
+        model, tokenizer = load_model_and_tokenizer(source, cls.model_class, warn=False)
+        return cls(model, tokenizer, **options)
+
+    # ------------------------------------------------------------------------------ what a task defines
+    def check(self, params: dict[str, Any]) -> dict[str, Any]:
+        """Validate call parameters (ValueError naming the bad one); returns them."""
+        unknown = sorted(set(params) - set(type(self).defaults))
+        if unknown:
+            raise ValueError(f"{self.task} does not take {unknown}; it takes {sorted(type(self).defaults)}.")
+        return params
+
+    def is_single(self, inputs: Any) -> bool:
+        return isinstance(inputs, str)
+
+    def preprocess(self, item: Any, params: dict[str, Any]) -> list[dict[str, Any]]:
+        raise NotImplementedError
+
+    def outputs(self, batch: dict[str, torch.Tensor]) -> torch.Tensor | tuple[torch.Tensor, ...]:
+        raise NotImplementedError
+
+    def postprocess(self, item: Any, features: list[dict[str, Any]], outputs: list[Any],
+                    params: dict[str, Any]) -> Any:
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------------------------------- running
+    def __call__(self, inputs: Any, **params: Any) -> Any:
+        params = self.check({**self.params, **params})
+        if self.is_single(inputs):
+            return self.run([inputs], params)[0]
+        if isinstance(inputs, list | tuple):
+            return self.run(list(inputs), params)
+        return self.stream(inputs, **params)
+
+    def stream(self, inputs: Iterable[Any], **params: Any) -> Iterator[Any]:
+        """Answers for any iterable, in order, computed ``batch_size x 32`` inputs at a time."""
+        params = self.check({**self.params, **params})
+        for chunk in chunks(inputs, self.batch_size * CHUNK_BATCHES):
+            yield from self.run(chunk, params)
+
+    def run(self, items: list[Any], params: dict[str, Any]) -> list[Any]:
+        """Answers for ``items``: every feature in length-sorted batches, then each item's postprocess."""
+        features, owners = [], []
+        for index, item in enumerate(items):
+            produced = self.preprocess(item, params)
+            features += produced
+            owners += [index] * len(produced)
+        results = run_sorted(features, [len(f["input_ids"]) for f in features], self.batch_size, self.forward)
+        grouped: list[tuple[list, list]] = [([], []) for _ in items]
+        for owner, feature, result in zip(owners, features, results):
+            grouped[owner][0].append(feature)
+            grouped[owner][1].append(result)
+        return [self.postprocess(item, f, r, params) for item, (f, r) in zip(items, grouped)]
+
+    @torch.inference_mode()
+    def forward(self, rows: list[dict[str, Any]]) -> list[Any]:
+        """The model's outputs for ``rows`` as float32 numpy, one entry per row; token axes trimmed."""
+        batch = pad(rows, self.pad_values, self.device)
+        out = self.outputs(batch)
+        tensors = out if isinstance(out, tuple) else (out,)
+        per_row = []
+        for i, row in enumerate(rows):
+            arrays = tuple((t[i, :len(row["input_ids"])] if self.token_level else t[i]).float().cpu().numpy()
+                           for t in tensors)
+            per_row.append(arrays if isinstance(out, tuple) else arrays[0])
+        return per_row
+
+    def encode(self, text: str, pair: str | None = None, **options: Any) -> dict[str, list]:
+        """One unpadded feature: the tokenizer's lists for ``text`` (and ``pair``), truncated to the model."""
+        options.setdefault("truncation", True)
+        options.setdefault("max_length", self.max_length)
+        return dict(self.tokenizer(text, pair, **options))
+

@@ -1,0 +1,193 @@
+"""A sentence-transformers model on bertkit's engine: ``SentenceTransformer(path).encode(sentences)``.
+
+The directory is read as it is (:mod:`.modules`); the BERT runs on bertkit's fast inference path (oneDNN
+products on prepared weights, unpadded execution), sentences run in length-sorted batches with dynamic
+padding (:mod:`bertkit.pipelines.batching`), and the results equal sentence-transformers' ``encode`` on
+the same directory (float32: within 1e-5) in input order.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from bertkit.pipelines.batching import CHUNK_BATCHES, check_batch_size, chunks, pad, run_sorted
+from bertkit.sentence.modules import Layout, is_sentence_transformer, normalize, read_layout
+from bertkit.sentence.util import PRECISIONS, quantize_embeddings, similarity
+
+OUTPUT_VALUES = ("sentence_embedding", "token_embeddings", None)
+
+
+class SentenceTransformer(nn.Module):
+    """BERT -> pooling -> Dense layers -> optional normalisation, loaded from a sentence-transformers directory.
+
+    ``forward(input_ids, attention_mask, token_type_ids=None)`` returns the sentence embeddings ``[B, D]``
+    (traceable: this is what ``bertkit export`` puts in an ONNX graph). :meth:`encode` is
+    sentence-transformers' method of the same name. A plain BERT directory (no ``modules.json``) loads too,
+    with mean pooling and no normalisation, as sentence-transformers does.
+    """
+
+    def __init__(self, model_name_or_path: str | os.PathLike, device: str | torch.device | None = None, *,
+                 dtype: torch.dtype | None = None, optimize: bool = True):
+        super().__init__()
+        from bertkit.modeling.backbone import BERT
+        from bertkit.modeling.text import resolve_device
+        from bertkit.tasks.sources import load_model_and_tokenizer
+
+        path = Path(model_name_or_path)
+        layout = read_layout(path) if is_sentence_transformer(path) else Layout(transformer=path)
+        self.layout = layout
+        self.bert, self.tokenizer = load_model_and_tokenizer(layout.transformer, BERT, warn=False)
+        self.pooling, self.dense = layout.pooling, nn.ModuleList(layout.dense)
+        self.normalize_output = layout.normalize
+        limit = self.bert.config.max_position_embeddings
+        self.max_seq_length = min(layout.max_seq_length or limit, limit)
+        self.prompts, self.default_prompt_name = layout.prompts, layout.default_prompt_name
+        self.similarity_fn_name = layout.similarity_fn_name or "cosine"
+        self.to(resolve_device(device) if device is not None else "cpu").eval()
+        if optimize:  # eval mode, prepared kernels; dtype=torch.bfloat16 where the hardware has it
+            self.optimize_for_inference(dtype=dtype)
+        elif dtype is not None:
+            self.to(dtype)
+
+    def optimize_for_inference(self, dtype: torch.dtype | None = None) -> SentenceTransformer:
+        """The BERT on bertkit's fast inference path (:func:`bertkit.optimize_for_inference`); returns self."""
+        self.bert.optimize_for_inference(dtype=dtype)
+        return self
+
+    @classmethod
+    def from_pretrained(cls, path: str | os.PathLike, **kwargs: Any) -> SentenceTransformer:
+        return cls(path, **kwargs)
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.parameters()).device
+
+    def get_sentence_embedding_dimension(self) -> int:
+        with torch.no_grad():
+            probe = torch.zeros(1, self.bert.config.hidden_size)
+            pooled = probe.repeat(1, len(self.pooling.modes))
+            for layer in self.dense:
+                pooled = layer(pooled.to(layer.linear.weight.dtype))
+        return pooled.shape[-1]
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                token_type_ids: torch.Tensor | None = None, prompt_length: int = 0) -> torch.Tensor:
+        tokens = self.bert(input_ids, attention_mask, token_type_ids)[0]
+        return self.head(tokens, attention_mask, prompt_length)
+
+    def head(self, tokens: torch.Tensor, attention_mask: torch.Tensor, prompt_length: int = 0) -> torch.Tensor:
+        """Pooling, Dense layers and normalisation of token embeddings ``[B, L, H]``."""
+        x = self.pooling(tokens, attention_mask, prompt_length)
+        for layer in self.dense:
+            x = layer(x)
+        return normalize(x) if self.normalize_output else x
+
+    # ------------------------------------------------------------------------------------------ encode
+    def encode(self, sentences: str | Sequence[str], prompt_name: str | None = None, prompt: str | None = None,
+               batch_size: int = 32, show_progress_bar: bool | None = None,
+               output_value: str | None = "sentence_embedding", precision: str = "float32",
+               convert_to_numpy: bool = True, convert_to_tensor: bool = False, device: str | None = None,
+               normalize_embeddings: bool = False, truncate_dim: int | None = None) -> Any:
+        """Embeddings of ``sentences`` (one string: one vector; a list: ``[N, D]``), in input order.
+
+        Arguments as sentence-transformers' ``encode``: ``prompt`` (or ``prompt_name`` from the model's
+        ``config_sentence_transformers.json``; its ``default_prompt_name`` otherwise) is prepended to each
+        sentence; ``output_value="token_embeddings"`` gives each sentence's token vectors ``[L_i, H]``, None
+        both as dicts; ``precision`` quantizes (``int8``/``uint8`` ranges from these embeddings, ``binary``/
+        ``ubinary`` packed sign bits); ``truncate_dim`` keeps the first dimensions (Matryoshka models);
+        ``convert_to_tensor`` stacks into a tensor, else ``convert_to_numpy`` an array, else a list of tensors.
+        ``device`` must be the model's own (move the model with ``.to`` instead).
+        """
+        check_batch_size(batch_size)
+        if output_value not in OUTPUT_VALUES:
+            raise ValueError(f"output_value must be one of {OUTPUT_VALUES}, got {output_value!r}.")
+        if precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}.")
+        if device is not None and torch.device(device) != self.device:
+            raise ValueError(f"encode(device={device!r}) but the model is on {self.device}; call "
+                             f"model.to({device!r}) first.")
+        single = isinstance(sentences, str)
+        texts = [sentences] if single else list(sentences)
+        prefix = self._prompt(prompt_name, prompt)
+        progress = show_progress_bar if show_progress_bar is not None else len(texts) >= 8 * batch_size
+        rows = run_sorted(*self._encoded(texts, prefix), batch_size, self._batch_runner(output_value, prefix),
+                          progress=progress, description="encode")
+        if output_value != "sentence_embedding":
+            return rows[0] if single else rows
+        embeddings = torch.stack(rows) if rows else torch.empty(0, self.get_sentence_embedding_dimension())
+        if truncate_dim is not None:
+            embeddings = embeddings[:, :truncate_dim]
+        if normalize_embeddings:
+            embeddings = normalize(embeddings)
+        return self._convert(embeddings, precision, convert_to_numpy, convert_to_tensor, single)
+
+    def encode_stream(self, sentences: Iterable[str], batch_size: int = 32, **options: Any) -> Iterator[np.ndarray]:
+        """``[n, D]`` float32 arrays for consecutive chunks of any iterable (a file larger than memory), in
+        order; each chunk of ``batch_size x 32`` sentences is length-sorted on its own."""
+        for chunk in chunks(sentences, check_batch_size(batch_size) * CHUNK_BATCHES):
+            yield self.encode(chunk, batch_size=batch_size, show_progress_bar=False, convert_to_numpy=True,
+                              **options)
+
+    def similarity(self, a: Any, b: Any) -> torch.Tensor:
+        """Scores of every pair of ``a`` and ``b`` under the model's similarity (``cosine`` unless its config
+        names another)."""
+        return similarity(a, b, self.similarity_fn_name)
+
+    def _prompt(self, prompt_name: str | None, prompt: str | None) -> str:
+        if prompt is not None:
+            return prompt
+        name = prompt_name if prompt_name is not None else self.default_prompt_name
+        if name is None:
+            return ""
+        if name not in self.prompts:
+            raise ValueError(f"prompt_name {name!r} is not one of this model's prompts {sorted(self.prompts)}.")
+        return self.prompts[name]
+
+    def _encoded(self, texts: list[str], prefix: str) -> tuple[list[dict], list[int]]:
+        texts = [prefix + t for t in texts]
+        if self.layout.do_lower_case:
+            texts = [t.lower() for t in texts]
+        encoding = self.tokenizer(texts, truncation=True, max_length=self.max_seq_length) if texts else {}
+        rows = [{key: encoding[key][i] for key in ("input_ids", "token_type_ids", "attention_mask")}
+                for i in range(len(texts))]
+        return rows, [len(row["input_ids"]) for row in rows]
+
+    def _batch_runner(self, output_value: str | None, prefix: str):
+        # the prompt's tokens with [CLS], without its [SEP]: what include_prompt=False leaves out
+        prompt_length = len(self.tokenizer(prefix)["input_ids"]) - 1 if prefix else 0
+        pad_values = {"input_ids": self.tokenizer.pad_token_id, "token_type_ids": 0, "attention_mask": 0}
+
+        @torch.inference_mode()
+        def run(rows: list[dict]) -> list[Any]:
+            batch = pad(rows, pad_values, self.device)
+            mask = batch["attention_mask"]
+            tokens = self.bert(batch["input_ids"], mask, batch["token_type_ids"])[0]
+            if output_value == "token_embeddings":
+                return [t[:n].float().cpu() for t, n in zip(tokens, mask.sum(1).tolist())]
+            embeddings = self.head(tokens, mask, prompt_length).float().cpu()
+            if output_value == "sentence_embedding":
+                return list(embeddings)
+            return [{"sentence_embedding": e, "token_embeddings": t[:n].float().cpu(), "input_ids": ids[:n].cpu(),
+                     "attention_mask": m[:n].cpu()}
+                    for e, t, ids, m, n in zip(embeddings, tokens, batch["input_ids"], mask, mask.sum(1).tolist())]
+
+        return run
+
+    @staticmethod
+    def _convert(embeddings: torch.Tensor, precision: str, to_numpy: bool, to_tensor: bool, single: bool):
+        if precision != "float32":
+            quantized = quantize_embeddings(embeddings, precision)
+            embeddings = torch.from_numpy(quantized) if to_tensor or not to_numpy else quantized
+        elif to_numpy and not to_tensor:
+            embeddings = embeddings.numpy()
+        if to_tensor or to_numpy:
+            return embeddings[0] if single else embeddings
+        rows = list(embeddings)
+        return rows[0] if single else rows

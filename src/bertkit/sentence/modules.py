@@ -1,0 +1,191 @@
+"""The modules of a sentence-transformers directory, read as they are.
+
+``modules.json`` lists the pipeline: a ``Transformer`` (the BERT, with ``sentence_bert_config.json``:
+``max_seq_length``, ``do_lower_case``), a ``Pooling`` (its ``config.json`` names the modes), then optionally
+``Dense`` layers (``config.json`` + ``linear.weight`` / ``linear.bias``) and a ``Normalize``.
+:func:`read_layout` reads the directory into a :class:`Layout`; :class:`Pooling` and :class:`Dense`
+compute what sentence-transformers' modules of the same names compute.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+#: Pooling modes, in the order sentence-transformers concatenates them, and their legacy config flags.
+POOLING_MODES = {"cls": "pooling_mode_cls_token", "max": "pooling_mode_max_tokens",
+                 "mean": "pooling_mode_mean_tokens", "mean_sqrt_len_tokens": "pooling_mode_mean_sqrt_len_tokens",
+                 "weightedmean": "pooling_mode_weightedmean_tokens", "lasttoken": "pooling_mode_lasttoken"}
+
+#: Dense activations a config may name (torch classes only: nothing is imported from a config string).
+ACTIVATIONS = {"Tanh": nn.Tanh, "Identity": nn.Identity, "ReLU": nn.ReLU, "GELU": nn.GELU, "Sigmoid": nn.Sigmoid,
+               "SiLU": nn.SiLU, "LeakyReLU": nn.LeakyReLU}
+
+
+class Pooling(nn.Module):
+    """Token embeddings ``[B, L, H]`` and the attention mask ``[B, L]`` -> sentence vectors ``[B, k H]``, one
+    block per mode. ``prompt_length``: leading tokens (after ``[CLS]``... counted with it) left out of the
+    mask when the model was configured with ``include_prompt=False``."""
+
+    def __init__(self, modes: tuple[str, ...] = ("mean",), include_prompt: bool = True):
+        super().__init__()
+        unknown = [m for m in modes if m not in POOLING_MODES]
+        if unknown or not modes:
+            raise ValueError(f"pooling modes {unknown or modes} are not among {list(POOLING_MODES)}.")
+        self.modes, self.include_prompt = tuple(modes), include_prompt
+
+    def forward(self, tokens: torch.Tensor, mask: torch.Tensor, prompt_length: int = 0) -> torch.Tensor:
+        full = mask
+        if prompt_length and not self.include_prompt:
+            mask = mask.clone()
+            mask[:, :prompt_length] = 0
+        return torch.cat([getattr(self, "_" + mode)(tokens, mask, full) for mode in self.modes], dim=-1)
+
+    @staticmethod
+    def _cls(tokens, mask, full):
+        first = mask.to(torch.int).argmax(dim=1)  # the first counted token
+        return tokens[torch.arange(tokens.shape[0], device=tokens.device), first]
+
+    @staticmethod
+    def _max(tokens, mask, full):
+        return tokens.masked_fill(mask[..., None] == 0, float("-inf")).max(dim=1).values
+
+    @staticmethod
+    def _sums(tokens, mask):
+        weights = mask[..., None].to(tokens.dtype)
+        accumulate = torch.float32 if tokens.dtype in (torch.float16, torch.bfloat16) else tokens.dtype
+        return (tokens * weights).sum(1, dtype=accumulate), weights.sum(1, dtype=accumulate).clamp(min=1e-9)
+
+    def _mean(self, tokens, mask, full):
+        total, count = self._sums(tokens, mask)
+        return (total / count).to(tokens.dtype)
+
+    def _mean_sqrt_len_tokens(self, tokens, mask, full):
+        total, count = self._sums(tokens, mask)
+        return (total / count.sqrt()).to(tokens.dtype)
+
+    @staticmethod
+    def _weightedmean(tokens, mask, full):
+        positions = torch.arange(1, tokens.shape[1] + 1, device=tokens.device, dtype=torch.float32)
+        weights = mask.float()[..., None] * (positions[None] - full.to(torch.int32).argmax(1)[:, None])[..., None]
+        return ((tokens * weights).sum(1) / weights.sum(1).clamp(min=1e-9)).to(tokens.dtype)
+
+    @staticmethod
+    def _lasttoken(tokens, mask, full):
+        length = tokens.shape[1]
+        found, from_end = mask.flip(1).max(1)
+        last = torch.where(found == 0, 0, length - 1 - from_end)
+        rows = torch.arange(tokens.shape[0], device=tokens.device)
+        return (tokens * mask[..., None].to(tokens.dtype))[rows, last]
+
+
+class Dense(nn.Module):
+    """``activation(linear(x))`` — sentence-transformers' Dense, with its parameter names (``linear.*``)."""
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = True, activation: str = "Tanh"):
+        super().__init__()
+        name = activation.rsplit(".", 1)[-1]
+        if name not in ACTIVATIONS:
+            raise ValueError(f"Dense activation_function {activation!r} is not one of {sorted(ACTIVATIONS)}.")
+        self.linear = nn.Linear(in_features, out_features, bias=bias)
+        self.activation = ACTIVATIONS[name]()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.activation(self.linear(x))
+
+
+@dataclass
+class Layout:
+    """What a sentence-transformers directory holds: where the BERT is, and the modules after it."""
+
+    transformer: Path
+    max_seq_length: int | None = None
+    do_lower_case: bool = False
+    pooling: Pooling = field(default_factory=Pooling)
+    dense: list[Dense] = field(default_factory=list)
+    normalize: bool = False
+    prompts: dict[str, str] = field(default_factory=dict)
+    default_prompt_name: str | None = None
+    similarity_fn_name: str | None = None
+
+
+def is_sentence_transformer(path: str | Path) -> bool:
+    """Whether ``path`` is a sentence-transformers directory (it has ``modules.json``)."""
+    return (Path(path) / "modules.json").is_file()
+
+
+def read_layout(root: str | Path) -> Layout:
+    """The :class:`Layout` of the sentence-transformers directory ``root``; ValueError for a module type
+    bertkit does not run (naming it)."""
+    root = Path(root)
+    layout: Layout | None = None
+    for entry in sorted(_json(root / "modules.json"), key=lambda m: m.get("idx", 0)):
+        kind, where = entry["type"].rsplit(".", 1)[-1], root / entry.get("path", "")
+        if kind == "Transformer":
+            layout = Layout(transformer=where, **_transformer_settings(where, root))
+        elif layout is None:
+            raise ValueError(f"{root}/modules.json: {kind} comes before the Transformer module.")
+        elif kind == "Pooling":
+            layout.pooling = _pooling(_json(where / "config.json"))
+        elif kind == "Dense":
+            layout.dense.append(_dense(where))
+        elif kind == "Normalize":
+            layout.normalize = True
+        else:
+            raise ValueError(f"{root}/modules.json names a {entry['type']} module; bertkit runs Transformer, "
+                             "Pooling, Dense and Normalize modules.")
+    if layout is None:
+        raise ValueError(f"{root}/modules.json has no Transformer module.")
+    settings = root / "config_sentence_transformers.json"
+    extra = _json(settings) if settings.is_file() else {}
+    layout.prompts = dict(extra.get("prompts") or {})
+    layout.default_prompt_name = extra.get("default_prompt_name")
+    layout.similarity_fn_name = extra.get("similarity_fn_name")
+    return layout
+
+
+def _json(path: Path) -> Any:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def _transformer_settings(where: Path, root: Path) -> dict[str, Any]:
+    """``max_seq_length`` from ``sentence_bert_config.json``, else (sentence-transformers >= 6 writes it there)
+    the tokenizer's ``model_max_length``; ``do_lower_case``."""
+    settings: dict[str, Any] = {}
+    for folder in (where, root):
+        if (folder / "sentence_bert_config.json").is_file():
+            settings = _json(folder / "sentence_bert_config.json")
+            break
+    length = settings.get("max_seq_length")
+    if length is None and (where / "tokenizer_config.json").is_file():
+        length = _json(where / "tokenizer_config.json").get("model_max_length")
+        length = length if isinstance(length, int) and length < 1_000_000 else None  # HF's "unset" is 1e30
+    return {"max_seq_length": length, "do_lower_case": bool(settings.get("do_lower_case", False))}
+
+
+def _pooling(config: dict[str, Any]) -> Pooling:
+    modes = config.get("pooling_mode")
+    if modes is None:  # the boolean flags of sentence-transformers < 5
+        modes = [mode for mode, flag in POOLING_MODES.items() if config.get(flag)]
+    modes = (modes,) if isinstance(modes, str) else tuple(modes)
+    return Pooling(modes or ("mean",), include_prompt=config.get("include_prompt", True))
+
+
+def _dense(where: Path) -> Dense:
+    from bertkit.weights.hf import read_state_dict
+
+    config = _json(where / "config.json")
+    module = Dense(config["in_features"], config["out_features"], config.get("bias", True),
+                   config.get("activation_function", "torch.nn.modules.activation.Tanh"))
+    module.load_state_dict(read_state_dict(where))
+    return module
+
+
+def normalize(x: torch.Tensor) -> torch.Tensor:
+    return F.normalize(x, p=2, dim=-1)
