@@ -67,10 +67,10 @@ if TYPE_CHECKING:  # for IDEs and type checkers
     from bertkit.modeling import *  # noqa: F403
     from bertkit.modeling.fast import fast_path as fast_path
     from bertkit.pipelines import pipeline as pipeline
-    from bertkit.sentence import SentenceTransformer as SentenceTransformer
-    from bertkit.sentence import semantic_search as semantic_search
     from bertkit.presets import SIZES as SIZES
     from bertkit.presets import preset_config as preset_config
+    from bertkit.sentence import SentenceTransformer as SentenceTransformer
+    from bertkit.sentence import semantic_search as semantic_search
     from bertkit.tokenization import BatchEncoding as BatchEncoding
     from bertkit.tokenization import BERTTokenizer as BERTTokenizer
     from bertkit.tokenization import BERTTokenizerFast as BERTTokenizerFast

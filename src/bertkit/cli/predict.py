@@ -1,15 +1,130 @@
-"""``bertkit predict MODEL_DIR --data FILE -o OUT.jsonl [--task T]``: a fine-tuned model's predictions.
+"""``bertkit predict``: answers from a pipeline, or a fine-tuned model's predictions on a labelled-format file.
 
-One JSON line per input row, in input order: the predicted ``label`` as it appears in the data
-(``tags`` per word for tagging, the answer text for QA) with its score / probabilities.
+Pipeline form (TASK is fill-mask, embeddings, feature-extraction, text-classification, token-classification,
+question-answering, rerank, or an alias such as ner / qa):
+
+    bertkit predict fill-mask bert-base-uncased "Paris is the [MASK] of France."
+    bertkit predict ner out/model --input texts.txt -o entities.jsonl --aggregation-strategy simple
+    bertkit predict question-answering squad/model --input questions.jsonl    # {"question", "context"} lines
+    bertkit predict rerank cross-encoder/ "who wrote emma?" "Emma is a novel by Jane Austen." "Paris."
+
+TEXTs on the command line or --input FILE (.txt: a text per line; .jsonl: a text or an object per line;
+.csv with a header); one JSON line per input ({"input", "output"}) to -o OUT.jsonl or stdout, in input
+order, streamed (files larger than memory are fine).
+
+Fine-tuned form: bertkit predict MODEL_DIR --data FILE -o OUT.jsonl [--task T] — one JSON line per row of a
+file in the task's training format (the predicted label as it appears in the data, tags per word for
+tagging, the answer text for QA) with its score / probabilities.
 """
 
 from __future__ import annotations
 
-from bertkit.cli.evaluate import options, parser_for
+import argparse
+import json
+import os
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+from bertkit.cli import ArgumentParser
+
+#: call parameters a flag sets: (flag, argparse keyword arguments)
+PIPELINE_FLAGS = [
+    ("--top-k", {"type": int}),
+    ("--targets", {"nargs": "+", "help": "fill-mask: candidate tokens"}),
+    ("--function-to-apply", {"choices": ("softmax", "sigmoid", "none")}),
+    ("--aggregation-strategy", {"choices": ("none", "simple", "first", "average", "max")}),
+    ("--doc-stride", {"type": int}),
+    ("--max-answer-len", {"type": int}),
+    ("--handle-impossible-answer", {"action": "store_true", "default": None}),
+    ("--normalize", {"action": "store_true", "default": None, "help": "embeddings: L2-normalise"}),
+    ("--pooling", {"help": "embeddings: cls, mean, max, ... (default: the model's own, else mean)"}),
+]
+
+
+def is_pipeline_form(argv: list[str]) -> bool:
+    from bertkit.pipelines import ALIASES, TASKS
+
+    return bool(argv) and (argv[0] in TASKS or argv[0] in ALIASES) and not os.path.exists(argv[0])
 
 
 def main(argv: list[str]) -> int:
+    if is_pipeline_form(argv):
+        return pipeline_main(argv)
+    return finetuned_main(argv)
+
+
+def pipeline_parser() -> ArgumentParser:
+    parser = ArgumentParser(prog="bertkit predict", description=__doc__,
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("task", help="the pipeline task")
+    parser.add_argument("model", help="anything bertkit loads: a directory, a checkpoint, a registered name")
+    parser.add_argument("texts", nargs="*", metavar="TEXT", help="inputs (rerank: the query, then passages)")
+    parser.add_argument("--input", help="a .txt, .jsonl or .csv file of inputs")
+    parser.add_argument("-o", "--output", help="a .jsonl file for the answers (default: stdout)")
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--device", help="cpu (default), cuda, gpu")
+    parser.add_argument("--dtype", choices=("fp32", "bf16"), default="fp32")
+    for flag, kwargs in PIPELINE_FLAGS:
+        parser.add_argument(flag, **kwargs)
+    return parser
+
+
+def pipeline_main(argv: list[str]) -> int:
+    args = pipeline_parser().parse_args(argv)
+    if bool(args.texts) == bool(args.input):
+        raise ValueError("give the inputs either as TEXT arguments or with --input FILE (one of the two).")
+    import torch
+
+    from bertkit.pipelines import pipeline, pipeline_class
+    from bertkit.pipelines.files import read_inputs
+
+    task = pipeline_class(args.task).task
+    params = {flag[2:].replace("-", "_"): getattr(args, flag[2:].replace("-", "_")) for flag, _ in PIPELINE_FLAGS}
+    params = {k: v for k, v in params.items() if v is not None}
+    pipe = pipeline(task, model=args.model, device=args.device, batch_size=args.batch_size,
+                    dtype=torch.bfloat16 if args.dtype == "bf16" else None)
+    if task == "rerank":
+        items = [{"query": args.texts[0], "passages": args.texts[1:]}] if args.texts else read_inputs(args.input)
+        answers = ((item, pipe(item["query"], item["passages"], **params)) for item in items)
+    else:
+        items = args.texts if args.texts else read_inputs(args.input)
+        answers = _paired(items, pipe, params)
+    written = write_jsonl(({"input": item, "output": answer} for item, answer in answers), args.output)
+    if args.output:
+        print(f"{written} answers: {args.output}", file=sys.stderr)
+    return 0
+
+
+def _paired(items: Any, pipe: Any, params: dict) -> Iterator[tuple[Any, Any]]:
+    """(input, answer) pairs, answers computed in streamed batches."""
+    from bertkit.pipelines.batching import CHUNK_BATCHES, chunks
+
+    for chunk in chunks(items, pipe.batch_size * CHUNK_BATCHES):
+        yield from zip(chunk, pipe(chunk, **params))
+
+
+def write_jsonl(records: Iterator[dict], path: str | None) -> int:
+    """Write ``records`` as JSON lines to ``path`` (atomically) or stdout; returns how many."""
+    if path is None:
+        count = 0
+        for record in records:
+            print(json.dumps(record, ensure_ascii=False))
+            count += 1
+        return count
+    from bertkit.io import atomic_path
+
+    count = 0
+    with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8") as handle:
+        for record in records:
+            handle.write(json.dumps(record, ensure_ascii=False) + "\n")
+            count += 1
+    return count
+
+
+def finetuned_main(argv: list[str]) -> int:
+    from bertkit.cli.evaluate import options, parser_for
+
     parser = parser_for("bertkit predict", __doc__)
     parser.add_argument("-o", "--output", required=True, help="where to write the predictions (JSON lines)")
     args = parser.parse_args(argv)

@@ -58,10 +58,12 @@ class Pipeline:
 
     @classmethod
     def from_source(cls, source: str | os.PathLike, **options: Any) -> Pipeline:
-        """Load ``source`` (anything bertkit loads) into :attr:`model_class` with its own tokenizer."""
+        """Load ``source`` (anything bertkit loads) into :attr:`model_class` with its own tokenizer; a head the
+        checkpoint lacks is initialised at random and reported as a :class:`bertkit.LoadWarning`."""
+        from bertkit.modeling.backbone import BERT
         from bertkit.tasks.sources import load_model_and_tokenizer
 
-        model, tokenizer = load_model_and_tokenizer(source, cls.model_class, warn=False)
+        model, tokenizer = load_model_and_tokenizer(source, cls.model_class, warn=cls.model_class is not BERT)
         return cls(model, tokenizer, **options)
 
     # ------------------------------------------------------------------------------ what a task defines

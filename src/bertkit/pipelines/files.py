@@ -1,0 +1,66 @@
+"""Pipeline inputs from files, read lazily, and answers written as JSON lines.
+
+``.txt``: one text per line (blank lines skipped). ``.jsonl``: one input per line, a JSON string or an
+object (``{"text", "text_pair"}`` for pairs, ``{"question", "context"}`` for question answering,
+``{"query", "passages"}`` for rerank; an object with only ``"text"`` is that text). ``.csv``: a header
+row naming the same fields. Nothing is read before it is needed, so a file larger than memory streams.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+FORMATS = (".txt", ".jsonl", ".csv")
+
+
+def input_format(path: str | os.PathLike) -> str:
+    suffix = Path(path).suffix.lower()
+    if suffix not in FORMATS:
+        raise ValueError(f"--input {path}: expected a {', '.join(FORMATS)} file, got {suffix or 'no suffix'!r}.")
+    return suffix
+
+
+def read_inputs(path: str | os.PathLike, encoding: str = "utf-8") -> Iterator[Any]:
+    """The inputs of ``path`` one by one (see the module doc); a ValueError names the line that is wrong."""
+    fmt = input_format(path)
+    with open(path, encoding=encoding, newline="") as handle:
+        if fmt == ".csv":
+            for number, row in enumerate(csv.DictReader(handle), start=2):
+                yield _item({k: v for k, v in row.items() if k is not None}, path, number)
+            return
+        for number, line in enumerate(handle, start=1):
+            line = line.rstrip("\r\n")
+            if not line.strip():
+                continue
+            if fmt == ".txt":
+                yield line
+                continue
+            try:
+                value = json.loads(line)
+            except json.JSONDecodeError as error:
+                raise ValueError(f"{path}:{number}: not JSON ({error.msg}).") from None
+            yield _item(value, path, number)
+
+
+def _item(value: Any, path: Any, number: int) -> Any:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict):
+        if set(value) == {"text"}:
+            return value["text"]
+        if "query" in value:
+            return {"query": value["query"], "passages": list(value.get("passages") or [])}
+        if value.keys() & {"text", "text_pair", "question", "context"}:
+            return {k: v for k, v in value.items() if k in ("text", "text_pair", "question", "context") and v}
+    raise ValueError(f"{path}:{number}: expected a text or an object with text / text_pair, question / context or "
+                     f"query / passages, got {str(value)[:80]!r}.")
+
+
+def count_inputs(path: str | os.PathLike) -> int:
+    """How many inputs :func:`read_inputs` will yield (one pass over the file, nothing kept)."""
+    return sum(1 for _ in read_inputs(path))
