@@ -46,7 +46,7 @@ def onnx_embedder(directory: pathlib.Path, threads: int, workdir: pathlib.Path):
     import onnxruntime as ort
 
     from bertkit.export import export_onnx
-    from bertkit.pipelines.batching import pad, sorted_batches
+    from bertkit.inference.batching import pad, sorted_batches
     from bertkit.tokenization import BERTTokenizerFast
 
     export_onnx(directory, workdir / "onnx")

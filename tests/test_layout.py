@@ -51,8 +51,10 @@ LAYERS: dict[str, set[str] | str] = {
     # the package root: re-exports every layer lazily and installs weights' loader in hooks
     "__init__": EVERYTHING,
 }
-LAYERS["pipelines"] = {*LAYERS["tasks"], "tasks"}
-LAYERS["export"] = {*LAYERS["tasks"], "tasks"}
+# sentence-transformers models (bertkit.sentence): what the embeddings pipeline and the ONNX export both run
+LAYERS["sentence"] = {*LAYERS["tasks"], "tasks"}
+LAYERS["pipelines"] = {*LAYERS["tasks"], "tasks", "sentence"}
+LAYERS["export"] = {*LAYERS["tasks"], "tasks", "sentence"}
 LAYERS["serving"] = {*LAYERS["pipelines"], "pipelines"}
 
 #: Imports that break the table on purpose: (importing layer, imported layer) -> why. Keep it empty.

@@ -98,7 +98,7 @@ def pipeline_main(argv: list[str]) -> int:
 
 def _paired(items: Any, pipe: Any, params: dict) -> Iterator[tuple[Any, Any]]:
     """(input, answer) pairs, answers computed in streamed batches."""
-    from bertkit.pipelines.batching import CHUNK_BATCHES, chunks
+    from bertkit.inference.batching import CHUNK_BATCHES, chunks
 
     for chunk in chunks(items, pipe.batch_size * CHUNK_BATCHES):
         yield from zip(chunk, pipe(chunk, **params))

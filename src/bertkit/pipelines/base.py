@@ -11,7 +11,7 @@ A task subclasses :class:`Pipeline` with three steps:
 
 :meth:`Pipeline.__call__` takes one input (answer returned bare), a list or tuple (a list back, same order),
 or any other iterable (a generator back, read in chunks: memory stays bounded whatever the stream's size).
-Features of a call run in batches sorted by length (:mod:`bertkit.pipelines.batching`).
+Features of a call run in batches sorted by length (:mod:`bertkit.inference.batching`).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from bertkit.pipelines.batching import CHUNK_BATCHES, check_batch_size, chunks, pad, run_sorted
+from bertkit.inference.batching import CHUNK_BATCHES, check_batch_size, chunks, pad, run_sorted
 
 
 class Pipeline:

@@ -2,7 +2,7 @@
 
 The directory is read as it is (:mod:`.modules`); the BERT runs on bertkit's fast inference path (oneDNN
 products on prepared weights, unpadded execution), sentences run in length-sorted batches with dynamic
-padding (:mod:`bertkit.pipelines.batching`), and the results equal sentence-transformers' ``encode`` on
+padding (:mod:`bertkit.inference.batching`), and the results equal sentence-transformers' ``encode`` on
 the same directory (float32: within 1e-5) in input order.
 """
 
@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from bertkit.pipelines.batching import CHUNK_BATCHES, check_batch_size, chunks, pad, run_sorted
+from bertkit.inference.batching import CHUNK_BATCHES, check_batch_size, chunks, pad, run_sorted
 from bertkit.sentence.modules import Layout, is_sentence_transformer, normalize, read_layout
 from bertkit.sentence.util import PRECISIONS, quantize_embeddings, similarity
 

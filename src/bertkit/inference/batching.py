@@ -1,4 +1,4 @@
-"""Length-sorted batching: what makes a loop over thousands of texts fast.
+"""Length-sorted batching: what makes a loop over thousands of texts fast (pipelines, sentence models, the server).
 
 A naive loop pads every batch to its longest text in input order; sorting by token count first
 makes rows of a batch about equally long, so little of each forward pass is padding (and what is

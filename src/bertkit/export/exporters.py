@@ -1,0 +1,97 @@
+"""Making the ONNX graph of a model (torch.onnx's two exporters) and its int8 version (ONNX Runtime's quantizer),
+with their chatter kept off the terminal.
+
+``torch.onnx.export(..., dynamo=True)`` (torch.export) makes opset 18 and up; asked for 17 it exports 18 and
+fails to convert it down, so opset 17 is the TorchScript exporter's, which also stands in (with a warning)
+when torch.export fails. Neither result is trusted: :mod:`bertkit.export.onnx` verifies the graph.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import io
+import logging
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from bertkit.export.models import INPUT_NAMES, ExportedModule, Signature
+
+logger = logging.getLogger("bertkit.export")
+
+DYNAMO_MIN_OPSET = 18
+
+
+def export_graph(module: ExportedModule, batch: dict[str, torch.Tensor], signature: Signature, opset: int,
+                 max_length: int) -> tuple[bytes, str]:
+    """``(serialized graph, exporter)``: ``module`` traced on ``batch`` with the axes of ``signature`` dynamic
+    (sequences up to ``max_length``), by torch.export from opset 18, else by the TorchScript exporter."""
+    args = tuple(batch[name] for name in INPUT_NAMES)
+    if opset >= DYNAMO_MIN_OPSET:
+        try:
+            with _quiet():
+                return _export_dynamo(module, args, signature, opset, max_length), "dynamo"
+        except Exception as error:  # any failure of torch.export: the other exporter is verified just the same
+            logger.warning("torch.export could not export %s (%s: %s); using the TorchScript exporter instead.",
+                           type(module.model).__name__, type(error).__name__, " ".join(str(error).split())[:300])
+    with _quiet():
+        return _export_torchscript(module, args, signature, opset), "torchscript"
+
+
+def _export_dynamo(module: nn.Module, args: tuple[torch.Tensor, ...], signature: Signature, opset: int,
+                   max_length: int) -> bytes:
+    dims = {axis: torch.export.Dim(axis, max=max_length if axis == "sequence" else None) for axis in signature.inputs}
+    shapes = {name: {i: dims[axis] for i, axis in enumerate(signature.inputs)} for name in INPUT_NAMES}
+    program = torch.onnx.export(module, args, None, input_names=list(INPUT_NAMES),
+                                output_names=list(signature.outputs), dynamic_shapes=shapes, opset_version=opset,
+                                dynamo=True, external_data=False, verbose=False)
+    return program.model_proto.SerializeToString()
+
+
+def _export_torchscript(module: nn.Module, args: tuple[torch.Tensor, ...], signature: Signature,
+                        opset: int) -> bytes:
+    axes = {name: dict(enumerate(signature.inputs)) for name in INPUT_NAMES}
+    axes.update({name: {i: axis for i, axis in enumerate(names) if axis} for name, names in signature.outputs.items()})
+    buffer = io.BytesIO()
+    torch.onnx.export(module, args, buffer, input_names=list(INPUT_NAMES), output_names=list(signature.outputs),
+                      dynamic_axes=axes, opset_version=opset, dynamo=False)
+    return buffer.getvalue()
+
+
+def quantize_int8(source: Path, target: str) -> None:
+    """ONNX Runtime's dynamic quantization of ``source`` into ``target``: int8 weights, MatMul's per output
+    channel (on all-MiniLM-L6-v2 half the error of one scale per matrix)."""
+    quantization = require("onnxruntime.quantization")
+    with _quiet():
+        quantization.quantize_dynamic(source, target, per_channel=True, weight_type=quantization.QuantType.QInt8)
+
+
+def require(module: str) -> Any:
+    """Import ``module``; a missing package is an ImportError saying how to install the extra."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as error:
+        raise ImportError(f"exporting to ONNX needs the {module.split('.')[0]} package ({error}): "
+                          "pip install 'bertkit[onnx]'") from error
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    """Keep the exporters' and the quantizer's chatter (tracer warnings, torch.onnx's log, ONNX Runtime's
+    advice to pre-process, logged on the root logger) off the terminal; errors still raise."""
+    loggers = [logging.getLogger("torch.onnx"), logging.getLogger()]
+    levels = [log.level for log in loggers]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            for log in loggers:
+                log.setLevel(logging.ERROR)
+            yield
+        finally:
+            for log, level in zip(loggers, levels):
+                log.setLevel(level)
