@@ -348,9 +348,28 @@ def _checkpoint(quick: bool) -> Path:
     return splade_tiny_dir() if quick else minilm_dir()
 
 
+class _OnnxClassifier(torch.nn.Module):
+    """An ONNX Runtime session of a ``bertkit export``-ed classifier, callable as the bertkit model it was."""
+
+    def __init__(self, path: Path, like: torch.nn.Module, threads: int):
+        import onnxruntime as ort
+
+        super().__init__()
+        options = ort.SessionOptions()
+        options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
+        self.session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        self.label_keys, self.loss_from_logits = like.label_keys, like.loss_from_logits
+
+    def forward(self, input_ids, attention_mask, token_type_ids):
+        feeds = {"input_ids": input_ids, "attention_mask": attention_mask, "token_type_ids": token_type_ids}
+        return torch.from_numpy(self.session.run(None, {k: v.numpy() for k, v in feeds.items()})[0])
+
+
 def accuracy(args, workdir: Path) -> list[dict]:
-    """Fine-tune a real checkpoint on VADER Amazon reviews (fp32), then score its test set eagerly and
-    through optimize_for_inference in fp32, bf16 and int8: accuracy and agreement with the eager labels."""
+    """Fine-tune a real checkpoint on VADER Amazon reviews (fp32), then score its test set eagerly, through
+    optimize_for_inference in fp32, bf16 and int8, and through its ``bertkit export`` in ONNX Runtime (fp32 and
+    int8 dynamic quantization): accuracy and agreement with the eager labels."""
+    from bertkit.export import export_onnx
     from bertkit.tasks import finetune
     from bertkit.tasks.finetuning import load_finetuned, score_split
 
@@ -364,13 +383,19 @@ def accuracy(args, workdir: Path) -> list[dict]:
     if native_bf16():
         variants["bf16"] = {"dtype": torch.bfloat16}
     variants["int8"] = {"quantize": "int8"}
+    if not args.no_onnx:
+        export = export_onnx(net, workdir / "onnx", tokenizer=tokenizer, quantize="int8")
+        variants["ONNX export, ONNX Runtime fp32"] = export.onnx_path
+        variants["ONNX export, ONNX Runtime int8"] = export.int8_path
     rows, reference = [], None
     for name, options in variants.items():
         model = copy.deepcopy(net)
-        if options is not None:
+        if isinstance(options, Path):
+            model = _OnnxClassifier(options, net, args.threads)
+        elif options is not None:
             bertkit.optimize_for_inference(model, **options)
         start = time.perf_counter()
-        with fast.fast_path(options is not None):
+        with fast.fast_path(options is not None and not isinstance(options, Path)):
             predictions, scores, _ = score_split(model, task, examples, features, batch_size=64, precision="fp32")
         seconds = time.perf_counter() - start
         labels = [p["label"] for p in predictions]

@@ -34,6 +34,8 @@ class Pipeline:
     model_class: type | None = None
     #: keyword arguments ``__call__`` accepts, with their defaults
     defaults: ClassVar[dict[str, Any]] = {}
+    #: what one input is, for error messages
+    input_description = "a text"
     #: whether :meth:`outputs` are per token (``[B, L, ...]``, trimmed to each row's length) or per row
     token_level: bool = False
 
@@ -43,7 +45,6 @@ class Pipeline:
         from bertkit.modeling.text import resolve_device
 
         self.batch_size = check_batch_size(batch_size)
-        self.params = self.check({**type(self).defaults, **defaults})
         self.model, self.tokenizer = model.eval(), tokenizer
         if device is not None:
             self.model.to(resolve_device(device))
@@ -55,6 +56,7 @@ class Pipeline:
         limit = getattr(getattr(model, "config", None), "max_position_embeddings", 512)
         self.max_length = min(max_length or limit, limit)
         self.pad_values = {"input_ids": tokenizer.pad_token_id, "token_type_ids": 0, "attention_mask": 0}
+        self.params = self.check({**type(self).defaults, **defaults})
 
     @classmethod
     def from_source(cls, source: str | os.PathLike, **options: Any) -> Pipeline:
@@ -92,6 +94,9 @@ class Pipeline:
         params = self.check({**self.params, **params})
         if self.is_single(inputs):
             return self.run([inputs], params)[0]
+        if isinstance(inputs, str | bytes):
+            raise ValueError(f"{self.task} takes {self.input_description} (or a list or iterable of them), "
+                             f"not a bare string.")
         if isinstance(inputs, list | tuple):
             return self.run(list(inputs), params)
         return self.stream(inputs, **params)
