@@ -73,3 +73,15 @@ def test_attention_variants_compute_the_same_attention():
     q, k, v = qkv[:, : lengths[0]].transpose(1, 2)
     alone = torch.nn.functional.scaled_dot_product_attention(q, k, v).transpose(0, 1)
     torch.testing.assert_close(reference[: lengths[0]], alone)
+
+
+def test_embedding_benchmark_runs_and_agrees_with_sentence_transformers():
+    pytest.importorskip("sentence_transformers")
+    pytest.importorskip("onnxruntime")
+    run = subprocess.run([sys.executable, str(SCRIPT.parent / "embed.py"), "--sentences", "40", "--rounds", "1",
+                          "--batch-size", "8", "--onnx"], capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    rows = [line.split("|") for line in run.stdout.splitlines() if line.startswith("| bertkit")]
+    assert len(rows) == 2  # bertkit encode, and its ONNX export in ONNX Runtime
+    for row in rows:
+        assert float(row[5]) >= 0.99999 and float(row[6]) < 1e-4  # min cosine, max abs diff to ST
