@@ -21,6 +21,7 @@ COMMANDS = {
     "evaluate": ("evaluate", "score a fine-tuned model on a labelled file"),
     "predict": ("predict", "run a pipeline (fill-mask, text-classification, ...) or a fine-tuned model's task"),
     "embed": ("embed", "sentence embeddings of a text file, streamed to .npy or .jsonl"),
+    "serve": ("serve", "serve a model over HTTP: embeddings, classify, NER, QA, fill-mask, rerank"),
     "export": ("export", "export a model (backbone, any head, sentence-transformers) to ONNX, verified"),
     "fill-mask": ("fill_mask", "print the top-k predictions for each [MASK] in a text"),
     "convert": ("convert", "convert a checkpoint (HF, pytorch_pretrained_bert, Google TF, ...) to HF or TF"),

@@ -128,31 +128,38 @@ def described_by(model: nn.Module) -> BERTPreTrainedModel:
 
 
 def load_for_export(source: str | os.PathLike, task: str | None = None) -> tuple[nn.Module, Any]:
-    """``(model, tokenizer)`` for ``source`` (anything bertkit loads), in eval mode.
+    """``(model, tokenizer)`` for ``source`` (anything bertkit loads), in eval mode: ``task``'s class when
+    given, else :func:`source_class`'s."""
+    from bertkit.sentence import SentenceTransformer
+    from bertkit.tasks.sources import load_model_and_tokenizer
 
-    The class is ``task``'s when given, else: a sentence-transformers directory (``modules.json``) is a
+    cls = model_class(task) if task is not None else source_class(source)
+    if cls is SentenceTransformer:
+        from bertkit.weights.download import resolve_source
+
+        model = SentenceTransformer.from_pretrained(Path(resolve_source(source)), optimize=False)
+        return model.eval(), model.tokenizer
+    return load_model_and_tokenizer(source, cls)
+
+
+def source_class(source: str | os.PathLike) -> type[nn.Module]:
+    """The model class ``source`` holds: a sentence-transformers directory (``modules.json``) is a
     SentenceTransformer; a ``bertkit finetune`` directory's ``task.json`` names its task; otherwise the
     ``architectures`` of its ``config.json``, and for checkpoints that record none (Google's TF, ...) the heads
-    present, as ``bertkit convert`` decides.
-    """
+    present, as ``bertkit convert`` decides."""
     from bertkit.sentence import SentenceTransformer, is_sentence_transformer
-    from bertkit.tasks.sources import load_model_and_tokenizer
     from bertkit.weights.download import resolve_source
 
     path = Path(resolve_source(source))
-    if task is not None:
-        cls = model_class(task)
-    else:
-        cls = SentenceTransformer if is_sentence_transformer(path) else _recorded_class(path)
-    if cls is SentenceTransformer:
-        model = SentenceTransformer.from_pretrained(path, optimize=False)
-        return model.eval(), model.tokenizer
+    if is_sentence_transformer(path):
+        return SentenceTransformer
+    cls = _recorded_class(path)
     if cls is None:  # no architecture recorded: the heads present decide
         from bertkit.weights.convert import model_for_checkpoint
         from bertkit.weights.formats import read_checkpoint
 
         cls = type(model_for_checkpoint(read_checkpoint(path), warn=False))
-    return load_model_and_tokenizer(source, cls)
+    return cls
 
 
 def _recorded_class(path: Path) -> type[nn.Module] | None:

@@ -107,7 +107,7 @@ class RerankPipeline(_SequenceScores):
                 or not all(isinstance(p, str) for p in passages):
             raise ValueError("rerank takes a query string and a list of passage strings: rerank(query, passages).")
         params = self.check({**self.params, **params})
-        scores = [self._score(logits, params["raw_scores"])
+        scores = [self.score(logits, params["raw_scores"])
                   for logits in self.run([(query, p) for p in passages], params)]
         ranked = sorted(({"index": i, "score": s, "text": p} for i, (s, p) in enumerate(zip(scores, passages))),
                         key=lambda d: d["score"], reverse=True)
@@ -126,7 +126,8 @@ class RerankPipeline(_SequenceScores):
         return outputs[0]
 
     @staticmethod
-    def _score(logits: np.ndarray, raw: bool) -> float:
+    def score(logits: np.ndarray, raw: bool) -> float:
+        """A passage's score from its logits: sigmoid (one label) or the last label's softmax; raw: the logit."""
         if logits.shape[-1] == 1:
             return float(logits[0] if raw else apply("sigmoid", logits)[0])
         return float(logits[-1] if raw else apply("softmax", logits)[-1])

@@ -8,7 +8,8 @@ Windows. The question is cut to ``max_question_len`` tokens; the context is cut 
 ``[CLS] question [SEP] context tokens [SEP]`` of at most ``max_seq_len`` tokens (capped to the model's
 positions) that overlap by ``doc_stride`` context tokens (the tokenizer's ``stride`` with
 ``truncation="only_second"``: :meth:`bertkit.tasks.question_answering.QuestionAnswering.featurize` builds
-them). ``doc_stride`` must be smaller than a window's context room, ``max_seq_len - 3 - question tokens``.
+them). ``doc_stride`` must be smaller than a window's context room, ``max_seq_len - 3 - question tokens``;
+by default it is 128, or half that room when the room is smaller (a model with few positions).
 
 Scoring, bertkit's definition. In each window, ``p_start`` and ``p_end`` are softmaxes of the start and end
 logits over the window's context tokens plus ``[CLS]`` (question tokens, separators and padding excluded).
@@ -41,12 +42,15 @@ from bertkit.pipelines.base import Pipeline
 from bertkit.tasks.question_answering import SPECIAL_TOKENS, QuestionAnswering, nbest_spans
 from bertkit.tasks.squad import QAExample
 
+#: the default overlap of two windows, in context tokens
+DEFAULT_STRIDE = 128
+
 
 class QuestionAnsweringPipeline(Pipeline):
     task = "question-answering"
     model_class = BERTForQuestionAnswering
     input_description = "a {\"question\", \"context\"} dict"
-    defaults: ClassVar[dict[str, Any]] = {"top_k": 1, "doc_stride": 128, "max_answer_len": 15, "max_seq_len": 384,
+    defaults: ClassVar[dict[str, Any]] = {"top_k": 1, "doc_stride": None, "max_answer_len": 15, "max_seq_len": 384,
                                           "max_question_len": 64, "handle_impossible_answer": False}
     token_level = True
 
@@ -68,7 +72,8 @@ class QuestionAnsweringPipeline(Pipeline):
         params = super().check(params)
         for name in ("top_k", "max_answer_len", "max_seq_len", "max_question_len"):
             _check_int(name, params[name], 1)
-        _check_int("doc_stride", params["doc_stride"], 0)
+        if params["doc_stride"] is not None:
+            _check_int("doc_stride", params["doc_stride"], 0)
         if not isinstance(params["handle_impossible_answer"], bool):
             raise ValueError(f"handle_impossible_answer must be True or False, got "
                              f"{params['handle_impossible_answer']!r}.")
@@ -85,8 +90,13 @@ class QuestionAnsweringPipeline(Pipeline):
         if asked == 0:
             raise ValueError(f"the question is empty (it has no tokens): {question!r}.")
         max_seq_len = min(params["max_seq_len"], self.max_length)
-        self._check_room(params, max_seq_len, min(asked, params["max_question_len"]))
-        task = QuestionAnswering(doc_stride=params["doc_stride"], max_query_length=params["max_question_len"])
+        question_tokens = min(asked, params["max_question_len"])
+        if params["doc_stride"] is None:  # the default: 128, or half a window's context room if that is less
+            stride = min(DEFAULT_STRIDE, (max_seq_len - SPECIAL_TOKENS - question_tokens) // 2)
+        else:
+            self._check_room(params, max_seq_len, question_tokens)
+            stride = params["doc_stride"]
+        task = QuestionAnswering(doc_stride=max(stride, 0), max_query_length=params["max_question_len"])
         windows = task.featurize([QAExample("", question, context, None)], self.tokenizer, max_seq_len)
         if all(offset is None for offset in windows[0]["offsets"]):
             raise ValueError(f"the context is empty (it has no tokens): {context[:80]!r}.")
