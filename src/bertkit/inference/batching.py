@@ -29,11 +29,21 @@ def check_batch_size(batch_size: int) -> int:
     return batch_size
 
 
-def sorted_batches(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
-    """Indices into ``lengths`` in batches of at most ``batch_size``, longest rows first; each index once."""
+def sorted_batches(lengths: Sequence[int], batch_size: int, max_tokens: int | None = None) -> list[list[int]]:
+    """Indices into ``lengths`` in batches, longest rows first; each index once. A batch holds at most
+    ``batch_size`` rows and, with ``max_tokens``, at most that many padded tokens (rows x its longest row;
+    a row longer than that goes alone). On CPU a forward pass of ~1,000 padded tokens is as efficient as
+    any larger one, so a token budget keeps long rows from making huge padded batches."""
     check_batch_size(batch_size)
     order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
-    return [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
+    batches: list[list[int]] = []
+    for index in order:
+        if batches and len(batches[-1]) < batch_size and (
+                max_tokens is None or (len(batches[-1]) + 1) * lengths[batches[-1][0]] <= max_tokens):
+            batches[-1].append(index)
+        else:
+            batches.append([index])
+    return batches
 
 
 def pad(rows: Sequence[Mapping[str, Sequence[int]]], pad_values: Mapping[str, int],
@@ -49,11 +59,12 @@ def pad(rows: Sequence[Mapping[str, Sequence[int]]], pad_values: Mapping[str, in
 
 
 def run_sorted(rows: Sequence[T], lengths: Sequence[int], batch_size: int,
-               run: Callable[[list[T]], Sequence[Any]], *, progress: bool = False,
+               run: Callable[[list[T]], Sequence[Any]], *, max_tokens: int | None = None, progress: bool = False,
                description: str = "batches") -> list[Any]:
-    """``run`` over length-sorted batches of ``rows``; its per-row results come back in ``rows``' order."""
+    """``run`` over length-sorted batches of ``rows`` (:func:`sorted_batches`); its per-row results come back
+    in ``rows``' order."""
     results: list[Any] = [None] * len(rows)
-    for batch in tqdm(sorted_batches(lengths, batch_size), desc=description, disable=not progress):
+    for batch in tqdm(sorted_batches(lengths, batch_size, max_tokens), desc=description, disable=not progress):
         for index, result in zip(batch, run([rows[i] for i in batch]), strict=True):
             results[index] = result
     return results

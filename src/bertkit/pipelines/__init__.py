@@ -48,15 +48,16 @@ def pipeline_class(task: str) -> type:
 
 
 def pipeline(task: str, model: str | os.PathLike | Any = None, *, tokenizer: Any = None, device: Any = None,
-             dtype: Any = None, batch_size: int = 32, **defaults: Any):
+             dtype: Any = None, batch_size: int = 32, batch_tokens: int | None = None, **defaults: Any):
     """A pipeline for ``task`` on ``model``: a source path or name (loaded with its own tokenizer), or a
     loaded bertkit model together with ``tokenizer``. ``device`` (``"cpu"``, ``"cuda"``, ``"gpu"``),
-    ``dtype`` (e.g. ``torch.bfloat16``: :func:`bertkit.optimize_for_inference`), ``batch_size``; any other
+    ``dtype`` (e.g. ``torch.bfloat16``: :func:`bertkit.optimize_for_inference`), ``batch_size`` and
+    ``batch_tokens`` (at most that many padded tokens per forward pass; None: no limit); any other
     keyword is a default of the task's call parameters (``top_k=3``, ``aggregation_strategy="simple"``)."""
     cls = pipeline_class(task)
     if model is None:
         raise ValueError(f"pipeline({task!r}) needs model=: a checkpoint directory, file or registered name.")
-    options = dict(device=device, dtype=dtype, batch_size=batch_size, **defaults)
+    options = dict(device=device, dtype=dtype, batch_size=batch_size, batch_tokens=batch_tokens, **defaults)
     if isinstance(model, str | os.PathLike):
         if tokenizer is not None:
             raise ValueError("tokenizer= goes with a loaded model; a model source brings its own tokenizer.")

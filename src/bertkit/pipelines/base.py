@@ -40,11 +40,14 @@ class Pipeline:
     token_level: bool = False
 
     def __init__(self, model: torch.nn.Module, tokenizer: Any, *, device: str | torch.device | None = None,
-                 dtype: torch.dtype | None = None, batch_size: int = 32, max_length: int | None = None,
-                 **defaults: Any):
+                 dtype: torch.dtype | None = None, batch_size: int = 32, batch_tokens: int | None = None,
+                 max_length: int | None = None, **defaults: Any):
         from bertkit.modeling.text import resolve_device
 
         self.batch_size = check_batch_size(batch_size)
+        if batch_tokens is not None:
+            check_batch_size(batch_tokens)
+        self.batch_tokens = batch_tokens
         self.model, self.tokenizer = model.eval(), tokenizer
         if device is not None:
             self.model.to(resolve_device(device))
@@ -114,7 +117,8 @@ class Pipeline:
             produced = self.preprocess(item, params)
             features += produced
             owners += [index] * len(produced)
-        results = run_sorted(features, [len(f["input_ids"]) for f in features], self.batch_size, self.forward)
+        results = run_sorted(features, [len(f["input_ids"]) for f in features], self.batch_size, self.forward,
+                             max_tokens=self.batch_tokens)
         grouped: list[tuple[list, list]] = [([], []) for _ in items]
         for owner, feature, result in zip(owners, features, results):
             grouped[owner][0].append(feature)

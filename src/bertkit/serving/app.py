@@ -35,8 +35,10 @@ STATIC = Path(__file__).parent / "static"
 ENVIRONMENT = "BERTKIT_SERVE_SETTINGS"
 #: routes anyone may call when an API key is set
 PUBLIC = ("/", "/health", "/docs", "/openapi.json", "/docs/oauth2-redirect", "/static")
-#: the forward batch inside a dynamic batch (the pipeline sorts the batch by length first)
-FORWARD_BATCH = 64
+#: forward passes inside a dynamic batch (the pipeline sorts it by length first): at most this many rows and
+#: padded tokens. On 2 CPU cores ~1,000 padded tokens per pass ran 1.2x faster than 16,384 and 1.8x faster
+#: than one unbounded pass over mixed 3-200-token texts (all-MiniLM-L6-v2); GPUs want larger passes.
+FORWARD_BATCH, FORWARD_TOKENS = 64, {"cpu": 1024, "cuda": 16384}
 
 
 class ServeError(Exception):
@@ -53,13 +55,15 @@ class Service:
     def __init__(self, settings: ServeSettings):
         import torch
 
+        from bertkit.modeling.text import resolve_device
         from bertkit.pipelines import pipeline
 
         self.settings = settings
         self.task = resolve_task(settings.model, settings.task)
         dtype = torch.bfloat16 if settings.dtype == "bf16" else None
-        self.pipe = pipeline(PIPELINE_TASKS[self.task], model=settings.model, device=settings.device, dtype=dtype,
-                             batch_size=FORWARD_BATCH)
+        device = resolve_device(settings.device) if settings.device else torch.device("cpu")
+        self.pipe = pipeline(PIPELINE_TASKS[self.task], model=settings.model, device=device, dtype=dtype,
+                             batch_size=FORWARD_BATCH, batch_tokens=FORWARD_TOKENS.get(device.type))
         self.tokenizer = self.pipe.tokenizer
         self.max_input_length = self.pipe.max_length
         self.metrics = Metrics()
@@ -89,6 +93,8 @@ class Service:
         return answers
 
     def serves(self, task: str, route: str) -> None:
+        """400 unless this server's task answers ``route``; 429 / 503 when no request can be queued now."""
+        self.batcher.admit()
         if self.task != task:
             raise ServeError(400, "Task", f"this server runs {self.task}, which {route} does not answer; "
                                           f"see /info and the routes in /docs.")

@@ -55,13 +55,18 @@ class DynamicBatcher:
         self._wakeup = asyncio.Event()
         self._worker = asyncio.create_task(self._loop(), name="bertkit-batcher")
 
-    async def submit(self, items: list[Any], tokens: list[int], params: dict[str, Any]) -> list[Any]:
-        """The answers for ``items`` (token counts ``tokens``) under ``params``, in order."""
+    def admit(self) -> None:
+        """Raise :class:`Overloaded` (or :class:`ShuttingDown`) unless a new request can be queued: called before
+        a request's inputs are tokenized, so refusing one costs next to nothing."""
         if self.closing:
             raise ShuttingDown("the server is shutting down")
         if self.in_flight >= self.max_concurrent_requests:
             raise Overloaded(f"{self.in_flight} requests in flight, the limit (--max-concurrent-requests) is "
                              f"{self.max_concurrent_requests}; retry shortly")
+
+    async def submit(self, items: list[Any], tokens: list[int], params: dict[str, Any]) -> list[Any]:
+        """The answers for ``items`` (token counts ``tokens``) under ``params``, in order."""
+        self.admit()
         loop = asyncio.get_running_loop()
         key = repr(sorted(params.items()))
         work = [_Work(item, n, key, params, loop.create_future()) for item, n in zip(items, tokens)]
