@@ -12,7 +12,7 @@ $(PY):
 
 $(VENV)/.demo-installed: pyproject.toml | $(PY)
 	$(PY) -m pip install -q $(TORCH)
-	$(PY) -m pip install -q -e '.[plot]'   # matplotlib: the demo's metrics.png
+	$(PY) -m pip install -q -e '.[plot,serve]'   # matplotlib: the demo's metrics.png; serve: bertkit serve its model
 	touch $@
 
 $(VENV)/.test-installed: pyproject.toml | $(PY)

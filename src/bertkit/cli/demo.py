@@ -75,6 +75,8 @@ def run(output: str = "runs/demo", budget_s: float = 330.0, max_steps: int | Non
     print(f"model + tokenizer: {result.model_dir}\nmetrics: {result.metrics_path}"
           + (f"\nplot: {result.plot_path}" if result.plot_path else "\nplot: install matplotlib (pip install "
              "'bertkit[plot]') for metrics.png"))
+    print(f"next: bertkit predict fill-mask {result.model_dir} \"Emma was [MASK].\"   or   "
+          f"bertkit serve {result.model_dir}   (then open http://127.0.0.1:8080/)")
     return ev
 
 
