@@ -48,7 +48,7 @@ def main(argv: list[str]) -> int:
         raise ImportError("bertkit serve needs FastAPI and uvicorn: pip install 'bertkit[serve]'") from None
     from bertkit.serving.app import ENVIRONMENT
 
-    server_settings = {k: v for k, v in settings.to_dict().items() if k not in ("host", "port", "workers")}
+    server_settings = {k: v for k, v in settings.to_dict().items() if k not in ("host", "port")}
     os.environ[ENVIRONMENT] = json.dumps(server_settings)  # each worker process builds the app from it
     print(f"bertkit serve: {args.model} on http://{settings.host}:{settings.port} ({settings.workers} worker"
           f"{'s' if settings.workers > 1 else ''}); docs at /docs")

@@ -59,6 +59,8 @@ class Service:
         from bertkit.pipelines import pipeline
 
         self.settings = settings
+        if settings.workers > 1:  # N processes share the cores: each takes its part, not all of them
+            torch.set_num_threads(max(1, (os.cpu_count() or 1) // settings.workers))
         self.task = resolve_task(settings.model, settings.task)
         dtype = torch.bfloat16 if settings.dtype == "bf16" else None
         device = resolve_device(settings.device) if settings.device else torch.device("cpu")
