@@ -130,15 +130,19 @@ class Service:
             await self.batcher.close()  # requests in flight are answered first
 
     def info(self) -> dict[str, Any]:
-        import bertkit
+        from importlib.metadata import PackageNotFoundError, version
 
+        try:
+            installed = version("bertkit")
+        except PackageNotFoundError:  # run from a source tree
+            installed = "unknown"
         config = getattr(self.pipe.model, "config", None) or self.pipe.model.bert.config
         labels = list(config.id2label.values()) if self.task in ("classify", "ner") and config.id2label else None
         return {"model_id": self.settings.model, "task": self.task, "model_dtype": {"fp32": "float32",
                 "bf16": "bfloat16"}[self.settings.dtype], "max_concurrent_requests":
                 self.settings.max_concurrent_requests, "max_input_length": self.max_input_length,
                 "max_batch_tokens": self.settings.max_batch_tokens, "max_client_batch_size":
-                self.settings.max_client_batch_size, "version": bertkit.__version__, "labels": labels}
+                self.settings.max_client_batch_size, "version": installed, "labels": labels}
 
 
 def create_app(model: str | os.PathLike, task: str = "auto", **settings: Any) -> FastAPI:
