@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from bertkit.inference.batching import sorted_batches
 from bertkit.io import atomic_write_text
 from bertkit.tasks.base import Task
 from bertkit.tasks.classification import Classification, glue_files
@@ -273,7 +274,8 @@ def run_model(model: torch.nn.Module, task: Task, features: Sequence[dict[str, A
     """Every feature's outputs (float32 numpy; a tuple for QA) in feature order, and the mean loss when
     the features carry labels (None otherwise). Features run longest first, so batches pad little;
     outputs with a sequence axis are trimmed to the feature's own length."""
-    order = sorted(range(len(features)), key=lambda i: task.feature_length(features[i]), reverse=True)
+    lengths = [task.feature_length(f) for f in features]
+    order = [i for batch in sorted_batches(lengths, batch_size) for i in batch]  # the pipelines' batching
     ordered = [features[i] for i in order]
     outputs: list[Any] = [None] * len(features)
     loss_sum, counted, position = 0.0, 0, 0
