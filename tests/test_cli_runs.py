@@ -148,10 +148,11 @@ def test_errors_are_one_line_with_exit_status(tmp_path):
         "encoding, e.g. --encoding latin-1 or --encoding cp1252 (Python: encoding=...)")
 
 
-def test_make_demo_installs_the_plot_extra():
+def test_make_demo_installs_the_plot_and_serve_extras():
+    """metrics.png needs matplotlib; the demo ends by suggesting `bertkit serve` on its model."""
     makefile = (Path(__file__).parents[1] / "Makefile").read_text()
     demo_install = makefile.split("$(VENV)/.demo-installed:")[1].split("\n\n")[0]
-    assert "'.[plot]'" in demo_install
+    assert "'.[plot,serve]'" in demo_install
 
 
 def test_the_default_recipe_learns_on_a_book(tmp_path):
