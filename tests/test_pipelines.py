@@ -188,3 +188,13 @@ def test_bad_tasks_and_arguments_name_themselves(dirs):
                                                                              num_hidden_layers=1,
                                                                              num_attention_heads=2,
                                                                              intermediate_size=20)))
+
+
+def test_a_missing_head_is_a_warning_a_dropped_one_is_not(dirs):
+    with pytest.warns(bertkit.LoadWarning, match="no trained token-classification head"):
+        bertkit.pipeline("ner", model=dirs["base"])
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", bertkit.LoadWarning)
+        bertkit.pipeline("feature-extraction", model=dirs["mlm"])  # the MLM head is dropped: nothing to say

@@ -17,6 +17,7 @@ Features of a call run in batches sorted by length (:mod:`bertkit.inference.batc
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Iterable, Iterator
 from typing import Any, ClassVar
 
@@ -63,12 +64,21 @@ class Pipeline:
 
     @classmethod
     def from_source(cls, source: str | os.PathLike, **options: Any) -> Pipeline:
-        """Load ``source`` (anything bertkit loads) into :attr:`model_class` with its own tokenizer; a head the
-        checkpoint lacks is initialised at random and reported as a :class:`bertkit.LoadWarning`."""
+        """Load ``source`` (anything bertkit loads) into :attr:`model_class` with its own tokenizer. A head the
+        checkpoint lacks is initialised at random and said in a :class:`bertkit.LoadWarning` (its answers mean
+        nothing until trained); heads the task does not use (NSP for fill-mask) are dropped quietly."""
         from bertkit.modeling.backbone import BERT
         from bertkit.tasks.sources import load_model_and_tokenizer
+        from bertkit.weights import LoadWarning
 
-        model, tokenizer = load_model_and_tokenizer(source, cls.model_class, warn=cls.model_class is not BERT)
+        model, tokenizer = load_model_and_tokenizer(source, cls.model_class, warn=False)
+        report = getattr(model, "load_report", None)
+        new = sorted(k for k in (report.initialized + report.resized if report is not None else [])
+                     if not (cls.model_class is BERT and k.startswith("pooler.")))  # token outputs: no pooler
+        if new:
+            warnings.warn(LoadWarning(f"{source} has no trained {cls.task} head: {', '.join(new[:4])}"
+                                      f"{' ...' if len(new) > 4 else ''} initialised at random; its answers mean "
+                                      "nothing until the model is fine-tuned."), stacklevel=3)
         return cls(model, tokenizer, **options)
 
     # ------------------------------------------------------------------------------ what a task defines
