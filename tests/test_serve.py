@@ -115,6 +115,9 @@ def test_bad_requests_answer_json_errors(embed_client):
     assert embed_client.post("/embed", json={"inputs": "word " * 300, "truncate": True}).status_code == 200
     error_of(embed_client.post("/predict", json={"inputs": "x"}), 400, "Task")
     error_of(embed_client.get("/nowhere"), 404)
+    huge = b'{"inputs": "' + b"a " * (9 * 1024 * 1024) + b'"}'  # 18 MB
+    assert "limit" in error_of(embed_client.post("/embed", content=huge, headers={"content-type":
+                                                                                "application/json"}), 413)
     assert embed_client.get("/health").status_code == 200  # the server is fine after all that
 
 

@@ -33,6 +33,8 @@ from bertkit.serving.settings import PIPELINE_TASKS, ServeSettings, resolve_task
 logger = logging.getLogger("bertkit.serve")
 STATIC = Path(__file__).parent / "static"
 ENVIRONMENT = "BERTKIT_SERVE_SETTINGS"
+#: the largest request body taken (a client's 32 inputs of 512 tokens are ~0.1 MB); beyond: 413
+MAX_BODY_BYTES = 16 * 1024 * 1024
 #: routes anyone may call when an API key is set
 PUBLIC = ("/", "/health", "/docs", "/openapi.json", "/docs/oauth2-redirect", "/static")
 #: forward passes inside a dynamic batch (the pipeline sorts it by length first): at most this many rows and
@@ -208,8 +210,12 @@ def _middleware(app: FastAPI, service: Service) -> None:
     async def auth_and_metrics(request: Request, call_next):
         start, path = time.perf_counter(), request.url.path
         public = path == "/" or any(path == p or path.startswith(p + "/") for p in PUBLIC[1:])
+        size = request.headers.get("content-length", "0")
         if key is not None and not public and request.headers.get("authorization") != f"Bearer {key}":
             response = _error(401, "Unauthorized", "missing or wrong API key: send 'Authorization: Bearer <key>'.")
+        elif not size.isdigit() or int(size) > MAX_BODY_BYTES:
+            response = _error(413, "Payload too large", f"the request body is {size} bytes; the limit is "
+                              f"{MAX_BODY_BYTES} bytes: send fewer or shorter inputs per request.")
         else:
             response = await call_next(request)
         if path != "/metrics":
