@@ -26,6 +26,16 @@ import torch
 from bertkit.inference.batching import CHUNK_BATCHES, check_batch_size, chunks, pad, run_sorted
 
 
+def check_int(name: str, value: Any, minimum: int = 1, *, none_means: str | None = None) -> None:
+    """ValueError naming ``name`` unless ``value`` is an int >= ``minimum`` (or None where ``none_means`` says
+    what None stands for)."""
+    if value is None and none_means is not None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        alternative = f" or None ({none_means})" if none_means else ""
+        raise ValueError(f"{name} must be an integer >= {minimum}{alternative}, got {value!r}.")
+
+
 class Pipeline:
     """A model and its tokenizer answering one task. Build one with :func:`bertkit.pipeline`."""
 
@@ -140,12 +150,11 @@ class Pipeline:
         """The model's outputs for ``rows`` as float32 numpy, one entry per row; token axes trimmed."""
         batch = pad(rows, self.pad_values, self.device)
         out = self.outputs(batch)
-        tensors = out if isinstance(out, tuple) else (out,)
+        arrays = [t.float().cpu().numpy() for t in (out if isinstance(out, tuple) else (out,))]  # one copy each
         per_row = []
         for i, row in enumerate(rows):
-            arrays = tuple((t[i, :len(row["input_ids"])] if self.token_level else t[i]).float().cpu().numpy()
-                           for t in tensors)
-            per_row.append(arrays if isinstance(out, tuple) else arrays[0])
+            cut = tuple(a[i, :len(row["input_ids"])] if self.token_level else a[i] for a in arrays)
+            per_row.append(cut if isinstance(out, tuple) else cut[0])
         return per_row
 
     def encode(self, text: str, pair: str | None = None, **options: Any) -> dict[str, list]:

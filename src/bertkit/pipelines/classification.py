@@ -21,7 +21,7 @@ import torch
 
 from bertkit.modeling.heads import BERTForSequenceClassification
 from bertkit.pipelines.aggregation import softmax
-from bertkit.pipelines.base import Pipeline
+from bertkit.pipelines.base import Pipeline, check_int
 
 FUNCTIONS = ("softmax", "sigmoid", "none")
 _UNSET = object()
@@ -55,9 +55,8 @@ class TextClassificationPipeline(_SequenceScores):
         if params["function_to_apply"] not in (None, *FUNCTIONS):
             raise ValueError(f"function_to_apply must be one of {FUNCTIONS} or None, got "
                              f"{params['function_to_apply']!r}.")
-        top_k = params["top_k"]
-        if top_k is not _UNSET and top_k is not None and (not isinstance(top_k, int) or top_k < 1):
-            raise ValueError(f"top_k must be a positive integer or None (every label), got {top_k!r}.")
+        if params["top_k"] is not _UNSET:
+            check_int("top_k", params["top_k"], none_means="every label")
         return params
 
     def is_single(self, inputs: Any) -> bool:
@@ -115,8 +114,7 @@ class RerankPipeline(_SequenceScores):
 
     def check(self, params: dict[str, Any]) -> dict[str, Any]:
         params = super().check(params)
-        if params["top_k"] is not None and (not isinstance(params["top_k"], int) or params["top_k"] < 1):
-            raise ValueError(f"top_k must be a positive integer or None, got {params['top_k']!r}.")
+        check_int("top_k", params["top_k"], none_means="every passage")
         return params
 
     def preprocess(self, item: tuple[str, str], params: dict[str, Any]) -> list[dict[str, Any]]:

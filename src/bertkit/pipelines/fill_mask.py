@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from bertkit.modeling.lm_heads import BERTForMaskedLM
-from bertkit.pipelines.base import Pipeline
+from bertkit.pipelines.base import Pipeline, check_int
 
 
 class FillMaskPipeline(Pipeline):
@@ -23,9 +23,7 @@ class FillMaskPipeline(Pipeline):
 
     def check(self, params: dict[str, Any]) -> dict[str, Any]:
         params = super().check(params)
-        top_k = params["top_k"]
-        if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
-            raise ValueError(f"top_k must be a positive integer, got {top_k!r}.")
+        check_int("top_k", params["top_k"])
         return params
 
     def preprocess(self, item: str, params: dict[str, Any]) -> list[dict[str, Any]]:

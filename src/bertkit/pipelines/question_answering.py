@@ -38,7 +38,7 @@ import numpy as np
 import torch
 
 from bertkit.modeling.heads import BERTForQuestionAnswering
-from bertkit.pipelines.base import Pipeline
+from bertkit.pipelines.base import Pipeline, check_int
 from bertkit.tasks.question_answering import SPECIAL_TOKENS, QuestionAnswering, nbest_spans
 from bertkit.tasks.squad import QAExample
 
@@ -71,9 +71,9 @@ class QuestionAnsweringPipeline(Pipeline):
         (the room depends on the question's length and on the model's positions)."""
         params = super().check(params)
         for name in ("top_k", "max_answer_len", "max_seq_len", "max_question_len"):
-            _check_int(name, params[name], 1)
+            check_int(name, params[name])
         if params["doc_stride"] is not None:
-            _check_int("doc_stride", params["doc_stride"], 0)
+            check_int("doc_stride", params["doc_stride"], 0)
         if not isinstance(params["handle_impossible_answer"], bool):
             raise ValueError(f"handle_impossible_answer must be True or False, got "
                              f"{params['handle_impossible_answer']!r}.")
@@ -166,7 +166,3 @@ def _from_keywords(question: Any, context: Any) -> dict[str, str] | list[dict[st
     raise ValueError("question= and context= must be two strings or two lists of the same length; got "
                      f"{type(question).__name__} and {type(context).__name__}.")
 
-
-def _check_int(name: str, value: Any, minimum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}.")
