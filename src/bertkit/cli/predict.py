@@ -20,11 +20,11 @@ tagging, the answer text for QA) with its score / probabilities.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import sys
 from collections.abc import Iterator
-from typing import Any
 
 from bertkit.cli import ArgumentParser
 
@@ -88,20 +88,12 @@ def pipeline_main(argv: list[str]) -> int:
         items = [{"query": args.texts[0], "passages": args.texts[1:]}] if args.texts else read_inputs(args.input)
         answers = ((item, pipe(item["query"], item["passages"], **params)) for item in items)
     else:
-        items = args.texts if args.texts else read_inputs(args.input)
-        answers = _paired(items, pipe, params)
+        inputs, stream = itertools.tee(args.texts if args.texts else read_inputs(args.input))
+        answers = zip(inputs, pipe.stream(stream, **params))  # tee holds at most the chunk being answered
     written = write_jsonl(({"input": item, "output": answer} for item, answer in answers), args.output)
     if args.output:
         print(f"{written} answers: {args.output}", file=sys.stderr)
     return 0
-
-
-def _paired(items: Any, pipe: Any, params: dict) -> Iterator[tuple[Any, Any]]:
-    """(input, answer) pairs, answers computed in streamed batches."""
-    from bertkit.inference.batching import CHUNK_BATCHES, chunks
-
-    for chunk in chunks(items, pipe.batch_size * CHUNK_BATCHES):
-        yield from zip(chunk, pipe(chunk, **params))
 
 
 def write_jsonl(records: Iterator[dict], path: str | None) -> int:
