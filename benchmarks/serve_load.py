@@ -8,7 +8,8 @@ SIGKILL) even when something fails:
 - the same naive server over ``sentence_transformers.SentenceTransformer(MODEL)``.
 
 The naive servers are this script in a hidden mode (``--naive-server {bertkit,st} --model M --port P``).
-Every server gets the same thread count (``--threads``: OMP/MKL settings and ``torch.set_num_threads``).
+Every server gets the same thread count (``--threads``: OMP/MKL settings and ``torch.set_num_threads``), the
+same ``--dtype`` and ``--device``, and ``TOKENIZERS_PARALLELISM=false``.
 ``--clients`` concurrent clients (asyncio, one keep-alive connection each) send ``--requests`` requests
 ``POST /embed {"inputs": text, "truncate": true}``; the texts are passages of the bundled Austen corpus whose
 lengths (bertkit's tokenizer, special tokens included) are drawn uniformly from 3 to 300 tokens with a fixed
@@ -17,12 +18,18 @@ server, so tokens/s counts at most that many tokens per input. Each request has 
 ``--max-seconds``, after which the requests left are cancelled and counted. A client sends its next request
 as soon as it has an answer, 429 included. Every 200 must be one vector of the model's dimension.
 
+After the servers, the model alone runs in this process on the same texts (no HTTP, no client, nothing
+else on the cores): one text per forward, then in the server's sorted, token-bounded batches. The batched
+rate bounds what any server can answer here, so it bounds "x naive" too (on 2 CPU cores the batches run
+only ~1.4x faster than one text per forward: one forward pass already keeps the GEMMs near their peak).
+
 ``--overload`` instead starts ``bertkit serve`` with a small ``--max-concurrent-requests``, fires many more
 concurrent requests, counts 200 / 429 (with and without ``Retry-After``) / others / timeouts, then checks
 that the server still answers a few sequential requests with 200.
 
     python benchmarks/serve_load.py [--servers bertkit,naive-bertkit,naive-st] [--clients 64]
-        [--requests 2000] [--max-seconds 300] [--threads 2] [--model DIR] [--json rows.json]
+        [--requests 2000] [--max-seconds 300] [--threads 2] [--dtype fp32|bf16] [--device cpu|cuda]
+        [--offline-texts 500] [--model DIR] [--json rows.json]
     python benchmarks/serve_load.py --overload [--max-concurrent-requests 8] [--overload-clients 256]
         [--overload-requests 1024]
 
@@ -193,9 +200,10 @@ def running(command: list[str], port: int, args: argparse.Namespace, name: str) 
 def server_command(kind: str, model: pathlib.Path, port: int, args: argparse.Namespace) -> list[str]:
     if kind == "bertkit":
         return [sys.executable, "-m", "bertkit.cli", "serve", str(model), "--task", "embeddings", "--host", HOST,
-                "--port", str(port), *shlex.split(args.serve_args)]
+                "--port", str(port), "--dtype", args.dtype, "--device", args.device, *shlex.split(args.serve_args)]
     return [sys.executable, str(pathlib.Path(__file__).resolve()), "--naive-server", kind.removeprefix("naive-"),
-            "--model", str(model), "--port", str(port), "--threads", str(args.threads)]
+            "--model", str(model), "--port", str(port), "--threads", str(args.threads), "--dtype", args.dtype,
+            "--device", args.device]
 
 
 @dataclasses.dataclass
@@ -414,7 +422,7 @@ def print_overload_table(row: dict) -> None:
           f"| {r['after-check 200']} / {r['after-check sent']} |")
 
 
-def naive_server(kind: str, model: pathlib.Path, port: int, threads: int) -> None:
+def naive_server(kind: str, model: pathlib.Path, port: int, threads: int, dtype: str, device: str) -> None:
     """The baseline: a sync FastAPI endpoint (run in Starlette's thread pool) that encodes each request's
     inputs on its own; concurrent requests run concurrent forwards, never one batch."""
     import torch
@@ -424,13 +432,13 @@ def naive_server(kind: str, model: pathlib.Path, port: int, threads: int) -> Non
 
     torch.set_num_threads(threads)
     if kind == "bertkit":
-        from bertkit import SentenceTransformer
-
-        encoder = SentenceTransformer(model)
+        encoder = bertkit_encoder(model, dtype, device)
     else:
         import sentence_transformers
 
-        encoder = sentence_transformers.SentenceTransformer(str(model), device="cpu")
+        encoder = sentence_transformers.SentenceTransformer(str(model), device=device)
+        if dtype == "bf16":
+            encoder.to(torch.bfloat16)
 
     app = FastAPI()
 
@@ -448,6 +456,49 @@ def naive_server(kind: str, model: pathlib.Path, port: int, threads: int) -> Non
     uvicorn.run(app, host=HOST, port=port, log_level="warning")
 
 
+def bertkit_encoder(model: pathlib.Path, dtype: str, device: str):
+    import torch
+
+    from bertkit import SentenceTransformer
+
+    return SentenceTransformer(model, device=device, dtype=torch.bfloat16 if dtype == "bf16" else None)
+
+
+def offline_row(args: argparse.Namespace, texts: list[tuple[str, int]]) -> dict:
+    """The model alone in this process on ``--offline-texts`` of the texts: texts/s one per forward, and in
+    the sorted, token-bounded forward passes ``bertkit serve`` makes of a batch (its own limits)."""
+    import torch
+
+    from bertkit.serving.app import FORWARD_BATCH, FORWARD_TOKENS
+
+    torch.set_num_threads(args.threads)
+    encoder = bertkit_encoder(args.model, args.dtype, args.device)
+    sample = [text for text, _ in texts[:args.offline_texts]]
+    encoder.encode(sample[:FORWARD_BATCH], batch_size=FORWARD_BATCH, show_progress_bar=False)  # warm-up
+    start = time.perf_counter()
+    for text in sample:
+        encoder.encode([text], show_progress_bar=False)
+    one = len(sample) / (time.perf_counter() - start)
+    start = time.perf_counter()
+    encoder.encode(sample, batch_size=FORWARD_BATCH, batch_tokens=FORWARD_TOKENS.get(torch.device(args.device).type),
+                   show_progress_bar=False)
+    batched = len(sample) / (time.perf_counter() - start)
+    return {"texts": len(sample), "one per forward texts/s": one, "batched texts/s": batched,
+            "ceiling": batched / one}  # what batching buys the model alone
+
+
+def print_offline(row: dict, rows: list[dict], dtype: str) -> None:
+    print(f"\nThe model alone ({dtype}, this process, no HTTP), {row['texts']} of the texts: one per forward "
+          f"{row['one per forward texts/s']:.1f} texts/s, in bertkit serve's batches {row['batched texts/s']:.1f} "
+          f"texts/s ({row['ceiling']:.2f}x).")
+    print("That batched rate is the most any server answers here; " + ", ".join(
+        f"{r['server']} reached {r['requests/s'] / row['batched texts/s']:.0%} of it" for r in rows) + ".")
+    base = next((r for r in rows if r["server"] == SERVERS["naive-bertkit"]), None)
+    if base and base["requests/s"]:
+        print(f"So no server can pass {row['batched texts/s'] / base['requests/s']:.2f}x naive bertkit in {dtype} on "
+              "this machine.")
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", type=pathlib.Path, default=None, help="default: all-MiniLM-L6-v2 (gt package)")
@@ -462,6 +513,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--max-seconds", type=float, default=300, help="per server; then the rest are cancelled")
     parser.add_argument("--startup-timeout", type=float, default=180)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32", help="every server's, and offline")
+    parser.add_argument("--device", default="cpu", help="every server's, and offline (cpu, cuda)")
+    parser.add_argument("--offline-texts", type=int, default=500,
+                        help="texts for the model-alone ceiling after the servers (0: skip it)")
     parser.add_argument("--compare", type=int, default=32, help="vectors compared across servers")
     parser.add_argument("--serve-args", default="", help="extra arguments for bertkit serve")
     parser.add_argument("--json", type=pathlib.Path, help="write the rows here")
@@ -485,7 +540,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.naive_server:
-        naive_server(args.naive_server, args.model, args.port, args.threads)
+        naive_server(args.naive_server, args.model, args.port, args.threads, args.dtype, args.device)
         return 0
     dim, max_len = model_shape(args.model)
     count = args.overload_requests if args.overload else args.requests
@@ -502,7 +557,8 @@ def main(argv: list[str] | None = None) -> int:
         failed = row["after-check 200"] < row["after-check sent"]
         result: dict = {"overload": [row]}
     else:
-        print(f"## Load: {name} (dim {dim}), {args.threads} threads, {args.clients} clients, {count} "
+        print(f"## Load: {name} (dim {dim}), {args.dtype} on {args.device}, {args.threads} threads, "
+              f"{args.clients} clients, {count} "
               f"requests of {args.min_tokens}-{args.max_tokens} tokens (seed {args.seed}; {total:,} tokens after "
               f"truncation at {max_len}), timeout {args.timeout:.0f} s, at most {args.max_seconds:.0f} s per server\n",
               flush=True)
@@ -517,6 +573,9 @@ def main(argv: list[str] | None = None) -> int:
             row["min cosine"] = min((cosine(base[i], vectors[kind][i]) for i in shared), default=None)
         print_load_table(rows)
         result = {"load": rows}
+        if args.offline_texts > 0:
+            result["offline"] = offline_row(args, texts)
+            print_offline(result["offline"], rows, args.dtype)
     if args.json:
         args.json.write_text(json.dumps(result, indent=1))
     return 1 if failed else 0

@@ -32,13 +32,16 @@ def run_script(tmp_path: Path, *options: str) -> tuple[str, dict]:
 
 def test_below_capacity_no_request_fails(tmp_path):
     stdout, rows = run_script(tmp_path, "--servers", "bertkit,naive-bertkit", "--clients", "4", "--requests", "24",
-                              "--max-seconds", "60")
+                              "--max-seconds", "60", "--offline-texts", "6")
     assert "| server | ok / requests | requests/s |" in stdout
     assert "| bertkit serve | 24 / 24 |" in stdout and "| naive bertkit | 24 / 24 |" in stdout
     for row in rows["load"]:
         assert row["errors"] == {}, row
         assert row["ok"] == row["requests"] == 24
         assert row["min cosine"] > 0.9999, row  # batched with padding, yet the same vectors as one at a time
+    offline = rows["offline"]  # the model alone, one text per forward and batched
+    assert offline["texts"] == 6 and offline["one per forward texts/s"] > 0 and offline["batched texts/s"] > 0
+    assert "bertkit serve reached" in stdout and "no server can pass" in stdout
 
 
 def test_overload_is_shed_with_429_and_the_server_recovers(tmp_path):
