@@ -22,8 +22,9 @@ import bertkit
 
 SRC = Path(bertkit.__file__).parent
 
-#: Imports allowed everywhere: ``io.py`` is the atomic-write utility every layer that writes files uses.
-UTILITIES = {"io"}
+#: Imports allowed everywhere: ``io.py``, the atomic-write utility every layer that writes files uses, and
+#: ``checks.py``, the integer-argument check every layer shares.
+UTILITIES = {"io", "checks"}
 EVERYTHING = "everything"
 
 #: design §2 as a table: top-level module or package -> the internal ones it may import (besides
@@ -31,6 +32,7 @@ EVERYTHING = "everything"
 LAYERS: dict[str, set[str] | str] = {
     # leaves: they import nothing internal
     "io": set(),
+    "checks": set(),
     "config": set(),
     "tokenization": set(),  # and no torch: test_tokenization_imports_no_torch
     "masking": set(),  # BERT's MLM corruption, a leaf so modeling and data share one implementation

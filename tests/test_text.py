@@ -120,7 +120,7 @@ def test_answer_errors_name_the_arguments(tokenizer):
         model.answer(tokenizer, "who " * 50, "some context", max_length=64, stride=16)
     with pytest.raises(ValueError, match="context has no tokens"):
         model.answer(tokenizer, "who?", "  \n ")
-    with pytest.raises(ValueError, match="max_answer_length must be >= 1, got max_answer_length=0"):
+    with pytest.raises(ValueError, match="max_answer_length must be an integer >= 1, got max_answer_length=0"):
         model.answer(tokenizer, "who?", "emma", max_answer_length=0)
 
 

@@ -65,14 +65,16 @@ def test_pair_problems_name_the_texts_and_the_batch_index(tok):
 
 
 def test_argument_types_and_ranges(tok):
-    with pytest.raises(TypeError, match=r"max_length must be an int, got max_length='10' \(str\)"):
+    with pytest.raises(TypeError, match=r"max_length must be an integer >= 1 or None \(the model's limit\), got "
+                                        r"max_length='10' \(str\)"):
         tok("a b", max_length="10")
-    with pytest.raises(ValueError, match="stride must be >= 0, got stride=-1"):
+    with pytest.raises(ValueError, match="stride must be an integer >= 0, got stride=-1"):
         tok("a b", truncation=True, max_length=10, stride=-1)
     for bad in (0, -2):
-        with pytest.raises(ValueError, match=f"pad_to_multiple_of must be >= 1, got pad_to_multiple_of={bad}"):
+        with pytest.raises(ValueError, match=rf"pad_to_multiple_of must be an integer >= 1 or None \(no rounding\), "
+                                             rf"got pad_to_multiple_of={bad}"):
             tok("a b", padding=True, pad_to_multiple_of=bad)
-    with pytest.raises(ValueError, match="max_length must be >= 1"):
+    with pytest.raises(ValueError, match="max_length must be an integer >= 1"):
         tok("a b", padding="max_length", max_length=-1)
     with pytest.raises(ValueError, match=r"stride=9 must be <= max_length - 2 = 8 even with add_special_tokens"):
         tok(words(30), add_special_tokens=False, truncation=True, max_length=10, stride=9)

@@ -14,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from bertkit.checks import check_int
+
 #: blocks are at least this many sentences (NSP pairs need a few consecutive ones)
 MIN_BLOCK_SENTENCES = 8
 #: and at most this many (a finer split spreads the held-out text over the corpus)
@@ -32,8 +34,7 @@ class HeldOutSplit:
 def split_heldout(documents: Sequence[list[str]], every: int = 20) -> HeldOutSplit:
     """Hold out every ``every``-th document, or every ``every``-th block of sentences when there are too
     few documents (see the module docstring). ``train`` is never empty when ``documents`` has a sentence."""
-    if isinstance(every, bool) or not isinstance(every, int) or every < 2:
-        raise ValueError(f"every must be an integer >= 2 (hold out one part in `every`), got {every!r}.")
+    check_int("every (one part in `every` is held out)", every, 2)
     documents = [d for d in documents if d]
     if len(documents) >= 2 * every:
         heldout = list(documents[::every])

@@ -17,16 +17,16 @@ from typing import Any, TypeVar
 import torch
 from tqdm.auto import tqdm
 
+from bertkit.checks import check_int
+
 T = TypeVar("T")
 
 #: How many batches' worth of inputs a stream reads ahead to sort: long enough that sorting pays off.
 CHUNK_BATCHES = 32
 
 
-def check_batch_size(batch_size: int) -> int:
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}.")
-    return batch_size
+def check_batch_size(batch_size: int, name: str = "batch_size") -> int:
+    return check_int(name, batch_size, 1)
 
 
 def sorted_batches(lengths: Sequence[int], batch_size: int, max_tokens: int | None = None) -> list[list[int]]:

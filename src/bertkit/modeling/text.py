@@ -11,6 +11,8 @@ from typing import Any
 
 import torch
 
+from bertkit.checks import check_int
+
 
 def resolve_device(device: str | torch.device) -> torch.device:
     """lucid's device names: ``"gpu"`` means CUDA (or Apple's MPS); anything else is torch's own name."""
@@ -63,7 +65,7 @@ def fill_mask(model, tokenizer, text: str, top_k: int = 5) -> list[list[tuple[st
     The text is read up to the model's ``max_position_embeddings`` tokens. ValueError if it
     holds no mask token, or if a mask token lies beyond that limit (it would be truncated away).
     """
-    _check_int("top_k", top_k, 1)
+    check_int("top_k", top_k, 1)
     enc = encode(model, tokenizer, [text])
     at_mask = enc["input_ids"] == tokenizer.mask_token_id
     _check_masks_kept(tokenizer, text, int(at_mask.sum()), enc["input_ids"].shape[1])
@@ -111,7 +113,7 @@ def answer(model, tokenizer, question: str, context: str, *, max_answer_length: 
 
     for name, value, minimum in (("max_answer_length", max_answer_length, 1), ("stride", stride, 0),
                                  ("max_question_length", max_question_length, 1), ("max_length", max_length, 4)):
-        _check_int(name, value, minimum)
+        check_int(name, value, minimum)
     question, question_tokens = _first_tokens(tokenizer, question, max_question_length)
     room = max_length - 3 - question_tokens  # context tokens per window, after [CLS] question [SEP] ... [SEP]
     if room <= stride:
@@ -148,13 +150,6 @@ def _first_tokens(tokenizer, text: str, limit: int) -> tuple[str, int]:
     if len(offsets) <= limit:
         return text, len(offsets)
     return text[:offsets[limit - 1][1]], limit
-
-
-def _check_int(name: str, value, minimum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {name}={value!r} ({type(value).__name__}).")
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {name}={value}.")
 
 
 @torch.no_grad()

@@ -26,16 +26,6 @@ import torch
 from bertkit.inference.batching import CHUNK_BATCHES, check_batch_size, chunks, pad, run_sorted
 
 
-def check_int(name: str, value: Any, minimum: int = 1, *, none_means: str | None = None) -> None:
-    """ValueError naming ``name`` unless ``value`` is an int >= ``minimum`` (or None where ``none_means`` says
-    what None stands for)."""
-    if value is None and none_means is not None:
-        return
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        alternative = f" or None ({none_means})" if none_means else ""
-        raise ValueError(f"{name} must be an integer >= {minimum}{alternative}, got {value!r}.")
-
-
 class Pipeline:
     """A model and its tokenizer answering one task. Build one with :func:`bertkit.pipeline`."""
 

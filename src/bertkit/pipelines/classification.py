@@ -19,9 +19,10 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
+from bertkit.checks import check_int
 from bertkit.modeling.heads import BERTForSequenceClassification
 from bertkit.pipelines.aggregation import softmax
-from bertkit.pipelines.base import Pipeline, check_int
+from bertkit.pipelines.base import Pipeline
 
 FUNCTIONS = ("softmax", "sigmoid", "none")
 _UNSET = object()

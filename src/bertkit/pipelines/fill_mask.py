@@ -12,8 +12,9 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
+from bertkit.checks import check_int
 from bertkit.modeling.lm_heads import BERTForMaskedLM
-from bertkit.pipelines.base import Pipeline, check_int
+from bertkit.pipelines.base import Pipeline
 
 
 class FillMaskPipeline(Pipeline):

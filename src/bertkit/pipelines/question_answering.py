@@ -37,8 +37,9 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
+from bertkit.checks import check_int
 from bertkit.modeling.heads import BERTForQuestionAnswering
-from bertkit.pipelines.base import Pipeline, check_int
+from bertkit.pipelines.base import Pipeline
 from bertkit.tasks.question_answering import SPECIAL_TOKENS, QuestionAnswering, nbest_spans
 from bertkit.tasks.squad import QAExample
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from dataclasses import asdict, dataclass
 
+from bertkit.checks import check_int
+
 #: serve task -> the pipeline that answers it
 PIPELINE_TASKS = {"embeddings": "embeddings", "classify": "text-classification", "ner": "token-classification",
                   "qa": "question-answering", "fill-mask": "fill-mask", "rerank": "rerank"}
@@ -39,9 +41,7 @@ class ServeSettings:
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {DTYPES}, got {self.dtype!r}.")
         for name in ("max_batch_tokens", "max_concurrent_requests", "max_client_batch_size", "workers"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}.")
+            check_int(name, getattr(self, name))
         if not 0 <= self.port < 65536:
             raise ValueError(f"port must be in [0, 65535], got {self.port}.")
         if self.api_key is not None and not self.api_key.strip():

@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from bertkit.checks import check_int
 from bertkit.io import atomic_write_text
 from bertkit.modeling.heads import BERTForQuestionAnswering
 from bertkit.tasks import metrics
@@ -431,7 +432,4 @@ def _check_ids(examples: Sequence[QAExample], predictions: Sequence[Mapping[str,
 
 
 def _check_int(name: str, value: Any, minimum: int) -> int:
-    flag = f" ({FLAGS[name]})" if name in FLAGS else ""
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{name}{flag} must be an int >= {minimum}, got {value!r}.")
-    return value
+    return check_int(f"{name} ({FLAGS[name]})" if name in FLAGS else name, value, minimum)

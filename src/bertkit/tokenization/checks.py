@@ -18,15 +18,6 @@ from collections.abc import Callable, Iterator
 SPECIAL_TOKENS_SINGLE, SPECIAL_TOKENS_PAIR = 2, 3
 
 
-def check_int(value, name: str, minimum: int) -> int:
-    """``value`` as an int >= ``minimum``; TypeError for a non-integer (a bool or float too), else ValueError."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {name}={value!r} ({type(value).__name__}).")
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {name}={value}.")
-    return value
-
-
 def token_ids(ids, vocab_size: int, name: str = "token_ids") -> list[int]:
     """``ids`` (an int, a sequence of ints, a 1-D numpy array or torch tensor) as a list of ints.
 

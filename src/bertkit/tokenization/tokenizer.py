@@ -12,6 +12,7 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from bertkit.checks import check_int
 from bertkit.tokenization import checks
 from bertkit.tokenization.encoding import BatchEncoding, to_tensors
 from bertkit.tokenization.pipeline import build_backend
@@ -173,10 +174,9 @@ class BERTTokenizerFast:
         """
         batched, texts, pairs = _normalise_inputs(text, text_pair, is_split_into_words)
         padding = _resolve_padding(padding)
-        checks.check_int(stride, "stride", 0)
-        for name, value in (("max_length", max_length), ("pad_to_multiple_of", pad_to_multiple_of)):
-            if value is not None:
-                checks.check_int(value, name, 1)
+        check_int("stride", stride, 0)
+        check_int("max_length", max_length, 1, none_means="the model's limit")
+        check_int("pad_to_multiple_of", pad_to_multiple_of, 1, none_means="no rounding")
         if truncation is None:  # HF: max_length alone means truncation, unless it is there for padding
             truncation = "longest_first" if max_length is not None and padding is None else False
         truncation, max_length = self._resolve_truncation(truncation, max_length, stride, pairs is not None,

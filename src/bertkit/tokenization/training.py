@@ -26,7 +26,7 @@ from typing import Any
 
 from tokenizers import Tokenizer, models, trainers
 
-from bertkit.tokenization.checks import check_int
+from bertkit.checks import check_int
 from bertkit.tokenization.pipeline import build_normalizer, build_pre_tokenizer
 from bertkit.tokenization.unicode import is_removed
 from bertkit.tokenization.vocab import DEFAULT_SPECIAL_TOKENS
@@ -58,7 +58,7 @@ def train_tokenizer(cls, files_or_iterator: Iterable[str] | Sequence[str | os.Pa
     """
     for name, value in (("vocab_size", vocab_size), ("min_frequency", min_frequency),
                         ("limit_alphabet", limit_alphabet)):
-        check_int(value, name, 0)
+        check_int(name, value, 0)
     if vocab_size <= len(_SPECIAL_ORDER):
         raise ValueError(f"vocab_size must exceed the {len(_SPECIAL_ORDER)} special tokens, got {vocab_size}.")
     if min_frequency < 1:

@@ -18,6 +18,8 @@ from typing import Any
 
 import torch
 
+from bertkit.checks import check_int
+
 SCHEDULES = ("linear", "polynomial", "constant")
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 DEVICES = ("auto", "cpu", "cuda", "gpu")
@@ -154,8 +156,7 @@ class TrainingConfig:
 
 
 def _check_int(name: str, value: Any, minimum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"TrainingConfig.{name} must be an integer >= {minimum}, got {value!r}.")
+    check_int(f"TrainingConfig.{name}", value, minimum)
 
 
 def _check_float(name: str, value: Any, positive: bool = False) -> None:
