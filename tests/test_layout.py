@@ -23,8 +23,8 @@ import bertkit
 SRC = Path(bertkit.__file__).parent
 
 #: Imports allowed everywhere: ``io.py``, the atomic-write utility every layer that writes files uses, and
-#: ``checks.py``, the integer-argument check every layer shares.
-UTILITIES = {"io", "checks"}
+#: ``checks.py``, the integer-argument check every layer shares, and ``devices.py``, what the machine offers.
+UTILITIES = {"io", "checks", "devices"}
 EVERYTHING = "everything"
 
 #: design §2 as a table: top-level module or package -> the internal ones it may import (besides
@@ -33,6 +33,7 @@ LAYERS: dict[str, set[str] | str] = {
     # leaves: they import nothing internal
     "io": set(),
     "checks": set(),
+    "devices": set(),  # torch only: the GPU behind "gpu", native bf16
     "config": set(),
     "tokenization": set(),  # and no torch: test_tokenization_imports_no_torch
     "masking": set(),  # BERT's MLM corruption, a leaf so modeling and data share one implementation

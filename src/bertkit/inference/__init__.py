@@ -7,6 +7,7 @@ faster backend of this machine, bfloat16 always), or int8 dynamic quantization. 
 are rebuilt if a parameter changes, and are never saved.
 """
 
-from bertkit.inference.optimize import Int8Kernel, PackedKernel, native_bf16, optimize_for_inference
+from bertkit.devices import native_bf16
+from bertkit.inference.optimize import Int8Kernel, PackedKernel, optimize_for_inference
 
 __all__ = ["Int8Kernel", "PackedKernel", "native_bf16", "optimize_for_inference"]

@@ -8,6 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from bertkit.devices import native_bf16
 from bertkit.modeling import fast
 from bertkit.modeling.fast import Linear, activate, gemm_backend, onednn_available
 
@@ -89,16 +90,6 @@ class Int8Kernel(_Kernel):
         if x.device.type != "cpu" or x.dtype != torch.float32 or not x.numel():
             return activate(F.linear(x, layer.weight, layer.bias), activation)
         return activate(torch.ops.quantized.linear_dynamic(x, self.prepared(layer), not _has_vnni()), activation)
-
-
-def native_bf16(device: torch.device | str = "cpu") -> bool:
-    """Whether ``device`` computes bfloat16 natively (CPU: AVX512-BF16 / AMX through oneDNN; CUDA: Ampere+)."""
-    device = torch.device(device)
-    if device.type == "cuda":
-        return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
-    if device.type == "cpu":
-        return onednn_available() and bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
-    return False
 
 
 def optimize_for_inference(model: nn.Module, *, dtype: torch.dtype | str | None = None, quantize: str | None = None,

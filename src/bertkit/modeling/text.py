@@ -12,17 +12,13 @@ from typing import Any
 import torch
 
 from bertkit.checks import check_int
+from bertkit.devices import gpu
 
 
 def resolve_device(device: str | torch.device) -> torch.device:
     """lucid's device names: ``"gpu"`` means CUDA (or Apple's MPS); anything else is torch's own name."""
     if isinstance(device, str) and device.lower() == "gpu":
-        if torch.cuda.is_available():
-            return torch.device("cuda")
-        if torch.backends.mps.is_available():
-            return torch.device("mps")
-        raise ValueError('device="gpu" was requested but no GPU is available (no CUDA or MPS device); '
-                         'use device="cpu".')
+        return gpu()
     return torch.device(device)
 
 

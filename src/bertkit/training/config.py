@@ -9,7 +9,6 @@ settled at run time by :func:`resolve_device` and :func:`resolve_precision`, sin
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 import os
 import warnings
@@ -19,6 +18,7 @@ from typing import Any
 import torch
 
 from bertkit.checks import check_int
+from bertkit.devices import cpu_bf16, gpu, native_bf16
 
 SCHEDULES = ("linear", "polynomial", "constant")
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
@@ -174,12 +174,10 @@ def resolve_device(name: str, local_rank: int = 0) -> torch.device:
     if name == "auto":
         name = "cuda" if torch.cuda.is_available() else "cpu"
     if name == "gpu":
-        if torch.cuda.is_available():
-            name = "cuda"
-        elif getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
-            return torch.device("mps")
-        else:
-            raise ValueError("TrainingConfig.device='gpu' but neither CUDA nor MPS is available; use 'cpu'.")
+        found = gpu("TrainingConfig.device='gpu'")
+        if found.type != "cuda":
+            return found
+        name = "cuda"
     if name == "cuda":
         if not torch.cuda.is_available():
             raise ValueError("TrainingConfig.device='cuda' but CUDA is not available; use 'cpu' or 'auto'.")
@@ -196,9 +194,7 @@ def resolve_precision(precision: str, device: torch.device) -> str:
     (AVX512-BF16, AMX or Arm BF16); without it this warns and returns ``"fp32"``.
     """
     if precision == "auto":  # bf16 autocast where the hardware computes it natively, else fp32
-        native = (torch.cuda.is_available() and torch.cuda.is_bf16_supported() if device.type == "cuda"
-                  else device.type == "cpu" and cpu_supports_bf16())
-        return "bf16" if native else "fp32"
+        return "bf16" if native_bf16(device) else "fp32"
     if precision == "fp16" and device.type != "cuda":
         raise ValueError(f"TrainingConfig.precision='fp16' needs CUDA (device is {device}); use 'bf16' or 'fp32'.")
     if precision == "bf16" and device.type == "cpu" and not cpu_supports_bf16():
@@ -208,40 +204,5 @@ def resolve_precision(precision: str, device: torch.device) -> str:
     return precision
 
 
-@functools.cache
-def cpu_supports_bf16() -> bool:
-    """True when the CPU has native bf16 arithmetic and a bf16 autocast matmul runs.
-
-    ``torch.backends.cpu.get_cpu_capability()`` reports only the vector ISA (``"AVX512"``
-    with or without the BF16 extension), so the CPU flags are read where the OS exposes
-    them, oneDNN is asked otherwise, and a tiny autocast matmul confirms it works.
-    """
-    flags = _cpu_flags()
-    if flags is not None:
-        supported = bool(flags & {"avx512_bf16", "amx_bf16", "bf16"})
-    else:
-        try:
-            supported = bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
-        except (AttributeError, RuntimeError):
-            supported = False
-    if not supported:
-        return False
-    try:
-        with torch.autocast("cpu", dtype=torch.bfloat16):
-            probe = torch.ones(4, 4) @ torch.ones(4, 4)
-        return probe.dtype == torch.bfloat16 and bool(probe[0, 0] == 4)
-    except RuntimeError:
-        return False
-
-
-def _cpu_flags() -> set[str] | None:
-    """CPU feature flags from /proc/cpuinfo (x86 "flags", Arm "Features"), or None where unreadable."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                key, _, value = line.partition(":")
-                if key.strip() in ("flags", "Features"):
-                    return set(value.split())
-    except OSError:
-        return None
-    return None
+#: True when the CPU has native bf16 arithmetic and a bf16 autocast matmul runs (:func:`bertkit.devices.cpu_bf16`)
+cpu_supports_bf16 = cpu_bf16

@@ -1,0 +1,71 @@
+"""What the machine offers, asked one way everywhere (a leaf: torch only).
+
+:func:`gpu` is lucid's ``"gpu"`` device name made concrete (CUDA, else Apple's MPS); :func:`native_bf16`
+says whether a device computes bfloat16 natively, which decides bf16 autocast in training
+(``precision="auto"``), the warning of ``optimize_for_inference(dtype=torch.bfloat16)`` on a CPU that would
+emulate it, and the demo's precision.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+
+
+def gpu(requested: str = 'device="gpu"') -> torch.device:
+    """CUDA if there is one, else MPS; ValueError naming ``requested`` (how the caller spelled the ask) if neither."""
+    if torch.cuda.is_available():
+        return torch.device("cuda")
+    mps = getattr(torch.backends, "mps", None)
+    if mps is not None and mps.is_available():
+        return torch.device("mps")
+    raise ValueError(f"{requested} was requested but no GPU is available (no CUDA or MPS device); use 'cpu'.")
+
+
+def native_bf16(device: torch.device | str = "cpu") -> bool:
+    """Whether ``device`` computes bfloat16 natively: a CPU with AVX512-BF16, AMX or Arm BF16 (see
+    :func:`cpu_bf16`), a CUDA GPU that supports it (Ampere and later)."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+    return device.type == "cpu" and cpu_bf16()
+
+
+@functools.cache
+def cpu_bf16() -> bool:
+    """True when the CPU has native bf16 arithmetic and a bf16 autocast matmul runs (asked once per process).
+
+    ``torch.backends.cpu.get_cpu_capability()`` reports only the vector ISA (``"AVX512"`` with or without
+    the BF16 extension), so the CPU flags are read where the OS exposes them, oneDNN is asked otherwise,
+    and a tiny autocast matmul confirms it works.
+    """
+    flags = _cpu_flags()
+    if flags is not None:
+        supported = bool(flags & {"avx512_bf16", "amx_bf16", "bf16"})
+    else:
+        try:
+            supported = bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+        except (AttributeError, RuntimeError):
+            supported = False
+    if not supported:
+        return False
+    try:
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            probe = torch.ones(4, 4) @ torch.ones(4, 4)
+        return probe.dtype == torch.bfloat16 and bool(probe[0, 0] == 4)
+    except RuntimeError:
+        return False
+
+
+def _cpu_flags() -> set[str] | None:
+    """CPU feature flags from /proc/cpuinfo (x86 "flags", Arm "Features"), or None where unreadable."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() in ("flags", "Features"):
+                    return set(value.split())
+    except OSError:
+        return None
+    return None
