@@ -1,6 +1,8 @@
 import subprocess
 import sys
 
+import pytest
+
 from bertkit.cli import main
 
 
@@ -36,3 +38,17 @@ def test_demo_pretrains_and_reports_against_baselines(capsys, tmp_path):
     assert (tmp_path / "demo" / "model" / "model.safetensors").is_file()
     demo.run(str(tmp_path / "demo"), budget_s=60, max_steps=1)  # a second run never overwrites the first
     assert (tmp_path / "demo-2" / "model" / "model.safetensors").is_file()
+
+
+def test_finetune_task_flags_labels_and_encoding():
+    import argparse
+
+    from bertkit.cli.finetune import add_task_flags, task_options
+
+    for task in ("classify", "tag"):
+        parser = argparse.ArgumentParser()
+        add_task_flags(parser, task)
+        args = parser.parse_args(["--labels", "O, B-PER,I-PER", "--encoding", "latin-1"])
+        assert task_options(args, task) == {"labels": ["O", "B-PER", "I-PER"], "encoding": "latin-1"}
+        with pytest.raises(SystemExit):
+            parser.parse_args(["--labels", "O,,B-PER"])  # an empty name: argparse's usage error

@@ -201,3 +201,13 @@ def test_saved_config_shows_labels_in_hf(tmp_path):
                       max_seq_length=16, progress=False)
     hf = transformers.AutoModelForSequenceClassification.from_pretrained(result.model_dir)
     assert hf.config.id2label == {0: "neg", 1: "pos"}
+
+
+def test_given_labels_keep_their_order_and_must_cover_the_training_set():
+    task = Classification(labels=["pos", "neutral", "neg"])  # "neutral" never occurs in training
+    task.fit([_example("a", "neg"), _example("b", "pos")])
+    assert task.labels == ["pos", "neutral", "neg"]
+    assert task.model_overrides()["id2label"] == {0: "pos", 1: "neutral", 2: "neg"}
+    with pytest.raises(ValueError, match=r"the training labels \['maybe'\] are not in labels=\['pos', 'neg'\]; "
+                                         r"add them there \(--labels\)"):
+        Classification(labels=["pos", "neg"]).fit([_example("a", "maybe"), _example("b", "pos")])

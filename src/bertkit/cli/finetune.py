@@ -20,6 +20,19 @@ from typing import Any
 
 from bertkit.cli import ArgumentParser
 
+
+def label_list(text: str) -> list[str]:
+    """``--labels A,B,C`` -> ``["A", "B", "C"]``."""
+    labels = [label.strip() for label in text.split(",")]
+    if not all(labels):
+        raise argparse.ArgumentTypeError(f"{text!r} has an empty label; write the names separated by commas, "
+                                         "e.g. O,B-PER,I-PER")
+    return labels
+
+
+ENCODING = ("--encoding", dict(help="of the data files (default utf-8)"))
+LABELS = ("--labels", dict(type=label_list, help="comma-separated label names in id order, e.g. to keep a label "
+                                                 "the training set lacks (default: the training set's, sorted)"))
 #: task -> its own flags: (flag, argparse keyword arguments); the option name is the flag's
 TASK_FLAGS: dict[str, list[tuple[str, dict[str, Any]]]] = {
     "classify": [
@@ -30,7 +43,8 @@ TASK_FLAGS: dict[str, list[tuple[str, dict[str, Any]]]] = {
                                          "regression"), help="default: inferred from the training labels")),
         ("--glue", dict(choices=("cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte", "wnli"),
                         help="read a GLUE task's original TSV files from --data-dir and score it as GLUE does")),
-        ("--encoding", dict(help="of the data files (default utf-8)")),
+        LABELS,
+        ENCODING,
     ],
     "tag": [
         ("--tag-column", dict(type=int, help="CoNLL column holding the tag (default -1: the last)")),
@@ -38,6 +52,8 @@ TASK_FLAGS: dict[str, list[tuple[str, dict[str, Any]]]] = {
                                     help="label every word piece, not only a word's first")),
         ("--scheme", dict(choices=("IOB2", "IOB1", "IOBES", "BIO", "BIOES"),
                           help="score entities strictly under this scheme (default: conlleval's lenient rule)")),
+        LABELS,
+        ENCODING,
     ],
     "qa": [
         ("--doc-stride", dict(type=int, help="context tokens consecutive windows share (default 128)")),
@@ -48,7 +64,7 @@ TASK_FLAGS: dict[str, list[tuple[str, dict[str, Any]]]] = {
                                              help="SQuAD v2: answer nothing when the null score beats the best span "
                                                   "by more than this (default: tuned on the validation set)")),
     ],
-    "choice": [("--encoding", dict(help="of the data files (default utf-8)"))],
+    "choice": [ENCODING],
 }
 #: per task: the defaults that differ from the common ones
 TASK_DEFAULTS = {"qa": {"max_seq_length": 384, "epochs": 2.0, "learning_rate": 3e-5}}

@@ -152,6 +152,8 @@ class Classification(Task):
 
     # ------------------------------------------------------------------ labels
     def fit(self, examples: Sequence[TextExample]) -> None:
+        """The problem type (unless given) and the label set: the training labels sorted (numbers by value), or
+        ``labels`` as given (their order is the ids') when they hold every training label."""
         labelled = [e for e in examples if e.label is not None]
         if not labelled:
             raise ValueError(f"the training data has no labels (no {self.label_column!r} column); name it with "
@@ -164,7 +166,12 @@ class Classification(Task):
                 self.primary_metric = "pearson"
             return
         values = {item for e in labelled for item in self._label_items(e.label)}
-        self.labels = sorted(values, key=_label_sort_key)
+        if self.labels is None:
+            self.labels = sorted(values, key=_label_sort_key)
+        elif missing := {str(v) for v in values} - {str(label) for label in self.labels}:
+            raise ValueError(f"the training labels {sorted(missing, key=_label_sort_key)} are not in labels="
+                             f"{self.labels}; add them there (--labels), or leave labels out to take the training "
+                             "set's.")
         if len(self.labels) < 2 and self.problem_type == SINGLE:
             raise ValueError(f"the training data has a single label ({self.labels[0]!r}): a classifier needs at "
                              "least two. Check --label-column, or use --problem-type regression for numbers.")
