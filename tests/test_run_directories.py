@@ -147,6 +147,20 @@ def test_files_honour_the_umask(tmp_path):
     assert stat.S_IMODE((step / "state.pt").stat().st_mode) == 0o640
 
 
+def test_reading_the_umask_never_changes_it(monkeypatch):
+    from bertkit.io import umask
+
+    old = os.umask(0o027)
+    try:
+        seen = []
+        monkeypatch.setattr(os, "umask", lambda mask: seen.append(mask) or 0o027)
+        assert umask() == 0o027  # from /proc/self/status: a thread creating a file meanwhile is unaffected
+        assert seen == [] or not os.path.exists("/proc/self/status")
+    finally:
+        monkeypatch.undo()
+        os.umask(old)
+
+
 def test_disk_full_names_the_checkpoint_and_keeps_the_previous_one(tmp_path, monkeypatch):
     model = torch.nn.Linear(3, 3)
     save_checkpoint(tmp_path, 1, model, {"step": 1})

@@ -14,14 +14,24 @@ import errno
 import os
 import shutil
 import tempfile
+import threading
 from collections.abc import Callable, Iterator
 
 
 def umask() -> int:
-    """The process's current umask (read without changing it for longer than a moment)."""
-    mask = os.umask(0o022)
-    os.umask(mask)
+    """The process's current umask. Linux reports it in ``/proc/self/status``, read without touching it (so a
+    thread creating a file meanwhile is unaffected); elsewhere it is set and restored at once, under a lock."""
+    with contextlib.suppress(OSError, ValueError), open("/proc/self/status", encoding="ascii") as status:
+        for line in status:
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    with _UMASK_LOCK:
+        mask = os.umask(0o022)
+        os.umask(mask)
     return mask
+
+
+_UMASK_LOCK = threading.Lock()
 
 
 def apply_umask(path: str | os.PathLike) -> None:
