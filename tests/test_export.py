@@ -235,9 +235,13 @@ def test_a_sentence_transformers_model_exports_with_pooling_and_normalisation_in
     assert report.model == "SentenceTransformer" and list(report.max_abs_diff) == ["sentence_embedding"]
     assert report.max_abs_diff["sentence_embedding"] <= 1e-4
 
-    texts = ["A man is playing a guitar.", "Export me", "The quick brown fox jumps over the lazy dog by the river."]
+    texts = ["A man is playing a guitar.", "Export me", "The quick brown fox jumps over the lazy dog by the river.",
+             "a long text " * 120]  # 362 tokens: truncated at the model's max_seq_length (256), not at 512
+    settings = json.loads((tmp_path / "sentence_bert_config.json").read_text())
+    assert settings == {"max_seq_length": 256, "do_lower_case": False}
     tokenizer = bertkit.BERTTokenizerFast.from_pretrained(tmp_path)
-    batch = tokenizer(texts, padding=True, return_tensors="np")
+    assert tokenizer.model_max_length == 256
+    batch = tokenizer(texts, padding=True, truncation=True, return_tensors="np")
     (embeddings,) = session(tmp_path / "model.onnx").run(None, {k: batch[k].astype(np.int64) for k in INPUTS})
     expected = sentence.SentenceTransformer.from_pretrained(source).encode(texts)  # bertkit's eager fast path
     np.testing.assert_allclose(embeddings, expected, atol=1e-4, rtol=0)

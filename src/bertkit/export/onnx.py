@@ -7,6 +7,9 @@
 * ``model.int8.onnx`` with ``quantize="int8"``: ONNX Runtime's dynamic quantization (int8 MatMul weights per
   output channel, int8 embedding tables; activations quantized per batch as it runs);
 * the tokenizer files (``vocab.txt``, ``tokenizer_config.json``, ``special_tokens_map.json``) and ``config.json``;
+  for a sentence-transformers model also its ``sentence_bert_config.json`` (``max_seq_length``, ``do_lower_case``),
+  with the tokenizer's ``model_max_length`` set to ``max_seq_length``, so that truncating at the tokenizer's
+  limit gives the model's embeddings;
 * ``export.json``: the :class:`ExportReport` (inputs, outputs, opset, exporter, differences from PyTorch).
 
 The graph is traced (:mod:`bertkit.export.exporters`) with the fast path off and the model in eval mode: plain
@@ -22,6 +25,7 @@ onnx, onnxscript and onnxruntime are the optional extra ``bertkit[onnx]``, impor
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
 import os
 import time
@@ -53,6 +57,7 @@ DEFAULT_OPSET = 18
 MIN_OPSET = 17
 QUANTIZATIONS = ("int8",)
 MODEL_FILE, INT8_FILE, REPORT_FILE = "model.onnx", "model.int8.onnx", "export.json"
+SENTENCE_CONFIG = "sentence_bert_config.json"
 
 
 class ExportVerificationError(RuntimeError):
@@ -141,8 +146,7 @@ def export_onnx(model_or_source: nn.Module | str | os.PathLike, directory: str |
         int8_diffs = max_abs_diffs(directory / INT8_FILE, batches, expected, list(signature.outputs))
     elif (directory / INT8_FILE).exists():  # an earlier export's: it would not match this model.onnx
         (directory / INT8_FILE).unlink()
-    if tokenizer is not None:
-        tokenizer.save_pretrained(directory)
+    _save_tokenizer(tokenizer, model, directory)
     config = bert.config.to_hf_dict(architecture=bert.hf_architecture)
     atomic_write_text(directory / "config.json", json.dumps(config, indent=2, sort_keys=True) + "\n")
     report = ExportReport(directory, type(model).__name__, exporter, opset,
@@ -151,6 +155,25 @@ def export_onnx(model_or_source: nn.Module | str | os.PathLike, directory: str |
                           tolerance, round(time.perf_counter() - start, 3))
     atomic_write_text(directory / REPORT_FILE, json.dumps(report.to_json(), indent=2) + "\n")
     return report
+
+
+def _save_tokenizer(tokenizer: Any | None, model: nn.Module, directory: Path) -> None:
+    """The tokenizer's files (when there is a tokenizer); for a sentence-transformers model its
+    ``sentence_bert_config.json`` and the tokenizer's limit set to its ``max_seq_length`` (an earlier export's
+    settings file is removed otherwise: it would describe another model)."""
+    from bertkit.sentence import SentenceTransformer
+
+    settings = directory / SENTENCE_CONFIG
+    if isinstance(model, SentenceTransformer):
+        atomic_write_text(settings, json.dumps({"max_seq_length": model.max_seq_length,
+                                                "do_lower_case": model.layout.do_lower_case}, indent=2) + "\n")
+        if tokenizer is not None:
+            tokenizer = copy.copy(tokenizer)  # the caller's keeps its own limit
+            tokenizer.model_max_length = model.max_seq_length
+    elif settings.exists():
+        settings.unlink()
+    if tokenizer is not None:
+        tokenizer.save_pretrained(directory)
 
 
 def max_abs_diffs(graph: bytes | str | os.PathLike, batches: list[dict[str, torch.Tensor]],
