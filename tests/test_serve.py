@@ -105,6 +105,24 @@ def test_openai_embeddings_float_and_base64(embed_client):
     np.testing.assert_allclose(vector, r["data"][1]["embedding"], atol=1e-6)
 
 
+def test_tokenize_and_decode_as_text_embeddings_inference(embed_client):
+    text = "Héllo, wörld [SEP] x"
+    (tokens,) = embed_client.post("/tokenize", json={"inputs": text}).json()
+    ids = [t["id"] for t in tokens]
+    assert ids == bertkit.BERTTokenizerFast.from_pretrained(MINILM)(text)["input_ids"]
+    assert tokens[0] == {"id": 101, "text": "[CLS]", "special": True, "start": None, "stop": None}
+    assert [t["text"] for t in tokens[1:-1]] == ["Héllo", ",", "wörld", "[SEP]", "x"]  # the input's own characters
+    assert all(text[t["start"]:t["stop"]] == t["text"] for t in tokens[1:-1])
+    plain = embed_client.post("/tokenize", json={"inputs": [text, "x"], "add_special_tokens": False}).json()
+    assert [t["id"] for t in plain[0]] == ids[1:-1] and len(plain) == 2
+    assert embed_client.post("/decode", json={"ids": ids}).json() == ["hello, world x"]  # specials skipped
+    assert embed_client.post("/decode", json={"ids": [ids, [101, 1060, 102]], "skip_special_tokens": False}
+                             ).json() == ["[CLS] hello, world [SEP] x [SEP]", "[CLS] x [SEP]"]
+    assert "999999" in error_of(embed_client.post("/decode", json={"ids": [7592, 999999]}), 422, "Validation")
+    assert "8" in error_of(embed_client.post("/tokenize", json={"inputs": ["a"] * 9}), 413, "Batch too large")
+    error_of(embed_client.post("/decode", json={"ids": "7592"}), 422)
+
+
 def test_bad_requests_answer_json_errors(embed_client):
     assert "inputs" in error_of(embed_client.post("/embed", json={"inputs": 3}), 422, "Validation")
     assert "normalise" in error_of(embed_client.post("/embed", json={"inputs": "a", "normalise": True}), 422)

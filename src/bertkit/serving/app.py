@@ -103,13 +103,17 @@ class Service:
             raise ServeError(400, "Task", f"this server runs {self.task}, which {route} does not answer; "
                                           f"see /info and the routes in /docs.")
 
+    def check_batch(self, inputs: list[Any], field: str = "inputs") -> None:
+        """413 for more inputs than ``--max-client-batch-size``, 422 for none."""
+        if len(inputs) > self.settings.max_client_batch_size:
+            raise ServeError(413, "Batch too large", f"{len(inputs)} inputs in one request; the limit "
+                             f"(--max-client-batch-size) is {self.settings.max_client_batch_size}.")
+        if not inputs:
+            raise ServeError(422, "Validation", f"{field} is empty: send at least one input.")
+
     def count(self, texts: list[Any], truncate: bool, limit: bool = True) -> list[int]:
         """Token counts of ``texts`` (strings or pairs); 413 past the input limit unless ``truncate``."""
-        if len(texts) > self.settings.max_client_batch_size:
-            raise ServeError(413, "Batch too large", f"{len(texts)} inputs in one request; the limit "
-                             f"(--max-client-batch-size) is {self.settings.max_client_batch_size}.")
-        if not texts:
-            raise ServeError(422, "Validation", "inputs is empty: send at least one input.")
+        self.check_batch(texts)
         if all(isinstance(t, str) for t in texts):
             counts = [len(ids) for ids in self.tokenizer(texts)["input_ids"]]
         else:  # pairs, perhaps mixed with single texts
@@ -122,6 +126,17 @@ class Service:
                                      f"{self.max_input_length} (max_input_length). Shorten it or send "
                                      "\"truncate\": true.")
         return [min(n, self.max_input_length) for n in counts] if limit else counts
+
+    def tokens(self, text: str, add_special_tokens: bool) -> list[dict[str, Any]]:
+        """text-embeddings-inference's ``/tokenize`` answer for one text: ``{"id", "text", "special", "start",
+        "stop"}`` per token; ``text`` the characters it covers (a special token's own string, with no span)."""
+        encoded = self.tokenizer(text, add_special_tokens=add_special_tokens, return_offsets_mapping=True,
+                                 return_special_tokens_mask=True)
+        names = self.tokenizer.convert_ids_to_tokens(encoded["input_ids"])
+        return [{"id": i, "text": name if special else text[start:stop], "special": bool(special),
+                 "start": None if special else start, "stop": None if special else stop}
+                for i, name, special, (start, stop) in zip(encoded["input_ids"], names, encoded["special_tokens_mask"],
+                                                           encoded["offset_mapping"])]
 
     @contextlib.asynccontextmanager
     async def lifespan(self, app: FastAPI):
@@ -300,6 +315,21 @@ def _routes(app: FastAPI, service: Service) -> None:
                   "handle_impossible_answer": body.handle_impossible_answer}
         answers = await service.answer(items, tokens, params)
         return answers[0] if body.inputs is None else answers
+
+    @app.post("/tokenize")
+    async def tokenize(body: schemas.TokenizeRequest) -> list[list[dict[str, Any]]]:
+        texts = [body.inputs] if isinstance(body.inputs, str) else body.inputs
+        service.check_batch(texts)
+        return [service.tokens(text, body.add_special_tokens) for text in texts]
+
+    @app.post("/decode")
+    async def decode(body: schemas.DecodeRequest) -> list[str]:
+        batch = [body.ids] if not body.ids or isinstance(body.ids[0], int) else body.ids
+        service.check_batch(batch, "ids")
+        try:
+            return [service.tokenizer.decode(ids, skip_special_tokens=body.skip_special_tokens) for ids in batch]
+        except ValueError as error:  # ids outside the vocabulary, named
+            raise ServeError(422, "Validation", f"ids: {error}") from None
 
     @app.post("/fill-mask")
     async def fill_mask(body: schemas.FillMaskRequest) -> list:

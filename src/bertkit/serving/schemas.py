@@ -1,6 +1,6 @@
-"""Request bodies of every route (pydantic): text-embeddings-inference's, OpenAI's embeddings, and bertkit's
-``/ner``, ``/qa``, ``/fill-mask``. Unknown fields are refused (422 naming them), except on OpenAI's route,
-whose clients send extras such as ``user``."""
+"""Request bodies of every route (pydantic): text-embeddings-inference's (``/tokenize`` and ``/decode`` too),
+OpenAI's embeddings, and bertkit's ``/ner``, ``/qa``, ``/fill-mask``. Unknown fields are refused (422 naming
+them), except on OpenAI's route, whose clients send extras such as ``user``."""
 
 from __future__ import annotations
 
@@ -68,3 +68,13 @@ class FillMaskRequest(Strict):
     inputs: Text | list[Text]
     top_k: int = Field(5, ge=1, le=1000)
     truncate: bool = False
+
+
+class TokenizeRequest(Strict):
+    inputs: Text | list[Text]
+    add_special_tokens: bool = True
+
+
+class DecodeRequest(Strict):
+    ids: list[int] | list[list[int]]
+    skip_special_tokens: bool = True
