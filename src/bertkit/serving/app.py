@@ -219,23 +219,44 @@ def _errors(app: FastAPI) -> None:
 
 
 def _middleware(app: FastAPI, service: Service) -> None:
-    key = service.settings.api_key
+    app.add_middleware(_Gate, service=service)
 
-    @app.middleware("http")
-    async def auth_and_metrics(request: Request, call_next):
-        start, path = time.perf_counter(), request.url.path
+
+class _Gate:
+    """Every HTTP request passes here first (a plain ASGI middleware: Starlette's ``BaseHTTPMiddleware`` costs a
+    task group and a body stream per request): 401 without the API key (but on the public routes), 413 for a
+    body over :data:`MAX_BODY_BYTES` before it is read, then the route; each answer is counted in the metrics."""
+
+    def __init__(self, app: Any, service: Service):
+        self.app, self.service = app, service
+        self.authorization = None if service.settings.api_key is None else f"Bearer {service.settings.api_key}"
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        start, path, status = time.perf_counter(), scope["path"], 500
+        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]
+                   if k in (b"authorization", b"content-length")}
+        size = headers.get("content-length", "0")
         public = path == "/" or any(path == p or path.startswith(p + "/") for p in PUBLIC[1:])
-        size = request.headers.get("content-length", "0")
-        if key is not None and not public and request.headers.get("authorization") != f"Bearer {key}":
-            response = _error(401, "Unauthorized", "missing or wrong API key: send 'Authorization: Bearer <key>'.")
+
+        async def sending(message: dict) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        answer = self.app
+        if self.authorization is not None and not public and headers.get("authorization") != self.authorization:
+            answer = _error(401, "Unauthorized", "missing or wrong API key: send 'Authorization: Bearer <key>'.")
         elif not size.isdigit() or int(size) > MAX_BODY_BYTES:
-            response = _error(413, "Payload too large", f"the request body is {size} bytes; the limit is "
-                              f"{MAX_BODY_BYTES} bytes: send fewer or shorter inputs per request.")
-        else:
-            response = await call_next(request)
-        if path != "/metrics":
-            service.metrics.request(path, response.status_code, time.perf_counter() - start)
-        return response
+            answer = _error(413, "Payload too large", f"the request body is {size} bytes; the limit is "
+                            f"{MAX_BODY_BYTES} bytes: send fewer or shorter inputs per request.")
+        try:
+            await answer(scope, receive, sending)
+        finally:
+            if path != "/metrics":
+                self.service.metrics.request(path, status, time.perf_counter() - start)
 
 
 def _routes(app: FastAPI, service: Service) -> None:
