@@ -12,6 +12,7 @@ import csv
 import importlib.util
 import json
 import lzma
+import math
 import random
 from pathlib import Path
 
@@ -261,10 +262,44 @@ def test_choice_jsonl_with_two_choices(tmp_path):
                                   "answer": "we got wet"}) + "\n")
     examples = MultipleChoice().read(path)
     assert [e.label for e in examples] == [0, 0] and len(examples[1].choices) == 2
-    path.write_text(json.dumps({"context": "x", "choices": ["a", "b", "c"], "label": 0}) + "\n"
-                    + json.dumps({"context": "y", "choices": ["a", "b"], "label": 1}) + "\n")
-    with pytest.raises(ValueError, match=r"line 2: 2 choices.*3"):
+    path.write_text(json.dumps({"context": "x", "choices": ["a", "b", "c"], "label": 5}) + "\n")
+    with pytest.raises(ValueError, match=r"line 1: label 5 is not a choice index in \[0, 3\)"):
         MultipleChoice().read(path)
+    path.write_text(json.dumps({"context": "x", "choices": ["a"], "label": 0}) + "\n")
+    with pytest.raises(ValueError, match=r"line 1: 1 choice\(s\); an example needs at least 2"):
+        MultipleChoice().read(path)
+
+
+def test_choice_examples_with_different_numbers_of_choices(tmp_path):
+    """ARC-style files mix 3, 4 and 5 choices: a batch pads to its largest count with absent choices, which
+    the model never picks, and predictions list each example's own choices."""
+    from bertkit import BERTConfig, BERTForMultipleChoice, BERTTokenizerFast
+    from bertkit.resources import BERT_BASE_UNCASED_VOCAB
+    from bertkit.tasks.multiple_choice import MultipleChoice
+
+    path = tmp_path / "arc.jsonl"
+    rows = [{"context": "what melts ice", "choices": ["heat", "cold", "wind"], "label": 0},
+            {"context": "what is wet", "choices": ["water", "sand", "dust", "salt", "ash"], "label": "water"},
+            {"context": "what flies", "choices": ["a bird", "a stone"], "label": 0}]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    task = MultipleChoice()
+    examples = task.read(path)
+    assert [len(e.choices) for e in examples] == [3, 5, 2] and [e.label for e in examples] == [0, 0, 0]
+    tokenizer = BERTTokenizerFast(BERT_BASE_UNCASED_VOCAB)
+    features = task.featurize(examples, tokenizer, 32)
+    batch = task.collate(features)
+    assert batch["input_ids"].shape[:2] == (3, 5)
+    assert batch["attention_mask"].any(-1).sum(-1).tolist() == [3, 5, 2]  # absent choices have no token
+    torch.manual_seed(0)
+    model = BERTForMultipleChoice(BERTConfig(vocab_size=tokenizer.vocab_size, hidden_size=16, num_hidden_layers=1,
+                                             num_attention_heads=2, intermediate_size=24))
+    outputs, loss = run_model(model, task, features, batch_size=3)
+    assert loss is not None and math.isfinite(loss)
+    predictions = task.decode(examples, features, outputs)
+    for example, prediction in zip(examples, predictions):
+        assert len(prediction["probabilities"]) == len(example.choices)
+        assert math.isclose(sum(prediction["probabilities"]), 1.0, rel_tol=1e-6)
+        assert prediction["choice"] == example.choices[prediction["label"]]
 
 
 # ---------------------------------------------------------------------------- driver pieces

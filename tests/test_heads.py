@@ -349,6 +349,27 @@ def test_multiple_choice():
         model(ids[:, 0], mask[:, 0], types[:, 0])
 
 
+def test_multiple_choice_absent_choices_are_left_out():
+    """Examples with 2 and 3 choices in one batch: the padded (all-masked) choice is never picked, and the
+    present choices' logits, softmax and loss equal those of the example run with its own choices alone."""
+    model = model_of(BERTForMultipleChoice)
+    choices = [padded_batch(seed=s) for s in (1, 2, 3)]
+    ids, mask, types = (torch.stack([c[i] for c in choices], dim=1) for i in range(3))  # [3, 3, 11]
+    mask = mask.clone()
+    mask[0, 2] = 0  # example 0 has two choices
+    labels = torch.tensor([1, 2, 0])
+    with torch.no_grad():
+        logits = model(ids, mask, types)
+        alone = model(ids[:1, :2], mask[:1, :2], types[:1, :2])
+        loss = model.get_loss(labels, ids, mask, types, reduction=None)
+        alone_loss = model.get_loss(labels[:1], ids[:1, :2], mask[:1, :2], types[:1, :2], reduction=None)
+    assert logits[0, 2] == torch.finfo(logits.dtype).min and torch.isfinite(logits[1:]).all()
+    assert_close(logits[0, :2], alone[0])
+    assert_close(logits.softmax(-1)[0, :2], alone.softmax(-1)[0])
+    assert_close(loss[0], alone_loss[0])
+    assert torch.isfinite(loss).all() and logits.argmax(-1)[0] != 2
+
+
 def brute_force_span(start, end, max_len, ok):
     best, arg = -math.inf, None
     n = start.shape[0]

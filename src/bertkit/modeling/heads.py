@@ -206,7 +206,11 @@ class BERTForSequenceClassification(_ClassifierHead):
 
 
 class BERTForMultipleChoice(_ClassifierHead):
-    """Scores each of C choices from its pooled output; inputs are ``[B, C, L]``, logits ``[B, C]``."""
+    """Scores each of C choices from its pooled output; inputs are ``[B, C, L]``, logits ``[B, C]``.
+
+    Examples with fewer choices than others in a batch are padded with absent choices: rows whose
+    ``attention_mask`` holds no token. An absent choice's logit is the dtype's lowest value, so the softmax,
+    the argmax and the loss leave it out (present choices score as they would alone)."""
 
     hf_architecture = "BertForMultipleChoice"
     add_pooling_layer = True
@@ -220,7 +224,11 @@ class BERTForMultipleChoice(_ClassifierHead):
         inputs = self.bert.validate_inputs(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
                                            batch_dims=2)  # checked as [B, C, L]: errors speak of choices
         pooled = self._pooled(**inputs.merged_batch())  # [B, C, L, ...] -> [B*C, L, ...]
-        return self.classifier(self.dropout(pooled)).view(inputs.batch_shape)
+        logits = self.classifier(self.dropout(pooled)).view(inputs.batch_shape)
+        mask = inputs.attention_mask
+        if mask is None or mask.dim() != logits.dim() + 1:  # no mask, or one per token only ([L])
+            return logits
+        return logits.masked_fill(~mask.any(-1), torch.finfo(logits.dtype).min)  # absent choices
 
 
 class BERTForTokenClassification(_ClassifierHead):

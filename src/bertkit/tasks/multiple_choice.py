@@ -9,10 +9,12 @@ Two layouts, by file name (:mod:`bertkit.tasks.readers`):
   for ``context``, ``answer`` / ``answerKey`` for ``label``; a label may also be the right
   choice's text).
 
-Every example of a file has the same number of choices (2 for COPA, 4 for SWAG, 5 for
-CommonsenseQA ...), since a batch is ``[B, C, L]``; a row with another number is an error
-naming its line. The metric is accuracy; predictions give the chosen ``label`` (its index) and
-``choice`` (its text) with the probabilities of all choices.
+Examples may have any number of choices, at least 2, and need not agree (2 for COPA, 4 for SWAG,
+3 to 5 for ARC): a batch is ``[B, C, L]`` with ``C`` its largest count, the others padded with
+absent choices (rows without tokens), which the model scores at the lowest value and so never
+picks (:class:`~bertkit.modeling.heads.BERTForMultipleChoice`). The metric is accuracy;
+predictions give the chosen ``label`` (its index) and ``choice`` (its text) with the
+probabilities of the example's own choices.
 """
 
 from __future__ import annotations
@@ -62,16 +64,13 @@ class MultipleChoice(Task):
             raise ValueError(f"{path} holds no examples.")
         read = _json_example if table_format(path) == "jsonl" else _swag_example
         examples = [read(path, row) for row in rows]
-        count = len(examples[0].choices)
         for example in examples:
-            if len(example.choices) != count:
-                raise ValueError(f"{path}, line {example.line}: {len(example.choices)} choices, but the first example "
-                                 f"has {count}; every example of a file needs the same number of choices.")
+            count = len(example.choices)
+            if count < 2:
+                raise ValueError(f"{path}, line {example.line}: {count} choice(s); an example needs at least 2.")
             if example.label is not None and not 0 <= example.label < count:
                 raise ValueError(f"{path}, line {example.line}: label {example.label} is not a choice index in "
                                  f"[0, {count}).")
-        if count < 2:
-            raise ValueError(f"{path}: examples need at least 2 choices, got {count}.")
         return examples
 
     def featurize(self, examples: Sequence[ChoiceExample], tokenizer: Any, max_seq_length: int) -> list[dict]:
@@ -90,10 +89,20 @@ class MultipleChoice(Task):
             features.append(feature)
         return features
 
+    def collate(self, features: Sequence[dict[str, Any]]) -> dict[str, Any]:
+        """``[B, C, L]`` tensors, ``C`` the most choices of these features; an example with fewer gets absent
+        choices (rows without tokens: an all-zero attention mask)."""
+        most = max(len(f["input_ids"]) for f in features)
+        features = [f if len(f["input_ids"]) == most else
+                    {**f, "input_ids": f["input_ids"] + [[]] * (most - len(f["input_ids"])),
+                     "token_type_ids": f["token_type_ids"] + [[]] * (most - len(f["token_type_ids"]))}
+                    for f in features]
+        return super().collate(features)
+
     def decode(self, examples, features, outputs) -> list[dict[str, Any]]:
         predictions = []
         for example, logits in zip(examples, outputs):
-            probabilities = softmax(np.asarray(logits))
+            probabilities = softmax(np.asarray(logits)[:len(example.choices)])  # a padded batch's absent ones out
             best = int(probabilities.argmax())
             predictions.append({"label": best, "choice": example.choices[best], "score": float(probabilities[best]),
                                 "probabilities": [float(p) for p in probabilities]})
