@@ -344,3 +344,20 @@ def test_convert_cli_refuses_a_non_empty_folder_and_overwrites_when_asked(old_an
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert (old / "bert_model.ckpt.index").is_file() and not (old / "model.safetensors").exists()
+
+
+def test_a_bare_vocabulary_decides_its_own_casing():
+    """Google's releases carry only vocab.txt: capitalised word pieces mean cased, whatever the folder is
+    called; a vocabulary without cased letters follows the name; bertkit's bundled uncased vocab is uncased."""
+    from bertkit.resources import BERT_BASE_UNCASED_VOCAB
+    from bertkit.weights.convert import guess_do_lower_case
+
+    cased = "\n".join(["[PAD]", "[UNK]", "[CLS]", "The", "the", "Paris", "##s", "London", "a", "b"]).encode()
+    lower = "\n".join(["[PAD]", "[UNK]", "[CLS]", "the", "paris", "##s", "london", "a"]).encode()
+    caseless = "\n".join(["[PAD]", "[UNK]", "[CLS]", "天", "地", "1", "##2", "!"]).encode()
+    assert guess_do_lower_case("uncased_L-2_H-128_A-2", cased) is False  # the tokens win over the name
+    assert guess_do_lower_case("cased_L-12_H-768_A-12", lower) is True
+    assert guess_do_lower_case("cased_L-12_H-768_A-12", caseless) is False  # no cased letter: the name says
+    assert guess_do_lower_case("chinese_L-12_H-768_A-12", caseless) is True
+    assert guess_do_lower_case("model", None) is True
+    assert guess_do_lower_case("x", BERT_BASE_UNCASED_VOCAB.read_bytes()) is True

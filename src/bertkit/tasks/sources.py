@@ -61,8 +61,9 @@ def load_model_and_tokenizer(source: str | os.PathLike, model_class: type[M], *,
     :class:`~bertkit.LoadWarning`.
 
     The tokenizer is the checkpoint's own: its ``tokenizer_config.json`` + ``vocab.txt`` or its
-    ``tokenizer.json``; a bare ``vocab.txt`` (Google's releases) is lower-cased unless the
-    checkpoint's name says ``cased`` (not ``uncased``), as ``bertkit convert`` decides.
+    ``tokenizer.json``; a bare ``vocab.txt`` (Google's releases) is lower-cased unless its word pieces are
+    capitalised (or, for a vocabulary without cased letters, the checkpoint's name says ``cased``), as
+    ``bertkit convert`` decides (:func:`bertkit.weights.convert.guess_do_lower_case`).
 
     Raises ``ValueError`` when the source has no vocabulary (naming it and what to add), when the
     vocabulary is larger than the model's embeddings, or when the weights do not fit
@@ -112,7 +113,7 @@ def source_config(source: str | os.PathLike) -> BERTConfig:
 
 def _checkpoint_tokenizer(checkpoint, resolved: Path, source: str | os.PathLike) -> BERTTokenizerFast:
     """The checkpoint's tokenizer, from the tokenizer files :func:`read_checkpoint` found beside its weights."""
-    from bertkit.weights.convert import _casing_from_name
+    from bertkit.weights.convert import guess_do_lower_case
 
     files = checkpoint.tokenizer_files
     # named as Google names its releases: the archive, or the folder (of a TF prefix or weights file)
@@ -127,8 +128,9 @@ def _checkpoint_tokenizer(checkpoint, resolved: Path, source: str | os.PathLike)
             (Path(staging) / name).write_bytes(data)
         if "tokenizer_config.json" in files or "tokenizer.json" in files:
             return BERTTokenizerFast.from_pretrained(staging)
-        lower = _casing_from_name(str(named))
-        logger.info("%s: vocab.txt without tokenizer_config.json; do_lower_case=%s from its name", source, lower)
+        lower = guess_do_lower_case(str(named), files["vocab.txt"])
+        logger.info("%s: vocab.txt without tokenizer_config.json; do_lower_case=%s from its vocabulary (or name)",
+                    source, lower)
         return BERTTokenizerFast.from_pretrained(staging, do_lower_case=lower)
 
 

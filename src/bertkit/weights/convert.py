@@ -85,8 +85,8 @@ def convert(source: str | os.PathLike, dest: str | os.PathLike, *, to: str = "hf
     """Read ``source`` in any supported format and write it to the folder ``dest`` as ``to`` ("hf" or "tf").
 
     The tokenizer files travel along: the source's own, or a ``vocab.txt`` with
-    ``do_lower_case`` taken from the argument, the source's tokenizer config, or the name
-    ("cased" / "uncased", as Google names its releases), in that order.
+    ``do_lower_case`` taken from the argument, the source's tokenizer config, or the vocabulary itself
+    (capitalised word pieces: cased; see :func:`guess_do_lower_case`), in that order.
 
     ``dest`` must not exist or be empty; with ``overwrite=True`` a non-empty ``dest`` has its whole
     content replaced (``source`` may then be ``dest`` itself: it is read before anything is written).
@@ -184,7 +184,7 @@ def _write_tokenizer(checkpoint: Checkpoint, dest: Path, source, do_lower_case: 
 
     settings = json.loads(files["tokenizer_config.json"]) if "tokenizer_config.json" in files else {}
     if do_lower_case is None:
-        do_lower_case = settings.get("do_lower_case", _casing_from_name(str(source)))
+        do_lower_case = settings.get("do_lower_case", guess_do_lower_case(str(source), files.get("vocab.txt")))
     with tempfile.TemporaryDirectory() as staging:
         for name, data in files.items():
             (Path(staging) / name).write_bytes(data)
@@ -197,6 +197,18 @@ def _write_tokenizer(checkpoint: Checkpoint, dest: Path, source, do_lower_case: 
         tokenizer.save_pretrained(dest)
 
 
-def _casing_from_name(name: str) -> bool:
+def guess_do_lower_case(name: str, vocab: bytes | None) -> bool:
+    """``do_lower_case`` for a ``vocab.txt`` that comes without a tokenizer config (Google's releases).
+
+    The vocabulary decides: word pieces with capitals (1 % or more of those holding a letter that has a case;
+    ``[CLS]``-style specials aside) make it cased, none make it lower-cased. A vocabulary without any such
+    letter (a script without case) follows the checkpoint's name as Google names its releases: ``cased``
+    (not ``uncased``) is cased; anything else is lower-cased, BERT's default."""
+    if vocab is not None:
+        pieces = [t for t in vocab.decode("utf-8", "replace").splitlines()
+                  if t and not (t.startswith("[") and t.endswith("]"))]
+        with_case = [t for t in pieces if any(c.isupper() or c.islower() for c in t)]
+        if with_case:
+            return sum(any(c.isupper() for c in t) for t in with_case) < 0.01 * len(with_case)
     name = Path(name).name.lower()
     return not ("cased" in name and "uncased" not in name)
