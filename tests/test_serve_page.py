@@ -98,21 +98,39 @@ def models(tmp_path_factory) -> dict[str, pathlib.Path]:
     return directories
 
 
+def behind_prefix(app, prefix: str):
+    """The app as a proxy that strips ``prefix`` shows it (``/bert`` and ``/bert/x`` -> ``/`` and ``/x``, no
+    redirect); anything outside the prefix is a 404, as it would not reach the app."""
+    async def proxied(scope, receive, send):
+        if scope["type"] == "http":
+            path = scope["path"]
+            if path != prefix and not path.startswith(prefix + "/"):
+                await send({"type": "http.response.start", "status": 404, "headers": []})
+                return await send({"type": "http.response.body", "body": b"outside the prefix"})
+            inner = path[len(prefix):] or "/"
+            scope = {**scope, "path": inner, "raw_path": inner.encode()}
+        await app(scope, receive, send)
+    return proxied
+
+
 @contextlib.contextmanager
-def serving(model: pathlib.Path, task: str, **settings):
-    """The real app on 127.0.0.1 and a free port, in a thread; yields its base URL."""
+def serving(model: pathlib.Path, task: str, prefix: str = "", **settings):
+    """The real app on 127.0.0.1 and a free port, in a thread (behind a prefix-stripping proxy with
+    ``prefix``); yields its base URL, the prefix included."""
     import uvicorn
 
     from bertkit.serving import create_app
 
     app = create_app(model, task=task, **settings)
+    if prefix:
+        app = behind_prefix(app, prefix)
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
-    base = f"http://127.0.0.1:{port}"
+    base = f"http://127.0.0.1:{port}{prefix}"
     deadline = time.monotonic() + 60
     while True:
         try:
@@ -202,6 +220,17 @@ def test_classify_page_lists_every_label_best_first(browser, models):
         want = call(base, "/predict", {"inputs": "What a wonderful <i>film</i>!"})
     assert texts(browser, "#result .name") == [w["label"] for w in want] != []
     assert texts(browser, "#result .score") == [f"{w['score']:.3f}" for w in want]
+
+
+def test_the_page_works_behind_a_proxy_that_strips_a_path_prefix(browser, models):
+    with serving(models["classify"], "classify", prefix="/bert") as base:
+        browser.get(base)  # no trailing slash: the page adds it before loading anything relative
+        assert wait_state(browser, "ready", "error") == "ready", shown(browser, "error")
+        assert browser.current_url == f"{base}/"
+        fill(browser, "text", "What a wonderful film!")
+        assert press_run(browser) == "done", shown(browser, "error")
+        want = call(base, "/predict", {"inputs": "What a wonderful film!"})
+    assert texts(browser, "#result .name") == [w["label"] for w in want] != []
 
 
 def test_ner_page_highlights_the_entities_at_their_character_offsets(browser, models):
