@@ -43,6 +43,7 @@ from bertkit.tasks.multiple_choice import MultipleChoice
 from bertkit.tasks.question_answering import QuestionAnswering
 from bertkit.tasks.token_classification import TokenClassification
 from bertkit.training import LengthGroupedSampler, Trainer, TrainingConfig
+from bertkit.training.distributed import DistributedContext, gather_to_all
 from bertkit.training.evaluation import forward_inputs, predict_batches
 from bertkit.training.metrics import plot_metrics
 from bertkit.training.rundir import file_fingerprint, open_run
@@ -193,8 +194,8 @@ def finetune(task: str | Task, model: str | os.PathLike, train: str | os.PathLik
                 return
             if "validation" not in features:
                 return
-            scores = score_split(net, task, examples["validation"], features["validation"],
-                                 batch_size=eval_batch_size, precision=trainer.precision)[1]
+            scores = score_split(net, task, examples["validation"], features["validation"],  # ranks share it
+                                 batch_size=eval_batch_size, precision=trainer.precision, ctx=trainer.ctx)[1]
             trainer.write_metrics({"split": "eval", "step": step, "epoch": step / steps_per_epoch,
                                    **_numbers(scores), "elapsed_s": round(trainer.state.elapsed_s, 3)})
             if best.update(scores, step) and trainer.ctx.is_main:
@@ -270,10 +271,30 @@ def _write_task_file(model_dir: Path, task: Task, max_seq_length: int) -> None:
 
 # ---------------------------------------------------------------------- running a model over features
 def run_model(model: torch.nn.Module, task: Task, features: Sequence[dict[str, Any]], *, batch_size: int = 64,
-              precision: str = "auto") -> tuple[list[Any], float | None]:
+              precision: str = "auto", ctx: DistributedContext | None = None) -> tuple[list[Any], float | None]:
     """Every feature's outputs (float32 numpy; a tuple for QA) in feature order, and the mean loss when
     the features carry labels (None otherwise). Features run longest first, so batches pad little;
-    outputs with a sequence axis are trimmed to the feature's own length."""
+    outputs with a sequence axis are trimmed to the feature's own length.
+
+    With ``ctx`` of a multi-process job, every rank must call this: each runs every ``world_size``-th feature
+    and all get every output (exchanged once), so evaluation takes 1/world_size of the time."""
+    if ctx is None or not ctx.enabled:
+        outputs, loss_sum, counted = _run_features(model, task, features, batch_size, precision)
+        return outputs, (loss_sum / counted if counted else None)
+    mine = range(ctx.rank, len(features), ctx.world_size)
+    shard = _run_features(model, task, [features[i] for i in mine], batch_size, precision)
+    outputs: list[Any] = [None] * len(features)
+    loss_sum, counted = 0.0, 0
+    for rank, (part, part_sum, part_count) in enumerate(gather_to_all(shard, ctx)):
+        for i, output in zip(range(rank, len(features), ctx.world_size), part):
+            outputs[i] = output
+        loss_sum, counted = loss_sum + part_sum, counted + part_count
+    return outputs, (loss_sum / counted if counted else None)
+
+
+def _run_features(model: torch.nn.Module, task: Task, features: Sequence[dict[str, Any]], batch_size: int,
+                  precision: str) -> tuple[list[Any], float, int]:
+    """(outputs in feature order, summed loss of the labelled batches, their number of features)."""
     lengths = [task.feature_length(f) for f in features]
     order = [i for batch in sorted_batches(lengths, batch_size) for i in batch]  # the pipelines' batching
     ordered = [features[i] for i in order]
@@ -289,7 +310,7 @@ def run_model(model: torch.nn.Module, task: Task, features: Sequence[dict[str, A
         position += size
         if loss is not None:
             loss_sum, counted = loss_sum + float(loss) * size, counted + size
-    return outputs, (loss_sum / counted if counted else None)
+    return outputs, loss_sum, counted
 
 
 def _forward_with_loss(model, batch, label_keys):
@@ -308,9 +329,11 @@ def _row(logits: Any, row: int, length: int | None) -> Any:
 
 
 def score_split(model, task: Task, examples: Sequence[Any], features: Sequence[dict[str, Any]], *,
-                batch_size: int = 64, precision: str = "auto") -> tuple[list[dict[str, Any]], dict[str, Any], list]:
-    """``(predictions, metrics, outputs)`` for one split; metrics (with ``loss``) only when it is labelled."""
-    outputs, loss = run_model(model, task, features, batch_size=batch_size, precision=precision)
+                batch_size: int = 64, precision: str = "auto",
+                ctx: DistributedContext | None = None) -> tuple[list[dict[str, Any]], dict[str, Any], list]:
+    """``(predictions, metrics, outputs)`` for one split; metrics (with ``loss``) only when it is labelled.
+    ``ctx``: as :func:`run_model` (every rank scores, each having run its share)."""
+    outputs, loss = run_model(model, task, features, batch_size=batch_size, precision=precision, ctx=ctx)
     predictions = task.decode(examples, features, outputs)
     scores: dict[str, Any] = {}
     if task.has_labels(examples):

@@ -108,6 +108,15 @@ def gather_to_main(obj: object, ctx: DistributedContext) -> list[object] | None:
     return out
 
 
+def gather_to_all(obj: object, ctx: DistributedContext) -> list[object]:
+    """Every rank's ``obj`` as a list in rank order, on every rank; ``[obj]`` in a single process."""
+    if not ctx.enabled:
+        return [obj]
+    out: list[object] = [None] * ctx.world_size
+    dist.all_gather_object(out, obj)
+    return out
+
+
 def barrier(ctx: DistributedContext) -> None:
     if ctx.enabled:
         dist.barrier()
