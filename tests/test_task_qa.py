@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import json
 import random
+import sys
 
 import numpy as np
 import pytest
@@ -404,7 +405,7 @@ def test_read_errors_name_the_file_and_the_question(tmp_path):
 
 def test_an_empty_context_gives_one_window_and_the_empty_answer(tokenizer):
     examples = [QAExample("e", "Anything?", "", None)]
-    for version_2, diff in [(False, None), (True, float("inf"))]:
+    for version_2, diff in [(False, None), (True, sys.float_info.max)]:  # above any threshold, and valid JSON
         task = QuestionAnswering(doc_stride=4, max_query_length=8, version_2_with_negative=version_2)
         features = task.featurize(examples, tokenizer, 32)
         assert len(features) == 1 and features[0]["offsets"][-2:] == [None, None]
@@ -412,3 +413,6 @@ def test_an_empty_context_gives_one_window_and_the_empty_answer(tokenizer):
         (prediction,) = task.decode(examples, features, outputs)
         assert prediction["answer"] == "" and prediction["start"] is None
         assert prediction.get("null_score_diff") == diff
+        json.dumps(prediction, allow_nan=False)  # no Infinity in predictions_<split>.jsonl / null_odds files
+        if version_2:
+            assert task.apply_threshold([prediction], 1e300)[0]["answer"] == ""

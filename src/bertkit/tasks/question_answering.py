@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,6 +45,8 @@ from bertkit.tasks.squad import QAExample, read_squad
 #: special tokens around the question and the context window: [CLS] question [SEP] context [SEP]
 SPECIAL_TOKENS = 3
 #: command-line flags of the options, for error messages
+#: ``null_score_diff`` when the context offers no span: the largest float (``inf`` has no JSON spelling)
+NO_SPAN = sys.float_info.max
 FLAGS = {"doc_stride": "--doc-stride", "max_query_length": "--max-query-length", "n_best_size": "--n-best-size",
          "max_answer_length": "--max-answer-length", "max_seq_length": "--max-seq-length"}
 
@@ -177,8 +180,9 @@ def decode_example(context: str, start_logits: Sequence[np.ndarray], end_logits:
     ``{"text", "probability", "start_logit", "end_logit", "start", "end"}``, best first, with a
     softmax over their scores; in v2 it also holds the null answer (text ``""``, start/end None,
     the logits at ``[CLS]`` of the window with the lowest null score), and ``null_score_diff`` is
-    ``null score - best span score`` (inf when the context offers no span): the answer is ``""``
-    when it exceeds ``null_score_diff_threshold``.
+    ``null score - best span score`` (:data:`NO_SPAN`, the largest float, when the context offers no span:
+    above any threshold, and valid JSON where ``inf`` is not): the answer is ``""`` when it exceeds
+    ``null_score_diff_threshold``.
     """
     spans = nbest_spans(start_logits, end_logits, offsets, max_context, n_best_size=n_best_size,
                         max_answer_length=max_answer_length)
@@ -189,7 +193,7 @@ def decode_example(context: str, start_logits: Sequence[np.ndarray], end_logits:
         k = min(range(len(start_logits)), key=lambda i: float(start_logits[i][0]) + float(end_logits[i][0]))
         null = {"text": "", "start_logit": float(start_logits[k][0]), "end_logit": float(end_logits[k][0]),
                 "start": None, "end": None}
-        prediction["null_score_diff"] = _score(null) - (spans[0].score if spans else -math.inf)
+        prediction["null_score_diff"] = _score(null) - spans[0].score if spans else NO_SPAN
         entries = sorted([*entries, null], key=_score, reverse=True)
     if entries:
         probabilities = softmax(np.array([_score(e) for e in entries]))
