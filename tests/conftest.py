@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import socket
+import subprocess
+import sys
+
 import pytest
 import torch
 
@@ -83,3 +88,21 @@ def mlm_labels_for(input_ids, attention_mask, seed=2):
 
 
 NSP = torch.tensor([0, 1, 1])
+
+
+def run_torchrun(script: str, *arguments: str, processes: int = 2) -> subprocess.CompletedProcess:
+    """``script`` under torchrun with ``processes`` gloo ranks on 127.0.0.1 (one thread each); retried on a
+    fresh port when another process took the free one first (torchrun then fails fast)."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MASTER_ADDR": "127.0.0.1"}
+    if sys.platform.startswith("linux"):
+        env["GLOO_SOCKET_IFNAME"] = "lo"
+    for _ in range(3):
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        command = [sys.executable, "-m", "torch.distributed.run", "--nnodes=1", f"--nproc-per-node={processes}",
+                   "--master-addr=127.0.0.1", f"--master-port={port}", script, *arguments]
+        result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
+        if "EADDRINUSE" not in result.stderr:
+            break
+    return result

@@ -7,9 +7,6 @@ Run as a script (``torchrun ... tests/test_finetune_ddp.py OUT``) it is the work
 from __future__ import annotations
 
 import json
-import os
-import socket
-import subprocess
 import sys
 from pathlib import Path
 
@@ -18,22 +15,10 @@ import torch
 FEATURES = 13  # odd: the ranks' shares differ in size (7 and 6)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_validation_is_shared_between_ranks_and_equals_one_process(tmp_path):
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "MASTER_ADDR": "127.0.0.1"}
-    if sys.platform.startswith("linux"):
-        env["GLOO_SOCKET_IFNAME"] = "lo"
-    for _ in range(3):  # another process may grab the free port before torchrun binds it: fails fast, retry
-        command = [sys.executable, "-m", "torch.distributed.run", "--nnodes=1", "--nproc-per-node=2",
-                   "--master-addr=127.0.0.1", f"--master-port={_free_port()}", __file__, str(tmp_path)]
-        result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
-        if "EADDRINUSE" not in result.stderr:
-            break
+    from conftest import run_torchrun
+
+    result = run_torchrun(__file__, str(tmp_path))
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
     assert [r["rows"] for r in ranks] == [7, 6]  # each rank ran its share only

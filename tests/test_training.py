@@ -8,9 +8,6 @@ from __future__ import annotations
 
 import ast
 import json
-import os
-import socket
-import subprocess
 import sys
 from pathlib import Path
 
@@ -37,6 +34,7 @@ from bertkit.training import (
     plot_metrics,
 )
 from bertkit.training import checkpoint as ckpt
+from conftest import run_torchrun
 
 TINY = dict(vocab_size=97, hidden_size=32, num_attention_heads=2, intermediate_size=37, num_hidden_layers=2,
             max_position_embeddings=64)
@@ -326,12 +324,6 @@ def test_persistent_nan_stops_with_clear_error(tmp_path):
 
 
 # ---------------------------------------------------------------------- DDP
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 DDP_STEPS = 6
 
 
@@ -341,15 +333,7 @@ def _ddp_config(out, **kw) -> TrainingConfig:
 
 def test_ddp_two_processes_match_single_process(tmp_path):
     out = tmp_path / "ddp"
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "MASTER_ADDR": "127.0.0.1"}
-    if sys.platform.startswith("linux"):
-        env["GLOO_SOCKET_IFNAME"] = "lo"
-    for _ in range(3):  # another process may grab the free port before torchrun binds it: fails fast, retry
-        command = [sys.executable, "-m", "torch.distributed.run", "--nnodes=1", "--nproc-per-node=2",
-                   "--master-addr=127.0.0.1", f"--master-port={_free_port()}", __file__, str(out)]
-        result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
-        if "EADDRINUSE" not in result.stderr:
-            break
+    result = run_torchrun(__file__, str(out))
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
 
     single = tiny_model()  # one process, the same global batch of 8 in one micro-batch
