@@ -1,11 +1,11 @@
 """Length-sorted batching: what makes a loop over thousands of texts fast (pipelines, sentence models, the server).
 
-A naive loop pads every batch to its longest text in input order; sorting by token count first
-makes rows of a batch about equally long, so little of each forward pass is padding (and what is
-left, the unpadded fast path drops). :func:`sorted_batches` groups indices, :func:`pad` builds the
-tensors of one batch, :func:`run_sorted` runs a function batch by batch and hands results back in
-input order, and :func:`chunks` cuts any iterable into lists so a stream is processed in bounded
-memory, one sorted chunk at a time.
+A naive loop pads every batch to its longest text in input order; sorting by token count first makes
+rows of a batch about equally long, so little of each forward pass is padding (and what is left, the
+unpadded fast path drops). :func:`sorted_batches` groups indices, :func:`pad` builds the tensors of one
+batch (:func:`pad_lists` one key's, the tasks' collate too), :func:`run_sorted` runs a function batch by
+batch and hands results back in input order, and :func:`chunks` cuts any iterable into lists so a stream
+is processed in bounded memory, one sorted chunk at a time.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from itertools import islice
 from typing import Any, TypeVar
 
+import numpy as np
 import torch
 from tqdm.auto import tqdm
 
@@ -50,12 +51,22 @@ def pad(rows: Sequence[Mapping[str, Sequence[int]]], pad_values: Mapping[str, in
         device: torch.device | str = "cpu") -> dict[str, torch.Tensor]:
     """``[B, L]`` int64 tensors of the keys in ``pad_values``, each row right-padded with its key's value to
     the longest row (dynamic padding)."""
-    longest = max(len(row["input_ids"]) for row in rows)
-    out = {}
-    for key, value in pad_values.items():
-        out[key] = torch.tensor([list(row[key]) + [value] * (longest - len(row[key])) for row in rows],
-                                dtype=torch.long, device=device)
-    return out
+    return {key: pad_lists([row[key] for row in rows], value).to(device) for key, value in pad_values.items()}
+
+
+def pad_lists(rows: Sequence[Sequence[int]], value: int, *, with_lengths: bool = False):
+    """Stack lists (``[L]`` rows, or ``[C, L]`` nested rows) into one tensor, right-padded with ``value``;
+    with ``with_lengths`` also each row's length (``[N]`` or ``[N, C]``)."""
+    nested = bool(rows) and bool(rows[0]) and isinstance(rows[0][0], list)
+    flat = [row for item in rows for row in item] if nested else list(rows)
+    sizes = np.fromiter(map(len, flat), dtype=np.int64, count=len(flat))
+    array = np.full((len(flat), int(sizes.max())), value, dtype=np.int64)
+    for i, row in enumerate(flat):
+        array[i, :len(row)] = row
+    tensor, lengths = torch.from_numpy(array), torch.from_numpy(sizes)
+    if nested:
+        tensor, lengths = tensor.view(len(rows), -1, tensor.shape[-1]), lengths.view(len(rows), -1)
+    return (tensor, lengths) if with_lengths else tensor
 
 
 def run_sorted(rows: Sequence[T], lengths: Sequence[int], batch_size: int,

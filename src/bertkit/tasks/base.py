@@ -34,6 +34,7 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
+from bertkit.inference.batching import pad_lists
 from bertkit.modeling.heads import TaskModel
 
 #: the model inputs every feature carries; ``attention_mask`` is made by :meth:`Task.collate`
@@ -97,15 +98,15 @@ class Task:
 
         Works for rows ``[L]`` and for multiple choice's ``[C, L]`` (one list per choice).
         """
-        input_ids, lengths = pad([f["input_ids"] for f in features], self.pad_token_id, with_lengths=True)
+        input_ids, lengths = pad_lists([f["input_ids"] for f in features], self.pad_token_id, with_lengths=True)
         positions = torch.arange(input_ids.shape[-1])
         batch = {"input_ids": input_ids, "attention_mask": (positions < lengths.unsqueeze(-1)).long(),
-                 "token_type_ids": pad([f["token_type_ids"] for f in features], 0)}
+                 "token_type_ids": pad_lists([f["token_type_ids"] for f in features], 0)}
         for key in self.model_class.label_keys:
             if key not in features[0]:
                 continue
             values = [f[key] for f in features]
-            batch[key] = pad(values, IGNORE_INDEX) if self.pads_labels else torch.tensor(values)
+            batch[key] = pad_lists(values, IGNORE_INDEX) if self.pads_labels else torch.tensor(values)
         return batch
 
     #: whether ``labels`` is a per-token list to pad (token classification)
@@ -118,21 +119,6 @@ class Task:
         """Tokens in the feature's longest row (what batching by length groups on)."""
         ids = feature["input_ids"]
         return max(map(len, ids)) if ids and isinstance(ids[0], list) else len(ids)
-
-
-def pad(rows: Sequence[list], value: int, *, with_lengths: bool = False):
-    """Stack lists (``[L]`` rows, or ``[C, L]`` nested rows) into one tensor, right-padded with ``value``;
-    with ``with_lengths`` also each row's length (``[N]`` or ``[N, C]``)."""
-    nested = bool(rows) and bool(rows[0]) and isinstance(rows[0][0], list)
-    flat = [row for item in rows for row in item] if nested else list(rows)
-    sizes = np.fromiter(map(len, flat), dtype=np.int64, count=len(flat))
-    array = np.full((len(flat), int(sizes.max())), value, dtype=np.int64)
-    for i, row in enumerate(flat):
-        array[i, :len(row)] = row
-    tensor, lengths = torch.from_numpy(array), torch.from_numpy(sizes)
-    if nested:
-        tensor, lengths = tensor.view(len(rows), -1, tensor.shape[-1]), lengths.view(len(rows), -1)
-    return (tensor, lengths) if with_lengths else tensor
 
 
 def softmax(logits: np.ndarray) -> np.ndarray:
