@@ -279,13 +279,13 @@ def _routes(app: FastAPI, service: Service) -> None:
     @app.post("/embed")
     async def embed(body: schemas.EmbedRequest) -> list[list[float]]:
         service.serves("embeddings", "/embed")
-        texts = [body.inputs] if isinstance(body.inputs, str) else body.inputs
+        texts = _listed(body.inputs)
         return await service.answer(texts, service.count(texts, body.truncate), {"normalize": body.normalize})
 
     @app.post("/v1/embeddings")
     async def openai_embeddings(body: schemas.OpenAIEmbeddingsRequest) -> dict[str, Any]:
         service.serves("embeddings", "/v1/embeddings")
-        texts = [body.input] if isinstance(body.input, str) else body.input
+        texts = _listed(body.input)
         tokens = service.count(texts, truncate=True)
         vectors = await service.answer(texts, tokens, {"normalize": None})
         data = [{"object": "embedding", "index": i,
@@ -318,10 +318,10 @@ def _routes(app: FastAPI, service: Service) -> None:
     @app.post("/ner")
     async def ner(body: schemas.NerRequest) -> list:
         service.serves("ner", "/ner")
-        texts = [body.inputs] if isinstance(body.inputs, str) else body.inputs
+        texts = _listed(body.inputs)
         answers = await service.answer(texts, service.count(texts, body.truncate),
                                        {"aggregation_strategy": body.aggregation_strategy})
-        return answers[0] if isinstance(body.inputs, str) else answers
+        return _as_sent(body.inputs, answers)
 
     @app.post("/qa")
     async def qa(body: schemas.QARequest) -> Any:
@@ -339,7 +339,7 @@ def _routes(app: FastAPI, service: Service) -> None:
 
     @app.post("/tokenize")
     async def tokenize(body: schemas.TokenizeRequest) -> list[list[dict[str, Any]]]:
-        texts = [body.inputs] if isinstance(body.inputs, str) else body.inputs
+        texts = _listed(body.inputs)
         service.check_batch(texts)
         return [service.tokens(text, body.add_special_tokens) for text in texts]
 
@@ -355,9 +355,19 @@ def _routes(app: FastAPI, service: Service) -> None:
     @app.post("/fill-mask")
     async def fill_mask(body: schemas.FillMaskRequest) -> list:
         service.serves("fill-mask", "/fill-mask")
-        texts = [body.inputs] if isinstance(body.inputs, str) else body.inputs
+        texts = _listed(body.inputs)
         answers = await service.answer(texts, service.count(texts, body.truncate), {"top_k": body.top_k})
-        return answers[0] if isinstance(body.inputs, str) else answers
+        return _as_sent(body.inputs, answers)
+
+
+def _listed(inputs: str | list) -> list:
+    """A route's ``inputs``: one text becomes a list of one."""
+    return [inputs] if isinstance(inputs, str) else inputs
+
+
+def _as_sent(inputs: str | list, answers: list) -> Any:
+    """The answers shaped as the inputs came: one text's answer bare, a list's as a list."""
+    return answers[0] if isinstance(inputs, str) else answers
 
 
 def _predict_inputs(inputs: str | list) -> tuple[bool, list[Any]]:
