@@ -211,3 +211,15 @@ def test_given_labels_keep_their_order_and_must_cover_the_training_set():
     with pytest.raises(ValueError, match=r"the training labels \['maybe'\] are not in labels=\['pos', 'neg'\]; "
                                          r"add them there \(--labels\)"):
         Classification(labels=["pos", "neg"]).fit([_example("a", "maybe"), _example("b", "pos")])
+
+
+def test_a_decoding_error_deep_in_a_file_names_its_true_byte(tmp_path):
+    """The tasks' readers share the corpus reader's message: the offset in the whole file, not in the chunk
+    being decoded, and the flag that fixes it."""
+    path = tmp_path / "big.csv"
+    head = b"text,label\n" + b"a fine line of text,1\n" * 600  # past the reader's first 8 KB chunk
+    path.write_bytes(head + "caf\xe9,0\n".encode("latin-1"))
+    with pytest.raises(ValueError, match=rf"big\.csv is not valid utf-8 text \(at byte {len(head) + 3}: invalid "
+                                         r"continuation byte\); pass its encoding, e\.g\. --encoding latin-1"):
+        Classification().read(path)
+    assert Classification(encoding="latin-1").read(path)[-1].text == "café"

@@ -178,10 +178,16 @@ def _file_lines(path: Path, encoding: str) -> Iterator[str]:
         try:
             yield from io.TextIOWrapper(raw, encoding=codec, errors="strict", newline=None)
         except UnicodeDecodeError as error:
-            offset = _first_undecodable_byte(path, codec)
-            shown = f"at byte {offset}" if offset is not None else "somewhere"
-            raise ValueError(f"{path} is not valid {encoding} text ({shown}: {error.reason}); pass its encoding, "
-                             "e.g. --encoding latin-1 or --encoding cp1252 (Python: encoding=...)") from None
+            raise decoding_error(path, encoding, codec, error) from None
+
+
+def decoding_error(path: str | os.PathLike, encoding: str, codec: str, error: UnicodeDecodeError) -> ValueError:
+    """The error for a file that is not valid ``encoding`` text (read with ``codec``): it names the file, the
+    offset of the first undecodable byte in the whole (decompressed) file, and the flag that fixes it."""
+    offset = _first_undecodable_byte(Path(path), codec)
+    shown = f"at byte {offset}" if offset is not None else "somewhere"
+    return ValueError(f"{path} is not valid {encoding} text ({shown}: {error.reason}); pass its encoding, "
+                      "e.g. --encoding latin-1 or --encoding cp1252 (Python: encoding=...)")
 
 
 def _first_undecodable_byte(path: Path, codec: str) -> int | None:

@@ -9,19 +9,17 @@ gzip/bz2/xz compressed (by suffix) and start with a byte-order mark.
 
 from __future__ import annotations
 
-import bz2
+import contextlib
 import csv
-import gzip
 import io
 import json
-import lzma
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-_OPENERS = {".gz": gzip.open, ".bz2": bz2.open, ".xz": lzma.open}
+from bertkit.data.corpus import COMPRESSION, decoding_error
 
 
 @dataclass
@@ -34,19 +32,25 @@ class Row:
 
 def table_format(path: str | os.PathLike) -> str:
     """``"jsonl"``, ``"tsv"`` or ``"csv"``, from the file name (a compression suffix is looked through)."""
-    suffixes = [s.lower() for s in Path(path).suffixes if s.lower() not in _OPENERS]
+    suffixes = [s.lower() for s in Path(path).suffixes if s.lower() not in COMPRESSION]
     last = suffixes[-1] if suffixes else ""
     return {".jsonl": "jsonl", ".json": "jsonl", ".ndjson": "jsonl", ".tsv": "tsv"}.get(last, "csv")
 
 
-def open_text(path: str | os.PathLike, encoding: str = "utf-8") -> io.TextIOBase:
-    """``path`` opened for reading text (decompressed by suffix; a BOM is dropped; newlines kept raw)."""
+@contextlib.contextmanager
+def open_text(path: str | os.PathLike, encoding: str = "utf-8") -> Iterator[io.TextIOBase]:
+    """``path`` opened for reading text (decompressed by suffix; a BOM is dropped; newlines kept raw). Text
+    that is not valid ``encoding`` raises, as it is read, the ValueError of
+    :func:`bertkit.data.corpus.decoding_error` (the file, the byte, the fix)."""
     path = Path(path)
     if not path.is_file():
         raise ValueError(f"no such file: {path}" if not path.exists() else f"{path} is not a file")
-    opener = _OPENERS.get(path.suffix.lower(), open)
-    return opener(path, "rt", encoding="utf-8-sig" if encoding.lower().replace("-", "") == "utf8" else encoding,
-                  newline="")
+    codec = "utf-8-sig" if encoding.lower().replace("-", "") == "utf8" else encoding
+    try:
+        with COMPRESSION.get(path.suffix.lower(), open)(path, "rt", encoding=codec, newline="") as f:
+            yield f
+    except UnicodeDecodeError as error:
+        raise decoding_error(path, encoding, codec, error) from None
 
 
 def read_rows(path: str | os.PathLike, *, header: Sequence[str] | None = None, encoding: str = "utf-8") -> list[Row]:
@@ -58,12 +62,8 @@ def read_rows(path: str | os.PathLike, *, header: Sequence[str] | None = None, e
     and line. Empty lines are skipped.
     """
     kind = table_format(path)
-    try:
-        with open_text(path, encoding) as f:
-            return _json_rows(path, f) if kind == "jsonl" else _delimited_rows(path, f, kind, header)
-    except UnicodeDecodeError as error:
-        raise ValueError(f"{path} is not valid {encoding} text ({error.reason} at byte {error.start}); pass its "
-                         "encoding, e.g. --encoding latin-1 (Python: encoding=...).") from None
+    with open_text(path, encoding) as f:
+        return _json_rows(path, f) if kind == "jsonl" else _delimited_rows(path, f, kind, header)
 
 
 def _json_rows(path, f) -> list[Row]:

@@ -186,18 +186,14 @@ class TokenClassification(Task):
 
     def _read_conll(self, path) -> list[TaggedSentence]:
         blocks: list[list[tuple[int, list[str]]]] = [[]]  # per sentence: (line number, fields)
-        try:
-            with open_text(path, self.encoding) as f:
-                for number, line in enumerate(f, 1):
-                    fields = _FIELDS.split(line.strip(" \t\r\n"))
-                    if fields == [""] or fields[0] == "-DOCSTART-":
-                        if blocks[-1]:
-                            blocks.append([])
-                        continue
-                    blocks[-1].append((number, fields))
-        except UnicodeDecodeError as error:
-            raise ValueError(f"{path} is not valid {self.encoding} text ({error.reason} at byte {error.start}); "
-                             "pass its encoding (encoding=...).") from None
+        with open_text(path, self.encoding) as f:
+            for number, line in enumerate(f, 1):
+                fields = _FIELDS.split(line.strip(" \t\r\n"))
+                if fields == [""] or fields[0] == "-DOCSTART-":
+                    if blocks[-1]:
+                        blocks.append([])
+                    continue
+                blocks[-1].append((number, fields))
         blocks = [block for block in blocks if block]
         untagged = all(len(fields) == 1 for block in blocks for _, fields in block)
         return [TaggedSentence([fields[0] for _, fields in block],
