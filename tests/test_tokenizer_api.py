@@ -333,3 +333,34 @@ def test_decode(hf, bk, skip):
 def test_decode_round_trips_ascii_text(bk):
     text = "it is a truth universally acknowledged, that a single man in possession of a good fortune."
     assert bk.decode(bk.encode(text), skip_special_tokens=True) == text
+
+
+# ---------------------------------------------------------------------------- truncation side, threads
+@pytest.mark.parametrize("pair", [False, True])
+def test_left_truncation_matches_hf(hf, bk, pair):
+    """``truncation_side="left"`` keeps each text's end, as HF's tokenizer attribute of the same name does."""
+    texts, pairs = AUSTEN[:6], AUSTEN[6:12] if pair else None
+    hf.truncation_side = "left"
+    try:
+        expected = hf(texts, pairs, truncation=True, max_length=24)
+    finally:
+        hf.truncation_side = "right"
+    actual = bk(texts, pairs, truncation=True, max_length=24, truncation_side="left")
+    assert actual["input_ids"] == expected["input_ids"]
+    assert actual["token_type_ids"] == expected["token_type_ids"]
+    with pytest.raises(ValueError, match="truncation_side must be 'right' or 'left'"):
+        bk(texts, truncation=True, max_length=24, truncation_side="start")
+
+
+def test_concurrent_calls_keep_their_own_truncation(bk):
+    """One tokenizer shared by threads (a server's tokenization pool and its model thread): each call's
+    truncation and padding hold, though the Rust backend keeps one configuration at a time."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    texts = AUSTEN[:16]
+    calls = [dict(), dict(truncation=True, max_length=12), dict(truncation=True, max_length=20, truncation_side="left"),
+             dict(padding="max_length", max_length=200, truncation=True)]
+    expected = [bk(texts, **kwargs)["input_ids"] for kwargs in calls]
+    with ThreadPoolExecutor(8) as pool:
+        results = list(pool.map(lambda i: (i % 4, bk(texts, **calls[i % 4])["input_ids"]), range(400)))
+    assert all(ids == expected[k] for k, ids in results)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import os
+import threading
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -48,7 +49,7 @@ class BERTTokenizerFast:
                  unk_token: str = "[UNK]", sep_token: str = "[SEP]", pad_token: str = "[PAD]",
                  cls_token: str = "[CLS]", mask_token: str = "[MASK]", *,
                  vocab: Mapping[str, int] | Sequence[str] | None = None, max_input_chars_per_word: int = 100,
-                 model_max_length: int = 512, padding_side: str = "right"):
+                 model_max_length: int = 512, padding_side: str = "right", truncation_side: str = "right"):
         if (vocab_file is None) == (vocab is None):
             raise ValueError("Pass exactly one of vocab_file (a vocab.txt path) or vocab (tokens or {token: id}).")
         if vocab_file is not None:
@@ -63,14 +64,15 @@ class BERTTokenizerFast:
         if max_input_chars_per_word < 1 or model_max_length < 3:
             raise ValueError(f"max_input_chars_per_word must be >= 1 and model_max_length >= 3, got "
                              f"{max_input_chars_per_word} and {model_max_length}.")
-        if padding_side not in ("right", "left"):
-            raise ValueError(f"padding_side must be 'right' or 'left', got {padding_side!r}.")
+        for name, side in (("padding_side", padding_side), ("truncation_side", truncation_side)):
+            _check_side(name, side)
         self.do_lower_case = do_lower_case
         self.strip_accents = strip_accents
         self.tokenize_chinese_chars = tokenize_chinese_chars
         self.max_input_chars_per_word = max_input_chars_per_word
         self.model_max_length = model_max_length
         self.padding_side = padding_side
+        self.truncation_side = truncation_side
         self.ids_to_tokens = {i: t for t, i in self.vocab.items()}
         options = dict(lowercase=do_lower_case, strip_accents=do_lower_case if strip_accents is None else strip_accents,
                        tokenize_chinese_chars=tokenize_chinese_chars, special_tokens=self.special_tokens,
@@ -78,6 +80,14 @@ class BERTTokenizerFast:
         self._backend = build_backend(self.vocab, **options)
         self._ascii_backend = build_backend(self.vocab, **options, ascii_only=True)  # same output on ASCII text
         self._settings: tuple | None = None  # the truncation / padding the backend is configured with
+        # the backends hold that configuration: configuring and encoding are one step for one thread at a time
+        self._lock = threading.Lock()
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k != "_lock"}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state, _lock=threading.Lock())
 
     # ------------------------------------------------------------------ vocabulary
     def __len__(self) -> int:
@@ -154,7 +164,8 @@ class BERTTokenizerFast:
     def __call__(self, text: TextInput, text_pair: TextInput | None = None, *, add_special_tokens: bool = True,
                  padding: bool | str = False, truncation: bool | str | None = None, max_length: int | None = None,
                  stride: int = 0, is_split_into_words: bool = False, pad_to_multiple_of: int | None = None,
-                 padding_side: str | None = None, return_tensors: str | None = None,
+                 padding_side: str | None = None, truncation_side: str | None = None,
+                 return_tensors: str | None = None,
                  return_token_type_ids: bool = True, return_attention_mask: bool = True,
                  return_overflowing_tokens: bool = False, return_special_tokens_mask: bool = False,
                  return_offsets_mapping: bool = False, return_length: bool = False) -> BatchEncoding:
@@ -165,6 +176,7 @@ class BERTTokenizerFast:
         ``truncation`` and without padding, ``"longest_first"``, as in HF). With
         ``return_overflowing_tokens`` the cut-off tokens come back as extra rows, windows
         overlapping by ``stride`` tokens, with ``overflow_to_sample_mapping``.
+        ``truncation_side`` (default :attr:`truncation_side`, ``"right"``): ``"left"`` keeps a text's end.
         ``padding``: True / ``"longest"`` or ``"max_length"``, optionally to a multiple of
         ``pad_to_multiple_of``. ``return_tensors``: None (lists), ``"np"`` or ``"pt"``.
 
@@ -184,7 +196,11 @@ class BERTTokenizerFast:
         if padding == "max_length" and max_length is None:
             max_length = self.model_max_length
         inputs = list(zip(texts, pairs)) if pairs is not None else texts
-        settings = (truncation, max_length, stride, padding, pad_to_multiple_of, padding_side or self.padding_side)
+        for name, side in (("padding_side", padding_side), ("truncation_side", truncation_side)):
+            if side is not None:
+                _check_side(name, side)
+        settings = (truncation, max_length, stride, padding, pad_to_multiple_of, padding_side or self.padding_side,
+                    truncation_side or self.truncation_side)
         encode_args = (inputs, is_split_into_words, add_special_tokens, return_overflowing_tokens)
         if pairs is not None and truncation is not None:
             self._check_pair_cuts(texts, pairs, settings, is_split_into_words, add_special_tokens)
@@ -225,8 +241,9 @@ class BERTTokenizerFast:
     def _encode_rows(self, settings: tuple, inputs: list, is_split_into_words: bool, add_special_tokens: bool,
                      overflowing: bool, *, aligned: bool) -> tuple[list, list[int]]:
         """Encode ``inputs`` under ``settings``; overflow windows become extra rows. Returns (rows, sample of row)."""
-        self._configure(*settings)
-        encodings = self._encode_batch(inputs, is_split_into_words, add_special_tokens, aligned)
+        with self._lock:
+            self._configure(*settings)
+            encodings = self._encode_batch(inputs, is_split_into_words, add_special_tokens, aligned)
         rows, sample_of_row = [], []
         for i, enc in enumerate(encodings):
             for row in (enc, *(enc.overflowing if overflowing else ())):
@@ -300,11 +317,13 @@ class BERTTokenizerFast:
 
     def _token_counts(self, items: list, is_split_into_words: bool) -> list[int]:
         """Tokens of each text alone, without special tokens or truncation."""
-        self._configure(None, None, 0, None, None, self.padding_side)
-        return [len(e.ids) for e in self._encode_batch(items, is_split_into_words, False, aligned=False)]
+        with self._lock:
+            self._configure(None, None, 0, None, None, self.padding_side, "right")
+            return [len(e.ids) for e in self._encode_batch(items, is_split_into_words, False, aligned=False)]
 
-    def _configure(self, truncation, max_length, stride, padding, pad_to_multiple_of, padding_side) -> None:
-        settings = (truncation, max_length, stride, padding, pad_to_multiple_of, padding_side)
+    def _configure(self, truncation, max_length, stride, padding, pad_to_multiple_of, padding_side,
+                   truncation_side) -> None:
+        settings = (truncation, max_length, stride, padding, pad_to_multiple_of, padding_side, truncation_side)
         if settings == self._settings:
             return
         self._settings = None  # until both backends are configured
@@ -313,7 +332,8 @@ class BERTTokenizerFast:
                 if truncation is None:
                     backend.no_truncation()
                 else:
-                    backend.enable_truncation(max_length, stride=stride, strategy=truncation)
+                    backend.enable_truncation(max_length, stride=stride, strategy=truncation,
+                                              direction=truncation_side)
                 if padding is None:
                     backend.no_padding()
                 else:
@@ -323,7 +343,8 @@ class BERTTokenizerFast:
 
     @staticmethod
     def _describe(settings: tuple, add_special_tokens: bool | None = None) -> str:
-        names = ("truncation", "max_length", "stride", "padding", "pad_to_multiple_of", "padding_side")
+        names = ("truncation", "max_length", "stride", "padding", "pad_to_multiple_of", "padding_side",
+                 "truncation_side")
         described = ", ".join(f"{name}={value!r}" for name, value in zip(names, settings))
         return described if add_special_tokens is None else f"{described}, add_special_tokens={add_special_tokens}"
 
@@ -346,7 +367,7 @@ class BERTTokenizerFast:
             for i, enc in zip(rows, self._run(backend, [inputs[i] for i in rows], is_split_into_words,
                                               add_special_tokens, aligned)):
                 out[i] = enc
-        _, max_length, _, padding, pad_to_multiple_of, padding_side = self._settings
+        _, max_length, _, padding, pad_to_multiple_of, padding_side, _ = self._settings
         if padding == "longest":  # each half was padded to its own longest: pad both to the batch's
             longest = max(len(e.ids) for e in out)
             args = self._padding_args(padding, max_length, pad_to_multiple_of, padding_side)
@@ -513,3 +534,8 @@ def _as_list(values) -> list:
     if hasattr(values, "tolist"):
         values = values.tolist()
     return list(values)
+
+
+def _check_side(name: str, side: Any) -> None:
+    if side not in ("right", "left"):
+        raise ValueError(f"{name} must be 'right' or 'left', got {side!r}.")
