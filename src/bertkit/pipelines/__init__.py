@@ -5,6 +5,7 @@ task                       answers
 =========================  ====================================================================
 ``fill-mask``              top-k tokens per mask (``targets`` restricts them)
 ``embeddings``             one vector per text (sentence-transformers modules, or mean pooling)
+``sparse-embeddings``      SPLADE vectors over the vocabulary from a masked-LM head
 ``feature-extraction``     HF's token vectors ``[1, L, H]`` per text
 ``text-classification``    labels and scores; pairs, softmax / sigmoid / none, top-k, multi-label
 ``token-classification``   entities with character offsets (``ner``), five aggregation strategies
@@ -27,6 +28,7 @@ from typing import Any
 TASKS = {
     "fill-mask": ("fill_mask", "FillMaskPipeline"),
     "embeddings": ("embeddings", "EmbeddingsPipeline"),
+    "sparse-embeddings": ("embeddings", "SparseEmbeddingsPipeline"),
     "feature-extraction": ("embeddings", "FeatureExtractionPipeline"),
     "text-classification": ("classification", "TextClassificationPipeline"),
     "token-classification": ("token_classification", "TokenClassificationPipeline"),
@@ -34,7 +36,8 @@ TASKS = {
     "rerank": ("classification", "RerankPipeline"),
 }
 ALIASES = {"ner": "token-classification", "sentiment-analysis": "text-classification", "qa": "question-answering",
-           "sentence-embeddings": "embeddings", "classify": "text-classification", "tag": "token-classification"}
+           "sentence-embeddings": "embeddings", "classify": "text-classification", "tag": "token-classification",
+           "splade": "sparse-embeddings"}
 
 
 def pipeline_class(task: str) -> type:

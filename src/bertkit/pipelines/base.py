@@ -25,6 +25,10 @@ import torch
 
 from bertkit.inference.batching import CHUNK_BATCHES, check_batch_size, chunks, pad, run_sorted
 
+#: call parameters every task takes, with their defaults: which end of a text truncation keeps
+#: (``"right"`` cuts the end, ``"left"`` the start)
+COMMON: dict[str, Any] = {"truncation_side": "right"}
+
 
 class Pipeline:
     """A model and its tokenizer answering one task. Build one with :func:`bertkit.pipeline`."""
@@ -60,7 +64,7 @@ class Pipeline:
         limit = getattr(getattr(model, "config", None), "max_position_embeddings", 512)
         self.max_length = min(max_length or limit, limit)
         self.pad_values = {"input_ids": tokenizer.pad_token_id, "token_type_ids": 0, "attention_mask": 0}
-        self.params = self.check({**type(self).defaults, **defaults})
+        self.params = self.check({**COMMON, **type(self).defaults, **defaults})
 
     @classmethod
     def from_source(cls, source: str | os.PathLike, **options: Any) -> Pipeline:
@@ -84,9 +88,12 @@ class Pipeline:
     # ------------------------------------------------------------------------------ what a task defines
     def check(self, params: dict[str, Any]) -> dict[str, Any]:
         """Validate call parameters (ValueError naming the bad one); returns them."""
-        unknown = sorted(set(params) - set(type(self).defaults))
+        known = set(type(self).defaults) | set(COMMON)
+        unknown = sorted(set(params) - known)
         if unknown:
-            raise ValueError(f"{self.task} does not take {unknown}; it takes {sorted(type(self).defaults)}.")
+            raise ValueError(f"{self.task} does not take {unknown}; it takes {sorted(known)}.")
+        if params.get("truncation_side", "right") not in ("right", "left"):
+            raise ValueError(f"truncation_side must be 'right' or 'left', got {params['truncation_side']!r}.")
         return params
 
     def is_single(self, inputs: Any) -> bool:
@@ -147,9 +154,12 @@ class Pipeline:
             per_row.append(cut if isinstance(out, tuple) else cut[0])
         return per_row
 
-    def encode(self, text: str, pair: str | None = None, **options: Any) -> dict[str, list]:
-        """One unpadded feature: the tokenizer's lists for ``text`` (and ``pair``), truncated to the model."""
+    def encode(self, text: str, pair: str | None = None, params: dict[str, Any] | None = None,
+               **options: Any) -> dict[str, list]:
+        """One unpadded feature: the tokenizer's lists for ``text`` (and ``pair``), truncated to the model at the
+        side ``params["truncation_side"]`` names."""
         options.setdefault("truncation", True)
         options.setdefault("max_length", self.max_length)
+        options.setdefault("truncation_side", (params or self.params).get("truncation_side", "right"))
         return dict(self.tokenizer(text, pair, **options))
 

@@ -73,10 +73,10 @@ class TextClassificationPipeline(_SequenceScores):
             unknown = set(item) - {"text", "text_pair"}
             if "text" not in item or unknown:
                 raise ValueError('a text pair is {"text": ..., "text_pair": ...}; got keys ' f"{sorted(item)}.")
-            return [self.encode(item["text"], item.get("text_pair"))]
+            return [self.encode(item["text"], item.get("text_pair"), params)]
         if not isinstance(item, str):
             raise ValueError(f"text-classification takes texts or {{'text', 'text_pair'}} dicts, got {type(item)}.")
-        return [self.encode(item)]
+        return [self.encode(item, params=params)]
 
     def postprocess(self, item: Any, features: list[dict], outputs: list[np.ndarray], params: dict) -> Any:
         scores = apply(params["function_to_apply"] or self._default_function(), outputs[0])
@@ -119,7 +119,7 @@ class RerankPipeline(_SequenceScores):
         return params
 
     def preprocess(self, item: tuple[str, str], params: dict[str, Any]) -> list[dict[str, Any]]:
-        return [self.encode(item[0], item[1], truncation="only_second")]
+        return [self.encode(item[0], item[1], params, truncation="only_second")]
 
     def postprocess(self, item: Any, features: list[dict], outputs: list[np.ndarray], params: dict) -> np.ndarray:
         return outputs[0]

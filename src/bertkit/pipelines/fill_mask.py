@@ -28,7 +28,7 @@ class FillMaskPipeline(Pipeline):
         return params
 
     def preprocess(self, item: str, params: dict[str, Any]) -> list[dict[str, Any]]:
-        feature = self.encode(item)
+        feature = self.encode(item, params=params)
         if self.tokenizer.mask_token_id not in feature["input_ids"]:
             raise ValueError(f"fill-mask input holds no {self.tokenizer.mask_token} token (within the first "
                              f"{self.max_length} tokens): {item[:80]!r}.")

@@ -32,7 +32,7 @@ class TokenClassificationPipeline(Pipeline):
     def preprocess(self, item: str, params: dict[str, Any]) -> list[dict[str, Any]]:
         if not isinstance(item, str):
             raise ValueError(f"token-classification takes texts, got {type(item)}.")
-        return [self.encode(item, return_offsets_mapping=True, return_special_tokens_mask=True)]
+        return [self.encode(item, params=params, return_offsets_mapping=True, return_special_tokens_mask=True)]
 
     def outputs(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         return self.model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])

@@ -118,10 +118,10 @@ class SentenceTransformer(nn.Module):
                              f"model.to({device!r}) first.")
         single = isinstance(sentences, str)
         texts = [sentences] if single else list(sentences)
-        prefix = self._prompt(prompt_name, prompt)
+        prefix = self.prompt(prompt_name, prompt)
         progress = show_progress_bar if show_progress_bar is not None else len(texts) >= 8 * batch_size
-        rows = run_sorted(*self._encoded(texts, prefix), batch_size, self._batch_runner(output_value, prefix),
-                          max_tokens=batch_tokens, progress=progress, description="encode")
+        rows = self.embed_features(self.features(texts, prefix), output_value, prefix, batch_size=batch_size,
+                                   batch_tokens=batch_tokens, progress=progress)
         if output_value != "sentence_embedding":
             return rows[0] if single else rows
         embeddings = torch.stack(rows) if rows else torch.empty(0, self.get_sentence_embedding_dimension())
@@ -143,7 +143,8 @@ class SentenceTransformer(nn.Module):
         names another)."""
         return similarity(a, b, self.similarity_fn_name)
 
-    def _prompt(self, prompt_name: str | None, prompt: str | None) -> str:
+    def prompt(self, prompt_name: str | None = None, prompt: str | None = None) -> str:
+        """The text put before each sentence: ``prompt``, else the model's ``prompt_name`` (or default) prompt."""
         if prompt is not None:
             return prompt
         name = prompt_name if prompt_name is not None else self.default_prompt_name
@@ -153,14 +154,25 @@ class SentenceTransformer(nn.Module):
             raise ValueError(f"prompt_name {name!r} is not one of this model's prompts {sorted(self.prompts)}.")
         return self.prompts[name]
 
-    def _encoded(self, texts: list[str], prefix: str) -> tuple[list[dict], list[int]]:
+    def features(self, texts: list[str], prefix: str = "", truncation_side: str = "right") -> list[dict]:
+        """The model's token rows (``input_ids``, ``token_type_ids``, ``attention_mask`` lists) for ``texts``, each
+        after ``prefix`` (a prompt), lower-cased where the model says so, truncated to ``max_seq_length`` at
+        ``truncation_side``."""
         texts = [prefix + t for t in texts]
         if self.layout.do_lower_case:
             texts = [t.lower() for t in texts]
-        encoding = self.tokenizer(texts, truncation=True, max_length=self.max_seq_length) if texts else {}
-        rows = [{key: encoding[key][i] for key in ("input_ids", "token_type_ids", "attention_mask")}
+        encoding = self.tokenizer(texts, truncation=True, max_length=self.max_seq_length,
+                                  truncation_side=truncation_side) if texts else {}
+        return [{key: encoding[key][i] for key in ("input_ids", "token_type_ids", "attention_mask")}
                 for i in range(len(texts))]
-        return rows, [len(row["input_ids"]) for row in rows]
+
+    def embed_features(self, rows: list[dict], output_value: str | None = "sentence_embedding", prefix: str = "", *,
+                       batch_size: int = 32, batch_tokens: int | None = None, progress: bool = False) -> list[Any]:
+        """``output_value`` per row of :meth:`features` (float32 CPU tensors, in row order), in length-sorted
+        batches; ``prefix`` is the prompt the rows start with (pooling may leave it out)."""
+        return run_sorted(rows, [len(row["input_ids"]) for row in rows], batch_size,
+                          self._batch_runner(output_value, prefix), max_tokens=batch_tokens, progress=progress,
+                          description="encode")
 
     def _batch_runner(self, output_value: str | None, prefix: str):
         # the prompt's tokens with [CLS], without its [SEP]: what include_prompt=False leaves out

@@ -31,7 +31,8 @@ def save_tokenizer(tokenizer, directory: str | os.PathLike) -> tuple[str, ...]:
     config = {"tokenizer_class": "BertTokenizer", "do_lower_case": tokenizer.do_lower_case,
               "strip_accents": tokenizer.strip_accents, "tokenize_chinese_chars": tokenizer.tokenize_chinese_chars,
               "model_max_length": tokenizer.model_max_length, "padding_side": tokenizer.padding_side,
-              "truncation_side": tokenizer.truncation_side, "clean_up_tokenization_spaces": True, **tokenizer.special_tokens}
+              "truncation_side": tokenizer.truncation_side, "clean_up_tokenization_spaces": True,
+              **tokenizer.special_tokens}
     if tokenizer.max_input_chars_per_word != 100:
         config["max_input_chars_per_word"] = tokenizer.max_input_chars_per_word
     atomic_write_text(d / CONFIG_NAME, json.dumps(config, indent=2, sort_keys=True) + "\n")
