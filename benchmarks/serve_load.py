@@ -469,7 +469,7 @@ def offline_row(args: argparse.Namespace, texts: list[tuple[str, int]]) -> dict:
     the sorted, token-bounded forward passes ``bertkit serve`` makes of a batch (its own limits)."""
     import torch
 
-    from bertkit.serving.app import FORWARD_BATCH, FORWARD_TOKENS
+    from bertkit.serving.service import FORWARD_BATCH, FORWARD_TOKENS
 
     torch.set_num_threads(args.threads)
     encoder = bertkit_encoder(args.model, args.dtype, args.device)

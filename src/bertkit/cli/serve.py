@@ -20,7 +20,7 @@ from bertkit.cli import ArgumentParser
 
 
 def main(argv: list[str]) -> int:
-    from bertkit.serving.settings import DTYPES, TASKS, ServeSettings
+    from bertkit.serving.settings import DTYPES, POOLINGS, TASKS, ServeSettings
 
     parser = ArgumentParser(prog="bertkit serve", description=__doc__,
                             formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -31,27 +31,47 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--max-batch-tokens", type=int, default=16384, help="tokens per model batch")
     parser.add_argument("--max-concurrent-requests", type=int, default=512, help="beyond: 429 Retry-After")
     parser.add_argument("--max-client-batch-size", type=int, default=32, help="inputs per request; beyond: 413")
+    parser.add_argument("--max-input-length", type=int,
+                        help="tokens per input (default: the length the model was fine-tuned at, its task.json; "
+                             "else what the model takes); longer inputs: 422 unless truncated")
+    parser.add_argument("--auto-truncate", action="store_true",
+                        help="truncate inputs past --max-input-length when a request does not say (OpenAI's route)")
+    parser.add_argument("--pooling", choices=POOLINGS,
+                        help="embeddings' pooling; splade: a masked-LM model's SPLADE vectors (/embed_sparse)")
+    parser.add_argument("--served-model-name", help="the name /info and OpenAI's route give (default: the folder's)")
+    parser.add_argument("--tokenization-workers", type=int, help="threads counting and cutting inputs")
     parser.add_argument("--dtype", choices=DTYPES, default="fp32")
-    parser.add_argument("--api-key", help="require 'Authorization: Bearer KEY' (or set BERTKIT_API_KEY)")
+    parser.add_argument("--api-key", help="require 'Authorization: Bearer KEY' (or set BERTKIT_API_KEY); an "
+                                          "empty or blank key is refused")
     parser.add_argument("--workers", type=int, default=1, help="server processes on this port")
     parser.add_argument("--device", help="cpu (default), cuda, gpu")
+    parser.add_argument("--max-connections", type=int, default=1024,
+                        help="open connections; beyond, new ones are closed at once")
+    parser.add_argument("--timeout-keep-alive", type=float, default=5.0,
+                        help="seconds a connection may stay idle, or take to send a request's headers")
+    parser.add_argument("--body-timeout", type=float, default=60.0, help="seconds to send a request body (else 408)")
     args = parser.parse_args(argv)
+    api_key = args.api_key if args.api_key is not None else os.environ.get("BERTKIT_API_KEY")
     settings = ServeSettings(model=args.model, task=args.task, host=args.host, port=args.port,
                              max_batch_tokens=args.max_batch_tokens,
                              max_concurrent_requests=args.max_concurrent_requests,
-                             max_client_batch_size=args.max_client_batch_size, dtype=args.dtype,
-                             api_key=args.api_key or os.environ.get("BERTKIT_API_KEY") or None,
-                             workers=args.workers, device=args.device).check()
+                             max_client_batch_size=args.max_client_batch_size,
+                             max_input_length=args.max_input_length, auto_truncate=args.auto_truncate,
+                             pooling=args.pooling, served_model_name=args.served_model_name,
+                             tokenization_workers=args.tokenization_workers, dtype=args.dtype, api_key=api_key,
+                             workers=args.workers, device=args.device, max_connections=args.max_connections,
+                             timeout_keep_alive=args.timeout_keep_alive, body_timeout=args.body_timeout).check()
     try:
         import uvicorn
     except ImportError:
         raise ImportError("bertkit serve needs FastAPI and uvicorn: pip install 'bertkit[serve]'") from None
-    from bertkit.serving.app import ENVIRONMENT
+    from bertkit.serving.app import ENVIRONMENT, app_from_environment, uvicorn_config
 
     server_settings = {k: v for k, v in settings.to_dict().items() if k not in ("host", "port")}
     os.environ[ENVIRONMENT] = json.dumps(server_settings)  # each worker process builds the app from it
+    # one process: the app is built here, so a model that fails its probe stops the start with its reason
+    app = app_from_environment() if settings.workers == 1 else "bertkit.serving.app:app_from_environment"
     print(f"bertkit serve: {args.model} on http://{settings.host}:{settings.port} ({settings.workers} worker"
-          f"{'s' if settings.workers > 1 else ''}); docs at /docs")
-    uvicorn.run("bertkit.serving.app:app_from_environment", factory=True, host=settings.host, port=settings.port,
-                workers=settings.workers, log_level="warning", timeout_graceful_shutdown=30)
+          f"{'s' if settings.workers > 1 else ''}); docs at /docs{' (the API key is required)' if api_key else ''}")
+    uvicorn.run(**uvicorn_config(app, settings, factory=settings.workers > 1, workers=settings.workers))
     return 0

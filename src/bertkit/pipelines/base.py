@@ -21,6 +21,7 @@ import warnings
 from collections.abc import Iterable, Iterator
 from typing import Any, ClassVar
 
+import numpy as np
 import torch
 
 from bertkit.inference.batching import CHUNK_BATCHES, check_batch_size, chunks, pad, run_sorted
@@ -30,8 +31,15 @@ from bertkit.inference.batching import CHUNK_BATCHES, check_batch_size, chunks, 
 COMMON: dict[str, Any] = {"truncation_side": "right"}
 
 
+class NonFiniteOutput(RuntimeError):  # not a ValueError: not the input's fault
+    """The model answered NaN or infinity (a broken checkpoint, or an overflow in low precision)."""
+
+
 class Pipeline:
     """A model and its tokenizer answering one task. Build one with :func:`bertkit.pipeline`."""
+
+    #: when set (a name for the model), a non-finite model output raises :class:`NonFiniteOutput` naming it
+    check_finite: str | None = None
 
     #: the task name(s) :func:`bertkit.pipeline` knows this class by
     task: str = ""
@@ -151,8 +159,15 @@ class Pipeline:
         per_row = []
         for i, row in enumerate(rows):
             cut = tuple(a[i, :len(row["input_ids"])] if self.token_level else a[i] for a in arrays)
+            self.finite(*cut)
             per_row.append(cut if isinstance(out, tuple) else cut[0])
         return per_row
+
+    def finite(self, *arrays: Any) -> None:
+        """Raise :class:`NonFiniteOutput` if :attr:`check_finite` is set and an array holds NaN or infinity."""
+        if self.check_finite and not all(np.isfinite(np.asarray(a)).all() for a in arrays):
+            raise NonFiniteOutput(f"the model {self.check_finite} produced non-finite outputs (NaN or infinity): "
+                                  "its weights are broken, or its numbers overflow in this precision (try fp32).")
 
     def encode(self, text: str, pair: str | None = None, params: dict[str, Any] | None = None,
                **options: Any) -> dict[str, list]:

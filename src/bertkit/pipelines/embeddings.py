@@ -116,6 +116,7 @@ class EmbeddingsPipeline(_TextsOrIds):
         output = "token_embeddings" if params["output"] == "tokens" else "sentence_embedding"
         vectors = self.model.embed_features(rows, output, prefix, batch_size=self.batch_size,
                                             batch_tokens=self.batch_tokens)
+        self.finite(*vectors)
         if output == "token_embeddings":
             return [v.tolist() for v in vectors]
         return [self._finish(v, params) for v in vectors]

@@ -1,4 +1,9 @@
-"""The server's Prometheus metrics, kept in process and rendered as Prometheus' text format at ``/metrics``."""
+"""The server's Prometheus metrics, kept in process and rendered as Prometheus' text format at ``/metrics``.
+
+Label values are escaped as the text format says (backslash, double quote, newline), and the routes come from
+the routing table (:class:`bertkit.serving.gate.Gate` labels any other path ``other``), so the label set is
+bounded and nothing a client sends becomes a line of its own.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +14,12 @@ from collections import Counter
 BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 #: batch size histogram buckets, inputs
 SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+
+
+def label(value: object) -> str:
+    """``value`` as a label value of Prometheus' text format (quotes added)."""
+    text = str(value).replace("\\", "\\\\").replace("\"", "\\\"").replace("\n", "\\n")
+    return f'"{text}"'
 
 
 class Histogram:
@@ -57,12 +68,12 @@ class Metrics:
         with self._lock:
             lines = ["# HELP bertkit_requests_total HTTP requests by route and status code.",
                      "# TYPE bertkit_requests_total counter"]
-            lines += [f'bertkit_requests_total{{route="{r}",status="{s}"}} {n}'
+            lines += [f"bertkit_requests_total{{route={label(r)},status={label(s)}}} {n}"
                       for (r, s), n in sorted(self.requests.items())]
             lines += ["# HELP bertkit_request_duration_seconds Time from request to response.",
                       "# TYPE bertkit_request_duration_seconds histogram"]
             for route, histogram in sorted(self.latency.items()):
-                lines += histogram.lines("bertkit_request_duration_seconds", f'route="{route}"')
+                lines += histogram.lines("bertkit_request_duration_seconds", f"route={label(route)}")
             lines += ["# HELP bertkit_batch_size Inputs per model batch.", "# TYPE bertkit_batch_size histogram"]
             lines += self.batch_sizes.lines("bertkit_batch_size")
             lines += ["# HELP bertkit_batch_tokens Tokens per model batch.", "# TYPE bertkit_batch_tokens histogram"]

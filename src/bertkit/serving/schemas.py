@@ -1,53 +1,95 @@
-"""Request bodies of every route (pydantic): text-embeddings-inference's (``/tokenize`` and ``/decode`` too),
-OpenAI's embeddings, and bertkit's ``/ner``, ``/qa``, ``/fill-mask``. Unknown fields are refused (422 naming
-them), except on OpenAI's route, whose clients send extras such as ``user``."""
+"""Request bodies of every route (pydantic): text-embeddings-inference's, as its openapi.json (v1.9) has them,
+OpenAI's embeddings, and bertkit's ``/ner``, ``/qa``, ``/fill-mask``. Unknown fields are refused on the named
+routes (422 naming them); OpenAI's route and ``POST /`` (which HF's ``InferenceClient`` and TEI's clients call
+with their own extras) ignore them, as TEI does."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 Text = str
 Pair = list[str]
+Ids = list[int]
+#: TEI's ``Input``: a text or token ids, or a batch of them
+Input = Text | Ids | list[Text | Ids]
+#: TEI's ``TruncationDirection`` (it takes either case)
+Direction = Literal["right", "left", "Right", "Left"]
 
 
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-class EmbedRequest(Strict):
-    inputs: Text | list[Text]
+class Lenient(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+
+class _Truncation(Strict):
+    truncate: bool | None = Field(None, description="cut inputs past max_input_length (null: the server's "
+                                                    "--auto-truncate); otherwise they are refused with 422")
+    truncation_direction: Direction = "right"
+
+
+class _Embedding(_Truncation):
+    inputs: Input
+    prompt_name: str | None = None
+
+
+class EmbedRequest(_Embedding):
     normalize: bool = True
-    truncate: bool = False
+    dimensions: int | None = Field(None, ge=1, description="keep the first dimensions (Matryoshka models)")
+
+
+class EmbedAllRequest(_Embedding):
+    pass
+
+
+class EmbedSparseRequest(_Embedding):
+    pass
+
+
+class SimilarityInput(Strict):
+    source_sentence: Text
+    sentences: list[Text]
+
+
+class SimilarityParameters(_Truncation):
+    prompt_name: str | None = None
+
+
+class SimilarityRequest(Strict):
+    inputs: SimilarityInput
+    parameters: SimilarityParameters | None = None
 
 
 class OpenAIEmbeddingsRequest(BaseModel):
     model_config = ConfigDict(extra="allow")
-    input: Text | list[Text]
+    input: Text | Ids | list[Text] | list[Ids]
     model: str | None = None
     encoding_format: Literal["float", "base64"] = "float"
+    dimensions: int | None = Field(None, ge=1)
+    user: str | None = None
 
 
-class PredictRequest(Strict):
+class PredictRequest(_Truncation):
     inputs: Text | list[Text] | list[list[Text]] = Field(
         description='a text, a pair ["a", "b"], or a batch [["a"], ["b", "c"], ...]')
     raw_scores: bool = False
-    truncate: bool = False
 
 
-class RerankRequest(Strict):
+class RerankRequest(_Truncation):
     query: Text
     texts: list[Text]
     raw_scores: bool = False
     return_text: bool = False
-    truncate: bool = False
 
 
 class NerRequest(Strict):
     inputs: Text | list[Text]
     aggregation_strategy: Literal["none", "simple", "first", "average", "max"] = "simple"
-    truncate: bool = False
+    truncate: bool | None = None
 
 
 class QAPair(Strict):
@@ -67,14 +109,24 @@ class QARequest(Strict):
 class FillMaskRequest(Strict):
     inputs: Text | list[Text]
     top_k: int = Field(5, ge=1, le=1000)
-    truncate: bool = False
+    targets: Text | list[Text] | None = None
+    truncate: bool | None = None
 
 
 class TokenizeRequest(Strict):
     inputs: Text | list[Text]
     add_special_tokens: bool = True
+    prompt_name: str | None = None
 
 
 class DecodeRequest(Strict):
-    ids: list[int] | list[list[int]]
+    ids: Ids | list[Ids]
     skip_special_tokens: bool = True
+
+
+class InferenceRequest(Lenient):
+    """``POST /`` as HF's Inference API (``huggingface_hub.InferenceClient``) sends it: ``inputs`` and the task's
+    ``parameters``; TEI's clients send a TEI route's body instead, read by that route's model."""
+
+    inputs: Any
+    parameters: dict[str, Any] | None = None

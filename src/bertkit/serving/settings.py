@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 from bertkit.checks import check_int
 
@@ -12,6 +14,8 @@ PIPELINE_TASKS = {"embeddings": "embeddings", "classify": "text-classification",
                   "qa": "question-answering", "fill-mask": "fill-mask", "rerank": "rerank"}
 TASKS = ("auto", *PIPELINE_TASKS)
 DTYPES = ("fp32", "bf16")
+#: ``--pooling``: sentence-transformers' modes, and ``splade`` (a masked-LM head's sparse vectors)
+POOLINGS = ("cls", "mean", "max", "lasttoken", "splade")
 
 #: HF architecture of a model class -> the serve task it answers
 _BY_ARCHITECTURE = {"BertModel": "embeddings", "BertForSequenceClassification": "classify",
@@ -21,7 +25,14 @@ _BY_ARCHITECTURE = {"BertModel": "embeddings", "BertForSequenceClassification": 
 
 @dataclass
 class ServeSettings:
-    """A server's settings; ``check`` raises a ValueError naming the first bad one."""
+    """A server's settings; ``check`` raises a ValueError naming the first bad one.
+
+    ``max_input_length`` None: the length the model was fine-tuned at (its ``task.json``), else what the model
+    takes. ``api_key`` None: no authentication; an empty or blank key is refused (a ``--api-key "$KEY"`` with
+    ``KEY`` unset must not start an open server). ``max_connections`` and ``timeout_keep_alive`` bound the
+    connections the server holds (see :mod:`bertkit.serving.protocol`); ``body_timeout`` the seconds a client may
+    take to send its request body.
+    """
 
     model: str
     task: str = "auto"
@@ -30,33 +41,64 @@ class ServeSettings:
     max_batch_tokens: int = 16384
     max_concurrent_requests: int = 512
     max_client_batch_size: int = 32
+    max_input_length: int | None = None
+    auto_truncate: bool = False
+    pooling: str | None = None
+    served_model_name: str | None = None
+    tokenization_workers: int | None = None
     dtype: str = "fp32"
     api_key: str | None = None
     workers: int = 1
     device: str | None = None
+    max_connections: int = 1024
+    timeout_keep_alive: float = 5.0
+    body_timeout: float = 60.0
 
     def check(self) -> ServeSettings:
         if self.task not in TASKS:
             raise ValueError(f"task must be one of {TASKS}, got {self.task!r}.")
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {DTYPES}, got {self.dtype!r}.")
-        for name in ("max_batch_tokens", "max_concurrent_requests", "max_client_batch_size", "workers"):
+        if self.pooling is not None and self.pooling not in POOLINGS:
+            raise ValueError(f"pooling must be one of {POOLINGS}, got {self.pooling!r}.")
+        for name in ("max_batch_tokens", "max_concurrent_requests", "max_client_batch_size", "workers",
+                     "max_connections"):
             check_int(name, getattr(self, name))
+        for name in ("max_input_length", "tokenization_workers"):
+            check_int(name, getattr(self, name), none_means="chosen from the model / the machine")
+        for name in ("timeout_keep_alive", "body_timeout"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
+                raise ValueError(f"{name} must be a positive number of seconds, got {value!r}.")
         if not 0 <= self.port < 65536:
             raise ValueError(f"port must be in [0, 65535], got {self.port}.")
-        if self.api_key is not None and not self.api_key.strip():
-            raise ValueError("api_key is empty; give a key or leave it out.")
+        if self.api_key is not None and (not isinstance(self.api_key, str) or not self.api_key.strip()):
+            raise ValueError("the API key is empty or blank (an unset variable in --api-key \"$KEY\"?): give a "
+                             "real key, or leave --api-key and BERTKIT_API_KEY out to serve without one.")
         return self
+
+    @property
+    def name(self) -> str:
+        """The model's public name: ``served_model_name``, else the model folder's or file's own name (never the
+        absolute path, which ``/info`` would show to every client)."""
+        return self.served_model_name or Path(self.model).name or str(self.model)
+
+    @property
+    def tokenizers(self) -> int:
+        return self.tokenization_workers or max(1, min(4, (os.cpu_count() or 1) // max(self.workers, 1)))
 
     def to_dict(self) -> dict:
         return asdict(self)
 
 
-def resolve_task(model: str | os.PathLike, task: str = "auto") -> str:
+def resolve_task(model: str | os.PathLike, task: str = "auto", pooling: str | None = None) -> str:
     """``task``, or for ``auto`` the one the model answers (a sentence-transformers directory: embeddings; a
-    classifier with one label: rerank, as text-embeddings-inference decides; see ``_BY_ARCHITECTURE``)."""
+    classifier with one label: rerank, as text-embeddings-inference decides; ``pooling="splade"``: embeddings;
+    see ``_BY_ARCHITECTURE``)."""
     if task != "auto":
         return task
+    if pooling == "splade":
+        return "embeddings"
     from bertkit.export.models import source_class
     from bertkit.sentence import SentenceTransformer
 
@@ -70,6 +112,18 @@ def resolve_task(model: str | os.PathLike, task: str = "auto") -> str:
     if served == "classify" and _num_labels(model) == 1:
         return "rerank"
     return served
+
+
+def trained_length(model: str | os.PathLike) -> int | None:
+    """The ``max_seq_length`` a ``bertkit finetune`` directory was trained at (its ``task.json``), else None."""
+    import json
+
+    from bertkit.tasks.finetuning import TASK_FILE
+
+    path = Path(model) / TASK_FILE
+    if not path.is_file():
+        return None
+    return json.loads(path.read_text(encoding="utf-8")).get("max_seq_length")
 
 
 def _num_labels(model: str | os.PathLike) -> int:

@@ -1,0 +1,118 @@
+"""A request's inputs made ready for the model: counted, checked against the input limit, truncated if asked.
+
+Runs on the server's tokenization threads, never on the event loop. An input is a text, a pair of texts, or
+(embedding routes) a list of token ids. Every route applies the same policy: an input longer than the limit is
+refused (422 naming it and the limit) unless truncation is asked for (``truncate``, or the server's
+``--auto-truncate``), and then the pipeline cuts it at ``side`` (``right``: the end goes, ``left``: the start).
+
+A huge text that will be truncated is first cut to the part that can matter: the first (``left``: last)
+``4 x limit + 16`` whitespace-separated words, at a space. That cut never changes a token inside the kept part
+(BERT's normaliser and pre-tokenizer treat words separately), and the cut text is accepted only if it still
+holds more than ``limit + 3`` tokens, so the model sees exactly what truncating the whole text would give.
+Like text-embeddings-inference, a text longer than ``250 x limit`` characters is refused without truncation
+and cut to that many characters with it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from bertkit.serving.errors import ServeError
+
+#: text-embeddings-inference's bound: characters per token of the input limit
+CHARS_PER_TOKEN = 250
+#: texts longer than this many characters per token of the limit are cut to words before counting
+CUT_CHARS_PER_TOKEN = 8
+_WORD = re.compile(r"\S+")
+
+Text = str | tuple[str, str]
+
+
+def cut_words(text: str, words: int, side: str) -> str:
+    """The first (``side="right"``) or last (``"left"``) ``words`` whitespace-separated words of ``text``, cut at
+    whitespace; ``text`` itself when it has no more words than that."""
+    source = text if side == "right" else text[::-1]
+    for count, match in enumerate(_WORD.finditer(source), 1):
+        if count == words:
+            end = match.end()
+            if end >= len(source):
+                return text
+            return text[:end] if side == "right" else text[len(text) - end:]
+    return text
+
+
+def chars_cut(text: str, chars: int, side: str) -> str:
+    return text[:chars] if side == "right" else text[-chars:]
+
+
+class Prepared:
+    """Inputs ready for the pipeline (``items``) and the tokens each takes after truncation (``tokens``)."""
+
+    def __init__(self, items: list[Any], tokens: list[int]):
+        self.items, self.tokens = items, tokens
+
+
+def prepare(inputs: Sequence[Any], *, tokenizer: Any, limit: int, truncate: bool, side: str = "right",
+            prefix: str = "", field: str = "inputs") -> Prepared:
+    """Count, check and cut ``inputs`` (texts, ``(a, b)`` pairs, or token-id lists) for a model taking ``limit``
+    tokens; ``prefix`` (a prompt) goes before each text. Raises :class:`ServeError` 422 for an input that is too
+    long without ``truncate`` or holds ids that are not token ids."""
+    items: list[Any] = list(inputs)
+    counts: list[int | None] = [None] * len(items)
+    texts: list[int] = []
+    for i, item in enumerate(items):
+        if isinstance(item, list):
+            counts[i] = _ids(item, i, limit, truncate, field)
+            items[i] = item[:limit] if side == "right" else item[-limit:]
+        else:
+            items[i] = _shortened(item, i, limit, truncate, side, field, tokenizer)
+            texts.append(i)
+    if texts:
+        for i, n in zip(texts, _count(tokenizer, [items[i] for i in texts], prefix)):
+            counts[i] = n
+    for i in texts:
+        if counts[i] > limit and not truncate:
+            raise ServeError(422, f"{field}[{i}] has {counts[i]} tokens; the model takes {limit} (max_input_length). "
+                                  "Shorten it or send \"truncate\": true.", param=field,
+                             code="context_length_exceeded")
+    return Prepared(items, [min(n, limit) for n in counts])
+
+
+def _ids(ids: list, index: int, limit: int, truncate: bool, field: str) -> int:
+    if not ids or not all(type(i) is int and i >= 0 for i in ids):
+        raise ServeError(422, f"{field}[{index}] must be a text or a non-empty list of token ids (integers >= 0).",
+                         param=field)
+    if len(ids) > limit and not truncate:
+        raise ServeError(422, f"{field}[{index}] has {len(ids)} tokens; the model takes {limit} (max_input_length). "
+                              "Shorten it or send \"truncate\": true.", param=field, code="context_length_exceeded")
+    return len(ids)
+
+
+def _shortened(item: Text, index: int, limit: int, truncate: bool, side: str, field: str, tokenizer: Any) -> Text:
+    """``item`` with each huge text cut to what truncation keeps (see the module doc)."""
+    def one(text: str) -> str:
+        if len(text) <= CUT_CHARS_PER_TOKEN * limit:
+            return text
+        cap = CHARS_PER_TOKEN * limit
+        if not truncate:
+            if len(text) > cap:
+                raise ServeError(422, f"{field}[{index}] has {len(text)} characters; without truncation the limit "
+                                      f"is {cap} ({CHARS_PER_TOKEN} per token of max_input_length {limit}). Shorten "
+                                      "it or send \"truncate\": true.", param=field, code="context_length_exceeded")
+            return text
+        cut = cut_words(text, 4 * limit + 16, side)
+        if cut is text or _count(tokenizer, [cut], "")[0] > limit + 3:
+            return cut if len(cut) <= cap else chars_cut(cut, cap, side)
+        return chars_cut(text, cap, side)  # the words held too few tokens (control characters, say)
+
+    return one(item) if isinstance(item, str) else (one(item[0]), one(item[1]))
+
+
+def _count(tokenizer: Any, texts: list[Text], prefix: str) -> list[int]:
+    """Tokens of each text or pair, special tokens included, before truncation."""
+    if all(isinstance(t, str) for t in texts):
+        return [len(ids) for ids in tokenizer([prefix + t for t in texts])["input_ids"]]
+    return [len(tokenizer(t, None)["input_ids"]) if isinstance(t, str) else len(tokenizer(t[0], t[1])["input_ids"])
+            for t in texts]
