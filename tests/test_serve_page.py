@@ -315,6 +315,6 @@ def test_an_input_over_the_limit_shows_the_servers_error(browser, models):
         fill(browser, "text", "word " * 200)
         assert press_run(browser) == "error"
     message = shown(browser, "error")
-    assert message.startswith("Input too long (HTTP 413): ")
+    assert message.startswith("Invalid input (HTTP 422): ")
     assert str(limit) in message
     assert shown(browser, "result") == ""

@@ -32,6 +32,12 @@ function el(tag, attrs = {}, ...children) {
 
 // ------------------------------------------------------------------ talking to the server
 
+/** What each refusal is, for people (the server's error_type is text-embeddings-inference's, coarser). */
+const STATUS_NAMES = {
+  400: "Empty input", 401: "Unauthorized", 404: "Not found", 408: "Too slow", 413: "Too large",
+  422: "Invalid input", 424: "Not this model's task", 429: "Overloaded", 500: "Model failure", 503: "Unavailable",
+};
+
 class ApiError extends Error {
   constructor(status, type, message, retryAfter = null) {
     super(message);
@@ -65,7 +71,8 @@ async function api(path, body) {
     // not JSON (a proxy's error page, say): the raw text is the message
   }
   if (!response.ok) {
-    throw new ApiError(response.status, data?.error_type || response.statusText || "Error",
+    throw new ApiError(response.status,
+                       STATUS_NAMES[response.status] || data?.error_type || response.statusText || "Error",
                        errorMessage(data, text), response.headers.get("Retry-After"));
   }
   return data;
