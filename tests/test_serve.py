@@ -299,6 +299,7 @@ def test_splade_server(tmp_path):
         (dense,) = client.post("/embed", json={"inputs": "The quick brown fox.", "normalize": False}).json()
         assert len(dense) == 30522 and {s["index"] for s in sparse} == {i for i, v in enumerate(dense) if v}
         error_of(client.post("/embed_all", json={"inputs": "x"}), 424)
+        assert "normalize" in error_of(client.post("/embed", json={"inputs": "x"}), 424, "Backend")  # as TEI
 
 
 def test_api_key_guards_everything_but_health_and_the_page(dirs):
@@ -401,3 +402,17 @@ def test_a_model_failure_is_a_500_and_the_server_goes_on(dirs):
     with TestClient(app, raise_server_exceptions=False) as client:
         assert "kernel exploded" in error_of(client.post("/predict", json={"inputs": "boom"}), 500, "Backend")
         assert client.post("/predict", json={"inputs": "fine"}).status_code == 200
+
+
+def test_the_command_refuses_a_blank_key_and_a_broken_model_in_one_line(tmp_path, dirs, capsys, monkeypatch):
+    from bertkit.cli import main
+
+    assert main(["serve", str(dirs["classify"]), "--api-key", ""]) == 1
+    assert "API key is empty or blank" in capsys.readouterr().err
+    monkeypatch.setenv("BERTKIT_API_KEY", "  ")
+    assert main(["serve", str(dirs["classify"])]) == 1
+    assert "API key is empty or blank" in capsys.readouterr().err
+    monkeypatch.delenv("BERTKIT_API_KEY")
+    assert main(["serve", str(nan_model(tmp_path / "nan")), "--port", "0"]) == 1
+    error = capsys.readouterr().err.strip()
+    assert error.startswith("bertkit: error:") and "non-finite" in error and "\n" not in error

@@ -48,13 +48,13 @@ def add_routes(app: FastAPI, service: Service, static: Any) -> None:
     @app.post("/embed")
     async def embed(body: schemas.EmbedRequest) -> list[list[float]]:
         service.serves("/embed", "embeddings")
-        pipe = "sparse" if service.splade else "main"
-        params = {"normalize": body.normalize} if service.splade else \
-            {"normalize": body.normalize, "dimensions": body.dimensions}
-        if service.splade and body.dimensions is not None:
-            raise ServeError(422, "dimensions applies to dense embeddings; this server's are SPLADE's.",
-                             param="dimensions")
-        vectors, _ = await _embed(service, body, params, pipe)
+        if not service.splade:
+            vectors, _ = await _embed(service, body, {"normalize": body.normalize, "dimensions": body.dimensions})
+            return vectors
+        if body.normalize or body.dimensions is not None:  # TEI's answer for a SPLADE model
+            raise ServeError(424, "normalize and dimensions are not available for SPLADE models: send "
+                                  "\"normalize\": false, or use /embed_sparse.", "Backend", param="normalize")
+        vectors, _ = await _embed(service, body, {"normalize": False}, "sparse")
         return vectors
 
     @app.post("/embed_all")
