@@ -129,11 +129,7 @@ def add_routes(app: FastAPI, service: Service, static: Any) -> None:
     @app.post("/ner")
     async def ner(body: schemas.NerRequest) -> list:
         service.serves("/ner", "ner")
-        texts = _listed(body.inputs)
-        service.check_batch(texts)
-        answers = await service.answer(await service.prepare(texts, body.truncate),
-                                       {"aggregation_strategy": body.aggregation_strategy})
-        return answers[0] if isinstance(body.inputs, str) else answers
+        return await _texts(service, body.inputs, body.truncate, {"aggregation_strategy": body.aggregation_strategy})
 
     @app.post("/qa")
     async def qa(body: schemas.QARequest) -> Any:
@@ -152,11 +148,7 @@ def add_routes(app: FastAPI, service: Service, static: Any) -> None:
     @app.post("/fill-mask")
     async def fill_mask(body: schemas.FillMaskRequest) -> list:
         service.serves("/fill-mask", "fill-mask")
-        texts = _listed(body.inputs)
-        service.check_batch(texts)
-        answers = await service.answer(await service.prepare(texts, body.truncate),
-                                       {"top_k": body.top_k, "targets": body.targets})
-        return answers[0] if isinstance(body.inputs, str) else answers
+        return await _texts(service, body.inputs, body.truncate, {"top_k": body.top_k, "targets": body.targets})
 
     # ---------------------------------------------------------------------------------- tokenizer
     @app.post("/tokenize")
@@ -226,6 +218,14 @@ async def _embed(service: Service, body: Any, params: dict[str, Any], pipe: str 
     answers = await service.answer(prepared, {**params, "prompt_name": body.prompt_name, "truncation_side": side},
                                    pipe)
     return answers, prepared
+
+
+async def _texts(service: Service, inputs: str | list[str], truncate: bool | None, params: dict[str, Any]) -> Any:
+    """A text route of bertkit's own: the answer bare for one text, a list for a list."""
+    texts = _listed(inputs)
+    service.check_batch(texts)
+    answers = await service.answer(await service.prepare(texts, truncate), params)
+    return answers[0] if isinstance(inputs, str) else answers
 
 
 async def _inference_classify(service: Service, inputs: Any, parameters: dict[str, Any]) -> list:
