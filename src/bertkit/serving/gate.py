@@ -28,6 +28,8 @@ from bertkit.serving.metrics import Metrics
 MAX_BODY_BYTES = 16 * 1024 * 1024
 #: the deepest JSON nesting a request may have (TEI's bodies nest 3 deep)
 MAX_DEPTH = 32
+#: an answer given before the body was read ends the connection (the rest of the body is not read)
+CLOSE = {"Connection": "close"}
 #: methods whose requests carry a body
 _WITH_BODY = {"POST", "PUT", "PATCH"}
 
@@ -127,7 +129,7 @@ class Gate:
         size = headers.get(b"content-length")
         if size is not None and (not size.isdigit() or int(size) > self.max_body):
             raise ServeError(413, f"the request body is {size.decode('latin-1')[:20]} bytes; the limit is "
-                                  f"{self.max_body} bytes: send fewer or shorter inputs per request.")
+                                  f"{self.max_body} bytes: send fewer or shorter inputs per request.", headers=CLOSE)
         raw = await self._read(receive)
         if raw:
             check_json(raw)
@@ -151,7 +153,8 @@ class Gate:
             try:
                 message = await asyncio.wait_for(receive(), max(left, 0.0))
             except asyncio.TimeoutError:  # a class of its own on Python 3.10
-                raise ServeError(408, f"the request body did not arrive within {self.body_timeout:g} s.") from None
+                raise ServeError(408, f"the request body did not arrive within {self.body_timeout:g} s.",
+                                 headers=CLOSE) from None
             if message["type"] == "http.disconnect":
                 raise ServeError(400, "the client went away before sending its whole body.", "Validation")
             chunk = message.get("body", b"")
@@ -159,7 +162,7 @@ class Gate:
             if size > self.max_body:
                 raise ServeError(413, f"the request body passed the limit of {self.max_body} bytes (it was sent "
                                       "without a Content-Length or with a false one): send fewer or shorter inputs "
-                                      "per request.")
+                                      "per request.", headers=CLOSE)
             chunks.append(chunk)
             if not message.get("more_body", False):
                 return b"".join(chunks)
