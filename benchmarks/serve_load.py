@@ -55,7 +55,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 SERVERS = {"bertkit": "bertkit serve", "naive-bertkit": "naive bertkit", "naive-st": "naive sentence-transformers"}
 HOST = "127.0.0.1"
@@ -173,8 +173,13 @@ class Server:
         text = pathlib.Path(self.log.name).read_text(errors="replace").splitlines()
         return "\n".join(f"    | {line}" for line in text[-lines:])
 
-    def stop(self, timeout: float = 15) -> None:
-        if self.process.poll() is None:
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def stop(self, timeout: float = 15, on_stop: Callable[[Server], None] | None = None) -> None:
+        """SIGTERM to the process group, SIGKILL after ``timeout`` s; ``on_stop(self)`` then reads the log, if
+        given, before the log is removed."""
+        if self.alive():
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.process.pid, signal.SIGTERM)
             try:
@@ -183,8 +188,11 @@ class Server:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(self.process.pid, signal.SIGKILL)
                 self.process.wait(timeout)
+        if on_stop is not None:
+            on_stop(self)
         self.log.close()
-        os.unlink(self.log.name)
+        with contextlib.suppress(OSError):
+            os.unlink(self.log.name)
 
 
 @contextlib.contextmanager
