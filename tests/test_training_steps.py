@@ -134,3 +134,34 @@ def test_predict_batches_runs_in_order_in_eval_mode_and_restores_the_mode():
     with torch.autocast("cpu", dtype=torch.bfloat16):
         expected = model(**{k: torch.cat([v] * 3) for k, v in INPUTS.items()}).float()
     torch.testing.assert_close(logits, expected)
+
+
+#: the batch keys of ``get_loss``'s labels, in its order, where they are not the model's ``label_keys``
+GET_LOSS_LABELS = {"masked_lm": ("mlm_labels",), "pretraining": ("mlm_labels", "nsp_labels")}
+
+
+def _flat(values) -> torch.Tensor:
+    values = values if isinstance(values, tuple) else (values,)
+    return torch.stack([torch.as_tensor(v).float().cpu().reshape(-1) for v in values]).reshape(-1)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("name", CASES)
+def test_a_gpu_model_takes_cpu_labels_as_it_takes_cpu_inputs(name):
+    """get_loss / get_accuracy / predict of a model on the GPU, given CPU tensors (inputs and labels, as a model
+    trained by the Trainer on ``device="auto"`` is then called): the values of the same model on the CPU."""
+    model, batch, expected, _ = _case(name)
+    keys = GET_LOSS_LABELS.get(name, model.label_keys)
+    labels = [batch[k] for k in keys]
+    inputs = {k: v for k, v in batch.items() if k not in keys}
+    # no accuracy for regression, nor (argmax predictions) for multi-label targets
+    accuracy = None if name in ("sequence_regression", "sequence_multi") else model.get_accuracy(*labels, **inputs)
+    predicted = model.predict(**inputs) if name == "qa" else None  # spans within the CPU attention mask
+    model.cuda()
+    loss = model.get_loss(*labels, **inputs)
+    assert loss.device.type == "cuda"
+    torch.testing.assert_close(loss.cpu(), expected, rtol=1e-4, atol=1e-5)
+    if accuracy is not None:
+        torch.testing.assert_close(_flat(model.get_accuracy(*labels, **inputs)), _flat(accuracy), equal_nan=True)
+    if predicted is not None:
+        assert [p.tolist() for p in model.predict(**inputs)] == [p.tolist() for p in predicted]

@@ -169,6 +169,7 @@ class BERTForSequenceClassification(_ClassifierHead):
 
     def loss_from_logits(self, logits, labels, *, reduction="mean", ignore_index=-100):
         kind = self.problem_type(labels)
+        labels = labels.to(logits.device)
         if kind == "single_label_classification":
             return super().loss_from_logits(logits, labels.view(-1), reduction=reduction, ignore_index=ignore_index)
         if kind == "regression":
@@ -321,6 +322,7 @@ class BERTForQuestionAnswering(TaskModel):
                      max_answer_length: int = 30, **kw_inputs) -> torch.Tensor:
         """Exact-match rate of the predicted spans against the gold ``(start, end)``."""
         start, end = self.predict(*inputs, max_answer_length=max_answer_length, **kw_inputs)
+        start_positions, end_positions = start_positions.to(start.device), end_positions.to(end.device)
         return ((start == start_positions.view(-1)) & (end == end_positions.view(-1))).float().mean()
 
 
@@ -355,7 +357,7 @@ def best_spans(start_logits: torch.Tensor, end_logits: torch.Tensor, max_answer_
     valid = (i[None, :] >= i[:, None]) & (i[None, :] < i[:, None] + max_answer_length)  # [L, L]
     valid = valid[None]
     if answer_mask is not None:
-        ok = answer_mask.bool()
+        ok = answer_mask.to(scores.device).bool()
         valid = valid & ok[:, :, None] & ok[:, None, :]
     best = scores.masked_fill(~valid, float("-inf")).flatten(1).argmax(-1)
     return best // length, best % length

@@ -85,6 +85,7 @@ class _MaskedLMMixin:
                               ignore_index=ignore_index, reduction=reduction)
 
     def _mlm_accuracy(self, sequence_output, labels, ignore_index) -> torch.Tensor:
+        labels = labels.to(sequence_output.device)
         valid = labels != ignore_index
         predictions = self.cls.predictions(sequence_output[valid]).argmax(-1)
         return accuracy(predictions, labels[valid], ignore_index=None) if valid.any() \

@@ -40,6 +40,7 @@ def cross_entropy(logits: torch.Tensor, labels: torch.Tensor, *, ignore_index: i
     ``"mean"`` averages over the counted positions (0 when there are none, never NaN).
     """
     check_reduction(reduction)
+    labels = labels.to(logits.device)  # labels given on the CPU to a GPU model (its inputs move there too)
     flat = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), labels.reshape(-1),
                            ignore_index=ignore_index, reduction="none").view(labels.shape)
     return reduce(flat, reduction, labels != ignore_index)
@@ -52,6 +53,7 @@ def accuracy(predictions: torch.Tensor, labels: torch.Tensor, ignore_index: int 
     """
     if predictions.shape != labels.shape:
         raise ValueError(f"predictions {tuple(predictions.shape)} and labels {tuple(labels.shape)} must match.")
+    labels = labels.to(predictions.device)
     valid = labels != ignore_index if ignore_index is not None else torch.ones_like(labels, dtype=torch.bool)
     hits = ((predictions == labels) & valid).sum()
     n = valid.sum()
@@ -104,6 +106,7 @@ def masked_lm_losses(head: VocabularyHead, sequence_output: torch.Tensor, labels
     autograd graph.
     """
     check_labels("mlm_labels", labels, vocab_size, ignore_index)
+    labels = labels.to(sequence_output.device)
     valid = labels != ignore_index
     per_target, predictions = head.losses(sequence_output[valid], labels[valid])  # [N, H] -> [N]
     losses = sequence_output.new_zeros(labels.shape, dtype=torch.float32)
