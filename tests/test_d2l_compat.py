@@ -294,9 +294,9 @@ def test_adam_training_steps_match_d2l(dtype):
     """Three Adam steps (lr 0.01) on d2l's own pretraining loss, from the same weights, without dropout.
 
     In float64 losses and every parameter agree to ~1e-12. In float32 the attention key biases
-    differ by up to ~5e-4: their gradient is exactly 0 in exact arithmetic (softmax ignores a
-    shift shared by all keys), so both libraries feed Adam rounding noise, which its
-    normalisation turns into steps of up to the learning rate.
+    differ by up to ~2e-3 (depending on the CPU): their gradient is exactly 0 in exact arithmetic
+    (softmax ignores a shift shared by all keys), so both libraries feed Adam rounding noise, which
+    its normalisation turns into steps of up to the learning rate.
     """
     reference, model = _fresh_pair(seed=21, dropout=0.0, dtype=dtype)
     tokens, segments, pred_positions = _inputs(seed=21)
@@ -323,7 +323,10 @@ def test_adam_training_steps_match_d2l(dtype):
     assert losses[model][-1] < losses[model][0]
     theirs = reference.state_dict()
     for key, value in model.state_dict().items():
-        tolerance = dict(atol=1e-3, rtol=0) if dtype == torch.float32 and "W_k.bias" in key else (
+        # float32 key biases follow each library's rounding noise (see above): Adam moves each by at most lr per
+        # step, so after 3 steps the two can be 2 x 3 x lr apart, however the CPU's products round (5e-4 on an
+        # EPYC, 1.7e-3 on a Xeon with AMX); everything else must agree closely
+        tolerance = dict(atol=2 * 3 * 0.01, rtol=0) if dtype == torch.float32 and "W_k.bias" in key else (
             tight if dtype == torch.float64 else dict(atol=1e-4, rtol=1e-4))
         torch.testing.assert_close(value, theirs[key], **tolerance, msg=lambda m, key=key: f"{key}: {m}")
 
