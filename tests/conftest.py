@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 import socket
 import subprocess
 import sys
@@ -12,6 +13,21 @@ import torch
 
 from bertkit import BERTConfig, BERTForPreTraining
 from bertkit.modeling import fast
+
+#: every subprocess the suite starts may run this long before it is called hung: a guard against a hang, far
+#: above the slowest honest run on a busy 2-core machine, never a time limit that decides a verdict
+HANG_GUARD_S = 1800
+
+
+def run_guarded(command: list, **kwargs) -> subprocess.CompletedProcess:
+    """``subprocess.run(command, **kwargs)`` under :data:`HANG_GUARD_S`; a child still running then fails the test
+    as *hung* (not as a wrong result), naming the command."""
+    try:
+        return subprocess.run(command, timeout=HANG_GUARD_S, **kwargs)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"hung: `{shlex.join(map(str, command))}` did not exit within the {HANG_GUARD_S} s hang guard",
+                    pytrace=False)
+
 
 # The suite runs the fast path's kernels (oneDNN products, unpadded execution) whatever this machine's
 # measurement would choose, so they are what it tests; `engine_path` also runs a module on the plain path.
@@ -102,7 +118,7 @@ def run_torchrun(script: str, *arguments: str, processes: int = 2) -> subprocess
             port = probe.getsockname()[1]
         command = [sys.executable, "-m", "torch.distributed.run", "--nnodes=1", f"--nproc-per-node={processes}",
                    "--master-addr=127.0.0.1", f"--master-port={port}", script, *arguments]
-        result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
+        result = run_guarded(command, env=env, capture_output=True, text=True)
         if "EADDRINUSE" not in result.stderr:
             break
     return result

@@ -7,11 +7,12 @@ without anyone noticing in a table: the fast path, bf16, int8 and ONNX Runtime a
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from conftest import run_guarded
 
 SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "run.py"
 
@@ -21,8 +22,7 @@ def report(tmp_path_factory):
     pytest.importorskip("onnxruntime")
     pytest.importorskip("transformers")
     out = tmp_path_factory.mktemp("bench") / "rows.json"
-    run = subprocess.run([sys.executable, str(SCRIPT), "--quick", "--json", str(out)], capture_output=True,
-                         text=True, timeout=900)
+    run = run_guarded([sys.executable, str(SCRIPT), "--quick", "--json", str(out)], capture_output=True, text=True)
     assert run.returncode == 0, run.stderr[-3000:]
     return run.stdout, json.loads(out.read_text())
 
@@ -78,8 +78,8 @@ def test_attention_variants_compute_the_same_attention():
 def test_embedding_benchmark_runs_and_agrees_with_sentence_transformers():
     pytest.importorskip("sentence_transformers")
     pytest.importorskip("onnxruntime")
-    run = subprocess.run([sys.executable, str(SCRIPT.parent / "embed.py"), "--sentences", "40", "--rounds", "1",
-                          "--batch-size", "8", "--onnx"], capture_output=True, text=True, timeout=600)
+    run = run_guarded([sys.executable, str(SCRIPT.parent / "embed.py"), "--sentences", "40", "--rounds", "1",
+                       "--batch-size", "8", "--onnx"], capture_output=True, text=True)
     assert run.returncode == 0, run.stderr[-3000:]
     rows = [line.split("|") for line in run.stdout.splitlines() if line.startswith("| bertkit")]
     assert len(rows) == 2  # bertkit encode, and its ONNX export in ONNX Runtime

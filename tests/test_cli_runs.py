@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from bertkit.resources import austen_novels
+from conftest import HANG_GUARD_S, run_guarded
 
 TINY = dict(vocab_size=30522, num_hidden_layers=1, hidden_size=32, num_attention_heads=2, intermediate_size=37)
 
@@ -27,10 +28,10 @@ def inputs(tmp_path_factory):
     return root, book, config
 
 
-def bertkit(*args, check: bool = True, timeout: float = 300, **kwargs) -> subprocess.CompletedProcess:
+def bertkit(*args, check: bool = True, **kwargs) -> subprocess.CompletedProcess:
     env = kwargs.pop("env", None) or {k: v for k, v in os.environ.items() if k != "BERTKIT_DEBUG"}
-    result = subprocess.run([sys.executable, "-m", "bertkit.cli", *map(str, args)], capture_output=True, text=True,
-                            env=env, timeout=timeout, **kwargs)
+    result = run_guarded([sys.executable, "-m", "bertkit.cli", *map(str, args)], capture_output=True, text=True,
+                         env=env, **kwargs)
     if check:
         assert result.returncode == 0, result.stderr[-3000:]
     return result
@@ -67,7 +68,7 @@ def test_sigkill_after_a_checkpoint_then_resume_is_bit_identical(inputs):
                                                                                              *steps))],
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     first = killed / "checkpoints" / "step-00000005"
-    deadline = time.monotonic() + 240
+    deadline = time.monotonic() + HANG_GUARD_S
     while not first.exists() and process.poll() is None and time.monotonic() < deadline:
         time.sleep(0.005)
     process.send_signal(signal.SIGKILL)
@@ -108,7 +109,7 @@ def test_two_runs_into_one_directory(inputs):
     first = subprocess.Popen([sys.executable, "-m", "bertkit.cli", *map(str, pretrain_args(
         book, config, out, "--max-steps", 2000))], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + HANG_GUARD_S
         while not (out / "run.json").exists() and time.monotonic() < deadline:
             time.sleep(0.05)
         second = bertkit(*pretrain_args(book, config, out, "--max-steps", 5, "--resume"), check=False)
@@ -160,6 +161,6 @@ def test_the_default_recipe_learns_on_a_book(tmp_path):
     by 1.5x or more on a ~1 MB book (Emma; a few minutes on 2 cores)."""
     book = tmp_path / "emma.txt"
     book.write_text(austen_novels()["emma"], encoding="utf-8")
-    bertkit("pretrain", "--text", book, "--model", "tiny", "-o", tmp_path / "run", timeout=1200)
+    bertkit("pretrain", "--text", book, "--model", "tiny", "-o", tmp_path / "run")  # steps, not seconds
     evaluation = json.loads((tmp_path / "run" / "evaluation.json").read_text())
     assert evaluation["mlm_accuracy_masked"] >= 1.5 * evaluation["unigram_accuracy_masked"], evaluation

@@ -12,7 +12,7 @@ import torch
 
 import bertkit
 from bertkit.weights.formats import read_checkpoint
-from conftest import TINY, padded_batch, randomize_
+from conftest import TINY, padded_batch, randomize_, run_guarded
 
 
 def _state_with(model, rename) -> dict[str, torch.Tensor]:
@@ -328,20 +328,18 @@ def test_a_conversion_failing_midway_leaves_the_folder_untouched(old_and_new, mo
 
 
 def test_convert_cli_refuses_a_non_empty_folder_and_overwrites_when_asked(old_and_new):
-    import subprocess
     import sys
 
     old, source, _ = old_and_new
     before = _folder_bytes(old)
     script = Path(sys.executable).parent / "bertkit"
     command = [str(script)] if script.is_file() else [sys.executable, "-m", "bertkit.cli"]
-    refused = subprocess.run([*command, "convert", str(source), str(old), "--to", "tf"], capture_output=True,
-                             text=True, timeout=300)
+    refused = run_guarded([*command, "convert", str(source), str(old), "--to", "tf"], capture_output=True, text=True)
     assert refused.returncode != 0
     assert str(old) in refused.stderr and "--overwrite" in refused.stderr
     assert _folder_bytes(old) == before
-    done = subprocess.run([*command, "convert", str(source), str(old), "--to", "tf", "--overwrite"],
-                          capture_output=True, text=True, timeout=300)
+    done = run_guarded([*command, "convert", str(source), str(old), "--to", "tf", "--overwrite"],
+                       capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert (old / "bert_model.ckpt.index").is_file() and not (old / "model.safetensors").exists()
 

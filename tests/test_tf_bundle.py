@@ -11,7 +11,6 @@ import json
 import os
 import shutil
 import struct
-import subprocess
 import textwrap
 from pathlib import Path
 
@@ -32,6 +31,7 @@ from bertkit.weights.tf_bundle import (
     read_bundle,
     write_bundle,
 )
+from conftest import run_guarded
 
 FIXTURES = Path(__file__).parent / "fixtures" / "tf"
 CKPT = "bert_model.ckpt"
@@ -466,9 +466,8 @@ def test_tensorflow_reads_write_bundle_output(tmp_path, case):
     write_bundle(tmp_path / "ours", tensors)
     np.savez(tmp_path / "expected.npz", **tensors)
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
-    result = subprocess.run([str(TF_PYTHON), "-c", TF_CHECK, str(tmp_path / "ours"), str(tmp_path / "expected.npz"),
-                             str(tmp_path / "theirs")], capture_output=True, text=True, timeout=600, env=env,
-                            cwd=tmp_path)
+    result = run_guarded([str(TF_PYTHON), "-c", TF_CHECK, str(tmp_path / "ours"), str(tmp_path / "expected.npz"),
+                          str(tmp_path / "theirs")], capture_output=True, text=True, env=env, cwd=tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr[-3000:]
     assert "TF read" in result.stdout
     for suffix in (".index", DATA):
