@@ -164,6 +164,9 @@ def test_openai_embeddings(embed_client, st):
     small = embed_client.post("/v1/embeddings", json={"input": TEXTS, "dimensions": 128}).json()
     np.testing.assert_allclose([d["embedding"] for d in small["data"]],
                                st.encode(TEXTS, truncate_dim=128, normalize_embeddings=True), atol=1e-5)
+    ids = bertkit.BERTTokenizerFast.from_pretrained(MINILM)(TEXTS)["input_ids"]
+    by_ids = embed_client.post("/v1/embeddings", json={"input": ids}).json()  # OpenAI's token-id input
+    np.testing.assert_allclose([d["embedding"] for d in by_ids["data"]], st.encode(TEXTS), atol=1e-5)
     error = embed_client.post("/v1/embeddings", json={"input": "word " * 300}).json()  # OpenAI's error shape
     assert error["error"]["type"] == "invalid_request_error" and "256" in error["error"]["message"]
     assert error["error"]["code"] == "context_length_exceeded" and error["error"]["param"] == "input"
