@@ -5,6 +5,7 @@ loads (mean pooling). FILE: .txt (a text per line), .jsonl (a text or {"text": .
 "text" column). Texts are embedded in length-sorted batches a chunk at a time, so a file larger than memory
 is fine; OUT.npy is one float32 [N, D] array (written through a memory map), OUT.jsonl one
 {"index", "embedding"} line per text, both in input order and moved into place only when complete.
+-o must not be (or resolve to) MODEL or FILE.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import sys
 import numpy as np
 
 from bertkit.cli import ArgumentParser
+from bertkit.io import refuse_output_over_input
 
 
 def main(argv: list[str]) -> int:
@@ -29,6 +31,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--device", help="cpu (default), cuda, gpu")
     parser.add_argument("--dtype", choices=("fp32", "bf16"), default="fp32")
     args = parser.parse_args(argv)
+    refuse_output_over_input(("-o", args.output), [("MODEL", args.model), ("--input", args.input)])
     suffix = os.path.splitext(args.output)[1].lower()
     if suffix not in (".npy", ".jsonl"):
         raise ValueError(f"-o {args.output}: write .npy or .jsonl.")
