@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import os
 import pathlib
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -120,3 +122,34 @@ def test_embed_over_its_own_input_is_refused_with_a_real_model(tmp_path, capsys)
     assert main(["embed", str(MINILM), "--input", str(source), "-o", str(source)]) == 1
     assert f"-o {source} ({source}) is the input --input {source}" in capsys.readouterr().err
     assert snapshot(source) == before
+
+
+# -- SIGTERM cleans up like Ctrl-C --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("suffix, existed", [("npy", False), ("jsonl", True)])
+def test_sigterm_during_embed_leaves_no_temp_file(tmp_path, suffix, existed):
+    source = tmp_path / "texts.txt"
+    source.write_text("\n".join(f"sentence {i} " + "word " * 40 for i in range(20000)), encoding="utf-8")
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    out = out_dir / f"v.{suffix}"
+    if existed:
+        out.write_text("old\n", encoding="utf-8")
+    process = bertkit_process("embed", MINILM, "--input", source, "-o", out)
+    deadline = time.monotonic() + 120
+    while not list(out_dir.glob(".*.tmp")) and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert process.poll() is None and list(out_dir.glob(".*.tmp")), "embed ended (or never began) its write"
+    process.send_signal(signal.SIGTERM)
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == 143, (process.returncode, err)
+    assert err.splitlines()[-1] == "bertkit: terminated"
+    assert [p.name for p in out_dir.iterdir()] == (["v.jsonl"] if existed else [])
+    if existed:
+        assert out.read_text(encoding="utf-8") == "old\n"
+
+
+def test_sigterm_handler_is_restored_after_a_command(tmp_path):
+    before = signal.getsignal(signal.SIGTERM)
+    main(["info", "tiny"])
+    assert signal.getsignal(signal.SIGTERM) is before
