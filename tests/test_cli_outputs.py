@@ -124,6 +124,36 @@ def test_embed_over_its_own_input_is_refused_with_a_real_model(tmp_path, capsys)
     assert snapshot(source) == before
 
 
+# -- a full disk: ENOSPC, not SIGBUS ------------------------------------------------------------------------
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 1 MiB tmpfs with about 64 KiB free; skipped where mounting is not permitted (not root, a container)."""
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)], capture_output=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs to fill ({done.stderr.decode().strip()}): needs root")
+    try:
+        (mount / "filler").write_bytes(b"\0" * (1024 - 64) * 1024)
+        yield mount
+    finally:
+        subprocess.run(["umount", str(mount)], check=True)
+
+
+@pytest.mark.parametrize("suffix", ["npy", "jsonl"])
+def test_embed_on_a_full_disk_is_a_one_line_error(small_disk, tmp_path, suffix):
+    source = tmp_path / "texts.txt"
+    source.write_text("\n".join(f"sentence {i}" for i in range(300)), encoding="utf-8")  # 300 x 384 x 4 > 64 KiB
+    out = small_disk / f"v.{suffix}"
+    process = bertkit_process("embed", MINILM, "--input", source, "-o", out)
+    _, err = process.communicate(timeout=300)
+    assert process.returncode == 1, (process.returncode, err)  # was -7 (SIGBUS) for .npy
+    assert err.startswith("bertkit: error: ") and err.count("\n") == 1, err
+    assert f"could not write {out}: no space left" in err
+    assert sorted(p.name for p in small_disk.iterdir()) == ["filler"]  # no temp file, no output
+
+
 # -- SIGTERM cleans up like Ctrl-C --------------------------------------------------------------------------
 
 @pytest.mark.parametrize("suffix, existed", [("npy", False), ("jsonl", True)])

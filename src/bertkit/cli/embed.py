@@ -3,7 +3,7 @@
 MODEL: a sentence-transformers directory (its pooling, Dense and Normalize modules run) or any BERT bertkit
 loads (mean pooling). FILE: .txt (a text per line), .jsonl (a text or {"text": ...} per line) or .csv (a
 "text" column). Texts are embedded in length-sorted batches a chunk at a time, so a file larger than memory
-is fine; OUT.npy is one float32 [N, D] array (written through a memory map), OUT.jsonl one
+is fine; OUT.npy is one float32 [N, D] array (its space reserved before the first row is written), OUT.jsonl one
 {"index", "embedding"} line per text, both in input order and moved into place only when complete.
 -o must not be (or resolve to) MODEL or FILE.
 """
@@ -11,8 +11,11 @@ is fine; OUT.npy is one float32 [N, D] array (written through a memory map), OUT
 from __future__ import annotations
 
 import argparse
+import errno
+import itertools
 import os
 import sys
+from collections.abc import Iterator
 
 import numpy as np
 
@@ -56,27 +59,47 @@ def _text(item: dict) -> str:
     return item["text"]
 
 
-def write_npy(vectors, rows: int, path: str) -> int:
-    """Rows of ``vectors`` into a float32 ``[rows, D]`` .npy through a memory map; atomic."""
-    from numpy.lib.format import open_memmap
+def write_npy(vectors: Iterator[np.ndarray], rows: int, path: str) -> int:
+    """Write the ``[D]`` vectors of ``vectors`` as one float32 ``[rows, D]`` .npy at ``path``, atomically.
+
+    The rows are written with plain writes (never through a memory map, which a full disk turns into SIGBUS),
+    into space reserved up front where the file system allows: a full disk raises ``OSError(ENOSPC)`` naming
+    ``path`` before the first row, and the temp file is removed. No vector at all gives a ``[0, 0]`` array;
+    a count other than ``rows``, or vectors of different sizes, raise ``ValueError`` (nothing is written).
+    """
+    from numpy.lib import format as npy
 
     from bertkit.io import atomic_path
 
-    count = 0
-    with atomic_path(path) as tmp:
-        array = None
-        for vector in vectors:
-            if array is None:
-                array = open_memmap(tmp, mode="w+", dtype=np.float32, shape=(rows, vector.shape[-1]))
-            array[count] = vector
+    with atomic_path(path) as tmp, open(tmp, "wb") as handle:
+        first = next(vectors, None)
+        if first is None:
+            np.save(handle, np.zeros((0, 0), dtype=np.float32))
+            return 0
+        width = first.shape[-1]
+        npy.write_array_header_1_0(handle, {"descr": "<f4", "fortran_order": False, "shape": (rows, width)})
+        handle.flush()
+        _reserve(handle.fileno(), handle.tell(), rows * width * 4)
+        count = 0
+        for vector in itertools.chain([first], vectors):
+            if vector.shape != (width,):
+                raise ValueError(f"embedding {count} has shape {vector.shape}, the first one ({width},).")
+            handle.write(np.ascontiguousarray(vector, dtype="<f4").tobytes())
             count += 1
-        if array is None:  # no text: an empty [0, 0] array
-            with open(tmp, "wb") as handle:
-                np.save(handle, np.zeros((0, 0), dtype=np.float32))
-        else:
-            array.flush()
-            del array
+        if count != rows:
+            raise ValueError(f"{count} embeddings for {rows} inputs: was the input file changed while it was read?")
     return count
+
+
+def _reserve(fd: int, offset: int, size: int) -> None:
+    """Allocate ``size`` bytes of ``fd`` from ``offset`` (ENOSPC now, not mid-write); a no-op where unsupported."""
+    if size <= 0 or not hasattr(os, "posix_fallocate"):
+        return
+    try:
+        os.posix_fallocate(fd, offset, size)
+    except OSError as error:
+        if error.errno not in (errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
+            raise
 
 
 def write_jsonl(vectors, path: str) -> int:
