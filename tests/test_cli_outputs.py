@@ -3,6 +3,7 @@ one ``embed`` / ``predict`` row per input line."""
 
 from __future__ import annotations
 
+import json
 import os
 import pathlib
 import signal
@@ -10,6 +11,7 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import pytest
 
 import bertkit
@@ -183,3 +185,43 @@ def test_sigterm_handler_is_restored_after_a_command(tmp_path):
     before = signal.getsignal(signal.SIGTERM)
     main(["info", "tiny"])
     assert signal.getsignal(signal.SIGTERM) is before
+
+
+# -- one row per input line ---------------------------------------------------------------------------------
+
+LINES = ["first line", "", "third, after a blank", "   ", "fifth", ""]  # "" last: the file ends "\n\n"
+
+
+@pytest.mark.parametrize("suffix", ["npy", "jsonl"])
+@pytest.mark.parametrize("fmt", ["txt", "jsonl"])
+def test_embed_gives_every_line_a_row_blank_ones_too(tmp_path, suffix, fmt):
+    source = tmp_path / f"in.{fmt}"
+    rows = LINES if fmt == "txt" else [json.dumps(t) if t.strip() else t for t in LINES]
+    source.write_text("\n".join(rows) + "\n", encoding="utf-8")
+    out = tmp_path / f"v.{suffix}"
+    assert main(["embed", str(MINILM), "--input", str(source), "-o", str(out), "--batch-size", "2"]) == 0
+    records = [json.loads(line) for line in out.read_text().splitlines()] if suffix == "jsonl" else None
+    got = np.load(out) if suffix == "npy" else np.array([r["embedding"] for r in records])
+    assert got.shape == (len(LINES), 384)
+    want = bertkit.SentenceTransformer(MINILM).encode([t if t.strip() else "" for t in LINES])
+    np.testing.assert_allclose(got, want, atol=1e-5)
+    if records is not None:
+        assert [r["index"] for r in records] == list(range(len(LINES)))
+        assert [r.get("empty", False) for r in records] == [not t.strip() for t in LINES]
+
+
+def test_predict_gives_every_line_an_answer_blank_ones_too(tmp_path):
+    source = tmp_path / "in.txt"
+    source.write_text("\n".join(LINES) + "\n", encoding="utf-8")
+    out = tmp_path / "out.jsonl"
+    assert main(["predict", "embeddings", str(MINILM), "--input", str(source), "-o", str(out)]) == 0
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(records) == len(LINES)
+    texts = [t for t in LINES if t.strip()]
+    want = iter(bertkit.pipeline("embeddings", model=MINILM)(texts))
+    for line, record in zip(LINES, records):
+        if line.strip():
+            assert record["input"] == line and "empty" not in record
+            np.testing.assert_allclose(record["output"], next(want), atol=1e-5)
+        else:
+            assert record == {"input": "", "output": None, "empty": True}

@@ -2,10 +2,12 @@
 
 MODEL: a sentence-transformers directory (its pooling, Dense and Normalize modules run) or any BERT bertkit
 loads (mean pooling). FILE: .txt (a text per line), .jsonl (a text or {"text": ...} per line) or .csv (a
-"text" column). Texts are embedded in length-sorted batches a chunk at a time, so a file larger than memory
-is fine; OUT.npy is one float32 [N, D] array (its space reserved before the first row is written), OUT.jsonl one
-{"index", "embedding"} line per text, both in input order and moved into place only when complete.
--o must not be (or resolve to) MODEL or FILE.
+"text" column). Row i of the output is line i of a .txt / .jsonl FILE: a blank line is embedded as the
+empty text (marked "empty": true in .jsonl output), so rows always line up with lines. Texts are embedded in
+length-sorted batches a chunk at a time, so a file larger than memory is fine; OUT.npy is one float32
+[N, D] array (its space reserved before the first row is written), OUT.jsonl one {"index", "embedding"}
+line per text, both in input order and moved into place only when complete. -o must not be (or resolve
+to) MODEL or FILE.
 """
 
 from __future__ import annotations
@@ -27,8 +29,9 @@ def main(argv: list[str]) -> int:
     parser = ArgumentParser(prog="bertkit embed", description=__doc__,
                             formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("model", help="a sentence-transformers directory, or any BERT bertkit loads")
-    parser.add_argument("--input", required=True, help="a .txt, .jsonl or .csv file of texts")
-    parser.add_argument("-o", "--output", required=True, help="OUT.npy or OUT.jsonl")
+    parser.add_argument("--input", required=True, help="a .txt, .jsonl or .csv file of texts; a blank line "
+                                                       "gets a row too (the empty text's embedding)")
+    parser.add_argument("-o", "--output", required=True, help="OUT.npy or OUT.jsonl (one row per input line)")
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--normalize", action="store_true", help="L2-normalise every vector")
     parser.add_argument("--device", help="cpu (default), cuda, gpu")
@@ -45,15 +48,19 @@ def main(argv: list[str]) -> int:
 
     pipe = pipeline("embeddings", model=args.model, device=args.device, batch_size=args.batch_size,
                     dtype=torch.bfloat16 if args.dtype == "bf16" else None, normalize=args.normalize)
-    texts = (t if isinstance(t, str) else _text(t) for t in read_inputs(args.input))
-    vectors = (np.asarray(v, dtype=np.float32) for v in pipe.stream(texts))
-    count = write_npy(vectors, count_inputs(args.input), args.output) if suffix == ".npy" \
-        else write_jsonl(vectors, args.output)
+    texts, embedded = itertools.tee(_text(t) for t in read_inputs(args.input, keep_blank=True))
+    vectors = (np.asarray(v, dtype=np.float32) for v in pipe.stream(embedded))
+    if suffix == ".npy":
+        count = write_npy(vectors, count_inputs(args.input, keep_blank=True), args.output)
+    else:
+        count = write_jsonl(zip(texts, vectors), args.output)
     print(f"{count} embeddings: {args.output}", file=sys.stderr)
     return 0
 
 
-def _text(item: dict) -> str:
+def _text(item: str | dict) -> str:
+    if isinstance(item, str):
+        return item
     if "text" not in item or "text_pair" in item:
         raise ValueError(f"embed takes one text per line; got {sorted(item)}.")
     return item["text"]
@@ -102,7 +109,15 @@ def _reserve(fd: int, offset: int, size: int) -> None:
             raise
 
 
-def write_jsonl(vectors, path: str) -> int:
+def write_jsonl(texts_and_vectors: Iterator[tuple[str, np.ndarray]], path: str) -> int:
+    """One ``{"index", "embedding"}`` line per vector (``"empty": true`` added for a blank text); atomic."""
     from bertkit.cli.predict import write_jsonl as write_records
 
-    return write_records(({"index": i, "embedding": v.tolist()} for i, v in enumerate(vectors)), path)
+    def records() -> Iterator[dict]:
+        for index, (text, vector) in enumerate(texts_and_vectors):
+            record = {"index": index, "embedding": vector.tolist()}
+            if not text.strip():
+                record["empty"] = True
+            yield record
+
+    return write_records(records(), path)
