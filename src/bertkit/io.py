@@ -4,18 +4,22 @@ A crash mid-write leaves the previous file (or none) in place, never a torn one.
 and directories get the permissions the user's umask gives (``0o666 & ~umask`` and
 ``0o777 & ~umask``), not the private ``0o600`` / ``0o700`` of :mod:`tempfile`. A write
 that fails for lack of space (``ENOSPC``, or the C++ stream error torch reports for it)
-becomes an :class:`OSError` naming the target path and the free space left.
+becomes an :class:`OSError` naming the target path and the free space left. :func:`refuse_output_over_input`
+is the check every writing command makes first: its output must not be, nor hold, one of its inputs.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import glob
 import os
 import shutil
+import stat
 import tempfile
 import threading
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 
 def umask() -> int:
@@ -111,3 +115,58 @@ def disk_full_error(path: str | os.PathLike, cause: BaseException) -> OSError:
         free = "free space unknown"
     return OSError(errno.ENOSPC, f"could not write {os.fspath(path)}: no space left on the device ({free}; "
                                  f"{type(cause).__name__}: {cause}). Free some space and run again")
+
+
+def refuse_output_over_input(output: tuple[str, str | os.PathLike | None],
+                             inputs: list[tuple[str, str | os.PathLike | list | tuple | None]]) -> None:
+    """Raise ``ValueError`` if writing ``output`` would replace or remove one of ``inputs``; call before any work.
+
+    ``output`` is ``(option, path)``, ``inputs`` a list of ``(option, path or paths)``; options name the
+    command-line flags (``"-o"``, ``"--data"``) for the message, and a None path is skipped. A conflict is an
+    output that is an input (the same file or directory, however reached: relative or absolute path, a symlink,
+    a hard link), or an output directory holding an input (a file or directory anywhere beneath it). An input
+    that does not exist (a registry name) is skipped, except a TensorFlow checkpoint prefix, whose ``.index`` /
+    ``.data-*`` files are checked. An output that does not exist yet conflicts with nothing.
+    """
+    out_flag, out_path = output
+    if out_path is None:
+        return
+    try:
+        out_stat = os.stat(out_path)
+    except OSError:
+        return
+    for flag, paths in inputs:
+        for path in [paths] if isinstance(paths, str | os.PathLike) else (paths or []):
+            for existing in _existing_files(os.fspath(path)):
+                how = _overlap(out_stat, existing)
+                if how:
+                    raise ValueError(_conflict_message(out_flag, os.fspath(out_path), flag, os.fspath(path), how))
+
+
+def _existing_files(path: str) -> list[str]:
+    """``path`` itself if it exists, else a TF checkpoint prefix's files, else nothing."""
+    if os.path.exists(path):
+        return [path]
+    index = path + ".index"
+    return [index, *glob.glob(glob.escape(path) + ".data-*")] if os.path.isfile(index) else []
+
+
+def _overlap(out_stat: os.stat_result, path: str) -> str | None:
+    """``"is"`` if ``path`` is the output, ``"holds"`` if it lies inside the output directory, else None."""
+    if os.path.samestat(os.stat(path), out_stat):
+        return "is"
+    if stat.S_ISDIR(out_stat.st_mode):
+        for parent in Path(os.path.realpath(path)).parents:
+            with contextlib.suppress(OSError):
+                if os.path.samestat(os.stat(parent), out_stat):
+                    return "holds"
+    return None
+
+
+def _conflict_message(out_flag: str, out_path: str, flag: str, path: str, how: str) -> str:
+    where = f"{out_flag} {out_path} ({os.path.realpath(out_path)})"
+    if how == "is":
+        return (f"{where} is the input {flag} {path}: writing it would destroy the input; choose another "
+                f"{out_flag} path.")
+    return (f"{where} is a directory holding the input {flag} {path}: writing into it could replace or remove "
+            f"the input; choose another {out_flag} directory, or move the input out of it.")

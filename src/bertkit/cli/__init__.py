@@ -2,15 +2,20 @@
 
 Errors are one line on stderr, ``bertkit: error: ...``: exit status 2 for a usage error
 (argparse), 1 for anything that goes wrong while running. ``--debug`` (anywhere on the
-command line) or ``BERTKIT_DEBUG=1`` shows the full traceback instead.
+command line) or ``BERTKIT_DEBUG=1`` shows the full traceback instead. SIGTERM ends a command as
+Ctrl-C (SIGINT) does: an exception, so the temp files of unfinished writes are removed on the way out;
+the status is 143 (128 + SIGTERM) with one line, ``bertkit: terminated``.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
+import signal
 import sys
+from collections.abc import Iterator
 
 #: subcommand -> (module under bertkit.cli, one-line help)
 COMMANDS = {
@@ -36,7 +41,11 @@ def main(argv: list[str] | None = None) -> int:
     argv = [a for a in argv if a != "--debug"]
     _report_to_stderr()
     try:
-        return _dispatch(argv)
+        with _sigterm_raises(argv):
+            return _dispatch(argv)
+    except Terminated:
+        print("bertkit: terminated", file=sys.stderr)
+        return 128 + signal.SIGTERM
     except KeyboardInterrupt:
         print("bertkit: interrupted", file=sys.stderr)
         return 130
@@ -45,6 +54,39 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"bertkit: error: {one_line(error)}", file=sys.stderr)
         return 1
+
+
+class Terminated(KeyboardInterrupt):
+    """Raised by SIGTERM in a running command: a KeyboardInterrupt, so whatever cleans up after Ctrl-C (the
+    ``finally`` blocks and context managers of atomic writes, a training loop's interrupt handling) runs too."""
+
+
+#: commands that handle SIGTERM themselves (serve: uvicorn shuts down gracefully, then re-raises the signal)
+OWN_SIGTERM = {"serve"}
+
+
+@contextlib.contextmanager
+def _sigterm_raises(argv: list[str]) -> Iterator[None]:
+    """While the command runs, SIGTERM raises :class:`Terminated` in the main thread; the previous handler is
+    restored after. A no-op off the main thread (only it can set handlers) and for :data:`OWN_SIGTERM`."""
+    if (argv and argv[0] in OWN_SIGTERM) or not _in_main_thread():
+        yield
+        return
+
+    def terminate(signum, frame) -> None:
+        raise Terminated()
+
+    previous = signal.signal(signal.SIGTERM, terminate)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _in_main_thread() -> bool:
+    import threading
+
+    return threading.current_thread() is threading.main_thread()
 
 
 class ArgumentParser(argparse.ArgumentParser):

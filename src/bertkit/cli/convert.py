@@ -7,6 +7,7 @@ conversion is complete: a failure leaves DST as it was).
 from __future__ import annotations
 
 from bertkit.cli import ArgumentParser
+from bertkit.io import refuse_output_over_input
 
 
 def main(argv: list[str]) -> int:
@@ -21,6 +22,7 @@ def main(argv: list[str]) -> int:
                         help="the tokenizer lower-cases (default: from the source, else from its name)")
     casing.add_argument("--cased", dest="do_lower_case", action="store_false")
     args = parser.parse_args(argv)
+    refuse_output_over_input(("DST", args.dest), [("SRC", args.source)])
 
     from bertkit.weights.convert import convert
 

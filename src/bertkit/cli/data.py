@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from bertkit.cli import ArgumentParser
+from bertkit.io import refuse_output_over_input
 
 
 def main(argv: list[str]) -> int:
@@ -27,6 +28,7 @@ def main(argv: list[str]) -> int:
     create.add_argument("--encoding", default="utf-8", help="of the files, e.g. latin-1, cp1252 (default utf-8)")
     create.add_argument("--quiet", action="store_true", help="no progress bars")
     args = parser.parse_args(argv)
+    refuse_output_over_input(("-o", args.output), [("FILES", args.files), ("--tokenizer", args.tokenizer)])
 
     from bertkit.data import PretrainingDataset, create_pretraining_data
 

@@ -2,33 +2,42 @@
 
 MODEL: a sentence-transformers directory (its pooling, Dense and Normalize modules run) or any BERT bertkit
 loads (mean pooling). FILE: .txt (a text per line), .jsonl (a text or {"text": ...} per line) or .csv (a
-"text" column). Texts are embedded in length-sorted batches a chunk at a time, so a file larger than memory
-is fine; OUT.npy is one float32 [N, D] array (written through a memory map), OUT.jsonl one
-{"index", "embedding"} line per text, both in input order and moved into place only when complete.
+"text" column). Row i of the output is line i of a .txt / .jsonl FILE: a blank line is embedded as the
+empty text (marked "empty": true in .jsonl output), so rows always line up with lines. Texts are embedded in
+length-sorted batches a chunk at a time, so a file larger than memory is fine; OUT.npy is one float32
+[N, D] array (its space reserved before the first row is written), OUT.jsonl one {"index", "embedding"}
+line per text, both in input order and moved into place only when complete. -o must not be (or resolve
+to) MODEL or FILE.
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
+import itertools
 import os
 import sys
+from collections.abc import Iterator
 
 import numpy as np
 
 from bertkit.cli import ArgumentParser
+from bertkit.io import refuse_output_over_input
 
 
 def main(argv: list[str]) -> int:
     parser = ArgumentParser(prog="bertkit embed", description=__doc__,
                             formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("model", help="a sentence-transformers directory, or any BERT bertkit loads")
-    parser.add_argument("--input", required=True, help="a .txt, .jsonl or .csv file of texts")
-    parser.add_argument("-o", "--output", required=True, help="OUT.npy or OUT.jsonl")
+    parser.add_argument("--input", required=True, help="a .txt, .jsonl or .csv file of texts; a blank line "
+                                                       "gets a row too (the empty text's embedding)")
+    parser.add_argument("-o", "--output", required=True, help="OUT.npy or OUT.jsonl (one row per input line)")
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--normalize", action="store_true", help="L2-normalise every vector")
     parser.add_argument("--device", help="cpu (default), cuda, gpu")
     parser.add_argument("--dtype", choices=("fp32", "bf16"), default="fp32")
     args = parser.parse_args(argv)
+    refuse_output_over_input(("-o", args.output), [("MODEL", args.model), ("--input", args.input)])
     suffix = os.path.splitext(args.output)[1].lower()
     if suffix not in (".npy", ".jsonl"):
         raise ValueError(f"-o {args.output}: write .npy or .jsonl.")
@@ -39,44 +48,76 @@ def main(argv: list[str]) -> int:
 
     pipe = pipeline("embeddings", model=args.model, device=args.device, batch_size=args.batch_size,
                     dtype=torch.bfloat16 if args.dtype == "bf16" else None, normalize=args.normalize)
-    texts = (t if isinstance(t, str) else _text(t) for t in read_inputs(args.input))
-    vectors = (np.asarray(v, dtype=np.float32) for v in pipe.stream(texts))
-    count = write_npy(vectors, count_inputs(args.input), args.output) if suffix == ".npy" \
-        else write_jsonl(vectors, args.output)
+    texts, embedded = itertools.tee(_text(t) for t in read_inputs(args.input, keep_blank=True))
+    vectors = (np.asarray(v, dtype=np.float32) for v in pipe.stream(embedded))
+    if suffix == ".npy":
+        count = write_npy(vectors, count_inputs(args.input, keep_blank=True), args.output)
+    else:
+        count = write_jsonl(zip(texts, vectors), args.output)
     print(f"{count} embeddings: {args.output}", file=sys.stderr)
     return 0
 
 
-def _text(item: dict) -> str:
+def _text(item: str | dict) -> str:
+    if isinstance(item, str):
+        return item
     if "text" not in item or "text_pair" in item:
         raise ValueError(f"embed takes one text per line; got {sorted(item)}.")
     return item["text"]
 
 
-def write_npy(vectors, rows: int, path: str) -> int:
-    """Rows of ``vectors`` into a float32 ``[rows, D]`` .npy through a memory map; atomic."""
-    from numpy.lib.format import open_memmap
+def write_npy(vectors: Iterator[np.ndarray], rows: int, path: str) -> int:
+    """Write the ``[D]`` vectors of ``vectors`` as one float32 ``[rows, D]`` .npy at ``path``, atomically.
+
+    The rows are written with plain writes (never through a memory map, which a full disk turns into SIGBUS),
+    into space reserved up front where the file system allows: a full disk raises ``OSError(ENOSPC)`` naming
+    ``path`` before the first row, and the temp file is removed. No vector at all gives a ``[0, 0]`` array;
+    a count other than ``rows``, or vectors of different sizes, raise ``ValueError`` (nothing is written).
+    """
+    from numpy.lib import format as npy
 
     from bertkit.io import atomic_path
 
-    count = 0
-    with atomic_path(path) as tmp:
-        array = None
-        for vector in vectors:
-            if array is None:
-                array = open_memmap(tmp, mode="w+", dtype=np.float32, shape=(rows, vector.shape[-1]))
-            array[count] = vector
+    with atomic_path(path) as tmp, open(tmp, "wb") as handle:
+        first = next(vectors, None)
+        if first is None:
+            np.save(handle, np.zeros((0, 0), dtype=np.float32))
+            return 0
+        width = first.shape[-1]
+        npy.write_array_header_1_0(handle, {"descr": "<f4", "fortran_order": False, "shape": (rows, width)})
+        handle.flush()
+        _reserve(handle.fileno(), handle.tell(), rows * width * 4)
+        count = 0
+        for vector in itertools.chain([first], vectors):
+            if vector.shape != (width,):
+                raise ValueError(f"embedding {count} has shape {vector.shape}, the first one ({width},).")
+            handle.write(np.ascontiguousarray(vector, dtype="<f4").tobytes())
             count += 1
-        if array is None:  # no text: an empty [0, 0] array
-            with open(tmp, "wb") as handle:
-                np.save(handle, np.zeros((0, 0), dtype=np.float32))
-        else:
-            array.flush()
-            del array
+        if count != rows:
+            raise ValueError(f"{count} embeddings for {rows} inputs: was the input file changed while it was read?")
     return count
 
 
-def write_jsonl(vectors, path: str) -> int:
+def _reserve(fd: int, offset: int, size: int) -> None:
+    """Allocate ``size`` bytes of ``fd`` from ``offset`` (ENOSPC now, not mid-write); a no-op where unsupported."""
+    if size <= 0 or not hasattr(os, "posix_fallocate"):
+        return
+    try:
+        os.posix_fallocate(fd, offset, size)
+    except OSError as error:
+        if error.errno not in (errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
+            raise
+
+
+def write_jsonl(texts_and_vectors: Iterator[tuple[str, np.ndarray]], path: str) -> int:
+    """One ``{"index", "embedding"}`` line per vector (``"empty": true`` added for a blank text); atomic."""
     from bertkit.cli.predict import write_jsonl as write_records
 
-    return write_records(({"index": i, "embedding": v.tolist()} for i, v in enumerate(vectors)), path)
+    def records() -> Iterator[dict]:
+        for index, (text, vector) in enumerate(texts_and_vectors):
+            record = {"index": index, "embedding": vector.tolist()}
+            if not text.strip():
+                record["empty"] = True
+            yield record
+
+    return write_records(records(), path)

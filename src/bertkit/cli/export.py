@@ -9,6 +9,7 @@ compared with PyTorch before anything is written; one line per ONNX file gives t
 from __future__ import annotations
 
 from bertkit.cli import ArgumentParser
+from bertkit.io import refuse_output_over_input
 
 TASK_HELP = ("the model class to export (default: what MODEL records: modules.json, task.json, config.json's "
              "architectures): backbone, sequence-classification, token-classification, question-answering, "
@@ -25,6 +26,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--task", help=TASK_HELP)
     parser.add_argument("--opset", type=int, default=18, help="ONNX opset, 17 or more (default 18)")
     args = parser.parse_args(argv)
+    refuse_output_over_input(("-o", args.output), [("MODEL", args.model)])
 
     from bertkit.export import export_onnx
 

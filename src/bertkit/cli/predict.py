@@ -10,7 +10,9 @@ question-answering, rerank, or an alias such as ner / qa):
 
 TEXTs on the command line or --input FILE (.txt: a text per line; .jsonl: a text or an object per line;
 .csv with a header); one JSON line per input ({"input", "output"}) to -o OUT.jsonl or stdout, in input
-order, streamed (files larger than memory are fine).
+order, streamed (files larger than memory are fine). Answer i is line i of a .txt / .jsonl FILE: a blank
+line is not run, and answered {"input": "", "output": null, "empty": true}. -o must not be (or resolve to)
+MODEL or FILE.
 
 Fine-tuned form: bertkit predict MODEL_DIR --data FILE -o OUT.jsonl [--task T] — one JSON line per row of a
 file in the task's training format (the predicted label as it appears in the data, tags per word for
@@ -24,9 +26,10 @@ import itertools
 import json
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 from bertkit.cli import ArgumentParser
+from bertkit.io import refuse_output_over_input
 
 #: call parameters a flag sets: (flag, argparse keyword arguments)
 PIPELINE_FLAGS = [
@@ -72,6 +75,7 @@ def pipeline_parser() -> ArgumentParser:
 
 def pipeline_main(argv: list[str]) -> int:
     args = pipeline_parser().parse_args(argv)
+    refuse_output_over_input(("-o", args.output), [("MODEL", args.model), ("--input", args.input)])
     if bool(args.texts) == bool(args.input):
         raise ValueError("give the inputs either as TEXT arguments or with --input FILE (one of the two).")
     import torch
@@ -85,15 +89,28 @@ def pipeline_main(argv: list[str]) -> int:
     pipe = pipeline(task, model=args.model, device=args.device, batch_size=args.batch_size,
                     dtype=torch.bfloat16 if args.dtype == "bf16" else None)
     if task == "rerank":
-        items = [{"query": args.texts[0], "passages": args.texts[1:]}] if args.texts else read_inputs(args.input)
-        answers = ((item, pipe(item["query"], item["passages"], **params)) for item in items)
+        items = ([{"query": args.texts[0], "passages": args.texts[1:]}] if args.texts
+                 else read_inputs(args.input, keep_blank=True))
+        answers = ((item, None if item == "" else pipe(item["query"], item["passages"], **params)) for item in items)
     else:
-        inputs, stream = itertools.tee(args.texts if args.texts else read_inputs(args.input))
-        answers = zip(inputs, pipe.stream(stream, **params))  # tee holds at most the chunk being answered
-    written = write_jsonl(({"input": item, "output": answer} for item, answer in answers), args.output)
+        answers = answer_lines(pipe, args.texts if args.texts else read_inputs(args.input, keep_blank=True), params)
+    written = write_jsonl((_record(item, answer) for item, answer in answers), args.output)
     if args.output:
         print(f"{written} answers: {args.output}", file=sys.stderr)
     return 0
+
+
+def answer_lines(pipe, items: Iterable, params: dict) -> Iterator[tuple]:
+    """``(item, answer)`` for each of ``items`` in order, streamed; a blank item (``""``) is not run: its
+    answer is None. The blank ones are left out of the pipeline's stream and their places kept here."""
+    inputs, stream = itertools.tee(items)  # tee holds at most the chunk being answered
+    answers = pipe.stream((item for item in stream if item != ""), **params)
+    for item in inputs:
+        yield item, None if item == "" else next(answers)
+
+
+def _record(item, answer) -> dict:
+    return {"input": item, "output": answer, "empty": True} if item == "" else {"input": item, "output": answer}
 
 
 def write_jsonl(records: Iterator[dict], path: str | None) -> int:
@@ -120,6 +137,7 @@ def finetuned_main(argv: list[str]) -> int:
     parser = parser_for("bertkit predict", __doc__)
     parser.add_argument("-o", "--output", required=True, help="where to write the predictions (JSON lines)")
     args = parser.parse_args(argv)
+    refuse_output_over_input(("-o", args.output), [("MODEL_DIR", args.model), ("--data", args.data)])
     from bertkit.tasks.finetuning import predict
 
     predictions = predict(args.model, args.data, args.output, task=args.task, batch_size=args.batch_size,

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from bertkit.cli import ArgumentParser
+from bertkit.io import refuse_output_over_input
 
 
 def add_training_arguments(parser: argparse.ArgumentParser) -> None:
@@ -161,6 +162,9 @@ def main(argv: list[str]) -> int:
                              "with --init-from: off)")
     add_training_arguments(parser)
     args = parser.parse_args(argv)
+    refuse_output_over_input(("-o", args.output), [("--data", args.data), ("--text", args.text),
+                                                   ("--eval-data", args.eval_data), ("--model", args.model),
+                                                   ("--init-from", args.init_from)])
     if args.apply_changes and not args.resume:
         parser.error("--apply-changes only applies with --resume")
     from bertkit.presets import SIZES

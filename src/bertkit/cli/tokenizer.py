@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from bertkit.cli import ArgumentParser
+from bertkit.io import refuse_output_over_input
 
 
 def main(argv: list[str]) -> int:
@@ -19,6 +20,8 @@ def main(argv: list[str]) -> int:
     encode.add_argument("text")
     encode.add_argument("text_pair", nargs="?")
     args = parser.parse_args(argv)
+    if args.action == "train":
+        refuse_output_over_input(("-o", args.output), [("FILES", args.files)])
 
     from bertkit.tokenization import BERTTokenizerFast
 

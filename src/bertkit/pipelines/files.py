@@ -1,9 +1,10 @@
 """Pipeline inputs from files, read lazily, and answers written as JSON lines.
 
-``.txt``: one text per line (blank lines skipped). ``.jsonl``: one input per line, a JSON string or an
-object (``{"text", "text_pair"}`` for pairs, ``{"question", "context"}`` for question answering,
-``{"query", "passages"}`` for rerank; an object with only ``"text"`` is that text). ``.csv``: a header
-row naming the same fields. Nothing is read before it is needed, so a file larger than memory streams.
+``.txt``: one text per line (blank lines skipped, or read as the empty text with ``keep_blank=True`` so that
+inputs stay aligned with lines; the same holds for a ``.jsonl`` file's blank lines). ``.jsonl``: one input per
+line, a JSON string or an object (``{"text", "text_pair"}`` for pairs, ``{"question", "context"}`` for question
+answering, ``{"query", "passages"}`` for rerank; an object with only ``"text"`` is that text). ``.csv``: a
+header row naming the same fields. Nothing is read before it is needed, so a file larger than memory streams.
 """
 
 from __future__ import annotations
@@ -25,8 +26,13 @@ def input_format(path: str | os.PathLike) -> str:
     return suffix
 
 
-def read_inputs(path: str | os.PathLike, encoding: str = "utf-8") -> Iterator[Any]:
-    """The inputs of ``path`` one by one (see the module doc); a ValueError names the line that is wrong."""
+def read_inputs(path: str | os.PathLike, encoding: str = "utf-8", *, keep_blank: bool = False) -> Iterator[Any]:
+    """The inputs of ``path`` one by one (see the module doc); a ValueError names the line that is wrong.
+
+    A blank line (empty or only whitespace) of a .txt / .jsonl file is skipped, or with ``keep_blank=True``
+    yielded as ``""``, so that the n-th input is the n-th line. A .csv file's blank rows are always skipped
+    (its records are not lines: a quoted field may span several).
+    """
     fmt = input_format(path)
     with open(path, encoding=encoding, newline="") as handle:
         if fmt == ".csv":
@@ -36,6 +42,8 @@ def read_inputs(path: str | os.PathLike, encoding: str = "utf-8") -> Iterator[An
         for number, line in enumerate(handle, start=1):
             line = line.rstrip("\r\n")
             if not line.strip():
+                if keep_blank:
+                    yield ""
                 continue
             if fmt == ".txt":
                 yield line
@@ -61,6 +69,6 @@ def _item(value: Any, path: Any, number: int) -> Any:
                      f"query / passages, got {str(value)[:80]!r}.")
 
 
-def count_inputs(path: str | os.PathLike) -> int:
+def count_inputs(path: str | os.PathLike, *, keep_blank: bool = False) -> int:
     """How many inputs :func:`read_inputs` will yield (one pass over the file, nothing kept)."""
-    return sum(1 for _ in read_inputs(path))
+    return sum(1 for _ in read_inputs(path, keep_blank=keep_blank))
