@@ -28,6 +28,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--normalize", action="store_true", help="L2-normalise every vector")
     parser.add_argument("--device", help="cpu (default), cuda, gpu")
     parser.add_argument("--dtype", choices=("fp32", "bf16"), default="fp32")
+    parser.add_argument("--encoding", default="utf-8", help="of the input file (default utf-8), e.g. utf-16, cp1252")
     args = parser.parse_args(argv)
     suffix = os.path.splitext(args.output)[1].lower()
     if suffix not in (".npy", ".jsonl"):
@@ -39,9 +40,9 @@ def main(argv: list[str]) -> int:
 
     pipe = pipeline("embeddings", model=args.model, device=args.device, batch_size=args.batch_size,
                     dtype=torch.bfloat16 if args.dtype == "bf16" else None, normalize=args.normalize)
-    texts = (t if isinstance(t, str) else _text(t) for t in read_inputs(args.input))
+    texts = (t if isinstance(t, str) else _text(t) for t in read_inputs(args.input, args.encoding))
     vectors = (np.asarray(v, dtype=np.float32) for v in pipe.stream(texts))
-    count = write_npy(vectors, count_inputs(args.input), args.output) if suffix == ".npy" \
+    count = write_npy(vectors, count_inputs(args.input, args.encoding), args.output) if suffix == ".npy" \
         else write_jsonl(vectors, args.output)
     print(f"{count} embeddings: {args.output}", file=sys.stderr)
     return 0

@@ -8,6 +8,7 @@ row naming the same fields. Nothing is read before it is needed, so a file large
 
 from __future__ import annotations
 
+import codecs
 import csv
 import json
 import os
@@ -26,9 +27,21 @@ def input_format(path: str | os.PathLike) -> str:
 
 
 def read_inputs(path: str | os.PathLike, encoding: str = "utf-8") -> Iterator[Any]:
-    """The inputs of ``path`` one by one (see the module doc); a ValueError names the line that is wrong."""
+    """The inputs of ``path`` one by one (see the module doc); a ValueError names the line that is wrong, and
+    text that is not ``encoding`` raises :func:`bertkit.data.corpus.decoding_error` (the file, the byte, the
+    ``--encoding`` that reads it)."""
+    from bertkit.data.corpus import decoding_error
+
+    codec = "utf-8-sig" if codecs.lookup(encoding).name == "utf-8" else encoding
+    try:
+        yield from _inputs(path, codec)
+    except UnicodeDecodeError as error:
+        raise decoding_error(path, encoding, codec, error) from None
+
+
+def _inputs(path: str | os.PathLike, codec: str) -> Iterator[Any]:
     fmt = input_format(path)
-    with open(path, encoding=encoding, newline="") as handle:
+    with open(path, encoding=codec, newline="") as handle:
         if fmt == ".csv":
             for number, row in enumerate(csv.DictReader(handle), start=2):
                 yield _item({k: v for k, v in row.items() if k is not None}, path, number)
@@ -61,6 +74,6 @@ def _item(value: Any, path: Any, number: int) -> Any:
                      f"query / passages, got {str(value)[:80]!r}.")
 
 
-def count_inputs(path: str | os.PathLike) -> int:
+def count_inputs(path: str | os.PathLike, encoding: str = "utf-8") -> int:
     """How many inputs :func:`read_inputs` will yield (one pass over the file, nothing kept)."""
-    return sum(1 for _ in read_inputs(path))
+    return sum(1 for _ in read_inputs(path, encoding))
