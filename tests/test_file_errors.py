@@ -126,3 +126,11 @@ def test_info_on_a_file_that_is_no_model_says_what_info_takes(tmp_path, capsys):
     assert "Unknown model size" not in line
     assert "info takes a size" in error_line(capsys, "info", tmp_path / "missing")
     assert "directory without a config.json" in error_line(capsys, "info", tmp_path)
+
+
+def test_export_refuses_an_unsupported_opset_naming_the_range(model_dir, tmp_path, capsys):
+    from bertkit.export.exporters import max_opset
+
+    line = error_line(capsys, "export", model_dir, "-o", tmp_path / "onnx", "--opset", "99")
+    assert f"opset 99 is not supported: this installation exports opsets 17 to {max_opset(17)} " in line
+    assert "ONNXRuntimeError" not in line and not (tmp_path / "onnx").exists()
