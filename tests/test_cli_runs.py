@@ -146,7 +146,8 @@ def test_errors_are_one_line_with_exit_status(tmp_path):
     assert bad.returncode == 1
     assert bad.stderr.strip().splitlines()[-1] == (
         f"bertkit: error: {latin} is not valid utf-8 text (at byte 3: invalid continuation byte); pass its "
-        "encoding, e.g. --encoding latin-1 or --encoding cp1252 (Python: encoding=...)")
+        "encoding, e.g. --encoding latin-1 or --encoding cp1252 (Python: encoding=...): it looks like text in a "
+        "single-byte legacy encoding (bytes above 0x7F that are not UTF-8)")
 
 
 def test_make_demo_installs_the_plot_and_serve_extras():

@@ -28,13 +28,13 @@ def read_error(tmp_path, content) -> str:
 # ---------------------------------------------------------------------------- the file itself
 
 def test_invalid_json_names_the_file(tmp_path):
-    assert re.match(r" is not valid JSON \(.*line 1 column 2.*\); is it a BERT config file\?",
+    assert re.match(r" is not valid JSON \(.*: line 1, column 2\); it should hold a BERT config",
                     read_error(tmp_path, "{bad json"))
 
 
 def test_json_that_is_no_object_names_the_file(tmp_path):
-    assert "must hold a JSON object of config fields" in read_error(tmp_path, [1, 2])
-    assert read_error(tmp_path, '"hidden_size"').endswith("got a JSON string.")
+    assert read_error(tmp_path, [1, 2]).startswith(" holds a JSON array, not a JSON object; it should hold a BERT")
+    assert read_error(tmp_path, '"hidden_size"').startswith(" holds a JSON string, not a JSON object")
 
 
 def test_binary_file_and_directory(tmp_path):

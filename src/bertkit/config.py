@@ -245,16 +245,9 @@ class BERTConfig:
         """
         if os.path.isdir(path):
             raise ValueError(f"{path} is a directory; pass the config.json (or bert_config.json) file inside it.")
-        try:
-            with open(path, encoding="utf-8") as f:
-                d = json.load(f)
-        except UnicodeDecodeError as e:
-            raise ValueError(f"{path} is not UTF-8 text ({e}); is it a BERT config file?") from e
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{path} is not valid JSON ({e}); is it a BERT config file?") from e
-        if not isinstance(d, dict):
-            raise ValueError(f"{path} must hold a JSON object of config fields ({{\"hidden_size\": 768, ...}}), "
-                             f"got a JSON {_JSON_NAMES.get(type(d), type(d).__name__)}.")
+        from bertkit.io import read_json_object
+
+        d = read_json_object(path, "a BERT config (JSON object of config fields, {\"hidden_size\": 768, ...})")
         try:
             return cls.from_hf_dict(d)
         except (TypeError, ValueError) as e:

@@ -1,4 +1,5 @@
-"""Atomic file writes: a temp file in the target's directory, fsync, then rename.
+"""Atomic file writes (a temp file in the target's directory, fsync, then rename), and JSON files read with
+errors that name the file, line and column (:func:`read_json`).
 
 A crash mid-write leaves the previous file (or none) in place, never a torn one. Files
 and directories get the permissions the user's umask gives (``0o666 & ~umask`` and
@@ -13,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import glob
+import json
 import os
 import shutil
 import stat
@@ -20,6 +22,7 @@ import tempfile
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 
 def umask() -> int:
@@ -57,9 +60,13 @@ def atomic_path(path: str | os.PathLike) -> Iterator[str]:
     """Yield a temporary path beside ``path``; on success it replaces ``path`` atomically.
 
     On failure ``path`` is untouched and the temporary file removed; running out of disk
-    space raises ``OSError(ENOSPC)`` naming ``path`` (see :func:`disk_full_error`).
+    space raises ``OSError(ENOSPC)`` naming ``path`` (see :func:`disk_full_error`). A ``path``
+    that is a directory is refused at once: ``IsADirectoryError`` naming it (not the temporary file).
     """
     path = os.fspath(path)
+    if os.path.isdir(path):
+        raise IsADirectoryError(errno.EISDIR, f"cannot write {path}: it is a directory, not a file; give the path "
+                                              "of a file to write (inside it or elsewhere)")
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=directory)
@@ -170,3 +177,55 @@ def _conflict_message(out_flag: str, out_path: str, flag: str, path: str, how: s
                 f"{out_flag} path.")
     return (f"{where} is a directory holding the input {flag} {path}: writing into it could replace or remove "
             f"the input; choose another {out_flag} directory, or move the input out of it.")
+
+
+def read_json(path: str | os.PathLike, what: str = "JSON") -> Any:
+    """The parsed content of the JSON file ``path``; ``what`` says what it should hold (``"the model's
+    config"``), for the error.
+
+    Raises ``ValueError`` naming ``path`` for text that is not UTF-8 (the byte) or not JSON (the line and
+    column), and for a directory; a missing file is ``FileNotFoundError`` (``OSError``) naming it.
+    """
+    if os.path.isdir(path):
+        raise ValueError(f"{os.fspath(path)} is a directory, not a file holding {what}.")
+    with open(path, "rb") as handle:
+        data = handle.read()
+    try:
+        return json.loads(data.decode("utf-8-sig"))
+    except UnicodeDecodeError as error:
+        raise ValueError(f"{os.fspath(path)} is not UTF-8 text (at byte {error.start}: {error.reason}), so not "
+                         f"{what}; restore the file or write it as UTF-8 JSON.") from None
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{os.fspath(path)} is not valid JSON ({error.msg}: line {error.lineno}, column "
+                         f"{error.colno}); it should hold {what}: fix or restore the file.") from None
+
+
+def read_json_object(path: str | os.PathLike, what: str = "a JSON object") -> dict[str, Any]:
+    """:func:`read_json` for a file that must hold a JSON object (``{...}``); anything else is a
+    ``ValueError`` naming ``path`` and what it holds instead."""
+    value = read_json(path, what)
+    if not isinstance(value, dict):
+        raise ValueError(f"{os.fspath(path)} holds a JSON {_JSON_TYPES.get(type(value), type(value).__name__)}, "
+                         f"not a JSON object; it should hold {what}: fix or restore the file.")
+    return value
+
+
+_JSON_TYPES = {list: "array", str: "string", int: "number", float: "number", bool: "boolean", type(None): "null"}
+
+
+def check_link(path: str | os.PathLike) -> None:
+    """Nothing when ``path`` is not a symbolic link or resolves; for a link that does not resolve an
+    ``OSError`` naming it: ``ELOOP`` for a link loop (it leads back to itself), ``FileNotFoundError``
+    for a dangling link (its target, named, does not exist)."""
+    if not os.path.islink(path):
+        return
+    try:
+        os.stat(path)
+    except OSError as error:
+        target = os.readlink(path)
+        if error.errno == errno.ELOOP:
+            raise OSError(errno.ELOOP, f"{os.fspath(path)} is a symbolic link that cannot be resolved: it leads back "
+                                       f"to itself (a link loop, via {target!r}); replace it with the file it "
+                                       "should be, or a link to that file") from None
+        raise FileNotFoundError(errno.ENOENT, f"{os.fspath(path)} is a symbolic link to {target!r}, which does not "
+                                              "exist; restore the target or replace the link") from None

@@ -36,6 +36,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--normalize", action="store_true", help="L2-normalise every vector")
     parser.add_argument("--device", help="cpu (default), cuda, gpu")
     parser.add_argument("--dtype", choices=("fp32", "bf16"), default="fp32")
+    parser.add_argument("--encoding", default="utf-8", help="of the input file (default utf-8), e.g. utf-16, cp1252")
     args = parser.parse_args(argv)
     refuse_output_over_input(("-o", args.output), [("MODEL", args.model), ("--input", args.input)])
     suffix = os.path.splitext(args.output)[1].lower()
@@ -48,10 +49,10 @@ def main(argv: list[str]) -> int:
 
     pipe = pipeline("embeddings", model=args.model, device=args.device, batch_size=args.batch_size,
                     dtype=torch.bfloat16 if args.dtype == "bf16" else None, normalize=args.normalize)
-    texts, embedded = itertools.tee(_text(t) for t in read_inputs(args.input, keep_blank=True))
+    texts, embedded = itertools.tee(_text(t) for t in read_inputs(args.input, args.encoding, keep_blank=True))
     vectors = (np.asarray(v, dtype=np.float32) for v in pipe.stream(embedded))
     if suffix == ".npy":
-        count = write_npy(vectors, count_inputs(args.input, keep_blank=True), args.output)
+        count = write_npy(vectors, count_inputs(args.input, args.encoding, keep_blank=True), args.output)
     else:
         count = write_jsonl(zip(texts, vectors), args.output)
     print(f"{count} embeddings: {args.output}", file=sys.stderr)

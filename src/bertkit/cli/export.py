@@ -24,7 +24,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--format", choices=("onnx",), default="onnx")
     parser.add_argument("--quantize", choices=("int8",), help="also write model.int8.onnx (dynamic quantization)")
     parser.add_argument("--task", help=TASK_HELP)
-    parser.add_argument("--opset", type=int, default=18, help="ONNX opset, 17 or more (default 18)")
+    parser.add_argument("--opset", type=int, default=18,
+                        help="ONNX opset, from 17 to the highest the installed torch and onnx export (default 18)")
     args = parser.parse_args(argv)
     refuse_output_over_input(("-o", args.output), [("MODEL", args.model)])
 

@@ -64,6 +64,7 @@ def pipeline_parser() -> ArgumentParser:
     parser.add_argument("model", help="anything bertkit loads: a directory, a checkpoint, a registered name")
     parser.add_argument("texts", nargs="*", metavar="TEXT", help="inputs (rerank: the query, then passages)")
     parser.add_argument("--input", help="a .txt, .jsonl or .csv file of inputs")
+    parser.add_argument("--encoding", default="utf-8", help="of the --input file (default utf-8), e.g. utf-16, cp1252")
     parser.add_argument("-o", "--output", help="a .jsonl file for the answers (default: stdout)")
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--device", help="cpu (default), cuda, gpu")
@@ -90,10 +91,11 @@ def pipeline_main(argv: list[str]) -> int:
                     dtype=torch.bfloat16 if args.dtype == "bf16" else None)
     if task == "rerank":
         items = ([{"query": args.texts[0], "passages": args.texts[1:]}] if args.texts
-                 else read_inputs(args.input, keep_blank=True))
+                 else read_inputs(args.input, args.encoding, keep_blank=True))
         answers = ((item, None if item == "" else pipe(item["query"], item["passages"], **params)) for item in items)
     else:
-        answers = answer_lines(pipe, args.texts if args.texts else read_inputs(args.input, keep_blank=True), params)
+        answers = answer_lines(pipe, args.texts if args.texts else read_inputs(args.input, args.encoding,
+                                                                               keep_blank=True), params)
     written = write_jsonl((_record(item, answer) for item, answer in answers), args.output)
     if args.output:
         print(f"{written} answers: {args.output}", file=sys.stderr)

@@ -31,6 +31,8 @@ import re
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
+from bertkit.data.encodings import SAMPLE, encoding_advice, sniff_encoding
+
 FORMATS = ("auto", "google", "prose", "paragraphs")
 
 #: file suffix -> opener of the decompressed byte stream
@@ -171,9 +173,9 @@ def _file_lines(path: Path, encoding: str) -> Iterator[str]:
     name = codecs.lookup(encoding).name
     codec = "utf-8-sig" if name == "utf-8" else encoding
     with open_bytes(path) as raw:
-        if b"\0" in raw.read(8192) and not name.startswith(("utf-16", "utf-32")):
-            raise ValueError(f"{path} looks like a binary file (it contains NUL bytes), not text; pass text files "
-                             "(.txt, or .txt.gz / .bz2 / .xz).")
+        head = raw.read(8192)
+        if b"\0" in head and not name.startswith(("utf-16", "utf-32")):
+            raise _nul_bytes_error(path, head, encoding)
         raw.seek(0)  # plain and compressed files alike rewind
         try:
             yield from io.TextIOWrapper(raw, encoding=codec, errors="strict", newline=None)
@@ -181,13 +183,32 @@ def _file_lines(path: Path, encoding: str) -> Iterator[str]:
             raise decoding_error(path, encoding, codec, error) from None
 
 
+def _nul_bytes_error(path: Path, head: bytes, encoding: str) -> ValueError:
+    """The error for a file read as ``encoding`` whose first bytes ``head`` hold NUL bytes: UTF-16 / UTF-32
+    text gets the ``--encoding`` that reads it, anything else is refused as binary."""
+    guess = sniff_encoding(head)
+    if guess is None or guess.encoding is None:
+        return ValueError(f"{path} looks like a binary file (it contains NUL bytes), not text; pass text files "
+                          "(.txt, or .txt.gz / .bz2 / .xz).")
+    return ValueError(f"{path} is not {encoding} text (it holds NUL bytes); {encoding_advice(head, encoding)}")
+
+
 def decoding_error(path: str | os.PathLike, encoding: str, codec: str, error: UnicodeDecodeError) -> ValueError:
     """The error for a file that is not valid ``encoding`` text (read with ``codec``): it names the file, the
-    offset of the first undecodable byte in the whole (decompressed) file, and the flag that fixes it."""
+    offset of the first undecodable byte in the whole (decompressed) file, what the bytes look like and the
+    ``--encoding`` that reads them (:func:`bertkit.data.encodings.encoding_advice`)."""
     offset = _first_undecodable_byte(Path(path), codec)
     shown = f"at byte {offset}" if offset is not None else "somewhere"
-    return ValueError(f"{path} is not valid {encoding} text ({shown}: {error.reason}); pass its encoding, "
-                      "e.g. --encoding latin-1 or --encoding cp1252 (Python: encoding=...)")
+    head, around = _bytes_at(Path(path), 0), _bytes_at(Path(path), offset or 0)
+    return ValueError(f"{path} is not valid {encoding} text ({shown}: {error.reason}); "
+                      f"{encoding_advice(head, encoding, around)}")
+
+
+def _bytes_at(path: Path, offset: int) -> bytes:
+    """Up to :data:`~bertkit.data.encodings.SAMPLE` (decompressed) bytes of ``path`` from ``offset``."""
+    with open_bytes(path) as raw:
+        raw.seek(offset)
+        return raw.read(SAMPLE)
 
 
 def _first_undecodable_byte(path: Path, codec: str) -> int | None:

@@ -34,7 +34,7 @@ from bertkit.data.instances import (
     mask_statically,
     tokenize_documents,
 )
-from bertkit.io import atomic_path, atomic_write_text
+from bertkit.io import atomic_path, atomic_write_text, read_json_object
 from bertkit.masking import continuation_table, mask_tokens, whole_word_ids
 from bertkit.tokenization import BERTTokenizerFast
 
@@ -151,7 +151,7 @@ class PretrainingDataset(torch.utils.data.Dataset):
         index_path = self.data_dir / INDEX_NAME
         if not index_path.is_file():
             raise ValueError(f"{self.data_dir} holds no {INDEX_NAME}: not a (complete) pretraining data directory.")
-        self.index = json.loads(index_path.read_text(encoding="utf-8"))
+        self.index = read_json_object(index_path, f"a {FORMAT} index (create the data again)")
         if self.index.get("format") != FORMAT:
             raise ValueError(f"{index_path} is not a {FORMAT} index (format {self.index.get('format')!r}).")
         counts = [s["num_instances"] for s in self.index["shards"]]

@@ -27,6 +27,21 @@ logger = logging.getLogger("bertkit.export")
 DYNAMO_MIN_OPSET = 18
 
 
+def max_opset(min_opset: int) -> int:
+    """The highest ONNX opset this installation can export: the lower of torch.onnx's highest
+    (``ONNX_MAX_OPSET``) and the installed onnx package's (its own opset version). Without either
+    number (an older torch, onnx not installed) the other one decides; ``min_opset`` without both."""
+    from torch.onnx import _constants
+
+    highs = [getattr(_constants, "ONNX_MAX_OPSET", None)]
+    with contextlib.suppress(ImportError):
+        import onnx
+
+        highs.append(onnx.defs.onnx_opset_version())
+    highs = [high for high in highs if isinstance(high, int)]
+    return max(min_opset, min(highs)) if highs else min_opset
+
+
 def export_graph(module: ExportedModule, batch: dict[str, torch.Tensor], signature: Signature, opset: int,
                  max_length: int) -> tuple[bytes, str]:
     """``(serialized graph, exporter)``: ``module`` traced on ``batch`` with the axes of ``signature`` dynamic

@@ -23,7 +23,6 @@ SentenceTransformer            ``sentence_embedding [B, D]`` (pooling, Dense and
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from dataclasses import dataclass
@@ -165,14 +164,15 @@ def source_class(source: str | os.PathLike) -> type[nn.Module]:
 def _recorded_class(path: Path) -> type[nn.Module] | None:
     """The class a checkpoint's folder names: its task.json's task, else its config's architecture (None if
     neither)."""
-    from bertkit.tasks.finetuning import TASK_FILE
+    from bertkit.io import read_json_object
+    from bertkit.tasks.finetuning import TASK_FILE, read_task_file
 
     folder = path if path.is_dir() else path.parent
     if (folder / TASK_FILE).is_file():
-        return model_class(json.loads((folder / TASK_FILE).read_text(encoding="utf-8"))["task"])
+        return model_class(read_task_file(folder / TASK_FILE)["task"])
     for name in ("config.json", "bert_config.json"):
         if (folder / name).is_file():
-            architecture = (json.loads((folder / name).read_text(encoding="utf-8")).get("architectures") or [None])[0]
+            architecture = (read_json_object(folder / name, "a model config").get("architectures") or [None])[0]
             if architecture is None:
                 return None
             try:

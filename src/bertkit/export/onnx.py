@@ -39,7 +39,7 @@ import torch
 from torch import nn
 
 from bertkit.config import BERTConfig
-from bertkit.export.exporters import export_graph, quantize_int8, require
+from bertkit.export.exporters import export_graph, max_opset, quantize_int8, require
 from bertkit.export.models import (
     INPUT_NAMES,
     ExportedModule,
@@ -108,7 +108,8 @@ def export_onnx(model_or_source: nn.Module | str | os.PathLike, directory: str |
 
     ``model_or_source``: a bertkit model (BERT, a task model, a SentenceTransformer; float32 on the CPU,
     exported as it is) or anything bertkit loads (see :func:`bertkit.export.models.load_for_export`; ``task``
-    chooses the class; its tokenizer is saved unless ``tokenizer`` is given). ``opset`` >= 17;
+    chooses the class; its tokenizer is saved unless ``tokenizer`` is given). ``opset``: 17 up to
+    :func:`~bertkit.export.exporters.max_opset` (what the installed torch.onnx and onnx export);
     ``quantize``: None or ``"int8"``. The model is left in the train/eval mode it was in.
 
     Raises ``ValueError`` for bad options or a model bertkit does not export, ``ImportError`` without the
@@ -211,8 +212,11 @@ def _batches(config: BERTConfig, signature: Signature) -> list[dict[str, torch.T
 
 # ---------------------------------------------------------------------------- checks and context
 def _check_options(opset: int, quantize: str | None, tolerance: float) -> None:
-    if not isinstance(opset, int) or isinstance(opset, bool) or opset < MIN_OPSET:
-        raise ValueError(f"opset must be an integer >= {MIN_OPSET}, got {opset!r}.")
+    high = max_opset(MIN_OPSET)
+    if not isinstance(opset, int) or isinstance(opset, bool) or not MIN_OPSET <= opset <= high:
+        raise ValueError(f"opset {opset!r} is not supported: this installation exports opsets {MIN_OPSET} to {high} "
+                         f"(torch {torch.__version__}'s exporter and the installed onnx); pass --opset "
+                         f"{DEFAULT_OPSET} (the default) or another in that range.")
     if quantize is not None and quantize not in QUANTIZATIONS:
         raise ValueError(f"quantize must be None or one of {QUANTIZATIONS}, got {quantize!r}.")
     if not tolerance > 0:

@@ -9,6 +9,7 @@ header row naming the same fields. Nothing is read before it is needed, so a fil
 
 from __future__ import annotations
 
+import codecs
 import csv
 import json
 import os
@@ -27,14 +28,26 @@ def input_format(path: str | os.PathLike) -> str:
 
 
 def read_inputs(path: str | os.PathLike, encoding: str = "utf-8", *, keep_blank: bool = False) -> Iterator[Any]:
-    """The inputs of ``path`` one by one (see the module doc); a ValueError names the line that is wrong.
+    """The inputs of ``path`` one by one (see the module doc); a ValueError names the line that is wrong, and
+    text that is not ``encoding`` raises :func:`bertkit.data.corpus.decoding_error` (the file, the byte, the
+    ``--encoding`` that reads it).
 
     A blank line (empty or only whitespace) of a .txt / .jsonl file is skipped, or with ``keep_blank=True``
     yielded as ``""``, so that the n-th input is the n-th line. A .csv file's blank rows are always skipped
     (its records are not lines: a quoted field may span several).
     """
+    from bertkit.data.corpus import decoding_error
+
+    codec = "utf-8-sig" if codecs.lookup(encoding).name == "utf-8" else encoding
+    try:
+        yield from _inputs(path, codec, keep_blank)
+    except UnicodeDecodeError as error:
+        raise decoding_error(path, encoding, codec, error) from None
+
+
+def _inputs(path: str | os.PathLike, codec: str, keep_blank: bool) -> Iterator[Any]:
     fmt = input_format(path)
-    with open(path, encoding=encoding, newline="") as handle:
+    with open(path, encoding=codec, newline="") as handle:
         if fmt == ".csv":
             for number, row in enumerate(csv.DictReader(handle), start=2):
                 yield _item({k: v for k, v in row.items() if k is not None}, path, number)
@@ -69,6 +82,6 @@ def _item(value: Any, path: Any, number: int) -> Any:
                      f"query / passages, got {str(value)[:80]!r}.")
 
 
-def count_inputs(path: str | os.PathLike, *, keep_blank: bool = False) -> int:
+def count_inputs(path: str | os.PathLike, encoding: str = "utf-8", *, keep_blank: bool = False) -> int:
     """How many inputs :func:`read_inputs` will yield (one pass over the file, nothing kept)."""
-    return sum(1 for _ in read_inputs(path, keep_blank=keep_blank))
+    return sum(1 for _ in read_inputs(path, encoding, keep_blank=keep_blank))

@@ -9,7 +9,6 @@ compute what sentence-transformers' modules of the same names compute.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -151,7 +150,10 @@ def read_layout(root: str | Path) -> Layout:
 
 
 def _json(path: Path) -> Any:
-    return json.loads(path.read_text(encoding="utf-8"))
+    """A sentence-transformers settings file; a damaged one is a ValueError naming it, line and column."""
+    from bertkit.io import read_json
+
+    return read_json(path, f"sentence-transformers' {path.name} settings")
 
 
 def _transformer_settings(where: Path, root: Path) -> dict[str, Any]:

@@ -116,14 +116,12 @@ def resolve_task(model: str | os.PathLike, task: str = "auto", pooling: str | No
 
 def trained_length(model: str | os.PathLike) -> int | None:
     """The ``max_seq_length`` a ``bertkit finetune`` directory was trained at (its ``task.json``), else None."""
-    import json
-
-    from bertkit.tasks.finetuning import TASK_FILE
+    from bertkit.tasks.finetuning import TASK_FILE, read_task_file
 
     path = Path(model) / TASK_FILE
     if not path.is_file():
         return None
-    return json.loads(path.read_text(encoding="utf-8")).get("max_seq_length")
+    return read_task_file(path).get("max_seq_length")
 
 
 def _num_labels(model: str | os.PathLike) -> int:

@@ -36,7 +36,7 @@ import numpy as np
 import torch
 
 from bertkit.inference.batching import sorted_batches
-from bertkit.io import atomic_write_text
+from bertkit.io import atomic_write_text, read_json_object
 from bertkit.tasks.base import Task
 from bertkit.tasks.classification import Classification, glue_files
 from bertkit.tasks.multiple_choice import MultipleChoice
@@ -269,6 +269,21 @@ def _write_task_file(model_dir: Path, task: Task, max_seq_length: int) -> None:
     atomic_write_text(Path(model_dir) / TASK_FILE, json.dumps(record, indent=2) + "\n")
 
 
+def read_task_file(path: str | os.PathLike) -> dict[str, Any]:
+    """The record :func:`_write_task_file` wrote: ``{"task": str, "options": dict, "max_seq_length": int or
+    None}`` (options default to ``{}``, the length to None). A file that is not that JSON object is a
+    ``ValueError`` naming it (and the line, column or key that is wrong)."""
+    what = "the task record bertkit finetune writes ({\"task\": \"classify\", \"options\": {...}})"
+    record = read_json_object(path, what)
+    problems = {"task": isinstance(record.get("task"), str), "options": isinstance(record.get("options", {}), dict),
+                "max_seq_length": isinstance(record.get("max_seq_length", 1), int | None)}
+    wrong = [key for key, fine in problems.items() if not fine]
+    if wrong:
+        raise ValueError(f"{os.fspath(path)}: {', '.join(repr(k) for k in wrong)} missing or of the wrong type; it "
+                         f"should hold {what}: fix the file or fine-tune again.")
+    return {"options": {}, "max_seq_length": None, **record}
+
+
 # ---------------------------------------------------------------------- running a model over features
 def run_model(model: torch.nn.Module, task: Task, features: Sequence[dict[str, Any]], *, batch_size: int = 64,
               precision: str = "auto", ctx: DistributedContext | None = None) -> tuple[list[Any], float | None]:
@@ -400,7 +415,7 @@ def load_finetuned(model_dir: str | os.PathLike, task: str | None = None, **task
 
     model_dir = Path(model_dir)
     task_file = model_dir / TASK_FILE
-    saved = json.loads(task_file.read_text(encoding="utf-8")) if task_file.is_file() else None
+    saved = read_task_file(task_file) if task_file.is_file() else None
     if saved is not None:
         if task is not None and task != saved["task"]:
             raise ValueError(f"{model_dir} was fine-tuned for {saved['task']!r}, not {task!r}; pass --task "

@@ -107,7 +107,7 @@ def source_config(source: str | os.PathLike) -> BERTConfig:
         folder = path if path.is_dir() else path.parent  # a TF prefix or a weights file: the folder around it
         for name in CONFIG_NAMES:
             if (folder / name).is_file():
-                return BERTConfig.from_hf_dict(json.loads((folder / name).read_text(encoding="utf-8")))
+                return BERTConfig.from_json_file(folder / name)
     return read_checkpoint(path).config
 
 

@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from bertkit.io import atomic_write_text
+from bertkit.io import atomic_write_text, read_json_object
 from bertkit.tokenization.vocab import DEFAULT_SPECIAL_TOKENS, write_vocab_file
 
 VOCAB_NAME = "vocab.txt"
@@ -49,7 +49,7 @@ def load_tokenizer(cls, source: str | os.PathLike, overrides: dict[str, Any]):
     settings: dict[str, Any] = {}
     for name in (SPECIAL_TOKENS_NAME, CONFIG_NAME):  # the config wins over the special-tokens map
         if (path / name).is_file():
-            settings.update(_special_token_strings(json.loads((path / name).read_text(encoding="utf-8"))))
+            settings.update(_special_token_strings(read_json_object(path / name, f"tokenizer settings ({name})")))
     settings = {k: v for k, v in settings.items() if k in _SETTINGS}
     if (path / VOCAB_NAME).is_file():
         return cls(vocab_file=path / VOCAB_NAME, **{**settings, **overrides})
@@ -65,7 +65,7 @@ def _special_token_strings(config: dict[str, Any]) -> dict[str, Any]:
 
 
 def _read_tokenizer_json(path: Path) -> tuple[dict[str, int], dict[str, Any]]:
-    data = json.loads(path.read_text(encoding="utf-8"))
+    data = read_json_object(path, "a tokenizers library tokenizer.json")
     model = data.get("model") or {}
     if model.get("type") != "WordPiece" or "vocab" not in model:
         raise ValueError(f"{path} is not a WordPiece tokenizer (model type {model.get('type')!r}).")

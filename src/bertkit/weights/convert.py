@@ -182,7 +182,7 @@ def _write_tokenizer(checkpoint: Checkpoint, dest: Path, source, do_lower_case: 
 
     from bertkit.tokenization import BERTTokenizerFast
 
-    settings = json.loads(files["tokenizer_config.json"]) if "tokenizer_config.json" in files else {}
+    settings = _tokenizer_settings(files, source)
     if do_lower_case is None:
         do_lower_case = settings.get("do_lower_case", guess_do_lower_case(str(source), files.get("vocab.txt")))
     with tempfile.TemporaryDirectory() as staging:
@@ -195,6 +195,21 @@ def _write_tokenizer(checkpoint: Checkpoint, dest: Path, source, do_lower_case: 
             (dest / name).unlink()
     else:
         tokenizer.save_pretrained(dest)
+
+
+def _tokenizer_settings(files: dict[str, bytes], source) -> dict:
+    """The checkpoint's ``tokenizer_config.json`` ({} without one); a damaged one is a ValueError naming it."""
+    if "tokenizer_config.json" not in files:
+        return {}
+    try:
+        settings = json.loads(files["tokenizer_config.json"].decode("utf-8-sig"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        where = f" at line {error.lineno}, column {error.colno}" if isinstance(error, json.JSONDecodeError) else ""
+        raise ValueError(f"{source}: its tokenizer_config.json is not valid UTF-8 JSON ({error}{where}); fix or "
+                         "remove that file.") from None
+    if not isinstance(settings, dict):
+        raise ValueError(f"{source}: its tokenizer_config.json holds no JSON object; fix or remove that file.")
+    return settings
 
 
 def guess_do_lower_case(name: str, vocab: bytes | None) -> bool:

@@ -40,7 +40,7 @@ from enum import Enum
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
-from bertkit.io import atomic_write_text
+from bertkit.io import atomic_write_text, read_json_object
 from bertkit.weights.archive import CHUNK_SIZE, UnsafeArchiveError, safe_extract
 from bertkit.weights.registry import WeightsEntry, entries, lookup
 
@@ -326,7 +326,7 @@ def _complete_tokenizer_files(entry: WeightsEntry, source: Path, staging: Path) 
     if not (staging / "vocab.txt").is_file() and (source / "vocab.txt").is_file():
         shutil.copyfile(source / "vocab.txt", staging / "vocab.txt")
     path = staging / "tokenizer_config.json"
-    settings = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    settings = read_json_object(path, "tokenizer settings") if path.is_file() else {}
     settings.update(do_lower_case=entry.do_lower_case, strip_accents=None)  # the registry knows the casing
     settings.setdefault("tokenizer_class", "BertTokenizer")
     settings.setdefault("model_max_length", int(entry.config.get("max_position_embeddings", 512)))

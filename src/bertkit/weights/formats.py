@@ -17,7 +17,6 @@ Renames other than TF's are applied when the state dict is fitted to a model
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +25,7 @@ import numpy as np
 import torch
 
 from bertkit.config import BERTConfig
+from bertkit.io import check_link, read_json_object
 from bertkit.weights import hf
 from bertkit.weights.archive import safe_extract
 from bertkit.weights.tables import tf_to_hf
@@ -51,6 +51,7 @@ class Checkpoint:
 def read_checkpoint(source: str | os.PathLike, *, verify: bool = True) -> Checkpoint:
     """Read the checkpoint at ``source`` (see the module doc); errors name the file and the problem."""
     path = Path(source)
+    check_link(path)
     if path.is_file() and path.name.endswith(ARCHIVE_SUFFIXES):
         return _read_archive(path, verify)
     if path.is_dir():
@@ -68,6 +69,9 @@ def read_checkpoint(source: str | os.PathLike, *, verify: bool = True) -> Checkp
 # ---------------------------------------------------------------------------- per source kind
 
 def _read_directory(d: Path, verify: bool) -> Checkpoint:
+    for file in d.iterdir():  # a weights file or config that is a broken link is named, not passed over
+        if file.name in (*hf.WEIGHT_NAMES, *CONFIG_NAMES) or file.name.endswith((".safetensors", *TORCH_SUFFIXES)):
+            check_link(file)
     if hf.has_weights(d):
         return _with_config(_unwrap(hf.read_state_dict(d)), d, "hf")
     tf_indexes = sorted(d.glob("*.ckpt*.index")) or sorted(d.glob("*.index"))
@@ -125,8 +129,8 @@ def _with_config(state: dict[str, torch.Tensor], directory: Path, fmt: str) -> C
     if config_path is None:
         raise FileNotFoundError(f"{directory} has no config.json or bert_config.json next to the weights; "
                                 "bertkit needs the architecture to build the model.")
-    raw = json.loads(config_path.read_text(encoding="utf-8"))
-    config = BERTConfig.from_hf_dict(raw)
+    raw = read_json_object(config_path, "a model config")
+    config = BERTConfig.from_json_file(config_path)
     if "classifier.weight" in state and "id2label" not in raw and "num_labels" not in raw:
         config = config.replace(num_labels=state["classifier.weight"].shape[0])  # TF classifiers record it nowhere
     architectures = raw.get("architectures") or [None]

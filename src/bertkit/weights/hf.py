@@ -20,7 +20,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from bertkit.config import BERTConfig
-from bertkit.io import atomic_write, atomic_write_text
+from bertkit.io import atomic_write, atomic_write_text, check_link, read_json
 from bertkit.weights.adapt import load_into, tied_aliases
 
 CONFIG_NAME = "config.json"
@@ -88,11 +88,7 @@ def shard_files(index_path: Path) -> tuple[dict[str, str], list[Path]]:
     checkpoint) are allowed: the hub cache stores every file that way. Malformed JSON, a missing or
     ill-typed ``weight_map`` and a missing shard are ``ValueError`` naming the index file.
     """
-    try:
-        index = json.loads(index_path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ValueError(f"{index_path} is not valid JSON ({e}); the sharded checkpoint's index is damaged. "
-                         "Download it again.") from e
+    index = read_json(index_path, "a sharded checkpoint's index (download it again)")
     weight_map = index.get("weight_map") if isinstance(index, dict) else None
     if not isinstance(weight_map, dict) or not weight_map \
             or not all(isinstance(k, str) and isinstance(v, str) for k, v in weight_map.items()):
@@ -126,6 +122,7 @@ def _hub_blob_folders(folder: Path) -> list[Path]:
 
 
 def load_safetensors(path: str | os.PathLike) -> dict[str, torch.Tensor]:
+    check_link(path)
     try:
         return load_file(str(path))
     except (SafetensorError, OSError) as e:
@@ -135,8 +132,10 @@ def load_safetensors(path: str | os.PathLike) -> dict[str, torch.Tensor]:
 def load_torch_file(path: str | os.PathLike, nested: bool = False) -> dict:
     """A PyTorch pickle of tensors, loaded with ``weights_only=True`` (nothing in it is executed).
 
-    ``nested=True`` accepts any dict (a training checkpoint holding the weights under a key).
+    ``nested=True`` accepts any dict (a training checkpoint holding the weights under a key). A
+    symbolic link that does not resolve is an ``OSError`` naming it (:func:`bertkit.io.check_link`).
     """
+    check_link(path)
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as e:

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import IO
 from urllib.parse import urlparse
 
-from bertkit.io import atomic_write_text
+from bertkit.io import atomic_write_text, read_json_object
 from bertkit.weights import download
 from bertkit.weights.registry import entries
 
@@ -68,8 +68,7 @@ def filename_to_url(filename: str, cache_dir: str | os.PathLike | None = None) -
     meta_path = cache_path + ".json"
     if not os.path.exists(meta_path):
         raise OSError(f"file {meta_path} not found")
-    with open(meta_path, encoding="utf-8") as meta_file:
-        metadata = json.load(meta_file)
+    metadata = read_json_object(meta_path, "a cache entry's metadata ({\"url\": ..., \"etag\": ...})")
     return metadata["url"], metadata["etag"]
 
 

@@ -56,7 +56,7 @@ from bertkit.compat.pytorch_pretrained_bert.layers import (
     swish,
 )
 from bertkit.config import BERTConfig
-from bertkit.io import atomic_write
+from bertkit.io import atomic_write, read_json_object
 from bertkit.modeling.backbone import BERT
 from bertkit.modeling.base import BERTPreTrainedModel
 
@@ -111,8 +111,7 @@ class BertConfig:
             vocab_size_or_config_json_file = vocab_size
         source = vocab_size_or_config_json_file
         if isinstance(source, (str, os.PathLike)):
-            with open(source, encoding="utf-8") as reader:
-                json_config = json.loads(reader.read())
+            json_config = read_json_object(source, "a BERT config")
             for key, value in json_config.items():
                 self.__dict__[key] = value
         elif isinstance(source, int):
@@ -135,9 +134,7 @@ class BertConfig:
     @classmethod
     def from_json_file(cls, json_file: str | os.PathLike) -> BertConfig:
         """Constructs a `BertConfig` from a json file of parameters."""
-        with open(json_file, encoding="utf-8") as reader:
-            text = reader.read()
-        return cls.from_dict(json.loads(text))
+        return cls.from_dict(read_json_object(json_file, "a BERT config"))
 
     @classmethod
     def from_bertkit(cls, config: BERTConfig) -> BertConfig:

@@ -1,0 +1,56 @@
+"""Parameter counts from a config alone: no model is built, so a config of any size is counted at once.
+
+:func:`count_parameters` is a formula over the config's fields (sizes, biases, the embedding LayerNorm,
+cross-attention, weight tying); tests check it equal to ``sum(p.numel())`` of built models, for the
+backbone and every head.
+"""
+
+from __future__ import annotations
+
+from bertkit.config import BERTConfig
+
+#: HF architecture name -> whether the model builds the backbone's pooler
+POOLED = {
+    "BertModel": True, "BertForPreTraining": True, "BertForMaskedLM": False, "BertLMHeadModel": False,
+    "BertForNextSentencePrediction": True, "BertForSequenceClassification": True, "BertForMultipleChoice": True,
+    "BertForTokenClassification": False, "BertForQuestionAnswering": False,
+}
+
+
+def count_parameters(config: BERTConfig, architecture: str = "BertModel") -> int:
+    """The number of unique parameters (tied weights once) of ``architecture`` (a :data:`POOLED` key, as
+    ``config.json``'s ``architectures`` names it) built from ``config``; ValueError for an unknown one."""
+    if architecture not in POOLED:
+        raise ValueError(f"architecture {architecture!r} is not one bertkit counts; known: {', '.join(POOLED)}.")
+    return backbone_parameters(config, pooler=POOLED[architecture]) + head_parameters(config, architecture)
+
+
+def backbone_parameters(config: BERTConfig, pooler: bool = True) -> int:
+    """Embeddings + ``num_hidden_layers`` layers (+ the pooler's dense layer when ``pooler``)."""
+    h = config.hidden_size
+    embeddings = (config.vocab_size + config.max_position_embeddings + config.type_vocab_size) * h
+    embeddings += 2 * h if config.embedding_layer_norm else 0
+    return embeddings + config.num_hidden_layers * layer_parameters(config) + (h * h + h if pooler else 0)
+
+
+def layer_parameters(config: BERTConfig) -> int:
+    """One encoder layer: self-attention (and cross-attention with ``add_cross_attention``), feed-forward."""
+    h, i = config.hidden_size, config.intermediate_size
+    attention = 4 * h * h + (4 * h if config.attention_bias else 0) + 2 * h  # q, k, v, output; its LayerNorm
+    feed_forward = (h * i + i) + (i * h + h) + 2 * h  # intermediate, output, LayerNorm
+    return attention * (2 if config.add_cross_attention else 1) + feed_forward
+
+
+def head_parameters(config: BERTConfig, architecture: str) -> int:
+    """The parameters outside the backbone: the vocabulary head (its decoder weight only when untied),
+    NSP's two-way classifier, a classifier of ``num_labels`` (one score per choice for multiple choice),
+    QA's start/end scorer."""
+    h, v = config.hidden_size, config.vocab_size
+    lm = (h * h + h + 2 * h) + v + (0 if config.tie_word_embedding else v * h)  # transform, bias, decoder
+    heads = {
+        "BertModel": 0, "BertForPreTraining": lm + 2 * h + 2, "BertForMaskedLM": lm, "BertLMHeadModel": lm,
+        "BertForNextSentencePrediction": 2 * h + 2, "BertForSequenceClassification": (h + 1) * config.num_labels,
+        "BertForMultipleChoice": h + 1, "BertForTokenClassification": (h + 1) * config.num_labels,
+        "BertForQuestionAnswering": 2 * h + 2,
+    }
+    return heads[architecture]
