@@ -256,3 +256,11 @@ def test_a_field_of_megabytes_reads_and_a_csv_error_names_the_file_and_line(tmp_
     with pytest.raises(ValueError, match=r"long\.csv, line 3: field larger than field limit \(1000\); bertkit reads "
                                          r"fields of up to 1000 characters: look for an unclosed quote"):
         read_rows(path)
+
+
+def test_a_validation_file_without_labels_is_refused_before_training(tmp_path):
+    """It would fail after the first epoch, when the best model is picked by a metric it cannot give."""
+    (tmp_path / "train.csv").write_text("text,label\n" + "".join(f"t{i},{i % 2}\n" for i in range(6)))
+    (tmp_path / "dev.csv").write_text("text\na\nb\n")
+    refused(tmp_path, r"dev\.csv has no gold labels \(column 'label'; name another with --label-column\)",
+            train=tmp_path / "train.csv", validation=tmp_path / "dev.csv")

@@ -131,6 +131,10 @@ class Classification(Task):
         self.primary_metric = spec.metrics[0] if spec else ("pearson" if self.problem_type == REGRESSION
                                                             else "accuracy")
 
+    @property
+    def label_hint(self) -> str:
+        return f"column {self.label_column!r}; name another with --label-column"
+
     def options(self) -> dict[str, Any]:
         return {"text_column": self.text_column, "text_pair_column": self.text_pair_column,
                 "label_column": self.label_column, "problem_type": self.problem_type, "glue": self.glue,

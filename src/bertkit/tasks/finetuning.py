@@ -152,6 +152,9 @@ def finetune(task: str | Task, model: str | os.PathLike, train: str | os.PathLik
             raise ValueError(f"{name} must be a positive number, got {value!r}.")
     with open_run(output_dir, resume=resume, overwrite=overwrite) as run:
         examples = {name: task.read(path) for name, path in splits.items()}
+        for name in ("train", "validation"):  # test data may be unlabelled: it is only predicted
+            if name in examples:
+                task.check_labelled(splits[name], examples[name])
         task.fit(examples["train"])
         torch.manual_seed(seed)  # the new head's initial weights are a function of the seed
         net, tokenizer = _load(model, task, max_seq_length)

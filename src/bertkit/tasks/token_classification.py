@@ -163,6 +163,7 @@ class TokenClassification(Task):
     model_class = BERTForTokenClassification
     pads_labels = True
     sequence_outputs = True
+    label_hint = "a tag column in CoNLL (--tag-column), \"tags\" in JSON Lines"
     primary_metric = "f1"
 
     def __init__(self, *, tag_column: int = -1, label_all_pieces: bool = False, scheme: str | None = None,
