@@ -11,6 +11,7 @@ import pytest
 
 from bertkit.tasks.classification import GLUE, MULTI, REGRESSION, SINGLE, Classification, glue_files
 from bertkit.tasks.readers import read_rows
+from task_helpers import refused
 
 #: a few rows of each GLUE task in the release's own layout (headers, column order, quirks)
 GLUE_FILES = {
@@ -223,3 +224,43 @@ def test_a_decoding_error_deep_in_a_file_names_its_true_byte(tmp_path):
                                          r"continuation byte\); pass its encoding, e\.g\. --encoding latin-1"):
         Classification().read(path)
     assert Classification(encoding="latin-1").read(path)[-1].text == "café"
+
+
+# ---------------------------------------------------------------------------- errors name the file and line
+def test_a_validation_label_unseen_in_training_names_the_file_and_line(tmp_path):
+    (tmp_path / "train.csv").write_text("text,label\n" + "".join(f"t{i},{i % 2}\n" for i in range(6)))
+    (tmp_path / "dev.csv").write_text("text,label\na,0\nb,7\n")
+    refused(tmp_path, r"dev\.csv, line 3: label\(s\) \['7'\] are not among the training labels \['0', '1'\]",
+             train=tmp_path / "train.csv", validation=tmp_path / "dev.csv")
+    (tmp_path / "dev.csv").write_text("text,label\na,0.5\nb,high\n")
+    task = Classification(problem_type="regression")
+    with pytest.raises(ValueError, match=r"dev\.csv, line 3: regression needs a number as label, got 'high'"):
+        task.featurize(task.read(tmp_path / "dev.csv"), _tokenizer(), 16)
+
+
+def _tokenizer():
+    from bertkit import BERTTokenizerFast
+    from bertkit.resources import BERT_BASE_UNCASED_VOCAB
+
+    return BERTTokenizerFast(BERT_BASE_UNCASED_VOCAB)
+
+
+def test_a_field_of_megabytes_reads_and_a_csv_error_names_the_file_and_line(tmp_path, monkeypatch):
+    from bertkit.tasks import readers
+
+    path = tmp_path / "long.csv"
+    path.write_text("text,label\na,0\n\"" + "word " * 1_000_000 + "\",1\nb,0\n", encoding="utf-8")  # 5 MB field
+    rows = read_rows(path)
+    assert [len(r.values["text"]) for r in rows] == [1, 5_000_000, 1] and rows[2].line == 4
+    monkeypatch.setattr(readers, "FIELD_LIMIT", 1000)
+    with pytest.raises(ValueError, match=r"long\.csv, line 3: field larger than field limit \(1000\); bertkit reads "
+                                         r"fields of up to 1000 characters: look for an unclosed quote"):
+        read_rows(path)
+
+
+def test_a_validation_file_without_labels_is_refused_before_training(tmp_path):
+    """It would fail after the first epoch, when the best model is picked by a metric it cannot give."""
+    (tmp_path / "train.csv").write_text("text,label\n" + "".join(f"t{i},{i % 2}\n" for i in range(6)))
+    (tmp_path / "dev.csv").write_text("text\na\nb\n")
+    refused(tmp_path, r"dev\.csv has no gold labels \(column 'label'; name another with --label-column\)",
+            train=tmp_path / "train.csv", validation=tmp_path / "dev.csv")

@@ -6,6 +6,7 @@ import itertools
 import json
 import random
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -416,3 +417,75 @@ def test_an_empty_context_gives_one_window_and_the_empty_answer(tokenizer):
         json.dumps(prediction, allow_nan=False)  # no Infinity in predictions_<split>.jsonl / null_odds files
         if version_2:
             assert task.apply_threshold([prediction], 1e300)[0]["answer"] == ""
+
+
+# ---------------------------------------------------------------------------- answers vs is_impossible
+def _contradicting(tmp_path, name: str = "train.json") -> str:
+    """SQuAD JSON: q0 and q3 answered, q1 without answers but not impossible, q2 impossible with an answer."""
+    qas = [{"id": f"q{i}", "question": "Who sleeps?", "answers": [{"text": "Cats", "answer_start": 0}],
+            "is_impossible": False} for i in range(4)]
+    qas[1]["answers"] = []
+    qas[2]["is_impossible"] = True
+    path = tmp_path / name
+    path.write_text(json.dumps({"data": [{"title": "T", "paragraphs": [{"context": "Cats sleep a lot.",
+                                                                         "qas": qas}]}]}))
+    return str(path)
+
+
+def test_answers_contradicting_is_impossible_warn_once_with_the_ids(tmp_path):
+    from bertkit.tasks.readers import DataWarning
+
+    with pytest.warns(DataWarning) as caught:
+        examples = QuestionAnswering().read(_contradicting(tmp_path))
+    assert len(caught) == 1
+    assert str(caught[0].message) == (
+        f"{tmp_path / 'train.json'}: 1 question(s) have no answers but \"is_impossible\": false (ids 'q1'): give "
+        "their answers, or mark them true; 1 question(s) have answers but \"is_impossible\": true (ids 'q2'): set "
+        "it false, or move the answers to \"plausible_answers\" as SQuAD v2 does. They are read as unanswerable.")
+    assert [e.is_impossible for e in examples] == [False, True, True, False]
+    rows = [{"id": "a", "question": "q", "context": "c", "answers": {"text": [], "answer_start": []},
+             "is_impossible": False},
+            {"id": "b", "question": "q", "context": "c", "answers": {"text": [], "answer_start": []}}]
+    (tmp_path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with pytest.warns(DataWarning, match=r"rows\.jsonl: 1 question\(s\) have no answers .*\(ids 'a'\)"):
+        assert [e.is_impossible for e in QuestionAnswering().read(tmp_path / "rows.jsonl")] == [True, True]
+
+
+def test_a_file_of_empty_answers_not_impossible_is_unlabelled_without_a_warning(tmp_path, recwarn):
+    qas = [{"id": f"q{i}", "question": "Who?", "answers": [], "is_impossible": False} for i in range(2)]
+    (tmp_path / "test.json").write_text(json.dumps({"data": [{"paragraphs": [{"context": "c", "qas": qas}]}]}))
+    examples = QuestionAnswering().read(tmp_path / "test.json")
+    assert [e.label for e in examples] == [None, None] and not recwarn.list
+
+
+def test_strict_refuses_contradicting_answers_and_unlabelled_questions_before_training(tmp_path, capsys):
+    from bertkit.cli import main as cli
+    from task_helpers import model_dir, refused
+
+    train = _contradicting(tmp_path)
+    refused(tmp_path, r"train\.json: 1 question\(s\) have no answers but \"is_impossible\": false \(ids 'q1'\).*"
+                      r"\(ids 'q2'\).*an error under --strict", task="qa", train=train, strict=True)
+    out = tmp_path / "cli"
+    assert cli(["finetune", "qa", "--model", str(model_dir()), "--train", train, "-o", str(out), "--strict"]) == 1
+    error = capsys.readouterr().err
+    assert f"bertkit: error: {train}: 1 question(s) have no" in error and "under --strict" in error
+    assert not (out / "model").exists()
+    data = json.loads(Path(train).read_text())
+    del data["data"][0]["paragraphs"][0]["qas"][3]["answers"], data["data"][0]["paragraphs"][0]["qas"][3][
+        "is_impossible"]
+    (tmp_path / "mixed.json").write_text(json.dumps(data))
+    with pytest.warns(UserWarning):
+        refused(tmp_path, r"mixed\.json: question id 'q3': no gold label \(\"answers\", or \"is_impossible\": "
+                          r"true\), though 3 other example\(s\) have one", task="qa", train=tmp_path / "mixed.json")
+
+
+def test_without_strict_the_cli_warns_and_trains(tmp_path, capsys):
+    from bertkit.cli import main as cli
+    from task_helpers import model_dir
+
+    train, out = _contradicting(tmp_path), tmp_path / "out"
+    assert cli(["finetune", "qa", "--model", str(model_dir()), "--train", train, "-o", str(out), "--epochs", "1",
+                "--batch-size", "2", "--max-seq-length", "48", "--doc-stride", "16"]) == 0
+    assert (f"bertkit: warning: {train}: 1 question(s) have no answers but \"is_impossible\": false (ids 'q1')"
+            in capsys.readouterr().err)
+    assert (out / "model").is_dir()

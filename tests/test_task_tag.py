@@ -21,6 +21,7 @@ from bertkit.tasks.token_classification import (
     split_words,
     word_predictions,
 )
+from task_helpers import refused
 
 NER = ["O", "B-LOC", "B-MISC", "B-ORG", "B-PER", "I-LOC", "I-MISC", "I-ORG", "I-PER"]
 #: words with several pieces, accents, punctuation, CJK, unknown characters
@@ -112,13 +113,29 @@ def test_conll_keeps_unicode_space_tokens(tmp_path):
     assert sentences[0].tokens == ["a", "\u00a0", "b"]
 
 
-@pytest.mark.parametrize("text, tag_column, line", [("EU B-ORG\nrejects\nGerman B-MISC\n", -1, 2),
-                                                    ("EU NNP B-ORG\n\nrejects VBZ\n", 2, 3),
+@pytest.mark.parametrize("text, tag_column, line", [("EU NNP\n\nrejects VBZ\n", 2, 1),
                                                     ("EU NNP B-ORG\n", -3, 1)])
 def test_conll_too_few_columns_names_file_line_and_option(tmp_path, text, tag_column, line):
     path = write(tmp_path, "bad.conll", text)
     with pytest.raises(ValueError, match=rf"bad\.conll, line {line}: .*tag_column={tag_column}"):
         TokenClassification(tag_column=tag_column).read(path)
+
+
+@pytest.mark.parametrize("text, line, found, expected", [
+    ("EU NNP B-NP B-ORG\nrejects VBZ B-VP O\nin NN\n", 3, 2, 4),  # `NN` is no tag
+    ("EU B-ORG\nrejects\nGerman B-MISC\n", 2, 1, 2),
+    ("New York NNP B-LOC\nis VBZ O\nbig JJ O\n", 1, 4, 3)])  # a token with a space
+def test_conll_line_with_other_columns_than_the_file_names_file_and_line(tmp_path, text, line, found, expected):
+    path = write(tmp_path, "bad.conll", text)
+    with pytest.raises(ValueError, match=rf"bad\.conll, line {line}: {found} column\(s\) .*, but 2 of the file's "
+                                         rf"lines have {expected} .*1 line\(s\) differ"):
+        TokenClassification().read(path)
+
+
+def test_a_mistagged_conll_file_trains_nothing(tmp_path):
+    path = write(tmp_path, "train.conll", "EU NNP B-NP B-ORG\nrejects VBZ B-VP O\nin NN\n\nPeter NNP B-NP B-PER\n")
+    refused(tmp_path, r"train\.conll, line 3: 2 column\(s\) \('in NN'\), but 3 of the file's lines have 4",
+             task="tag", train=path)
 
 
 def test_empty_file_is_an_error(tmp_path):
@@ -194,7 +211,16 @@ def test_fit_errors():
 def test_unknown_tags_in_validation_are_a_clear_error(tokenizer):
     task = fitted(["O", "B-PER", "I-PER"])
     validation = [TaggedSentence(["Paris", "is", "nice"], ["B-LOC", "O", "B-MISC"], 7)]
-    with pytest.raises(ValueError, match=r"\['B-LOC', 'B-MISC'\].*add sentences with them to the training data"):
+    with pytest.raises(ValueError, match=r"line 7: tags \['B-LOC', 'B-MISC'\].*add sentences with them to the "
+                                         "training data"):
+        task.featurize(validation, tokenizer, 32)
+
+
+def test_unknown_tags_in_a_validation_file_name_the_file_and_line(tmp_path, tokenizer):
+    task = fitted(["O", "B-PER", "I-PER"])
+    validation = task.read(write(tmp_path, "dev.conll", "Peter B-PER\n\nParis B-LOC\n"))
+    with pytest.raises(ValueError, match=r"dev\.conll, line 3: tags \['B-LOC'\] occur in this data but not in the "
+                                         "training data"):
         task.featurize(validation, tokenizer, 32)
 
 

@@ -115,7 +115,7 @@ def main(argv: list[str]) -> int:
                       early_stopping_patience=args.early_stopping_patience, metric_for_best=args.metric_for_best,
                       group_by_length=not args.no_group_by_length, eval_batch_size=args.eval_batch_size,
                       device=args.device, resume=args.resume, overwrite=args.overwrite,
-                      apply_changes=args.apply_changes, **task_options(args, args.task))
+                      apply_changes=args.apply_changes, strict=args.strict, **task_options(args, args.task))
     print(json.dumps(result.results, indent=2))
     print(f"model: {result.model_dir}\nresults: {result.output_dir / 'results.json'}\nmetrics: {result.metrics_path}")
     for split, path in result.predictions.items():
@@ -131,6 +131,9 @@ def _add_common(parser: argparse.ArgumentParser, task: str) -> None:
     parser.add_argument("--train", help="training file")
     parser.add_argument("--validation", help="validation file: scored every epoch, picks the best model")
     parser.add_argument("--test", help="test file: scored (when labelled) and predicted with the best model")
+    parser.add_argument("--strict", action="store_true",
+                        help="refuse data the readers only warn about (e.g. SQuAD answers that contradict "
+                             "is_impossible) instead of training on it")
     parser.add_argument("--data-dir", help="with --glue: the GLUE task's directory (or the GLUE root)")
     parser.add_argument("-o", "--output", required=True, help="the run's directory")
     group = parser.add_argument_group("training")

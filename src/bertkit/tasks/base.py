@@ -5,6 +5,8 @@ A task never trains or runs the model itself. :class:`Task` is the contract each
 
 1. ``read(path)`` -> examples, in the file's order (task-specific records; a bad row is a
    ``ValueError`` naming the file, the line and the fix);
+   ``check_labelled(path, examples)`` refuses training or validation data without gold labels
+   before anything is trained;
 2. ``fit(train_examples)`` learns what the head needs from the training data (the label set),
    ``model_overrides()`` turns that into config overrides (``num_labels``, ``id2label``, ...)
    and ``restore(config)`` takes it back from a saved model's config;
@@ -36,6 +38,7 @@ import torch
 
 from bertkit.inference.batching import pad_lists
 from bertkit.modeling.heads import TaskModel
+from bertkit.tasks.readers import where
 
 #: the model inputs every feature carries; ``attention_mask`` is made by :meth:`Task.collate`
 FEATURE_INPUTS = ("input_ids", "token_type_ids")
@@ -87,6 +90,28 @@ class Task:
     def has_labels(self, examples: Sequence[Any]) -> bool:
         """Whether the examples carry gold labels (a test set may not): then they are scored."""
         return bool(examples) and all(getattr(e, "label", None) is not None for e in examples)
+
+    #: where the task's files hold gold labels, for the error that asks for them
+    label_hint: ClassVar[str] = "a gold label per example"
+
+    def check_labelled(self, path: Any, examples: Sequence[Any]) -> None:
+        """Nothing when every example of ``path`` has a gold label, as training and picking the best epoch
+        need; else a ValueError naming the file and the first example without one (or the file alone when
+        none has one) and :attr:`label_hint`. Predicting needs no labels and does not call this."""
+        missing = [e for e in examples if getattr(e, "label", None) is None]
+        if not missing:
+            return
+        if len(missing) == len(examples):
+            raise ValueError(f"{path} has no gold labels ({self.label_hint}); training and validation data need "
+                             "one on every example (unlabelled data can go to --test, or to bertkit predict).")
+        raise ValueError(f"{self.locate(path, missing[0])}: no gold label ({self.label_hint}), though "
+                         f"{len(examples) - len(missing)} other example(s) have one; training and validation data "
+                         "need one on every example.")
+
+    @staticmethod
+    def locate(path: Any, example: Any) -> str:
+        """Where ``example`` is in ``path``, to start an error message: ``"{path}, line {n}"``."""
+        return where(path, example.line)
 
     # ------------------------------------------------------------------ shared
     def prepare(self, tokenizer: Any) -> None:

@@ -32,7 +32,7 @@ import numpy as np
 from bertkit.modeling.heads import BERTForSequenceClassification
 from bertkit.tasks import metrics
 from bertkit.tasks.base import Task, softmax
-from bertkit.tasks.readers import Row, column, guess_column, read_rows
+from bertkit.tasks.readers import Row, column, guess_column, read_rows, where
 
 SINGLE, MULTI, REGRESSION = "single_label_classification", "multi_label_classification", "regression"
 PROBLEM_TYPES = {SINGLE: SINGLE, MULTI: MULTI, REGRESSION: REGRESSION,
@@ -94,12 +94,14 @@ def glue_files(name: str, data_dir: str | os.PathLike) -> dict[str, Path]:
 
 @dataclass
 class TextExample:
-    """One row: the text (and pair), its label as in the data (None when the file has none), its line."""
+    """One row: the text (and pair), its label as in the data (None when the file has none), its line and its
+    file (for error messages; "" when built in code)."""
 
     text: str
     text_pair: str | None
     label: Any
     line: int
+    path: str = ""
 
 
 class Classification(Task):
@@ -129,6 +131,10 @@ class Classification(Task):
         self.primary_metric = spec.metrics[0] if spec else ("pearson" if self.problem_type == REGRESSION
                                                             else "accuracy")
 
+    @property
+    def label_hint(self) -> str:
+        return f"column {self.label_column!r}; name another with --label-column"
+
     def options(self) -> dict[str, Any]:
         return {"text_column": self.text_column, "text_pair_column": self.text_pair_column,
                 "label_column": self.label_column, "problem_type": self.problem_type, "glue": self.glue,
@@ -148,7 +154,8 @@ class Classification(Task):
         pair = column(path, rows, self.text_pair_column, "--text-pair-column") if self.text_pair_column else None
         has_label = self.label_column in rows[0].values
         return [TextExample(_text(path, row, text), _text(path, row, pair) if pair else None,
-                            _label(path, row, self.label_column) if has_label else None, row.line) for row in rows]
+                            _label(path, row, self.label_column) if has_label else None, row.line, str(path))
+                for row in rows]
 
     # ------------------------------------------------------------------ labels
     def fit(self, examples: Sequence[TextExample]) -> None:
@@ -200,13 +207,13 @@ class Classification(Task):
 
     def _target(self, example: TextExample) -> Any:
         if self.problem_type == REGRESSION:
-            return _number(example.label, example.line)
+            return _number(example)
         index = self._label_index()
         items = [str(item) for item in self._label_items(example.label)]
         unknown = sorted(set(items) - set(index))
         if unknown:
-            raise ValueError(f"line {example.line}: label(s) {unknown} are not among the training labels "
-                             f"{self.labels}; every label must occur in the training data.")
+            raise ValueError(f"{where(example.path, example.line)}: label(s) {unknown} are not among the training "
+                             f"labels {self.labels}; every label must occur in the training data.")
         if self.problem_type == MULTI:
             hot = [0.0] * len(self.labels)
             for item in items:
@@ -247,7 +254,7 @@ class Classification(Task):
 
     def score(self, examples, predictions) -> dict[str, float]:
         if self.problem_type == REGRESSION:
-            gold = np.array([_number(e.label, e.line) for e in examples])
+            gold = np.array([_number(e) for e in examples])
             predicted = np.array([p["label"] for p in predictions])
             return {"pearson": metrics.pearson(predicted, gold), "spearman": metrics.spearman(predicted, gold),
                     "mse": float(np.mean((predicted - gold) ** 2))}
@@ -308,10 +315,11 @@ def _maybe_number(label: Any) -> float | None:
     return value if math.isfinite(value) else None
 
 
-def _number(label: Any, line: int) -> float:
-    value = _maybe_number(label)
+def _number(example: TextExample) -> float:
+    value = _maybe_number(example.label)
     if value is None:
-        raise ValueError(f"line {line}: regression needs a number as label, got {label!r}.")
+        raise ValueError(f"{where(example.path, example.line)}: regression needs a number as label, got "
+                         f"{example.label!r}.")
     return value
 
 

@@ -41,6 +41,7 @@ from bertkit.tasks.base import Task
 from bertkit.tasks.classification import Classification, glue_files
 from bertkit.tasks.multiple_choice import MultipleChoice
 from bertkit.tasks.question_answering import QuestionAnswering
+from bertkit.tasks.readers import strict_data
 from bertkit.tasks.token_classification import TokenClassification
 from bertkit.training import LengthGroupedSampler, Trainer, TrainingConfig
 from bertkit.training.distributed import DistributedContext, gather_to_all
@@ -131,7 +132,7 @@ def finetune(task: str | Task, model: str | os.PathLike, train: str | os.PathLik
              early_stopping_patience: int | None = None, metric_for_best: str | None = None,
              group_by_length: bool = True, device: str = "auto", resume: bool = False, overwrite: bool = False,
              apply_changes: bool = False, progress: bool = True, callbacks: Mapping[str, Any] | None = None,
-             **task_options: Any) -> FinetuneResult:
+             strict: bool = False, **task_options: Any) -> FinetuneResult:
     """Fine-tune ``model`` (anything bertkit loads) on ``task`` and write ``output_dir`` (see the module doc).
 
     ``task``: ``"classify"``, ``"tag"``, ``"qa"``, ``"choice"`` (its options as keyword
@@ -142,7 +143,10 @@ def finetune(task: str | Task, model: str | os.PathLike, train: str | os.PathLik
     task's primary metric; ``"loss"`` is lower-is-better) picks the epoch whose model is kept;
     ``early_stopping_patience`` evaluations without improvement end the run. The output
     directory belongs to the run: ``resume`` continues it, ``overwrite`` replaces it. ``callbacks``
-    go to the :class:`~bertkit.training.Trainer` (event -> function or functions).
+    go to the :class:`~bertkit.training.Trainer` (event -> function or functions). Data a reader only
+    warns about (a :class:`~bertkit.tasks.readers.DataWarning`, e.g. SQuAD answers that contradict
+    ``is_impossible``) is an error with ``strict``; training and validation data without gold labels
+    always are, before anything is trained.
     """
     start = time.perf_counter()
     task = make_task(task, **task_options)
@@ -151,7 +155,11 @@ def finetune(task: str | Task, model: str | os.PathLike, train: str | os.PathLik
         if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
             raise ValueError(f"{name} must be a positive number, got {value!r}.")
     with open_run(output_dir, resume=resume, overwrite=overwrite) as run:
-        examples = {name: task.read(path) for name, path in splits.items()}
+        with strict_data(strict):
+            examples = {name: task.read(path) for name, path in splits.items()}
+        for name in ("train", "validation"):  # test data may be unlabelled: it is only predicted
+            if name in examples:
+                task.check_labelled(splits[name], examples[name])
         task.fit(examples["train"])
         torch.manual_seed(seed)  # the new head's initial weights are a function of the seed
         net, tokenizer = _load(model, task, max_seq_length)

@@ -50,6 +50,8 @@ class MultipleChoice(Task):
 
     name = "choice"
     model_class = BERTForMultipleChoice
+    label_hint = ("column 'label': the right choice's index, or its text; JSON Lines may name it \"answer\" or "
+                  "\"answerKey\"")
 
     def __init__(self, *, encoding: str = "utf-8"):
         super().__init__()

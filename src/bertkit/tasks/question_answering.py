@@ -273,6 +273,12 @@ class QuestionAnswering(Task):
                 "null_score_diff_threshold": self.null_score_diff_threshold,
                 "version_2_with_negative": self.version_2_with_negative}
 
+    label_hint = "\"answers\", or \"is_impossible\": true"
+
+    @staticmethod
+    def locate(path: Any, example: QAExample) -> str:
+        return f"{path}: question id {example.id!r}"
+
     def read(self, path: str | os.PathLike) -> list[QAExample]:
         return read_squad(path)
 

@@ -4,7 +4,11 @@
 The format follows the file name: ``.jsonl`` / ``.json`` (one JSON object per line, or one JSON
 list of objects), ``.tsv`` (tab-separated, no quoting, as GLUE and Google's readers do: a field
 may begin with ``"``), anything else CSV (comma-separated, ``"``-quoted). Text files may be
-gzip/bz2/xz compressed (by suffix) and start with a byte-order mark.
+gzip/bz2/xz compressed (by suffix) and start with a byte-order mark. A CSV/TSV field may hold up to
+:data:`FIELD_LIMIT` characters (Python's csv module stops at 128 KiB).
+
+Errors name the file and line, ``"{path}, line {n}: what is wrong; what to do"``. What a reader
+accepts but doubts is a :class:`DataWarning`; :func:`strict_data` turns those into errors.
 """
 
 from __future__ import annotations
@@ -14,12 +18,40 @@ import csv
 import io
 import json
 import os
+import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from bertkit.data.corpus import COMPRESSION, decoding_error
+
+#: the longest CSV/TSV field read, in characters (a long document in one cell is fine; a file with an
+#: unclosed quote is caught well before its end swallows memory)
+FIELD_LIMIT = 64 * 1024 * 1024
+
+
+class DataWarning(UserWarning):
+    """Data a reader accepted but doubts (e.g. SQuAD answers that contradict ``is_impossible``).
+
+    Shown as a warning; inside :func:`strict_data` (``--strict``, ``strict=True``) it is an error.
+    """
+
+
+@contextlib.contextmanager
+def strict_data(strict: bool = True) -> Iterator[None]:
+    """Inside, with ``strict``, a :class:`DataWarning` raises ``ValueError`` with its message (and how to go
+    on) instead of being shown; without ``strict`` nothing changes."""
+    if not strict:
+        yield
+        return
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DataWarning)
+        try:
+            yield
+        except DataWarning as warning:
+            raise ValueError(f"{warning} (an error under --strict / strict=True: fix the data, or leave strict out "
+                             "to go on with a warning)") from None
 
 
 @dataclass
@@ -28,6 +60,11 @@ class Row:
 
     values: dict[str, Any]
     line: int
+
+
+def where(path: str | os.PathLike | None, line: int) -> str:
+    """``"{path}, line {line}"``, the start of every row error (``"line {line}"`` when the path is unknown)."""
+    return f"{path}, line {line}" if path else f"line {line}"
 
 
 def table_format(path: str | os.PathLike) -> str:
@@ -99,8 +136,7 @@ def _delimited_rows(path, f, kind: str, header: Sequence[str] | None) -> list[Ro
     reader = csv.reader(f, **options)
     columns = list(header) if header is not None else None
     rows = []
-    for fields in reader:
-        number = reader.line_num
+    for number, fields in _records(path, reader):
         if not fields or (len(fields) == 1 and not fields[0].strip()):
             continue
         if columns is None:
@@ -114,6 +150,25 @@ def _delimited_rows(path, f, kind: str, header: Sequence[str] | None) -> list[Ro
     if columns is None:
         raise ValueError(f"{path} is empty: it has no header row and no records.")
     return rows
+
+
+def _records(path, reader) -> Iterator[tuple[int, list[str]]]:
+    """``(line, fields)`` per record of a csv ``reader``; its errors (a field over :data:`FIELD_LIMIT`, a NUL
+    byte, ...) as ``ValueError`` naming the file and line."""
+    previous = csv.field_size_limit(FIELD_LIMIT)
+    try:
+        while True:
+            try:
+                fields = next(reader)
+            except StopIteration:
+                return
+            except csv.Error as error:
+                fix = (f"bertkit reads fields of up to {FIELD_LIMIT} characters: look for an unclosed quote, or "
+                       "split the field" if "field limit" in str(error) else "is it a text CSV/TSV file?")
+                raise ValueError(f"{path}, line {reader.line_num}: {error}; {fix}.") from None
+            yield reader.line_num, fields
+    finally:
+        csv.field_size_limit(previous)
 
 
 def column(path: str | os.PathLike, rows: Sequence[Row], name: str, option: str) -> str:

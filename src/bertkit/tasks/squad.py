@@ -3,7 +3,11 @@
 Gold answers are located in their context (:func:`locate_answer` repairs SQuAD's few misplaced
 ``answer_start`` values and whitespace differences, with one warning per file); a question with
 ``is_impossible`` (or, in JSON Lines, an empty ``answers``) is unanswerable, one with no answers at
-all is unlabelled (a test set). :mod:`bertkit.tasks.question_answering` turns them into windows
+all is unlabelled (a test set). Answers that contradict an explicit ``is_impossible`` (none but
+``false``, some but ``true``) are read as unanswerable with one
+:class:`~bertkit.tasks.readers.DataWarning` per file listing the question ids (an error under
+:func:`~bertkit.tasks.readers.strict_data`); a file whose every question is ``false`` without answers
+is unlabelled. :mod:`bertkit.tasks.question_answering` turns them into windows
 and answers.
 """
 
@@ -17,7 +21,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from bertkit.tasks.readers import open_text, read_rows, table_format
+from bertkit.tasks.readers import DataWarning, open_text, read_rows, table_format
 
 
 # ---------------------------------------------------------------------------------------------- examples
@@ -63,7 +67,8 @@ def read_squad(path: str | os.PathLike) -> list[QAExample]:
 
     ValueError, naming the file and the question, for invalid JSON, a missing key, a value of the
     wrong type, a duplicate id or a file without questions. Answers whose ``answer_start`` is off
-    are repaired by :func:`locate_answer`; one warning per file counts them.
+    are repaired by :func:`locate_answer`; one warning per file counts them. Answers contradicting
+    ``is_impossible`` give one :class:`~bertkit.tasks.readers.DataWarning` (see the module docstring).
     """
     with open_text(path) as f:
         text = f.read()
@@ -75,11 +80,12 @@ def read_squad(path: str | os.PathLike) -> list[QAExample]:
     else:
         raise ValueError(f"{path} is neither SQuAD JSON (an object with 'data') nor JSON Lines; name a JSON Lines "
                          "file .jsonl.")
-    repairs: dict[str, list[str]] = {"moved": [], "missing": []}
+    repairs: dict[str, list[str]] = {"moved": [], "missing": [], "unmarked": [], "answered": []}
     examples = [_example(where, record, repairs, jsonl=squad is None) for where, record in records]
     if not examples:
         raise ValueError(f"{path} holds no questions.")
     _check_unique_ids(path, examples)
+    _check_impossible(path, examples, repairs["unmarked"], repairs["answered"])
     if repairs["moved"] or repairs["missing"]:
         moved, missing = repairs["moved"], repairs["missing"]
         warnings.warn(f"{path}: {len(moved)} answers were not at their answer_start and were taken from the nearest "
@@ -154,7 +160,10 @@ def _example(where: str, record: Any, repairs: dict[str, list[str]], *, jsonl: b
     if not isinstance(impossible, bool):
         raise ValueError(f"{where}: 'is_impossible' must be true or false, got {impossible!r}.")
     pairs = _answer_pairs(where, record.get("answers"))
-    if impossible or (jsonl and pairs == []):
+    unmarked = pairs == [] and record.get("is_impossible") is False
+    if unmarked or (impossible and pairs):
+        repairs["unmarked" if unmarked else "answered"].append(qid)
+    if impossible or unmarked or (jsonl and pairs == []):
         answers = []  # SQuAD v2 marks it; HF's squad_v2 layout gives empty answer lists
     elif not pairs:
         answers = None  # no gold: a test set
@@ -169,6 +178,31 @@ def _example(where: str, record: Any, repairs: dict[str, list[str]], *, jsonl: b
                 repairs["moved"].append(qid)
             answers.append(Answer(text, *(span or (None, None))))
     return QAExample(qid, question, context, answers, str(record.get("title") or ""))
+
+
+def _check_impossible(path, examples: Sequence[QAExample], unmarked: list[str], answered: list[str]) -> None:
+    """One DataWarning for the questions whose answers contradict ``is_impossible`` (read as unanswerable):
+    ``unmarked`` have none but ``false``, ``answered`` some but ``true``. A file whose every question is
+    ``unmarked`` is a test set written with empty answers: its questions become unlabelled, unwarned."""
+    if len(unmarked) == len(examples):
+        for example in examples:
+            example.answers = None
+        return
+    problems = []
+    if unmarked:
+        problems.append(f"{len(unmarked)} question(s) have no answers but \"is_impossible\": false (ids "
+                        f"{_some(unmarked)}): give their answers, or mark them true")
+    if answered:
+        problems.append(f"{len(answered)} question(s) have answers but \"is_impossible\": true (ids "
+                        f"{_some(answered)}): set it false, or move the answers to \"plausible_answers\" as SQuAD "
+                        "v2 does")
+    if problems:
+        warnings.warn(f"{path}: {'; '.join(problems)}. They are read as unanswerable.", DataWarning, stacklevel=3)
+
+
+def _some(ids: Sequence[str], shown: int = 10) -> str:
+    """The first ``shown`` ids, and how many more."""
+    return ", ".join(map(repr, ids[:shown])) + (f" and {len(ids) - shown} more" if len(ids) > shown else "")
 
 
 def _answer_pairs(where: str, answers: Any) -> list[tuple[str, int]] | None:

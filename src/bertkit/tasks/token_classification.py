@@ -36,7 +36,7 @@ import numpy as np
 from bertkit.modeling.heads import BERTForTokenClassification
 from bertkit.tasks import metrics
 from bertkit.tasks.base import IGNORE_INDEX, Task, softmax
-from bertkit.tasks.readers import open_text, read_rows, table_format
+from bertkit.tasks.readers import open_text, read_rows, table_format, where
 
 #: tag prefixes that mark an entity scheme (scored by entity F1 rather than tag accuracy)
 ENTITY_PREFIXES = ("B-", "I-", "E-", "S-")
@@ -46,11 +46,13 @@ _FIELDS = re.compile(r"[ \t]+")  # only tabs and spaces: a token may be another 
 
 @dataclass
 class TaggedSentence:
-    """One sentence: its tokens, their tags (None in an untagged file) and the line it starts on (1-based)."""
+    """One sentence: its tokens, their tags (None in an untagged file), the line it starts on (1-based) and its
+    file (for error messages; "" when built in code)."""
 
     tokens: list[str]
     tags: list[str] | None
     line: int
+    path: str = ""
 
     @property
     def label(self) -> list[str] | None:
@@ -131,6 +133,22 @@ def split_words(piece_counts: Sequence[int], budget: int) -> list[tuple[int, int
     return windows
 
 
+def _columns(path, blocks: Sequence[Sequence[tuple[int, list[str]]]]) -> int:
+    """The number of columns of a CoNLL file: what most of its lines have (``blocks``: per sentence, its
+    ``(line number, fields)``). ValueError naming the file and the first line with another number of
+    columns (a missing tag would otherwise shift the columns, e.g. ``in NN`` trained with tag ``NN``)."""
+    counts = Counter(len(fields) for block in blocks for _, fields in block)
+    if len(counts) <= 1:
+        return next(iter(counts), 1)
+    expected, lines = counts.most_common(1)[0]
+    number, fields = next((number, fields) for block in blocks for number, fields in block
+                          if len(fields) != expected)
+    others = sum(counts.values()) - lines
+    raise ValueError(f"{path}, line {number}: {len(fields)} column(s) ({' '.join(fields)!r:.80}), but {lines} of the "
+                     f"file's lines have {expected} (token and tags, separated by spaces or tabs); {others} line(s) "
+                     "differ. Give every line all its columns (a token with a space inside splits in two).")
+
+
 # ---------------------------------------------------------------------- the task
 class TokenClassification(Task):
     """Word tagging (``bertkit finetune tag``); see the module docstring for data, labels and alignment.
@@ -145,6 +163,7 @@ class TokenClassification(Task):
     model_class = BERTForTokenClassification
     pads_labels = True
     sequence_outputs = True
+    label_hint = "a tag column in CoNLL (--tag-column), \"tags\" in JSON Lines"
     primary_metric = "f1"
 
     def __init__(self, *, tag_column: int = -1, label_all_pieces: bool = False, scheme: str | None = None,
@@ -195,10 +214,10 @@ class TokenClassification(Task):
                     continue
                 blocks[-1].append((number, fields))
         blocks = [block for block in blocks if block]
-        untagged = all(len(fields) == 1 for block in blocks for _, fields in block)
+        untagged = _columns(path, blocks) == 1
         return [TaggedSentence([fields[0] for _, fields in block],
                                None if untagged else [self._tag(path, number, fields) for number, fields in block],
-                               block[0][0]) for block in blocks]
+                               block[0][0], str(path)) for block in blocks]
 
     def _tag(self, path, number: int, fields: list[str]) -> str:
         column = self.tag_column if self.tag_column > 0 else len(fields) + self.tag_column
@@ -223,7 +242,7 @@ class TokenClassification(Task):
                                  "record of a tagged file needs its tags.")
             if tags is not None and len(tags) != len(tokens):
                 raise ValueError(f"{path}, line {row.line}: {len(tokens)} tokens but {len(tags)} {key}.")
-            sentences.append(TaggedSentence(tokens, self._tag_names(path, row.line, tags), row.line))
+            sentences.append(TaggedSentence(tokens, self._tag_names(path, row.line, tags), row.line, str(path)))
         return sentences
 
     def _tag_names(self, path, line: int, tags: list | None) -> list[str] | None:
@@ -288,8 +307,9 @@ class TokenClassification(Task):
         labels = self._fitted_labels()
         unknown = sorted({tag for e in examples for tag in e.tags} - set(labels))
         if unknown:
-            raise ValueError(f"tags {unknown} occur in this data but not in the training data (labels: {labels}); "
-                             "add sentences with them to the training data.")
+            first = next(e for e in examples if set(e.tags) - set(labels))
+            raise ValueError(f"{where(first.path, first.line)}: tags {unknown} occur in this data but not in the "
+                             f"training data (labels: {labels}); add sentences with them to the training data.")
         return [[self._label_ids[tag] for tag in e.tags] for e in examples]
 
     # ------------------------------------------------------------------ features
