@@ -27,10 +27,15 @@ logger = logging.getLogger("bertkit.export")
 DYNAMO_MIN_OPSET = 18
 
 
+#: the highest opset whose export ONNX Runtime runs: at 23 torch.onnx emits ONNX's Attention operator, whose CPU
+#: kernel (ONNX Runtime 1.32) refuses the mask the graph gives it, so the export's own check fails
+HIGHEST_VERIFIED_OPSET = 22
+
+
 def max_opset(min_opset: int) -> int:
-    """The highest ONNX opset this installation can export: the lower of torch.onnx's highest
-    (``ONNX_MAX_OPSET``) and the installed onnx package's (its own opset version). Without either
-    number (an older torch, onnx not installed) the other one decides; ``min_opset`` without both."""
+    """The highest ONNX opset bertkit exports: the lowest of torch.onnx's highest (``ONNX_MAX_OPSET``), the
+    installed onnx package's (its own opset version) and :data:`HIGHEST_VERIFIED_OPSET`; never below
+    ``min_opset``."""
     from torch.onnx import _constants
 
     highs = [getattr(_constants, "ONNX_MAX_OPSET", None)]
@@ -38,8 +43,8 @@ def max_opset(min_opset: int) -> int:
         import onnx
 
         highs.append(onnx.defs.onnx_opset_version())
-    highs = [high for high in highs if isinstance(high, int)]
-    return max(min_opset, min(highs)) if highs else min_opset
+    highs = [high for high in highs if isinstance(high, int)] + [HIGHEST_VERIFIED_OPSET]
+    return max(min_opset, min(highs))
 
 
 def export_graph(module: ExportedModule, batch: dict[str, torch.Tensor], signature: Signature, opset: int,

@@ -215,8 +215,8 @@ def _check_options(opset: int, quantize: str | None, tolerance: float) -> None:
     high = max_opset(MIN_OPSET)
     if not isinstance(opset, int) or isinstance(opset, bool) or not MIN_OPSET <= opset <= high:
         raise ValueError(f"opset {opset!r} is not supported: this installation exports opsets {MIN_OPSET} to {high} "
-                         f"(torch {torch.__version__}'s exporter and the installed onnx); pass --opset "
-                         f"{DEFAULT_OPSET} (the default) or another in that range.")
+                         f"(torch {torch.__version__}'s exporter, the installed onnx, and what ONNX Runtime runs); "
+                         f"pass --opset {DEFAULT_OPSET} (the default) or another in that range.")
     if quantize is not None and quantize not in QUANTIZATIONS:
         raise ValueError(f"quantize must be None or one of {QUANTIZATIONS}, got {quantize!r}.")
     if not tolerance > 0:
