@@ -52,3 +52,15 @@ def test_finetune_task_flags_labels_and_encoding():
         assert task_options(args, task) == {"labels": ["O", "B-PER", "I-PER"], "encoding": "latin-1"}
         with pytest.raises(SystemExit):
             parser.parse_args(["--labels", "O,,B-PER"])  # an empty name: argparse's usage error
+
+
+def test_os_errors_read_as_words_not_errno_numbers():
+    import errno
+
+    from bertkit.cli import one_line
+
+    assert one_line(OSError(errno.ENOSPC, "could not write /x/v.npy: no space left")) == \
+        "could not write /x/v.npy: no space left"
+    assert one_line(FileNotFoundError(errno.ENOENT, "No such file or directory", "/x/y")) == \
+        "/x/y: No such file or directory"
+    assert one_line(OSError("a plain\nmessage")) == "a plain message"

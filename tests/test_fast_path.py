@@ -408,3 +408,15 @@ def test_attention_dropout_takes_the_fast_kernel(tiny_config, monkeypatch):
     heads, length = config.num_attention_heads, ids.shape[1]
     assert (3, heads, length, length) in calls  # attention probabilities
     assert len(calls) == 1 + 3 * config.num_hidden_layers + 1  # embeddings, 3 per layer, the classifier
+
+
+def test_measuring_the_gemm_backend_leaves_the_random_state_alone():
+    """The measurement draws its matrices from a generator of its own: a seeded run is the same whether or not
+    the first product of the process triggered the measurement."""
+    from bertkit.modeling import fast
+
+    torch.manual_seed(5)
+    expected = torch.rand(4)
+    torch.manual_seed(5)
+    fast.measure_gemm(64, 64, 64, repeats=1)
+    assert torch.equal(torch.rand(4), expected)

@@ -131,6 +131,9 @@ class _StderrHandler(logging.StreamHandler):
 def one_line(error: BaseException) -> str:
     """The error's message on one line (its type when it has none, as for a bare ``KeyError``)."""
     text = " ".join(str(error).split())
+    if isinstance(error, OSError) and error.strerror:  # "[Errno 28] ..." says nothing to a user: the words do
+        text = " ".join(f"{error.filename}: {error.strerror}".split()) if error.filename else \
+            " ".join(error.strerror.split())
     if isinstance(error, KeyError | IndexError | AttributeError) or not text:
         text = f"{type(error).__name__}: {text}" if text else type(error).__name__
     return f"{text} (run with --debug for the traceback)" if not isinstance(error, ValueError | OSError) else text

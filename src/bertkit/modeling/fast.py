@@ -141,7 +141,8 @@ def onednn_available() -> bool:
 
 def measure_gemm(m: int = 512, k: int = 768, n: int = 1024, repeats: int = 7) -> GemmMeasurement:
     """Time ``F.linear`` against oneDNN's inner product on one float32 ``[m, k] x [k, n]``, interleaved."""
-    x, w = torch.randn(m, k), torch.randn(n, k)
+    g = torch.Generator().manual_seed(0)  # its own: measuring must not move the caller's random state
+    x, w = torch.randn(m, k, generator=g), torch.randn(n, k, generator=g)
     runs = {"plain": lambda: F.linear(x, w), "onednn": lambda: onednn_linear(x, w, None)}
     times: dict[str, list[float]] = {name: [] for name in runs}
     for i in range(repeats + 2):
