@@ -425,3 +425,17 @@ def test_question_answering_loss_and_accuracy(batch):
     assert_close(loss, ref.mean())
     # an out-of-range start is ignored: only half the example's end loss remains
     assert_close(clamped[2], F.cross_entropy(end_logits[2:], ends[2:]) / 2)
+
+
+def test_multi_label_accuracy_counts_examples_with_every_label_right():
+    import bertkit
+
+    config = bertkit.BERTConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                                intermediate_size=20, num_labels=3)
+    model = bertkit.BERTForSequenceClassification(config).eval()
+    ids = torch.randint(5, 50, (4, 7), generator=torch.Generator().manual_seed(0))
+    predicted = (model(ids) > 0).float()
+    labels = predicted.clone()
+    labels[0, 0] = 1 - labels[0, 0]  # one label of one example wrong
+    assert model.get_accuracy(labels, ids).item() == pytest.approx(0.75)
+    assert model.get_accuracy(predicted, ids).item() == 1.0

@@ -200,9 +200,16 @@ class BERTForSequenceClassification(_ClassifierHead):
         """``[{"label": ..., "score": ...}]`` per text: the most probable class and its probability."""
         return text_helpers.classify_text(self, tokenizer, text, text_pair)
 
+    @torch.no_grad()
     def get_accuracy(self, labels, *inputs, ignore_index=-100, **kw_inputs):
-        if self.problem_type(labels) == "regression":
+        """Single-label: the fraction of right labels (``ignore_index`` left out); multi-label (float ``[B, C]``
+        labels): the fraction of examples with every label right, as the training metrics count it."""
+        kind = self.problem_type(labels)
+        if kind == "regression":
             raise ValueError("accuracy is undefined for regression; use get_loss (mean squared error).")
+        if kind == "multi_label_classification":
+            logits = self(*inputs, **kw_inputs)
+            return self.step_metrics(logits, labels.to(logits.device), {})["accuracy"]
         return super().get_accuracy(labels.long(), *inputs, ignore_index=ignore_index, **kw_inputs)
 
 
