@@ -427,7 +427,8 @@ def test_question_answering_loss_and_accuracy(batch):
     assert_close(clamped[2], F.cross_entropy(end_logits[2:], ends[2:]) / 2)
 
 
-def test_multi_label_accuracy_counts_examples_with_every_label_right():
+def test_multi_label_accuracy_from_float_labels_alone():
+    """No problem_type in the config: float [B, C] labels make it multi-label, as for the loss."""
     import bertkit
 
     config = bertkit.BERTConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
@@ -437,5 +438,5 @@ def test_multi_label_accuracy_counts_examples_with_every_label_right():
     predicted = (model(ids) > 0).float()
     labels = predicted.clone()
     labels[0, 0] = 1 - labels[0, 0]  # one label of one example wrong
-    assert model.get_accuracy(labels, ids).item() == pytest.approx(0.75)
+    assert model.get_accuracy(labels, ids).item() == pytest.approx(11 / 12)  # of every label of every example
     assert model.get_accuracy(predicted, ids).item() == 1.0

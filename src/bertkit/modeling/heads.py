@@ -202,14 +202,13 @@ class BERTForSequenceClassification(_ClassifierHead):
 
     @torch.no_grad()
     def get_accuracy(self, labels, *inputs, ignore_index=-100, **kw_inputs):
-        """Single-label: the fraction of right labels (``ignore_index`` left out); multi-label (float ``[B, C]``
-        labels): the fraction of examples with every label right, as the training metrics count it."""
+        """The fraction of right labels (``ignore_index`` left out); multi-label (``problem_type``, or float
+        ``[B, C]`` labels): of every label of every example."""
         kind = self.problem_type(labels)
         if kind == "regression":
             raise ValueError("accuracy is undefined for regression; use get_loss (mean squared error).")
-        if kind == "multi_label_classification":
-            logits = self(*inputs, **kw_inputs)
-            return self.step_metrics(logits, labels.to(logits.device), {})["accuracy"]
+        if kind == "multi_label_classification":  # float labels say so even when the config does not
+            return accuracy((self(*inputs, **kw_inputs) > 0).long(), labels.long(), ignore_index)
         return super().get_accuracy(labels.long(), *inputs, ignore_index=ignore_index, **kw_inputs)
 
 
