@@ -50,19 +50,19 @@ def test_demo_pretrains_and_reports_against_baselines(capsys, tmp_path):
 
 
 def test_demo_plans_cheaper_runs_for_smaller_budgets():
-    from bertkit.cli.demo import MIN_STEPS, describe, plan_training
+    from bertkit.cli.demo import describe, plan_training
 
-    speed = {32: 0.1, 16: 0.06}  # seconds per step, as measured on some machine
-    assert plan_training(400, speed) == demo_plan(3500, 32, 0.1, "recipe")  # 350 s of steps fit
-    assert plan_training(100, speed) == demo_plan(1000, 32, 0.1, "fewer steps")
-    small = {32: 0.1, 16: 0.1 * MIN_STEPS[32] / MIN_STEPS[16] / 1.5}
-    cheaper = plan_training(MIN_STEPS[32] * 0.1 - 1, small)  # too few steps of 32: more, smaller steps
-    assert cheaper.kind == "smaller batch" and cheaper.batch_size == 16 and cheaper.steps >= MIN_STEPS[16]
-    assert plan_training(5, speed).kind == "too short"
+    speed = {32: 0.1, 16: 0.04}  # seconds per step, as measured on some machine
+    fewest = {32: 600, 16: 1000}  # steps that learn past the unigram baseline, per batch size
+    assert plan_training(400, speed, min_steps=fewest) == demo_plan(3500, 32, 0.1, "recipe")  # 350 s of steps fit
+    assert plan_training(100, speed, min_steps=fewest) == demo_plan(1000, 32, 0.1, "fewer steps")
+    assert plan_training(50, speed, min_steps=fewest) == demo_plan(1250, 16, 0.04, "smaller batch")
+    assert plan_training(5, speed, min_steps=fewest) == demo_plan(125, 16, 0.04, "too short")
+    assert plan_training(100, speed) == demo_plan(1000, 32, 0.1, "too short")  # the defaults: the recipe or nothing
     asked = []
-    plan_training(1000, lambda batch: asked.append(batch) or 0.1)
+    plan_training(1000, lambda batch: asked.append(batch) or 0.1, min_steps=fewest)
     assert asked == [32]  # a plan that fits measures no other batch size
-    line = describe(plan_training(100, speed), 600, 3500, 32, 64)
+    line = describe(plan_training(100, speed, min_steps=fewest), 600, 3500, 32, 64)
     assert line == ("machine: 0.100 s/step at batch 32; the recipe's 3,500 x 32 would take about 350 s, so running "
                     "1,000 steps of 32 x 64 tokens (learning-rate schedule over these steps) to fit the 600 s budget")
 
