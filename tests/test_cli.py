@@ -1,3 +1,4 @@
+import json
 import subprocess
 import sys
 
@@ -28,16 +29,48 @@ def test_info_on_a_size_and_a_directory(capsys, tmp_path, tiny_config):
 def test_demo_pretrains_and_reports_against_baselines(capsys, tmp_path):
     from bertkit.cli import demo
 
-    evaluation = demo.run(str(tmp_path / "demo"), budget_s=60, max_steps=3)
+    evaluation = demo.run(str(tmp_path / "demo"), budget_s=60, max_steps=3, precision="fp32")
     out = capsys.readouterr().out
-    for line in ("MLM accuracy at [MASK] positions", "MLM accuracy at all selected positions",
-                 "fill-mask:", "model + tokenizer:"):
+    for line in ("s/step at batch 32; running 3 steps of 32 x 64 tokens (--max-steps)",
+                 "MLM accuracy at [MASK] positions", "MLM accuracy at all selected positions",
+                 "fill-mask:", "model + tokenizer:", "wall time"):
         assert line in out
     assert "NSP accuracy" not in out and "nsp_accuracy" not in evaluation  # the tiny recipe trains MLM alone
     assert 0 < evaluation["masked_positions"] < evaluation["selected_positions"]
+    assert evaluation["demo"]["steps"] == 3 and evaluation["demo"]["precision"] == "fp32"
     assert (tmp_path / "demo" / "model" / "model.safetensors").is_file()
-    demo.run(str(tmp_path / "demo"), budget_s=60, max_steps=1)  # a second run never overwrites the first
-    assert (tmp_path / "demo-2" / "model" / "model.safetensors").is_file()
+    # a budget nothing fits in: planned (not cut short), said so, and a second run never overwrites the first
+    evaluation = demo.run(str(tmp_path / "demo"), budget_s=1)
+    out = capsys.readouterr().out
+    assert "the 1 s budget is too short to learn past the unigram baseline" in out
+    assert "exceeded the 1 s budget" in out and "all planned steps were run" in out
+    assert evaluation["demo"]["kind"] == "too short" and not evaluation["demo"]["within_budget"]
+    saved = json.loads((tmp_path / "demo-2" / "evaluation.json").read_text())
+    assert saved["demo"] == evaluation["demo"]
+
+
+def test_demo_plans_cheaper_runs_for_smaller_budgets():
+    from bertkit.cli.demo import describe, plan_training
+
+    speed = {32: 0.1, 16: 0.04}  # seconds per step, as measured on some machine
+    fewest = {32: 600, 16: 1000}  # steps that learn past the unigram baseline, per batch size
+    assert plan_training(400, speed, min_steps=fewest) == demo_plan(3500, 32, 0.1, "recipe")  # 350 s of steps fit
+    assert plan_training(100, speed, min_steps=fewest) == demo_plan(1000, 32, 0.1, "fewer steps")
+    assert plan_training(50, speed, min_steps=fewest) == demo_plan(1250, 16, 0.04, "smaller batch")
+    assert plan_training(5, speed, min_steps=fewest) == demo_plan(125, 16, 0.04, "too short")
+    assert plan_training(100, speed) == demo_plan(1000, 32, 0.1, "too short")  # the defaults: the recipe or nothing
+    asked = []
+    plan_training(1000, lambda batch: asked.append(batch) or 0.1, min_steps=fewest)
+    assert asked == [32]  # a plan that fits measures no other batch size
+    line = describe(plan_training(100, speed, min_steps=fewest), 600, 3500, 32, 64)
+    assert line == ("machine: 0.100 s/step at batch 32; the recipe's 3,500 x 32 would take about 350 s, so running "
+                    "1,000 steps of 32 x 64 tokens (learning-rate schedule over these steps) to fit the 600 s budget")
+
+
+def demo_plan(steps, batch_size, seconds_per_step, kind):
+    from bertkit.cli.demo import Plan
+
+    return Plan(steps, batch_size, seconds_per_step, kind)
 
 
 def test_finetune_task_flags_labels_and_encoding():

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 
 #: subcommand -> (module under bertkit.cli, one-line help)
 COMMANDS = {
-    "demo": ("demo", "show the model family and run a forward pass"),
+    "demo": ("demo", "pretrain a small BERT on bundled Austen within a time budget (10 min), report vs baselines"),
     "info": ("info", "describe a model size, or a saved checkpoint directory"),
     "pretrain": ("pretrain", "pretrain a BERT from prepared data or raw text"),
     "finetune": ("finetune", "fine-tune a BERT: classify, tag, qa (SQuAD), choice (SWAG)"),
