@@ -49,6 +49,9 @@ from pathlib import Path
 
 import torch
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from conftest import randomize_  # the suite's: every parameter random, LayerNorms near 1
+
 SECTIONS = ("parity", "sdpa", "inference", "training", "ddp", "finetune")
 BASE = dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072)
 #: hidden 36 with 3 heads (head dim 12), inner 37, vocab 99, 3 token types (as tests/conftest.py's TINY)
@@ -106,16 +109,6 @@ def padded_inputs(batch: int, length: int, vocab: int, types: int, real: float, 
     ids[mask == 0] = 0
     token_types[mask == 0] = 0
     return ids, mask, token_types
-
-
-def randomize_(model: torch.nn.Module, seed: int, std: float) -> torch.nn.Module:
-    """Random values in every parameter (biases and LayerNorms too), as tests/conftest.py does."""
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            noise = torch.randn(p.shape, generator=g) * std
-            p.copy_(1.0 + noise if name.endswith("LayerNorm.weight") else noise)
-    return model
 
 
 def hf_and_bertkit(cfg: dict, workdir: Path, *, std: float | None, seed: int = 0):
