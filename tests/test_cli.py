@@ -97,3 +97,23 @@ def test_os_errors_read_as_words_not_errno_numbers():
     assert one_line(FileNotFoundError(errno.ENOENT, "No such file or directory", "/x/y")) == \
         "/x/y: No such file or directory"
     assert one_line(OSError("a plain\nmessage")) == "a plain message"
+
+
+def test_the_demo_picks_the_faster_thread_count():
+    """A busy machine can make two threads slower than one: the demo measures both and keeps the faster."""
+    import torch
+
+    from bertkit.cli.demo import fastest_threads
+
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        busy = {2: 1.2, 1: 0.42}  # seconds per step, as seen on a loaded 2-core machine
+        assert fastest_threads(lambda: busy[torch.get_num_threads()]) == (1, 0.42, busy)
+        assert torch.get_num_threads() == 1
+        torch.set_num_threads(2)
+        idle = {2: 0.05, 1: 0.09}
+        assert fastest_threads(lambda: idle[torch.get_num_threads()])[:2] == (2, 0.05)
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)

@@ -149,6 +149,23 @@ def measure_seconds_per_step(batch_size: int, seq_length: int, vocab_size: int, 
     return (time.perf_counter() - start) / steps
 
 
+def fastest_threads(measure: Callable[[], float]) -> tuple[int, float, dict[int, float]]:
+    """On a CPU, the thread count whose training steps run faster here now, all of them or one, and its seconds
+    per step (``measure()`` times steps under the current setting, which is left at the choice): on a busy machine
+    threads can wait on each other so long that one alone is faster (seen: 1.2 s/step on 2 threads, 0.42 on 1).
+    Returns ``(threads, seconds, {threads: seconds measured})``."""
+    import torch
+
+    everything = torch.get_num_threads()
+    timed = {everything: measure()}
+    if everything > 1:
+        torch.set_num_threads(1)
+        timed[1] = measure()
+    threads = min(timed, key=timed.get)
+    torch.set_num_threads(threads)
+    return threads, timed[threads], timed
+
+
 def run(output: str = "runs/demo", budget_s: float = 600.0, max_steps: int | None = None,
         precision: str = "auto") -> dict:
     """Plan, pretrain, evaluate and print; returns the held-out evaluation with the plan under ``"demo"``."""
@@ -171,10 +188,17 @@ def run(output: str = "runs/demo", budget_s: float = 600.0, max_steps: int | Non
     device = torch.device("cuda" if gpu else "cpu")
     if precision == "auto":
         precision = "bf16" if gpu or cpu_supports_bf16() else "fp32"
+    speeds: dict[int, float] = {}
+    if device.type == "cpu":  # the thread count first: every later measurement and the run use it
+        def recipe_speed() -> float:
+            return measure_seconds_per_step(r.batch_size, r.max_seq_length, r.vocab_size, r.masked_lm_prob,
+                                            precision, device)
+
+        threads, speeds[r.batch_size], timed = fastest_threads(recipe_speed)
+        chosen = ", ".join(f"{n} thread{'s' if n > 1 else ''} {t:.3f} s/step" for n, t in sorted(timed.items()))
+        print(f"bertkit demo: threads measured ({chosen}): using {threads}")
     print(f"bertkit demo: pretraining a BERT (L={layers}, H={hidden}) on Jane Austen's six novels; "
           f"device={device.type} precision={precision} threads={torch.get_num_threads()}; output in {out}/")
-
-    speeds: dict[int, float] = {}
 
     def speed(batch: int) -> float:  # measured only for the batch sizes the plan considers
         if batch not in speeds:
