@@ -1,7 +1,8 @@
 """``bertkit demo``: pretrain a small BERT on Jane Austen's novels (bundled) within a time budget (default 10 minutes).
 
 Uses the ``tiny`` size's recipe (``bertkit.presets.RECIPES``, the same defaults as ``bertkit pretrain --text ...
---model tiny``: masked-LM alone on contiguous text, no NSP). It first times a few training steps on this machine,
+--model tiny``: masked-LM alone on contiguous text, no NSP). It first times a few training steps on this machine (on
+a CPU with all threads and with one, keeping the faster: on a busy machine threads spin waiting for each other),
 then plans the run to end within ``--budget`` seconds of wall time and prints one line saying which plan and why:
 the whole recipe when it fits; else the steps that fit, with the learning-rate schedule warming up and decaying
 over those steps; else smaller batches (cheaper steps, more of them); and on a machine too slow for even that,
