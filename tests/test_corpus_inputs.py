@@ -154,3 +154,24 @@ def test_training_without_nsp_uses_contiguous_text_and_reports_no_nsp(tmp_path):
     assert "nsp_labels" not in data.collator(nsp=False)([data[0], data[1]]) and not any(
         "nsp_loss" in json.loads(line) for line in result.metrics_path.read_text().splitlines())
     assert "nsp_accuracy" not in result.evaluation and result.evaluation["selected_positions"] > 0
+
+
+def test_blank_line_separated_blocks_of_paragraph_lines_are_documents(caplog):
+    """A corpus written one document after another (each a block of paragraph lines, a blank line between
+    documents, no chapters) was read as one document; a blank line after every paragraph still is not a document
+    boundary, and chapter headings still decide where there are any."""
+    import logging
+
+    paragraphs = _paragraphs(PERSUASION, 60)
+    blocks = [paragraphs[i:i + 3] for i in range(0, 60, 3)]
+    corpus = "\n\n".join("\n".join(block) for block in blocks) + "\n"
+    with caplog.at_level(logging.INFO, logger="bertkit.data"):
+        documents = list(read_documents(corpus))
+    assert len(documents) == 20
+    assert "a document per blank-line separated block" in caplog.text
+    first = [s for p in blocks[0] for s in read_documents(p + "\n", format="paragraphs").__next__()]
+    assert documents[0] == first
+    spaced = "\n\n".join(paragraphs) + "\n"  # a blank line after every paragraph: one document, as before
+    assert len(list(read_documents(spaced, format="paragraphs"))) == 1
+    chaptered = "\n\n".join(f"CHAPTER {i}\n\n" + "\n".join(block) for i, block in enumerate(blocks[:4], 1)) + "\n"
+    assert len(list(read_documents(chaptered, format="paragraphs"))) == 4

@@ -9,7 +9,12 @@ Three layouts are understood, chosen per file (``format="auto"``) or forced:
   headings ("CHAPTER IV", "Chapter 12", "CHAPTER 1. Loomings."), paragraphs are unwrapped,
   and each paragraph is split into sentences by :func:`split_sentences`.
 - ``"paragraphs"``: one paragraph per line (what most editors and exporters write), blank
-  lines optional; otherwise as ``"prose"``.
+  lines optional; otherwise as ``"prose"``. Where blank lines separate blocks of several
+  paragraph lines and the file has no chapter headings, each block is a document (a corpus
+  written one document after another), as :func:`blocks_are_documents` decides.
+
+With ``format="auto"`` the layout is decided per file from its first 2,000 lines and said in one
+log line (``bertkit.data``, INFO) naming the file.
 
 Files are read in any encoding Python knows (``encoding``, UTF-8 by default; a byte-order
 mark is dropped), with any line ending, and ``.gz`` / ``.bz2`` / ``.xz`` files are
@@ -25,6 +30,7 @@ import codecs
 import gzip
 import io
 import itertools
+import logging
 import lzma
 import os
 import re
@@ -34,6 +40,9 @@ from pathlib import Path
 from bertkit.data.encodings import SAMPLE, encoding_advice, sniff_encoding
 
 FORMATS = ("auto", "google", "prose", "paragraphs")
+#: lines sampled from the start of a source to decide its layout
+HEAD_LINES = 2000
+logger = logging.getLogger("bertkit.data")
 
 #: file suffix -> opener of the decompressed byte stream
 COMPRESSION = {".gz": gzip.open, ".bz2": bz2.open, ".xz": lzma.open}
@@ -83,15 +92,49 @@ def read_documents(sources: str | os.PathLike | Iterable[str | os.PathLike],
         sources = [sources]
     for source in sources:
         lines = _lines_of(source, encoding)
-        chosen = format
-        if chosen == "auto":
-            head = list(itertools.islice(lines, 2000))
-            chosen = detect_format(head)
-            lines = itertools.chain(head, lines)
+        head = list(itertools.islice(lines, HEAD_LINES))
+        lines = itertools.chain(head, lines)
+        chosen = detect_format(head) if format == "auto" else format
+        blocks = chosen == "paragraphs" and blocks_are_documents(head)
+        if format == "auto":
+            logger.info("%s: %s", _name(source), _LAYOUTS["blocks" if blocks else chosen])
         if chosen == "google":
             yield from _google_documents(lines)
+        elif blocks:
+            yield from _block_documents(lines)
         else:
             yield from _prose_documents(lines, one_paragraph_per_line=chosen == "paragraphs")
+
+
+#: what each layout means, for the log line of ``format="auto"``
+_LAYOUTS = {"google": "one sentence per line, a blank line between documents (google)",
+            "prose": "prose: paragraphs between blank lines, documents at chapter headings",
+            "paragraphs": "one paragraph per line, documents at chapter headings (paragraphs)",
+            "blocks": "one paragraph per line, a document per blank-line separated block (paragraphs)"}
+
+
+def _name(source: str | os.PathLike) -> str:
+    text = os.fspath(source)
+    return text if "\n" not in text and len(text) < 300 else "text in memory"
+
+
+def blocks_are_documents(head: list[str]) -> bool:
+    """Whether blank-line separated blocks of one-paragraph lines are documents: the sample has no chapter
+    heading, and most of its blocks (two at least) hold several lines. A blank line after every paragraph
+    (blocks of one line) separates paragraphs, not documents."""
+    sizes, size = [], 0
+    for line in head:
+        stripped = line.strip()
+        if stripped and is_heading(stripped):
+            return False
+        if stripped:
+            size += 1
+        elif size:
+            sizes.append(size)
+            size = 0
+    if size:
+        sizes.append(size)
+    return len(sizes) >= 2 and sum(n > 1 for n in sizes) >= len(sizes) / 2
 
 
 def detect_format(lines: Iterable[str]) -> str:
@@ -237,6 +280,14 @@ def _google_documents(lines: Iterable[str]) -> Iterator[list[str]]:
             document = []
     if document:
         yield document
+
+
+def _block_documents(lines: Iterable[str]) -> Iterator[list[str]]:
+    """A document per blank-line separated block; each line a paragraph, split into sentences."""
+    for block in _google_documents(lines):
+        document = [sentence for paragraph in block for sentence in split_sentences(paragraph)]
+        if document:
+            yield document
 
 
 def _prose_documents(lines: Iterable[str], one_paragraph_per_line: bool = False) -> Iterator[list[str]]:
