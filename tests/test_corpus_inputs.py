@@ -175,3 +175,30 @@ def test_blank_line_separated_blocks_of_paragraph_lines_are_documents(caplog):
     assert len(list(read_documents(spaced, format="paragraphs"))) == 1
     chaptered = "\n\n".join(f"CHAPTER {i}\n\n" + "\n".join(block) for i, block in enumerate(blocks[:4], 1)) + "\n"
     assert len(list(read_documents(chaptered, format="paragraphs"))) == 4
+
+
+def test_jsonl_corpora_hold_a_document_per_line(tmp_path):
+    """C4 / FineWeb-style JSON lines: a document per line from its text field (compressed too); a line that is
+    not such an object is refused naming the file and line."""
+    import json
+
+    texts = ["\n".join(_paragraphs(PERSUASION, 60)[i:i + 2]) for i in range(0, 12, 2)]
+    rows = [json.dumps({"text": text, "url": f"https://example.org/{i}"}) for i, text in enumerate(texts)]
+    plain = tmp_path / "part-0.jsonl"
+    plain.write_text("\n".join(rows) + "\n\n", encoding="utf-8")
+    documents = list(read_documents(plain))
+    assert len(documents) == 6
+    assert documents[0] == [s for doc in read_documents(texts[0] + "\n", format="paragraphs") for s in doc]
+    packed = tmp_path / "part-0.jsonl.gz"
+    with gzip.open(packed, "wt", encoding="utf-8") as f:
+        f.write("\n".join(rows) + "\n")
+    assert list(read_documents(packed)) == documents
+    other = tmp_path / "other.jsonl"
+    other.write_text(json.dumps({"content": texts[0]}) + "\n", encoding="utf-8")
+    assert list(read_documents(other, text_field="content")) == documents[:1]
+    with pytest.raises(ValueError, match=r"other.jsonl, line 1: no text in field 'text' \(found: \['content'\]\)"):
+        list(read_documents(other))
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text(rows[0] + "\n{not json\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"broken.jsonl, line 2: not JSON"):
+        list(read_documents(broken))

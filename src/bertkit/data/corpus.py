@@ -13,6 +13,10 @@ Three layouts are understood, chosen per file (``format="auto"``) or forced:
   paragraph lines and the file has no chapter headings, each block is a document (a corpus
   written one document after another), as :func:`blocks_are_documents` decides.
 
+A ``.jsonl`` file (compressed or not) holds one document per line, a JSON object whose ``text_field``
+(default ``"text"``, as C4 and FineWeb write it) is the document's text: its lines are paragraphs, split
+into sentences; a line that is not such an object is a ValueError naming the file and line.
+
 With ``format="auto"`` the layout is decided per file from its first 2,000 lines and said in one
 log line (``bertkit.data``, INFO) naming the file.
 
@@ -30,6 +34,7 @@ import codecs
 import gzip
 import io
 import itertools
+import json
 import logging
 import lzma
 import os
@@ -72,14 +77,15 @@ _ENDS_SENTENCE = re.compile(rf"[.?!…][{re.escape(_CLOSERS)}]*$")
 
 
 def read_documents(sources: str | os.PathLike | Iterable[str | os.PathLike],
-                   format: str = "auto", encoding: str = "utf-8") -> Iterator[list[str]]:
+                   format: str = "auto", encoding: str = "utf-8", text_field: str = "text") -> Iterator[list[str]]:
     """Yield the documents of ``sources``, each a list of sentences (empty documents are skipped).
 
     ``sources``: files, or texts in memory. A ``Path`` (any ``os.PathLike``) is a file; a
     ``str`` is a file if one exists at that path, and a text if it contains a line break;
     anything else is a ValueError. A document never spans two sources.
     ``format``: ``"auto"`` (decided per source by :func:`detect_format`), ``"google"``,
-    ``"prose"`` or ``"paragraphs"``. ``encoding``: of the files (``codecs`` names).
+    ``"prose"`` or ``"paragraphs"``. ``encoding``: of the files (``codecs`` names). ``text_field``: the
+    field holding a document's text in a ``.jsonl`` file.
     """
     if format not in FORMATS:
         raise ValueError(f"format must be one of {FORMATS}, got {format!r}.")
@@ -92,6 +98,9 @@ def read_documents(sources: str | os.PathLike | Iterable[str | os.PathLike],
         sources = [sources]
     for source in sources:
         lines = _lines_of(source, encoding)
+        if _is_jsonl(source):
+            yield from _jsonl_documents(lines, source, text_field)
+            continue
         head = list(itertools.islice(lines, HEAD_LINES))
         lines = itertools.chain(head, lines)
         chosen = detect_format(head) if format == "auto" else format
@@ -280,6 +289,37 @@ def _google_documents(lines: Iterable[str]) -> Iterator[list[str]]:
             document = []
     if document:
         yield document
+
+
+def _is_jsonl(source: str | os.PathLike) -> bool:
+    """Whether ``source`` is a file named ``*.jsonl`` (before a compression suffix)."""
+    if isinstance(source, str) and "\n" in source:
+        return False
+    suffixes = [suffix.lower() for suffix in Path(source).suffixes]
+    if suffixes and suffixes[-1] in COMPRESSION:
+        suffixes.pop()
+    return bool(suffixes) and suffixes[-1] == ".jsonl"
+
+
+def _jsonl_documents(lines: Iterable[str], source: str | os.PathLike, text_field: str) -> Iterator[list[str]]:
+    """A document per line of a JSON-lines file: the sentences of its ``text_field``, paragraph by paragraph."""
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise ValueError(f"{os.fspath(source)}, line {number}: not JSON ({error.msg}); a .jsonl corpus holds "
+                             "one JSON object per line.") from None
+        text = record.get(text_field) if isinstance(record, dict) else None
+        if not isinstance(text, str):
+            keys = sorted(record) if isinstance(record, dict) else type(record).__name__
+            raise ValueError(f"{os.fspath(source)}, line {number}: no text in field {text_field!r} (found: {keys}); "
+                             "pass the field that holds the text (read_documents(..., text_field=...)).")
+        document = [sentence for paragraph in text.splitlines() if paragraph.strip()
+                    for sentence in split_sentences(paragraph.strip())]
+        if document:
+            yield document
 
 
 def _block_documents(lines: Iterable[str]) -> Iterator[list[str]]:
