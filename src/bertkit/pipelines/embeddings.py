@@ -58,7 +58,7 @@ class _TextsOrIds(Pipeline):
         """The model row of a token-id input (ValueError unless integers of the vocabulary, within the model)."""
         if not isinstance(ids, list | tuple) or not ids or not all(type(i) is int for i in ids):
             raise ValueError(f"{self.task} takes texts or non-empty lists of token ids, got {str(ids)[:80]}.")
-        size = len(self.tokenizer.get_vocab())
+        size = len(self.tokenizer)
         bad = next((i for i in ids if not 0 <= i < size), None)
         if bad is not None:
             raise ValueError(f"token id {bad} is outside the vocabulary (0..{size - 1}).")
@@ -126,9 +126,9 @@ class EmbeddingsPipeline(_TextsOrIds):
         return backbone(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])[0]
 
     def postprocess(self, item: Any, features: list[dict], outputs: list[np.ndarray], params: dict) -> list:
-        tokens = torch.from_numpy(outputs[0])[None]  # [1, L, H], every token real
         if params["output"] == "tokens":
             return outputs[0].tolist()
+        tokens = torch.from_numpy(outputs[0])[None]  # [1, L, H], every token real
         vector = Pooling((params["pooling"] or "mean",))(tokens, torch.ones(tokens.shape[:2], dtype=torch.long))[0]
         return self._finish(vector, params)
 

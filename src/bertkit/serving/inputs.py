@@ -70,7 +70,7 @@ def prepare(inputs: Sequence[Any], *, tokenizer: Any, limit: int, truncate: bool
             items[i] = _shortened(item, i, limit, truncate, side, field, tokenizer)
             texts.append(i)
     if texts:
-        for i, n in zip(texts, _count(tokenizer, [items[i] for i in texts], prefix)):
+        for i, n in zip(texts, count_tokens(tokenizer, [items[i] for i in texts], prefix)):
             counts[i] = n
     for i in texts:
         if counts[i] > limit and not truncate:
@@ -103,16 +103,24 @@ def _shortened(item: Text, index: int, limit: int, truncate: bool, side: str, fi
                                       "it or send \"truncate\": true.", param=field, code="context_length_exceeded")
             return text
         cut = cut_words(text, 4 * limit + 16, side)
-        if cut is text or _count(tokenizer, [cut], "")[0] > limit + 3:
+        if cut is text or count_tokens(tokenizer, [cut], "")[0] > limit + 3:
             return cut if len(cut) <= cap else chars_cut(cut, cap, side)
         return chars_cut(text, cap, side)  # the words held too few tokens (control characters, say)
 
     return one(item) if isinstance(item, str) else (one(item[0]), one(item[1]))
 
 
-def _count(tokenizer: Any, texts: list[Text], prefix: str) -> list[int]:
-    """Tokens of each text or pair, special tokens included, before truncation."""
-    if all(isinstance(t, str) for t in texts):
-        return [len(ids) for ids in tokenizer([prefix + t for t in texts])["input_ids"]]
-    return [len(tokenizer(t, None)["input_ids"]) if isinstance(t, str) else len(tokenizer(t[0], t[1])["input_ids"])
-            for t in texts]
+def count_tokens(tokenizer: Any, texts: list[Text], prefix: str = "") -> list[int]:
+    """Tokens of each text (after ``prefix``) or pair, special tokens included, before truncation: one batched
+    tokenizer call for the texts and one for the pairs."""
+    counts = [0] * len(texts)
+    singles = [i for i, t in enumerate(texts) if isinstance(t, str)]
+    pairs = [i for i, t in enumerate(texts) if not isinstance(t, str)]
+    if singles:
+        for i, ids in zip(singles, tokenizer([prefix + texts[i] for i in singles])["input_ids"]):
+            counts[i] = len(ids)
+    if pairs:
+        encoded = tokenizer([texts[i][0] for i in pairs], [texts[i][1] for i in pairs])["input_ids"]
+        for i, ids in zip(pairs, encoded):
+            counts[i] = len(ids)
+    return counts

@@ -16,7 +16,7 @@ from typing import Any
 
 from bertkit.serving.batcher import DynamicBatcher
 from bertkit.serving.errors import ServeError
-from bertkit.serving.inputs import Prepared, prepare
+from bertkit.serving.inputs import Prepared, count_tokens, prepare
 from bertkit.serving.metrics import Metrics
 from bertkit.serving.settings import PIPELINE_TASKS, ServeSettings, resolve_task, trained_length
 
@@ -120,7 +120,7 @@ class Service:
     def serves(self, route: str, *tasks: str, sparse: bool = False) -> None:
         """424 (TEI's answer) unless this server answers ``route``; 429 / 503 when no request can be queued."""
         if (sparse and "sparse" not in self.pipes) or (not sparse and self.task not in tasks) or \
-                (self.splade and not sparse and route not in ("/embed", "/", "/tokenize", "/decode")):
+                (self.splade and not sparse and route != "/embed"):  # a SPLADE model's dense route is /embed
             wants = "a model with a masked-LM head (--pooling splade, or a fill-mask model)" if sparse else \
                 " or ".join(tasks)
             raise ServeError(424, f"{route} needs {wants}; this server runs {self.task}"
@@ -145,7 +145,7 @@ class Service:
         """The inputs counted and cut on a tokenization thread (``limit=False``: counted only; the QA pipeline
         windows long contexts itself)."""
         if not limit:
-            return await self.offload(lambda: Prepared(inputs, _pair_counts(self.tokenizer, inputs)))
+            return await self.offload(lambda: Prepared(inputs, count_tokens(self.tokenizer, inputs)))
         return await self.offload(lambda: prepare(inputs, tokenizer=self.tokenizer, limit=self.max_input_length,
                                                   truncate=self.truncation(truncate), side=side, prefix=prefix,
                                                   field=field))
@@ -213,7 +213,3 @@ class Service:
 
 def _config(model: Any) -> Any:
     return getattr(model, "config", None) or model.bert.config
-
-
-def _pair_counts(tokenizer: Any, items: list[tuple[str, str]]) -> list[int]:
-    return [len(tokenizer(a, b)["input_ids"]) for a, b in items]
