@@ -5,7 +5,7 @@ Uses the ``tiny`` size's recipe (``bertkit.presets.RECIPES``, the same defaults 
 a CPU with all threads and with one, keeping the faster: on a busy machine threads spin waiting for each other),
 then plans the run to end within ``--budget`` seconds of wall time and prints one line saying which plan and why:
 the whole recipe when it fits; else the steps that fit, with the learning-rate schedule warming up and decaying
-over those steps; else smaller batches (cheaper steps, more of them); and on a machine too slow for even that,
+over those steps, or smaller batches where :data:`MIN_STEPS` lists one that learns; and on a machine too slow,
 the steps that fit, saying that they are too few to learn past the unigram baseline. Training is never cut short:
 when the machine slows down mid-run the planned steps still finish and the demo says by how much it exceeded the
 budget (also in ``evaluation.json``'s ``"demo"`` entry). It learns a WordPiece vocabulary, pretrains with the
@@ -37,8 +37,8 @@ PRECISIONS = ("auto", "fp32", "bf16")
 #: batch size -> the fewest steps (learning-rate schedule over those steps, the recipe's other settings) known to
 #: reach 2x the unigram baseline at [MASK] positions on the held-out chapters, tried in this order. Measured: 1,000
 #: steps of 32 (or of 16) stay on the unigram plateau (1.01x, 1.02x; so do 800 of 32 and 1,600 of 16 at a peak lr
-#: of 4e-3 with every selected token [MASK]); the recipe's 3,500 of 32 were reported at 3.6x on 2 idle cores (not
-#: measured again on the busy machine this was tuned on); between them is unmeasured.
+#: of 4e-3 with every selected token [MASK]); the recipe's 3,500 of 32 reach 3.6x (2 idle cores, bf16) and 3.64x
+#: (one busy core, fp32); between them is unmeasured, and no smaller batch is known to learn, so none is listed.
 MIN_STEPS: dict[int, int] = {32: 3500}
 
 #: wall time outside training (data preparation, evaluation, fill-mask, saving), counted in training steps of the
