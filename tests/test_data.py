@@ -23,6 +23,7 @@ from bertkit.data import (
     truncation_amounts,
 )
 from bertkit.data.corpus import detect_format
+from bertkit.data.create import partition_seed
 from bertkit.modeling.masking import continuation_table, mask_tokens, whole_word_ids
 from bertkit.resources import BERT_BASE_UNCASED_VOCAB, austen_novels
 from bertkit.tokenization import BERTTokenizerFast
@@ -251,9 +252,11 @@ def test_shards_round_trip(tmp_path, austen, bert_tokenizer, persuasion_corpus):
     index = json.loads((out / "index.json").read_text())
     assert len(index["shards"]) > 1 and index["token_dtype"] == "uint16" and index["vocab_size"] == 30522
     assert index["tokenizer"]["special_token_ids"]["mask_token"] == 103
-    assert np.load(out / "shard-00000.tokens.npy", mmap_mode="r").dtype == np.uint16
+    assert np.load(out / "shard-00000-000.tokens.npy", mmap_mode="r").dtype == np.uint16
     assert BERTTokenizerFast.from_pretrained(out / "tokenizer").vocab == bert_tokenizer.vocab
-    spans = create_instance_spans(persuasion_corpus, max_seq_length=128, short_seq_prob=0.1, dupe_factor=2, seed=5)
+    # one partition (the book is smaller than one): its seed derives from the run's seed and its ordinal
+    spans = create_instance_spans(persuasion_corpus, max_seq_length=128, short_seq_prob=0.1, dupe_factor=2,
+                                  seed=partition_seed(5, 0))
     expected = assemble(persuasion_corpus, spans, cls_token_id=101, sep_token_id=102)
     data = PretrainingDataset(out)
     assert len(data) == len(spans) == index["num_instances"]
@@ -295,9 +298,12 @@ def test_creation_is_deterministic_and_seeded(tmp_path, austen, bert_tokenizer):
     for name in files:
         assert (a / name).read_bytes() == (b / name).read_bytes(), name
     assert (a / "index.json").read_text() == (b / "index.json").read_text()
-    assert (a / "shard-00000.tokens.npy").read_bytes() != (c / "shard-00000.tokens.npy").read_bytes()
-    # rewriting a directory with fewer shards leaves no stale shard behind
-    create_pretraining_data([text[:20_000]], bert_tokenizer, a, seed=1, progress=False)
+    assert (a / "shard-00000-000.tokens.npy").read_bytes() != (c / "shard-00000-000.tokens.npy").read_bytes()
+    # other arguments into a directory that holds data are refused, naming what changed ...
+    with pytest.raises(ValueError, match=r"other arguments \(whole_word True then, False now.*--overwrite"):
+        create_pretraining_data([text[:20_000]], bert_tokenizer, a, seed=1, progress=False)
+    # ... and with overwrite, a rewrite with fewer shards leaves no stale shard behind
+    create_pretraining_data([text[:20_000]], bert_tokenizer, a, seed=1, progress=False, overwrite=True)
     names = {p.name.split(".")[0] for p in a.glob("*.npy")}
     assert names == {s["name"] for s in json.loads((a / "index.json").read_text())["shards"]}
 

@@ -1,17 +1,31 @@
-"""``bertkit data create FILES... --tokenizer DIR -o DIR``: pretraining shards with Google's NSP pairs and masking."""
+"""``bertkit data``: pretraining data from a corpus (``create``), and what a data directory holds (``info``).
+
+    bertkit data create corpus/*.jsonl.gz --tokenizer vocab.txt -o DATA            # every core
+    bertkit data create shards/ --text-field content --tokenizer DIR -o DATA --workers 8
+    bertkit data create wiki.parquet --tokenizer DIR -o DATA --dask tcp://scheduler:8786
+    bertkit data info DATA
+
+A killed ``create`` run, started again with the same arguments, continues where it stopped.
+"""
 
 from __future__ import annotations
+
+import argparse
+import os
 
 from bertkit.cli import ArgumentParser
 from bertkit.io import refuse_output_over_input
 
 
 def main(argv: list[str]) -> int:
-    parser = ArgumentParser(prog="bertkit data", description=__doc__)
+    parser = ArgumentParser(prog="bertkit data", description=__doc__,
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="action", required=True)
-    create = sub.add_parser("create", help="build pretraining shards from text files")
-    create.add_argument("files", nargs="+", help="text (.txt, .gz, .bz2, .xz): one sentence per line with blank lines "
-                                                 "between documents (Google's format), or prose split at chapters")
+    create = sub.add_parser("create", help="build pretraining shards from a corpus")
+    create.add_argument("inputs", nargs="+", metavar="INPUT",
+                        help="files, directories or glob patterns: text (one sentence per line with blank lines "
+                             "between documents (Google's format), prose split at chapters, or a paragraph per "
+                             "line), .jsonl, .parquet, a datasets.save_to_disk directory; .gz/.bz2/.xz/.zst")
     create.add_argument("--tokenizer", required=True, help="tokenizer directory or vocab.txt")
     create.add_argument("-o", "--output", required=True, help="output data directory")
     create.add_argument("--max-seq-length", type=int, default=128)
@@ -22,23 +36,74 @@ def main(argv: list[str]) -> int:
     create.add_argument("--whole-word-masking", action="store_true")
     create.add_argument("--static-masking", action="store_true", help="mask once here (Google) instead of per batch")
     create.add_argument("--seed", type=int, default=12345)
-    create.add_argument("--shard-size", type=int, default=100_000, help="instances per shard")
+    create.add_argument("--shard-size", type=int, default=100_000, help="instances per shard at most")
     create.add_argument("--format", choices=("auto", "google", "prose", "paragraphs"), default="auto",
-                        help="layout of the files (default: detected per file)")
+                        help="layout of text files (default: decided per file)")
     create.add_argument("--encoding", default="utf-8", help="of the files, e.g. latin-1, cp1252 (default utf-8)")
-    create.add_argument("--quiet", action="store_true", help="no progress bars")
+    create.add_argument("--text-field", default="text", help="the field / column holding a document's text in "
+                                                             ".jsonl, .parquet and Arrow inputs (default: text)")
+    create.add_argument("--partition-size", type=float, default=32, metavar="MB",
+                        help="input megabytes per partition (default 32): the unit a worker holds, pairs and "
+                             "writes; NSP's random B comes from the same partition")
+    where = create.add_mutually_exclusive_group()
+    where.add_argument("--workers", type=int, help="processes on this machine (default: every core)")
+    where.add_argument("--dask", metavar="ADDRESS", help="a dask.distributed scheduler (tcp://HOST:8786) whose "
+                                                         "workers see -o at the same path")
+    create.add_argument("--overwrite", action="store_true", help="replace data created with other arguments")
+    create.add_argument("--quiet", action="store_true", help="no progress bar")
+    info = sub.add_parser("info", help="what a data directory holds")
+    info.add_argument("directory")
     args = parser.parse_args(argv)
-    refuse_output_over_input(("-o", args.output), [("FILES", args.files), ("--tokenizer", args.tokenizer)])
+    if args.action == "info":
+        return _info(args.directory)
+    refuse_output_over_input(("-o", args.output), [("INPUT", args.inputs), ("--tokenizer", args.tokenizer)])
+    if args.partition_size <= 0:
+        parser.error(f"--partition-size must be a positive number of megabytes, got {args.partition_size}")
+    workers = args.workers if args.workers is not None else _cores()
+    if workers < 1:
+        parser.error(f"--workers must be >= 1, got {workers}")
 
-    from bertkit.data import PretrainingDataset, create_pretraining_data
+    from bertkit.data.create import create_pretraining_data
 
     out = create_pretraining_data(
-        args.files, args.tokenizer, args.output, max_seq_length=args.max_seq_length, short_seq_prob=args.short_seq_prob,
-        dupe_factor=args.dupe_factor, masked_lm_prob=args.masked_lm_prob,
+        args.inputs, args.tokenizer, args.output, max_seq_length=args.max_seq_length,
+        short_seq_prob=args.short_seq_prob, dupe_factor=args.dupe_factor, masked_lm_prob=args.masked_lm_prob,
         max_predictions_per_seq=args.max_predictions_per_seq, whole_word=args.whole_word_masking,
         static_masking=args.static_masking, seed=args.seed, shard_size=args.shard_size, format=args.format,
-        encoding=args.encoding, progress=not args.quiet)
-    index = PretrainingDataset(out).index
-    print(f"wrote {index['num_instances']} instances ({index['num_tokens']} tokens, {index['num_documents']} "
-          f"documents) in {len(index['shards'])} shard(s) to {out}")
+        encoding=args.encoding, text_field=args.text_field, partition_bytes=int(args.partition_size * (1 << 20)),
+        workers=workers, dask=args.dask, overwrite=args.overwrite, progress=not args.quiet)
+    return _info(out, summary_only=True)
+
+
+def _cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def _info(directory: str | os.PathLike, summary_only: bool = False) -> int:
+    from pathlib import Path
+
+    from bertkit.data.writing import INDEX_NAME
+    from bertkit.io import read_json_object
+
+    path = Path(directory) / INDEX_NAME
+    if not path.is_file():
+        raise ValueError(f"{directory} holds no {INDEX_NAME}: not a (complete) pretraining data directory; "
+                         "create it with bertkit data create, or finish a killed run by running it again.")
+    index = read_json_object(path, "a pretraining data index")
+    print(f"{directory}: {index['num_instances']:,} instances, {index['num_tokens']:,} tokens, "
+          f"{index['num_documents']:,} documents, {len(index['shards'])} shard(s)"
+          + (f" from {index['num_partitions']} partition(s) of {index['input_bytes'] / 1e6:,.1f} MB of input"
+             if "num_partitions" in index else ""))
+    if summary_only:
+        return 0
+    settings = {k: v for k, v in index.items() if k not in ("shards", "partitions", "inputs", "tokenizer")
+                and not k.startswith("num_") and k not in ("format", "input_bytes")}
+    for key, value in settings.items():
+        print(f"  {key}: {value}")
+    tokenizer = index.get("tokenizer", {})
+    print(f"  tokenizer: {tokenizer.get('dir')} (lower case: {tokenizer.get('do_lower_case')})")
+    inputs = index.get("inputs", [])
+    if inputs:
+        print(f"  inputs ({len(inputs)}): " + ", ".join(i["source"] for i in inputs[:5])
+              + (", ..." if len(inputs) > 5 else ""))
     return 0

@@ -21,8 +21,8 @@ With ``format="auto"`` the layout is decided per file from its first 2,000 lines
 log line (``bertkit.data``, INFO) naming the file.
 
 Files are read in any encoding Python knows (``encoding``, UTF-8 by default; a byte-order
-mark is dropped), with any line ending, and ``.gz`` / ``.bz2`` / ``.xz`` files are
-decompressed on the fly. A file that does not decode raises ``ValueError`` naming the file
+mark is dropped), with any line ending, and ``.gz`` / ``.bz2`` / ``.xz`` files (``.zst`` with the
+zstandard package) are decompressed on the fly. A file that does not decode raises ``ValueError`` naming the file
 and the byte offset; a binary file is refused. Reading streams line by line, so a file
 never has to fit in memory; the output depends only on the input (nothing random here).
 """
@@ -39,7 +39,7 @@ import logging
 import lzma
 import os
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 from bertkit.data.encodings import SAMPLE, encoding_advice, sniff_encoding
@@ -49,8 +49,20 @@ FORMATS = ("auto", "google", "prose", "paragraphs")
 HEAD_LINES = 2000
 logger = logging.getLogger("bertkit.data")
 
-#: file suffix -> opener of the decompressed byte stream
-COMPRESSION = {".gz": gzip.open, ".bz2": bz2.open, ".xz": lzma.open}
+
+
+def _zstd_open(path: str | os.PathLike, mode: str = "rb", **kwargs) -> io.IOBase:
+    """A ``.zst`` file, through the ``zstandard`` package (``pip install bertkit[data]``)."""
+    try:
+        import zstandard
+    except ImportError:
+        raise ValueError(f"{os.fspath(path)} is Zstandard-compressed, and reading it needs the zstandard package: "
+                         "pip install 'bertkit[data]' (or zstandard), or decompress it (zstd -d).") from None
+    return zstandard.open(path, mode, **kwargs)
+
+
+#: file suffix -> opener of the decompressed stream (``opener(path, "rb")``; "rt" with ``encoding=``)
+COMPRESSION = {".gz": gzip.open, ".bz2": bz2.open, ".xz": lzma.open, ".zst": _zstd_open}
 
 #: a line this long is a whole paragraph: wrapped prose stays far below it
 PARAGRAPH_LINE = 200
@@ -230,9 +242,9 @@ def _file_lines(path: Path, encoding: str) -> Iterator[str]:
     codec = "utf-8-sig" if name == "utf-8" else encoding
     with open_bytes(path) as raw:
         head = raw.read(8192)
-        if b"\0" in head and not name.startswith(("utf-16", "utf-32")):
-            raise _nul_bytes_error(path, head, encoding)
-        raw.seek(0)  # plain and compressed files alike rewind
+    if b"\0" in head and not name.startswith(("utf-16", "utf-32")):
+        raise _nul_bytes_error(path, head, encoding)
+    with open_bytes(path) as raw:  # opened again: a zstd stream cannot rewind
         try:
             yield from io.TextIOWrapper(raw, encoding=codec, errors="strict", newline=None)
         except UnicodeDecodeError as error:
@@ -308,22 +320,34 @@ def _is_jsonl(source: str | os.PathLike) -> bool:
 def _jsonl_documents(lines: Iterable[str], source: str | os.PathLike, text_field: str) -> Iterator[list[str]]:
     """A document per line of a JSON-lines file: the sentences of its ``text_field``, paragraph by paragraph."""
     for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as error:
-            raise ValueError(f"{os.fspath(source)}, line {number}: not JSON ({error.msg}); a .jsonl corpus holds "
-                             "one JSON object per line.") from None
-        text = record.get(text_field) if isinstance(record, dict) else None
-        if not isinstance(text, str):
-            keys = sorted(record) if isinstance(record, dict) else type(record).__name__
-            raise ValueError(f"{os.fspath(source)}, line {number}: no text in field {text_field!r} (found: {keys}); "
-                             "pass the field that holds the text (read_documents(..., text_field=...)).")
-        document = [sentence for paragraph in text.splitlines() if paragraph.strip()
-                    for sentence in split_sentences(paragraph.strip())]
+        document = jsonl_document(line, text_field, lambda number=number: f"{os.fspath(source)}, line {number}")
         if document:
             yield document
+
+
+def jsonl_document(line: str, text_field: str, where: Callable[[], str]) -> list[str]:
+    """The document of one JSON-lines line (``[]`` for a blank line); ``where()`` names the file and line in
+    the ValueError for a line that is not a JSON object with a string ``text_field``."""
+    if not line.strip():
+        return []
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{where()}: not JSON ({error.msg}); a .jsonl corpus holds one JSON object per "
+                         "line.") from None
+    text = record.get(text_field) if isinstance(record, dict) else None
+    if not isinstance(text, str):
+        keys = sorted(record) if isinstance(record, dict) else type(record).__name__
+        raise ValueError(f"{where()}: no text in field {text_field!r} (found: {keys}); pass the field that "
+                         "holds the text (--text-field; Python: text_field=...).")
+    return text_document(text)
+
+
+def text_document(text: str) -> list[str]:
+    """A document given as one text (a JSON-lines record, a Parquet cell): its lines are paragraphs, each
+    split into sentences."""
+    return [sentence for paragraph in text.splitlines() if paragraph.strip()
+            for sentence in split_sentences(paragraph.strip())]
 
 
 def _block_documents(lines: Iterable[str]) -> Iterator[list[str]]:

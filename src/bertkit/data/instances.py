@@ -33,11 +33,12 @@ import random
 import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
-from bertkit.masking import mask_tokens, whole_word_ids
+if TYPE_CHECKING:  # torch is imported by static masking only: data creation workers run without it
+    import torch
 
 
 @dataclass(frozen=True)
@@ -281,6 +282,10 @@ def mask_statically(batch: InstanceBatch, *, vocab_size: int, mask_token_id: int
 
     Returns a copy of ``batch`` with corrupted tokens and the masked positions and labels.
     """
+    import torch
+
+    from bertkit.masking import mask_tokens, whole_word_ids
+
     sizes = np.diff(batch.offsets)
     row = np.repeat(np.arange(len(batch)), sizes)
     col = np.arange(len(batch.tokens)) - batch.offsets[:-1][row]

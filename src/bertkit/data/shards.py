@@ -1,18 +1,18 @@
-"""Pretraining data on disk: sharded memory-mapped arrays, the dataset that reads them, and its collator.
+"""Pretraining data on disk: the dataset that reads a data directory, and its collator.
 
-A data directory written by :func:`create_pretraining_data` holds:
+A data directory written by :func:`bertkit.data.create.create_pretraining_data` holds:
 
 - ``index.json``: counts, ``max_seq_length``, vocabulary size, dtypes, the creation
-  settings, the tokenizer settings and the list of shards (written last: its presence
-  means the directory is complete);
+  settings, the tokenizer settings, the inputs and partitions, and the list of shards
+  (written last: its presence means the directory is complete);
+- ``creation.json`` (the settings a creation run claimed the directory with) and one
+  ``part-NNNNN.json`` marker per finished partition;
 - ``tokenizer/``: a copy of the tokenizer (``save_pretrained``);
-- per shard ``shard-NNNNN.<field>.npy``: ``tokens`` (uint16 when the vocabulary has at
-  most 65,535 ids, else int32; instances concatenated), ``offsets`` (``[n + 1]``),
-  ``segment_starts`` (where B starts), ``nsp_labels`` (0 = B follows A, 1 = random B), and
-  with static masking ``masked_positions``, ``masked_labels`` and ``masked_offsets``.
+- per shard ``shard-PPPPP-KKK.<field>.npy`` (partition ``P``, its shard ``K``), in the layout
+  :mod:`bertkit.data.writing` describes.
 
-Every file is written atomically. :class:`PretrainingDataset` maps shards with
-``np.load(mmap_mode="r")`` on first use, so a corpus larger than memory streams.
+:class:`PretrainingDataset` maps shards with ``np.load(mmap_mode="r")`` on first use, so a
+corpus larger than memory streams.
 """
 
 from __future__ import annotations
@@ -26,115 +26,14 @@ from typing import Any
 import numpy as np
 import torch
 
-from bertkit.data.corpus import read_documents
-from bertkit.data.instances import (
-    InstanceBatch,
-    assemble,
-    create_instance_spans,
-    mask_statically,
-    tokenize_documents,
-)
-from bertkit.io import atomic_path, atomic_write_text, read_json_object
+from bertkit.data.create import create_pretraining_data
+from bertkit.data.writing import FIELDS, FORMAT, INDEX_NAME, MASK_FIELDS, TOKENIZER_DIR, write_shard
+from bertkit.io import read_json_object
 from bertkit.masking import continuation_table, mask_tokens, whole_word_ids
 from bertkit.tokenization import BERTTokenizerFast
 
-INDEX_NAME = "index.json"
-TOKENIZER_DIR = "tokenizer"
-FORMAT = "bertkit-pretraining-data"
-_FIELDS = ("tokens", "offsets", "segment_starts", "nsp_labels")
-_MASK_FIELDS = ("masked_positions", "masked_labels", "masked_offsets")
-
-
-def create_pretraining_data(files_or_texts: str | os.PathLike | Iterable[str | os.PathLike],
-                            tokenizer: BERTTokenizerFast | str | os.PathLike, out_dir: str | os.PathLike, *,
-                            max_seq_length: int = 128, short_seq_prob: float = 0.1, dupe_factor: int = 1,
-                            masked_lm_prob: float = 0.15, max_predictions_per_seq: int = 20, whole_word: bool = False,
-                            static_masking: bool = False, seed: int = 12345, shard_size: int = 100_000,
-                            format: str = "auto", encoding: str = "utf-8", random_next_prob: float = 0.5,
-                            progress: bool = True) -> Path:
-    """Read, tokenize, pair (Google's algorithm), optionally mask, and write shards to ``out_dir``.
-
-    ``files_or_texts``: as :func:`bertkit.data.corpus.read_documents` (files in Google's
-    one-sentence-per-line format or prose, in ``encoding``, possibly compressed, or texts in
-    memory). ``tokenizer``: a tokenizer or its directory. With ``static_masking`` the masks are drawn here, once per
-    ``dupe_factor`` copy, as Google does; otherwise the collator masks each batch afresh
-    and ``masked_lm_prob`` / ``max_predictions_per_seq`` / ``whole_word`` are recorded as
-    the defaults for it. ``random_next_prob``: share of pairs whose B is a random other
-    document (NSP label 1); 0 makes contiguous text, for training without NSP. The same
-    arguments and ``seed`` give byte-identical files.
-    Returns the output directory.
-    """
-    from tqdm.auto import tqdm
-
-    if not isinstance(tokenizer, BERTTokenizerFast):
-        tokenizer = BERTTokenizerFast.from_pretrained(tokenizer)
-    if shard_size < 1:
-        raise ValueError(f"shard_size must be >= 1, got {shard_size}.")
-    if max_predictions_per_seq < 1:
-        raise ValueError(f"max_predictions_per_seq must be >= 1, got {max_predictions_per_seq}.")
-    out = Path(out_dir)
-    corpus = tokenize_documents(read_documents(files_or_texts, format, encoding), tokenizer, progress=progress)
-    spans = create_instance_spans(corpus, max_seq_length=max_seq_length, short_seq_prob=short_seq_prob,
-                                  dupe_factor=dupe_factor, seed=seed, random_next_prob=random_next_prob)
-    (out / INDEX_NAME).unlink(missing_ok=True)  # an old index must not describe half-rewritten shards
-    vocab_size = tokenizer.vocab_size
-    token_dtype = np.uint16 if vocab_size <= 65535 else np.int32
-    continuation = continuation_table(tokenizer.vocab) if whole_word else None
-    generator = torch.Generator().manual_seed(seed)
-    shards = []
-    with tqdm(total=len(spans), desc="writing shards", unit=" instances", disable=not progress) as bar:
-        for number, lo in enumerate(range(0, len(spans), shard_size)):
-            batch = assemble(corpus, spans.take(slice(lo, lo + shard_size)), cls_token_id=tokenizer.cls_token_id,
-                             sep_token_id=tokenizer.sep_token_id, dtype=token_dtype)
-            if static_masking:
-                batch = mask_statically(batch, vocab_size=vocab_size, mask_token_id=tokenizer.mask_token_id,
-                                        special_token_ids=tokenizer.all_special_ids, masked_lm_prob=masked_lm_prob,
-                                        max_predictions_per_seq=max_predictions_per_seq,
-                                        continuation=continuation, generator=generator)
-            shards.append(write_shard(out, f"shard-{number:05d}", batch, max_seq_length))
-            bar.update(len(batch))
-    tokenizer.save_pretrained(out / TOKENIZER_DIR)
-    index = {
-        "format": FORMAT, "version": 1, "num_instances": len(spans), "num_documents": corpus.num_documents,
-        "num_tokens": sum(s["num_tokens"] for s in shards), "max_seq_length": max_seq_length,
-        "vocab_size": vocab_size, "token_dtype": np.dtype(token_dtype).name,
-        "static_masking": static_masking, "whole_word_masking": whole_word, "masked_lm_prob": masked_lm_prob,
-        "max_predictions_per_seq": max_predictions_per_seq, "short_seq_prob": short_seq_prob,
-        "dupe_factor": dupe_factor, "seed": seed, "random_next_prob": random_next_prob,
-        "tokenizer": {"dir": TOKENIZER_DIR, "do_lower_case": tokenizer.do_lower_case,
-                      "strip_accents": tokenizer.strip_accents,
-                      "tokenize_chinese_chars": tokenizer.tokenize_chinese_chars,
-                      "special_tokens": dict(tokenizer.special_tokens),
-                      "special_token_ids": {name: tokenizer.vocab[token]
-                                            for name, token in tokenizer.special_tokens.items()}},
-        "shards": shards,
-    }
-    atomic_write_text(out / INDEX_NAME, json.dumps(index, indent=2) + "\n")
-    _remove_stale_shards(out, {s["name"] for s in shards})
-    return out
-
-
-def write_shard(out_dir: str | os.PathLike, name: str, batch: InstanceBatch, max_seq_length: int) -> dict[str, Any]:
-    """Write ``batch`` as shard ``name`` (one atomic ``.npy`` per field); returns its index entry."""
-    position_dtype = np.uint16 if max_seq_length <= 65535 else np.int32
-    arrays = {"tokens": batch.tokens, "offsets": batch.offsets.astype(np.int64),
-              "segment_starts": batch.segment_starts.astype(position_dtype),
-              "nsp_labels": batch.nsp_labels.astype(np.uint8)}
-    if batch.masked_positions is not None:
-        arrays.update(masked_positions=batch.masked_positions.astype(position_dtype),
-                      masked_labels=batch.masked_labels.astype(batch.tokens.dtype),
-                      masked_offsets=batch.masked_offsets.astype(np.int64))
-    for field, array in arrays.items():
-        with atomic_path(Path(out_dir) / f"{name}.{field}.npy") as tmp, open(tmp, "wb") as f:
-            np.save(f, np.ascontiguousarray(array), allow_pickle=False)
-    return {"name": name, "num_instances": len(batch), "num_tokens": len(batch.tokens)}
-
-
-def _remove_stale_shards(out: Path, current: set[str]) -> None:
-    """Shards of an earlier, larger run in the same directory are not in the index; delete them."""
-    for path in out.glob("shard-*.npy"):
-        if path.name.split(".", 1)[0] not in current:
-            path.unlink()
+__all__ = ["INDEX_NAME", "TOKENIZER_DIR", "PretrainingCollator", "PretrainingDataset", "create_pretraining_data",
+           "write_shard"]
 
 
 class PretrainingDataset(torch.utils.data.Dataset):
@@ -192,7 +91,7 @@ class PretrainingDataset(torch.utils.data.Dataset):
     def _shard(self, k: int) -> dict[str, np.ndarray]:
         if k not in self._maps:
             name = self.index["shards"][k]["name"]
-            fields = _FIELDS + (_MASK_FIELDS if self.static_masking else ())
+            fields = FIELDS + (MASK_FIELDS if self.static_masking else ())
             self._maps[k] = {f: np.load(self.data_dir / f"{name}.{f}.npy", mmap_mode="r", allow_pickle=False)
                              for f in fields}
         return self._maps[k]

@@ -38,6 +38,7 @@ from bertkit.modeling import BERTForPreTraining
 from bertkit.presets import SIZES, preset_fields
 from bertkit.tasks.sources import LoadedSource, load_source
 from bertkit.tokenization import BERTTokenizerFast
+from bertkit.tokenization.fingerprint import tokenizer_fingerprint
 from bertkit.training import Trainer, TrainingConfig
 from bertkit.training.distributed import launched_by_torchrun
 from bertkit.training.evaluation import predict_batches
@@ -297,14 +298,6 @@ def check_enough_data(dataset: PretrainingDataset, training: TrainingConfig) -> 
     raise ValueError(f"the training text is too small: it makes {have} instance(s) of up to {dataset.max_seq_length} "
                      f"tokens ({tokens} tokens in all), and one step needs batch_size={need}. Give about "
                      f"{max(1, round(missing_kb))} KB more text, or lower --batch-size / --max-seq-length.")
-
-
-def tokenizer_fingerprint(tokenizer: BERTTokenizerFast) -> dict[str, Any]:
-    """What makes two tokenizers the same: the vocabulary (hashed) and the normalisation settings."""
-    vocab = "\n".join(tokenizer.convert_ids_to_tokens(list(range(tokenizer.vocab_size))))
-    return {"vocab_size": tokenizer.vocab_size, "vocab_sha256": hashlib.sha256(vocab.encode()).hexdigest(),
-            "do_lower_case": tokenizer.do_lower_case, "strip_accents": tokenizer.strip_accents,
-            "tokenize_chinese_chars": tokenizer.tokenize_chinese_chars}
 
 
 def data_fingerprint(dataset: PretrainingDataset) -> dict[str, Any]:
