@@ -350,9 +350,7 @@ def _piece_documents(piece: Piece, read: ReadSettings) -> Iterator[list[str]]:
                 document = text_document(item) if isinstance(item, str) else [s.strip() for s in item if s.strip()]
                 if document:
                     yield document
-    elif piece.kind == "parquet":
-        yield from _table_documents(piece, read.text_field)
-    elif piece.kind == "arrow":
+    elif piece.kind == "parquet" or piece.kind == "arrow":
         yield from _table_documents(piece, read.text_field)
     elif piece.kind == "jsonl":
         yield from _jsonl_range(piece, read)
