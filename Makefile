@@ -22,7 +22,7 @@ $(VENV)/.test-installed: pyproject.toml | $(PY)
 	$(PY) -m pip install -q --no-deps d2l==1.0.3
 	touch $@
 
-.PHONY: demo test lint bench
+.PHONY: demo test lint bench bench-data
 demo: $(VENV)/.demo-installed
 	$(VENV)/bin/bertkit demo
 
@@ -35,3 +35,8 @@ test: lint
 # bertkit vs HF transformers vs ONNX Runtime, one run (~6 min on 2 cores): benchmarks/run.py
 bench: $(VENV)/.test-installed
 	$(PY) benchmarks/run.py
+
+# bertkit data create vs HF run_mlm.py's datasets recipe, 200 MB of JSONL, 1 and 2 workers (minutes):
+# benchmarks/data.py; every run's numbers are appended to runs/bench-data.jsonl
+bench-data: $(VENV)/.test-installed
+	$(PY) benchmarks/data.py --out runs/bench-data.jsonl
