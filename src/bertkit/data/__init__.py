@@ -2,7 +2,8 @@
 
 The one library call is :func:`create_pretraining_data`; training reads its output with
 :class:`PretrainingDataset` and :class:`PretrainingCollator` (the order of examples is the
-training engine's :class:`~bertkit.training.SeededSampler`).
+training engine's :class:`~bertkit.training.SeededSampler`). Several directories train together as a
+:class:`MixedPretrainingDataset` (:mod:`.mixture`: ``--data wiki:0.7 books:0.3``).
 """
 
 from bertkit.data.corpus import read_documents, split_sentences
@@ -17,6 +18,7 @@ from bertkit.data.instances import (
     truncate_seq_pair,
     truncation_amounts,
 )
+from bertkit.data.mixture import MixedPretrainingDataset, open_pretraining_data, parse_data_specs
 from bertkit.data.shards import (
     PretrainingCollator,
     PretrainingDataset,
@@ -25,8 +27,8 @@ from bertkit.data.shards import (
 )
 
 __all__ = [
-    "InstanceBatch", "InstanceSpans", "PretrainingCollator", "PretrainingDataset",
+    "InstanceBatch", "InstanceSpans", "MixedPretrainingDataset", "PretrainingCollator", "PretrainingDataset",
     "TokenizedCorpus", "assemble", "create_instance_spans", "create_pretraining_data", "mask_statically",
-    "read_documents", "split_sentences", "tokenize_documents", "truncate_seq_pair", "truncation_amounts",
-    "write_shard",
+    "open_pretraining_data", "parse_data_specs", "read_documents", "split_sentences", "tokenize_documents",
+    "truncate_seq_pair", "truncation_amounts", "write_shard",
 ]
