@@ -85,11 +85,12 @@ def test_bad_entries_are_refused_naming_the_entry(dirs, entries, named, says):
 
 def test_one_directory_or_no_weights_keeps_the_plain_dataset_and_sampler(dirs):
     from bertkit.data import MixedPretrainingDataset, PretrainingDataset, open_pretraining_data
-    from bertkit.tasks.pretraining import _sampler_factory
+    from bertkit.tasks.pretraining import _sampler_factory, data_fingerprint
 
     river, hill = dirs["river"], dirs["hill"]
     for one in (river, str(river), [f"{river}:0.3"]):
         assert type(open_pretraining_data(one)) is PretrainingDataset
+    assert set(data_fingerprint(PretrainingDataset(river))) == {"num_instances", "index_sha256"}  # as before
     plain = open_pretraining_data([river, hill])
     assert isinstance(plain, MixedPretrainingDataset) and plain.weights is None and len(plain) == RIVER + HILL
     assert _sampler_factory(plain) is None and _sampler_factory(PretrainingDataset(river)) is None
@@ -311,11 +312,14 @@ def test_cli_trains_on_weighted_directories_and_refuses_other_weights_on_resume(
 
     river, hill, out = dirs["river"], dirs["hill"], tmp_path / "run"
     common = ["--model", "tiny", "-o", str(out), "--batch-size", "4", "--precision", "fp32", "--log-every", "1"]
-    assert main(["pretrain", "--data", f"{river}:0.7", f"{hill}:0.3", "--max-steps", "2", *common]) == 0
+    heldout = make_data(tmp_path, "lake", 8)
+    assert main(["pretrain", "--data", f"{river}:0.7", f"{hill}:0.3", "--eval-data", str(heldout), "--max-steps", "2",
+                 *common]) == 0
+    assert "unigram_accuracy_masked" in capsys.readouterr().out  # the unigram baseline counts both directories
     run = json.loads((out / "run.json").read_text())
     assert run["data"]["train"]["weights"] == [0.7, 0.3] and len(run["data"]["train"]["directories"]) == 2
-    capsys.readouterr()
-    code = main(["pretrain", "--data", f"{river}:0.5", f"{hill}:0.5", "--max-steps", "2", "--resume", *common])
+    code = main(["pretrain", "--data", f"{river}:0.5", f"{hill}:0.5", "--eval-data", str(heldout), "--max-steps", "2",
+                 "--resume", *common])
     error = capsys.readouterr().err
     assert code == 1 and "train.weights: [0.7, 0.3] -> [0.5, 0.5]" in error, error
     code = main(["pretrain", "--data", f"{river}:0.7", str(hill), "--max-steps", "2", "--resume", *common])
