@@ -2,6 +2,7 @@
 
     bertkit pretrain --text BOOK.txt --model tiny -o OUT           # the size's recipe: tuned defaults
     bertkit pretrain --data DATA_DIR --model small -o OUT [--max-steps N] [--batch-size B] ...
+    bertkit pretrain --data wiki:0.7 books:0.3 --model small -o OUT  # mix data directories with weights
     bertkit pretrain --text BOOK.txt --model tiny -o OUT --resume  # continue; reuses the tokenizer and data
     bertkit pretrain --text DOMAIN.txt --init-from CHECKPOINT -o OUT  # continue pretraining a checkpoint
 
@@ -10,6 +11,12 @@ rate, steps, vocabulary, NSP on or off: ``bertkit.presets.RECIPES``); with --res
 resumed. OUT belongs to one run: a second run into it fails, and a directory holding a run
 is only continued (--resume) or replaced (--overwrite, once the new run has a checkpoint).
 Under ``torchrun --nproc-per-node N -m bertkit.cli pretrain --data ...`` the run is data-parallel.
+
+--data takes several directories (built with the same tokenizer, --max-seq-length and masking) to train
+on them together: ``--data A B`` concatenates them; ``--data wiki:0.7 books:0.3`` draws 70% of every
+epoch's instances from wiki and 30% from books (an epoch is as long as both together). A down-weighted
+directory shows another part of itself each epoch and repeats nothing before all of it was used; an
+up-weighted one repeats whole passes. --resume refuses other directories or weights.
 
 --init-from (instead of --model) continues MLM training of an existing checkpoint on new text
 (domain adaptation): an HF/bertkit directory, a Google TF1 checkpoint (directory, bert_model.ckpt
@@ -137,7 +144,9 @@ def main(argv: list[str]) -> int:
     parser = ArgumentParser(prog="bertkit pretrain", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument("--data", help="a directory written by `bertkit data create`")
+    source.add_argument("--data", nargs="+", metavar="DIR[:WEIGHT]",
+                        help="one or more directories written by `bertkit data create`, e.g. --data wiki:0.7 "
+                             "books:0.3 (weights: the share of each; none: each by its size)")
     source.add_argument("--text", nargs="+", help="text files (.txt, .gz, .bz2, .xz): train a tokenizer (with "
                                                   "--init-from: use the checkpoint's) and build the data first")
     parser.add_argument("--eval-data", help="held-out data directory (with --data)")
@@ -162,7 +171,12 @@ def main(argv: list[str]) -> int:
                              "with --init-from: off)")
     add_training_arguments(parser)
     args = parser.parse_args(argv)
-    refuse_output_over_input(("-o", args.output), [("--data", args.data), ("--text", args.text),
+    data = None
+    if args.data:
+        from bertkit.data.mixture import parse_data_specs
+
+        data = [spec.path for spec in parse_data_specs(args.data)]
+    refuse_output_over_input(("-o", args.output), [("--data", data), ("--text", args.text),
                                                    ("--eval-data", args.eval_data), ("--model", args.model),
                                                    ("--init-from", args.init_from)])
     if args.apply_changes and not args.resume:

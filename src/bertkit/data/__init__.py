@@ -3,8 +3,9 @@
 The one library call is :func:`create_pretraining_data` (partitions of the corpus, on any number of
 worker processes or a Dask cluster); training reads its output with :class:`PretrainingDataset` and
 :class:`PretrainingCollator` (the order of examples is the training engine's
-:class:`~bertkit.training.SeededSampler`). Names load lazily: a data-creation worker never imports torch
-unless it masks statically.
+:class:`~bertkit.training.SeededSampler`). Several directories train together as a
+:class:`MixedPretrainingDataset` (:mod:`.mixture`: ``--data wiki:0.7 books:0.3``).
+Names load lazily: a data-creation worker never imports torch unless it masks statically.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ _NAMES = {
     "tokenize_documents": "instances", "truncate_seq_pair": "instances", "truncation_amounts": "instances",
     "Documents": "partitions", "create_pretraining_data": "create", "write_shard": "writing",
     "PretrainingCollator": "shards", "PretrainingDataset": "shards",
+    "MixedPretrainingDataset": "mixture", "open_pretraining_data": "mixture", "parse_data_specs": "mixture",
 }
 
 __all__ = sorted(_NAMES)

@@ -43,7 +43,7 @@ from bertkit.data.partitions import (
 from bertkit.data.writing import FORMAT, INDEX_NAME, TOKENIZER_DIR, token_dtype, write_instances
 from bertkit.io import atomic_write_text, read_json_object
 from bertkit.tokenization import BERTTokenizerFast
-from bertkit.tokenization.fingerprint import tokenizer_fingerprint
+from bertkit.tokenization.files import tokenizer_fingerprint
 
 logger = logging.getLogger("bertkit.data")
 

@@ -16,6 +16,7 @@ the unigram baseline (always predicting the most frequent token), and NSP accura
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -31,6 +32,13 @@ import torch
 
 from bertkit.config import BERTConfig
 from bertkit.data.corpus import read_documents
+from bertkit.data.mixture import (
+    DataEntry,
+    MixedPretrainingDataset,
+    PretrainingData,
+    data_parts,
+    open_pretraining_data,
+)
 from bertkit.data.shards import INDEX_NAME, PretrainingDataset, create_pretraining_data
 from bertkit.data.split import split_heldout
 from bertkit.io import atomic_write_text
@@ -38,12 +46,13 @@ from bertkit.modeling import BERTForPreTraining
 from bertkit.presets import SIZES, preset_fields
 from bertkit.tasks.sources import LoadedSource, load_source
 from bertkit.tokenization import BERTTokenizerFast
-from bertkit.tokenization.fingerprint import tokenizer_fingerprint
+from bertkit.tokenization.files import tokenizer_differences, tokenizer_fingerprint
 from bertkit.training import Trainer, TrainingConfig
 from bertkit.training.distributed import launched_by_torchrun
 from bertkit.training.evaluation import predict_batches
 from bertkit.training.metrics import plot_metrics
 from bertkit.training.rundir import FollowerRun, RunDirectory, RunDirectoryError, file_fingerprint, open_run
+from bertkit.training.sampler import MixtureSampler
 from bertkit.weights.adapt import LoadWarning
 
 logger = logging.getLogger("bertkit.pretraining")
@@ -91,7 +100,7 @@ def model_config(model: str | os.PathLike | BERTConfig, tokenizer: BERTTokenizer
     return BERTConfig(**{**base, **overrides})
 
 
-def pretrain(data_dir: str | os.PathLike, output_dir: str | os.PathLike, *,
+def pretrain(data_dir: DataEntry | list[DataEntry], output_dir: str | os.PathLike, *,
              model: str | os.PathLike | BERTConfig | None = None, init_from: str | os.PathLike | None = None,
              training: TrainingConfig | None = None,
              eval_data_dir: str | os.PathLike | None = None, resume: bool = False, overwrite: bool = False,
@@ -99,6 +108,12 @@ def pretrain(data_dir: str | os.PathLike, output_dir: str | os.PathLike, *,
              model_overrides: dict[str, Any] | None = None, masking: dict[str, Any] | None = None,
              callbacks=None) -> PretrainingResult:
     """Pretrain on ``data_dir``; save the model and tokenizer (HF format) under ``output_dir/model``.
+
+    ``data_dir`` is a directory written by :func:`bertkit.data.create_pretraining_data`, or several to
+    mix: a list of paths (concatenated: each instance once per epoch), of ``(path, weight)`` pairs or of
+    ``"path:weight"`` strings (drawn in those proportions by
+    :class:`~bertkit.training.sampler.MixtureSampler`); see :func:`bertkit.data.mixture.parse_data_specs`.
+    Mixed directories must share tokenizer, sequence length and masking (``ValueError`` otherwise).
 
     ``model`` is a size (default ``tiny``), a config JSON or a :class:`BERTConfig` to train from
     scratch; ``init_from`` (its alternative) a checkpoint to continue pretraining, see
@@ -120,7 +135,7 @@ def pretrain(data_dir: str | os.PathLike, output_dir: str | os.PathLike, *,
     matplotlib), the held-out evaluation to ``evaluation.json``.
     """
     training = training or TrainingConfig(max_steps=1000, learning_rate=1e-3, warmup_ratio=0.1)
-    dataset = PretrainingDataset(data_dir)
+    dataset = open_pretraining_data(data_dir)
     eval_dataset = PretrainingDataset(eval_data_dir) if eval_data_dir is not None else None
     init = None
     if init_from is not None:
@@ -162,14 +177,16 @@ def continue_from(source: str | os.PathLike, *, model: Any = None, seed: int = 4
     return init
 
 
-def _check_data_fits(init: LoadedSource, dataset: PretrainingDataset) -> None:
-    """``ValueError`` unless ``dataset`` was built with ``init``'s tokenizer and fits its position embeddings."""
+def _check_data_fits(init: LoadedSource, data: PretrainingData) -> None:
+    """``ValueError`` unless ``data`` was built with ``init``'s tokenizer and fits its position embeddings."""
+    for dataset in data_parts(data):
+        _check_directory_fits(init, dataset)
+
+
+def _check_directory_fits(init: LoadedSource, dataset: PretrainingDataset) -> None:
     ours, theirs = tokenizer_fingerprint(init.tokenizer), tokenizer_fingerprint(dataset.load_tokenizer())
-    if ours != theirs:
-        differ = [f"{key} {theirs[key]} (data) vs {ours[key]} (checkpoint)" for key in ours
-                  if key != "vocab_sha256" and ours[key] != theirs[key]]
-        if ours["vocab_sha256"] != theirs["vocab_sha256"] and ours["vocab_size"] == theirs["vocab_size"]:
-            differ.append("the vocabularies hold different tokens")
+    differ = tokenizer_differences(theirs, ours, "data", "checkpoint")
+    if differ:
         raise ValueError(f"{dataset.data_dir} (--data / --eval-data) was built with another tokenizer than "
                          f"{init.source}'s (--init-from): {'; '.join(differ)}. Build the data with the checkpoint's "
                          "tokenizer (bertkit data create FILES --tokenizer DIR_WITH_ITS_VOCAB ...), or pass the "
@@ -205,7 +222,7 @@ def _check_init_source(run: RunDirectory | FollowerRun, init: LoadedSource | Non
     run.record("init_from", new)  # the same content, possibly moved: keep its current path
 
 
-def _train(run: RunDirectory, dataset: PretrainingDataset, *, model, init: LoadedSource | None,
+def _train(run: RunDirectory, dataset: PretrainingData, *, model, init: LoadedSource | None,
            training: TrainingConfig, eval_dataset: PretrainingDataset | None, apply_changes: bool, nsp: bool,
            model_overrides, masking, callbacks) -> PretrainingResult:
     start = time.perf_counter()
@@ -229,8 +246,8 @@ def _train(run: RunDirectory, dataset: PretrainingDataset, *, model, init: Loade
     else:  # on resume the Trainer loads the checkpoint's weights over these
         net = init.model
     collator = dataset.collator(generator=torch.Generator().manual_seed(training.seed), nsp=nsp, **(masking or {}))
-    trainer = Trainer(net, dataset, config=training, collate_fn=collator, eval_dataset=eval_dataset,
-                      eval_collate_fn=_seeded_collator(eval_dataset, training.seed, nsp=nsp)
+    trainer = Trainer(net, dataset, config=training, collate_fn=collator, sampler_factory=_sampler_factory(dataset),
+                      eval_dataset=eval_dataset, eval_collate_fn=_seeded_collator(eval_dataset, training.seed, nsp=nsp)
                       if eval_dataset is not None else None, callbacks=callbacks, apply_changes=apply_changes)
 
     def commit(trainer: Trainer) -> None:  # an --overwrite run replaces the old directory once it has a checkpoint
@@ -238,7 +255,7 @@ def _train(run: RunDirectory, dataset: PretrainingDataset, *, model, init: Loade
         run.commit()
         if run.path != staging:
             trainer.relocate(run.path)
-            for data in (dataset, eval_dataset):  # data built inside the run (--text) moved with it
+            for data in [*data_parts(dataset), eval_dataset]:  # data built inside the run (--text) moved with it
                 if data is not None and data.data_dir.absolute().is_relative_to(staging):
                     data.data_dir = run.path / data.data_dir.absolute().relative_to(staging)
 
@@ -270,7 +287,7 @@ def _train(run: RunDirectory, dataset: PretrainingDataset, *, model, init: Loade
 
 
 def _evaluate_before(run: RunDirectory, net: BERTForPreTraining, eval_dataset: PretrainingDataset,
-                     dataset: PretrainingDataset, device: torch.device, seed: int, nsp: bool) -> dict[str, Any]:
+                     dataset: PretrainingData, device: torch.device, seed: int, nsp: bool) -> dict[str, Any]:
     """The loaded checkpoint's held-out scores, measured once per run (a resumed run keeps the first run's)."""
     stored = run.info.get("evaluation_before") if run.resumed else None
     if stored is not None:
@@ -287,7 +304,7 @@ def _percent(value: float) -> str:
     return f"{100 * value:.1f}%"
 
 
-def check_enough_data(dataset: PretrainingDataset, training: TrainingConfig) -> None:
+def check_enough_data(dataset: PretrainingData, training: TrainingConfig) -> None:
     """``ValueError`` saying how much more text is needed when ``dataset`` cannot fill one optimizer step."""
     have, need = len(dataset), training.batch_size
     if have >= need:
@@ -300,8 +317,21 @@ def check_enough_data(dataset: PretrainingDataset, training: TrainingConfig) -> 
                      f"{max(1, round(missing_kb))} KB more text, or lower --batch-size / --max-seq-length.")
 
 
-def data_fingerprint(dataset: PretrainingDataset) -> dict[str, Any]:
-    """What makes two data directories the same: their index (counts, settings, shards)."""
+def _sampler_factory(dataset: PretrainingData):
+    """Weighted directories are drawn by :class:`MixtureSampler`; otherwise the Trainer's default
+    :class:`~bertkit.training.SeededSampler` (None), as for one directory."""
+    weights = getattr(dataset, "weights", None)
+    if weights is None:
+        return None
+    return functools.partial(MixtureSampler, sizes=dataset.sizes, weights=weights)
+
+
+def data_fingerprint(dataset: PretrainingData) -> dict[str, Any]:
+    """What makes two data directories the same: their index (counts, settings, shards). For several, each
+    directory's in order and the normalised weights (None: concatenated), so another mix is another run."""
+    if isinstance(dataset, MixedPretrainingDataset):
+        weights = None if dataset.weights is None else [float(f"{w:.12g}") for w in dataset.weights]
+        return {"directories": [data_fingerprint(part) for part in dataset.datasets], "weights": weights}
     index = {k: v for k, v in dataset.index.items() if k != "tokenizer"}
     return {"num_instances": len(dataset),
             "index_sha256": hashlib.sha256(json.dumps(index, sort_keys=True).encode()).hexdigest()}
@@ -309,7 +339,7 @@ def data_fingerprint(dataset: PretrainingDataset) -> dict[str, Any]:
 
 @torch.no_grad()
 def evaluate_pretraining(model: BERTForPreTraining, dataset: PretrainingDataset, *,
-                         frequencies_from: PretrainingDataset | None = None, batch_size: int = 64,
+                         frequencies_from: PretrainingData | None = None, batch_size: int = 64,
                          device: torch.device | str = "cpu", seed: int = 0, nsp: bool = True) -> dict[str, Any]:
     """Held-out MLM and NSP accuracy beside their baselines (masks drawn with ``seed``, reproducible).
 
@@ -374,7 +404,7 @@ def _seeded_collator(dataset: PretrainingDataset, seed: int, nsp: bool = True):
     return dataset.collator(generator=torch.Generator().manual_seed(seed), nsp=nsp)
 
 
-def most_frequent_token(dataset: PretrainingDataset, exclude: list[int]) -> int:
+def most_frequent_token(dataset: PretrainingData, exclude: list[int]) -> int:
     """The most frequent token id in ``dataset``'s shards, special tokens excluded."""
     counts = np.zeros(dataset.load_tokenizer().vocab_size, dtype=np.int64)
     for tokens in dataset.token_arrays():

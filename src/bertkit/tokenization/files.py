@@ -2,10 +2,12 @@
 
 Reading also accepts an HF directory that holds only ``tokenizer.json`` (the vocabulary and
 the BertNormalizer flags are taken from it), and a bare ``vocab.txt`` path.
+:func:`tokenizer_fingerprint` says what makes two tokenizers the same, :func:`tokenizer_differences` how two differ.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from pathlib import Path
@@ -78,3 +80,22 @@ def _read_tokenizer_json(path: Path) -> tuple[dict[str, int], dict[str, Any]]:
                         strip_accents=normalizer.get("strip_accents"),
                         tokenize_chinese_chars=normalizer.get("handle_chinese_chars", True))
     return dict(model["vocab"]), settings
+
+
+def tokenizer_fingerprint(tokenizer) -> dict[str, Any]:
+    """What makes two tokenizers the same: the vocabulary (hashed) and the normalisation settings."""
+    vocab = "\n".join(tokenizer.convert_ids_to_tokens(list(range(tokenizer.vocab_size))))
+    return {"vocab_size": tokenizer.vocab_size, "vocab_sha256": hashlib.sha256(vocab.encode()).hexdigest(),
+            "do_lower_case": tokenizer.do_lower_case, "strip_accents": tokenizer.strip_accents,
+            "tokenize_chinese_chars": tokenizer.tokenize_chinese_chars}
+
+
+def tokenizer_differences(first: dict[str, Any], second: dict[str, Any], first_name: str,
+                          second_name: str) -> list[str]:
+    """How two :func:`tokenizer_fingerprint` results differ, in words (``"vocab_size 500 (data) vs 600 (model)"``);
+    empty when they are the same."""
+    differ = [f"{key} {first[key]} ({first_name}) vs {second[key]} ({second_name})" for key in first
+              if key != "vocab_sha256" and first[key] != second[key]]
+    if first["vocab_sha256"] != second["vocab_sha256"] and first["vocab_size"] == second["vocab_size"]:
+        differ.append("the vocabularies hold different tokens")
+    return differ

@@ -5,7 +5,8 @@ and imports nothing from ``bertkit.tasks`` (design.md §2). Pieces:
 
 * :mod:`.config`: :class:`TrainingConfig`, device / precision resolution;
 * :mod:`.optim`: AdamW parameter groups, warmup + linear / polynomial / constant schedules;
-* :mod:`.sampler`: :class:`SeededSampler` and the sampler protocol for exact resume;
+* :mod:`.sampler`: :class:`SeededSampler` and the sampler protocol for exact resume (and
+  :class:`MixtureSampler`, several datasets drawn with weights);
 * :mod:`.checkpoint`: atomic checkpoints, rotation, discovery, RNG capture;
 * :mod:`.distributed`: DDP under ``torchrun`` (gloo on CPU, NCCL on CUDA);
 * :mod:`.trainer`: :class:`Trainer`;
@@ -19,13 +20,14 @@ from bertkit.training.distributed import DistributedContext, TrainingStepModule,
 from bertkit.training.evaluation import predict_batches
 from bertkit.training.metrics import plot_metrics
 from bertkit.training.optim import build_optimizer, build_scheduler, lr_multiplier, parameter_groups
-from bertkit.training.sampler import LengthGroupedSampler, SeededSampler
+from bertkit.training.sampler import LengthGroupedSampler, MixtureSampler, SeededSampler
 from bertkit.training.trainer import EVENTS, NonFiniteLossError, Trainer, TrainState
 
 __all__ = [
     "EVENTS",
     "DistributedContext",
     "LengthGroupedSampler",
+    "MixtureSampler",
     "NonFiniteLossError",
     "SeededSampler",
     "TrainState",

@@ -14,12 +14,17 @@ default when no sampler is given:
 
 Rank ``r`` of ``w`` receives the strided share ``order[r::w]`` (the tail that does not
 divide evenly is dropped), so the ranks' k-th micro-batches together are exactly the
-examples that one process would put into its k-th global batch.
+examples that one process would put into its k-th global batch. Subclasses change only
+``epoch_order()`` (the whole epoch's order, for all ranks), so they share that rule:
+:class:`LengthGroupedSampler` (batches of similar length) and :class:`MixtureSampler`
+(several datasets drawn with weights).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -48,14 +53,21 @@ class SeededSampler:
     def set_epoch(self, epoch: int) -> None:
         self.epoch, self.position, self._resume = epoch, 0, False
 
+    def epoch_order(self) -> torch.Tensor:
+        """The current epoch's order for all ranks together, ``[num_examples]`` int64 (subclasses change this)."""
+        if not self.shuffle:
+            return torch.arange(self.num_examples)
+        return torch.randperm(self.num_examples, generator=torch.Generator().manual_seed(self._epoch_seeds()[0]))
+
     def indices(self) -> torch.Tensor:
-        """This rank's full index order for the current epoch, ``[len(self)]`` int64."""
-        if self.shuffle:
-            seed = int(np.random.SeedSequence([self.seed, self.epoch]).generate_state(1, np.uint64)[0] >> 1)
-            order = torch.randperm(self.num_examples, generator=torch.Generator().manual_seed(seed))
-        else:
-            order = torch.arange(self.num_examples)
-        return order[self.rank: len(self) * self.world_size: self.world_size]
+        """This rank's full index order for the current epoch, ``[len(self)]`` int64: its share of
+        :meth:`epoch_order`."""
+        return self.epoch_order()[self.rank: len(self) * self.world_size: self.world_size]
+
+    def _epoch_seeds(self, count: int = 1) -> list[int]:
+        """``count`` torch seeds that depend only on ``(seed, epoch)``."""
+        seeds = np.random.SeedSequence([self.seed, self.epoch]).generate_state(count, np.uint64) >> 1
+        return [int(s) for s in seeds]
 
     def __iter__(self) -> Iterator[int]:
         start = self.position if self._resume else 0
@@ -109,13 +121,88 @@ class LengthGroupedSampler(SeededSampler):
         self.lengths = torch.as_tensor(np.asarray(lengths, dtype=np.int64))
         self.group_size, self.mega_batches = group_size, mega_batches
 
-    def indices(self) -> torch.Tensor:
-        seeds = np.random.SeedSequence([self.seed, self.epoch]).generate_state(2, np.uint64) >> 1
-        order = torch.randperm(self.num_examples, generator=torch.Generator().manual_seed(int(seeds[0])))
+    def epoch_order(self) -> torch.Tensor:
+        seeds = self._epoch_seeds(2)
+        order = torch.randperm(self.num_examples, generator=torch.Generator().manual_seed(seeds[0]))
         chunk = self.group_size * self.mega_batches
         parts = [part[self.lengths[part].argsort(descending=True, stable=True)] for part in order.split(chunk)]
         groups = list(torch.cat(parts).split(self.group_size))
         tail = [groups.pop()] if len(groups[-1]) < self.group_size else []  # stays last: groups keep aligned
-        shuffled = torch.randperm(len(groups), generator=torch.Generator().manual_seed(int(seeds[1])))
-        order = torch.cat([groups[i] for i in shuffled.tolist()] + tail)
-        return order[self.rank: len(self) * self.world_size: self.world_size]
+        shuffled = torch.randperm(len(groups), generator=torch.Generator().manual_seed(seeds[1]))
+        return torch.cat([groups[i] for i in shuffled.tolist()] + tail)
+
+
+class MixtureSampler(SeededSampler):
+    """Draws from several datasets, concatenated in order (global index = the dataset's offset + its local index),
+    in the proportions ``weights``; the protocol, sharding and resume are :class:`SeededSampler`'s.
+
+    An epoch keeps the length ``L = sum(sizes)``. Dataset ``d`` contributes ``counts()[d]`` picks: ``L * w_d``
+    (weights normalised) rounded by largest remainder, so the counts sum to ``L`` (a tie goes to the earlier
+    dataset). Its picks come from an endless stream of its own permutations (cycle ``q`` of dataset ``d`` is a
+    permutation seeded by ``(seed, d, q)``) that continues across epochs: epoch ``e`` takes stream positions
+    ``[e * c_d, (e + 1) * c_d)``. So a down-weighted dataset shows another part every epoch and repeats no
+    instance before all of it was used; an up-weighted one repeats only whole passes. The epoch's picks are
+    then shuffled together (seeded by ``(seed, epoch)``) and each rank takes its strided share.
+
+    ``num_examples`` must equal ``sum(sizes)`` (the Trainer passes ``len(dataset)``; bind ``sizes`` and
+    ``weights`` with ``functools.partial`` for ``sampler_factory``). Every size must be >= 1 and every weight
+    positive and finite (``ValueError`` naming the dataset otherwise).
+    """
+
+    def __init__(self, num_examples: int, seed: int = 0, rank: int = 0, world_size: int = 1, *,
+                 sizes: Sequence[int], weights: Sequence[float]):
+        super().__init__(num_examples, seed, rank, world_size)
+        if len(sizes) != len(weights) or not sizes:
+            raise ValueError(f"MixtureSampler needs one weight per dataset, got {len(sizes)} sizes and "
+                             f"{len(weights)} weights.")
+        for d, (size, weight) in enumerate(zip(sizes, weights)):
+            if int(size) < 1:
+                raise ValueError(f"MixtureSampler: dataset {d} has size {size}; every dataset needs an instance.")
+            if not (math.isfinite(weight) and weight > 0):
+                raise ValueError(f"MixtureSampler: dataset {d} has weight {weight}; weights must be positive and "
+                                 "finite.")
+        if sum(sizes) != num_examples:
+            raise ValueError(f"MixtureSampler: the sizes {list(sizes)} sum to {sum(sizes)}, but num_examples is "
+                             f"{num_examples}; pass the concatenated dataset's length.")
+        total = math.fsum(weights)
+        self.sizes = [int(size) for size in sizes]
+        self.weights = [float(weight) / total for weight in weights]
+        self.offsets = np.cumsum([0, *self.sizes[:-1]]).tolist()
+
+    def counts(self) -> list[int]:
+        """Picks per dataset in every epoch: largest-remainder shares of ``num_examples`` (they sum to it)."""
+        quotas = [self.num_examples * weight for weight in self.weights]
+        counts = [math.floor(quota) for quota in quotas]
+        by_remainder = sorted(range(len(quotas)), key=lambda d: (counts[d] - quotas[d], d))
+        for d in by_remainder[:self.num_examples - sum(counts)]:
+            counts[d] += 1
+        return counts
+
+    def epoch_order(self) -> torch.Tensor:
+        picks = [offset + self.stream(d, self.epoch * count, count)
+                 for d, (offset, count) in enumerate(zip(self.offsets, self.counts()))]
+        shuffle = torch.randperm(self.num_examples, generator=torch.Generator().manual_seed(self._epoch_seeds()[0]))
+        return torch.cat(picks)[shuffle]
+
+    def stream(self, d: int, start: int, count: int) -> torch.Tensor:
+        """Positions ``[start, start + count)`` of dataset ``d``'s stream of permutations, as local indices."""
+        size, parts = self.sizes[d], []
+        for cycle in range(start // size, -(-(start + count) // size)):
+            lo, hi = max(start - cycle * size, 0), min(start + count - cycle * size, size)
+            seed = int(np.random.SeedSequence(self.seed, spawn_key=(d, cycle)).generate_state(1, np.uint64)[0] >> 1)
+            parts.append(torch.randperm(size, generator=torch.Generator().manual_seed(seed))[lo:hi])
+        return torch.cat(parts) if parts else torch.zeros(0, dtype=torch.long)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {**super().state_dict(), "sizes": list(self.sizes), "weights": list(self.weights)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """As :meth:`SeededSampler.load_state_dict`; other dataset sizes or weights raise too."""
+        if state.get("sizes") != self.sizes:
+            raise ValueError(f"MixtureSampler state has dataset sizes {state.get('sizes')}, this sampler "
+                             f"{self.sizes}; resume with the same data directories, in the same order.")
+        stored = state["weights"]
+        if len(stored) != len(self.weights) or not all(map(math.isclose, stored, self.weights)):
+            raise ValueError(f"MixtureSampler state has weights {stored}, this sampler {self.weights}; resume "
+                             "with the same weights.")
+        super().load_state_dict(state)
