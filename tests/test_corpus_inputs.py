@@ -43,7 +43,14 @@ def test_one_paragraph_per_line_is_read_as_paragraphs():
     assert len(sentences) > len(paragraphs)
 
 
-@pytest.mark.parametrize("opener,suffix", [(gzip.open, ".gz"), (bz2.open, ".bz2"), (lzma.open, ".xz")])
+def _zstd_open(path, mode):
+    import zstandard
+
+    return zstandard.open(path, mode)
+
+
+@pytest.mark.parametrize("opener,suffix", [(gzip.open, ".gz"), (bz2.open, ".bz2"), (lzma.open, ".xz"),
+                                           (_zstd_open, ".zst")])
 def test_compressed_files_read_transparently(tmp_path, opener, suffix):
     text = PERSUASION[:60_000]
     plain = tmp_path / "book.txt"

@@ -18,7 +18,8 @@ import pytest
 
 from bertkit.data.corpus import read_documents
 from bertkit.data.create import create_pretraining_data
-from bertkit.data.partitions import Documents, ReadSettings, expand_inputs, partition_documents, plan_partitions
+from bertkit.data.partitions import Documents, ReadSettings, expand_inputs, plan_partitions
+from bertkit.data.reading import partition_documents
 from bertkit.resources import BERT_BASE_UNCASED_VOCAB, austen_novels
 from bertkit.tokenization import BERTTokenizerFast
 

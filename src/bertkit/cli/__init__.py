@@ -89,6 +89,11 @@ def _in_main_thread() -> bool:
     return threading.current_thread() is threading.main_thread()
 
 
+def cores() -> int:
+    """The cores this process may run on (its affinity: ``taskset`` and cgroups count)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
 class ArgumentParser(argparse.ArgumentParser):
     """argparse with bertkit's one-line usage errors: ``bertkit: error: ... (see PROG --help)``, exit 2."""
 

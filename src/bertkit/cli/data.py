@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from bertkit.cli import ArgumentParser
+from bertkit.cli import ArgumentParser, cores
 from bertkit.io import refuse_output_over_input
 
 
@@ -42,9 +42,9 @@ def main(argv: list[str]) -> int:
     create.add_argument("--encoding", default="utf-8", help="of the files, e.g. latin-1, cp1252 (default utf-8)")
     create.add_argument("--text-field", default="text", help="the field / column holding a document's text in "
                                                              ".jsonl, .parquet and Arrow inputs (default: text)")
-    create.add_argument("--partition-size", type=float, default=32, metavar="MB",
-                        help="input megabytes per partition (default 32): the unit a worker holds, pairs and "
-                             "writes; NSP's random B comes from the same partition")
+    create.add_argument("--partition-size", type=float, metavar="MB",
+                        help="input megabytes per partition (default: a sixteenth of the input, 1 to 32): the unit "
+                             "a worker holds, pairs and writes; NSP's random B comes from the same partition")
     where = create.add_mutually_exclusive_group()
     where.add_argument("--workers", type=int, help="processes on this machine (default: every core)")
     where.add_argument("--dask", metavar="ADDRESS", help="a dask.distributed scheduler (tcp://HOST:8786) whose "
@@ -57,9 +57,10 @@ def main(argv: list[str]) -> int:
     if args.action == "info":
         return _info(args.directory)
     refuse_output_over_input(("-o", args.output), [("INPUT", args.inputs), ("--tokenizer", args.tokenizer)])
-    if args.partition_size <= 0:
+    if args.partition_size is not None and args.partition_size <= 0:
         parser.error(f"--partition-size must be a positive number of megabytes, got {args.partition_size}")
-    workers = args.workers if args.workers is not None else _cores()
+    partition_bytes = None if args.partition_size is None else int(args.partition_size * (1 << 20))
+    workers = args.workers if args.workers is not None else cores()
     if workers < 1:
         parser.error(f"--workers must be >= 1, got {workers}")
 
@@ -70,13 +71,9 @@ def main(argv: list[str]) -> int:
         short_seq_prob=args.short_seq_prob, dupe_factor=args.dupe_factor, masked_lm_prob=args.masked_lm_prob,
         max_predictions_per_seq=args.max_predictions_per_seq, whole_word=args.whole_word_masking,
         static_masking=args.static_masking, seed=args.seed, shard_size=args.shard_size, format=args.format,
-        encoding=args.encoding, text_field=args.text_field, partition_bytes=int(args.partition_size * (1 << 20)),
+        encoding=args.encoding, text_field=args.text_field, partition_bytes=partition_bytes,
         workers=workers, dask=args.dask, overwrite=args.overwrite, progress=not args.quiet)
     return _info(out, summary_only=True)
-
-
-def _cores() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def _info(directory: str | os.PathLike, summary_only: bool = False) -> int:

@@ -36,7 +36,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from bertkit.cli import ArgumentParser
+from bertkit.cli import ArgumentParser, cores
 from bertkit.io import refuse_output_over_input
 
 
@@ -79,12 +79,28 @@ CONTINUE_MAX_LEARNING_RATE = 1e-4
 CONTINUE_MASKED_LM_PROB = 0.15  # what the checkpoint was (most likely) trained and is evaluated with
 
 TEXT_FLAGS = {"vocab_size": "vocab_size", "max_seq_length": "max_seq_length", "masked_lm_prob": "masked_lm_prob",
-              "encoding": "encoding", "format": "format", "next_sentence_prediction": "nsp"}
+              "encoding": "encoding", "format": "format", "next_sentence_prediction": "nsp",
+              "text_field": "text_field", "tokenizer_sample_bytes": "tokenizer_sample_bytes"}
+
+
+def parse_size(value: str) -> int:
+    """``"256M"``, ``"1G"``, ``"512k"``, ``"1000000"`` -> bytes (binary multiples); ArgumentTypeError otherwise."""
+    units = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+    text = value.strip().lower().removesuffix("b").removesuffix("i")
+    number, unit = (text[:-1], text[-1]) if text and text[-1] in units else (text, "")
+    try:
+        size = int(float(number) * units[unit])
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a size: write bytes or e.g. 256M, 1G") from None
+    if size < 1:
+        raise argparse.ArgumentTypeError(f"{value!r}: a size must be at least one byte")
+    return size
 
 
 def defaults(args: argparse.Namespace) -> dict[str, Any]:
     """Values for flags the user left unset: the resumed run's own, else the model size's recipe."""
     from bertkit.presets import SIZES, recipe_for
+    from bertkit.tasks.text_data import TOKENIZER_SAMPLE_BYTES
     from bertkit.training.rundir import holds_run, read_run_info
 
     stored: dict[str, Any] = {}
@@ -112,7 +128,8 @@ def defaults(args: argparse.Namespace) -> dict[str, Any]:
                 warmup_ratio=recipe.warmup_ratio, weight_decay=0.01, precision="auto", gradient_accumulation_steps=1,
                 log_every=25, eval_every=None, save_every=None, keep_last=2, seed=42, vocab_size=recipe.vocab_size,
                 max_seq_length=recipe.max_seq_length, masked_lm_prob=recipe.masked_lm_prob, encoding="utf-8",
-                format="auto", cased=False, nsp=recipe.next_sentence_prediction)
+                format="auto", cased=False, nsp=recipe.next_sentence_prediction, text_field="text",
+                tokenizer_sample_bytes=TOKENIZER_SAMPLE_BYTES)
     if args.init_from:  # the checkpoint's tokenizer decides vocabulary and case
         base |= dict(learning_rate=min(recipe.learning_rate / 5, CONTINUE_MAX_LEARNING_RATE), vocab_size=None,
                      cased=None, masked_lm_prob=CONTINUE_MASKED_LM_PROB, nsp=False,
@@ -147,8 +164,10 @@ def main(argv: list[str]) -> int:
     source.add_argument("--data", nargs="+", metavar="DIR[:WEIGHT]",
                         help="one or more directories written by `bertkit data create`, e.g. --data wiki:0.7 "
                              "books:0.3 (weights: the share of each; none: each by its size)")
-    source.add_argument("--text", nargs="+", help="text files (.txt, .gz, .bz2, .xz): train a tokenizer (with "
-                                                  "--init-from: use the checkpoint's) and build the data first")
+    source.add_argument("--text", nargs="+", help="text (.txt, a paragraph or sentence per line), .jsonl, .parquet: "
+                                                  "files, directories or globs, possibly .gz/.bz2/.xz/.zst: train a "
+                                                  "tokenizer (with --init-from: use the checkpoint's) and build the "
+                                                  "data first")
     parser.add_argument("--eval-data", help="held-out data directory (with --data)")
     parser.add_argument("--model", help="train from scratch: tiny (default), mini, small, medium, base, large, "
                                         "or a config JSON")
@@ -164,6 +183,12 @@ def main(argv: list[str]) -> int:
     text.add_argument("--encoding", help="of the text files (default utf-8), e.g. latin-1, cp1252")
     text.add_argument("--format", choices=("auto", "google", "prose", "paragraphs"),
                       help="layout of the text files (default: detected per file)")
+    text.add_argument("--text-field", help="the field / column of .jsonl, .parquet and Arrow inputs that holds the "
+                                           "text (default: text)")
+    text.add_argument("--workers", type=int, help="processes building the data of a corpus over 64 MB (default: "
+                                                  "every core)")
+    text.add_argument("--tokenizer-sample-bytes", type=parse_size, metavar="SIZE",
+                      help="text a vocabulary is learnt from, for a corpus over 64 MB, e.g. 256M (the default), 1G")
     text.add_argument("--cased", action="store_true", default=None,
                       help="keep case and accents (not with --init-from)")
     parser.add_argument("--nsp", action=argparse.BooleanOptionalAction,
@@ -213,7 +238,8 @@ def main(argv: list[str]) -> int:
                                     max_seq_length=args.max_seq_length,
                                     do_lower_case=None if args.init_from else not args.cased,
                                     masked_lm_prob=args.masked_lm_prob, encoding=args.encoding, format=args.format,
-                                    **common)
+                                    text_field=args.text_field, tokenizer_sample_bytes=args.tokenizer_sample_bytes,
+                                    workers=args.workers or cores(), **common)
     print(f"model and tokenizer: {result.model_dir}\nmetrics: {result.metrics_path}")
     if result.plot_path:
         print(f"plot: {result.plot_path}")

@@ -32,14 +32,8 @@ from typing import Any
 import numpy as np
 
 from bertkit.data.instances import create_instance_spans, tokenize_documents
-from bertkit.data.partitions import (
-    Documents,
-    Partition,
-    ReadSettings,
-    expand_inputs,
-    partition_documents,
-    plan_partitions,
-)
+from bertkit.data.partitions import Documents, Partition, ReadSettings, expand_inputs, plan_partitions
+from bertkit.data.reading import partition_documents, select_documents
 from bertkit.data.writing import FORMAT, INDEX_NAME, TOKENIZER_DIR, token_dtype, write_instances
 from bertkit.io import atomic_write_text, read_json_object
 from bertkit.tokenization import BERTTokenizerFast
@@ -48,8 +42,18 @@ from bertkit.tokenization.files import tokenizer_fingerprint
 logger = logging.getLogger("bertkit.data")
 
 CLAIM_NAME = "creation.json"
-#: default input bytes per partition: a worker holds about 6 bytes per byte of its partition's text
+#: the largest default partition (input bytes): a worker holds about 6 bytes per byte of its partition's text
 PARTITION_BYTES = 32 << 20
+#: a smaller corpus gets partitions of a sixteenth of its size (no less than this), so every worker gets work
+MIN_PARTITION_BYTES = 1 << 20
+
+
+def default_partition_bytes(input_bytes: int | None) -> int:
+    """Partition size for a corpus of ``input_bytes`` (None: unknown, a stream): a sixteenth of it, within
+    [:data:`MIN_PARTITION_BYTES`, :data:`PARTITION_BYTES`]. A function of the input alone, never of the workers."""
+    if input_bytes is None:
+        return PARTITION_BYTES
+    return min(PARTITION_BYTES, max(MIN_PARTITION_BYTES, input_bytes // 16))
 
 
 @dataclass(frozen=True)
@@ -68,8 +72,12 @@ class CreationSettings:
     random_next_prob: float = 0.5
     partition_bytes: int = PARTITION_BYTES
     read: ReadSettings = field(default_factory=ReadSettings)
+    heldout_every: int | None = None
+    heldout: bool = False
 
     def __post_init__(self) -> None:
+        if self.heldout_every is not None and (not isinstance(self.heldout_every, int) or self.heldout_every < 2):
+            raise ValueError(f"heldout_every must be an integer >= 2 (or None), got {self.heldout_every!r}.")
         for name, low in (("shard_size", 1), ("max_predictions_per_seq", 1), ("partition_bytes", 1),
                           ("dupe_factor", 1), ("max_seq_length", 5)):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < low:
@@ -98,7 +106,8 @@ def create_pretraining_data(files_or_texts: Any, tokenizer: BERTTokenizerFast | 
                             whole_word: bool = False, static_masking: bool = False, seed: int = 12345,
                             shard_size: int = 100_000, format: str = "auto", encoding: str = "utf-8",
                             random_next_prob: float = 0.5, text_field: str = "text",
-                            partition_bytes: int = PARTITION_BYTES, workers: int = 1, dask: Any = None,
+                            partition_bytes: int | None = None, workers: int = 1, dask: Any = None,
+                            heldout_every: int | None = None, heldout: bool = False,
                             overwrite: bool = False, progress: bool = True) -> Path:
     """Read, tokenize, pair (Google's algorithm), optionally mask, and write shards to ``out_dir``.
 
@@ -111,23 +120,30 @@ def create_pretraining_data(files_or_texts: Any, tokenizer: BERTTokenizerFast | 
     ``max_predictions_per_seq`` / ``whole_word`` are recorded as its defaults. ``random_next_prob``: share
     of pairs whose B is a random other document (NSP label 1); 0 makes contiguous text, for training
     without NSP. ``partition_bytes``: input bytes per partition (memory per worker grows with it; the
-    pairing sees one partition at a time). ``workers``: processes on this machine (from a script, keep the
-    call under ``if __name__ == "__main__":``, as for any process pool); ``dask``: a ``dask.distributed``
-    scheduler address or ``Client`` instead, whose workers must see ``out_dir`` at the same path.
+    pairing sees one partition at a time); None: :func:`default_partition_bytes` of the input's size.
+    ``workers``: processes on this machine (from a script, keep the call under ``if __name__ ==
+    "__main__":``, as for any process pool); ``dask``: a ``dask.distributed`` scheduler address or
+    ``Client`` instead, whose workers must see ``out_dir`` at the same path.
+    ``heldout_every``: keep only the held-out documents (``heldout``: every ``heldout_every``-th of each
+    partition, its 0th first) or only the others, so one corpus gives a training and a held-out directory.
     The same arguments and ``seed`` give byte-identical files, whatever ``workers`` or ``dask``; a run
     killed half-way and started again with them continues (see the module doc). Returns ``out_dir``.
     """
+    sources = expand_inputs(files_or_texts)
+    total = sum(os.path.getsize(s) for s in sources if _sized(s))
+    sized = all(_sized(s) for s in sources)
+    if partition_bytes is None:
+        partition_bytes = default_partition_bytes(total if sized else None)
     settings = CreationSettings(max_seq_length=max_seq_length, short_seq_prob=short_seq_prob, dupe_factor=dupe_factor,
                                 masked_lm_prob=masked_lm_prob, max_predictions_per_seq=max_predictions_per_seq,
                                 whole_word=whole_word, static_masking=static_masking, seed=seed,
                                 shard_size=shard_size, random_next_prob=random_next_prob,
-                                partition_bytes=partition_bytes,
+                                partition_bytes=partition_bytes, heldout_every=heldout_every, heldout=heldout,
                                 read=ReadSettings(format=format, encoding=encoding, text_field=text_field))
     if not isinstance(workers, int) or workers < 1:
         raise ValueError(f"workers must be an integer >= 1, got {workers!r}.")
     if not isinstance(tokenizer, BERTTokenizerFast):
         tokenizer = BERTTokenizerFast.from_pretrained(tokenizer)
-    sources = expand_inputs(files_or_texts)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     _claim(out, settings, tokenizer, sources, overwrite)
@@ -137,8 +153,7 @@ def create_pretraining_data(files_or_texts: Any, tokenizer: BERTTokenizerFast | 
     tokenizer.save_pretrained(out / TOKENIZER_DIR)
     jobs = (_job(partition, settings, tokenizer, out) for partition in plan_partitions(
         sources, settings.partition_bytes, settings.read))
-    total = sum(os.path.getsize(s) for s in sources if isinstance(s, str) and os.path.isfile(s))
-    results = _run_all(jobs, workers, dask, total if all(_sized(s) for s in sources) else None, progress)
+    results = _run_all(jobs, workers, dask, total if sized else None, progress)
     return _write_index(out, settings, tokenizer, results)
 
 
@@ -167,7 +182,9 @@ def build_partition(job: PartitionJob) -> dict[str, Any]:
     tokenizer = _TOKENIZERS.get(job.out_dir)
     if tokenizer is None:
         tokenizer = _TOKENIZERS[job.out_dir] = BERTTokenizerFast.from_pretrained(out / TOKENIZER_DIR)
-    corpus = tokenize_documents(partition_documents(job.partition, settings.read), tokenizer)
+    documents = select_documents(partition_documents(job.partition, settings.read), settings.heldout_every,
+                                 settings.heldout)
+    corpus = tokenize_documents(documents, tokenizer)
     seed = partition_seed(settings.seed, ordinal)
     shards = []
     if corpus.num_documents:
@@ -391,6 +408,7 @@ def _write_index(out: Path, settings: CreationSettings, tokenizer: BERTTokenizer
         "masked_lm_prob": settings.masked_lm_prob, "max_predictions_per_seq": settings.max_predictions_per_seq,
         "short_seq_prob": settings.short_seq_prob, "dupe_factor": settings.dupe_factor, "seed": settings.seed,
         "random_next_prob": settings.random_next_prob, "partition_bytes": settings.partition_bytes,
+        "heldout_every": settings.heldout_every, "heldout": settings.heldout,
         "read": asdict(settings.read),
         "tokenizer": {"dir": TOKENIZER_DIR, "do_lower_case": tokenizer.do_lower_case,
                       "strip_accents": tokenizer.strip_accents,

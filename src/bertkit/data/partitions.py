@@ -20,7 +20,7 @@ start in it (for blank-line layouts: that follow a blank line starting in it; th
 also the file's first document), so the ranges of a file read exactly the documents of the whole
 file. A compressed file, a book (documents at chapter headings) or an Arrow file is one piece.
 The plan depends only on the inputs and ``partition_bytes``: never on the number of workers.
-:func:`partition_documents` reads one partition; it runs in a worker.
+:func:`bertkit.data.reading.partition_documents` reads one partition; it runs in a worker.
 """
 
 from __future__ import annotations
@@ -43,12 +43,7 @@ from bertkit.data.corpus import (
     _file_lines,
     _is_file,
     blocks_are_documents,
-    decoding_error,
     detect_format,
-    jsonl_document,
-    read_documents,
-    split_sentences,
-    text_document,
 )
 
 logger = logging.getLogger("bertkit.data")
@@ -279,7 +274,7 @@ def _bytes_split_lines(path: str, encoding: str) -> bool:
 
 
 def _parquet_pieces(path: str, text_field: str) -> Iterator[Piece]:
-    pq = _pyarrow("parquet", path)
+    pq = pyarrow_module("parquet", path)
     metadata = pq.ParquetFile(path).metadata
     names = [metadata.schema.column(i).name for i in range(metadata.num_columns)]
     if text_field not in names:
@@ -294,7 +289,7 @@ def _parquet_pieces(path: str, text_field: str) -> Iterator[Piece]:
 
 
 def _check_arrow_column(path: str, text_field: str) -> None:
-    pa = _pyarrow("ipc", path)
+    pa = pyarrow_module("ipc", path)
     with pa.memory_map(path) as source:
         names = pa.ipc.open_stream(source).schema.names
     if text_field not in names:
@@ -302,7 +297,8 @@ def _check_arrow_column(path: str, text_field: str) -> None:
                          "text (--text-field; Python: text_field=...).")
 
 
-def _pyarrow(part: str, path: str):
+def pyarrow_module(part: str, path: str):
+    """``pyarrow.parquet`` (``part`` "parquet") or ``pyarrow``; ValueError naming ``path`` without pyarrow."""
     try:
         import pyarrow
         import pyarrow.ipc
@@ -331,119 +327,3 @@ def _document_chunks(source: Documents, partition_bytes: int) -> Iterator[Piece]
             items, size = [], 0
     if items:
         yield Piece("memory", items=tuple(items), size=size)
-
-
-# ---------------------------------------------------------------------------- reading
-
-def partition_documents(partition: Partition, read: ReadSettings) -> Iterator[list[str]]:
-    """The documents of ``partition`` (lists of sentences, empty ones skipped), piece after piece."""
-    for piece in partition.pieces:
-        yield from _piece_documents(piece, read)
-
-
-def _piece_documents(piece: Piece, read: ReadSettings) -> Iterator[list[str]]:
-    if piece.kind == "memory":
-        for item in piece.items:
-            if isinstance(item, str) and piece.layout is not None:  # a text in memory: read as a file would be
-                yield from read_documents(item, piece.layout, read.encoding)
-            else:
-                document = text_document(item) if isinstance(item, str) else [s.strip() for s in item if s.strip()]
-                if document:
-                    yield document
-    elif piece.kind == "parquet" or piece.kind == "arrow":
-        yield from _table_documents(piece, read.text_field)
-    elif piece.kind == "jsonl":
-        yield from _jsonl_range(piece, read)
-    elif piece.start == 0 and piece.end is None:  # a whole text file
-        layout = "paragraphs" if piece.layout == "blocks" else piece.layout
-        yield from read_documents(Path(piece.path), layout, read.encoding)
-    else:
-        yield from _blank_line_range(piece, read.encoding)
-
-
-def _range_lines(path: str, start: int, encoding: str) -> Iterator[tuple[int, str]]:
-    """``(offset, line)`` for every line that starts at or after byte ``start`` of an uncompressed file."""
-    codec = "utf-8" if encoding.lower().replace("_", "-") in ("utf-8", "utf8") else encoding
-    with open(path, "rb") as f:
-        if start > 0:
-            f.seek(start - 1)
-            f.readline()  # the end of the line that began before start (just "\n" if one ended there)
-        offset = f.tell()
-        for raw in f:
-            try:
-                line = raw.decode(codec)
-            except UnicodeDecodeError as error:
-                raise decoding_error(path, encoding, codec, error) from None
-            yield offset, (line.lstrip("\ufeff") if offset == 0 else line)
-            offset += len(raw)
-
-
-def _blank_line_range(piece: Piece, encoding: str) -> Iterator[list[str]]:
-    """The documents of a byte range of a blank-line layout: those following a blank line that starts in the
-    range (and, from offset 0, the first); the last one read to its end, past the range."""
-    def lines() -> Iterator[str]:
-        inside = piece.start == 0
-        for offset, line in _range_lines(piece.path, piece.start, encoding):
-            if not line.strip():
-                if piece.end is not None and offset >= piece.end:
-                    return
-                inside = True
-            if inside:
-                yield line
-
-    block: list[str] = []
-    for line in itertools.chain(lines(), [""]):
-        line = line.strip()
-        if line:
-            block.append(line)
-        elif block:
-            document = block if piece.layout == "google" else [s for p in block for s in split_sentences(p)]
-            if document:
-                yield document
-            block = []
-
-
-def _jsonl_range(piece: Piece, read: ReadSettings) -> Iterator[list[str]]:
-    for offset, line in _range_lines(piece.path, piece.start, read.encoding):
-        if piece.end is not None and offset >= piece.end:
-            return
-        document = jsonl_document(line, read.text_field, lambda offset=offset: _line_at(piece.path, offset))
-        if document:
-            yield document
-
-
-def _line_at(path: str, offset: int) -> str:
-    """``"FILE, line N"`` for the line starting at byte ``offset`` (counted only when an error needs it)."""
-    newlines = 0
-    with open(path, "rb") as f:
-        while offset > 0:
-            chunk = f.read(min(offset, 1 << 20))
-            newlines += chunk.count(b"\n")
-            offset -= len(chunk)
-    return f"{path}, line {newlines + 1}"
-
-
-def _table_documents(piece: Piece, text_field: str) -> Iterator[list[str]]:
-    """Rows of a Parquet row group range or an Arrow stream file: a document per row."""
-    if piece.kind == "parquet":
-        pq = _pyarrow("parquet", piece.path)
-        groups = list(range(piece.start, piece.end))
-        batches = pq.ParquetFile(piece.path).iter_batches(row_groups=groups, columns=[text_field], batch_size=1024)
-        where = f"row group {piece.start}" if len(groups) == 1 else f"row groups {piece.start}-{piece.end - 1}"
-        yield from _column_documents(batches, text_field, f"{piece.path}, {where}")
-        return
-    pa = _pyarrow("ipc", piece.path)
-    with pa.memory_map(piece.path) as source:
-        yield from _column_documents(iter(pa.ipc.open_stream(source)), text_field, piece.path)
-
-
-def _column_documents(batches: Iterator, text_field: str, where: str) -> Iterator[list[str]]:
-    rows = itertools.count()
-    for batch in batches:
-        for text, row in zip(batch.column(text_field).to_pylist(), rows):  # the list first: zip stops on it
-            if not isinstance(text, str):
-                raise ValueError(f"{where}, row {row}: {text_field!r} holds {type(text).__name__}, not text; "
-                                 "pass the column that holds the text (--text-field), or drop the empty rows.")
-            document = text_document(text)
-            if document:
-                yield document

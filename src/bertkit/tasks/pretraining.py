@@ -31,7 +31,6 @@ import numpy as np
 import torch
 
 from bertkit.config import BERTConfig
-from bertkit.data.corpus import read_documents
 from bertkit.data.mixture import (
     DataEntry,
     MixedPretrainingDataset,
@@ -39,12 +38,13 @@ from bertkit.data.mixture import (
     data_parts,
     open_pretraining_data,
 )
-from bertkit.data.shards import INDEX_NAME, PretrainingDataset, create_pretraining_data
-from bertkit.data.split import split_heldout
+from bertkit.data.partitions import expand_inputs
+from bertkit.data.shards import INDEX_NAME, PretrainingDataset
 from bertkit.io import atomic_write_text
 from bertkit.modeling import BERTForPreTraining
 from bertkit.presets import SIZES, preset_fields
 from bertkit.tasks.sources import LoadedSource, load_source
+from bertkit.tasks.text_data import TOKENIZER_SAMPLE_BYTES, build_text_data
 from bertkit.tokenization import BERTTokenizerFast
 from bertkit.tokenization.files import tokenizer_differences, tokenizer_fingerprint
 from bertkit.training import Trainer, TrainingConfig
@@ -419,11 +419,17 @@ def pretrain_from_text(files: list[str | os.PathLike] | str | os.PathLike, outpu
                        do_lower_case: bool | None = None, max_seq_length: int = 128, heldout_every: int = 20,
                        dupe_factor: int = 1, whole_word: bool = False, masked_lm_prob: float = 0.15,
                        encoding: str = "utf-8", format: str = "auto", next_sentence_prediction: bool = True,
-                       training: TrainingConfig | None = None,
+                       text_field: str = "text", tokenizer_sample_bytes: int = TOKENIZER_SAMPLE_BYTES,
+                       workers: int = 1, training: TrainingConfig | None = None,
                        resume: bool = False, overwrite: bool = False, apply_changes: bool = False,
                        model_overrides: dict[str, Any] | None = None, masking: dict[str, Any] | None = None,
                        progress: bool = True, callbacks=None) -> PretrainingResult:
-    """Learn a vocabulary, build train / held-out data (:func:`bertkit.data.split.split_heldout`), pretrain.
+    """Learn a vocabulary, build train / held-out data (:mod:`bertkit.tasks.text_data`), pretrain.
+
+    ``files``: files, directories or glob patterns of text, ``.jsonl`` (``text_field``), ``.parquet`` or
+    Arrow (see :func:`bertkit.data.partitions.expand_inputs`). A corpus over 64 MB is never held whole: it
+    is read in partitions on ``workers`` processes, and the vocabulary is learnt from a sample of
+    ``tokenizer_sample_bytes`` spread over it.
 
     From scratch (``model``: a size, default ``tiny``, or a config) the vocabulary is learnt from the
     training part (``vocab_size``, default 8000; ``do_lower_case``, default True). With ``init_from``
@@ -441,14 +447,14 @@ def pretrain_from_text(files: list[str | os.PathLike] | str | os.PathLike, outpu
     if launched_by_torchrun():
         raise ValueError("pretraining from --text under torchrun would build the data once per process; build it "
                          "first (bertkit data create ...), then run torchrun ... pretrain --data DIR.")
-    files = [files] if isinstance(files, (str, os.PathLike)) else list(files)
-    for path in files:
-        if not Path(path).is_file():
-            raise ValueError(f"no such file: {path}" if not Path(path).exists() else f"{path} is not a file")
+    files = [f for f in expand_inputs(files) if isinstance(f, str)]  # texts and Documents are for data create
     training = training or TrainingConfig(max_steps=1000, learning_rate=1e-3, warmup_ratio=0.1)
     settings = dict(max_seq_length=max_seq_length, heldout_every=heldout_every, dupe_factor=dupe_factor,
                     whole_word=whole_word, masked_lm_prob=masked_lm_prob, encoding=encoding, format=format,
                     seed=training.seed, next_sentence_prediction=next_sentence_prediction)
+    # recorded only when not the default, so runs made before these settings existed still resume
+    settings |= {k: v for k, v in (("text_field", text_field), ("tokenizer_sample_bytes", tokenizer_sample_bytes))
+                 if v != {"text_field": "text", "tokenizer_sample_bytes": TOKENIZER_SAMPLE_BYTES}[k]}
     init = None
     if init_from is None:
         settings |= dict(vocab_size=8000 if vocab_size is None else vocab_size,
@@ -470,31 +476,9 @@ def pretrain_from_text(files: list[str | os.PathLike] | str | os.PathLike, outpu
         data_root = run.path / "data"
         train_dir, heldout_dir = data_root / "train", data_root / "heldout"
         if not (run.resumed and (train_dir / INDEX_NAME).exists()):
-            _build_text_data(files, data_root, settings, progress, tokenizer=init.tokenizer if init else None)
+            build_text_data(files, data_root, settings, progress, tokenizer=init.tokenizer if init else None,
+                            workers=workers)
         heldout = PretrainingDataset(heldout_dir) if (heldout_dir / INDEX_NAME).exists() else None
         return _train(run, PretrainingDataset(train_dir), model=model, init=init, training=training,
                       eval_dataset=heldout, apply_changes=apply_changes, nsp=next_sentence_prediction,
                       model_overrides=model_overrides, masking=masking, callbacks=callbacks)
-
-
-def _build_text_data(files: list, data_root: Path, settings: dict[str, Any], progress: bool,
-                     tokenizer: BERTTokenizerFast | None = None) -> None:
-    """Split the text, train the tokenizer on the training part (unless given one), write both data directories."""
-    split = split_heldout(list(read_documents(files, settings["format"], settings["encoding"])),
-                          settings["heldout_every"])
-    logger.warning("held-out split: %s", split.description)
-    if not split.train:
-        raise ValueError(f"{', '.join(map(str, files))} hold no text: nothing to pretrain on.")
-    for name, docs in (("train.txt", split.train), ("heldout.txt", split.heldout)):  # Google's format
-        atomic_write_text(data_root / name, "\n\n".join("\n".join(doc) for doc in docs) + "\n")
-    if tokenizer is None:
-        tokenizer = BERTTokenizerFast.train([data_root / "train.txt"], vocab_size=settings["vocab_size"],
-                                            do_lower_case=settings["do_lower_case"], show_progress=progress)
-    # without NSP the pairs are contiguous text: a random B would only be noise in the MLM context
-    common = dict(max_seq_length=settings["max_seq_length"], whole_word=settings["whole_word"], progress=progress,
-                  format="google", random_next_prob=0.5 if settings["next_sentence_prediction"] else 0.0)
-    create_pretraining_data([data_root / "train.txt"], tokenizer, data_root / "train", seed=settings["seed"],
-                            dupe_factor=settings["dupe_factor"], masked_lm_prob=settings["masked_lm_prob"], **common)
-    if split.heldout:
-        create_pretraining_data([data_root / "heldout.txt"], tokenizer, data_root / "heldout",
-                                seed=settings["seed"] + 1, **common)
