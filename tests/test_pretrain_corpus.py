@@ -78,3 +78,14 @@ def test_pretrain_text_reads_jsonl_with_another_field(tmp_path):
                                        ("1000", 1000), ("1.5MB", 3 << 19), ("2GiB", 2 << 30)])
 def test_sizes_parse(text, size):
     assert parse_size(text) == size
+
+
+def test_tokenizer_train_reads_the_text_of_json_lines(tmp_path):
+    from bertkit.cli import main
+    from bertkit.tokenization import BERTTokenizerFast
+
+    path = write_jsonl(tmp_path / "c.jsonl", corpus_texts(150), field="body")
+    assert main(["tokenizer", "train", str(path), "--text-field", "body", "--vocab-size", "700", "-o",
+                 str(tmp_path / "tok")]) == 0
+    vocab = BERTTokenizerFast.from_pretrained(tmp_path / "tok").vocab
+    assert "emma" in vocab and "{" not in vocab and "body" not in vocab  # the text, not the JSON around it

@@ -235,8 +235,9 @@ def test_cli_training_on_an_empty_file_fails(tmp_path, capsys):
     empty.write_text("", encoding="utf-8")
     blank.write_text("  \n\n", encoding="utf-8")
     assert main(["tokenizer", "train", str(empty), str(blank), "--vocab-size", "100", "-o", str(tmp_path / "t")]) == 1
-    err = capsys.readouterr().err
-    assert f"bertkit: error: the training files {empty}, {blank} hold no text to learn" in err
+    assert f"bertkit: error: {empty} is empty (0 bytes)" in capsys.readouterr().err
+    assert main(["tokenizer", "train", str(blank), str(blank), "--vocab-size", "100", "-o", str(tmp_path / "t")]) == 1
+    assert f"bertkit: error: the training files {blank}, {blank} hold no text to learn" in capsys.readouterr().err
     assert not (tmp_path / "t").exists()
 
 

@@ -1,8 +1,13 @@
-"""``bertkit tokenizer train FILES... --vocab-size N -o DIR`` and ``bertkit tokenizer encode DIR TEXT``."""
+"""``bertkit tokenizer train INPUTS... --vocab-size N -o DIR`` and ``bertkit tokenizer encode DIR TEXT``.
+
+``train`` reads its inputs as ``bertkit data create`` does (text layouts, .jsonl, .parquet, Arrow; files,
+directories, globs; compressed), at most ``--tokenizer-sample-bytes`` of text spread over the corpus.
+"""
 
 from __future__ import annotations
 
 from bertkit.cli import ArgumentParser
+from bertkit.cli.pretrain import parse_size
 from bertkit.io import refuse_output_over_input
 
 
@@ -10,7 +15,13 @@ def main(argv: list[str]) -> int:
     parser = ArgumentParser(prog="bertkit tokenizer", description=__doc__)
     sub = parser.add_subparsers(dest="action", required=True)
     train = sub.add_parser("train", help="learn a WordPiece vocabulary from text files")
-    train.add_argument("files", nargs="+", help="UTF-8 text files")
+    train.add_argument("files", nargs="+", metavar="INPUT", help="text, .jsonl, .parquet: files, directories or globs")
+    train.add_argument("--text-field", default="text", help="of .jsonl / .parquet / Arrow inputs (default: text)")
+    train.add_argument("--format", choices=("auto", "google", "prose", "paragraphs"), default="auto",
+                       help="layout of text files (default: decided per file)")
+    train.add_argument("--encoding", default="utf-8", help="of the files (default utf-8)")
+    train.add_argument("--tokenizer-sample-bytes", type=parse_size, default=None, metavar="SIZE",
+                       help="learn from at most this much text, spread over the corpus (default 256M)")
     train.add_argument("--vocab-size", type=int, default=30522)
     train.add_argument("--min-frequency", type=int, default=2)
     train.add_argument("--cased", action="store_true", help="keep case and accents (default: lower-case)")
@@ -26,7 +37,19 @@ def main(argv: list[str]) -> int:
     from bertkit.tokenization import BERTTokenizerFast
 
     if args.action == "train":
-        tokenizer = BERTTokenizerFast.train(args.files, vocab_size=args.vocab_size, min_frequency=args.min_frequency,
+        from bertkit.data.create import PARTITION_BYTES
+        from bertkit.data.partitions import ReadSettings, expand_inputs
+        from bertkit.data.reading import sample_texts
+        from bertkit.tasks.text_data import TOKENIZER_SAMPLE_BYTES
+
+        files = [f for f in expand_inputs(args.files) if isinstance(f, str)]
+        texts = sample_texts(files, args.tokenizer_sample_bytes or TOKENIZER_SAMPLE_BYTES,
+                             ReadSettings(args.format, args.encoding, args.text_field), PARTITION_BYTES)
+        if not any(text.strip() for text in texts):
+            raise ValueError(f"the training file{'s' if len(files) > 1 else ''} {', '.join(files)} hold"
+                             f"{'' if len(files) > 1 else 's'} no text to learn a vocabulary from (nothing but "
+                             "white space and control characters); train on text.")
+        tokenizer = BERTTokenizerFast.train(iter(texts), vocab_size=args.vocab_size, min_frequency=args.min_frequency,
                                             do_lower_case=not args.cased)
         tokenizer.save_pretrained(args.output)
         short = (f" (fewer than --vocab-size {args.vocab_size}: no further pair of pieces occurs --min-frequency "
