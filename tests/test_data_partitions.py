@@ -121,11 +121,17 @@ def test_shards_do_not_depend_on_the_number_of_workers_nor_on_dask(tmp_path, tok
     index = json.loads((one / "index.json").read_text())
     assert index["num_partitions"] > 8 and len(shard_bytes(one)) == 4 * index["num_partitions"]
     assert shard_bytes(two) == shard_bytes(one)
+    pool = {json.loads(m.read_text())["pid"] for m in two.glob("part-*.json")}
+    assert len(pool) == 2 and os.getpid() not in pool  # two worker processes did the work
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
                       dashboard_address=None) as cluster, Client(cluster) as client:
-        on_dask = create_pretraining_data(jsonl_corpus, tokenizer, tmp_path / "dask", dask=client, **common)
+        # the scheduler's address, as --dask passes it (the library opens and closes its own client)
+        on_dask = create_pretraining_data(jsonl_corpus, tokenizer, tmp_path / "dask", dask=cluster.scheduler_address,
+                                          **common)
         ran_on = client.run(os.getpid)
     assert len(ran_on) == 2 and os.getpid() not in ran_on.values()
+    where = {json.loads(m.read_text())["pid"] for m in on_dask.glob("part-*.json")}
+    assert where == set(ran_on.values())  # both Dask workers built partitions, this process none
     assert shard_bytes(on_dask) == shard_bytes(one)
     for out in (two, on_dask):
         theirs = json.loads((out / "index.json").read_text())

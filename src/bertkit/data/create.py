@@ -23,6 +23,7 @@ import hashlib
 import json
 import logging
 import os
+import socket
 import warnings
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
@@ -201,7 +202,8 @@ def build_partition(job: PartitionJob) -> dict[str, Any]:
                 vocab_size=tokenizer.vocab_size, max_seq_length=settings.max_seq_length, mask=mask))
     marker = {"partition": ordinal, "fingerprint": job.fingerprint, "bytes": job.partition.size,
               "num_documents": corpus.num_documents, "num_sentences": len(corpus.sentence_starts) - 1,
-              "inputs": sorted({piece.path or "documents" for piece in job.partition.pieces}), "shards": shards}
+              "inputs": sorted({piece.path or "documents" for piece in job.partition.pieces}), "shards": shards,
+              "host": socket.gethostname(), "pid": os.getpid()}  # where it ran: for the curious, not in the index
     atomic_write_text(out / marker_name(ordinal), json.dumps(marker) + "\n")
     return marker
 
