@@ -139,6 +139,8 @@ def test_shards_do_not_depend_on_the_number_of_workers_nor_on_dask(tmp_path, tok
 
 
 def test_a_killed_run_started_again_ends_with_the_same_bytes(tmp_path, jsonl_corpus):
+    """SIGKILLed after three partitions (while a second run into the same directory is refused), then run
+    again: the finished partitions are kept, and the directory equals an uninterrupted run's."""
     args = [*CLI, "data", "create", str(jsonl_corpus), "--tokenizer", str(BERT_BASE_UNCASED_VOCAB),
             "--partition-size", "0.05", "--workers", "1", "--quiet", "--static-masking", "--seed", "4", "-o"]
     whole = tmp_path / "whole"
@@ -148,7 +150,9 @@ def test_a_killed_run_started_again_ends_with_the_same_bytes(tmp_path, jsonl_cor
     deadline = time.monotonic() + 300
     while len(list(killed.glob("part-*.json"))) < 3 and child.poll() is None and time.monotonic() < deadline:
         time.sleep(0.02)
-    child.send_signal(signal.SIGKILL)
+    second = subprocess.run([*args, str(killed)], capture_output=True, text=True, timeout=600)  # concurrently
+    assert second.returncode == 1 and f"{killed} is in use by another data creation (pid {child.pid}" in second.stderr
+    child.send_signal(signal.SIGKILL)  # the lock goes with the process
     child.wait()
     finished = sorted(killed.glob("part-*.json"))
     assert 3 <= len(finished) < len(list(whole.glob("part-*.json"))) and not (killed / "index.json").exists()
@@ -202,6 +206,7 @@ def test_bad_inputs_are_one_line_naming_the_file_and_place(tmp_path, tokenizer):
     lines[150] = lines[150][:40]  # a truncated line deep inside (in a later partition than the first)
     broken.write_text("\n".join(lines) + "\n")
     fails(broken, r"broken\.jsonl, line 151: not JSON", partition_bytes=20_000)
+    fails(broken, r"broken\.jsonl, line 151: not JSON", partition_bytes=20_000, workers=2)  # from a pool worker
     fails(write_jsonl(tmp_path / "other.jsonl", texts[:3], field="content"),
           r"other\.jsonl, line 1: no text in field 'text' \(found: \['content', 'id'\]\).*--text-field")
     pq.write_table(pa.table({"content": texts}), tmp_path / "c.parquet", row_group_size=50)

@@ -17,9 +17,11 @@ import glob
 import json
 import os
 import shutil
+import socket
 import stat
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -229,3 +231,39 @@ def check_link(path: str | os.PathLike) -> None:
                                        "should be, or a link to that file") from None
         raise FileNotFoundError(errno.ENOENT, f"{os.fspath(path)} is a symbolic link to {target!r}, which does not "
                                               "exist; restore the target or replace the link") from None
+
+
+class DirectoryInUse(ValueError):
+    """Another process holds the directory's lock."""
+
+
+def lock_directory(directory: str | os.PathLike, user: str) -> int:
+    """An exclusive, non-blocking lock on ``directory/.lock``; returns the open descriptor that holds it (closing
+    it releases the lock; so does the process's end, however it ends). The file says who holds it; a second
+    ``user`` (e.g. "run") is refused at once with :class:`DirectoryInUse` naming the holder."""
+    path = os.path.join(directory, ".lock")
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        _try_lock(fd)
+    except OSError:
+        try:
+            holder = Path(path).read_text(encoding="utf-8").strip() or "an unknown process"
+        except OSError:
+            holder = "an unknown process"
+        os.close(fd)
+        raise DirectoryInUse(f"{directory} is in use by another {user} ({holder}); wait for it to finish, stop it, "
+                             "or choose another output directory.") from None
+    os.ftruncate(fd, 0)
+    os.write(fd, f"pid {os.getpid()} on {socket.gethostname()} since {time.strftime('%Y-%m-%d %H:%M:%S')}".encode())
+    return fd
+
+
+def _try_lock(fd: int) -> None:
+    try:
+        import fcntl
+    except ImportError:  # Windows
+        import msvcrt
+
+        msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
+        return
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

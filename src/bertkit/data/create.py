@@ -36,7 +36,7 @@ from bertkit.data.instances import create_instance_spans, tokenize_documents
 from bertkit.data.partitions import Documents, Partition, ReadSettings, expand_inputs, plan_partitions
 from bertkit.data.reading import partition_documents, select_documents
 from bertkit.data.writing import FORMAT, INDEX_NAME, TOKENIZER_DIR, token_dtype, write_instances
-from bertkit.io import atomic_write_text, read_json_object
+from bertkit.io import atomic_write_text, lock_directory, read_json_object
 from bertkit.tokenization import BERTTokenizerFast
 from bertkit.tokenization.files import tokenizer_fingerprint
 
@@ -99,6 +99,7 @@ class PartitionJob:
     settings: CreationSettings
     out_dir: str
     fingerprint: str
+    tokenizer_sha256: str  # of the tokenizer's fingerprint: a long-lived (Dask) worker reloads another one
 
 
 def create_pretraining_data(files_or_texts: Any, tokenizer: BERTTokenizerFast | str | os.PathLike,
@@ -147,31 +148,39 @@ def create_pretraining_data(files_or_texts: Any, tokenizer: BERTTokenizerFast | 
         tokenizer = BERTTokenizerFast.from_pretrained(tokenizer)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    _claim(out, settings, tokenizer, sources, overwrite)
-    (out / INDEX_NAME).unlink(missing_ok=True)  # an old index must not describe half-rewritten shards
-    for temp in out.glob(".*.tmp"):  # what a killed run was writing
-        temp.unlink()
-    tokenizer.save_pretrained(out / TOKENIZER_DIR)
-    jobs = (_job(partition, settings, tokenizer, out) for partition in plan_partitions(
-        sources, settings.partition_bytes, settings.read))
-    results = _run_all(jobs, workers, dask, total if sized else None, progress)
-    return _write_index(out, settings, tokenizer, results)
+    lock = lock_directory(out, "data creation")  # a second run into the directory is refused at once
+    try:
+        _claim(out, settings, tokenizer, sources, overwrite)
+        (out / INDEX_NAME).unlink(missing_ok=True)  # an old index must not describe half-rewritten shards
+        for temp in out.glob(".*.tmp"):  # what a killed run was writing
+            temp.unlink()
+        tokenizer.save_pretrained(out / TOKENIZER_DIR)
+        digest = hashlib.sha256(json.dumps(tokenizer_fingerprint(tokenizer), sort_keys=True).encode()).hexdigest()
+        _TOKENIZERS.clear()
+        _TOKENIZERS[(str(out), digest)] = tokenizer  # one worker runs here: no second load
+        jobs = (_job(partition, settings, digest, out) for partition in plan_partitions(
+            sources, settings.partition_bytes, settings.read))
+        results = _run_all(jobs, workers, dask, total if sized else None, progress)
+        return _write_index(out, settings, tokenizer, results)
+    finally:
+        os.close(lock)
 
 
 def _sized(source: Any) -> bool:
     return isinstance(source, str) and os.path.isfile(source)
 
 
-def _job(partition: Partition, settings: CreationSettings, tokenizer: BERTTokenizerFast, out: Path) -> PartitionJob:
-    identity = {"settings": settings.to_dict(), "tokenizer": tokenizer_fingerprint(tokenizer),
-                "partition": partition.ordinal, "pieces": [piece.identity() for piece in partition.pieces]}
+def _job(partition: Partition, settings: CreationSettings, tokenizer_sha256: str, out: Path) -> PartitionJob:
+    identity = {"settings": settings.to_dict(), "tokenizer": tokenizer_sha256, "partition": partition.ordinal,
+                "pieces": [piece.identity() for piece in partition.pieces]}
     digest = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
-    return PartitionJob(partition, settings, str(out), digest)
+    return PartitionJob(partition, settings, str(out), digest, tokenizer_sha256)
 
 
 # ---------------------------------------------------------------------------- one partition (in a worker)
 
-_TOKENIZERS: dict[str, BERTTokenizerFast] = {}
+#: (output directory, tokenizer hash) -> the tokenizer, loaded once per worker process
+_TOKENIZERS: dict[tuple[str, str], BERTTokenizerFast] = {}
 
 
 def build_partition(job: PartitionJob) -> dict[str, Any]:
@@ -180,9 +189,11 @@ def build_partition(job: PartitionJob) -> dict[str, Any]:
     finished = finished_partition(out, ordinal, job.fingerprint)
     if finished is not None:
         return finished
-    tokenizer = _TOKENIZERS.get(job.out_dir)
-    if tokenizer is None:
-        tokenizer = _TOKENIZERS[job.out_dir] = BERTTokenizerFast.from_pretrained(out / TOKENIZER_DIR)
+    key = (job.out_dir, job.tokenizer_sha256)
+    if key not in _TOKENIZERS:
+        _TOKENIZERS.clear()
+        _TOKENIZERS[key] = BERTTokenizerFast.from_pretrained(out / TOKENIZER_DIR)
+    tokenizer = _TOKENIZERS[key]
     documents = select_documents(partition_documents(job.partition, settings.read), settings.heldout_every,
                                  settings.heldout)
     corpus = tokenize_documents(documents, tokenizer)

@@ -23,13 +23,12 @@ import hashlib
 import json
 import os
 import shutil
-import socket
 import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from bertkit.io import atomic_write_text
+from bertkit.io import DirectoryInUse, atomic_write_text, lock_directory
 
 RUN_FILE = "run.json"
 LOCK_FILE = ".lock"
@@ -234,31 +233,8 @@ def file_fingerprint(paths: Iterable[str | os.PathLike]) -> list[dict[str, Any]]
 
 # ---------------------------------------------------------------------- locking
 def _lock(directory: Path) -> int:
-    """An exclusive, non-blocking lock on ``directory/.lock``; returns the open descriptor that holds it."""
-    path = directory / LOCK_FILE
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    """An exclusive, non-blocking lock on ``directory/.lock`` (:func:`bertkit.io.lock_directory`)."""
     try:
-        _try_lock(fd)
-    except OSError:
-        try:
-            holder = Path(path).read_text(encoding="utf-8").strip() or "an unknown process"
-        except OSError:
-            holder = "an unknown process"
-        os.close(fd)
-        raise RunDirectoryError(f"{directory} is in use by another run ({holder}); wait for it to finish, stop it, "
-                                "or choose another output directory.") from None
-    os.ftruncate(fd, 0)
-    os.write(fd, f"pid {os.getpid()} on {socket.gethostname()} since {time.strftime('%Y-%m-%d %H:%M:%S')}"
-             .encode())
-    return fd
-
-
-def _try_lock(fd: int) -> None:
-    try:
-        import fcntl
-    except ImportError:  # Windows
-        import msvcrt
-
-        msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
-        return
-    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return lock_directory(directory, "run")
+    except DirectoryInUse as error:
+        raise RunDirectoryError(str(error)) from None
