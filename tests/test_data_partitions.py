@@ -79,14 +79,22 @@ def test_byte_ranges_read_exactly_the_whole_files_documents(tmp_path, newline):
 
 
 def test_every_format_gives_the_instances_of_the_same_documents_as_text(tmp_path, tokenizer):
+    import gzip
+
     import datasets
     import pyarrow as pa
     import pyarrow.parquet as pq
+    import zstandard
 
     texts = corpus_texts(40)
+    jsonl = write_jsonl(tmp_path / "c.jsonl", texts, field="body")
+    (tmp_path / "c.jsonl.gz").write_bytes(gzip.compress(jsonl.read_bytes()))
+    (tmp_path / "c.jsonl.zst").write_bytes(zstandard.ZstdCompressor().compress(jsonl.read_bytes()))
     inputs = {
         "text": write_blocks(tmp_path / "c.txt", texts),
-        "jsonl": write_jsonl(tmp_path / "c.jsonl", texts, field="body"),
+        "jsonl": jsonl,
+        "jsonl.gz": tmp_path / "c.jsonl.gz",
+        "jsonl.zst": tmp_path / "c.jsonl.zst",
         "parquet": tmp_path / "c.parquet",
         "arrow": tmp_path / "arrow",
         "documents": Documents(iter(texts)),
@@ -214,6 +222,9 @@ def test_bad_inputs_are_one_line_naming_the_file_and_place(tmp_path, tokenizer):
     pq.write_table(pa.table({"text": [*texts[:120], None, *texts[120:]]}), tmp_path / "nulls.parquet",
                    row_group_size=50)
     fails(tmp_path / "nulls.parquet", r"nulls\.parquet, row group 2, row 20: 'text' holds NoneType")
+    whole = (tmp_path / "nulls.parquet").read_bytes()
+    (tmp_path / "cut.parquet").write_bytes(whole[:len(whole) // 2])
+    fails(tmp_path / "cut.parquet", r"cut\.parquet is not a readable Parquet file \(.*\): truncated")
     (tmp_path / "empty.jsonl").write_bytes(b"")
     fails(tmp_path / "empty.jsonl", r"empty\.jsonl is empty \(0 bytes\)")
     fails(str(tmp_path / "nothing-*.jsonl"), r"the glob pattern .*nothing-\*\.jsonl' matches no file")
@@ -223,6 +234,13 @@ def test_bad_inputs_are_one_line_naming_the_file_and_place(tmp_path, tokenizer):
     (tmp_path / "dd" / "dataset_dict.json").write_text('{"splits": ["train", "test"]}')
     fails(tmp_path / "dd", r"DatasetDict \(splits \['train', 'test'\]\); pass one split's directory")
     fails(tmp_path / "missing.txt", r"no such file or directory: .*missing\.txt")
+    import gzip
+
+    packed = gzip.compress(broken.read_bytes())
+    (tmp_path / "cut.jsonl.gz").write_bytes(packed[:len(packed) // 2])  # a partial download
+    fails(tmp_path / "cut.jsonl.gz", r"cut\.jsonl\.gz is truncated: its compressed data ends before the end")
+    (tmp_path / "fake.txt.gz").write_text("plain text named .gz\n")
+    fails(tmp_path / "fake.txt.gz", r"fake\.txt\.gz is not readable as its suffix says \(BadGzipFile")
 
 
 def test_cli_create_and_info(tmp_path, jsonl_corpus):

@@ -237,18 +237,37 @@ def open_bytes(path: str | os.PathLike) -> io.BufferedIOBase:
 
 
 def _file_lines(path: Path, encoding: str) -> Iterator[str]:
-    """The lines of a text file (universal newlines, BOM dropped); decoding errors name the file and byte."""
+    """The lines of a text file (universal newlines, BOM dropped); decoding errors name the file and byte, a
+    truncated or corrupt compressed file names the file (:func:`unreadable_error`)."""
     name = codecs.lookup(encoding).name
     codec = "utf-8-sig" if name == "utf-8" else encoding
-    with open_bytes(path) as raw:
-        head = raw.read(8192)
-    if b"\0" in head and not name.startswith(("utf-16", "utf-32")):
-        raise _nul_bytes_error(path, head, encoding)
-    with open_bytes(path) as raw:  # opened again: a zstd stream cannot rewind
-        try:
-            yield from io.TextIOWrapper(raw, encoding=codec, errors="strict", newline=None)
-        except UnicodeDecodeError as error:
-            raise decoding_error(path, encoding, codec, error) from None
+    try:
+        with open_bytes(path) as raw:
+            head = raw.read(8192)
+        if b"\0" in head and not name.startswith(("utf-16", "utf-32")):
+            raise _nul_bytes_error(path, head, encoding)
+        with open_bytes(path) as raw:  # opened again: a zstd stream cannot rewind
+            try:
+                yield from io.TextIOWrapper(raw, encoding=codec, errors="strict", newline=None)
+            except UnicodeDecodeError as error:
+                raise decoding_error(path, encoding, codec, error) from None
+    except ValueError:
+        raise
+    except Exception as error:  # EOFError, gzip.BadGzipFile, lzma.LZMAError, zstandard.ZstdError, OSError
+        raise unreadable_error(path, error) from None
+
+
+def unreadable_error(path: str | os.PathLike, error: BaseException) -> ValueError:
+    """A file that cannot be read to its end, as one line naming it: a compressed stream that ends early
+    (a partial download or copy), corrupt compressed data, or the operating system's error."""
+    if isinstance(error, EOFError):
+        return ValueError(f"{os.fspath(path)} is truncated: its compressed data ends before the end of the stream "
+                          "(a partial download or copy?); fetch or copy it again, or leave it out.")
+    what = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+    if isinstance(error, OSError) and not isinstance(error, gzip.BadGzipFile) and error.errno is not None:
+        return ValueError(f"cannot read {os.fspath(path)}: {error.strerror or what}.")
+    return ValueError(f"{os.fspath(path)} is not readable as its suffix says ({what}): corrupt compressed data, "
+                      "or a file named for another format; check it (e.g. gzip -t / xz -t / zstd -t).")
 
 
 def _nul_bytes_error(path: Path, head: bytes, encoding: str) -> ValueError:

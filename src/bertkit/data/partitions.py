@@ -275,7 +275,11 @@ def _bytes_split_lines(path: str, encoding: str) -> bool:
 
 def _parquet_pieces(path: str, text_field: str) -> Iterator[Piece]:
     pq = pyarrow_module("parquet", path)
-    metadata = pq.ParquetFile(path).metadata
+    try:
+        metadata = pq.ParquetFile(path).metadata
+    except Exception as error:  # pyarrow.ArrowInvalid: not Parquet, or cut short
+        raise ValueError(f"{path} is not a readable Parquet file ({error}): truncated, or another format named "
+                         ".parquet? Fetch it again or leave it out.") from None
     names = [metadata.schema.column(i).name for i in range(metadata.num_columns)]
     if text_field not in names:
         raise ValueError(f"{path}: no column {text_field!r} (columns: {names}); pass the column that holds the "
@@ -290,8 +294,12 @@ def _parquet_pieces(path: str, text_field: str) -> Iterator[Piece]:
 
 def _check_arrow_column(path: str, text_field: str) -> None:
     pa = pyarrow_module("ipc", path)
-    with pa.memory_map(path) as source:
-        names = pa.ipc.open_stream(source).schema.names
+    try:
+        with pa.memory_map(path) as source:
+            names = pa.ipc.open_stream(source).schema.names
+    except Exception as error:  # pyarrow.ArrowInvalid
+        raise ValueError(f"{path} is not a readable Arrow stream ({error}), as datasets.save_to_disk writes them; "
+                         "fetch it again or leave it out.") from None
     if text_field not in names:
         raise ValueError(f"{path}: no column {text_field!r} (columns: {names}); pass the column that holds the "
                          "text (--text-field; Python: text_field=...).")

@@ -33,11 +33,11 @@ def _piece_documents(piece: Piece, read: ReadSettings) -> Iterator[list[str]]:
                     yield document
     elif piece.kind == "parquet" or piece.kind == "arrow":
         yield from _table_documents(piece, read.text_field)
-    elif piece.kind == "jsonl":
+    elif piece.start == 0 and piece.end is None:  # a whole text or JSON-lines file, possibly compressed
+        layout = "paragraphs" if piece.layout == "blocks" else piece.layout or "auto"
+        yield from read_documents(Path(piece.path), layout, read.encoding, read.text_field)
+    elif piece.kind == "jsonl":  # a byte range of an uncompressed file
         yield from _jsonl_range(piece, read)
-    elif piece.start == 0 and piece.end is None:  # a whole text file
-        layout = "paragraphs" if piece.layout == "blocks" else piece.layout
-        yield from read_documents(Path(piece.path), layout, read.encoding)
     else:
         yield from _blank_line_range(piece, read.encoding)
 
