@@ -134,3 +134,14 @@ def test_export_refuses_an_unsupported_opset_naming_the_range(model_dir, tmp_pat
     line = error_line(capsys, "export", model_dir, "-o", tmp_path / "onnx", "--opset", "99")
     assert f"opset 99 is not supported: this installation exports opsets 17 to {max_opset(17)} " in line
     assert "ONNXRuntimeError" not in line and not (tmp_path / "onnx").exists()
+
+
+def test_a_truncated_compressed_labelled_file_is_named(tmp_path):
+    import gzip
+
+    from bertkit.tasks.readers import read_rows
+
+    packed = gzip.compress(("text,label\n" + "a fine day,1\n" * 2000).encode())
+    (tmp_path / "train.csv.gz").write_bytes(packed[:len(packed) // 2])
+    with pytest.raises(ValueError, match=r"train\.csv\.gz is truncated: its compressed data ends"):
+        read_rows(tmp_path / "train.csv.gz")

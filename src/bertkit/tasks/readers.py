@@ -17,6 +17,7 @@ import contextlib
 import csv
 import io
 import json
+import lzma
 import os
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
@@ -24,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bertkit.data.corpus import COMPRESSION, decoding_error
+from bertkit.data.corpus import COMPRESSION, decoding_error, unreadable_error
 
 #: the longest CSV/TSV field read, in characters (a long document in one cell is fine; a file with an
 #: unclosed quote is caught well before its end swallows memory)
@@ -88,6 +89,8 @@ def open_text(path: str | os.PathLike, encoding: str = "utf-8") -> Iterator[io.T
             yield f
     except UnicodeDecodeError as error:
         raise decoding_error(path, encoding, codec, error) from None
+    except (EOFError, OSError, lzma.LZMAError) as error:  # a truncated or corrupt compressed file
+        raise unreadable_error(path, error) from None
 
 
 def read_rows(path: str | os.PathLike, *, header: Sequence[str] | None = None, encoding: str = "utf-8") -> list[Row]:
