@@ -234,6 +234,8 @@ def test_bad_inputs_are_one_line_naming_the_file_and_place(tmp_path, tokenizer):
     (tmp_path / "dd" / "dataset_dict.json").write_text('{"splits": ["train", "test"]}')
     fails(tmp_path / "dd", r"DatasetDict \(splits \['train', 'test'\]\); pass one split's directory")
     fails(tmp_path / "missing.txt", r"no such file or directory: .*missing\.txt")
+    with pytest.raises(ValueError, match=r"the input .*other\.jsonl lies inside the output directory"):
+        create_pretraining_data(str(tmp_path / "other.*"), tokenizer, tmp_path, progress=False)
     import gzip
 
     packed = gzip.compress(broken.read_bytes())

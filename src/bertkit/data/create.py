@@ -147,6 +147,11 @@ def create_pretraining_data(files_or_texts: Any, tokenizer: BERTTokenizerFast | 
     if not isinstance(tokenizer, BERTTokenizerFast):
         tokenizer = BERTTokenizerFast.from_pretrained(tokenizer)
     out = Path(out_dir)
+    inside = [s for s in sources if _sized(s) and Path(s).resolve().is_relative_to(out.resolve())]
+    if inside:
+        raise ValueError(f"the input {inside[0]} lies inside the output directory {out} (-o): the data written there "
+                         "(a tokenizer's vocab.txt among it) would mix with the corpus; choose an -o outside the "
+                         "inputs.")
     out.mkdir(parents=True, exist_ok=True)
     lock = lock_directory(out, "data creation")  # a second run into the directory is refused at once
     try:
