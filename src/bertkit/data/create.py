@@ -24,6 +24,7 @@ import json
 import logging
 import os
 import socket
+import time
 import warnings
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
@@ -190,6 +191,7 @@ _TOKENIZERS: dict[tuple[str, str], BERTTokenizerFast] = {}
 
 def build_partition(job: PartitionJob) -> dict[str, Any]:
     """Read, tokenize, pair and write one partition; write its marker last. Returns the marker's content."""
+    started = time.time()
     out, settings, ordinal = Path(job.out_dir), job.settings, job.partition.ordinal
     finished = finished_partition(out, ordinal, job.fingerprint)
     if finished is not None:
@@ -219,7 +221,8 @@ def build_partition(job: PartitionJob) -> dict[str, Any]:
     marker = {"partition": ordinal, "fingerprint": job.fingerprint, "bytes": job.partition.size,
               "num_documents": corpus.num_documents, "num_sentences": len(corpus.sentence_starts) - 1,
               "inputs": sorted({piece.path or "documents" for piece in job.partition.pieces}), "shards": shards,
-              "host": socket.gethostname(), "pid": os.getpid()}  # where it ran: for the curious, not in the index
+              # where and when it ran: for the curious (and the benchmark), not in the index
+              "host": socket.gethostname(), "pid": os.getpid(), "started": started, "seconds": time.time() - started}
     atomic_write_text(out / marker_name(ordinal), json.dumps(marker) + "\n")
     return marker
 
