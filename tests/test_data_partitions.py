@@ -92,6 +92,7 @@ def test_every_format_gives_the_instances_of_the_same_documents_as_text(tmp_path
     (tmp_path / "c.jsonl.zst").write_bytes(zstandard.ZstdCompressor().compress(jsonl.read_bytes()))
     inputs = {
         "text": write_blocks(tmp_path / "c.txt", texts),
+        "google": tmp_path / "google.txt",
         "jsonl": jsonl,
         "jsonl.gz": tmp_path / "c.jsonl.gz",
         "jsonl.zst": tmp_path / "c.jsonl.zst",
@@ -100,6 +101,7 @@ def test_every_format_gives_the_instances_of_the_same_documents_as_text(tmp_path
         "documents": Documents(iter(texts)),
         "sentences": Documents([list(d) for d in read_documents(tmp_path / "c.txt")]),
     }
+    inputs["google"].write_text("\n\n".join("\n".join(d) for d in read_documents(inputs["text"])) + "\n")
     pq.write_table(pa.table({"id": list(range(40)), "body": texts}), inputs["parquet"], row_group_size=7)
     datasets.Dataset.from_dict({"body": texts}).save_to_disk(str(inputs["arrow"]), max_shard_size="30KB")
     assert len(list(inputs["arrow"].glob("*.arrow"))) > 1
