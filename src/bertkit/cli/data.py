@@ -43,7 +43,7 @@ def main(argv: list[str]) -> int:
     create.add_argument("--text-field", default="text", help="the field / column holding a document's text in "
                                                              ".jsonl, .parquet and Arrow inputs (default: text)")
     create.add_argument("--partition-size", type=float, metavar="MB",
-                        help="input megabytes per partition (default: a sixteenth of the input, 1 to 32): the unit "
+                        help="input megabytes per partition (default: a sixteenth of the input, 1 to 8): the unit "
                              "a worker holds, pairs and writes; NSP's random B comes from the same partition")
     where = create.add_mutually_exclusive_group()
     where.add_argument("--workers", type=int, help="processes on this machine (default: every core)")

@@ -44,8 +44,9 @@ from bertkit.tokenization.files import tokenizer_fingerprint
 logger = logging.getLogger("bertkit.data")
 
 CLAIM_NAME = "creation.json"
-#: the largest default partition (input bytes): a worker holds about 6 bytes per byte of its partition's text
-PARTITION_BYTES = 32 << 20
+#: the largest default partition (input bytes): a worker holds about 5 bytes per byte of its partition's text,
+#: besides its ~130 MB of code and tokenizer
+PARTITION_BYTES = 8 << 20
 #: a smaller corpus gets partitions of a sixteenth of its size (no less than this), so every worker gets work
 MIN_PARTITION_BYTES = 1 << 20
 
