@@ -434,3 +434,14 @@ def test_converting_a_roberta_checkpoint_keeps_it_roberta(tmp_path):
         torch.testing.assert_close(back(**inputs).logits, hf(**inputs).logits, **TOL)
     with pytest.raises(ValueError, match="describes BERT"):
         convert(tmp_path / "hf", tmp_path / "tf", to="tf")
+
+
+def test_to_dict_round_trips_and_keeps_bert_configs_as_before():
+    from bertkit import BERTConfig
+
+    bert = BERTConfig(vocab_size=99, hidden_size=36, num_attention_heads=3, num_hidden_layers=2, intermediate_size=52)
+    assert "family" not in bert.to_dict() and "model_type" not in bert.to_dict()  # run.json of older runs matches
+    roberta = BERTConfig(vocab_size=99, hidden_size=36, num_attention_heads=3, num_hidden_layers=2,
+                         intermediate_size=52, family="roberta", model_type="xlm-roberta", max_position_embeddings=40)
+    again = BERTConfig.from_dict(roberta.to_dict())
+    assert again == roberta and again.family == "roberta" and again.model_type == "xlm-roberta"

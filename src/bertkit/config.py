@@ -332,11 +332,17 @@ class BERTConfig:
 
     # ------------------------------------------------------------------ own dialect
     def to_dict(self) -> dict[str, Any]:
-        """Fields by bertkit's names; a callable ``hidden_act`` is written by its name."""
+        """Fields by bertkit's names; a callable ``hidden_act`` is written by its name. ``family`` and
+        ``model_type`` are left out at their defaults (BERT), so a BERT config's dict is what it was before
+        families existed (runs recorded then still resume)."""
         d = dataclasses.asdict(self)
         d["hidden_act"] = self.activation_name()
         if d["id2label"] is None:
             del d["id2label"]
+        if d["family"] == "bert":
+            del d["family"]
+        if d["model_type"] is None:
+            del d["model_type"]
         return d
 
     @classmethod
@@ -389,7 +395,7 @@ class BERTConfig:
         BERT lacks (``embedding_layer_norm`` or ``attention_bias`` set to False).
         """
         d = self.to_dict()
-        del d["family"]
+        d.pop("family", None)
         for name in _NON_HF_OPTIONS:
             if not d.pop(name):
                 raise ValueError(f"BERTConfig.{name}=False has no HF transformers equivalent, so this model "
