@@ -48,7 +48,7 @@ LAYERS: dict[str, set[str] | str] = {
     "inference": {"config", "modeling"},
     "tasks": {"config", "presets", "masking", "hooks", "resources", "tokenization", "modeling", "weights", "data",
               "training", "inference"},
-    "models": {"config", "modeling", "tokenization"},  # mirror of lucid.models: re-exports only
+    "models": {"config", "presets", "modeling", "tokenization"},  # mirror of lucid.models: re-exports only
     "compat": EVERYTHING,
     "cli": EVERYTHING,
     # the package root: re-exports every layer lazily and installs weights' loader in hooks

@@ -47,6 +47,9 @@ _LAZY = {
     "BERTConfig": "bertkit.config",
     "SIZES": "bertkit.presets",
     "preset_config": "bertkit.presets",
+    "RoBERTaConfig": "bertkit.presets",
+    "XLMRoBERTaConfig": "bertkit.presets",
+    "CamemBERTConfig": "bertkit.presets",
     "BERTTokenizerFast": "bertkit.tokenization",
     "BERTTokenizer": "bertkit.tokenization",
     "BatchEncoding": "bertkit.tokenization",
@@ -68,6 +71,9 @@ if TYPE_CHECKING:  # for IDEs and type checkers
     from bertkit.modeling.fast import fast_path as fast_path
     from bertkit.pipelines import pipeline as pipeline
     from bertkit.presets import SIZES as SIZES
+    from bertkit.presets import CamemBERTConfig as CamemBERTConfig
+    from bertkit.presets import RoBERTaConfig as RoBERTaConfig
+    from bertkit.presets import XLMRoBERTaConfig as XLMRoBERTaConfig
     from bertkit.presets import preset_config as preset_config
     from bertkit.sentence import SentenceTransformer as SentenceTransformer
     from bertkit.sentence import semantic_search as semantic_search

@@ -8,8 +8,13 @@ file and the key as the file spells it. It reads and writes three dialects:
 
 * bertkit's own field names (``to_dict`` / ``from_dict``, lucid's names);
 * HF ``config.json`` (``to_hf_dict`` / ``from_hf_dict``: ``tie_word_embeddings``,
-  ``model_type: "bert"``, ``id2label``);
+  ``model_type`` ``"bert"``, ``"roberta"``, ``"xlm-roberta"`` or ``"camembert"``, ``id2label``);
 * Google's ``bert_config.json`` (a subset of HF's names; read by ``from_hf_dict``).
+
+The other encoder families are configuration of the same engine: ``BERTConfig.family`` names a
+:class:`Family`, a record of data (where position ids start, which classification head, the
+special ids' defaults, HF's class names) that the modeling and weights code read. See
+:data:`FAMILIES`.
 
 This module imports nothing from torch: activations are validated by name here and
 resolved to functions in :mod:`bertkit.modeling.layers`.
@@ -56,9 +61,65 @@ _HF_RENAMES = {"tie_word_embeddings": "tie_word_embedding"}
 #: Our architecture options that HF's BertModel lacks (always True in an HF config).
 _NON_HF_OPTIONS = ("embedding_layer_norm", "attention_bias")
 
+
+@dataclass(frozen=True)
+class Family:
+    """How an encoder family departs from BERT, as data the one engine reads (no second transformer).
+
+    * ``model_types``: the HF ``model_type`` values read as this family, its own name first;
+      ``class_prefixes`` gives each one's HF class-name prefix (``XLMRobertaForMaskedLM``).
+    * ``positions_after_padding``: fairseq's positions. Position ids count the non-padding tokens
+      from ``pad_token_id + 1`` on and padding tokens get ``pad_token_id`` (whose position embedding is
+      a padding row), so ``max_position_embeddings`` is the longest input plus ``pad_token_id + 1``
+      (RoBERTa: 514 for 512 tokens). Otherwise positions are ``0, 1, ...`` (BERT).
+    * ``sequence_head``: ``"pooler"`` (BERT: dropout + ``classifier`` on the pooled output) or
+      ``"first_token"`` (RoBERTa: ``classifier.dense`` + tanh + ``classifier.out_proj`` on the first
+      token, with dropout before each, and no pooler).
+    * ``mlm_activation``: the MLM head transform's activation; None: ``hidden_act`` (RoBERTa's head
+      always uses the exact GELU).
+    * ``next_sentence``: whether the family pretrains with NSP (has ``BERTForPreTraining`` and
+      ``BERTForNextSentencePrediction``).
+    * ``special_ids``: defaults of the special token ids left unset, applied when below ``vocab_size``;
+      -1 stands for the vocabulary's last id (fairseq appends ``<mask>`` last).
+    * ``hf_token_keys``: HF config keys that hold our special ids under another name (RoBERTa's
+      ``bos_token_id`` is the ``<s>`` that plays [CLS]'s part, ``eos_token_id`` the ``</s>`` of [SEP]).
+    * ``causal_lm_class``: the end of the HF causal-LM class name (``BertLMHeadModel``, ``RobertaForCausalLM``).
+
+    The state-dict names of each family's HF checkpoints are in :mod:`bertkit.weights.tables`.
+    """
+
+    name: str
+    model_types: tuple[str, ...]
+    class_prefixes: tuple[str, ...]
+    positions_after_padding: bool = False
+    sequence_head: str = "pooler"
+    mlm_activation: str | None = None
+    next_sentence: bool = True
+    special_ids: Mapping[str, int] = field(default_factory=dict)
+    hf_token_keys: Mapping[str, str] = field(default_factory=dict)
+    causal_lm_class: str = "ForCausalLM"
+
+
+#: family name -> :class:`Family`. RoBERTa, XLM-RoBERTa and CamemBERT share one architecture and differ in
+#: vocabulary (and HF class names) only.
+FAMILIES: dict[str, Family] = {
+    "bert": Family("bert", ("bert",), ("Bert",), special_ids={"pad_token_id": 0, **DEFAULT_SPECIAL_IDS},
+                   causal_lm_class="LMHeadModel"),
+    "roberta": Family("roberta", ("roberta", "xlm-roberta", "camembert"), ("Roberta", "XLMRoberta", "Camembert"),
+                      positions_after_padding=True, sequence_head="first_token", mlm_activation="gelu",
+                      next_sentence=False,
+                      special_ids={"pad_token_id": 1, "cls_token_id": 0, "sep_token_id": 2, "unk_token_id": 3,
+                                   "mask_token_id": -1},
+                      hf_token_keys={"bos_token_id": "cls_token_id", "eos_token_id": "sep_token_id"}),
+}
+
+#: HF model_type -> family name
+_FAMILY_OF_MODEL_TYPE = {model_type: f.name for f in FAMILIES.values() for model_type in f.model_types}
+
+
 @dataclass
 class BERTConfig:
-    """Architecture and runtime options of a BERT model.
+    """Architecture and runtime options of a BERT model (or of another family of the same engine).
 
     Defaults are bert-base-uncased's. ``hidden_act`` is a name from :data:`ACTIVATIONS`
     (or an HF alias such as ``"gelu_new"``) or a callable such as
@@ -71,6 +132,18 @@ class BERTConfig:
     ``attention_bias=False`` drops the biases of the query/key/value and attention-output
     projections; both exist for architectures such as d2l's BERT and are True for BERT.
     HF's ``BertModel`` has neither option, so such configs cannot be written as HF configs.
+
+    ``family`` selects an encoder family of the same engine (:data:`FAMILIES`): ``"bert"`` or
+    ``"roberta"``. A family is data, not code: a ``"roberta"`` config builds the same layers with
+    fairseq's position ids (from ``pad_token_id + 1``; :attr:`position_offset`), RoBERTa's
+    classification head (``classifier.dense`` / ``classifier.out_proj`` on the first token, no
+    pooler), no NSP head, and its own special-id defaults (pad 1, ``<s>`` 0, ``</s>`` 2, ``<unk>`` 3,
+    ``<mask>`` the last id); its checkpoints are read and written under HF's ``roberta.*`` /
+    ``lm_head.*`` names. ``model_type`` keeps which HF model type a config came from
+    (``"xlm-roberta"``, ``"camembert"``; None: the family's own name) so that saving writes it back;
+    it changes nothing else. Build one with :func:`bertkit.presets.RoBERTaConfig` (also
+    ``XLMRoBERTaConfig``, ``CamemBERTConfig``) or ``BERTConfig(family="roberta", ...)``.
+    ``pad_token_id`` left as None takes the family's (0 for BERT, 1 for RoBERTa).
     """
 
     vocab_size: int = 30522
@@ -92,7 +165,7 @@ class BERTConfig:
     is_decoder: bool = False
     add_cross_attention: bool = False
     chunk_size_feed_forward: int = 0
-    pad_token_id: int = 0
+    pad_token_id: int | None = None
     unk_token_id: int | None = None
     cls_token_id: int | None = None
     sep_token_id: int | None = None
@@ -102,6 +175,8 @@ class BERTConfig:
     problem_type: str | None = None
     attn_implementation: str = "sdpa"
     id2label: dict[int, str] | None = field(default=None, repr=False)
+    family: str = "bert"
+    model_type: str | None = None
 
     def __post_init__(self) -> None:
         self._check_types()  # before normalising, which relies on them
@@ -109,9 +184,13 @@ class BERTConfig:
             self.hidden_act = ACTIVATION_ALIASES.get(self.hidden_act, self.hidden_act)
         if self.id2label is not None:
             self.id2label = {int(k): str(v) for k, v in self.id2label.items()}
-        for name, default in DEFAULT_SPECIAL_IDS.items():
-            if getattr(self, name) is None and default < self.vocab_size:
-                setattr(self, name, default)
+        if self.family in FAMILIES:  # an unknown family is validate()'s error
+            for name, default in FAMILIES[self.family].special_ids.items():
+                default = self.vocab_size - 1 if default == -1 else default
+                if getattr(self, name) is None and 0 <= default < self.vocab_size:
+                    setattr(self, name, default)
+        if self.pad_token_id is None:
+            self.pad_token_id = 0
         self.validate()
 
     # ------------------------------------------------------------------ validation
@@ -153,6 +232,21 @@ class BERTConfig:
                 f"BERTConfig.chunk_size_feed_forward must be >= 0 (0 disables chunking), "
                 f"got {self.chunk_size_feed_forward!r}."
             )
+        if self.family not in FAMILIES:
+            raise ValueError(f"BERTConfig.family must be one of {tuple(FAMILIES)}, got {self.family!r}.")
+        if self.model_type is not None and self.model_type not in self.family_spec.model_types:
+            raise ValueError(
+                f"BERTConfig.model_type {self.model_type!r} is not a model type of family {self.family!r} "
+                f"({', '.join(self.family_spec.model_types)}); "
+                + (f"set family={_FAMILY_OF_MODEL_TYPE[self.model_type]!r}."
+                   if self.model_type in _FAMILY_OF_MODEL_TYPE else "leave it None.")
+            )
+        if self.max_tokens < 1:
+            raise ValueError(
+                f"BERTConfig.max_position_embeddings ({self.max_position_embeddings}) leaves no position for a "
+                f"token: family {self.family!r} starts positions at pad_token_id + 1 = {self.position_offset}; "
+                f"use at least {self.position_offset + 1}."
+            )
         if self.attn_implementation not in ATTN_IMPLEMENTATIONS:
             raise ValueError(
                 f"BERTConfig.attn_implementation must be one of {ATTN_IMPLEMENTATIONS}, "
@@ -186,6 +280,38 @@ class BERTConfig:
         return self.hidden_size // self.num_attention_heads
 
     @property
+    def family_spec(self) -> Family:
+        """The :class:`Family` named by ``family``."""
+        return FAMILIES[self.family]
+
+    @property
+    def position_offset(self) -> int:
+        """The position id of a sequence's first token: 0 for BERT, ``pad_token_id + 1`` for RoBERTa."""
+        return self.pad_token_id + 1 if self.family_spec.positions_after_padding else 0
+
+    @property
+    def max_tokens(self) -> int:
+        """The longest input the position embeddings cover: ``max_position_embeddings - position_offset``."""
+        return self.max_position_embeddings - self.position_offset
+
+    @property
+    def hf_model_type(self) -> str:
+        """The HF ``model_type`` this config is written as (``model_type``, or the family's own)."""
+        return self.model_type or self.family
+
+    def hf_architecture_name(self, architecture: str) -> str:
+        """The HF class name of ``architecture`` (a bertkit class's ``hf_architecture``, BERT's HF name such
+        as ``"BertForMaskedLM"``) in this config's model type: ``"XLMRobertaForMaskedLM"``. Other names pass."""
+        if not architecture.startswith("Bert"):
+            return architecture
+        spec = self.family_spec
+        prefix = spec.class_prefixes[spec.model_types.index(self.hf_model_type)]
+        rest = architecture.removeprefix("Bert")
+        if rest == FAMILIES["bert"].causal_lm_class:
+            rest = spec.causal_lm_class
+        return prefix + rest
+
+    @property
     def special_token_ids(self) -> tuple[int, ...]:
         """The ids never masked nor drawn as random replacements in MLM."""
         ids = {self.pad_token_id, self.unk_token_id, self.cls_token_id, self.sep_token_id, self.mask_token_id}
@@ -206,11 +332,17 @@ class BERTConfig:
 
     # ------------------------------------------------------------------ own dialect
     def to_dict(self) -> dict[str, Any]:
-        """Fields by bertkit's names; a callable ``hidden_act`` is written by its name."""
+        """Fields by bertkit's names; a callable ``hidden_act`` is written by its name. ``family`` and
+        ``model_type`` are left out at their defaults (BERT), so a BERT config's dict is what it was before
+        families existed (runs recorded then still resume)."""
         d = dataclasses.asdict(self)
         d["hidden_act"] = self.activation_name()
         if d["id2label"] is None:
             del d["id2label"]
+        if d["family"] == "bert":
+            del d["family"]
+        if d["model_type"] is None:
+            del d["model_type"]
         return d
 
     @classmethod
@@ -255,12 +387,15 @@ class BERTConfig:
 
     # ------------------------------------------------------------------ HF dialect
     def to_hf_dict(self, architecture: str | None = None) -> dict[str, Any]:
-        """An HF ``config.json`` dict (loads in HF transformers' ``BertConfig``).
+        """An HF ``config.json`` dict (loads in HF transformers' config class of ``model_type``: ``BertConfig``,
+        ``RobertaConfig``...).
 
-        Raises ``ValueError`` for options HF's BERT lacks (``embedding_layer_norm`` or
-        ``attention_bias`` set to False).
+        ``architecture`` is BERT's HF class name (a bertkit class's ``hf_architecture``); it is written in
+        this config's model type (:meth:`hf_architecture_name`). Raises ``ValueError`` for options HF's
+        BERT lacks (``embedding_layer_norm`` or ``attention_bias`` set to False).
         """
         d = self.to_dict()
+        d.pop("family", None)
         for name in _NON_HF_OPTIONS:
             if not d.pop(name):
                 raise ValueError(f"BERTConfig.{name}=False has no HF transformers equivalent, so this model "
@@ -271,9 +406,11 @@ class BERTConfig:
         d["id2label"] = {str(k): v for k, v in id2label.items()}
         d["label2id"] = {v: k for k, v in id2label.items()}
         d["position_embedding_type"] = "absolute"
-        d["model_type"] = "bert"
+        d["model_type"] = self.hf_model_type
+        for hf_key, ours in self.family_spec.hf_token_keys.items():
+            d[hf_key] = d[ours]
         if architecture is not None:
-            d["architectures"] = [architecture]
+            d["architectures"] = [self.hf_architecture_name(architecture)]
         return d
 
     @classmethod
@@ -285,10 +422,15 @@ class BERTConfig:
         architecture bertkit does not implement (``position_embedding_type`` other than
         ``"absolute"``) is an error. A value of the wrong type is a ``ValueError`` naming the
         key as ``d`` spells it (``tie_word_embeddings``, not our ``tie_word_embedding``).
+
+        ``model_type`` picks the family (:data:`FAMILIES`; absent: BERT) and is kept when it is not
+        the family's own name (``"xlm-roberta"``, ``"camembert"``); an unknown one is an error. A
+        family's HF names of special ids (RoBERTa's ``bos_token_id`` / ``eos_token_id``) fill
+        ``cls_token_id`` / ``sep_token_id`` unless those are given.
         """
         _require_mapping("BERTConfig.from_hf_dict", d)
-        known = {f.name for f in fields(cls)}
-        kwargs: dict[str, Any] = {}
+        known = {f.name for f in fields(cls)} - {"model_type", "family"}
+        kwargs: dict[str, Any] = _family_fields(d)
         for given_key, value in d.items():
             key = _HF_RENAMES.get(given_key, given_key)
             if key == "position_embedding_type":
@@ -307,12 +449,21 @@ class BERTConfig:
             kwargs.setdefault("num_labels", len(id2label))
             if all(str(v) == f"LABEL_{k}" for k, v in id2label.items()):
                 del kwargs["id2label"]  # HF's placeholder names carry no information
-        if "model_type" in d and d["model_type"] != "bert":
-            raise ValueError(f"config model_type is {d['model_type']!r}; bertkit loads model_type 'bert'.")
+        family = kwargs.get("family", "bert")
+        spec = FAMILIES.get(family) if isinstance(family, str) else None  # else the constructor's error
+        for hf_key, ours in (spec.hf_token_keys if spec is not None else {}).items():
+            if d.get(hf_key) is not None and ours not in kwargs:
+                problem = _type_problem(cls, ours, d[hf_key])
+                if problem:
+                    raise ValueError(f"{hf_key} {problem}.")
+                kwargs[ours] = d[hf_key]
         return cls(**kwargs)
 
     def to_google_dict(self) -> dict[str, Any]:
-        """Google's ``bert_config.json`` (the keys its TensorFlow code reads)."""
+        """Google's ``bert_config.json`` (the keys its TensorFlow code reads); BERT only (``ValueError`` otherwise)."""
+        if self.family != "bert":
+            raise ValueError(f"Google's bert_config.json describes BERT; this config is family {self.family!r} "
+                             "(save it with save_pretrained as an HF checkpoint instead).")
         keys = ("attention_probs_dropout_prob", "hidden_act", "hidden_dropout_prob", "hidden_size",
                 "initializer_range", "intermediate_size", "max_position_embeddings", "num_attention_heads",
                 "num_hidden_layers", "type_vocab_size", "vocab_size")
@@ -333,6 +484,20 @@ class BERTConfig:
             f"BERTConfig.hidden_act is the callable {act!r}, which cannot be written to a config "
             f"file; use one of the names {ACTIVATIONS} to save this config."
         )
+
+
+def bert_architecture_name(architecture: str) -> str:
+    """The BERT HF class name (bertkit's ``hf_architecture``) of any family's HF class name, the inverse of
+    :meth:`BERTConfig.hf_architecture_name`: ``"XLMRobertaForMaskedLM"`` -> ``"BertForMaskedLM"``,
+    ``"RobertaForCausalLM"`` -> ``"BertLMHeadModel"``. Other names pass unchanged."""
+    prefixes = sorted(((p, f) for f in FAMILIES.values() for p in f.class_prefixes), key=lambda pf: -len(pf[0]))
+    for prefix, family in prefixes:
+        if architecture.startswith(prefix) and architecture[len(prefix):len(prefix) + 1].isupper():
+            rest = architecture[len(prefix):]
+            if rest == family.causal_lm_class:
+                rest = FAMILIES["bert"].causal_lm_class
+            return "Bert" + rest
+    return architecture
 
 
 # ---------------------------------------------------------------------------- type checks
@@ -404,6 +569,22 @@ def _fix_hint(accepted: tuple[Any, ...], value: Any) -> str:
         if flag is not None:
             return f"; write {str(flag).lower()} (JSON) or {flag} (Python)"
     return ""
+
+
+def _family_fields(d: Mapping[str, Any]) -> dict[str, Any]:
+    """``family`` / ``model_type`` of a config dict (HF's ``model_type``, or bertkit's own two keys)."""
+    family, model_type = d.get("family"), d.get("model_type")
+    out: dict[str, Any] = {}
+    if family is not None:
+        out["family"] = family  # checked by the constructor, with model_type against it
+    if model_type is not None:
+        if not isinstance(model_type, str) or model_type not in _FAMILY_OF_MODEL_TYPE:
+            raise ValueError(f"config model_type is {model_type!r}; bertkit loads model_type "
+                             f"{', '.join(repr(t) for t in _FAMILY_OF_MODEL_TYPE)}.")
+        out.setdefault("family", _FAMILY_OF_MODEL_TYPE[model_type])
+        if model_type != out["family"]:
+            out["model_type"] = model_type
+    return out
 
 
 def _require_mapping(where: str, d: Any) -> None:

@@ -38,6 +38,44 @@ def preset_config(size: str, **overrides: Any) -> BERTConfig:
     return BERTConfig(**{**preset_fields(size), **overrides})
 
 
+#: HF model_type -> the BERTConfig fields that make the family's released base checkpoints (roberta-base,
+#: xlm-roberta-base, camembert-base) beside the base size: 512 tokens (positions from pad + 1 = 2), one token type.
+FAMILY_PRESETS: dict[str, dict[str, Any]] = {
+    "roberta": dict(family="roberta", vocab_size=50265, max_position_embeddings=514, type_vocab_size=1,
+                    layer_norm_eps=1e-5, pad_token_id=1),
+    "xlm-roberta": dict(family="roberta", model_type="xlm-roberta", vocab_size=250002, max_position_embeddings=514,
+                        type_vocab_size=1, layer_norm_eps=1e-5, pad_token_id=1),
+    "camembert": dict(family="roberta", model_type="camembert", vocab_size=32005, max_position_embeddings=514,
+                      type_vocab_size=1, layer_norm_eps=1e-5, pad_token_id=1, cls_token_id=5, sep_token_id=6),
+}
+
+
+def family_config(model_type: str, **overrides: Any) -> BERTConfig:
+    """The config of ``model_type``'s base checkpoint (:data:`FAMILY_PRESETS`) with ``overrides`` applied;
+    e.g. ``family_config("roberta", **preset_fields("large"))``. ``ValueError`` for an unknown model type."""
+    try:
+        fields = FAMILY_PRESETS[model_type]
+    except KeyError:
+        raise ValueError(f"Unknown model type {model_type!r}; choose one of {list(FAMILY_PRESETS)}.") from None
+    return BERTConfig(**{**fields, **overrides})
+
+
+def RoBERTaConfig(**overrides: Any) -> BERTConfig:  # lucid-style name of a config factory
+    """A ``BERTConfig(family="roberta")`` with roberta-base's values; ``overrides`` are BERTConfig fields."""
+    return family_config("roberta", **overrides)
+
+
+def XLMRoBERTaConfig(**overrides: Any) -> BERTConfig:
+    """A ``BERTConfig(family="roberta", model_type="xlm-roberta")`` with xlm-roberta-base's values."""
+    return family_config("xlm-roberta", **overrides)
+
+
+def CamemBERTConfig(**overrides: Any) -> BERTConfig:
+    """A ``BERTConfig(family="roberta", model_type="camembert")`` with camembert-base's values (``<s>`` 5,
+    ``</s>`` 6)."""
+    return family_config("camembert", **overrides)
+
+
 @dataclass(frozen=True)
 class Recipe:
     """How to pretrain one model size from raw text on modest hardware: the CLI's defaults for that size.

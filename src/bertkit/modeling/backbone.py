@@ -2,7 +2,10 @@
 
 ``BERT.forward`` returns ``(sequence_output [B, L, H], pooled_output [B, H] | None)``;
 ``BERT.encode`` returns a :class:`BERTEncoding` with every layer's hidden states and
-attention probabilities on request. Parameter names match HF's ``BertModel``.
+attention probabilities on request. Parameter names match HF's ``BertModel``; the same backbone
+is RoBERTa's (``RobertaModel``) when ``config.family == "roberta"``: only the default position ids
+differ (:func:`bertkit.modeling.layers.default_position_ids`), and checkpoints name it ``roberta.*``
+(:mod:`bertkit.weights.tables`).
 
 Every input passes :meth:`BERT.validate_inputs` (:mod:`bertkit.modeling.inputs`) first, so a
 bad input is a clear ``TypeError`` / ``ValueError`` naming the argument, never an error from
@@ -21,7 +24,7 @@ from bertkit.config import BERTConfig
 from bertkit.modeling import fast, unpad
 from bertkit.modeling.base import BERTPreTrainedModel
 from bertkit.modeling.inputs import ModelInputs, validate_inputs, value_checks_disabled
-from bertkit.modeling.layers import BERTEmbeddings, BERTLayer, BERTPooler
+from bertkit.modeling.layers import BERTEmbeddings, BERTLayer, BERTPooler, default_position_ids
 
 
 @dataclass
@@ -72,7 +75,8 @@ class BERTEncoder(nn.Module):
 
 
 class BERT(BERTPreTrainedModel):
-    """The bidirectional Transformer backbone (HF's ``BertModel``; lucid's ``BERT``).
+    """The bidirectional Transformer backbone (HF's ``BertModel``, or ``RobertaModel`` for a ``"roberta"``
+    family config; lucid's ``BERT``).
 
     Args:
         config: the architecture.
@@ -136,7 +140,9 @@ class BERT(BERTPreTrainedModel):
                                       past_key_values=past_key_values, use_cache=use_cache,
                                       cache_position=cache_position)
         cache_position, length = inputs.cache_position, inputs.length
-        position_ids = inputs.position_ids if inputs.position_ids is not None else cache_position.unsqueeze(0)
+        position_ids = inputs.position_ids
+        if position_ids is None:  # [1, L], or [B, L] where the family's positions skip padding tokens
+            position_ids = default_position_ids(self.config, inputs.input_ids, cache_position)
         token_type_ids = inputs.token_type_ids
         if token_type_ids is None:
             token_type_ids = torch.zeros(1, length, dtype=torch.long, device=cache_position.device)

@@ -219,7 +219,8 @@ class BERTPreTrainedModel(nn.Module):
     def save_pretrained(self, directory: str | os.PathLike) -> None:
         """Write ``config.json`` (HF's keys) and ``model.safetensors`` (HF's names) atomically.
 
-        The directory loads in HF transformers' matching ``Bert*`` class and back in bertkit.
+        The directory loads in HF transformers' matching ``Bert*`` class (``Roberta*``, ``XLMRoberta*`` or
+        ``Camembert*`` for a ``"roberta"`` family config, under those classes' names) and back in bertkit.
         """
         hooks.save_pretrained(self, directory)
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 from bertkit.config import BERTConfig
 from bertkit.modeling import text as text_helpers
@@ -55,7 +56,13 @@ class TaskModel(BERTPreTrainedModel):
         if num_labels is not None:
             config = config.replace(num_labels=num_labels)
         super().__init__(config)
-        self.bert = BERT(config, add_pooling_layer=self.add_pooling_layer)
+        self.bert = BERT(config, add_pooling_layer=self.uses_pooler(config))
+
+    @classmethod
+    def uses_pooler(cls, config: BERTConfig) -> bool:
+        """Whether this head's backbone has a pooler (``add_pooling_layer``; a family may read the first token
+        itself instead)."""
+        return cls.add_pooling_layer
 
     def loss_from_logits(self, logits: torch.Tensor, labels: torch.Tensor, *, reduction: str | None = "mean",
                          ignore_index: int = -100) -> torch.Tensor:
@@ -118,6 +125,7 @@ class BERTForNextSentencePrediction(TaskModel):
     add_pooling_layer = True
 
     def __init__(self, config: BERTConfig):
+        require_next_sentence(config, type(self).__name__)
         super().__init__(config)
         self.cls = BERTOnlyNSPHead(config)
         self.post_init()
@@ -139,8 +147,30 @@ class _ClassifierHead(TaskModel):
         self.post_init()
 
 
+class FirstTokenClassifier(nn.Module):
+    """RoBERTa's sentence classifier (HF's ``RobertaClassificationHead``): dropout -> ``dense`` -> tanh ->
+    dropout -> ``out_proj`` on the first token's hidden state ``[B, H] -> [B, num_labels]``.
+
+    It is BERT's pooler and classifier under one module, with a dropout before the dense layer too.
+    """
+
+    def __init__(self, config: BERTConfig, out_features: int):
+        super().__init__()
+        p = config.classifier_dropout
+        self.dropout = Dropout(config.hidden_dropout_prob if p is None else p)
+        self.dense = Linear(config.hidden_size, config.hidden_size)
+        self.out_proj = Linear(config.hidden_size, out_features)
+
+    def forward(self, first_token: torch.Tensor) -> torch.Tensor:
+        return self.out_proj(self.dropout(torch.tanh(self.dense(self.dropout(first_token)))))
+
+
 class BERTForSequenceClassification(_ClassifierHead):
     """Classifier on the pooled output: single-label, multi-label or regression.
+
+    The head follows ``config.family_spec.sequence_head``: BERT's dropout + ``classifier`` on the
+    pooled output, or (``"first_token"``, RoBERTa) a :class:`FirstTokenClassifier` named ``classifier``
+    (``classifier.dense``, ``classifier.out_proj``) on the first token, without a pooler.
 
     The loss follows ``config.problem_type``; when unset it is inferred as HF does:
     regression for ``num_labels == 1``, single-label for integer labels, multi-label otherwise.
@@ -151,12 +181,23 @@ class BERTForSequenceClassification(_ClassifierHead):
 
     def __init__(self, config: BERTConfig, num_labels: int | None = None):
         super().__init__(config, num_labels)
-        self._build_classifier(self.config.num_labels)
+        if self.bert.pooler is None:
+            self.classifier = FirstTokenClassifier(self.config, self.config.num_labels)
+            self.post_init()
+        else:
+            self._build_classifier(self.config.num_labels)
+
+    @classmethod
+    def uses_pooler(cls, config: BERTConfig) -> bool:
+        return config.family_spec.sequence_head == "pooler"
 
     def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None,
                 inputs_embeds=None) -> torch.Tensor:
-        pooled = self._pooled(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds)
-        return self.classifier(self.dropout(pooled))
+        inputs = (input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds)
+        if self.bert.pooler is None:  # the last layer computed at the first token alone: [B, 1, H]
+            first = self.bert.encode(*inputs, first_token_only=True).last_hidden_state[:, 0]
+            return self.classifier(first)
+        return self.classifier(self.dropout(self._pooled(*inputs)))
 
     def problem_type(self, labels: torch.Tensor | None = None) -> str:
         if self.config.problem_type is not None:
@@ -333,6 +374,13 @@ class BERTForQuestionAnswering(TaskModel):
 
 
 # ---------------------------------------------------------------------------- helpers
+
+def require_next_sentence(config: BERTConfig, model_name: str) -> None:
+    """``ValueError`` unless ``config``'s family pretrains with next-sentence prediction (RoBERTa does not)."""
+    if not config.family_spec.next_sentence:
+        raise ValueError(f"{model_name} needs a next-sentence head, which family {config.family!r} does not have "
+                         "(it is pretrained with masked LM alone); use BERTForMaskedLM.")
+
 
 def gather_positions(sequence_output: torch.Tensor, pred_positions: torch.Tensor | None) -> torch.Tensor:
     """Hidden states at ``pred_positions``.

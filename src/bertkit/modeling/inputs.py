@@ -36,7 +36,7 @@ def validate_inputs(config: BERTConfig, weight: torch.Tensor, input_ids=None, at
     * ``token_type_ids`` / ``position_ids``: integer ids shaped like ``input_ids`` (any batch
       dimension may be 1), or ``[L]``, shared by the batch; values in ``[0, type_vocab_size)`` /
       ``[0, max_position_embeddings)``. Without ``position_ids``, ``past + L`` may not exceed
-      ``max_position_embeddings``;
+      ``config.max_tokens`` (``max_position_embeddings``, less ``pad_token_id + 1`` for RoBERTa);
     * ``attention_mask``: 1 = attend, 0 = masked (bool, integer or float holding only 0/1),
       ``[*B, S]`` (padding; with a :class:`~bertkit.StaticKVCache` it may stop after the last
       written position), or per query ``[*B, L, S]`` / ``[*B, 1 or num_heads, L, S]``;
@@ -102,20 +102,25 @@ def validate_inputs(config: BERTConfig, weight: torch.Tensor, input_ids=None, at
         ranges.append(_RangeCheck("token_type_ids", token_type_ids, cfg.type_vocab_size,
                                   f"this model's segments (type_vocab_size={cfg.type_vocab_size})",
                                   "use 0 for the first text and 1 for the second"))
-    positions_hint = f"truncate the input to {cfg.max_position_embeddings} tokens (tokenizer truncation=True)"
+    positions_hint = f"truncate the input to {cfg.max_tokens} tokens (tokenizer truncation=True)"
     positions_range = f"this model's positions (max_position_embeddings={cfg.max_position_embeddings})"
+    # a family whose positions start at pad_token_id + 1 (RoBERTa) takes that many tokens fewer
+    offset_note = f", positions from {cfg.position_offset}" if cfg.position_offset else ""
     if position_ids is not None:
         position_ids = _index_tensor("position_ids", position_ids, device)
         _check_per_token("position_ids", position_ids, ids_shape, ref_name, "position")
         ranges.append(_RangeCheck("position_ids", position_ids, cfg.max_position_embeddings, positions_range,
                                   positions_hint))
     elif given_cache_position:
-        ranges.append(_RangeCheck("cache_position", cache_position, cfg.max_position_embeddings,
-                                  positions_range, positions_hint))
-    elif past + length > cfg.max_position_embeddings:
+        ranges.append(_RangeCheck("cache_position", cache_position, cfg.max_tokens,
+                                  f"this model's {cfg.max_tokens} token positions (max_position_embeddings="
+                                  f"{cfg.max_position_embeddings}{offset_note})", positions_hint))
+    elif past + length > cfg.max_tokens:
         cached = f" after {past} cached tokens" if past else ""
+        limit = f"{cfg.max_tokens} tokens (max_position_embeddings={cfg.max_position_embeddings}{offset_note})" \
+            if cfg.position_offset else f"max_position_embeddings={cfg.max_position_embeddings}"
         raise ValueError(f"{ref_name} has {length} tokens{cached}, more than this model's "
-                         f"max_position_embeddings={cfg.max_position_embeddings}; {positions_hint}.")
+                         f"{limit}; {positions_hint}.")
 
     masks: list[tuple[str, torch.Tensor]] = []
     if attention_mask is not None:

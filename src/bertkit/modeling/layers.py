@@ -42,13 +42,19 @@ def activation(config: BERTConfig) -> Callable[[torch.Tensor], torch.Tensor]:
 
 
 class BERTEmbeddings(nn.Module):
-    """word + position + token-type embeddings, then LayerNorm (unless ``embedding_layer_norm=False``) and dropout."""
+    """word + position + token-type embeddings, then LayerNorm (unless ``embedding_layer_norm=False``) and dropout.
+
+    In a family whose positions start after the padding id (RoBERTa), padding tokens sit at position
+    ``pad_token_id``, a padding row of ``position_embeddings`` (zero at init, never trained), as in fairseq.
+    """
 
     def __init__(self, config: BERTConfig):
         super().__init__()
         self.word_embeddings = nn.Embedding(config.vocab_size, config.hidden_size,
                                             padding_idx=config.pad_token_id)
-        self.position_embeddings = nn.Embedding(config.max_position_embeddings, config.hidden_size)
+        position_padding = config.pad_token_id if config.family_spec.positions_after_padding else None
+        self.position_embeddings = nn.Embedding(config.max_position_embeddings, config.hidden_size,
+                                                padding_idx=position_padding)
         self.token_type_embeddings = nn.Embedding(config.type_vocab_size, config.hidden_size)
         self.LayerNorm = (nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
                           if config.embedding_layer_norm else None)
@@ -60,6 +66,25 @@ class BERTEmbeddings(nn.Module):
             inputs_embeds = self.word_embeddings(input_ids)  # [B, L, H]
         x = inputs_embeds + self.token_type_embeddings(token_type_ids) + self.position_embeddings(position_ids)
         return self.dropout(self.LayerNorm(x) if self.LayerNorm is not None else x)
+
+
+def default_position_ids(config: BERTConfig, input_ids: torch.Tensor | None,
+                         cache_position: torch.Tensor) -> torch.Tensor:
+    """Default position ids of tokens at cache slots ``cache_position [L]``: ``[1, L]``, or ``[B, L]`` for a
+    family whose positions skip padding (``config.family_spec.positions_after_padding``, RoBERTa).
+
+    There the ``input_ids [B, L]`` that are not ``pad_token_id`` count from ``pad_token_id + 1`` (after the
+    cached tokens, assumed free of padding) and padding tokens get ``pad_token_id``; from ``inputs_embeds``
+    (no ids) positions are consecutive from ``pad_token_id + 1``. So a left-padded row starts at the same
+    position as an unpadded one.
+    """
+    if not config.family_spec.positions_after_padding:
+        return cache_position.unsqueeze(0)
+    pad = config.pad_token_id
+    if input_ids is None:
+        return (cache_position + pad + 1).unsqueeze(0)
+    real = (input_ids != pad).long()
+    return (real.cumsum(dim=1) + cache_position[:1]) * real + pad  # [B, L]; cache_position[0] = cached tokens
 
 
 def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed: torch.Tensor | None,
@@ -313,7 +338,8 @@ class BERTPredictionHeadTransform(nn.Module):
     def __init__(self, config: BERTConfig):
         super().__init__()
         self.dense = Linear(config.hidden_size, config.hidden_size)
-        self.act = activation(config)
+        act = config.family_spec.mlm_activation  # RoBERTa's head: the exact GELU whatever hidden_act says
+        self.act = ACT_FNS[act] if act is not None else activation(config)
         self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:

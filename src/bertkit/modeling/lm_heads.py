@@ -16,7 +16,7 @@ from bertkit.config import BERTConfig
 from bertkit.masking import mask_tokens
 from bertkit.modeling import text as text_helpers
 from bertkit.modeling.cache import KVCache
-from bertkit.modeling.heads import TaskModel, gather_positions
+from bertkit.modeling.heads import TaskModel, gather_positions, require_next_sentence
 from bertkit.modeling.layers import BERTOnlyMLMHead, BERTPreTrainingHeads
 from bertkit.modeling.losses import (
     MaskedLMLosses,
@@ -129,6 +129,7 @@ class BERTForPreTraining(_MaskedLMMixin, TaskModel):
     add_pooling_layer = True
 
     def __init__(self, config: BERTConfig):
+        require_next_sentence(config, type(self).__name__)
         super().__init__(config)
         self.cls = BERTPreTrainingHeads(config)
         self.post_init()
@@ -234,7 +235,8 @@ class BERTForPreTraining(_MaskedLMMixin, TaskModel):
 
 
 class BERTForMaskedLM(_MaskedLMMixin, TaskModel):
-    """MLM head (``cls.predictions``) over a backbone without pooler."""
+    """MLM head (``cls.predictions``) over a backbone without pooler (HF's ``BertForMaskedLM``, or
+    ``RobertaForMaskedLM`` with its ``lm_head`` for a ``"roberta"`` family config)."""
 
     hf_architecture = "BertForMaskedLM"
     head_prefixes = ("cls.",)
@@ -320,7 +322,7 @@ class BERTForCausalLM(TaskModel):
         tokens, step_ids = input_ids, input_ids
         done = torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
         for _ in range(max_new_tokens):
-            if tokens.shape[1] >= self.config.max_position_embeddings:
+            if tokens.shape[1] >= self.config.max_tokens:
                 break
             logits = self(step_ids, encoder_hidden_states=encoder_hidden_states, past_key_values=cache,
                           use_cache=True)[:, -1].float()

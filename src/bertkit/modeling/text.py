@@ -32,7 +32,7 @@ def encode(model, tokenizer, text: str | list[str], text_pair=None, device=None,
         raise ValueError(f"the tokenizer has {tokenizer.vocab_size} tokens but the model's vocabulary holds "
                          f"{model.config.vocab_size}; use the tokenizer the model was trained with.")
     kwargs.setdefault("truncation", True)
-    kwargs.setdefault("max_length", model.config.max_position_embeddings)
+    kwargs.setdefault("max_length", model.config.max_tokens)  # RoBERTa: max_position_embeddings - pad - 1
     enc = tokenizer(text, text_pair, padding=True, return_tensors="pt", **kwargs)
     return enc.to(device if device is not None else model_device(model))
 

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from bertkit.config import bert_architecture_name
 from bertkit.io import atomic_write_text
 from bertkit.modeling import (
     BERT,
@@ -54,7 +55,7 @@ def model_for_checkpoint(checkpoint: Checkpoint, *, source: str | os.PathLike | 
     Loading is :func:`bertkit.weights.adapt.load_into`'s: what it adapts is in ``model.load_report``
     and, unless ``warn=False``, a ``LoadWarning`` naming ``source``.
     """
-    cls = ARCHITECTURES.get(checkpoint.architecture or "") or _guess_class(checkpoint)
+    cls = ARCHITECTURES.get(bert_architecture_name(checkpoint.architecture or "")) or _guess_class(checkpoint)
     model = cls(checkpoint.config)
     load_into(model, checkpoint.state_dict, source=source, warn=warn)
     return model.eval()
@@ -162,6 +163,7 @@ def write_tf_checkpoint(model: BERTPreTrainedModel, dest: str | os.PathLike) -> 
     """``bert_config.json`` + ``bert_model.ckpt.*`` with Google's variable names (kernels ``[in, out]``)."""
     from bertkit.weights.tf_bundle import write_bundle
 
+    google_config = model.config.to_google_dict()  # first: ValueError for a family Google's format lacks
     dest = Path(dest)
     aliases = tied_aliases(model)
     state = {k: v.detach().cpu().float().numpy() for k, v in model.state_dict().items()
@@ -170,7 +172,7 @@ def write_tf_checkpoint(model: BERTPreTrainedModel, dest: str | os.PathLike) -> 
         state = {f"bert.{k}": v for k, v in state.items()}
     tensors = {k: np.ascontiguousarray(v) for k, v in hf_to_tf(state).items()}
     write_bundle(dest / TF_CHECKPOINT_NAME, tensors)
-    atomic_write_text(dest / "bert_config.json", json.dumps(model.config.to_google_dict(), indent=2) + "\n")
+    atomic_write_text(dest / "bert_config.json", json.dumps(google_config, indent=2) + "\n")
 
 
 def _write_tokenizer(checkpoint: Checkpoint, dest: Path, source, do_lower_case: bool | None, to: str) -> None:

@@ -28,7 +28,7 @@ from bertkit.config import BERTConfig
 from bertkit.io import check_link, read_json_object
 from bertkit.weights import hf
 from bertkit.weights.archive import safe_extract
-from bertkit.weights.tables import tf_to_hf
+from bertkit.weights.tables import hf_family_to_bertkit, tf_to_hf
 
 CONFIG_NAMES = ("config.json", "bert_config.json")
 TOKENIZER_FILES = ("vocab.txt", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.json")
@@ -38,7 +38,8 @@ ARCHIVE_SUFFIXES = (".zip", ".tar.gz", ".tgz", ".tar")
 
 @dataclass
 class Checkpoint:
-    """A checkpoint in memory: its config, its tensors under HF names, and its tokenizer files."""
+    """A checkpoint in memory: its config, its tensors under bertkit's names (BERT's HF names, whatever the
+    family: a RoBERTa checkpoint's are renamed on reading), and its tokenizer files."""
 
     config: BERTConfig
     state_dict: dict[str, torch.Tensor]
@@ -131,6 +132,7 @@ def _with_config(state: dict[str, torch.Tensor], directory: Path, fmt: str) -> C
                                 "bertkit needs the architecture to build the model.")
     raw = read_json_object(config_path, "a model config")
     config = BERTConfig.from_json_file(config_path)
+    state = hf_family_to_bertkit(state, config.family)  # RoBERTa's roberta.* / lm_head.* -> bertkit's names
     if "classifier.weight" in state and "id2label" not in raw and "num_labels" not in raw:
         config = config.replace(num_labels=state["classifier.weight"].shape[0])  # TF classifiers record it nowhere
     architectures = raw.get("architectures") or [None]

@@ -3,7 +3,8 @@
 Reading never executes pickled code: safetensors first, else ``torch.load(weights_only=True)``.
 A sharded checkpoint's index (``*.index.json``) may only name shard files inside the checkpoint
 folder (see :func:`shard_files`). Writing is atomic per file and produces what HF transformers'
-``Bert*`` classes load.
+``Bert*`` classes load (``Roberta*`` / ``XLMRoberta*`` / ``Camembert*`` for a ``"roberta"`` family model, under
+those checkpoints' names: :data:`bertkit.weights.tables.HF_FAMILY_TABLES`).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from safetensors.torch import load_file, save_file
 from bertkit.config import BERTConfig
 from bertkit.io import atomic_write, atomic_write_text, check_link, read_json
 from bertkit.weights.adapt import load_into, tied_aliases
+from bertkit.weights.tables import bertkit_to_hf_family
 
 CONFIG_NAME = "config.json"
 SAFETENSORS_NAME = "model.safetensors"
@@ -174,6 +176,11 @@ def load_pretrained(self_or_cls, source: str | os.PathLike, config_overrides: di
             raise ValueError(f"config overrides {sorted(config_overrides)} apply when building a model; "
                              f"call {type(self_or_cls).__name__}.from_pretrained(...) on the class instead.")
         model = self_or_cls
+        if checkpoint.config.family != model.config.family:  # same names inside, other positions / heads
+            raise ValueError(f"{source}: the checkpoint is family {checkpoint.config.family!r} "
+                             f"(model_type {checkpoint.config.hf_model_type!r}) but this {type(model).__name__} "
+                             f"is family {model.config.family!r}; build the model from the checkpoint with "
+                             f"{type(model).__name__}.from_pretrained(...) on the class.")
     load_into(model, checkpoint.state_dict, strict=strict, warn=warn, source=source)
     return model.eval()
 
@@ -187,6 +194,7 @@ def save_pretrained(model, directory: str | os.PathLike) -> None:
     if not model.config.tie_word_embedding:  # HF (v5) unties decoder.bias with the weight and reads it
         state.update({k: v.detach().cpu().clone() for k, v in model.state_dict().items()
                       if k in aliases and k.endswith("predictions.decoder.bias")})
+    state = bertkit_to_hf_family(state, model.config.family)  # RoBERTa: roberta.* / lm_head.*
     atomic_write(d / SAFETENSORS_NAME, lambda tmp: save_file(state, tmp, metadata={"format": "pt"}))
     config = model.config.to_hf_dict(architecture=model.hf_architecture)
     atomic_write_text(d / CONFIG_NAME, json.dumps(config, indent=2, sort_keys=True) + "\n")

@@ -4,6 +4,10 @@
 Each row is ``(tf_prefix, hf_prefix, kind)``; ``{i}`` stands for a layer index. The kind
 says which suffixes the row covers and whether the tensor is transposed (TF dense
 kernels are ``[in, out]``; ``output_weights`` are already ``[out, in]``).
+
+``HF_FAMILY_TABLES`` maps the HF checkpoint names of another encoder family (RoBERTa's
+``roberta.*``, ``lm_head.*``) to bertkit's, which are BERT's HF names whatever the family (the
+engine is one): rows ``(hf_prefix, bertkit_prefix)``, the first matching row renames a key.
 """
 
 from __future__ import annotations
@@ -50,6 +54,22 @@ TF_TABLE: tuple[tuple[str, str, str], ...] = (
 #: TF variables that are not model weights: optimizer slots, step counters, loss scaling.
 TF_SKIP = re.compile(r"(^|/)(adam_m|adam_v|global_step|beta1_power|beta2_power|bad_steps|good_steps|loss_scale"
                      r"|current_loss_scale)$|/Adam(_1)?$")
+
+
+#: RoBERTa / XLM-RoBERTa / CamemBERT (HF's ``Roberta*`` classes) <-> bertkit. The backbone is BERT's under
+#: another prefix; the MLM head is the same modules under other names. ``classifier.dense`` /
+#: ``classifier.out_proj`` (RoBERTa's sentence classifier), ``classifier`` and ``qa_outputs`` are the same on
+#: both sides, and so is a bare backbone's (``RobertaModel``'s ``embeddings.*``, ``encoder.*``, ``pooler.*``).
+ROBERTA_TABLE: tuple[tuple[str, str], ...] = (
+    ("roberta.", "bert."),
+    ("lm_head.dense.", "cls.predictions.transform.dense."),
+    ("lm_head.layer_norm.", "cls.predictions.transform.LayerNorm."),
+    ("lm_head.decoder.", "cls.predictions.decoder."),
+    ("lm_head.bias", "cls.predictions.bias"),
+)
+
+#: ``BERTConfig.family`` -> its HF names table (BERT's HF names are bertkit's: no table).
+HF_FAMILY_TABLES: dict[str, tuple[tuple[str, str], ...]] = {"bert": (), "roberta": ROBERTA_TABLE}
 
 
 @dataclass(frozen=True)
@@ -114,3 +134,26 @@ def hf_to_tf(tensors: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     must be dropped by the caller first.
     """
     return map_names(tensors, _HF_TO_TF, None, "state dict")
+
+
+def _rename_prefixes(names: dict, table: tuple[tuple[str, str], ...]) -> dict:
+    out = {}
+    for name, value in names.items():
+        for source, target in table:
+            if name == source or (source.endswith(".") and name.startswith(source)):
+                name = target + name[len(source):]
+                break
+        if name in out:
+            raise ValueError(f"two tensors of the checkpoint map to {name!r}; it mixes two families' names.")
+        out[name] = value
+    return out
+
+
+def hf_family_to_bertkit(tensors: dict, family: str) -> dict:
+    """A ``family`` checkpoint's HF names -> bertkit's (:data:`HF_FAMILY_TABLES`); other names are kept."""
+    return _rename_prefixes(tensors, HF_FAMILY_TABLES[family])
+
+
+def bertkit_to_hf_family(tensors: dict, family: str) -> dict:
+    """bertkit's names -> the HF names of ``family``'s checkpoints, the inverse of :func:`hf_family_to_bertkit`."""
+    return _rename_prefixes(tensors, tuple((b, a) for a, b in HF_FAMILY_TABLES[family]))
