@@ -130,7 +130,7 @@ def test_two_runs_into_one_directory(inputs):
 def test_errors_are_one_line_with_exit_status(tmp_path):
     missing = bertkit("pretrain", "--text", tmp_path / "nope.txt", "-o", tmp_path / "o", check=False)
     assert missing.returncode == 1
-    assert missing.stderr.strip().splitlines()[-1].startswith("bertkit: error: no such file:")
+    assert missing.stderr.strip().splitlines()[-1].startswith("bertkit: error: no such file or directory:")
     assert "Traceback" not in missing.stderr
 
     usage = bertkit("pretrain", "--model", "tiny", "-o", tmp_path / "o", check=False)

@@ -167,6 +167,8 @@ def create_pretraining_data(files_or_texts: Any, tokenizer: BERTTokenizerFast | 
         _TOKENIZERS[(str(out), digest)] = tokenizer  # one worker runs here: no second load
         jobs = (_job(partition, settings, digest, out) for partition in plan_partitions(
             sources, settings.partition_bytes, settings.read))
+        if sized and total <= settings.partition_bytes:
+            workers = 1  # one partition: a pool would only add its start-up (the output is the same)
         results = _run_all(jobs, workers, dask, total if sized else None, progress)
         return _write_index(out, settings, tokenizer, results)
     finally:
