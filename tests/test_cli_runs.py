@@ -92,6 +92,32 @@ def test_sigkill_after_a_checkpoint_then_resume_is_bit_identical(inputs, preset)
     assert steps_logged == list(range(5, 151, 5))
 
 
+def test_a_resumed_run_keeps_the_gemm_backend_its_run_used(inputs):
+    """The float32 GEMM backend is measured per process; under load a resumed process could pick the other one
+    (they round differently: the sigkill test above once failed so with the demo running beside it). The
+    checkpoint records the run's backend and the resumed process uses it: here the run is forced onto the
+    backend this machine would not pick, and the resumed process (left to measure) still ends bit-identical."""
+    from bertkit.modeling import fast
+
+    root, book, _ = inputs
+    other = {"onednn": "plain", "plain": "onednn"}[fast.measure_gemm().chosen]
+    if other == "onednn" and not fast.onednn_available():
+        pytest.skip("this torch has no oneDNN inner product")
+    forced = {**{k: v for k, v in os.environ.items() if k != "BERTKIT_DEBUG"}, "BERTKIT_GEMM": other}
+    steps = ["--max-steps", 12, "--save-every", 6, "--seed", 4, "--precision", "fp32"]
+    whole, resumed = root / "gemm-whole", root / "gemm-resumed"
+    for out in (whole, resumed):
+        bertkit(*pretrain_args(book, "tiny", out, *steps), env=forced)
+    expected = weights(whole)
+    # take the second half back: resume from step 6 in a process that measures for itself
+    import shutil
+
+    shutil.rmtree(resumed / "model")
+    shutil.rmtree(resumed / "checkpoints" / "step-00000012")
+    bertkit(*pretrain_args(book, "tiny", resumed, *steps, "--resume"))
+    assert weights(resumed) == expected
+
+
 def test_resume_takes_the_runs_own_settings_and_refuses_changed_ones(inputs):
     root, book, config = inputs
     out = root / "settings"

@@ -420,3 +420,20 @@ def test_measuring_the_gemm_backend_leaves_the_random_state_alone():
     torch.manual_seed(5)
     fast.measure_gemm(64, 64, 64, repeats=1)
     assert torch.equal(torch.rand(4), expected)
+
+
+def test_gemm_choice_is_checkpoint_state_that_pins_auto_only():
+    from bertkit.modeling import fast
+
+    previous = fast.set_fast_path(gemm="plain")
+    try:
+        assert fast.GemmChoice().state_dict() == {"gemm": "plain"}
+        fast.GemmChoice().load_state_dict({"gemm": "onednn"})
+        assert fast.settings().gemm == "plain"  # the user's choice stays
+        fast.set_fast_path(gemm="auto")
+        fast.GemmChoice().load_state_dict({"gemm": "plain"})
+        assert fast.settings().gemm == "plain" and fast.gemm_backend() == "plain"  # pinned, not measured
+        fast.GemmChoice().load_state_dict({"gemm": None})  # a checkpoint saved before any float32 product
+        assert fast.settings().gemm == "plain"
+    finally:
+        fast.set_fast_path(gemm=previous.gemm)

@@ -169,6 +169,30 @@ def gemm_backend() -> str:
     return _measured.chosen
 
 
+def gemm_choice() -> str | None:
+    """The backend float32 CPU products use now, without measuring: None while ``auto`` has not measured yet."""
+    if not _settings.enabled or _settings.gemm == "plain" or not onednn_available():
+        return "plain"
+    if _settings.gemm == "onednn":
+        return "onednn"
+    return _measured.chosen if _measured is not None else None
+
+
+class GemmChoice:
+    """The float32 GEMM backend as checkpoint state (a ``Trainer`` ``stateful`` object): a resumed run keeps
+    the backend its run used instead of measuring again. The two backends round differently, and on a busy
+    machine a new measurement may pick the other one: every later number would then move. Loading a state
+    pins ``gemm`` process-wide, unless the user chose one (``BERTKIT_GEMM``, :func:`set_fast_path`)."""
+
+    def state_dict(self) -> dict[str, str | None]:
+        return {"gemm": gemm_choice()}
+
+    def load_state_dict(self, state: dict[str, str | None]) -> None:
+        choice = state.get("gemm")
+        if choice in GEMM_CHOICES[1:] and _settings.gemm == "auto":
+            set_fast_path(gemm=choice)
+
+
 def gemm_measurement() -> GemmMeasurement | None:
     """The measurement behind ``auto`` (None until the first float32 CPU product needed it)."""
     return _measured

@@ -37,6 +37,7 @@ import torch
 
 from bertkit.inference.batching import sorted_batches
 from bertkit.io import atomic_write_text, read_json_object
+from bertkit.modeling.fast import GemmChoice
 from bertkit.tasks.base import Task
 from bertkit.tasks.classification import Classification, glue_files
 from bertkit.tasks.multiple_choice import MultipleChoice
@@ -188,7 +189,7 @@ def finetune(task: str | Task, model: str | os.PathLike, train: str | os.PathLik
                 LengthGroupedSampler, lengths=[task.feature_length(f) for f in train_features],
                 group_size=batch_size // gradient_accumulation_steps)  # one micro-batch of every rank
         trainer = Trainer(net, train_features, config=training, collate_fn=task.collate,
-                          sampler_factory=sampler_factory, stateful={"best_model": best},
+                          sampler_factory=sampler_factory, stateful={"best_model": best, "gemm": GemmChoice()},
                           apply_changes=apply_changes, callbacks=callbacks)
 
         def save_model(directory: Path) -> None:

@@ -42,6 +42,7 @@ from bertkit.data.partitions import expand_inputs
 from bertkit.data.shards import INDEX_NAME, PretrainingDataset
 from bertkit.io import atomic_write_text
 from bertkit.modeling import BERTForPreTraining
+from bertkit.modeling.fast import GemmChoice
 from bertkit.presets import SIZES, preset_fields
 from bertkit.tasks.sources import LoadedSource, load_source
 from bertkit.tasks.text_data import TOKENIZER_SAMPLE_BYTES, build_text_data
@@ -247,6 +248,7 @@ def _train(run: RunDirectory, dataset: PretrainingData, *, model, init: LoadedSo
         net = init.model
     collator = dataset.collator(generator=torch.Generator().manual_seed(training.seed), nsp=nsp, **(masking or {}))
     trainer = Trainer(net, dataset, config=training, collate_fn=collator, sampler_factory=_sampler_factory(dataset),
+                      stateful={"gemm": GemmChoice()},
                       eval_dataset=eval_dataset, eval_collate_fn=_seeded_collator(eval_dataset, training.seed, nsp=nsp)
                       if eval_dataset is not None else None, callbacks=callbacks, apply_changes=apply_changes)
 
