@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from bertkit.cli.pretrain import parse_size
+from bertkit.cli import parse_size
 from bertkit.data.partitions import ReadSettings
 from bertkit.data.reading import sample_texts
 from bertkit.tasks import text_data

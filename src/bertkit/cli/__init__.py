@@ -94,6 +94,20 @@ def cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
+def parse_size(value: str) -> int:
+    """``"256M"``, ``"1G"``, ``"512k"``, ``"1000000"`` -> bytes (binary multiples); ArgumentTypeError otherwise."""
+    units = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+    text = value.strip().lower().removesuffix("b").removesuffix("i")
+    number, unit = (text[:-1], text[-1]) if text and text[-1] in units else (text, "")
+    try:
+        size = int(float(number) * units[unit])
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a size: write bytes or e.g. 256M, 1G") from None
+    if size < 1:
+        raise argparse.ArgumentTypeError(f"{value!r}: a size must be at least one byte")
+    return size
+
+
 class ArgumentParser(argparse.ArgumentParser):
     """argparse with bertkit's one-line usage errors: ``bertkit: error: ... (see PROG --help)``, exit 2."""
 

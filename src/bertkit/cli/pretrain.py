@@ -36,7 +36,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from bertkit.cli import ArgumentParser, cores
+from bertkit.cli import ArgumentParser, cores, parse_size
 from bertkit.io import refuse_output_over_input
 
 
@@ -81,20 +81,6 @@ CONTINUE_MASKED_LM_PROB = 0.15  # what the checkpoint was (most likely) trained 
 TEXT_FLAGS = {"vocab_size": "vocab_size", "max_seq_length": "max_seq_length", "masked_lm_prob": "masked_lm_prob",
               "encoding": "encoding", "format": "format", "next_sentence_prediction": "nsp",
               "text_field": "text_field", "tokenizer_sample_bytes": "tokenizer_sample_bytes"}
-
-
-def parse_size(value: str) -> int:
-    """``"256M"``, ``"1G"``, ``"512k"``, ``"1000000"`` -> bytes (binary multiples); ArgumentTypeError otherwise."""
-    units = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
-    text = value.strip().lower().removesuffix("b").removesuffix("i")
-    number, unit = (text[:-1], text[-1]) if text and text[-1] in units else (text, "")
-    try:
-        size = int(float(number) * units[unit])
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a size: write bytes or e.g. 256M, 1G") from None
-    if size < 1:
-        raise argparse.ArgumentTypeError(f"{value!r}: a size must be at least one byte")
-    return size
 
 
 def defaults(args: argparse.Namespace) -> dict[str, Any]:

@@ -6,8 +6,7 @@ directories, globs; compressed), at most ``--tokenizer-sample-bytes`` of text sp
 
 from __future__ import annotations
 
-from bertkit.cli import ArgumentParser
-from bertkit.cli.pretrain import parse_size
+from bertkit.cli import ArgumentParser, parse_size
 from bertkit.io import refuse_output_over_input
 
 

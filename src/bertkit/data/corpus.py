@@ -135,7 +135,7 @@ _LAYOUTS = {"google": "one sentence per line, a blank line between documents (go
 
 
 def _name(source: str | os.PathLike) -> str:
-    return os.fspath(source) if _is_file(source) else "text in memory"
+    return os.fspath(source) if is_file(source) else "text in memory"
 
 
 def blocks_are_documents(head: list[str]) -> bool:
@@ -210,13 +210,13 @@ def _ends_sentence(before: str, punctuation: str) -> bool:
     return word.lower() not in ABBREVIATIONS and _INITIALS.fullmatch(word) is None
 
 
-def _is_file(source: str | os.PathLike) -> bool:
+def is_file(source: str | os.PathLike) -> bool:
     """Whether ``source`` names a file (a Path always does), rather than being a text in memory."""
     return isinstance(source, os.PathLike) or (isinstance(source, str) and os.path.isfile(source))
 
 
 def _lines_of(source: str | os.PathLike, encoding: str) -> Iterator[str]:
-    if _is_file(source):
+    if is_file(source):
         path = Path(source)
         if not path.is_file():
             raise ValueError(f"no such file: {path}")
@@ -328,7 +328,7 @@ def _google_documents(lines: Iterable[str]) -> Iterator[list[str]]:
 
 def _is_jsonl(source: str | os.PathLike) -> bool:
     """Whether ``source`` is a file named ``*.jsonl`` (before a compression suffix)."""
-    if not _is_file(source):
+    if not is_file(source):
         return False
     suffixes = [suffix.lower() for suffix in Path(source).suffixes]
     if suffixes and suffixes[-1] in COMPRESSION:

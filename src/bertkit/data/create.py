@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from bertkit.data.corpus import is_file
 from bertkit.data.instances import create_instance_spans, tokenize_documents
 from bertkit.data.partitions import Documents, Partition, ReadSettings, expand_inputs, plan_partitions
 from bertkit.data.reading import partition_documents, select_documents
@@ -134,8 +135,8 @@ def create_pretraining_data(files_or_texts: Any, tokenizer: BERTTokenizerFast | 
     killed half-way and started again with them continues (see the module doc). Returns ``out_dir``.
     """
     sources = expand_inputs(files_or_texts)
-    total = sum(os.path.getsize(s) for s in sources if _sized(s))
-    sized = all(_sized(s) for s in sources)
+    total = sum(os.path.getsize(s) for s in sources if is_file(s))
+    sized = all(is_file(s) for s in sources)
     if partition_bytes is None:
         partition_bytes = default_partition_bytes(total if sized else None)
     settings = CreationSettings(max_seq_length=max_seq_length, short_seq_prob=short_seq_prob, dupe_factor=dupe_factor,
@@ -149,7 +150,7 @@ def create_pretraining_data(files_or_texts: Any, tokenizer: BERTTokenizerFast | 
     if not isinstance(tokenizer, BERTTokenizerFast):
         tokenizer = BERTTokenizerFast.from_pretrained(tokenizer)
     out = Path(out_dir)
-    inside = [s for s in sources if _sized(s) and Path(s).resolve().is_relative_to(out.resolve())]
+    inside = [s for s in sources if is_file(s) and Path(s).resolve().is_relative_to(out.resolve())]
     if inside:
         raise ValueError(f"the input {inside[0]} lies inside the output directory {out} (-o): the data written there "
                          "(a tokenizer's vocab.txt among it) would mix with the corpus; choose an -o outside the "
@@ -174,9 +175,6 @@ def create_pretraining_data(files_or_texts: Any, tokenizer: BERTTokenizerFast | 
     finally:
         os.close(lock)
 
-
-def _sized(source: Any) -> bool:
-    return isinstance(source, str) and os.path.isfile(source)
 
 
 def _job(partition: Partition, settings: CreationSettings, tokenizer_sha256: str, out: Path) -> PartitionJob:
@@ -285,14 +283,16 @@ def _run_all(jobs: Iterator[PartitionJob], workers: int, dask: Any, total: int |
             total=total, unit="B", unit_scale=True, unit_divisor=1024, desc="creating data",
             disable=not progress) as bar:
         pending: set[cf.Future] = set()
+        documents = 0
 
         def collect(done: Iterable[cf.Future]) -> None:
+            nonlocal documents
             for future in done:
                 marker = future.result()  # a worker's error is raised here, with its message
                 results[marker["partition"]] = marker
+                documents += marker["num_documents"]
                 bar.update(marker["bytes"])
-                bar.set_postfix(partitions=len(results), documents=sum(m["num_documents"] for m in results.values()),
-                                refresh=False)
+                bar.set_postfix(partitions=len(results), documents=documents, refresh=False)
         for job in jobs:
             pending.add(executor.submit(build_partition, job))
             if len(pending) >= window:
@@ -390,7 +390,7 @@ def _input_identity(source: Any) -> dict[str, Any]:
     """``{"source": name, ...}``: a file's path, size and modification time; a text's hash; Documents' name."""
     if isinstance(source, Documents):
         return {"source": source.name}
-    if not _sized(source):
+    if not is_file(source):
         return {"source": "text in memory", "sha256": hashlib.sha256(source.encode()).hexdigest()}
     stat = os.stat(source)
     return {"source": os.path.abspath(source), "bytes": stat.st_size, "mtime_ns": stat.st_mtime_ns}

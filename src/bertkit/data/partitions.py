@@ -41,9 +41,9 @@ from bertkit.data.corpus import (
     FORMATS,
     HEAD_LINES,
     _file_lines,
-    _is_file,
     blocks_are_documents,
     detect_format,
+    is_file,
 )
 
 logger = logging.getLogger("bertkit.data")
@@ -225,7 +225,7 @@ def plan_partitions(sources: Sequence, partition_bytes: int, read: ReadSettings)
 
 def _pieces(source: str, read: ReadSettings) -> Iterator[tuple[Piece, bool]]:
     """A source as pieces, each with whether it may be cut into byte ranges."""
-    if not _is_file(source):  # a text in memory
+    if not is_file(source):  # a text in memory
         yield Piece("memory", items=(source,), layout=read.format, size=len(source.encode())), False
         return
     size, kind = os.path.getsize(source), _kind(source)
