@@ -84,6 +84,12 @@ class Family:
     * ``hf_token_keys``: HF config keys that hold our special ids under another name (RoBERTa's
       ``bos_token_id`` is the ``<s>`` that plays [CLS]'s part, ``eos_token_id`` the ``</s>`` of [SEP]).
     * ``causal_lm_class``: the end of the HF causal-LM class name (``BertLMHeadModel``, ``RobertaForCausalLM``).
+    * ``token_types``: whether the embeddings add token-type (segment) embeddings; without them
+      ``token_type_ids`` are ignored (DistilBERT, MPNet, ModernBERT have none).
+    * ``position_embeddings``: whether the embeddings add absolute position embeddings (ModernBERT rotates
+      queries and keys instead).
+    * ``layer``: the encoder-layer variant, a key of :data:`bertkit.modeling.variants.LAYER_VARIANTS`
+      (``"bert"``: BERT's post-LN layer; a family that differs in structure names its own there).
 
     The state-dict names of each family's HF checkpoints are in :mod:`bertkit.weights.tables`.
     """
@@ -98,6 +104,9 @@ class Family:
     special_ids: Mapping[str, int] = field(default_factory=dict)
     hf_token_keys: Mapping[str, str] = field(default_factory=dict)
     causal_lm_class: str = "ForCausalLM"
+    token_types: bool = True
+    position_embeddings: bool = True
+    layer: str = "bert"
 
 
 #: family name -> :class:`Family`. RoBERTa, XLM-RoBERTa and CamemBERT share one architecture and differ in

@@ -24,7 +24,8 @@ from bertkit.config import BERTConfig
 from bertkit.modeling import fast, unpad
 from bertkit.modeling.base import BERTPreTrainedModel
 from bertkit.modeling.inputs import ModelInputs, validate_inputs, value_checks_disabled
-from bertkit.modeling.layers import BERTEmbeddings, BERTLayer, BERTPooler, default_position_ids
+from bertkit.modeling.layers import BERTEmbeddings, BERTPooler, default_position_ids
+from bertkit.modeling.variants import layer_variant
 
 
 @dataclass
@@ -44,17 +45,34 @@ class BERTEncoding:
 
 
 class BERTEncoder(nn.Module):
-    """The stack of :class:`BERTLayer` (``encoder.layer.{i}``), with optional gradient checkpointing."""
+    """The stack of layers (``encoder.layer.{i}``), with optional gradient checkpointing.
+
+    The layers are :class:`~bertkit.modeling.layers.BERTLayer` or the family's variant
+    (:mod:`bertkit.modeling.variants`), with the variant's shared context module (``encoder.<context_name>``,
+    called once per forward) and final norm (``encoder.final_norm``) where it has them.
+    """
 
     def __init__(self, config: BERTConfig):
         super().__init__()
-        self.layer = nn.ModuleList(BERTLayer(config, i) for i in range(config.num_hidden_layers))
+        self.variant = layer_variant(config)
+        build_layer, build_context, build_norm = (self.variant.build(part) for part in ("layer", "context",
+                                                                                        "final_norm"))
+        self.layer = nn.ModuleList(build_layer(config, i) for i in range(config.num_hidden_layers))
+        self.context_name = self.variant.context_name if build_context is not None else None
+        if build_context is not None:
+            self.add_module(self.context_name, build_context(config))
+        self.final_norm = build_norm(config) if build_norm is not None else None
         self.gradient_checkpointing = False
 
     def forward(self, x: torch.Tensor, allowed, *, output_hidden_states: bool = False,
                 output_attentions: bool = False, self_cache=None, last_layer_positions: slice | None = None,
-                **layer_kwargs):
-        """``last_layer_positions``: compute the last layer only at these positions (see :class:`BERTLayer`)."""
+                position_ids: torch.Tensor | None = None, **layer_kwargs):
+        """``last_layer_positions``: compute the last layer only at these positions (see :class:`BERTLayer`).
+        ``position_ids`` go to the variant's context (BERT's layers do not read them)."""
+        if self.context_name is not None:
+            context = getattr(self, self.context_name)
+            layer_kwargs.update(context(x, allowed=allowed, position_ids=position_ids,
+                                        packing=layer_kwargs.get("packing")))
         hidden, attns, cross = [x] if output_hidden_states else None, [], []
         use_checkpoint = self.gradient_checkpointing and self.training and torch.is_grad_enabled() \
             and self_cache is None
@@ -67,6 +85,8 @@ class BERTEncoder(nn.Module):
             else:
                 x, a, c = layer(x, allowed, self_cache=self_cache, output_attentions=output_attentions,
                                 **layer_kwargs)
+            if i == len(self.layer) - 1 and self.final_norm is not None:
+                x = self.final_norm(x)
             if output_hidden_states:
                 hidden.append(x)
             attns.append(a)
@@ -157,8 +177,9 @@ class BERT(BERTPreTrainedModel):
         first_only = first_token_only and not (self.config.is_decoder or inputs.self_cache is not None
                                                or output_hidden_states or output_attentions)
         packing = None
-        if allowed is not None and self.drops_padding and not (self.config.is_decoder or inputs.self_cache is not None
-                                        or inputs.encoder_hidden_states is not None or output_attentions):
+        if allowed is not None and self.drops_padding and self.encoder.variant.unpadded and not (
+                self.config.is_decoder or inputs.self_cache is not None
+                or inputs.encoder_hidden_states is not None or output_attentions):
             packing = unpad.plan(inputs.attention_mask, allowed, need_first=first_only)
         if packing is None:
             x = self.embeddings(inputs.input_ids, token_type_ids, position_ids, inputs.inputs_embeds)
@@ -170,6 +191,7 @@ class BERT(BERTPreTrainedModel):
             self_cache=inputs.self_cache, cross_cache=inputs.cross_cache, cache_position=cache_position,
             output_hidden_states=output_hidden_states, output_attentions=output_attentions,
             last_layer_positions=slice(0, 1) if first_only else None,
+            position_ids=position_ids,  # [1|B, L], padded layout even when packed (the context packs what it needs)
             **({"packing": packing} if packing is not None else {}))
         if packing is not None:
             x = x if first_only else packing.unpack(x)

@@ -28,7 +28,10 @@ def count_parameters(config: BERTConfig, architecture: str = "BertModel") -> int
 def backbone_parameters(config: BERTConfig, pooler: bool = True) -> int:
     """Embeddings + ``num_hidden_layers`` layers (+ the pooler's dense layer when ``pooler``)."""
     h = config.hidden_size
-    embeddings = (config.vocab_size + config.max_position_embeddings + config.type_vocab_size) * h
+    spec = config.family_spec
+    tables = config.vocab_size + (config.max_position_embeddings if spec.position_embeddings else 0) \
+        + (config.type_vocab_size if spec.token_types else 0)
+    embeddings = tables * h
     embeddings += 2 * h if config.embedding_layer_norm else 0
     return embeddings + config.num_hidden_layers * layer_parameters(config) + (h * h + h if pooler else 0)
 

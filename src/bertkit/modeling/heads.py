@@ -25,6 +25,8 @@ boolean ``[B, L]`` mask) to project only those positions onto the vocabulary.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -165,6 +167,12 @@ class FirstTokenClassifier(nn.Module):
         return self.out_proj(self.dropout(torch.tanh(self.dense(self.dropout(first_token)))))
 
 
+#: ``Family.sequence_head`` -> the module (``classifier``) that maps the first token's hidden state
+#: ``[B, H]`` to ``[B, num_labels]``, built as ``head(config, num_labels)``. ``"pooler"`` is not here: BERT's
+#: head is the backbone's pooler, then dropout and ``classifier``.
+SEQUENCE_HEADS: dict[str, Callable[[BERTConfig, int], nn.Module]] = {"first_token": FirstTokenClassifier}
+
+
 class BERTForSequenceClassification(_ClassifierHead):
     """Classifier on the pooled output: single-label, multi-label or regression.
 
@@ -182,7 +190,8 @@ class BERTForSequenceClassification(_ClassifierHead):
     def __init__(self, config: BERTConfig, num_labels: int | None = None):
         super().__init__(config, num_labels)
         if self.bert.pooler is None:
-            self.classifier = FirstTokenClassifier(self.config, self.config.num_labels)
+            self.classifier = SEQUENCE_HEADS[self.config.family_spec.sequence_head](self.config,
+                                                                                   self.config.num_labels)
             self.post_init()
         else:
             self._build_classifier(self.config.num_labels)

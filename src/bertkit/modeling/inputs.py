@@ -96,6 +96,8 @@ def validate_inputs(config: BERTConfig, weight: torch.Tensor, input_ids=None, at
                                   f"this model's vocabulary (vocab_size={cfg.vocab_size})",
                                   "use the tokenizer this model was trained with, or resize_token_embeddings() "
                                   "after adding tokens"))
+    if not cfg.family_spec.token_types:
+        token_type_ids = None  # a family without segment embeddings ignores them (tokenizers may still send 0s)
     if token_type_ids is not None:
         token_type_ids = _index_tensor("token_type_ids", token_type_ids, device)
         _check_per_token("token_type_ids", token_type_ids, ids_shape, ref_name, "segment id")

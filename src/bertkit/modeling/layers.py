@@ -44,6 +44,9 @@ def activation(config: BERTConfig) -> Callable[[torch.Tensor], torch.Tensor]:
 class BERTEmbeddings(nn.Module):
     """word + position + token-type embeddings, then LayerNorm (unless ``embedding_layer_norm=False``) and dropout.
 
+    A family without token types or absolute positions (``Family.token_types`` / ``position_embeddings``)
+    has no such table (the attribute is None) and ignores those ids.
+
     In a family whose positions start after the padding id (RoBERTa), padding tokens sit at position
     ``pad_token_id``, a padding row of ``position_embeddings`` (zero at init, never trained), as in fairseq.
     """
@@ -52,10 +55,12 @@ class BERTEmbeddings(nn.Module):
         super().__init__()
         self.word_embeddings = nn.Embedding(config.vocab_size, config.hidden_size,
                                             padding_idx=config.pad_token_id)
-        position_padding = config.pad_token_id if config.family_spec.positions_after_padding else None
+        spec = config.family_spec
+        position_padding = config.pad_token_id if spec.positions_after_padding else None
         self.position_embeddings = nn.Embedding(config.max_position_embeddings, config.hidden_size,
-                                                padding_idx=position_padding)
-        self.token_type_embeddings = nn.Embedding(config.type_vocab_size, config.hidden_size)
+                                                padding_idx=position_padding) if spec.position_embeddings else None
+        self.token_type_embeddings = nn.Embedding(config.type_vocab_size, config.hidden_size) \
+            if spec.token_types else None
         self.LayerNorm = (nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
                           if config.embedding_layer_norm else None)
         self.dropout = Dropout(config.hidden_dropout_prob)
@@ -64,7 +69,11 @@ class BERTEmbeddings(nn.Module):
                 position_ids: torch.Tensor, inputs_embeds: torch.Tensor | None = None) -> torch.Tensor:
         if inputs_embeds is None:
             inputs_embeds = self.word_embeddings(input_ids)  # [B, L, H]
-        x = inputs_embeds + self.token_type_embeddings(token_type_ids) + self.position_embeddings(position_ids)
+        x = inputs_embeds
+        if self.token_type_embeddings is not None:
+            x = x + self.token_type_embeddings(token_type_ids)
+        if self.position_embeddings is not None:
+            x = x + self.position_embeddings(position_ids)
         return self.dropout(self.LayerNorm(x) if self.LayerNorm is not None else x)
 
 

@@ -1,0 +1,59 @@
+"""Encoder-layer variants: how a family's layers differ in structure from BERT's, as a registry.
+
+Most families are BERT's layer under other names (RoBERTa, XLM-R, CamemBERT, DistilBERT, ELECTRA:
+configuration, :data:`bertkit.config.FAMILIES`). A family whose layer differs in structure (MPNet's
+relative position bias, ModernBERT's pre-norm rotary layer) registers a :class:`LayerVariant` here under
+the name its :class:`~bertkit.config.Family` gives as ``layer``; :class:`~bertkit.modeling.backbone.BERTEncoder`
+builds from it. Entries are ``"module:attribute"`` strings resolved on first use, so a variant's module is
+imported only by the models that use it.
+
+A variant's contract:
+
+* ``layer(config, layer_idx)`` builds ``encoder.layer.{i}``. Its ``forward`` takes what
+  :class:`~bertkit.modeling.layers.BERTLayer` takes (``hidden_states, allowed`` and keywords) plus the
+  keywords of the context, and returns ``(hidden_states, self_attn_probs | None, cross_attn_probs | None)``.
+* ``context`` (optional) builds ``encoder.<context_name>``, a module holding what every layer shares
+  (MPNet's relative position bias table). The encoder calls it once per forward as
+  ``context(hidden_states, allowed=..., position_ids=..., packing=...)`` and passes the dict it returns
+  to every layer as keywords; each layer takes the entries it needs.
+* ``final_norm`` (optional) builds ``encoder.final_norm``, applied to the last layer's output.
+* ``unpadded``: whether the layer runs on packed tokens (:mod:`bertkit.modeling.unpad`).
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from torch import nn
+
+from bertkit.config import BERTConfig
+
+
+@dataclass(frozen=True)
+class LayerVariant:
+    layer: str
+    context: str | None = None
+    context_name: str = "context"
+    final_norm: str | None = None
+    unpadded: bool = True
+
+    def build(self, name: str) -> Callable[..., nn.Module] | None:
+        """The builder that field ``name`` names, imported now (None for an absent optional part)."""
+        target = getattr(self, name)
+        if target is None:
+            return None
+        module, attribute = target.split(":")
+        return getattr(importlib.import_module(module), attribute)
+
+
+#: ``Family.layer`` -> its :class:`LayerVariant`
+LAYER_VARIANTS: dict[str, LayerVariant] = {
+    "bert": LayerVariant("bertkit.modeling.layers:BERTLayer"),
+}
+
+
+def layer_variant(config: BERTConfig) -> LayerVariant:
+    """The :class:`LayerVariant` of ``config``'s family."""
+    return LAYER_VARIANTS[config.family_spec.layer]
