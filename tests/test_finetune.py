@@ -348,7 +348,7 @@ def test_early_stopping_and_errors(model_dir, tmp_path):
         finetune("classify", model_dir, train, output_dir=tmp_path / "a", progress=False)
     with pytest.raises(ValueError, match=r"has no column 'review'.*--text-column"):
         finetune("classify", model_dir, train, output_dir=tmp_path / "b", text_column="review", progress=False)
-    with pytest.raises(ValueError, match="max_seq_length=1024 exceeds the 512 positions"):
+    with pytest.raises(ValueError, match="max_seq_length=1024 exceeds the 512 token positions"):
         finetune("classify", model_dir, train, output_dir=tmp_path / "c", max_seq_length=1024, progress=False)
     with pytest.raises(ValueError, match="fewer than one batch"):
         finetune("classify", model_dir, train, output_dir=tmp_path / "d", batch_size=512, progress=False)

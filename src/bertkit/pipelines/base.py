@@ -69,7 +69,7 @@ class Pipeline:
             self.model.optimize_for_inference(dtype=dtype)
         elif dtype is not None:
             self.model.to(dtype)
-        limit = getattr(getattr(model, "config", None), "max_position_embeddings", 512)
+        limit = getattr(getattr(model, "config", None), "max_tokens", 512)
         self.max_length = min(max_length or limit, limit)
         self.pad_values = {"input_ids": tokenizer.pad_token_id, "token_type_ids": 0, "attention_mask": 0}
         self.params = self.check({**COMMON, **type(self).defaults, **defaults})

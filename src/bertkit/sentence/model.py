@@ -46,7 +46,7 @@ class SentenceTransformer(nn.Module):
         self.bert, self.tokenizer = load_model_and_tokenizer(layout.transformer, BERT, warn=False)
         self.pooling, self.dense = layout.pooling, nn.ModuleList(layout.dense)
         self.normalize_output = layout.normalize
-        limit = self.bert.config.max_position_embeddings
+        limit = self.bert.config.max_tokens
         self.max_seq_length = min(layout.max_seq_length or limit, limit)
         self.prompts, self.default_prompt_name = layout.prompts, layout.default_prompt_name
         self.similarity_fn_name = layout.similarity_fn_name or "cosine"

@@ -266,10 +266,10 @@ def _load(source: str | os.PathLike, task: Task, max_seq_length: int):
     from bertkit.tasks.sources import load_model_and_tokenizer
 
     net, tokenizer = load_model_and_tokenizer(source, task.model_class, **task.model_overrides())
-    positions = net.config.max_position_embeddings
+    positions = net.config.max_tokens  # RoBERTa's first positions are reserved: 514 embeddings, 512 tokens
     if max_seq_length > positions:
-        raise ValueError(f"max_seq_length={max_seq_length} exceeds the {positions} positions {source} was trained "
-                         f"with; use --max-seq-length {positions} or less.")
+        raise ValueError(f"max_seq_length={max_seq_length} exceeds the {positions} token positions {source} was "
+                         f"trained with; use --max-seq-length {positions} or less.")
     return net, tokenizer
 
 
@@ -438,7 +438,7 @@ def load_finetuned(model_dir: str | os.PathLike, task: str | None = None, **task
     net = task_object.model_class.from_pretrained(model_dir)
     task_object.restore(net.config)
     tokenizer = BERTTokenizerFast.from_pretrained(model_dir)
-    return net, tokenizer, task_object, max_seq_length or min(512, net.config.max_position_embeddings)
+    return net, tokenizer, task_object, max_seq_length or min(512, net.config.max_tokens)
 
 
 def evaluate(model_dir: str | os.PathLike, data: str | os.PathLike, *, task: str | None = None,

@@ -197,7 +197,7 @@ def _check_directory_fits(init: LoadedSource, dataset: PretrainingDataset) -> No
 
 
 def _check_positions(init: LoadedSource, length: int, what: str, fix: str) -> None:
-    positions = init.model.config.max_position_embeddings
+    positions = init.model.config.max_tokens
     if length > positions:
         raise ValueError(f"{what} {length}, more than the {positions} position embeddings of {init.source} "
                          f"(--init-from): it has no positions beyond {positions}; {fix} {positions} or less.")
