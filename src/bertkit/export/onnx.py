@@ -205,7 +205,7 @@ def max_abs_diffs(graph: bytes | str | os.PathLike, batches: list[dict[str, torc
 def _batches(config: BERTConfig, signature: Signature) -> list[dict[str, torch.Tensor]]:
     """The batch that is traced and a second one whose sizes all differ from it (batch 2 / 3, choices 3 / 2,
     sequence 16 / 11, within the model's positions), so verification shows the axes are dynamic."""
-    length = min(16, config.max_position_embeddings)
+    length = min(16, config.max_tokens)
     return [sample_batch(config, signature, rows=2, choices=3, length=length, seed=0),
             sample_batch(config, signature, rows=3, choices=2, length=max(2, length - 5), seed=1)]
 
