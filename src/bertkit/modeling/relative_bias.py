@@ -54,6 +54,10 @@ class RelativePositionBias(nn.Embedding):
     padded layout). As in HF's ``MPNetModel``, positions are ``0 .. L-1`` whatever ``position_ids`` say (left
     padding changes no distance between real tokens). Initialised as an embedding table (normal, std
     ``initializer_range``).
+
+    Buckets are ``config.relative_attention_num_buckets`` (fairseq's meaning). HF's ``MPNetModel`` buckets with 32
+    whatever its config says, so the two agree at 32, the value of every released MPNet; elsewhere HF would use
+    32 rows of a larger table, or index past a smaller one.
     """
 
     def __init__(self, config: BERTConfig):
