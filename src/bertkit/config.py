@@ -8,7 +8,8 @@ file and the key as the file spells it. It reads and writes three dialects:
 
 * bertkit's own field names (``to_dict`` / ``from_dict``, lucid's names);
 * HF ``config.json`` (``to_hf_dict`` / ``from_hf_dict``: ``tie_word_embeddings``,
-  ``model_type`` ``"bert"``, ``"roberta"``, ``"xlm-roberta"`` or ``"camembert"``, ``id2label``);
+  ``model_type`` ``"bert"``, ``"roberta"``, ``"xlm-roberta"``, ``"camembert"`` or ``"mpnet"``,
+  ``id2label``);
 * Google's ``bert_config.json`` (a subset of HF's names; read by ``from_hf_dict``).
 
 The other encoder families are configuration of the same engine: ``BERTConfig.family`` names a
@@ -58,6 +59,9 @@ PROBLEM_TYPES = ("regression", "single_label_classification", "multi_label_class
 #: HF config.json keys whose name differs from ours.
 _HF_RENAMES = {"tie_word_embeddings": "tie_word_embedding"}
 
+#: Fields of one family's architecture, left out of ``BERTConfig.to_dict`` at their defaults (BERT's dicts unchanged).
+_FAMILY_FIELDS = ("relative_attention_num_buckets",)
+
 #: Our architecture options that HF's BertModel lacks (always True in an HF config).
 _NON_HF_OPTIONS = ("embedding_layer_norm", "attention_bias")
 
@@ -83,7 +87,8 @@ class Family:
       -1 stands for the vocabulary's last id (fairseq appends ``<mask>`` last).
     * ``hf_token_keys``: HF config keys that hold our special ids under another name (RoBERTa's
       ``bos_token_id`` is the ``<s>`` that plays [CLS]'s part, ``eos_token_id`` the ``</s>`` of [SEP]).
-    * ``causal_lm_class``: the end of the HF causal-LM class name (``BertLMHeadModel``, ``RobertaForCausalLM``).
+    * ``causal_lm_class``: the end of the HF causal-LM class name (``BertLMHeadModel``, ``RobertaForCausalLM``);
+      None: the family has no causal LM (``is_decoder`` is refused; MPNet).
     * ``token_types``: whether the embeddings add token-type (segment) embeddings; without them
       ``token_type_ids`` are ignored (DistilBERT, MPNet, ModernBERT have none).
     * ``position_embeddings``: whether the embeddings add absolute position embeddings (ModernBERT rotates
@@ -103,7 +108,7 @@ class Family:
     next_sentence: bool = True
     special_ids: Mapping[str, int] = field(default_factory=dict)
     hf_token_keys: Mapping[str, str] = field(default_factory=dict)
-    causal_lm_class: str = "ForCausalLM"
+    causal_lm_class: str | None = "ForCausalLM"
     token_types: bool = True
     position_embeddings: bool = True
     layer: str = "bert"
@@ -120,6 +125,14 @@ FAMILIES: dict[str, Family] = {
                       special_ids={"pad_token_id": 1, "cls_token_id": 0, "sep_token_id": 2, "unk_token_id": 3,
                                    "mask_token_id": -1},
                       hf_token_keys={"bos_token_id": "cls_token_id", "eos_token_id": "sep_token_id"}),
+    # RoBERTa's embeddings without token types and its heads, plus a relative position bias in every layer's
+    # attention (the "mpnet" layer variant); HF's MPNetForMultipleChoice pools as BERT does (the table's default)
+    "mpnet": Family("mpnet", ("mpnet",), ("MPNet",), positions_after_padding=True, sequence_head="first_token",
+                    mlm_activation="gelu", next_sentence=False,
+                    special_ids={"pad_token_id": 1, "cls_token_id": 0, "sep_token_id": 2, "unk_token_id": 3,
+                                 "mask_token_id": -1},
+                    hf_token_keys={"bos_token_id": "cls_token_id", "eos_token_id": "sep_token_id"},
+                    causal_lm_class=None, token_types=False, layer="mpnet"),
 }
 
 #: HF model_type -> family name
@@ -153,6 +166,11 @@ class BERTConfig:
     it changes nothing else. Build one with :func:`bertkit.presets.RoBERTaConfig` (also
     ``XLMRoBERTaConfig``, ``CamemBERTConfig``) or ``BERTConfig(family="roberta", ...)``.
     ``pad_token_id`` left as None takes the family's (0 for BERT, 1 for RoBERTa).
+
+    ``family="mpnet"`` (:func:`bertkit.presets.MPNetConfig`) is RoBERTa's embeddings without token types plus a
+    relative position bias shared by every layer's attention, ``relative_attention_num_buckets`` buckets of
+    relative distance (T5's bucketing: exact below 8, logarithmic up to 128, per direction); checkpoints are
+    read and written under HF's ``mpnet.*`` names. The field is left out of :meth:`to_dict` at its default.
     """
 
     vocab_size: int = 30522
@@ -186,6 +204,7 @@ class BERTConfig:
     id2label: dict[int, str] | None = field(default=None, repr=False)
     family: str = "bert"
     model_type: str | None = None
+    relative_attention_num_buckets: int = 32
 
     def __post_init__(self) -> None:
         self._check_types()  # before normalising, which relies on them
@@ -250,6 +269,15 @@ class BERTConfig:
                 + (f"set family={_FAMILY_OF_MODEL_TYPE[self.model_type]!r}."
                    if self.model_type in _FAMILY_OF_MODEL_TYPE else "leave it None.")
             )
+        if self.relative_attention_num_buckets < 4:
+            raise ValueError(f"BERTConfig.relative_attention_num_buckets must be at least 4 (half for each "
+                             f"direction, half of those exact), got {self.relative_attention_num_buckets!r}.")
+        if self.family == "mpnet" and self.pad_token_id != 1:
+            raise ValueError(f"BERTConfig.pad_token_id={self.pad_token_id!r}: MPNet pads with id 1 (HF's MPNet fixes "
+                             "it whatever its config says, and counts positions from 2); set pad_token_id=1.")
+        if self.is_decoder and self.family_spec.causal_lm_class is None:
+            raise ValueError(f"BERTConfig.is_decoder=True: family {self.family!r} has no causal LM (HF has no such "
+                             "class); leave is_decoder False and use BERTForMaskedLM.")
         if self.max_tokens < 1:
             raise ValueError(
                 f"BERTConfig.max_position_embeddings ({self.max_position_embeddings}) leaves no position for a "
@@ -317,7 +345,7 @@ class BERTConfig:
         prefix = spec.class_prefixes[spec.model_types.index(self.hf_model_type)]
         rest = architecture.removeprefix("Bert")
         if rest == FAMILIES["bert"].causal_lm_class:
-            rest = spec.causal_lm_class
+            rest = spec.causal_lm_class or rest
         return prefix + rest
 
     @property
@@ -341,9 +369,10 @@ class BERTConfig:
 
     # ------------------------------------------------------------------ own dialect
     def to_dict(self) -> dict[str, Any]:
-        """Fields by bertkit's names; a callable ``hidden_act`` is written by its name. ``family`` and
-        ``model_type`` are left out at their defaults (BERT), so a BERT config's dict is what it was before
-        families existed (runs recorded then still resume)."""
+        """Fields by bertkit's names; a callable ``hidden_act`` is written by its name. ``family``,
+        ``model_type`` and the families' own fields (``relative_attention_num_buckets``) are left out at their
+        defaults, so a BERT config's dict is what it was before families existed (runs recorded then still
+        resume)."""
         d = dataclasses.asdict(self)
         d["hidden_act"] = self.activation_name()
         if d["id2label"] is None:
@@ -352,6 +381,9 @@ class BERTConfig:
             del d["family"]
         if d["model_type"] is None:
             del d["model_type"]
+        for name in _FAMILY_FIELDS:
+            if d[name] == BERTConfig.__dataclass_fields__[name].default:
+                del d[name]
         return d
 
     @classmethod
@@ -418,6 +450,8 @@ class BERTConfig:
         d["model_type"] = self.hf_model_type
         for hf_key, ours in self.family_spec.hf_token_keys.items():
             d[hf_key] = d[ours]
+        if self.family == "mpnet":  # HF's MPNetConfig field, written as HF's checkpoints have it
+            d["relative_attention_num_buckets"] = self.relative_attention_num_buckets
         if architecture is not None:
             d["architectures"] = [self.hf_architecture_name(architecture)]
         return d

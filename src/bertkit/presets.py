@@ -39,7 +39,8 @@ def preset_config(size: str, **overrides: Any) -> BERTConfig:
 
 
 #: HF model_type -> the BERTConfig fields that make the family's released base checkpoints (roberta-base,
-#: xlm-roberta-base, camembert-base) beside the base size: 512 tokens (positions from pad + 1 = 2), one token type.
+#: xlm-roberta-base, camembert-base, mpnet-base) beside the base size: 512 tokens (positions from pad + 1 = 2),
+#: one token type (none for MPNet).
 FAMILY_PRESETS: dict[str, dict[str, Any]] = {
     "roberta": dict(family="roberta", vocab_size=50265, max_position_embeddings=514, type_vocab_size=1,
                     layer_norm_eps=1e-5, pad_token_id=1),
@@ -47,6 +48,9 @@ FAMILY_PRESETS: dict[str, dict[str, Any]] = {
                         type_vocab_size=1, layer_norm_eps=1e-5, pad_token_id=1),
     "camembert": dict(family="roberta", model_type="camembert", vocab_size=32005, max_position_embeddings=514,
                       type_vocab_size=1, layer_norm_eps=1e-5, pad_token_id=1, cls_token_id=5, sep_token_id=6),
+    # microsoft/mpnet-base and sentence-transformers/all-mpnet-base-v2: <mask> is 30526, the last id
+    "mpnet": dict(family="mpnet", vocab_size=30527, max_position_embeddings=514, layer_norm_eps=1e-5, pad_token_id=1,
+                  relative_attention_num_buckets=32),
 }
 
 
@@ -74,6 +78,13 @@ def CamemBERTConfig(**overrides: Any) -> BERTConfig:
     """A ``BERTConfig(family="roberta", model_type="camembert")`` with camembert-base's values (``<s>`` 5,
     ``</s>`` 6)."""
     return family_config("camembert", **overrides)
+
+
+def MPNetConfig(**overrides: Any) -> BERTConfig:
+    """A ``BERTConfig(family="mpnet")`` with microsoft/mpnet-base's values (all-mpnet-base-v2's too): no token
+    types, 32 relative-position buckets, pad 1 (the only one: HF's MPNet pads with id 1 whatever its config
+    says), ``<s>`` 0, ``</s>`` 2, ``<unk>`` 3, ``<mask>`` 30526."""
+    return family_config("mpnet", **overrides)
 
 
 @dataclass(frozen=True)

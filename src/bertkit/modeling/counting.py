@@ -26,14 +26,16 @@ def count_parameters(config: BERTConfig, architecture: str = "BertModel") -> int
 
 
 def backbone_parameters(config: BERTConfig, pooler: bool = True) -> int:
-    """Embeddings + ``num_hidden_layers`` layers (+ the pooler's dense layer when ``pooler``)."""
+    """Embeddings + ``num_hidden_layers`` layers (+ the pooler's dense layer when ``pooler``), and MPNet's
+    relative position bias table (``relative_attention_num_buckets`` x heads)."""
     h = config.hidden_size
     spec = config.family_spec
     tables = config.vocab_size + (config.max_position_embeddings if spec.position_embeddings else 0) \
         + (config.type_vocab_size if spec.token_types else 0)
     embeddings = tables * h
     embeddings += 2 * h if config.embedding_layer_norm else 0
-    return embeddings + config.num_hidden_layers * layer_parameters(config) + (h * h + h if pooler else 0)
+    shared = config.relative_attention_num_buckets * config.num_attention_heads if spec.layer == "mpnet" else 0
+    return embeddings + config.num_hidden_layers * layer_parameters(config) + shared + (h * h + h if pooler else 0)
 
 
 def layer_parameters(config: BERTConfig) -> int:

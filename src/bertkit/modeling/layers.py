@@ -97,16 +97,25 @@ def default_position_ids(config: BERTConfig, input_ids: torch.Tensor | None,
 
 
 def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed: torch.Tensor | None,
-           dropout_p: float, *, eager: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+           dropout_p: float, *, eager: bool,
+           position_bias: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Scaled dot-product attention of ``q [B, nh, L, hd]`` over ``k, v [B, nh, S, hd]``.
 
     ``allowed`` is a boolean mask broadcastable to ``[B, nh, L, S]`` (True = attend) with
-    at least one True per row, or None. Returns the context ``[B, nh, L, hd]`` and, on the
-    eager path only, the attention probabilities ``[B, nh, L, S]`` (before dropout).
+    at least one True per row, or None. ``position_bias`` (MPNet's relative position bias) is a float
+    tensor broadcastable to ``[B, nh, L, S]`` added to the scaled scores before the mask, or None.
+    Returns the context ``[B, nh, L, hd]`` and, on the eager path only, the attention probabilities
+    ``[B, nh, L, S]`` (before dropout).
     """
     if not eager and not fast.fast_dropout_applies(q, dropout_p, True):  # SDPA's CPU dropout is its math path
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, dropout_p=dropout_p), None
+        mask = allowed
+        if position_bias is not None:  # one float mask: the bias where allowed, the lowest score elsewhere
+            bias = position_bias.to(q.dtype)
+            mask = bias if allowed is None else torch.where(allowed, bias, torch.finfo(q.dtype).min)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p), None
     scores = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(q.size(-1))  # [B, nh, L, S]
+    if position_bias is not None:
+        scores = scores + position_bias.to(scores.dtype)
     if allowed is not None:
         scores = scores.masked_fill(~allowed, torch.finfo(scores.dtype).min)
     probs = scores.softmax(dim=-1)
@@ -154,17 +163,18 @@ class BERTSelfAttention(nn.Module):
     def forward(self, hidden_states: torch.Tensor, allowed: torch.Tensor | None,
                 encoder_hidden_states: torch.Tensor | None = None, cache=None,
                 cache_position: torch.Tensor | None = None, output_attentions: bool = False,
-                queries: torch.Tensor | None = None,
-                packing: Packing | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+                queries: torch.Tensor | None = None, packing: Packing | None = None,
+                position_bias: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """``queries [B, n, H]`` (self-attention only): the positions whose outputs are wanted, attending to
-        all of ``hidden_states``; default: every position of ``hidden_states``.
+        all of ``hidden_states``; default: every position of ``hidden_states``. ``position_bias`` (float,
+        broadcastable to ``[B, nh, n, S]``) is added to the attention scores (:func:`attend`).
 
         With ``packing`` (unpadded execution, :mod:`bertkit.modeling.unpad`) ``hidden_states`` are the
         packed real tokens ``[N, H]`` and so is the result (``[B, n, H]`` with ``queries``); ``allowed``
         is ignored (the packing's key mask applies).
         """
         if packing is not None:
-            return self._packed_forward(hidden_states, packing, queries)
+            return self._packed_forward(hidden_states, packing, queries, position_bias)
         source = hidden_states if queries is None else queries
         b, n, h = source.shape
         fused = None
@@ -186,11 +196,12 @@ class BERTSelfAttention(nn.Module):
             if cache is not None:
                 k, v = cache.update(k, v, self.layer_idx, cache_position)
         dropout_p = self.dropout_p if self.training else 0.0
-        context, probs = attend(q, k, v, allowed, dropout_p, eager=self.eager or output_attentions)
+        context, probs = attend(q, k, v, allowed, dropout_p, eager=self.eager or output_attentions,
+                                position_bias=position_bias)
         return context.transpose(1, 2).reshape(b, n, h), probs  # [B, nh, n, hd] -> [B, n, H]
 
-    def _packed_forward(self, x: torch.Tensor, packing: Packing,
-                        queries: torch.Tensor | None) -> tuple[torch.Tensor, None]:
+    def _packed_forward(self, x: torch.Tensor, packing: Packing, queries: torch.Tensor | None,
+                        position_bias: torch.Tensor | None = None) -> tuple[torch.Tensor, None]:
         """Projections on the packed tokens ``x [N, H]``, one masked attention call on ``[B, L]``."""
         fused = self._fused_projections(x) if queries is None else None
         if fused is not None:
@@ -200,7 +211,7 @@ class BERTSelfAttention(nn.Module):
             k, v = packing.unpack(self.key(x)), packing.unpack(self.value(x))  # [B, L, H]
         dropout_p = self.dropout_p if self.training else 0.0
         context, _ = attend(self._heads(q), self._heads(k), self._heads(v), packing.keys, dropout_p,
-                            eager=self.eager)
+                            eager=self.eager, position_bias=position_bias)
         context = context.transpose(1, 2).flatten(2)  # [B, nh, n, hd] -> [B, n, H]
         return (context if queries is not None else packing.pack(context)), None
 
@@ -282,7 +293,8 @@ class BERTLayer(nn.Module):
                 encoder_hidden_states: torch.Tensor | None = None,
                 encoder_allowed: torch.Tensor | None = None, self_cache=None, cross_cache=None,
                 cache_position: torch.Tensor | None = None, output_attentions: bool = False,
-                query_positions: slice | None = None, packing: Packing | None = None):
+                query_positions: slice | None = None, packing: Packing | None = None,
+                position_bias: torch.Tensor | None = None):
         """Returns ``(hidden_states [B, L, H], self_attn_probs | None, cross_attn_probs | None)``.
 
         ``query_positions`` computes the layer's output only at those positions (``[B, n, H]``),
@@ -291,21 +303,28 @@ class BERTLayer(nn.Module):
 
         ``packing``: ``hidden_states`` are the packed real tokens ``[N, H]`` (unpadded execution) and
         so is the output; ``query_positions`` may then only be ``slice(0, 1)`` (output ``[B, 1, H]``).
+
+        ``position_bias``: a float tensor ``[1|B, nh, L, S]`` added to the self-attention scores, in the padded
+        layout even when packed (the MPNet variant's relative position bias); None: none (BERT).
         """
         queries = None
+        if query_positions is not None and position_bias is not None and position_bias.shape[-2] != 1:
+            position_bias = position_bias[..., query_positions, :]  # the wanted queries' rows
         if packing is not None:
             if query_positions is not None:
                 if query_positions != slice(0, 1):
                     raise ValueError("with unpadded execution only query_positions=slice(0, 1) is supported.")
                 queries = packing.first_tokens(hidden_states)
-            x, _ = self.attention(hidden_states, None, queries=queries, packing=packing)
+            x, _ = self.attention(hidden_states, None, queries=queries, packing=packing,
+                                  position_bias=position_bias)
             return self._feed_forward_chunked(x), None, None
         if query_positions is not None:
             queries = hidden_states[:, query_positions]
             if allowed is not None and allowed.shape[-2] != 1:  # per-query rows: keep the wanted ones
                 allowed = allowed[..., query_positions, :]
         x, self_probs = self.attention(hidden_states, allowed, queries=queries, cache=self_cache,
-                                       cache_position=cache_position, output_attentions=output_attentions)
+                                       cache_position=cache_position, output_attentions=output_attentions,
+                                       position_bias=position_bias)
         cross_probs = None
         if encoder_hidden_states is not None or (cross_cache is not None
                                                  and cross_cache.has_layer(self.layer_idx)):

@@ -51,6 +51,11 @@ class LayerVariant:
 #: ``Family.layer`` -> its :class:`LayerVariant`
 LAYER_VARIANTS: dict[str, LayerVariant] = {
     "bert": LayerVariant("bertkit.modeling.layers:BERTLayer"),
+    # BERT's layer with a relative position bias added to its attention scores, computed once per forward by
+    # encoder.relative_attention_bias in the padded layout, which is also the layout of the packed path's attention
+    "mpnet": LayerVariant("bertkit.modeling.layers:BERTLayer",
+                          context="bertkit.modeling.relative_bias:RelativePositionBias",
+                          context_name="relative_attention_bias"),
 }
 
 

@@ -7,7 +7,8 @@ kernels are ``[in, out]``; ``output_weights`` are already ``[out, in]``).
 
 ``HF_FAMILY_TABLES`` maps the HF checkpoint names of another encoder family (RoBERTa's
 ``roberta.*``, ``lm_head.*``) to bertkit's, which are BERT's HF names whatever the family (the
-engine is one): rows ``(hf_prefix, bertkit_prefix)``, the first matching row renames a key.
+engine is one): rows ``(hf_prefix, bertkit_prefix)``, the first matching row renames a key. A
+prefix may hold ``{i}``, a layer index (MPNet's ``encoder.layer.{i}.attention.attn.q.``).
 """
 
 from __future__ import annotations
@@ -68,8 +69,25 @@ ROBERTA_TABLE: tuple[tuple[str, str], ...] = (
     ("lm_head.bias", "cls.predictions.bias"),
 )
 
+#: MPNet's attention module names inside ``encoder.layer.{i}.`` -> BERT's (the same math: q/k/v/o projections,
+#: the attention block's LayerNorm); its feed-forward names are BERT's.
+_MPNET_ATTENTION = (("attention.attn.q.", "attention.self.query."), ("attention.attn.k.", "attention.self.key."),
+                    ("attention.attn.v.", "attention.self.value."), ("attention.attn.o.", "attention.output.dense."),
+                    ("attention.LayerNorm.", "attention.output.LayerNorm."))
+
+#: MPNet (HF's ``MPNet*`` classes) <-> bertkit: RoBERTa's names under ``mpnet.`` plus the attention's own, in a
+#: task model (``mpnet.encoder...``) and a bare backbone (``encoder...``). ``encoder.relative_attention_bias`` is
+#: the same on both sides.
+MPNET_TABLE: tuple[tuple[str, str], ...] = (
+    *((f"{hf_root}encoder.layer.{{i}}.{hf}", f"{root}encoder.layer.{{i}}.{ours}")
+      for hf_root, root in (("mpnet.", "bert."), ("", "")) for hf, ours in _MPNET_ATTENTION),
+    ("mpnet.", "bert."),
+    *(row for row in ROBERTA_TABLE if row[0].startswith("lm_head")),  # RoBERTa's MLM head
+)
+
 #: ``BERTConfig.family`` -> its HF names table (BERT's HF names are bertkit's: no table).
-HF_FAMILY_TABLES: dict[str, tuple[tuple[str, str], ...]] = {"bert": (), "roberta": ROBERTA_TABLE}
+HF_FAMILY_TABLES: dict[str, tuple[tuple[str, str], ...]] = {"bert": (), "roberta": ROBERTA_TABLE,
+                                                            "mpnet": MPNET_TABLE}
 
 
 @dataclass(frozen=True)
@@ -83,8 +101,9 @@ def _join(prefix: str, suffix: str, sep: str) -> str:
     return sep.join(part for part in (prefix, suffix) if part)
 
 
-def _compile(template: str) -> re.Pattern:
-    return re.compile("^" + re.escape(template).replace(re.escape("{i}"), r"(?P<i>\d+)") + "$")
+def _compile(template: str, whole: bool = True) -> re.Pattern:
+    """``template`` as a pattern, ``{i}`` matching a layer index; ``whole=False`` matches what begins with it."""
+    return re.compile("^" + re.escape(template).replace(re.escape("{i}"), r"(?P<i>\d+)") + ("$" if whole else ""))
 
 
 def _rules(table, inverse: bool) -> list[Rule]:
@@ -138,10 +157,12 @@ def hf_to_tf(tensors: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
 
 def _rename_prefixes(names: dict, table: tuple[tuple[str, str], ...]) -> dict:
     out = {}
+    rows = [(_compile(source, whole=not source.endswith(".")), target) for source, target in table]  # "x." a prefix
     for name, value in names.items():
-        for source, target in table:
-            if name == source or (source.endswith(".") and name.startswith(source)):
-                name = target + name[len(source):]
+        for pattern, target in rows:
+            m = pattern.match(name)
+            if m:
+                name = target.format(**m.groupdict()) + name[m.end():]
                 break
         if name in out:
             raise ValueError(f"two tensors of the checkpoint map to {name!r}; it mixes two families' names.")
