@@ -3,8 +3,8 @@
 from bertkit.config import BERTConfig
 from bertkit.modeling import *  # noqa: F403
 from bertkit.modeling import __all__ as _modeling_all
-from bertkit.presets import CamemBERTConfig, RoBERTaConfig, XLMRoBERTaConfig
+from bertkit.presets import CamemBERTConfig, DistilBERTConfig, ELECTRAConfig, RoBERTaConfig, XLMRoBERTaConfig
 from bertkit.tokenization import BERTTokenizer, BERTTokenizerFast
 
-__all__ = ["BERTConfig", "BERTTokenizer", "BERTTokenizerFast", "CamemBERTConfig", "RoBERTaConfig",
-           "XLMRoBERTaConfig", *_modeling_all]
+__all__ = ["BERTConfig", "BERTTokenizer", "BERTTokenizerFast", "CamemBERTConfig", "DistilBERTConfig",
+           "ELECTRAConfig", "RoBERTaConfig", "XLMRoBERTaConfig", *_modeling_all]

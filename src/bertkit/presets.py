@@ -39,7 +39,8 @@ def preset_config(size: str, **overrides: Any) -> BERTConfig:
 
 
 #: HF model_type -> the BERTConfig fields that make the family's released base checkpoints (roberta-base,
-#: xlm-roberta-base, camembert-base) beside the base size: 512 tokens (positions from pad + 1 = 2), one token type.
+#: xlm-roberta-base, camembert-base: 512 tokens, positions from pad + 1 = 2, one token type; distilbert-base-uncased:
+#: 6 layers; google/electra-base-discriminator: embedding_size 768) beside the base size.
 FAMILY_PRESETS: dict[str, dict[str, Any]] = {
     "roberta": dict(family="roberta", vocab_size=50265, max_position_embeddings=514, type_vocab_size=1,
                     layer_norm_eps=1e-5, pad_token_id=1),
@@ -47,6 +48,8 @@ FAMILY_PRESETS: dict[str, dict[str, Any]] = {
                         type_vocab_size=1, layer_norm_eps=1e-5, pad_token_id=1),
     "camembert": dict(family="roberta", model_type="camembert", vocab_size=32005, max_position_embeddings=514,
                       type_vocab_size=1, layer_norm_eps=1e-5, pad_token_id=1, cls_token_id=5, sep_token_id=6),
+    "distilbert": dict(family="distilbert", num_hidden_layers=6, pooler_dropout=0.2, qa_dropout=0.1),
+    "electra": dict(family="electra", embedding_size=768),
 }
 
 
@@ -74,6 +77,21 @@ def CamemBERTConfig(**overrides: Any) -> BERTConfig:
     """A ``BERTConfig(family="roberta", model_type="camembert")`` with camembert-base's values (``<s>`` 5,
     ``</s>`` 6)."""
     return family_config("camembert", **overrides)
+
+
+def DistilBERTConfig(**overrides: Any) -> BERTConfig:
+    """A ``BERTConfig(family="distilbert")`` with distilbert-base-uncased's values (6 layers of BERT-base's size,
+    ``seq_classif_dropout`` 0.2 as ``pooler_dropout``, ``qa_dropout`` 0.1); ``overrides`` are BERTConfig fields,
+    e.g. ``sinusoidal_pos_embds=True``."""
+    return family_config("distilbert", **overrides)
+
+
+def ELECTRAConfig(**overrides: Any) -> BERTConfig:
+    """A ``BERTConfig(family="electra")`` with google/electra-base-discriminator's values (BERT-base with
+    ``embedding_size`` 768). The small discriminator: ``ELECTRAConfig(embedding_size=128, hidden_size=256,
+    num_attention_heads=4, intermediate_size=1024)``; a generator is a smaller ``hidden_size`` over the same
+    ``embedding_size``."""
+    return family_config("electra", **overrides)
 
 
 @dataclass(frozen=True)
