@@ -23,7 +23,8 @@ FAMILIES = ("roberta", "xlm-roberta", "mpnet", "modernbert")
 
 @functools.cache
 def austen_lines(limit: int = 3000) -> tuple[str, ...]:
-    text = lzma.open(RESOURCES / "persuasion.txt.xz", "rt", encoding="utf-8").read()
+    with lzma.open(RESOURCES / "persuasion.txt.xz", "rt", encoding="utf-8") as f:
+        text = f.read()
     return tuple(line for line in text.splitlines() if line.strip())[:limit]
 
 

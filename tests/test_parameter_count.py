@@ -21,7 +21,7 @@ CONFIGS = [{}, {"tie_word_embedding": False}, {"embedding_layer_norm": False, "a
 
 
 def test_every_architecture_info_reports_is_covered():
-    assert {cls.hf_architecture for cls in CLASSES} == set(POOLED)
+    assert {cls.hf_architecture for cls in (*CLASSES, modeling.ELECTRAForPreTraining)} == set(POOLED)
 
 
 @pytest.mark.parametrize("overrides", CONFIGS)

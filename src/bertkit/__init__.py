@@ -51,6 +51,8 @@ _LAZY = {
     "XLMRoBERTaConfig": "bertkit.presets",
     "CamemBERTConfig": "bertkit.presets",
     "MPNetConfig": "bertkit.presets",
+    "DistilBERTConfig": "bertkit.presets",
+    "ELECTRAConfig": "bertkit.presets",
     "BERTTokenizerFast": "bertkit.tokenization",
     "BERTTokenizer": "bertkit.tokenization",
     "BatchEncoding": "bertkit.tokenization",
@@ -73,6 +75,8 @@ if TYPE_CHECKING:  # for IDEs and type checkers
     from bertkit.pipelines import pipeline as pipeline
     from bertkit.presets import SIZES as SIZES
     from bertkit.presets import CamemBERTConfig as CamemBERTConfig
+    from bertkit.presets import DistilBERTConfig as DistilBERTConfig
+    from bertkit.presets import ELECTRAConfig as ELECTRAConfig
     from bertkit.presets import MPNetConfig as MPNetConfig
     from bertkit.presets import RoBERTaConfig as RoBERTaConfig
     from bertkit.presets import XLMRoBERTaConfig as XLMRoBERTaConfig

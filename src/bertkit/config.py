@@ -8,8 +8,9 @@ file and the key as the file spells it. It reads and writes three dialects:
 
 * bertkit's own field names (``to_dict`` / ``from_dict``, lucid's names);
 * HF ``config.json`` (``to_hf_dict`` / ``from_hf_dict``: ``tie_word_embeddings``,
-  ``model_type`` ``"bert"``, ``"roberta"``, ``"xlm-roberta"``, ``"camembert"`` or ``"mpnet"``,
-  ``id2label``);
+  ``model_type`` ``"bert"``, ``"roberta"``, ``"xlm-roberta"``, ``"camembert"``, ``"mpnet"``, ``"distilbert"`` or
+  ``"electra"``, ``id2label``; a family's own key names, such as DistilBERT's ``dim``, through its
+  :attr:`Family.hf_config_keys`);
 * Google's ``bert_config.json`` (a subset of HF's names; read by ``from_hf_dict``).
 
 The other encoder families are configuration of the same engine: ``BERTConfig.family`` names a
@@ -59,9 +60,6 @@ PROBLEM_TYPES = ("regression", "single_label_classification", "multi_label_class
 #: HF config.json keys whose name differs from ours.
 _HF_RENAMES = {"tie_word_embeddings": "tie_word_embedding"}
 
-#: Fields of one family's architecture, left out of ``BERTConfig.to_dict`` at their defaults (BERT's dicts unchanged).
-_FAMILY_FIELDS = ("relative_attention_num_buckets",)
-
 #: Our architecture options that HF's BertModel lacks (always True in an HF config).
 _NON_HF_OPTIONS = ("embedding_layer_norm", "attention_bias")
 
@@ -95,6 +93,25 @@ class Family:
       queries and keys instead).
     * ``layer``: the encoder-layer variant, a key of :data:`bertkit.modeling.variants.LAYER_VARIANTS`
       (``"bert"``: BERT's post-LN layer; a family that differs in structure names its own there).
+    * ``pooler``: whether the bare backbone (HF's ``XModel``) has a pooler; the heads that read one build it
+      whatever this says (DistilBERT's ``pre_classifier`` and ELECTRA's multiple-choice ``sequence_summary``
+      are BERT's pooler under other names, :mod:`bertkit.weights.tables`).
+    * ``head_activation``: the activation of the first-token dense layer of the sentence heads: the pooler's and
+      the ``"first_token"`` classifier's (BERT, RoBERTa: tanh; DistilBERT: relu; ELECTRA: gelu).
+    * ``attention_output_dropout``: whether the attention block's output has BERT's dropout before its residual
+      sum (DistilBERT's has none).
+    * ``discriminator``: whether the family has ELECTRA's replaced-token-detection head
+      (:class:`bertkit.modeling.electra.ELECTRAForPreTraining`).
+    * ``hf_config_keys``: HF ``config.json`` keys that hold a :class:`BERTConfig` field under another name (or a
+      field of :data:`FAMILY_FIELDS`): DistilBERT's ``dim`` is ``hidden_size``. Read and written; a second key for
+      the same field (DistilBERT's old ``tie_weights_``) is only read. A field of :data:`FAMILY_FIELDS` named
+      nowhere here has no HF equivalent in this family: off its default, the config cannot be written as HF's.
+    * ``hf_constants``: HF config keys whose only value bertkit implements (ELECTRA's ``summary_type="first"``):
+      written as such, any other value read is an error naming the key.
+    * ``fixed_fields``: fields the family's HF classes hard-code (DistilBERT's LayerNorm eps 1e-12, no decoder):
+      a config with another value builds and runs, but cannot be written as an HF checkpoint.
+    * ``field_defaults``: values of the :data:`FAMILY_FIELDS` left None, as the family's HF config defaults them
+      (DistilBERT's ``seq_classif_dropout`` 0.2).
 
     The state-dict names of each family's HF checkpoints are in :mod:`bertkit.weights.tables`.
     """
@@ -112,6 +129,14 @@ class Family:
     token_types: bool = True
     position_embeddings: bool = True
     layer: str = "bert"
+    pooler: bool = True
+    head_activation: str = "tanh"
+    attention_output_dropout: bool = True
+    discriminator: bool = False
+    hf_config_keys: Mapping[str, str] = field(default_factory=dict)
+    hf_constants: Mapping[str, Any] = field(default_factory=dict)
+    fixed_fields: Mapping[str, Any] = field(default_factory=dict)
+    field_defaults: Mapping[str, Any] = field(default_factory=dict)
 
 
 #: family name -> :class:`Family`. RoBERTa, XLM-RoBERTa and CamemBERT share one architecture and differ in
@@ -132,8 +157,37 @@ FAMILIES: dict[str, Family] = {
                     special_ids={"pad_token_id": 1, "cls_token_id": 0, "sep_token_id": 2, "unk_token_id": 3,
                                  "mask_token_id": -1},
                     hf_token_keys={"bos_token_id": "cls_token_id", "eos_token_id": "sep_token_id"},
-                    causal_lm_class=None, token_types=False, layer="mpnet"),
+                    causal_lm_class=None, token_types=False, layer="mpnet",
+                    hf_config_keys={"relative_attention_num_buckets": "relative_attention_num_buckets"}),
+    # DistilBERT: BERT's layer under other names, without token types, pooler or the attention output's dropout;
+    # its sentence heads are BERT's pooler (pre_classifier, relu) + dropout + classifier
+    "distilbert": Family("distilbert", ("distilbert",), ("DistilBert",), next_sentence=False,
+                         special_ids={"pad_token_id": 0, **DEFAULT_SPECIAL_IDS}, token_types=False, pooler=False,
+                         head_activation="relu", attention_output_dropout=False,
+                         hf_config_keys={"dim": "hidden_size", "n_layers": "num_hidden_layers",
+                                         "n_heads": "num_attention_heads", "hidden_dim": "intermediate_size",
+                                         "activation": "hidden_act", "dropout": "hidden_dropout_prob",
+                                         "attention_dropout": "attention_probs_dropout_prob",
+                                         "seq_classif_dropout": "pooler_dropout", "qa_dropout": "qa_dropout",
+                                         "sinusoidal_pos_embds": "sinusoidal_pos_embds",
+                                         "tie_weights_": "tie_word_embedding"},
+                         fixed_fields={"layer_norm_eps": 1e-12, "is_decoder": False, "add_cross_attention": False},
+                         field_defaults={"pooler_dropout": 0.2, "qa_dropout": 0.1}),
+    # ELECTRA: BERT with embeddings of width embedding_size (projected to hidden_size), no pooler, a gelu
+    # first-token classifier, the generator's MLM head (to embedding_size) and the discriminator's head
+    "electra": Family("electra", ("electra",), ("Electra",), next_sentence=False,
+                      special_ids={"pad_token_id": 0, **DEFAULT_SPECIAL_IDS}, sequence_head="first_token",
+                      mlm_activation="gelu", pooler=False, head_activation="gelu", discriminator=True,
+                      hf_config_keys={"embedding_size": "embedding_size", "summary_last_dropout": "pooler_dropout"},
+                      hf_constants={"summary_type": "first", "summary_use_proj": True, "summary_activation": "gelu"},
+                      field_defaults={"pooler_dropout": 0.1}),
 }
+
+#: Fields only some families use, and their defaults. At the default they change nothing (BERT's architecture) and are
+#: left out of ``to_dict`` (so BERT configs' dicts are unchanged) and out of ``to_hf_dict`` where the family's HF
+#: config has no key for them.
+FAMILY_FIELDS: dict[str, Any] = {"embedding_size": None, "sinusoidal_pos_embds": False, "pooler_dropout": None,
+                                 "qa_dropout": None, "relative_attention_num_buckets": 32}
 
 #: HF model_type -> family name
 _FAMILY_OF_MODEL_TYPE = {model_type: f.name for f in FAMILIES.values() for model_type in f.model_types}
@@ -166,6 +220,20 @@ class BERTConfig:
     it changes nothing else. Build one with :func:`bertkit.presets.RoBERTaConfig` (also
     ``XLMRoBERTaConfig``, ``CamemBERTConfig``) or ``BERTConfig(family="roberta", ...)``.
     ``pad_token_id`` left as None takes the family's (0 for BERT, 1 for RoBERTa).
+
+    ``family="distilbert"`` (:func:`bertkit.presets.DistilBERTConfig`) and ``family="electra"``
+    (:func:`bertkit.presets.ELECTRAConfig`) are BERT's layers too. Their own fields (:data:`FAMILY_FIELDS`; at
+    their defaults they change nothing):
+
+    * ``embedding_size`` (ELECTRA): the width E of the embedding tables, projected to ``hidden_size`` by the
+      backbone's ``embeddings_project`` when it differs; the MLM head projects back to E (its decoder is tied to
+      the E-wide word embeddings). None: ``hidden_size``.
+    * ``sinusoidal_pos_embds`` (DistilBERT): the position embeddings start as the fixed sinusoidal table (still
+      trained, as in HF transformers 5) instead of random values.
+    * ``pooler_dropout``: the dropout between the pooled output and ``classifier`` (DistilBERT's
+      ``seq_classif_dropout``, ELECTRA's multiple-choice ``summary_last_dropout``). None: ``classifier_dropout``,
+      else ``hidden_dropout_prob`` (BERT).
+    * ``qa_dropout`` (DistilBERT): a dropout before ``qa_outputs``. None: none (BERT).
 
     ``family="mpnet"`` (:func:`bertkit.presets.MPNetConfig`) is RoBERTa's embeddings without token types plus a
     relative position bias shared by every layer's attention, ``relative_attention_num_buckets`` buckets of
@@ -205,6 +273,10 @@ class BERTConfig:
     family: str = "bert"
     model_type: str | None = None
     relative_attention_num_buckets: int = 32
+    embedding_size: int | None = None
+    sinusoidal_pos_embds: bool = False
+    pooler_dropout: float | None = None
+    qa_dropout: float | None = None
 
     def __post_init__(self) -> None:
         self._check_types()  # before normalising, which relies on them
@@ -216,6 +288,9 @@ class BERTConfig:
             for name, default in FAMILIES[self.family].special_ids.items():
                 default = self.vocab_size - 1 if default == -1 else default
                 if getattr(self, name) is None and 0 <= default < self.vocab_size:
+                    setattr(self, name, default)
+            for name, default in FAMILIES[self.family].field_defaults.items():
+                if getattr(self, name) is None:
                     setattr(self, name, default)
         if self.pad_token_id is None:
             self.pad_token_id = 0
@@ -242,7 +317,11 @@ class BERTConfig:
                 f"({self.num_attention_heads}); choose e.g. num_attention_heads="
                 f"{_largest_divisor_at_most(self.hidden_size, self.num_attention_heads)}."
             )
-        for name in ("hidden_dropout_prob", "attention_probs_dropout_prob", "classifier_dropout"):
+        if self.embedding_size is not None and self.embedding_size <= 0:
+            raise ValueError(f"BERTConfig.embedding_size must be a positive integer (or None: hidden_size), "
+                             f"got {self.embedding_size!r}.")
+        for name in ("hidden_dropout_prob", "attention_probs_dropout_prob", "classifier_dropout", "pooler_dropout",
+                     "qa_dropout"):
             value = getattr(self, name)
             if value is not None and not 0.0 <= value < 1.0:
                 raise ValueError(f"BERTConfig.{name} must lie in [0, 1), got {value!r}.")
@@ -317,6 +396,12 @@ class BERTConfig:
         return self.hidden_size // self.num_attention_heads
 
     @property
+    def embedding_width(self) -> int:
+        """The width of the embedding tables (and of the MLM head's output space): ``embedding_size``, or
+        ``hidden_size`` when it is None."""
+        return self.hidden_size if self.embedding_size is None else self.embedding_size
+
+    @property
     def family_spec(self) -> Family:
         """The :class:`Family` named by ``family``."""
         return FAMILIES[self.family]
@@ -370,9 +455,8 @@ class BERTConfig:
     # ------------------------------------------------------------------ own dialect
     def to_dict(self) -> dict[str, Any]:
         """Fields by bertkit's names; a callable ``hidden_act`` is written by its name. ``family``,
-        ``model_type`` and the families' own fields (``relative_attention_num_buckets``) are left out at their
-        defaults, so a BERT config's dict is what it was before families existed (runs recorded then still
-        resume)."""
+        ``model_type`` and the :data:`FAMILY_FIELDS` are left out at their defaults (BERT), so a BERT config's dict
+        is what it was before families existed (runs recorded then still resume)."""
         d = dataclasses.asdict(self)
         d["hidden_act"] = self.activation_name()
         if d["id2label"] is None:
@@ -381,8 +465,8 @@ class BERTConfig:
             del d["family"]
         if d["model_type"] is None:
             del d["model_type"]
-        for name in _FAMILY_FIELDS:
-            if d[name] == BERTConfig.__dataclass_fields__[name].default:
+        for name, default in FAMILY_FIELDS.items():
+            if d[name] == default:
                 del d[name]
         return d
 
@@ -432,8 +516,10 @@ class BERTConfig:
         ``RobertaConfig``...).
 
         ``architecture`` is BERT's HF class name (a bertkit class's ``hf_architecture``); it is written in
-        this config's model type (:meth:`hf_architecture_name`). Raises ``ValueError`` for options HF's
-        BERT lacks (``embedding_layer_norm`` or ``attention_bias`` set to False).
+        this config's model type (:meth:`hf_architecture_name`). The family's own keys are written under its
+        HF names (:attr:`Family.hf_config_keys`, :attr:`Family.hf_constants`). Raises ``ValueError`` for options the
+        family's HF classes lack (``embedding_layer_norm`` or ``attention_bias`` set to False, a value of
+        :attr:`Family.fixed_fields` changed, a :data:`FAMILY_FIELDS` option of another family).
         """
         d = self.to_dict()
         d.pop("family", None)
@@ -450,10 +536,32 @@ class BERTConfig:
         d["model_type"] = self.hf_model_type
         for hf_key, ours in self.family_spec.hf_token_keys.items():
             d[hf_key] = d[ours]
-        if self.family == "mpnet":  # HF's MPNetConfig field, written as HF's checkpoints have it
-            d["relative_attention_num_buckets"] = self.relative_attention_num_buckets
         if architecture is not None:
             d["architectures"] = [self.hf_architecture_name(architecture)]
+        return self._family_hf_keys(d)
+
+    def _family_hf_keys(self, d: dict[str, Any]) -> dict[str, Any]:
+        """``d`` (an HF dict under BERT's keys) with the family's own keys: see :meth:`to_hf_dict`."""
+        spec = self.family_spec
+        prefix = spec.class_prefixes[spec.model_types.index(self.hf_model_type)]
+        for name, value in spec.fixed_fields.items():
+            if getattr(self, name) != value:
+                raise ValueError(f"BERTConfig.{name}={getattr(self, name)!r}: HF's {prefix} models fix it at "
+                                 f"{value!r}, so this model cannot be written as an HF checkpoint; set it to that "
+                                 "value, or save its state_dict with torch.save.")
+            d.pop(name, None)
+        supported = set(spec.hf_config_keys.values())
+        for name, default in FAMILY_FIELDS.items():
+            if name not in supported and getattr(self, name) != default:
+                raise ValueError(f"BERTConfig.{name}={getattr(self, name)!r} has no equivalent in HF's {prefix} "
+                                 f"config, so this model cannot be written as an HF checkpoint; leave it at "
+                                 f"{default!r} or save its state_dict with torch.save.")
+        for hf_key, name in spec.hf_config_keys.items():
+            if name in d:
+                d[hf_key] = d.pop(name)
+            elif name in FAMILY_FIELDS:  # left out of to_dict at its default; HF's default may differ
+                d[hf_key] = self.embedding_width if name == "embedding_size" else getattr(self, name)
+        d.update(spec.hf_constants)
         return d
 
     @classmethod
@@ -469,14 +577,29 @@ class BERTConfig:
         ``model_type`` picks the family (:data:`FAMILIES`; absent: BERT) and is kept when it is not
         the family's own name (``"xlm-roberta"``, ``"camembert"``); an unknown one is an error. A
         family's HF names of special ids (RoBERTa's ``bos_token_id`` / ``eos_token_id``) fill
-        ``cls_token_id`` / ``sep_token_id`` unless those are given.
+        ``cls_token_id`` / ``sep_token_id`` unless those are given. A family's own key names
+        (:attr:`Family.hf_config_keys`: DistilBERT's ``dim``, ``n_layers``...) are read as the fields they
+        hold; two keys giving one field different values, and a value of :attr:`Family.hf_constants` bertkit
+        does not implement, are errors naming the keys. ELECTRA's ``embedding_size`` equal to ``hidden_size``
+        is read as None (the same model).
         """
         _require_mapping("BERTConfig.from_hf_dict", d)
         known = {f.name for f in fields(cls)} - {"model_type", "family"}
         kwargs: dict[str, Any] = _family_fields(d)
+        family = kwargs.get("family", "bert")
+        spec = FAMILIES.get(family) if isinstance(family, str) else None  # else the constructor's error
+        renames = {**_HF_RENAMES, **(spec.hf_config_keys if spec is not None else {})}
+        given_as: dict[str, str] = {}
         for given_key, value in d.items():
-            key = _HF_RENAMES.get(given_key, given_key)
-            if key == "position_embedding_type":
+            key = renames.get(given_key, given_key)
+            if spec is not None and key in spec.hf_constants:
+                if value is not None and value != spec.hf_constants[key]:
+                    raise ValueError(f"{key}={value!r} is not supported; bertkit implements {spec.name}'s "
+                                     f"{key}={spec.hf_constants[key]!r}.")
+            elif key in given_as and value is not None and kwargs.get(key) != value:
+                raise ValueError(f"{given_as[key]}={kwargs[key]!r} and {given_key}={value!r} both give "
+                                 f"BERTConfig.{key}; keep one of them.")
+            elif key == "position_embedding_type":
                 if value not in (None, "absolute"):
                     raise ValueError(
                         f"position_embedding_type={value!r} is not supported; bertkit implements "
@@ -487,13 +610,14 @@ class BERTConfig:
                 if problem:
                     raise ValueError(f"{given_key} {problem}.")
                 kwargs[key] = value
+                given_as[key] = given_key
+        if kwargs.get("embedding_size") is not None and kwargs["embedding_size"] == kwargs.get("hidden_size", 768):
+            del kwargs["embedding_size"]  # HF's ELECTRA always writes it; equal to hidden_size it is our None
         id2label = kwargs.get("id2label")
         if id2label is not None:
             kwargs.setdefault("num_labels", len(id2label))
             if all(str(v) == f"LABEL_{k}" for k, v in id2label.items()):
                 del kwargs["id2label"]  # HF's placeholder names carry no information
-        family = kwargs.get("family", "bert")
-        spec = FAMILIES.get(family) if isinstance(family, str) else None  # else the constructor's error
         for hf_key, ours in (spec.hf_token_keys if spec is not None else {}).items():
             if d.get(hf_key) is not None and ours not in kwargs:
                 problem = _type_problem(cls, ours, d[hf_key])

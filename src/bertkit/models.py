@@ -3,8 +3,15 @@
 from bertkit.config import BERTConfig
 from bertkit.modeling import *  # noqa: F403
 from bertkit.modeling import __all__ as _modeling_all
-from bertkit.presets import CamemBERTConfig, MPNetConfig, RoBERTaConfig, XLMRoBERTaConfig
+from bertkit.presets import (
+           CamemBERTConfig,
+           DistilBERTConfig,
+           ELECTRAConfig,
+           MPNetConfig,
+           RoBERTaConfig,
+           XLMRoBERTaConfig,
+)
 from bertkit.tokenization import BERTTokenizer, BERTTokenizerFast
 
-__all__ = ["BERTConfig", "BERTTokenizer", "BERTTokenizerFast", "CamemBERTConfig", "MPNetConfig",
-           "RoBERTaConfig", "XLMRoBERTaConfig", *_modeling_all]
+__all__ = ["BERTConfig", "BERTTokenizer", "BERTTokenizerFast", "CamemBERTConfig", "DistilBERTConfig",
+           "ELECTRAConfig", "MPNetConfig", "RoBERTaConfig", "XLMRoBERTaConfig", *_modeling_all]

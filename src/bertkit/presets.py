@@ -39,8 +39,9 @@ def preset_config(size: str, **overrides: Any) -> BERTConfig:
 
 
 #: HF model_type -> the BERTConfig fields that make the family's released base checkpoints (roberta-base,
-#: xlm-roberta-base, camembert-base, mpnet-base) beside the base size: 512 tokens (positions from pad + 1 = 2),
-#: one token type (none for MPNet).
+#: xlm-roberta-base, camembert-base, mpnet-base: 512 tokens, positions from pad + 1 = 2, one token type (none for
+#: MPNet); distilbert-base-uncased: 6 layers; google/electra-base-discriminator: embedding_size 768) beside the
+#: base size.
 FAMILY_PRESETS: dict[str, dict[str, Any]] = {
     "roberta": dict(family="roberta", vocab_size=50265, max_position_embeddings=514, type_vocab_size=1,
                     layer_norm_eps=1e-5, pad_token_id=1),
@@ -51,6 +52,8 @@ FAMILY_PRESETS: dict[str, dict[str, Any]] = {
     # microsoft/mpnet-base and sentence-transformers/all-mpnet-base-v2: <mask> is 30526, the last id
     "mpnet": dict(family="mpnet", vocab_size=30527, max_position_embeddings=514, layer_norm_eps=1e-5, pad_token_id=1,
                   relative_attention_num_buckets=32),
+    "distilbert": dict(family="distilbert", num_hidden_layers=6, pooler_dropout=0.2, qa_dropout=0.1),
+    "electra": dict(family="electra", embedding_size=768),
 }
 
 
@@ -85,6 +88,21 @@ def MPNetConfig(**overrides: Any) -> BERTConfig:
     types, 32 relative-position buckets, pad 1 (the only one: HF's MPNet pads with id 1 whatever its config
     says), ``<s>`` 0, ``</s>`` 2, ``<unk>`` 3, ``<mask>`` 30526."""
     return family_config("mpnet", **overrides)
+
+
+def DistilBERTConfig(**overrides: Any) -> BERTConfig:
+    """A ``BERTConfig(family="distilbert")`` with distilbert-base-uncased's values (6 layers of BERT-base's size,
+    ``seq_classif_dropout`` 0.2 as ``pooler_dropout``, ``qa_dropout`` 0.1); ``overrides`` are BERTConfig fields,
+    e.g. ``sinusoidal_pos_embds=True``."""
+    return family_config("distilbert", **overrides)
+
+
+def ELECTRAConfig(**overrides: Any) -> BERTConfig:
+    """A ``BERTConfig(family="electra")`` with google/electra-base-discriminator's values (BERT-base with
+    ``embedding_size`` 768). The small discriminator: ``ELECTRAConfig(embedding_size=128, hidden_size=256,
+    num_attention_heads=4, intermediate_size=1024)``; a generator is a smaller ``hidden_size`` over the same
+    ``embedding_size``."""
+    return family_config("electra", **overrides)
 
 
 @dataclass(frozen=True)

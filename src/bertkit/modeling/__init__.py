@@ -2,6 +2,7 @@
 
 from bertkit.modeling.backbone import BERT, BERTEncoding
 from bertkit.modeling.cache import EncoderDecoderCache, KVCache, StaticKVCache
+from bertkit.modeling.electra import ELECTRAForPreTraining, ELECTRAForPretrainingRTD
 from bertkit.modeling.factories import FACTORIES, TASKS, build
 from bertkit.modeling.heads import (
     BERTForMultipleChoice,
@@ -17,6 +18,6 @@ globals().update(FACTORIES)
 __all__ = [
     "BERT", "BERTEncoding", "BERTForCausalLM", "BERTForMaskedLM", "BERTForMultipleChoice",
     "BERTForNextSentencePrediction", "BERTForPreTraining", "BERTForQuestionAnswering",
-    "BERTForSequenceClassification", "BERTForTokenClassification", "EncoderDecoderCache", "KVCache",
-    "StaticKVCache", "TASKS", "build", *FACTORIES,
+    "BERTForSequenceClassification", "BERTForTokenClassification", "ELECTRAForPreTraining",
+    "ELECTRAForPretrainingRTD", "EncoderDecoderCache", "KVCache", "StaticKVCache", "TASKS", "build", *FACTORIES,
 ]

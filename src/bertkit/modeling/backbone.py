@@ -23,6 +23,7 @@ from torch.utils.checkpoint import checkpoint
 from bertkit.config import BERTConfig
 from bertkit.modeling import fast, unpad
 from bertkit.modeling.base import BERTPreTrainedModel
+from bertkit.modeling.fast import Linear
 from bertkit.modeling.inputs import ModelInputs, validate_inputs, value_checks_disabled
 from bertkit.modeling.layers import BERTEmbeddings, BERTPooler, default_position_ids
 from bertkit.modeling.variants import layer_variant
@@ -98,10 +99,14 @@ class BERT(BERTPreTrainedModel):
     """The bidirectional Transformer backbone (HF's ``BertModel``, or ``RobertaModel`` for a ``"roberta"``
     family config; lucid's ``BERT``).
 
+    Where the embeddings are narrower than the layers (ELECTRA's ``embedding_size``), ``embeddings_project``
+    (a Linear E -> H, HF's ``electra.embeddings_project``) maps them to H; otherwise it is None.
+
     Args:
         config: the architecture.
         add_pooling_layer: build the pooler (``tanh(dense(h[:, 0]))``); without it
-            ``pooled_output`` is None.
+            ``pooled_output`` is None. None: the family's bare backbone's choice (``Family.pooler``:
+            BERT and RoBERTa have one, DistilBERT and ELECTRA none).
     """
 
     hf_architecture = "BertModel"
@@ -110,10 +115,14 @@ class BERT(BERTPreTrainedModel):
     #: references at every position (padding included), set it False.
     drops_padding: bool = True
 
-    def __init__(self, config: BERTConfig, add_pooling_layer: bool = True):
+    def __init__(self, config: BERTConfig, add_pooling_layer: bool | None = None):
         super().__init__(config)
         self.embeddings = BERTEmbeddings(config)
+        self.embeddings_project = Linear(config.embedding_width, config.hidden_size) \
+            if config.embedding_width != config.hidden_size else None
         self.encoder = BERTEncoder(config)
+        if add_pooling_layer is None:
+            add_pooling_layer = config.family_spec.pooler
         self.pooler = BERTPooler(config) if add_pooling_layer else None
         self.post_init()
 
@@ -186,6 +195,8 @@ class BERT(BERTPreTrainedModel):
         else:  # unpadded execution: the embeddings and the encoder see the real tokens alone, [N, H]
             x = self.embeddings(*(None if t is None else packing.pack(t) for t in (
                 inputs.input_ids, token_type_ids, position_ids, inputs.inputs_embeds)))
+        if self.embeddings_project is not None:
+            x = self.embeddings_project(x)
         x, hidden, attns, cross = self.encoder(
             x, allowed, encoder_hidden_states=inputs.encoder_hidden_states, encoder_allowed=encoder_allowed,
             self_cache=inputs.self_cache, cross_cache=inputs.cross_cache, cache_position=cache_position,

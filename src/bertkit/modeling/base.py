@@ -21,7 +21,7 @@ from torch import nn
 from bertkit import hooks
 from bertkit.config import BERTConfig
 from bertkit.modeling.fast import Linear
-from bertkit.modeling.layers import BERTLMPredictionHead
+from bertkit.modeling.layers import BERTEmbeddings, BERTLMPredictionHead, sinusoidal_table
 
 
 class hybridmethod:
@@ -65,8 +65,9 @@ class BERTPreTrainedModel(nn.Module):
         """Initialise one ``module`` in place as BERT does (``post_init`` applies it to every head layer).
 
         Linear and Embedding weights ~ normal(0, ``config.initializer_range``), their biases and an
-        Embedding's padding row 0, LayerNorm weight 1 and bias 0, an LM head's separate bias 0;
-        other modules are left alone.
+        Embedding's padding row 0, LayerNorm weight 1 and bias 0, an LM head's separate bias 0, the position
+        embeddings the sinusoidal table with ``config.sinusoidal_pos_embds`` (DistilBERT's; ``apply`` reaches the
+        embeddings after their tables); other modules are left alone.
         """
         std = self.config.initializer_range
         if isinstance(module, nn.Linear):
@@ -82,6 +83,10 @@ class BERTPreTrainedModel(nn.Module):
             module.bias.zero_()
         elif isinstance(module, BERTLMPredictionHead):
             module.bias.zero_()
+        elif isinstance(module, BERTEmbeddings) and self.config.sinusoidal_pos_embds \
+                and module.position_embeddings is not None:
+            table = module.position_embeddings.weight
+            table.copy_(sinusoidal_table(*table.shape))
 
     # ------------------------------------------------------------------ inference
     def optimize_for_inference(self, *, dtype=None, quantize: str | None = None, device=None):

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 from bertkit.config import BERTConfig
 
-#: HF architecture name -> whether the model builds the backbone's pooler
+#: HF architecture name -> whether the model builds the backbone's pooler (the bare backbone: where its family has one;
+#: a first-token classifier without pooler, RoBERTa's and ELECTRA's, has as many parameters as the pooler)
 POOLED = {
     "BertModel": True, "BertForPreTraining": True, "BertForMaskedLM": False, "BertLMHeadModel": False,
     "BertForNextSentencePrediction": True, "BertForSequenceClassification": True, "BertForMultipleChoice": True,
-    "BertForTokenClassification": False, "BertForQuestionAnswering": False,
+    "BertForTokenClassification": False, "BertForQuestionAnswering": False, "ElectraForPreTraining": False,
 }
 
 
@@ -22,19 +23,23 @@ def count_parameters(config: BERTConfig, architecture: str = "BertModel") -> int
     ``config.json``'s ``architectures`` names it) built from ``config``; ValueError for an unknown one."""
     if architecture not in POOLED:
         raise ValueError(f"architecture {architecture!r} is not one bertkit counts; known: {', '.join(POOLED)}.")
-    return backbone_parameters(config, pooler=POOLED[architecture]) + head_parameters(config, architecture)
+    pooler = POOLED[architecture] and (architecture != "BertModel" or config.family_spec.pooler)
+    return backbone_parameters(config, pooler=pooler) + head_parameters(config, architecture)
 
 
-def backbone_parameters(config: BERTConfig, pooler: bool = True) -> int:
-    """Embeddings + ``num_hidden_layers`` layers (+ the pooler's dense layer when ``pooler``), and MPNet's
-    relative position bias table (``relative_attention_num_buckets`` x heads)."""
-    h = config.hidden_size
+def backbone_parameters(config: BERTConfig, pooler: bool | None = None) -> int:
+    """Embeddings (``embedding_width`` wide, with their projection to H where narrower) + ``num_hidden_layers``
+    layers (+ the pooler's dense layer when ``pooler``; None: where the family's bare backbone has one), and
+    MPNet's relative position bias table (``relative_attention_num_buckets`` x heads)."""
+    h, e = config.hidden_size, config.embedding_width
     spec = config.family_spec
     tables = config.vocab_size + (config.max_position_embeddings if spec.position_embeddings else 0) \
         + (config.type_vocab_size if spec.token_types else 0)
-    embeddings = tables * h
-    embeddings += 2 * h if config.embedding_layer_norm else 0
+    embeddings = tables * e
+    embeddings += 2 * e if config.embedding_layer_norm else 0
+    embeddings += e * h + h if e != h else 0  # embeddings_project
     shared = config.relative_attention_num_buckets * config.num_attention_heads if spec.layer == "mpnet" else 0
+    pooler = spec.pooler if pooler is None else pooler
     return embeddings + config.num_hidden_layers * layer_parameters(config) + shared + (h * h + h if pooler else 0)
 
 
@@ -49,13 +54,13 @@ def layer_parameters(config: BERTConfig) -> int:
 def head_parameters(config: BERTConfig, architecture: str) -> int:
     """The parameters outside the backbone: the vocabulary head (its decoder weight only when untied),
     NSP's two-way classifier, a classifier of ``num_labels`` (one score per choice for multiple choice),
-    QA's start/end scorer."""
-    h, v = config.hidden_size, config.vocab_size
-    lm = (h * h + h + 2 * h) + v + (0 if config.tie_word_embedding else v * h)  # transform, bias, decoder
+    QA's start/end scorer, ELECTRA's discriminator head."""
+    h, v, e = config.hidden_size, config.vocab_size, config.embedding_width
+    lm = (h * e + e + 2 * e) + v + (0 if config.tie_word_embedding else v * e)  # transform, bias, decoder
     heads = {
         "BertModel": 0, "BertForPreTraining": lm + 2 * h + 2, "BertForMaskedLM": lm, "BertLMHeadModel": lm,
         "BertForNextSentencePrediction": 2 * h + 2, "BertForSequenceClassification": (h + 1) * config.num_labels,
         "BertForMultipleChoice": h + 1, "BertForTokenClassification": (h + 1) * config.num_labels,
-        "BertForQuestionAnswering": 2 * h + 2,
+        "BertForQuestionAnswering": 2 * h + 2, "ElectraForPreTraining": h * h + h + h + 1,
     }
     return heads[architecture]

@@ -36,7 +36,7 @@ from bertkit.modeling import text as text_helpers
 from bertkit.modeling.backbone import BERT
 from bertkit.modeling.base import BERTPreTrainedModel
 from bertkit.modeling.fast import Dropout, Linear
-from bertkit.modeling.layers import BERTOnlyNSPHead
+from bertkit.modeling.layers import ACT_FNS, BERTOnlyNSPHead
 from bertkit.modeling.losses import accuracy, check_labels, cross_entropy, reduce
 
 #: the batch keys :meth:`TaskModel.training_step` passes to ``forward``
@@ -138,22 +138,26 @@ class BERTForNextSentencePrediction(TaskModel):
 
 
 class _ClassifierHead(TaskModel):
-    """dropout + ``classifier`` Linear; dropout is ``classifier_dropout`` or ``hidden_dropout_prob``."""
+    """dropout + ``classifier`` Linear; dropout is ``classifier_dropout`` or ``hidden_dropout_prob`` (on the pooled
+    output: ``pooler_dropout`` first, where the family sets one)."""
 
     head_prefixes = ("classifier.",)
 
-    def _build_classifier(self, out_features: int) -> None:
+    def _build_classifier(self, out_features: int, pooled: bool = False) -> None:
         p = self.config.classifier_dropout
+        if pooled and self.config.pooler_dropout is not None:
+            p = self.config.pooler_dropout
         self.dropout = Dropout(self.config.hidden_dropout_prob if p is None else p)
         self.classifier = Linear(self.config.hidden_size, out_features)
         self.post_init()
 
 
 class FirstTokenClassifier(nn.Module):
-    """RoBERTa's sentence classifier (HF's ``RobertaClassificationHead``): dropout -> ``dense`` -> tanh ->
+    """RoBERTa's sentence classifier (HF's ``RobertaClassificationHead``): dropout -> ``dense`` -> activation ->
     dropout -> ``out_proj`` on the first token's hidden state ``[B, H] -> [B, num_labels]``.
 
-    It is BERT's pooler and classifier under one module, with a dropout before the dense layer too.
+    It is BERT's pooler and classifier under one module, with a dropout before the dense layer too. The
+    activation is the family's ``head_activation``: tanh (RoBERTa), gelu (ELECTRA's ``ElectraClassificationHead``).
     """
 
     def __init__(self, config: BERTConfig, out_features: int):
@@ -161,10 +165,11 @@ class FirstTokenClassifier(nn.Module):
         p = config.classifier_dropout
         self.dropout = Dropout(config.hidden_dropout_prob if p is None else p)
         self.dense = Linear(config.hidden_size, config.hidden_size)
+        self.activation = ACT_FNS[config.family_spec.head_activation]
         self.out_proj = Linear(config.hidden_size, out_features)
 
     def forward(self, first_token: torch.Tensor) -> torch.Tensor:
-        return self.out_proj(self.dropout(torch.tanh(self.dense(self.dropout(first_token)))))
+        return self.out_proj(self.dropout(self.activation(self.dense(self.dropout(first_token)))))
 
 
 #: ``Family.sequence_head`` -> the module (``classifier``) that maps the first token's hidden state
@@ -177,8 +182,9 @@ class BERTForSequenceClassification(_ClassifierHead):
     """Classifier on the pooled output: single-label, multi-label or regression.
 
     The head follows ``config.family_spec.sequence_head``: BERT's dropout + ``classifier`` on the
-    pooled output, or (``"first_token"``, RoBERTa) a :class:`FirstTokenClassifier` named ``classifier``
-    (``classifier.dense``, ``classifier.out_proj``) on the first token, without a pooler.
+    pooled output (DistilBERT's too: its ``pre_classifier`` is the pooler, with relu, and the dropout
+    ``pooler_dropout``), or (``"first_token"``, RoBERTa, ELECTRA) a :class:`FirstTokenClassifier` named
+    ``classifier`` (``classifier.dense``, ``classifier.out_proj``) on the first token, without a pooler.
 
     The loss follows ``config.problem_type``; when unset it is inferred as HF does:
     regression for ``num_labels == 1``, single-label for integer labels, multi-label otherwise.
@@ -194,7 +200,7 @@ class BERTForSequenceClassification(_ClassifierHead):
                                                                                    self.config.num_labels)
             self.post_init()
         else:
-            self._build_classifier(self.config.num_labels)
+            self._build_classifier(self.config.num_labels, pooled=True)
 
     @classmethod
     def uses_pooler(cls, config: BERTConfig) -> bool:
@@ -267,14 +273,17 @@ class BERTForMultipleChoice(_ClassifierHead):
 
     Examples with fewer choices than others in a batch are padded with absent choices: rows whose
     ``attention_mask`` holds no token. An absent choice's logit is the dtype's lowest value, so the softmax,
-    the argmax and the loss leave it out (present choices score as they would alone)."""
+    the argmax and the loss leave it out (present choices score as they would alone).
+
+    Every family's head is this one: DistilBERT's ``pre_classifier`` and ELECTRA's ``sequence_summary`` are the
+    pooler (with the family's ``head_activation``), their dropout ``pooler_dropout``."""
 
     hf_architecture = "BertForMultipleChoice"
     add_pooling_layer = True
 
     def __init__(self, config: BERTConfig):
         super().__init__(config)
-        self._build_classifier(1)
+        self._build_classifier(1, pooled=True)
 
     def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None,
                 inputs_embeds=None) -> torch.Tensor:
@@ -304,7 +313,8 @@ class BERTForTokenClassification(_ClassifierHead):
 
 
 class BERTForQuestionAnswering(TaskModel):
-    """Extractive QA: ``qa_outputs`` gives start and end logits ``[B, L]`` per token."""
+    """Extractive QA: ``qa_outputs`` gives start and end logits ``[B, L]`` per token (after a dropout of
+    ``config.qa_dropout`` where the family has one: DistilBERT)."""
 
     hf_architecture = "BertForQuestionAnswering"
     head_prefixes = ("qa_outputs.",)
@@ -312,6 +322,7 @@ class BERTForQuestionAnswering(TaskModel):
 
     def __init__(self, config: BERTConfig):
         super().__init__(config)
+        self.dropout = Dropout(config.qa_dropout or 0.0)
         self.qa_outputs = Linear(config.hidden_size, 2)
         # HF's span loss normalises over every position, padding included, so the padding positions'
         # logits count: this head keeps the padded path (unpadded execution would change them).
@@ -321,7 +332,7 @@ class BERTForQuestionAnswering(TaskModel):
     def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None,
                 inputs_embeds=None) -> tuple[torch.Tensor, torch.Tensor]:
         seq, _ = self.bert(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds)
-        start, end = self.qa_outputs(seq).unbind(dim=-1)  # [B, L, 2] -> 2 x [B, L]
+        start, end = self.qa_outputs(self.dropout(seq)).unbind(dim=-1)  # [B, L, 2] -> 2 x [B, L]
         return start, end
 
     def get_loss(self, start_positions: torch.Tensor, end_positions: torch.Tensor, *inputs,

@@ -67,8 +67,9 @@ def validate_inputs(config: BERTConfig, weight: torch.Tensor, input_ids=None, at
     else:
         inputs_embeds = _float_tensor("inputs_embeds", inputs_embeds, device, dtype)
         ref, ref_name, rank = inputs_embeds, "inputs_embeds", batch_dims + 2
-        if inputs_embeds.dim() != rank or inputs_embeds.shape[-1] != cfg.hidden_size:
-            raise ValueError(f"inputs_embeds must be [{lead}, seq, {cfg.hidden_size}] (hidden_size), "
+        if inputs_embeds.dim() != rank or inputs_embeds.shape[-1] != cfg.embedding_width:
+            width = "hidden_size" if cfg.embedding_size is None else "embedding_size"
+            raise ValueError(f"inputs_embeds must be [{lead}, seq, {cfg.embedding_width}] ({width}), "
                              f"got shape {tuple(inputs_embeds.shape)}.")
     batch_shape, length = tuple(ref.shape[:batch_dims]), ref.shape[batch_dims]
     if 0 in batch_shape:

@@ -45,7 +45,8 @@ class BERTEmbeddings(nn.Module):
     """word + position + token-type embeddings, then LayerNorm (unless ``embedding_layer_norm=False``) and dropout.
 
     A family without token types or absolute positions (``Family.token_types`` / ``position_embeddings``)
-    has no such table (the attribute is None) and ignores those ids.
+    has no such table (the attribute is None) and ignores those ids. The tables and the LayerNorm are
+    ``config.embedding_width`` wide (ELECTRA's ``embedding_size``; the backbone projects them to H).
 
     In a family whose positions start after the padding id (RoBERTa), padding tokens sit at position
     ``pad_token_id``, a padding row of ``position_embeddings`` (zero at init, never trained), as in fairseq.
@@ -53,16 +54,14 @@ class BERTEmbeddings(nn.Module):
 
     def __init__(self, config: BERTConfig):
         super().__init__()
-        self.word_embeddings = nn.Embedding(config.vocab_size, config.hidden_size,
-                                            padding_idx=config.pad_token_id)
+        width = config.embedding_width
+        self.word_embeddings = nn.Embedding(config.vocab_size, width, padding_idx=config.pad_token_id)
         spec = config.family_spec
         position_padding = config.pad_token_id if spec.positions_after_padding else None
-        self.position_embeddings = nn.Embedding(config.max_position_embeddings, config.hidden_size,
+        self.position_embeddings = nn.Embedding(config.max_position_embeddings, width,
                                                 padding_idx=position_padding) if spec.position_embeddings else None
-        self.token_type_embeddings = nn.Embedding(config.type_vocab_size, config.hidden_size) \
-            if spec.token_types else None
-        self.LayerNorm = (nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-                          if config.embedding_layer_norm else None)
+        self.token_type_embeddings = nn.Embedding(config.type_vocab_size, width) if spec.token_types else None
+        self.LayerNorm = nn.LayerNorm(width, eps=config.layer_norm_eps) if config.embedding_layer_norm else None
         self.dropout = Dropout(config.hidden_dropout_prob)
 
     def forward(self, input_ids: torch.Tensor | None, token_type_ids: torch.Tensor,
@@ -75,6 +74,16 @@ class BERTEmbeddings(nn.Module):
         if self.position_embeddings is not None:
             x = x + self.position_embeddings(position_ids)
         return self.dropout(self.LayerNorm(x) if self.LayerNorm is not None else x)
+
+
+def sinusoidal_table(num_positions: int, dim: int) -> torch.Tensor:
+    """The fixed position table ``[num_positions, dim]`` (float32) of DistilBERT's ``sinusoidal_pos_embds``, as HF
+    computes it: angle ``pos / 10000 ** (2 * (j // 2) / dim)`` (in float64), its sine in the even columns ``j`` and
+    its cosine in the odd ones."""
+    positions = torch.arange(num_positions, dtype=torch.float64)[:, None]
+    j = torch.arange(dim, dtype=torch.float64)
+    angles = positions / torch.pow(10000.0, 2 * torch.div(j, 2, rounding_mode="floor") / dim)
+    return torch.where(j % 2 == 0, angles.sin(), angles.cos()).float()
 
 
 def default_position_ids(config: BERTConfig, input_ids: torch.Tensor | None,
@@ -217,23 +226,27 @@ class BERTSelfAttention(nn.Module):
 
 
 class _ResidualOutput(nn.Module):
-    """dense -> dropout -> residual add -> LayerNorm, projecting ``in_features`` back to H."""
+    """dense -> dropout -> residual add -> LayerNorm, projecting ``in_features`` back to H.
 
-    def __init__(self, config: BERTConfig, in_features: int, bias: bool = True):
+    ``dropout``: its probability; None: ``hidden_dropout_prob``."""
+
+    def __init__(self, config: BERTConfig, in_features: int, bias: bool = True, dropout: float | None = None):
         super().__init__()
         self.dense = Linear(in_features, config.hidden_size, bias=bias)
         self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-        self.dropout = Dropout(config.hidden_dropout_prob)
+        self.dropout = Dropout(config.hidden_dropout_prob if dropout is None else dropout)
 
     def forward(self, hidden_states: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
         return self.LayerNorm(self.dropout(self.dense(hidden_states)) + residual)
 
 
 class BERTSelfOutput(_ResidualOutput):
-    """The attention block's output (``attention.output``): H -> H, biased unless ``attention_bias=False``."""
+    """The attention block's output (``attention.output``): H -> H, biased unless ``attention_bias=False``; without
+    dropout in a family whose attention output has none (``Family.attention_output_dropout``: DistilBERT)."""
 
     def __init__(self, config: BERTConfig):
-        super().__init__(config, config.hidden_size, bias=config.attention_bias)
+        super().__init__(config, config.hidden_size, bias=config.attention_bias,
+                         dropout=None if config.family_spec.attention_output_dropout else 0.0)
 
 
 class BERTAttention(nn.Module):
@@ -349,26 +362,30 @@ class BERTLayer(nn.Module):
 
 
 class BERTPooler(nn.Module):
-    """tanh(dense(h[:, 0])): the [CLS] representation used by NSP and classifiers."""
+    """tanh(dense(h[:, 0])): the [CLS] representation used by NSP and classifiers.
+
+    The activation is the family's ``head_activation`` (tanh for BERT; DistilBERT's ``pre_classifier`` is this
+    pooler with relu, ELECTRA's multiple-choice ``sequence_summary`` with gelu)."""
 
     def __init__(self, config: BERTConfig):
         super().__init__()
         self.dense = Linear(config.hidden_size, config.hidden_size)
-        self.activation = nn.Tanh()
+        self.activation = ACT_FNS[config.family_spec.head_activation]
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         return self.activation(self.dense(hidden_states[:, 0]))  # [B, L, H] -> [B, H]
 
 
 class BERTPredictionHeadTransform(nn.Module):
-    """dense -> activation -> LayerNorm, applied before the vocabulary projection."""
+    """dense -> activation -> LayerNorm, applied before the vocabulary projection: H -> ``config.embedding_width``
+    (the word embeddings' width: H, or ELECTRA's ``embedding_size`` in its generator's head)."""
 
     def __init__(self, config: BERTConfig):
         super().__init__()
-        self.dense = Linear(config.hidden_size, config.hidden_size)
+        self.dense = Linear(config.hidden_size, config.embedding_width)
         act = config.family_spec.mlm_activation  # RoBERTa's head: the exact GELU whatever hidden_act says
         self.act = ACT_FNS[act] if act is not None else activation(config)
-        self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.LayerNorm = nn.LayerNorm(config.embedding_width, eps=config.layer_norm_eps)
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         return self.LayerNorm(self.act(self.dense(hidden_states)))
@@ -379,13 +396,13 @@ class BERTLMPredictionHead(nn.Module):
 
     ``decoder.weight`` is tied to the word embeddings when ``config.tie_word_embedding``;
     ``decoder.bias`` is the same parameter as ``bias`` (``cls.predictions.bias`` in checkpoints).
-    Works on any leading shape: ``[..., H] -> [..., V]``.
+    Works on any leading shape: ``[..., H] -> [..., V]`` (through ``config.embedding_width``).
     """
 
     def __init__(self, config: BERTConfig):
         super().__init__()
         self.transform = BERTPredictionHeadTransform(config)
-        self.decoder = Linear(config.hidden_size, config.vocab_size)
+        self.decoder = Linear(config.embedding_width, config.vocab_size)
         self.bias = nn.Parameter(torch.zeros(config.vocab_size))
         self.decoder.bias = self.bias
 

@@ -65,12 +65,12 @@ RENAMES: tuple[tuple[str, str], ...] = (
 #: Buffers older checkpoints saved; bertkit recomputes them.
 SAVED_BUFFERS = re.compile(r"(^|\.)embeddings\.(position_ids|token_type_ids)$")
 
-_BACKBONE_ROOTS = ("embeddings.", "encoder.", "pooler.")
+_BACKBONE_ROOTS = ("embeddings.", "embeddings_project.", "encoder.", "pooler.")
 
-#: Heads of BERT architectures (HF's names). A checkpoint key under one of these that the model has no place
-#: for (an NSP head in a masked LM, a classifier in a backbone) is dropped; any other unexpected key is an error
-#: unless strict=False.
-KNOWN_HEADS = ("cls.predictions.", "cls.seq_relationship.", "classifier.", "qa_outputs.")
+#: Heads of BERT architectures (HF's names; ELECTRA's discriminator head too). A checkpoint key under one of these
+#: that the model has no place for (an NSP head in a masked LM, a classifier in a backbone) is dropped; any other
+#: unexpected key is an error unless strict=False.
+KNOWN_HEADS = ("cls.predictions.", "cls.seq_relationship.", "classifier.", "qa_outputs.", "discriminator_predictions.")
 
 
 @dataclass
@@ -169,7 +169,7 @@ def adapt_state_dict(model: nn.Module, state: dict[str, torch.Tensor], *, strict
     unexpected = [k for k in state if k not in expected]
     bad_missing = [k for k in missing if not k.startswith((*head, pooler))]
     # an unexpected backbone key means another architecture; another known head's keys are dropped
-    backbone = (f"{prefix}embeddings.", f"{prefix}encoder.")
+    backbone = (f"{prefix}embeddings.", f"{prefix}embeddings_project.", f"{prefix}encoder.")
     bad_unexpected = [k for k in unexpected if k.startswith(backbone)]
     if bad_missing or bad_unexpected:
         raise ValueError(where + _mismatch_message(model_name, bad_missing, bad_unexpected))

@@ -36,14 +36,16 @@ from bertkit.modeling import (
     BERTForTokenClassification,
 )
 from bertkit.modeling.base import BERTPreTrainedModel
+from bertkit.modeling.electra import ELECTRAForPreTraining
 from bertkit.weights.adapt import load_into, tied_aliases
 from bertkit.weights.formats import Checkpoint, read_checkpoint
 from bertkit.weights.tables import hf_to_tf
 
-#: HF architecture name -> bertkit class
+#: HF architecture name -> bertkit class (BERT's names stand for every family's: ``bert_architecture_name``)
 ARCHITECTURES = {cls.hf_architecture: cls for cls in (
     BERT, BERTForPreTraining, BERTForMaskedLM, BERTForCausalLM, BERTForNextSentencePrediction,
-    BERTForSequenceClassification, BERTForMultipleChoice, BERTForTokenClassification, BERTForQuestionAnswering)}
+    BERTForSequenceClassification, BERTForMultipleChoice, BERTForTokenClassification, BERTForQuestionAnswering,
+    ELECTRAForPreTraining)}
 
 TF_CHECKPOINT_NAME = "bert_model.ckpt"
 
@@ -55,7 +57,9 @@ def model_for_checkpoint(checkpoint: Checkpoint, *, source: str | os.PathLike | 
     Loading is :func:`bertkit.weights.adapt.load_into`'s: what it adapts is in ``model.load_report``
     and, unless ``warn=False``, a ``LoadWarning`` naming ``source``.
     """
-    cls = ARCHITECTURES.get(bert_architecture_name(checkpoint.architecture or "")) or _guess_class(checkpoint)
+    architecture = checkpoint.architecture or ""
+    cls = ARCHITECTURES.get(architecture) or ARCHITECTURES.get(bert_architecture_name(architecture)) \
+        or _guess_class(checkpoint)
     model = cls(checkpoint.config)
     load_into(model, checkpoint.state_dict, source=source, warn=warn)
     return model.eval()
@@ -72,6 +76,8 @@ def _guess_class(checkpoint: Checkpoint) -> type[BERTPreTrainedModel]:
         return BERTForPreTraining
     if has("cls.predictions"):
         return BERTForCausalLM if checkpoint.config.is_decoder else BERTForMaskedLM
+    if has("discriminator_predictions"):
+        return ELECTRAForPreTraining
     if has("cls.seq_relationship"):
         return BERTForNextSentencePrediction
     if has("qa_outputs"):

@@ -23,7 +23,7 @@ from safetensors.torch import load_file, save_file
 from bertkit.config import BERTConfig
 from bertkit.io import atomic_write, atomic_write_text, check_link, read_json
 from bertkit.weights.adapt import load_into, tied_aliases
-from bertkit.weights.tables import bertkit_to_hf_family
+from bertkit.weights.tables import bertkit_to_hf_family, separate_decoder_bias
 
 CONFIG_NAME = "config.json"
 SAFETENSORS_NAME = "model.safetensors"
@@ -191,7 +191,8 @@ def save_pretrained(model, directory: str | os.PathLike) -> None:
     d.mkdir(parents=True, exist_ok=True)
     aliases = tied_aliases(model)
     state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items() if k not in aliases}
-    if not model.config.tie_word_embedding:  # HF (v5) unties decoder.bias with the weight and reads it
+    if not model.config.tie_word_embedding and separate_decoder_bias(model.config.family):
+        # HF (v5) unties decoder.bias with the weight and reads it
         state.update({k: v.detach().cpu().clone() for k, v in model.state_dict().items()
                       if k in aliases and k.endswith("predictions.decoder.bias")})
     state = bertkit_to_hf_family(state, model.config.family)  # RoBERTa: roberta.* / lm_head.*

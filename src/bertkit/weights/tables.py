@@ -7,12 +7,13 @@ kernels are ``[in, out]``; ``output_weights`` are already ``[out, in]``).
 
 ``HF_FAMILY_TABLES`` maps the HF checkpoint names of another encoder family (RoBERTa's
 ``roberta.*``, ``lm_head.*``) to bertkit's, which are BERT's HF names whatever the family (the
-engine is one): rows ``(hf_prefix, bertkit_prefix)``, the first matching row renames a key. A
-prefix may hold ``{i}``, a layer index (MPNet's ``encoder.layer.{i}.attention.attn.q.``).
+engine is one): rows ``(hf_prefix, bertkit_prefix)``, the first matching row renames a key. A row
+ending in ``.`` renames a prefix, another a whole name; ``{i}`` in a row stands for a layer index.
 """
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
@@ -75,19 +76,65 @@ _MPNET_ATTENTION = (("attention.attn.q.", "attention.self.query."), ("attention.
                     ("attention.attn.v.", "attention.self.value."), ("attention.attn.o.", "attention.output.dense."),
                     ("attention.LayerNorm.", "attention.output.LayerNorm."))
 
+def _backbone_rows(hf_prefix: str, rows: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
+    """``rows`` (backbone names, HF's -> bertkit's) under ``hf_prefix`` / ``bert.`` in a task model, then bare (HF's
+    ``XModel`` checkpoints name the backbone without prefix, as bertkit's ``BERT`` does)."""
+    return tuple((hf_prefix + a, "bert." + b) for a, b in rows) + rows
+
+
+_DISTILBERT_LAYER = "transformer.layer.{i}."
+_BERT_LAYER = "encoder.layer.{i}."
+
+#: DistilBERT (HF's ``DistilBert*``) <-> bertkit: BERT's layer under other names (``q_lin``, ``sa_layer_norm``,
+#: ``ffn.lin1``...); ``pre_classifier`` (sequence classification, multiple choice) is BERT's pooler; the MLM head
+#: is ``vocab_transform``, ``vocab_layer_norm``, ``vocab_projector`` (whose bias is the head's bias).
+#: ``classifier`` and ``qa_outputs`` are the same on both sides.
+DISTILBERT_TABLE: tuple[tuple[str, str], ...] = (
+    *_backbone_rows("distilbert.", tuple((_DISTILBERT_LAYER + a, _BERT_LAYER + b) for a, b in (
+        ("attention.q_lin.", "attention.self.query."),
+        ("attention.k_lin.", "attention.self.key."),
+        ("attention.v_lin.", "attention.self.value."),
+        ("attention.out_lin.", "attention.output.dense."),
+        ("sa_layer_norm.", "attention.output.LayerNorm."),
+        ("ffn.lin1.", "intermediate.dense."),
+        ("ffn.lin2.", "output.dense."),
+        ("output_layer_norm.", "output.LayerNorm."),
+    ))),
+    ("pre_classifier.", "bert.pooler.dense."),  # before the backbone's prefix, which would take it when saving
+    ("distilbert.", "bert."),
+    ("vocab_transform.", "cls.predictions.transform.dense."),
+    ("vocab_layer_norm.", "cls.predictions.transform.LayerNorm."),
+    ("vocab_projector.bias", "cls.predictions.bias"),
+    ("vocab_projector.", "cls.predictions.decoder."),
+)
+
 #: MPNet (HF's ``MPNet*`` classes) <-> bertkit: RoBERTa's names under ``mpnet.`` plus the attention's own, in a
 #: task model (``mpnet.encoder...``) and a bare backbone (``encoder...``). ``encoder.relative_attention_bias`` is
 #: the same on both sides.
 MPNET_TABLE: tuple[tuple[str, str], ...] = (
-    *((f"{hf_root}encoder.layer.{{i}}.{hf}", f"{root}encoder.layer.{{i}}.{ours}")
-      for hf_root, root in (("mpnet.", "bert."), ("", "")) for hf, ours in _MPNET_ATTENTION),
+    *_backbone_rows("mpnet.", tuple((_BERT_LAYER + a, _BERT_LAYER + b) for a, b in _MPNET_ATTENTION)),
     ("mpnet.", "bert."),
     *(row for row in ROBERTA_TABLE if row[0].startswith("lm_head")),  # RoBERTa's MLM head
 )
 
+#: ELECTRA (HF's ``Electra*``) <-> bertkit: BERT's backbone under ``electra.`` (with ``embeddings_project``); the
+#: generator's MLM head ``generator_predictions`` / ``generator_lm_head`` (whose bias is the head's bias); the
+#: multiple-choice ``sequence_summary.summary`` is BERT's pooler. ``discriminator_predictions``,
+#: ``classifier`` (``.dense`` / ``.out_proj`` too) and ``qa_outputs`` are the same on both sides.
+ELECTRA_TABLE: tuple[tuple[str, str], ...] = (
+    ("sequence_summary.summary.", "bert.pooler.dense."),
+    ("electra.", "bert."),
+    ("generator_predictions.dense.", "cls.predictions.transform.dense."),
+    ("generator_predictions.LayerNorm.", "cls.predictions.transform.LayerNorm."),
+    ("generator_lm_head.bias", "cls.predictions.bias"),
+    ("generator_lm_head.", "cls.predictions.decoder."),
+)
+
 #: ``BERTConfig.family`` -> its HF names table (BERT's HF names are bertkit's: no table).
-HF_FAMILY_TABLES: dict[str, tuple[tuple[str, str], ...]] = {"bert": (), "roberta": ROBERTA_TABLE,
-                                                            "mpnet": MPNET_TABLE}
+HF_FAMILY_TABLES: dict[str, tuple[tuple[str, str], ...]] = {
+    "bert": (), "roberta": ROBERTA_TABLE, "mpnet": MPNET_TABLE, "distilbert": DISTILBERT_TABLE,
+    "electra": ELECTRA_TABLE,
+}
 
 
 @dataclass(frozen=True)
@@ -155,12 +202,17 @@ def hf_to_tf(tensors: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     return map_names(tensors, _HF_TO_TF, None, "state dict")
 
 
+@functools.cache
+def _row_pattern(source: str) -> re.Pattern:
+    """A family table row's source as a pattern: a prefix (ending in ``.``) or a whole name."""
+    return _compile(source, whole=not source.endswith("."))
+
+
 def _rename_prefixes(names: dict, table: tuple[tuple[str, str], ...]) -> dict:
     out = {}
-    rows = [(_compile(source, whole=not source.endswith(".")), target) for source, target in table]  # "x." a prefix
     for name, value in names.items():
-        for pattern, target in rows:
-            m = pattern.match(name)
+        for source, target in table:
+            m = _row_pattern(source).match(name)
             if m:
                 name = target.format(**m.groupdict()) + name[m.end():]
                 break
@@ -178,3 +230,12 @@ def hf_family_to_bertkit(tensors: dict, family: str) -> dict:
 def bertkit_to_hf_family(tensors: dict, family: str) -> dict:
     """bertkit's names -> the HF names of ``family``'s checkpoints, the inverse of :func:`hf_family_to_bertkit`."""
     return _rename_prefixes(tensors, tuple((b, a) for a, b in HF_FAMILY_TABLES[family]))
+
+
+def separate_decoder_bias(family: str) -> bool:
+    """Whether ``family``'s HF MLM head keeps the decoder's bias apart from the head's (BERT's
+    ``cls.predictions.decoder.bias``, RoBERTa's ``lm_head.decoder.bias``; HF reads it when the embeddings are
+    untied), rather than one Linear's bias under one name (DistilBERT's ``vocab_projector``, ELECTRA's
+    ``generator_lm_head``)."""
+    names = ("cls.predictions.bias", "cls.predictions.decoder.bias")
+    return len({next(iter(bertkit_to_hf_family({name: None}, family))) for name in names}) == 2

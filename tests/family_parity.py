@@ -1,0 +1,201 @@
+"""Parity of a bertkit family with HF transformers' classes of that family: the helpers the family tests share.
+
+A :class:`FamilySetup` says how to build both sides' configs at the same tiny, odd sizes; a :class:`Case` is one
+head (the bertkit class, the HF class, its outputs and labels). :func:`check_hf_checkpoint` writes random HF weights
+with HF's ``save_pretrained`` and reads them with bertkit's ``from_pretrained``; :func:`check_our_checkpoint` goes
+the other way (and back). Outputs, losses and gradients must agree at every real position of a padded batch (full,
+right-padded and left-padded rows).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+import transformers
+
+from bertkit.config import BERTConfig
+from bertkit.weights.tables import bertkit_to_hf_family
+from conftest import randomize_
+
+TOL = dict(atol=2e-5, rtol=2e-5)
+IMPLEMENTATIONS = ("eager", "sdpa")
+BATCH, LENGTH, CHOICES = 3, 11, 2
+
+
+@dataclass(frozen=True)
+class FamilySetup:
+    """One family's test sizes: ``ours`` are BERTConfig fields, ``hf`` the HF config class's keyword arguments."""
+
+    name: str
+    hf_config_class: type
+    ours: dict
+    hf: dict
+    vocab_size: int = 99
+    pad: int = 0
+    type_vocab_size: int = 0  # 0: the family has no token types
+
+    def our_config(self, case: Case, impl: str, **extra) -> BERTConfig:
+        return BERTConfig(family=self.name, **{**self.ours, **case.config, **extra}, attn_implementation=impl)
+
+    def hf_config(self, case: Case, impl: str, **extra):
+        return self.hf_config_class(**{**self.hf, **case.hf_config, **extra}, attn_implementation=impl)
+
+
+@dataclass(frozen=True)
+class Case:
+    id: str
+    ours: type
+    hf_class: str
+    config: dict = field(default_factory=dict)  # BERTConfig fields of this head
+    hf_config: dict = field(default_factory=dict)  # the same for HF's config (its names)
+    outputs: tuple[str, ...] = ("logits",)
+    token_level: tuple[bool, ...] = (False,)
+    labels: Callable | None = None  # (family, inputs) -> HF label kwargs
+    choices: int = 0
+
+
+def padded_ids(family: FamilySetup, rows: int = BATCH, seed: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(input_ids, attention_mask)``: rows alternately full, right-padded and left-padded."""
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(3, family.vocab_size, (rows, LENGTH), generator=g)
+    mask = torch.ones(rows, LENGTH, dtype=torch.long)
+    for r in range(rows):
+        if r % 3 == 1:
+            mask[r, LENGTH - 4:] = 0
+        elif r % 3 == 2:
+            mask[r, :5] = 0
+    ids[mask == 0] = family.pad
+    return ids, mask
+
+
+def inputs_for(family: FamilySetup, choices: int = 0) -> dict[str, torch.Tensor]:
+    rows = BATCH * choices if choices else BATCH
+    ids, mask = padded_ids(family, rows)
+    inputs = dict(input_ids=ids, attention_mask=mask)
+    if family.type_vocab_size:
+        inputs["token_type_ids"] = torch.randint(0, family.type_vocab_size, ids.shape,
+                                                 generator=torch.Generator().manual_seed(2))
+    return {k: v.view(BATCH, choices, LENGTH) for k, v in inputs.items()} if choices else inputs
+
+
+def token_labels(inputs, num_classes: int, seed: int = 0) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    mask = inputs["attention_mask"]
+    labels = torch.randint(0, num_classes, mask.shape, generator=g)
+    labels[(mask == 0) | (torch.rand(mask.shape, generator=g) < 0.3)] = -100
+    return labels
+
+
+def causal_labels(family: FamilySetup, inputs) -> torch.Tensor:
+    """Token labels, also -100 where the previous position is padding (a prediction from padding means nothing)."""
+    labels = token_labels(inputs, family.vocab_size)
+    labels[:, 1:][inputs["attention_mask"][:, :-1] == 0] = -100
+    return labels
+
+
+def qa_labels(family: FamilySetup, inputs) -> dict[str, torch.Tensor]:
+    start = torch.tensor([1, 2, 6])  # real tokens of each row (row 2 is left-padded)
+    end = torch.tensor([4, 5, 8])
+    start[1] = LENGTH + 7  # outside: clamped and ignored by both
+    return dict(start_positions=start, end_positions=end)
+
+
+def hf_from_pretrained(cls, directory, impl: str):
+    model, info = cls.from_pretrained(directory, attn_implementation=impl, output_loading_info=True)
+    assert not any(info[k] for k in ("missing_keys", "unexpected_keys", "mismatched_keys")), info
+    assert model.config._attn_implementation == impl
+    return model.eval()
+
+
+def ours_and_hf_outputs(family: FamilySetup, case: Case, ours, hf, inputs=None):
+    """``[(output name, ours, HF's)]``, token-level outputs at the real tokens only."""
+    inputs = inputs_for(family, case.choices) if inputs is None else inputs
+    mask = inputs["attention_mask"].bool()
+    with torch.no_grad():
+        got = ours(**inputs)
+        ref = hf(**inputs)
+    got = tuple(g for g in got if g is not None) if isinstance(got, tuple) else (got,)  # a backbone without pooler
+    pairs = []
+    for name, a, token_level in zip(case.outputs, got, case.token_level, strict=True):
+        b = getattr(ref, name)
+        pairs.append((name, a[mask] if token_level else a, b[mask] if token_level else b))
+    return pairs
+
+
+def assert_pairs_close(pairs, what: str) -> float:
+    """Assert each pair within :data:`TOL`; returns the largest absolute difference."""
+    worst = 0.0
+    for name, a, b in pairs:
+        assert a.shape == b.shape, f"{what} {name}: {tuple(a.shape)} vs HF {tuple(b.shape)}"
+        torch.testing.assert_close(a, b, **TOL, msg=lambda m, n=name: f"{what} {n}: {m}")
+        worst = max(worst, float((a - b).detach().abs().max()) if a.numel() else 0.0)
+    return worst
+
+
+def our_loss(model, labels: dict, inputs: dict) -> torch.Tensor:
+    if "start_positions" in labels:
+        return model.get_loss(labels["start_positions"], labels["end_positions"], **inputs)
+    return model.get_loss(labels["labels"], **inputs)
+
+
+def losses_and_gradients(family: FamilySetup, case: Case, ours, hf):
+    """``(our loss, HF loss, [(HF param name, our grad, HF grad)])`` for the case's labels."""
+    inputs = inputs_for(family, case.choices)
+    labels = case.labels(family, inputs)
+    ours.zero_grad()
+    hf.zero_grad()
+    loss = our_loss(ours, labels, inputs)
+    loss.backward()
+    ref = hf(**inputs, **labels).loss
+    ref.backward()
+    our_grads = bertkit_to_hf_family({n: p.grad for n, p in ours.named_parameters() if p.grad is not None},
+                                     family.name)
+    hf_grads = {n: p.grad for n, p in hf.named_parameters() if p.grad is not None}
+    assert hf_grads and set(hf_grads) <= set(our_grads), sorted(set(hf_grads) - set(our_grads))
+    return loss, ref, [(n, our_grads[n], g) for n, g in hf_grads.items()]
+
+
+#: ``"family/case/impl/direction" -> largest |ours - HF|`` over outputs, losses and gradients (printed by -s runs)
+MAX_DIFFS: dict[str, float] = {}
+
+
+def check_parity(family: FamilySetup, case: Case, ours, hf, what: str) -> None:
+    worst = assert_pairs_close(ours_and_hf_outputs(family, case, ours, hf), what)
+    if case.labels is not None:
+        loss, ref, grads = losses_and_gradients(family, case, ours, hf)
+        torch.testing.assert_close(loss, ref, **TOL)
+        worst = max(worst, float((loss - ref).detach().abs()), assert_pairs_close(grads, f"{what} gradient"))
+    MAX_DIFFS[what] = worst
+
+
+def check_hf_checkpoint(family: FamilySetup, case: Case, impl: str, tmp_path, **hf_extra):
+    """HF's random weights, saved by HF, loaded by bertkit with nothing adapted: the same outputs, losses and
+    gradients. Returns ``(ours, hf)``."""
+    hf = randomize_(getattr(transformers, case.hf_class)(family.hf_config(case, impl, **hf_extra)), seed=0,
+                    std=0.1).eval()
+    hf.save_pretrained(tmp_path)
+    ours = case.ours.from_pretrained(tmp_path, attn_implementation=impl)
+    report = ours.load_report
+    assert report.initialized == report.dropped == report.resized == [], str(report)
+    assert ours.config.family == family.name
+    check_parity(family, case, ours, hf, f"{family.name}/{case.id}/{impl} (HF -> ours)")
+    return ours, hf
+
+
+def check_our_checkpoint(family: FamilySetup, case: Case, impl: str, tmp_path, **extra):
+    """bertkit's random weights, saved by bertkit, loaded by HF's class (nothing missing or unexpected) and back
+    in bertkit (the same config and tensors). Returns ``(ours, hf)``."""
+    ours = randomize_(case.ours(family.our_config(case, impl, **extra)), seed=1, std=0.1).eval()
+    ours.save_pretrained(tmp_path)
+    written = json.loads((tmp_path / "config.json").read_text())
+    assert written["model_type"] == family.name and written["architectures"] == [case.hf_class]
+    hf = hf_from_pretrained(getattr(transformers, case.hf_class), tmp_path, impl)
+    check_parity(family, case, ours, hf, f"{family.name}/{case.id}/{impl} (ours -> HF)")
+    again = case.ours.from_pretrained(tmp_path, attn_implementation=impl)
+    assert again.config == ours.config
+    for (name, a), b in zip(ours.state_dict().items(), again.state_dict().values(), strict=True):
+        assert torch.equal(a, b), name
+    return ours, hf
