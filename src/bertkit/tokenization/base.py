@@ -243,9 +243,10 @@ class FastTokenizerBase:
         if return_overflowing_tokens:
             data["overflow_to_sample_mapping"] = sample_of_row
         # like HF: one text gives unbatched lists, but tensors and overflow windows keep the batch dimension
+        # (and HF's length stays a list of one)
         unbatch = not batched and return_tensors is None and not return_overflowing_tokens
         if unbatch:
-            data = {k: v[0] for k, v in data.items()}
+            data = {k: v if k == "length" else v[0] for k, v in data.items()}
         return BatchEncoding(to_tensors(data, return_tensors), aligned, batched=not unbatch)
 
     def _encode_rows(self, settings: tuple, inputs: list, is_split_into_words: bool, add_special_tokens: bool,
