@@ -134,9 +134,9 @@ class BERTTokenizerFast(FastTokenizerBase):
     def from_pretrained(cls, source: str | os.PathLike, **overrides: Any) -> BERTTokenizerFast:
         """Load a directory written by bertkit or HF (``vocab.txt`` + config, or ``tokenizer.json``),
         or a ``vocab.txt`` path; ``overrides`` replace saved settings (e.g. ``do_lower_case=False``)."""
-        from bertkit.tokenization.files import load_tokenizer
+        from bertkit.tokenization.files import load_bert_tokenizer
 
-        return load_tokenizer(cls, source, overrides)
+        return load_bert_tokenizer(cls, source, overrides)
 
     @classmethod
     def train(cls, files_or_iterator: Iterable[str] | Sequence[str | os.PathLike], vocab_size: int = 30522,
