@@ -95,6 +95,9 @@ def test_loader_picks_the_class(dirs, name):
     assert type(AutoTokenizer.from_pretrained(dirs[name])) is type(tok)
     assert type(bertkit.AutoTokenizer.from_pretrained(dirs[name])) is type(tok)
     assert bertkit.TokenizerFast is TokenizerFast
+    if isinstance(tok, BERTTokenizerFast):  # exactly what BERTTokenizerFast.from_pretrained gives
+        direct = BERTTokenizerFast.from_pretrained(dirs[name])
+        assert (tok.vocab, tok.special_tokens, repr(tok)) == (direct.vocab, direct.special_tokens, repr(direct))
 
 
 def test_loader_follows_model_type_without_tokenizer_class(dirs, tmp_path):
@@ -223,6 +226,18 @@ def test_bert_directories_truncate_as_hf(loaded, name):
 
 
 @pytest.mark.parametrize("name", GENERAL)
+def test_windows_that_cannot_advance(loaded, name):
+    """Where the Rust core panics (a stride as long as the window), bertkit raises a ValueError that says why."""
+    bk, hf = loaded[name]
+    window = 10 - bk.num_special_tokens_to_add(False)
+    assert isinstance(hf_or_error(lambda: hf(LONG, truncation=True, max_length=10, stride=window,
+                                             return_overflowing_tokens=True)), BaseException)
+    with pytest.raises(ValueError, match=f"stride={window} must be smaller than max_length"):
+        bk(LONG, truncation=True, max_length=10, stride=window, return_overflowing_tokens=True)
+    check_call(bk, hf, LONG, truncation=True, max_length=10, stride=window - 1, return_overflowing_tokens=True)
+
+
+@pytest.mark.parametrize("name", GENERAL)
 def test_padding_and_tensors(loaded, name):
     bk, hf = loaded[name]
     for options in (dict(padding=True), dict(padding="max_length", max_length=96, truncation=True),
@@ -247,7 +262,7 @@ def test_no_known_limit(loaded, name):
     check_call(bk, hf, LONG, max_length=10, context=name)
 
 
-@pytest.mark.parametrize("name", ["roberta_ps", "xlmr", "mpnet", "modernbert", "camembert"])
+@pytest.mark.parametrize("name", ["roberta", "roberta_ps", "xlmr", "mpnet", "modernbert", "camembert"])
 def test_split_into_words(loaded, name):
     bk, hf = loaded[name]
     words = [text.split() for text in HELDOUT if text.split()]

@@ -103,6 +103,9 @@ class TokenizerFast(FastTokenizerBase):
         self.extra_special_tokens = [_content(value, "extra_special_tokens") for value in extras]
         _add_special_tokens(backend, [*(v for v in named.values() if v is not None), *extras])
         self._backend = backend
+        processor = backend.post_processor  # read once: it never changes
+        self._special_counts = (0, 0) if processor is None else \
+            (processor.num_special_tokens_to_add(False), processor.num_special_tokens_to_add(True))
         self.vocab = backend.get_vocab(with_added_tokens=True)
         self.ids_to_tokens = {i: t for t, i in self.vocab.items()}
         _check_post_processor(json.loads(backend.to_str()).get("post_processor"), self.vocab, source)
@@ -121,6 +124,9 @@ class TokenizerFast(FastTokenizerBase):
     def vocab_size(self) -> int:
         """The model's vocabulary, without added tokens (HF's ``vocab_size``; ``len()`` counts them)."""
         return self._backend.get_vocab_size(with_added_tokens=False)
+
+    def num_special_tokens_to_add(self, pair: bool = False) -> int:
+        return self._special_counts[bool(pair)]
 
     def _id_limit(self) -> int:
         return max(self.ids_to_tokens) + 1 if self.ids_to_tokens else 0
