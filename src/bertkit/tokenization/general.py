@@ -108,7 +108,8 @@ class TokenizerFast(FastTokenizerBase):
             (processor.num_special_tokens_to_add(False), processor.num_special_tokens_to_add(True))
         self.vocab = backend.get_vocab(with_added_tokens=True)
         self.ids_to_tokens = {i: t for t, i in self.vocab.items()}
-        _check_post_processor(json.loads(backend.to_str()).get("post_processor"), self.vocab, source)
+        if processor is not None:  # its own JSON: serialising the whole backend would copy the vocabulary
+            _check_post_processor(json.loads(processor.__getstate__()), self.vocab, source)
         self.model_max_length = model_max_length
         self.padding_side = padding_side
         self.truncation_side = truncation_side
