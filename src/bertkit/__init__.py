@@ -55,6 +55,8 @@ _LAZY = {
     "ELECTRAConfig": "bertkit.presets",
     "BERTTokenizerFast": "bertkit.tokenization",
     "BERTTokenizer": "bertkit.tokenization",
+    "TokenizerFast": "bertkit.tokenization",
+    "AutoTokenizer": "bertkit.tokenization",
     "BatchEncoding": "bertkit.tokenization",
     "BERT_Weights": "bertkit.weights",
     "BERT_ForQuestionAnswering_Weights": "bertkit.weights",
@@ -83,9 +85,11 @@ if TYPE_CHECKING:  # for IDEs and type checkers
     from bertkit.presets import preset_config as preset_config
     from bertkit.sentence import SentenceTransformer as SentenceTransformer
     from bertkit.sentence import semantic_search as semantic_search
+    from bertkit.tokenization import AutoTokenizer as AutoTokenizer
     from bertkit.tokenization import BatchEncoding as BatchEncoding
     from bertkit.tokenization import BERTTokenizer as BERTTokenizer
     from bertkit.tokenization import BERTTokenizerFast as BERTTokenizerFast
+    from bertkit.tokenization import TokenizerFast as TokenizerFast
     from bertkit.weights import BERT_ForQuestionAnswering_Weights as BERT_ForQuestionAnswering_Weights
     from bertkit.weights import BERT_ForSequenceClassification_Weights as BERT_ForSequenceClassification_Weights
     from bertkit.weights import BERT_Weights as BERT_Weights

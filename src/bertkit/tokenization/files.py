@@ -23,7 +23,9 @@ TOKENIZER_JSON_NAME = "tokenizer.json"
 
 #: tokenizer_config.json keys that are constructor arguments
 _SETTINGS = ("do_lower_case", "strip_accents", "tokenize_chinese_chars", "model_max_length", "padding_side",
-             "truncation_side", "max_input_chars_per_word", *DEFAULT_SPECIAL_TOKENS)
+             "truncation_side", "max_input_chars_per_word", "model_input_names", *DEFAULT_SPECIAL_TOKENS)
+#: BERTTokenizerFast's default outputs (written to tokenizer_config.json only when a tokenizer has others)
+_BERT_INPUT_NAMES = ("input_ids", "token_type_ids", "attention_mask")
 
 
 def save_tokenizer(tokenizer, directory: str | os.PathLike) -> tuple[str, ...]:
@@ -37,12 +39,16 @@ def save_tokenizer(tokenizer, directory: str | os.PathLike) -> tuple[str, ...]:
               **tokenizer.special_tokens}
     if tokenizer.max_input_chars_per_word != 100:
         config["max_input_chars_per_word"] = tokenizer.max_input_chars_per_word
+    if tuple(tokenizer.model_input_names) != _BERT_INPUT_NAMES:
+        config["model_input_names"] = list(tokenizer.model_input_names)
     atomic_write_text(d / CONFIG_NAME, json.dumps(config, indent=2, sort_keys=True) + "\n")
     atomic_write_text(d / SPECIAL_TOKENS_NAME, json.dumps(tokenizer.special_tokens, indent=2, sort_keys=True) + "\n")
     return tuple(str(d / name) for name in (VOCAB_NAME, CONFIG_NAME, SPECIAL_TOKENS_NAME))
 
 
-def load_tokenizer(cls, source: str | os.PathLike, overrides: dict[str, Any]):
+def load_bert_tokenizer(cls, source: str | os.PathLike, overrides: dict[str, Any]):
+    """A BERTTokenizerFast (``cls``) from a directory (``vocab.txt`` or a WordPiece ``tokenizer.json``, with
+    their settings) or a ``vocab.txt`` path; ``overrides`` replace the saved settings."""
     path = Path(source)
     if path.is_file():
         return cls(vocab_file=path, **overrides)
@@ -83,7 +89,18 @@ def _read_tokenizer_json(path: Path) -> tuple[dict[str, int], dict[str, Any]]:
 
 
 def tokenizer_fingerprint(tokenizer) -> dict[str, Any]:
-    """What makes two tokenizers the same: the vocabulary (hashed) and the normalisation settings."""
+    """What makes two tokenizers the same (JSON-ready, for run and data records).
+
+    BERTTokenizerFast: the vocabulary (hashed) and the normalisation settings. A tokenizer.json
+    tokenizer (:class:`~bertkit.tokenization.TokenizerFast`): ``kind`` ``"tokenizer.json"``, its
+    vocabulary with added tokens (hashed) and its whole pipeline (hashed: normalizer, pre-tokenizer,
+    model, post-processor, decoder, added tokens).
+    """
+    if hasattr(tokenizer, "pipeline_json"):
+        tokens = "\n".join(t for t, _ in sorted(tokenizer.get_vocab().items(), key=lambda item: item[1]))
+        pipeline = json.dumps(tokenizer.pipeline_json(), sort_keys=True, ensure_ascii=False)
+        return {"kind": "tokenizer.json", "vocab_size": len(tokenizer), "vocab_sha256": _sha256(tokens),
+                "pipeline_sha256": _sha256(pipeline)}
     vocab = "\n".join(tokenizer.convert_ids_to_tokens(list(range(tokenizer.vocab_size))))
     return {"vocab_size": tokenizer.vocab_size, "vocab_sha256": hashlib.sha256(vocab.encode()).hexdigest(),
             "do_lower_case": tokenizer.do_lower_case, "strip_accents": tokenizer.strip_accents,
@@ -93,9 +110,19 @@ def tokenizer_fingerprint(tokenizer) -> dict[str, Any]:
 def tokenizer_differences(first: dict[str, Any], second: dict[str, Any], first_name: str,
                           second_name: str) -> list[str]:
     """How two :func:`tokenizer_fingerprint` results differ, in words (``"vocab_size 500 (data) vs 600 (model)"``);
-    empty when they are the same."""
-    differ = [f"{key} {first[key]} ({first_name}) vs {second[key]} ({second_name})" for key in first
-              if key != "vocab_sha256" and first[key] != second[key]]
+    empty when they are the same. A BERT tokenizer and a tokenizer.json one differ in ``kind``."""
+    first, second = ({"kind": "BERT WordPiece", **f} for f in (first, second))
+    if first["kind"] != second["kind"]:
+        return [f"kind {first['kind']} ({first_name}) vs {second['kind']} ({second_name})"]
+    differ = [f"{key} {first[key]} ({first_name}) vs {second.get(key)} ({second_name})" for key in first
+              if not key.endswith("_sha256") and first[key] != second.get(key)]
     if first["vocab_sha256"] != second["vocab_sha256"] and first["vocab_size"] == second["vocab_size"]:
         differ.append("the vocabularies hold different tokens")
+    elif not differ and first.get("pipeline_sha256") != second.get("pipeline_sha256"):
+        differ.append("the tokenization pipelines (normalizer, pre-tokenizer, model, post-processor, added tokens) "
+                      "differ")
     return differ
+
+
+def _sha256(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
