@@ -112,6 +112,8 @@ class Family:
       a config with another value builds and runs, but cannot be written as an HF checkpoint.
     * ``field_defaults``: values of the :data:`FAMILY_FIELDS` left None, as the family's HF config defaults them
       (DistilBERT's ``seq_classif_dropout`` 0.2).
+    * ``hf_sdpa``: whether the family's HF classes take ``attn_implementation="sdpa"``; where not (MPNet), the
+      key is left out of the HF config, which HF would refuse to load.
 
     The state-dict names of each family's HF checkpoints are in :mod:`bertkit.weights.tables`.
     """
@@ -137,6 +139,7 @@ class Family:
     hf_constants: Mapping[str, Any] = field(default_factory=dict)
     fixed_fields: Mapping[str, Any] = field(default_factory=dict)
     field_defaults: Mapping[str, Any] = field(default_factory=dict)
+    hf_sdpa: bool = True
 
 
 #: family name -> :class:`Family`. RoBERTa, XLM-RoBERTa and CamemBERT share one architecture and differ in
@@ -158,7 +161,8 @@ FAMILIES: dict[str, Family] = {
                                  "mask_token_id": -1},
                     hf_token_keys={"bos_token_id": "cls_token_id", "eos_token_id": "sep_token_id"},
                     causal_lm_class=None, token_types=False, layer="mpnet",
-                    hf_config_keys={"relative_attention_num_buckets": "relative_attention_num_buckets"}),
+                    hf_config_keys={"relative_attention_num_buckets": "relative_attention_num_buckets"},
+                    hf_sdpa=False),
     # DistilBERT: BERT's layer under other names, without token types, pooler or the attention output's dropout;
     # its sentence heads are BERT's pooler (pre_classifier, relu) + dropout + classifier
     "distilbert": Family("distilbert", ("distilbert",), ("DistilBert",), next_sentence=False,
@@ -534,6 +538,8 @@ class BERTConfig:
         d["label2id"] = {v: k for k, v in id2label.items()}
         d["position_embedding_type"] = "absolute"
         d["model_type"] = self.hf_model_type
+        if not self.family_spec.hf_sdpa:
+            del d["attn_implementation"]
         for hf_key, ours in self.family_spec.hf_token_keys.items():
             d[hf_key] = d[ours]
         if architecture is not None:

@@ -12,9 +12,10 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--top-k", type=int, default=5)
     args = parser.parse_args(argv)
 
-    from bertkit import BERTForMaskedLM, BERTTokenizerFast
+    from bertkit import BERTForMaskedLM
+    from bertkit.tokenization import load_tokenizer
 
-    tokenizer = BERTTokenizerFast.from_pretrained(args.model)
+    tokenizer = load_tokenizer(args.model)
     model = BERTForMaskedLM.from_pretrained(args.model, warn=False)  # a pretraining run's NSP head drops, as meant
     for text in args.text:
         print(text)

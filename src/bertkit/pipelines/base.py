@@ -176,5 +176,6 @@ class Pipeline:
         options.setdefault("truncation", True)
         options.setdefault("max_length", self.max_length)
         options.setdefault("truncation_side", (params or self.params).get("truncation_side", "right"))
+        options.setdefault("return_token_type_ids", True)  # every family's batch has them (ignored where unused)
         return dict(self.tokenizer(text, pair, **options))
 

@@ -162,7 +162,7 @@ class SentenceTransformer(nn.Module):
         if self.layout.do_lower_case:
             texts = [t.lower() for t in texts]
         encoding = self.tokenizer(texts, truncation=True, max_length=self.max_seq_length,
-                                  truncation_side=truncation_side) if texts else {}
+                                  truncation_side=truncation_side, return_token_type_ids=True) if texts else {}
         return [{key: encoding[key][i] for key in ("input_ids", "token_type_ids", "attention_mask")}
                 for i in range(len(texts))]
 

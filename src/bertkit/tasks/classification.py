@@ -226,7 +226,7 @@ class Classification(Task):
         self.prepare(tokenizer)
         texts = [e.text for e in examples]
         pairs = [e.text_pair or "" for e in examples] if self.text_pair_column else None
-        encoded = tokenizer(texts, pairs, truncation=True, max_length=max_seq_length)
+        encoded = tokenizer(texts, pairs, truncation=True, max_length=max_seq_length, return_token_type_ids=True)
         features = []
         for i, example in enumerate(examples):
             feature = {"example": i, "input_ids": encoded["input_ids"][i],

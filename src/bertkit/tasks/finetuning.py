@@ -420,7 +420,7 @@ def _numbers(scores: Mapping[str, Any]) -> dict[str, float]:
 def load_finetuned(model_dir: str | os.PathLike, task: str | None = None, **task_options: Any):
     """``(model, tokenizer, task, max_seq_length)`` from a directory :func:`finetune` wrote (its ``task.json``)
     or any fine-tuned HF directory (then ``task`` names the task; labels come from the config)."""
-    from bertkit.tokenization import BERTTokenizerFast
+    from bertkit.tokenization import load_tokenizer
 
     model_dir = Path(model_dir)
     task_file = model_dir / TASK_FILE
@@ -437,7 +437,7 @@ def load_finetuned(model_dir: str | os.PathLike, task: str | None = None, **task
         task_object, max_seq_length = make_task(task, **task_options), None
     net = task_object.model_class.from_pretrained(model_dir)
     task_object.restore(net.config)
-    tokenizer = BERTTokenizerFast.from_pretrained(model_dir)
+    tokenizer = load_tokenizer(model_dir)
     return net, tokenizer, task_object, max_seq_length or min(512, net.config.max_tokens)
 
 

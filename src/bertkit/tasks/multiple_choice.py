@@ -79,7 +79,7 @@ class MultipleChoice(Task):
         self.prepare(tokenizer)
         contexts = [e.context for e in examples for _ in e.choices]
         endings = [choice for e in examples for choice in e.choices]
-        encoded = tokenizer(contexts, endings, truncation=True, max_length=max_seq_length)
+        encoded = tokenizer(contexts, endings, truncation=True, max_length=max_seq_length, return_token_type_ids=True)
         features, start = [], 0
         for i, example in enumerate(examples):
             rows = range(start, start + len(example.choices))

@@ -25,6 +25,8 @@ import torch
 from bertkit.config import BERTConfig
 from bertkit.modeling.base import BERTPreTrainedModel
 from bertkit.tokenization import BERTTokenizerFast
+from bertkit.tokenization.auto import load_tokenizer
+from bertkit.tokenization.base import FastTokenizerBase
 
 logger = logging.getLogger("bertkit.sources")
 
@@ -42,14 +44,14 @@ class LoadedSource:
     """
 
     model: BERTPreTrainedModel
-    tokenizer: BERTTokenizerFast
+    tokenizer: FastTokenizerBase
     source: str
     path: Path
     fingerprint: dict[str, Any]
 
 
 def load_model_and_tokenizer(source: str | os.PathLike, model_class: type[M], *, warn: bool = True,
-                             **config_overrides: Any) -> tuple[M, BERTTokenizerFast]:
+                             **config_overrides: Any) -> tuple[M, FastTokenizerBase]:
     """``model_class`` with ``source``'s weights (in eval mode) and the tokenizer ``source`` was trained with.
 
     ``source``: anything bertkit loads (see the module doc; a registered name is downloaded once).
@@ -60,10 +62,12 @@ def load_model_and_tokenizer(source: str | os.PathLike, model_class: type[M], *,
     such adaptation in ``model.load_report`` and, unless ``warn=False``, a
     :class:`~bertkit.LoadWarning`.
 
-    The tokenizer is the checkpoint's own: its ``tokenizer_config.json`` + ``vocab.txt`` or its
-    ``tokenizer.json``; a bare ``vocab.txt`` (Google's releases) is lower-cased unless its word pieces are
-    capitalised (or, for a vocabulary without cased letters, the checkpoint's name says ``cased``), as
-    ``bertkit convert`` decides (:func:`bertkit.weights.convert.guess_do_lower_case`).
+    The tokenizer is the checkpoint's own, of the class :func:`bertkit.tokenization.load_tokenizer` picks
+    (BERT's for BERT, DistilBERT and ELECTRA; the ``tokenizer.json`` as HF reads it for RoBERTa, XLM-R, MPNet,
+    ModernBERT...): its ``tokenizer_config.json`` + ``vocab.txt`` or its ``tokenizer.json``; a bare ``vocab.txt``
+    (Google's releases) is lower-cased unless its word pieces are capitalised (or, for a vocabulary without
+    cased letters, the checkpoint's name says ``cased``), as ``bertkit convert`` decides
+    (:func:`bertkit.weights.convert.guess_do_lower_case`).
 
     Raises ``ValueError`` when the source has no vocabulary (naming it and what to add), when the
     vocabulary is larger than the model's embeddings, or when the weights do not fit
@@ -111,7 +115,7 @@ def source_config(source: str | os.PathLike) -> BERTConfig:
     return read_checkpoint(path).config
 
 
-def _checkpoint_tokenizer(checkpoint, resolved: Path, source: str | os.PathLike) -> BERTTokenizerFast:
+def _checkpoint_tokenizer(checkpoint, resolved: Path, source: str | os.PathLike) -> FastTokenizerBase:
     """The checkpoint's tokenizer, from the tokenizer files :func:`read_checkpoint` found beside its weights."""
     from bertkit.weights.convert import guess_do_lower_case
 
@@ -127,7 +131,9 @@ def _checkpoint_tokenizer(checkpoint, resolved: Path, source: str | os.PathLike)
         for name, data in files.items():
             (Path(staging) / name).write_bytes(data)
         if "tokenizer_config.json" in files or "tokenizer.json" in files:
-            return BERTTokenizerFast.from_pretrained(staging)
+            # the model type decides the tokenizer class where tokenizer_config.json names none, as in HF
+            (Path(staging) / "config.json").write_text(json.dumps({"model_type": checkpoint.config.hf_model_type}))
+            return load_tokenizer(staging)
         lower = guess_do_lower_case(str(named), files["vocab.txt"])
         logger.info("%s: vocab.txt without tokenizer_config.json; do_lower_case=%s from its vocabulary (or name)",
                     source, lower)

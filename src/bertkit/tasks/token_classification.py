@@ -325,7 +325,7 @@ class TokenClassification(Task):
         if not examples:
             return []
         word_labels = self._label_ids_of(examples) if self.has_labels(examples) else None
-        encoded = tokenizer([e.tokens for e in examples], is_split_into_words=True)
+        encoded = tokenizer([e.tokens for e in examples], is_split_into_words=True, return_token_type_ids=True)
         rows = [_Row(i, 0, encoded["input_ids"][i], encoded["token_type_ids"][i], encoded.word_ids(i))
                 for i in range(len(examples))]
         specials = rows[0].word_ids.count(None)
@@ -358,7 +358,7 @@ class TokenClassification(Task):
             pieces = [counts[w] for w in range(len(examples[row.example].tokens))]
             windows += [(row.example, start, stop) for start, stop in split_words(pieces, budget)]
         encoded = tokenizer([examples[e].tokens[start:stop] for e, start, stop in windows], is_split_into_words=True,
-                            truncation=True, max_length=max_seq_length)
+                            truncation=True, max_length=max_seq_length, return_token_type_ids=True)
         return [_Row(e, start, encoded["input_ids"][i], encoded["token_type_ids"][i], encoded.word_ids(i))
                 for i, (e, start, _) in enumerate(windows)]
 
