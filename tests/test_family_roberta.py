@@ -20,7 +20,7 @@ pytest.importorskip("transformers")
 import transformers
 
 import bertkit
-from bertkit.config import BERTConfig
+from bertkit.config import FAMILIES, BERTConfig
 from bertkit.modeling import fast, unpad
 from bertkit.modeling.layers import default_position_ids
 from bertkit.weights.tables import bertkit_to_hf_family
@@ -395,7 +395,7 @@ def test_configs_factories_and_names():
 
 
 @pytest.mark.parametrize(("changes", "message"), [
-    (dict(family="gpt"), "BERTConfig.family must be one of ('bert', 'roberta'), got 'gpt'"),
+    (dict(family="gpt"), f"BERTConfig.family must be one of {tuple(FAMILIES)}, got 'gpt'"),
     (dict(model_type="camembert"), "BERTConfig.model_type 'camembert' is not a model type of family 'bert'"),
     (dict(family="roberta", model_type="bert"), "set family='bert'"),
 ])

@@ -11,6 +11,9 @@ file and the key as the file spells it. It reads and writes three dialects:
   ``model_type`` ``"bert"``, ``"roberta"``, ``"xlm-roberta"`` or ``"camembert"``, ``id2label``);
 * Google's ``bert_config.json`` (a subset of HF's names; read by ``from_hf_dict``).
 
+A family may spell some keys its own way in HF (ModernBERT's ``norm_eps``, ``hidden_activation``,
+``rope_parameters``, ``layer_types``): :attr:`Family.hf_renames` and :attr:`Family.hf_fields`.
+
 The other encoder families are configuration of the same engine: ``BERTConfig.family`` names a
 :class:`Family`, a record of data (where position ids start, which classification head, the
 special ids' defaults, HF's class names) that the modeling and weights code read. See
@@ -51,6 +54,10 @@ _HF_ACTIVATION_NAMES = {"gelu_tanh": "gelu_pytorch_tanh"}
 
 ATTN_IMPLEMENTATIONS = ("sdpa", "eager")
 
+#: ``classifier_pooling``: the sentence representation of a ``shared_head`` family's classifiers (ModernBERT) is
+#: its first token (``"cls"``) or the mean over its real tokens (``"mean"``)
+CLASSIFIER_POOLINGS = ("cls", "mean")
+
 #: bert-base-uncased's special token ids: the defaults wherever the vocabulary holds them.
 DEFAULT_SPECIAL_IDS = {"unk_token_id": 100, "cls_token_id": 101, "sep_token_id": 102, "mask_token_id": 103}
 PROBLEM_TYPES = ("regression", "single_label_classification", "multi_label_classification")
@@ -60,6 +67,12 @@ _HF_RENAMES = {"tie_word_embeddings": "tie_word_embedding"}
 
 #: Our architecture options that HF's BertModel lacks (always True in an HF config).
 _NON_HF_OPTIONS = ("embedding_layer_norm", "attention_bias")
+
+#: Fields that only some families read (:attr:`Family.hf_fields`); ``to_dict`` leaves them out at their defaults,
+#: so a BERT config's dict is what it was before they existed.
+_FAMILY_OWN_FIELDS = ("norm_bias", "mlp_bias", "mlp_dropout", "classifier_bias", "classifier_activation",
+                      "classifier_pooling", "global_attn_every_n_layers", "local_attention", "global_rope_theta",
+                      "local_rope_theta")
 
 
 @dataclass(frozen=True)
@@ -90,6 +103,19 @@ class Family:
       queries and keys instead).
     * ``layer``: the encoder-layer variant, a key of :data:`bertkit.modeling.variants.LAYER_VARIANTS`
       (``"bert"``: BERT's post-LN layer; a family that differs in structure names its own there).
+    * ``pooler``: whether the backbone has BERT's pooler (ModernBERT's has none).
+    * ``shared_head``: the classification heads (sequence, token, multiple choice, QA) read the encoder's output
+      through ``head``, a transform like the MLM head's (dense, ``classifier_activation``, LayerNorm), and the
+      sentence representation is ``head`` on the sequence pooled by ``classifier_pooling`` (ModernBERT: HF's
+      ``head``, one module name that its masked LM and classifiers share).
+    * ``rotary``: attention rotates queries and keys (RoPE): global layers with ``global_rope_theta`` every
+      ``global_attn_every_n_layers`` layers, sliding-window layers with ``local_rope_theta`` between them
+      (HF's ``rope_parameters`` and ``layer_types``).
+    * ``hf_renames``: HF config key -> our field, for this family's own spellings (ModernBERT's ``norm_eps``).
+    * ``hf_fields``: the fields (beyond BERT's) that this family's HF config holds; written to it explicitly,
+      since HF's defaults for them are not bertkit's. Other families must leave them at their defaults.
+    * ``hf_defaults``: our fields' values when an HF config of this family leaves a key out (its HF config
+      class's defaults, where they differ from :class:`BERTConfig`'s); also the family's base preset.
 
     The state-dict names of each family's HF checkpoints are in :mod:`bertkit.weights.tables`.
     """
@@ -107,6 +133,12 @@ class Family:
     token_types: bool = True
     position_embeddings: bool = True
     layer: str = "bert"
+    pooler: bool = True
+    shared_head: bool = False
+    rotary: bool = False
+    hf_renames: Mapping[str, str] = field(default_factory=dict)
+    hf_fields: tuple[str, ...] = ()
+    hf_defaults: Mapping[str, Any] = field(default_factory=dict)
 
 
 #: family name -> :class:`Family`. RoBERTa, XLM-RoBERTa and CamemBERT share one architecture and differ in
@@ -120,6 +152,22 @@ FAMILIES: dict[str, Family] = {
                       special_ids={"pad_token_id": 1, "cls_token_id": 0, "sep_token_id": 2, "unk_token_id": 3,
                                    "mask_token_id": -1},
                       hf_token_keys={"bos_token_id": "cls_token_id", "eos_token_id": "sep_token_id"}),
+    "modernbert": Family(
+        "modernbert", ("modernbert",), ("ModernBert",), sequence_head="pooler", next_sentence=False,
+        special_ids={"pad_token_id": 50283, "cls_token_id": 50281, "sep_token_id": 50282, "unk_token_id": 50280,
+                     "mask_token_id": 50284},
+        hf_token_keys={"bos_token_id": "cls_token_id", "eos_token_id": "sep_token_id"},
+        token_types=False, position_embeddings=False, layer="modernbert", pooler=False, shared_head=True,
+        rotary=True,
+        hf_renames={"hidden_activation": "hidden_act", "norm_eps": "layer_norm_eps",
+                    "embedding_dropout": "hidden_dropout_prob", "attention_dropout": "attention_probs_dropout_prob"},
+        hf_fields=("attention_bias", "classifier_dropout", "norm_bias", "mlp_bias", "mlp_dropout", "classifier_bias",
+                   "classifier_activation", "classifier_pooling", "global_attn_every_n_layers", "local_attention",
+                   "global_rope_theta", "local_rope_theta"),
+        hf_defaults=dict(vocab_size=50368, intermediate_size=1152, num_hidden_layers=22, max_position_embeddings=8192,
+                         layer_norm_eps=1e-5, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+                         classifier_dropout=0.0, attention_bias=False, norm_bias=False, mlp_bias=False,
+                         classifier_bias=False, classifier_activation="gelu", global_attn_every_n_layers=3)),
 }
 
 #: HF model_type -> family name
@@ -153,6 +201,15 @@ class BERTConfig:
     it changes nothing else. Build one with :func:`bertkit.presets.RoBERTaConfig` (also
     ``XLMRoBERTaConfig``, ``CamemBERTConfig``) or ``BERTConfig(family="roberta", ...)``.
     ``pad_token_id`` left as None takes the family's (0 for BERT, 1 for RoBERTa).
+
+    ``family="modernbert"`` builds ModernBERT's layers (:mod:`bertkit.modeling.modernbert`: pre-norm, fused
+    ``Wqkv``, rotary positions, GeGLU, alternating global and sliding-window attention) from these fields, which
+    keep HF's names: ``norm_bias`` / ``mlp_bias`` (with ``attention_bias``, the biases it may drop),
+    ``mlp_dropout``, ``global_attn_every_n_layers``, ``local_attention`` (the window: keys within half of it),
+    ``global_rope_theta`` / ``local_rope_theta``, and for its heads ``classifier_bias`` / ``classifier_activation``
+    (the dense layer and activation of the transform that its MLM head and classifiers share; None: the MLM head's
+    usual activation) and ``classifier_pooling`` (``"cls"`` or ``"mean"``). Their defaults leave BERT as it is;
+    :func:`bertkit.presets.ModernBERTConfig` gives HF's ModernBERT defaults.
     """
 
     vocab_size: int = 30522
@@ -186,11 +243,24 @@ class BERTConfig:
     id2label: dict[int, str] | None = field(default=None, repr=False)
     family: str = "bert"
     model_type: str | None = None
+    # ModernBERT's (HF's names; these defaults leave BERT as it is, and to_dict omits them there)
+    norm_bias: bool = True
+    mlp_bias: bool = True
+    mlp_dropout: float = 0.0
+    classifier_bias: bool = True
+    classifier_activation: str | None = None
+    classifier_pooling: str = "cls"
+    global_attn_every_n_layers: int = 1
+    local_attention: int = 128
+    global_rope_theta: float = 160_000.0
+    local_rope_theta: float = 10_000.0
 
     def __post_init__(self) -> None:
         self._check_types()  # before normalising, which relies on them
         if isinstance(self.hidden_act, str):
             self.hidden_act = ACTIVATION_ALIASES.get(self.hidden_act, self.hidden_act)
+        if self.classifier_activation is not None:
+            self.classifier_activation = ACTIVATION_ALIASES.get(self.classifier_activation, self.classifier_activation)
         if self.id2label is not None:
             self.id2label = {int(k): str(v) for k, v in self.id2label.items()}
         if self.family in FAMILIES:  # an unknown family is validate()'s error
@@ -282,6 +352,23 @@ class BERTConfig:
                 f"BERTConfig.id2label has {len(self.id2label)} entries but num_labels={self.num_labels}; "
                 "make them agree or drop id2label."
             )
+        self._validate_modernbert_fields()
+
+    def _validate_modernbert_fields(self) -> None:
+        for name in ("global_attn_every_n_layers", "local_attention"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"BERTConfig.{name} must be a positive integer, got {getattr(self, name)!r}.")
+        for name in ("global_rope_theta", "local_rope_theta"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"BERTConfig.{name} must be > 0, got {getattr(self, name)!r}.")
+        if not 0.0 <= self.mlp_dropout < 1.0:
+            raise ValueError(f"BERTConfig.mlp_dropout must lie in [0, 1), got {self.mlp_dropout!r}.")
+        if self.classifier_activation is not None and self.classifier_activation not in ACTIVATIONS:
+            raise ValueError(f"BERTConfig.classifier_activation {self.classifier_activation!r} is unknown; use one of "
+                             f"{ACTIVATIONS}, or None for the MLM head's usual activation.")
+        if self.classifier_pooling not in CLASSIFIER_POOLINGS:
+            raise ValueError(f"BERTConfig.classifier_pooling must be one of {CLASSIFIER_POOLINGS}, "
+                             f"got {self.classifier_pooling!r}.")
 
     # ------------------------------------------------------------------ derived
     @property
@@ -341,9 +428,9 @@ class BERTConfig:
 
     # ------------------------------------------------------------------ own dialect
     def to_dict(self) -> dict[str, Any]:
-        """Fields by bertkit's names; a callable ``hidden_act`` is written by its name. ``family`` and
-        ``model_type`` are left out at their defaults (BERT), so a BERT config's dict is what it was before
-        families existed (runs recorded then still resume)."""
+        """Fields by bertkit's names; a callable ``hidden_act`` is written by its name. ``family``,
+        ``model_type`` and the fields only some families read are left out at their defaults (BERT's), so a BERT
+        config's dict is what it was before families existed (runs recorded then still resume)."""
         d = dataclasses.asdict(self)
         d["hidden_act"] = self.activation_name()
         if d["id2label"] is None:
@@ -352,6 +439,10 @@ class BERTConfig:
             del d["family"]
         if d["model_type"] is None:
             del d["model_type"]
+        defaults = {f.name: f.default for f in fields(self)}
+        for name in _FAMILY_OWN_FIELDS:
+            if d[name] == defaults[name]:
+                del d[name]
         return d
 
     @classmethod
@@ -403,24 +494,49 @@ class BERTConfig:
         this config's model type (:meth:`hf_architecture_name`). Raises ``ValueError`` for options HF's
         BERT lacks (``embedding_layer_norm`` or ``attention_bias`` set to False).
         """
+        spec = self.family_spec
         d = self.to_dict()
         d.pop("family", None)
         for name in _NON_HF_OPTIONS:
-            if not d.pop(name):
+            if name not in spec.hf_fields and not d.pop(name):
                 raise ValueError(f"BERTConfig.{name}=False has no HF transformers equivalent, so this model "
                                  "cannot be written as an HF checkpoint; save its state_dict with torch.save.")
+        foreign = [name for name in _FAMILY_OWN_FIELDS if name in d and name not in spec.hf_fields]
+        if foreign:
+            raise ValueError(f"BERTConfig.{foreign[0]}={d[foreign[0]]!r} has no equivalent in HF's "
+                             f"{self.hf_model_type!r} config (family {self.family!r} does not read it); leave it at "
+                             "its default to write this model as an HF checkpoint.")
+        stands_for = {"classifier_dropout": self.hidden_dropout_prob,  # what None means, for HF configs taking no null
+                      "classifier_activation": spec.mlm_activation or self.activation_name()}
+        for name in spec.hf_fields:  # written explicitly: HF's defaults for them are not bertkit's
+            d[name] = getattr(self, name) if getattr(self, name) is not None else stands_for[name]
         d["tie_word_embeddings"] = d.pop("tie_word_embedding")
-        d["hidden_act"] = _HF_ACTIVATION_NAMES.get(d["hidden_act"], d["hidden_act"])
+        for name in ("hidden_act", "classifier_activation"):
+            if name in d:
+                d[name] = _HF_ACTIVATION_NAMES.get(d[name], d[name])
         id2label = self.id2label or {i: f"LABEL_{i}" for i in range(self.num_labels)}
         d["id2label"] = {str(k): v for k, v in id2label.items()}
         d["label2id"] = {v: k for k, v in id2label.items()}
-        d["position_embedding_type"] = "absolute"
+        if spec.position_embeddings:
+            d["position_embedding_type"] = "absolute"
         d["model_type"] = self.hf_model_type
-        for hf_key, ours in self.family_spec.hf_token_keys.items():
+        for hf_key, ours in spec.hf_token_keys.items():
             d[hf_key] = d[ours]
+        for hf_key, ours in spec.hf_renames.items():
+            d[hf_key] = d.pop(ours)
+        if spec.rotary:
+            d.update(self._hf_rotary_keys())
         if architecture is not None:
             d["architectures"] = [self.hf_architecture_name(architecture)]
         return d
+
+    def _hf_rotary_keys(self) -> dict[str, Any]:
+        """HF's ``rope_parameters`` and ``layer_types`` (transformers 5; the flat keys, which older versions read,
+        are written beside them)."""
+        n = self.global_attn_every_n_layers
+        return {"rope_parameters": {"full_attention": {"rope_type": "default", "rope_theta": self.global_rope_theta},
+                                    "sliding_attention": {"rope_type": "default", "rope_theta": self.local_rope_theta}},
+                "layer_types": [_LAYER_TYPES[bool(i % n)] for i in range(self.num_hidden_layers)]}
 
     @classmethod
     def from_hf_dict(cls, d: Mapping[str, Any]) -> BERTConfig:
@@ -440,8 +556,19 @@ class BERTConfig:
         _require_mapping("BERTConfig.from_hf_dict", d)
         known = {f.name for f in fields(cls)} - {"model_type", "family"}
         kwargs: dict[str, Any] = _family_fields(d)
+        family = kwargs.get("family", "bert")
+        spec = FAMILIES.get(family) if isinstance(family, str) else None  # else the constructor's error
+        own = spec if spec is not None and "family" not in d else None  # HF's spelling (bertkit's dict names a family)
+        renames = {**_HF_RENAMES, **(own.hf_renames if own is not None else {})}
+        if own is not None:
+            kwargs = {**own.hf_defaults, **kwargs}
         for given_key, value in d.items():
-            key = _HF_RENAMES.get(given_key, given_key)
+            key = renames.get(given_key, given_key)
+            if own is not None and given_key in own.hf_renames.values():
+                continue  # the family's HF config spells this field otherwise (ModernBERT's norm_eps)
+            if key == "decoder_bias" and value is False:
+                raise ValueError("decoder_bias=false (an MLM decoder without a bias) is not supported: bertkit's MLM "
+                                 "head always has one.")
             if key == "position_embedding_type":
                 if value not in (None, "absolute"):
                     raise ValueError(
@@ -458,8 +585,8 @@ class BERTConfig:
             kwargs.setdefault("num_labels", len(id2label))
             if all(str(v) == f"LABEL_{k}" for k, v in id2label.items()):
                 del kwargs["id2label"]  # HF's placeholder names carry no information
-        family = kwargs.get("family", "bert")
-        spec = FAMILIES.get(family) if isinstance(family, str) else None  # else the constructor's error
+        if own is not None and own.rotary:
+            kwargs.update(_rotary_fields(cls, d, kwargs.get("num_hidden_layers", 12)))
         for hf_key, ours in (spec.hf_token_keys if spec is not None else {}).items():
             if d.get(hf_key) is not None and ours not in kwargs:
                 problem = _type_problem(cls, ours, d[hf_key])
@@ -594,6 +721,54 @@ def _family_fields(d: Mapping[str, Any]) -> dict[str, Any]:
         if model_type != out["family"]:
             out["model_type"] = model_type
     return out
+
+
+#: HF's ``layer_types`` names: global attention, sliding-window attention
+_LAYER_TYPES = ("full_attention", "sliding_attention")
+
+
+def _rotary_fields(config_class: type, d: Mapping[str, Any], num_layers: Any) -> dict[str, Any]:
+    """``global_rope_theta`` / ``local_rope_theta`` / ``global_attn_every_n_layers`` from HF's ``rope_parameters``
+    and ``layer_types`` (transformers 5), which win over the flat keys older versions wrote, as in HF."""
+    out: dict[str, Any] = {}
+    if d.get("rope_scaling") is not None:
+        raise ValueError(f"rope_scaling={d['rope_scaling']!r} is not supported; bertkit implements the default "
+                         "rotary embeddings.")
+    rope = d.get("rope_parameters")
+    if rope is not None:
+        if not isinstance(rope, Mapping):
+            raise ValueError(f"rope_parameters must be an object keyed by layer type, got {_describe(rope)}.")
+        for layer_type, name in zip(_LAYER_TYPES, ("global_rope_theta", "local_rope_theta"), strict=True):
+            params = rope.get(layer_type) or {}
+            if not isinstance(params, Mapping):
+                raise ValueError(f"rope_parameters.{layer_type} must be an object, got {_describe(params)}.")
+            if params.get("rope_type", "default") != "default":
+                raise ValueError(f"rope_parameters.{layer_type}.rope_type={params['rope_type']!r} is not supported; "
+                                 "bertkit implements the default rotary embeddings.")
+            if params.get("rope_theta") is not None:
+                problem = _type_problem(config_class, name, params["rope_theta"])
+                if problem:
+                    raise ValueError(f"rope_parameters.{layer_type}.rope_theta {problem}.")
+                out[name] = params["rope_theta"]
+    layer_types = d.get("layer_types")
+    if layer_types is not None:
+        out["global_attn_every_n_layers"] = _global_every(layer_types, num_layers)
+    return out
+
+
+def _global_every(layer_types: Any, num_layers: Any) -> int:
+    """n of HF's ``layer_types`` when they are global every n layers from the first (the only pattern bertkit
+    builds); ``ValueError`` otherwise."""
+    if not isinstance(layer_types, list) or not all(t in _LAYER_TYPES for t in layer_types):
+        raise ValueError(f"layer_types must be a list of {' / '.join(map(repr, _LAYER_TYPES))}, "
+                         f"got {_describe(layer_types)}.")
+    if len(layer_types) != num_layers:
+        raise ValueError(f"layer_types names {len(layer_types)} layers but num_hidden_layers is {num_layers!r}.")
+    n = next((i for i, t in enumerate(layer_types) if i and t == _LAYER_TYPES[0]), len(layer_types)) or 1
+    if layer_types != [_LAYER_TYPES[bool(i % n)] for i in range(len(layer_types))]:
+        raise ValueError(f"layer_types {layer_types} are not global attention every n layers from the first, the "
+                         "pattern bertkit builds (global_attn_every_n_layers).")
+    return n
 
 
 def _require_mapping(where: str, d: Any) -> None:
