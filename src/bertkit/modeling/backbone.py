@@ -100,8 +100,8 @@ class BERT(BERTPreTrainedModel):
 
     Args:
         config: the architecture.
-        add_pooling_layer: build the pooler (``tanh(dense(h[:, 0]))``); without it
-            ``pooled_output`` is None.
+        add_pooling_layer: build the pooler (``tanh(dense(h[:, 0]))``) where the family has one
+            (``Family.pooler``); without it ``pooled_output`` is None.
     """
 
     hf_architecture = "BertModel"
@@ -114,7 +114,7 @@ class BERT(BERTPreTrainedModel):
         super().__init__(config)
         self.embeddings = BERTEmbeddings(config)
         self.encoder = BERTEncoder(config)
-        self.pooler = BERTPooler(config) if add_pooling_layer else None
+        self.pooler = BERTPooler(config) if add_pooling_layer and config.family_spec.pooler else None
         self.post_init()
 
     @property
