@@ -50,6 +50,7 @@ _LAZY = {
     "RoBERTaConfig": "bertkit.presets",
     "XLMRoBERTaConfig": "bertkit.presets",
     "CamemBERTConfig": "bertkit.presets",
+    "ModernBERTConfig": "bertkit.presets",
     "BERTTokenizerFast": "bertkit.tokenization",
     "BERTTokenizer": "bertkit.tokenization",
     "BatchEncoding": "bertkit.tokenization",
@@ -72,6 +73,7 @@ if TYPE_CHECKING:  # for IDEs and type checkers
     from bertkit.pipelines import pipeline as pipeline
     from bertkit.presets import SIZES as SIZES
     from bertkit.presets import CamemBERTConfig as CamemBERTConfig
+    from bertkit.presets import ModernBERTConfig as ModernBERTConfig
     from bertkit.presets import RoBERTaConfig as RoBERTaConfig
     from bertkit.presets import XLMRoBERTaConfig as XLMRoBERTaConfig
     from bertkit.presets import preset_config as preset_config

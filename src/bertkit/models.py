@@ -3,8 +3,8 @@
 from bertkit.config import BERTConfig
 from bertkit.modeling import *  # noqa: F403
 from bertkit.modeling import __all__ as _modeling_all
-from bertkit.presets import CamemBERTConfig, RoBERTaConfig, XLMRoBERTaConfig
+from bertkit.presets import CamemBERTConfig, ModernBERTConfig, RoBERTaConfig, XLMRoBERTaConfig
 from bertkit.tokenization import BERTTokenizer, BERTTokenizerFast
 
-__all__ = ["BERTConfig", "BERTTokenizer", "BERTTokenizerFast", "CamemBERTConfig", "RoBERTaConfig",
+__all__ = ["BERTConfig", "BERTTokenizer", "BERTTokenizerFast", "CamemBERTConfig", "ModernBERTConfig", "RoBERTaConfig",
            "XLMRoBERTaConfig", *_modeling_all]

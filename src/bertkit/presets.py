@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from bertkit.config import BERTConfig
+from bertkit.config import FAMILIES, BERTConfig
 
 #: name -> (num_hidden_layers, hidden_size, num_attention_heads)
 SIZES: dict[str, tuple[int, int, int]] = {
@@ -47,6 +47,7 @@ FAMILY_PRESETS: dict[str, dict[str, Any]] = {
                         type_vocab_size=1, layer_norm_eps=1e-5, pad_token_id=1),
     "camembert": dict(family="roberta", model_type="camembert", vocab_size=32005, max_position_embeddings=514,
                       type_vocab_size=1, layer_norm_eps=1e-5, pad_token_id=1, cls_token_id=5, sep_token_id=6),
+    "modernbert": dict(family="modernbert", **FAMILIES["modernbert"].hf_defaults),
 }
 
 
@@ -74,6 +75,14 @@ def CamemBERTConfig(**overrides: Any) -> BERTConfig:
     """A ``BERTConfig(family="roberta", model_type="camembert")`` with camembert-base's values (``<s>`` 5,
     ``</s>`` 6)."""
     return family_config("camembert", **overrides)
+
+
+def ModernBERTConfig(**overrides: Any) -> BERTConfig:
+    """A ``BERTConfig(family="modernbert")`` with HF's ``ModernBertConfig`` defaults (ModernBERT-base: 22 layers,
+    intermediate 1152, no biases, global attention every 3rd layer, a 128-token window elsewhere, 8192 positions,
+    vocabulary 50368 with pad 50283, [CLS] 50281, [SEP] 50282, [MASK] 50284); ``overrides`` are BERTConfig fields.
+    """
+    return family_config("modernbert", **overrides)
 
 
 @dataclass(frozen=True)
