@@ -23,7 +23,7 @@ from transformers.masking_utils import sliding_window_bidirectional_overlay
 
 import bertkit
 from bertkit.config import BERTConfig
-from bertkit.modeling import fast
+from bertkit.modeling import fast, unpad
 from bertkit.modeling.counting import count_parameters
 from bertkit.modeling.modernbert import sliding_window_mask
 from bertkit.weights.tables import bertkit_to_hf_family
@@ -405,6 +405,35 @@ def test_first_token_classifier_computes_the_last_layer_at_the_first_token():
         seq = model.bert(ids, mask)[0]
         assert model.bert.encode(ids, mask, first_token_only=True).last_hidden_state.shape[1] == 1
         torch.testing.assert_close(model(ids, mask), model.classifier(model.head(seq[:, 0])), **TOL)
+
+
+@pytest.mark.parametrize("case_id", ["model", "masked_lm", "seq_cls", "seq_cls_mean", "token_cls",
+                                     "multiple_choice"])
+def test_unpadded_execution_equals_the_padded_path(case_id, monkeypatch):
+    """The fast path drops padding for ModernBERT too (attention unpacks to the padded layout of the rotary
+    tables and windows) and equals the padded path at every real position, gradients too; the first-token
+    classifier's last layer runs at the first tokens alone, packed."""
+    plans = []
+    real_plan = unpad.plan
+    monkeypatch.setattr(unpad, "plan", lambda *a, **k: plans.append(real_plan(*a, **k)) or plans[-1])
+    case = CASES[case_id]
+    model = randomize(case.ours(our_config(case, "sdpa"))).eval()
+    inputs = inputs_for(case)
+    mask = inputs["attention_mask"].bool()
+    results = []
+    for on in (True, False):
+        model.zero_grad()
+        with fast.fast_path(on):
+            out = model(**inputs)
+        out = out[0] if isinstance(out, tuple) else out
+        out = out[mask] if out.shape[:mask.dim()] == mask.shape else out
+        (out * torch.linspace(-1, 1, out.shape[-1])).sum().backward()
+        results.append((out.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}))
+    assert plans[0] is not None and plans[0].tokens == int(mask.sum()) and plans[-1] is None
+    (fast_out, fast_grads), (plain_out, plain_grads) = results
+    torch.testing.assert_close(fast_out, plain_out, **TOL)
+    for name, grad in fast_grads.items():
+        torch.testing.assert_close(grad, plain_grads[name], **TOL, msg=name)
 
 
 def test_gradient_checkpointing_gives_the_same_gradients():

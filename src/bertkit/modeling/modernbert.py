@@ -19,7 +19,10 @@ layer: ``attn_norm``, ``attn.Wqkv``, ``attn.Wo``, ``mlp_norm``, ``mlp.Wi``, ``ml
 :class:`RotaryContext` (``encoder.rotary``, no parameters) computes once per forward what every layer shares:
 the cos/sin tables of both thetas at the batch's position ids, and the sliding-window mask combined with the
 padding mask. Attention itself is :func:`bertkit.modeling.layers.attend` (SDPA or eager, boolean masks).
-Unpadded execution is not supported: the encoder runs on the padded batch.
+
+Unpadded execution (:mod:`bertkit.modeling.unpad`) is supported: the norms, projections and the feed-forward
+block run on the packed real tokens ``[N, H]``; attention unpacks queries, keys and values to ``[B, L]`` (where
+the rotary tables and masks are laid out) for one masked call and packs its output again.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from torch import nn
 from bertkit.config import BERTConfig
 from bertkit.modeling.fast import Dropout, Linear
 from bertkit.modeling.layers import activation, attend
+from bertkit.modeling.unpad import Packing
 
 
 def layer_norm(config: BERTConfig) -> nn.LayerNorm:
@@ -99,12 +103,13 @@ class RotaryContext(nn.Module):
         self.has_local = config.global_attn_every_n_layers > 1 and config.num_hidden_layers > 1
 
     def forward(self, hidden_states: torch.Tensor, *, allowed: torch.Tensor | None, position_ids: torch.Tensor,
-                packing=None) -> dict:
-        if packing is not None:
-            raise ValueError("ModernBERT layers do not run unpadded; the variant says unpadded=False.")
+                packing: Packing | None = None) -> dict:
+        """``hidden_states [B, L, H]``, or the packed ``[N, H]`` with ``packing``; ``allowed`` and ``position_ids``
+        are laid out ``[B, L]`` either way, and so are the tables and masks returned."""
+        length = packing.length if packing is not None else hidden_states.shape[1]
         rotary = {kind: rotary_tables(position_ids, self.head_dim, theta, hidden_states.dtype)
                   for kind, theta in self.thetas.items() if kind == "global" or self.has_local}
-        local_allowed = sliding_window_mask(allowed, hidden_states.shape[1], self.half_window,
+        local_allowed = sliding_window_mask(allowed, length, self.half_window,
                                             hidden_states.device) if self.has_local else None
         keyless = None
         if local_allowed is not None and local_allowed is not allowed:
@@ -134,11 +139,15 @@ class ModernBERTAttention(nn.Module):
 
     def forward(self, x: torch.Tensor, allowed: torch.Tensor | None, cos: torch.Tensor, sin: torch.Tensor, *,
                 keyless: torch.Tensor | None = None, query_positions: slice | None = None,
-                output_attentions: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+                output_attentions: bool = False,
+                packing: Packing | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """``x [B, L, H]`` -> ``[B, L, H]`` (``[B, n, H]`` at ``query_positions``: ``allowed`` and ``keyless``
-        already cut to those rows) and the probabilities when eager."""
-        b, length, h = x.shape
-        q, k, v = self.Wqkv(x).view(b, length, 3, self.num_heads, self.head_dim).transpose(1, 3).unbind(dim=2)
+        already cut to those rows) and the probabilities when eager. With ``packing``, ``x`` and the result are
+        the packed ``[N, H]`` (``[B, n, H]`` at ``query_positions``)."""
+        h = x.shape[-1]
+        qkv = self.Wqkv(x) if packing is None else packing.unpack(self.Wqkv(x))  # [B, L, 3H]
+        b, length = qkv.shape[:2]
+        q, k, v = qkv.view(b, length, 3, self.num_heads, self.head_dim).transpose(1, 3).unbind(dim=2)
         q, k = rotate(q, cos, sin), rotate(k, cos, sin)  # [B, nh, L, hd]
         if query_positions is not None:
             q = q[:, :, query_positions]
@@ -148,7 +157,10 @@ class ModernBERTAttention(nn.Module):
         context, probs = attend(q, k, v, allowed | keyless if zeroed else allowed, dropout_p, eager=eager)
         if zeroed:
             context = context.masked_fill(keyless, 0.0)
-        return self.out_drop(self.Wo(context.transpose(1, 2).reshape(b, -1, h))), probs
+        context = context.transpose(1, 2).reshape(b, -1, h)  # [B, nh, L|n, hd] -> [B, L|n, H]
+        if packing is not None and query_positions is None:
+            context = packing.pack(context)
+        return self.out_drop(self.Wo(context)), probs
 
 
 class ModernBERTMLP(nn.Module):
@@ -186,26 +198,39 @@ class ModernBERTLayer(nn.Module):
 
     def forward(self, hidden_states: torch.Tensor, allowed: torch.Tensor | None, *, rotary: dict,
                 local_allowed: torch.Tensor | None = None, local_keyless: torch.Tensor | None = None,
-                output_attentions: bool = False, query_positions: slice | None = None, self_cache=None, **_):
+                output_attentions: bool = False, query_positions: slice | None = None,
+                packing: Packing | None = None, self_cache=None, **_):
         """Returns ``(hidden_states [B, L, H], attention probabilities | None, None)``.
 
         ``allowed`` is the padding mask (global layers), ``local_allowed`` the sliding-window one (the others,
         with ``local_keyless`` its rows without a key), ``rotary`` the context's tables. ``query_positions``:
         compute the output at those positions only (``[B, n, H]``), each still attending to its keys (a
         classifier's last layer at the first token).
-        The other keywords of :class:`~bertkit.modeling.layers.BERTLayer` (caches, cross-attention, packing)
-        are those of a decoder or of unpadded execution, which this layer does not do; they arrive empty.
+        ``packing``: ``hidden_states`` are the packed real tokens ``[N, H]`` (unpadded execution) and so is the
+        output; ``query_positions`` may then only be ``slice(0, 1)`` (output ``[B, 1, H]``). The other keywords of
+        :class:`~bertkit.modeling.layers.BERTLayer` (caches, cross-attention) are a decoder's, which this layer
+        is not; they arrive empty.
         """
         if self_cache is not None:
             raise ValueError("ModernBERT layers keep no cache (they are encoder layers); pass no past_key_values.")
         mask, keyless = (allowed, None) if self.kind == "global" else (local_allowed, local_keyless)
         residual = hidden_states
-        if query_positions is not None:
-            residual = hidden_states[:, query_positions]
+        if query_positions is not None:  # the rows of those queries
+            residual = _at(hidden_states, query_positions, packing)
             if mask is not None and mask.shape[-2] != 1:
                 mask = mask[..., query_positions, :]
             keyless = keyless[..., query_positions, :] if keyless is not None else None
         attn, probs = self.attn(self.attn_norm(hidden_states), mask, *rotary[self.kind], keyless=keyless,
-                                query_positions=query_positions, output_attentions=output_attentions)
+                                query_positions=query_positions, output_attentions=output_attentions,
+                                packing=packing)
         x = residual + attn
         return x + self.mlp(self.mlp_norm(x)), probs, None
+
+
+def _at(x: torch.Tensor, positions: slice, packing: Packing | None) -> torch.Tensor:
+    """``x [B, L, H]`` at ``positions``: ``[B, n, H]``; packed ``x [N, H]``: each row's first token ``[B, 1, H]``."""
+    if packing is None:
+        return x[:, positions]
+    if positions != slice(0, 1):
+        raise ValueError("with unpadded execution only query_positions=slice(0, 1) is supported.")
+    return packing.first_tokens(x)

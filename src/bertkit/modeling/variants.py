@@ -53,7 +53,7 @@ LAYER_VARIANTS: dict[str, LayerVariant] = {
     "bert": LayerVariant("bertkit.modeling.layers:BERTLayer"),
     "modernbert": LayerVariant("bertkit.modeling.modernbert:ModernBERTLayer",
                                context="bertkit.modeling.modernbert:RotaryContext", context_name="rotary",
-                               final_norm="bertkit.modeling.modernbert:final_norm", unpadded=False),
+                               final_norm="bertkit.modeling.modernbert:final_norm"),
 }
 
 
