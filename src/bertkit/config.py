@@ -8,7 +8,7 @@ file and the key as the file spells it. It reads and writes three dialects:
 
 * bertkit's own field names (``to_dict`` / ``from_dict``, lucid's names);
 * HF ``config.json`` (``to_hf_dict`` / ``from_hf_dict``: ``tie_word_embeddings``,
-  ``model_type`` ``"bert"``, ``"roberta"``, ``"xlm-roberta"`` or ``"camembert"``, ``id2label``);
+  ``model_type`` ``"bert"``, ``"roberta"``, ``"xlm-roberta"``, ``"camembert"`` or ``"modernbert"``, ``id2label``);
 * Google's ``bert_config.json`` (a subset of HF's names; read by ``from_hf_dict``).
 
 A family may spell some keys its own way in HF (ModernBERT's ``norm_eps``, ``hidden_activation``,
@@ -492,7 +492,8 @@ class BERTConfig:
 
         ``architecture`` is BERT's HF class name (a bertkit class's ``hf_architecture``); it is written in
         this config's model type (:meth:`hf_architecture_name`). Raises ``ValueError`` for options HF's
-        BERT lacks (``embedding_layer_norm`` or ``attention_bias`` set to False).
+        BERT lacks (``embedding_layer_norm`` or ``attention_bias`` set to False), and for another family's fields
+        away from their defaults. A family's own HF keys are written under its names (:class:`Family`).
         """
         spec = self.family_spec
         d = self.to_dict()

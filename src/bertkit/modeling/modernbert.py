@@ -32,6 +32,7 @@ from torch import nn
 
 from bertkit.config import BERTConfig
 from bertkit.modeling.fast import Dropout, Linear
+from bertkit.modeling.inputs import value_checks_disabled
 from bertkit.modeling.layers import activation, attend
 from bertkit.modeling.unpad import Packing
 
@@ -114,7 +115,8 @@ class RotaryContext(nn.Module):
         keyless = None
         if local_allowed is not None and local_allowed is not allowed:
             keyless = ~local_allowed.any(dim=-1, keepdim=True)
-            keyless = keyless if bool(keyless.any()) else None
+            if not value_checks_disabled() and not bool(keyless.any()):  # no sync while tracing: kept, all False
+                keyless = None
         return {"rotary": rotary, "local_allowed": local_allowed, "local_keyless": keyless}
 
 
