@@ -53,6 +53,7 @@ _LAZY = {
     "MPNetConfig": "bertkit.presets",
     "DistilBERTConfig": "bertkit.presets",
     "ELECTRAConfig": "bertkit.presets",
+    "ModernBERTConfig": "bertkit.presets",
     "BERTTokenizerFast": "bertkit.tokenization",
     "BERTTokenizer": "bertkit.tokenization",
     "TokenizerFast": "bertkit.tokenization",
@@ -79,6 +80,7 @@ if TYPE_CHECKING:  # for IDEs and type checkers
     from bertkit.presets import CamemBERTConfig as CamemBERTConfig
     from bertkit.presets import DistilBERTConfig as DistilBERTConfig
     from bertkit.presets import ELECTRAConfig as ELECTRAConfig
+    from bertkit.presets import ModernBERTConfig as ModernBERTConfig
     from bertkit.presets import MPNetConfig as MPNetConfig
     from bertkit.presets import RoBERTaConfig as RoBERTaConfig
     from bertkit.presets import XLMRoBERTaConfig as XLMRoBERTaConfig

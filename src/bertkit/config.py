@@ -8,10 +8,13 @@ file and the key as the file spells it. It reads and writes three dialects:
 
 * bertkit's own field names (``to_dict`` / ``from_dict``, lucid's names);
 * HF ``config.json`` (``to_hf_dict`` / ``from_hf_dict``: ``tie_word_embeddings``,
-  ``model_type`` ``"bert"``, ``"roberta"``, ``"xlm-roberta"``, ``"camembert"``, ``"mpnet"``, ``"distilbert"`` or
-  ``"electra"``, ``id2label``; a family's own key names, such as DistilBERT's ``dim``, through its
-  :attr:`Family.hf_config_keys`);
+  ``model_type`` ``"bert"``, ``"roberta"``, ``"xlm-roberta"``, ``"camembert"``, ``"mpnet"``, ``"distilbert"``,
+  ``"electra"`` or ``"modernbert"``, ``id2label``; a family's own key names, such as DistilBERT's ``dim``, through
+  its :attr:`Family.hf_config_keys`);
 * Google's ``bert_config.json`` (a subset of HF's names; read by ``from_hf_dict``).
+
+A family may spell some keys its own way in HF (ModernBERT's ``norm_eps``, ``hidden_activation``,
+``rope_parameters``, ``layer_types``): :attr:`Family.hf_config_keys`.
 
 The other encoder families are configuration of the same engine: ``BERTConfig.family`` names a
 :class:`Family`, a record of data (where position ids start, which classification head, the
@@ -52,6 +55,10 @@ ACTIVATION_ALIASES = {
 _HF_ACTIVATION_NAMES = {"gelu_tanh": "gelu_pytorch_tanh"}
 
 ATTN_IMPLEMENTATIONS = ("sdpa", "eager")
+
+#: ``classifier_pooling``: the sentence representation of a ``shared_head`` family's classifiers (ModernBERT) is
+#: its first token (``"cls"``) or the mean over its real tokens (``"mean"``)
+CLASSIFIER_POOLINGS = ("cls", "mean")
 
 #: bert-base-uncased's special token ids: the defaults wherever the vocabulary holds them.
 DEFAULT_SPECIAL_IDS = {"unk_token_id": 100, "cls_token_id": 101, "sep_token_id": 102, "mask_token_id": 103}
@@ -94,8 +101,8 @@ class Family:
     * ``layer``: the encoder-layer variant, a key of :data:`bertkit.modeling.variants.LAYER_VARIANTS`
       (``"bert"``: BERT's post-LN layer; a family that differs in structure names its own there).
     * ``pooler``: whether the bare backbone (HF's ``XModel``) has a pooler; the heads that read one build it
-      whatever this says (DistilBERT's ``pre_classifier`` and ELECTRA's multiple-choice ``sequence_summary``
-      are BERT's pooler under other names, :mod:`bertkit.weights.tables`).
+      whatever this says (DistilBERT's ``pre_classifier`` and ELECTRA's multiple-choice ``sequence_summary`` are
+      BERT's pooler under other names, :mod:`bertkit.weights.tables`), except in a ``shared_head`` family.
     * ``head_activation``: the activation of the first-token dense layer of the sentence heads: the pooler's and
       the ``"first_token"`` classifier's (BERT, RoBERTa: tanh; DistilBERT: relu; ELECTRA: gelu).
     * ``attention_output_dropout``: whether the attention block's output has BERT's dropout before its residual
@@ -103,7 +110,9 @@ class Family:
     * ``discriminator``: whether the family has ELECTRA's replaced-token-detection head
       (:class:`bertkit.modeling.electra.ELECTRAForPreTraining`).
     * ``hf_config_keys``: HF ``config.json`` keys that hold a :class:`BERTConfig` field under another name (or a
-      field of :data:`FAMILY_FIELDS`): DistilBERT's ``dim`` is ``hidden_size``. Read and written; a second key for
+      field of :data:`FAMILY_FIELDS`): DistilBERT's ``dim`` is ``hidden_size``, ModernBERT's ``norm_eps``
+      ``layer_norm_eps``; a field under its own name (``norm_bias``) is written explicitly, HF's defaults not being
+      bertkit's. Read and written; a second key for
       the same field (DistilBERT's old ``tie_weights_``) is only read. A field of :data:`FAMILY_FIELDS` named
       nowhere here has no HF equivalent in this family: off its default, the config cannot be written as HF's.
     * ``hf_constants``: HF config keys whose only value bertkit implements (ELECTRA's ``summary_type="first"``):
@@ -114,6 +123,15 @@ class Family:
       (DistilBERT's ``seq_classif_dropout`` 0.2).
     * ``hf_sdpa``: whether the family's HF classes take ``attn_implementation="sdpa"``; where not (MPNet), the
       key is left out of the HF config, which HF would refuse to load.
+    * ``shared_head``: the classification heads (sequence, token, multiple choice, QA) read the encoder's output
+      through ``head``, a transform like the MLM head's (dense, ``classifier_activation``, LayerNorm), and the
+      sentence representation is ``head`` on the sequence pooled by ``classifier_pooling`` (ModernBERT: HF's
+      ``head``, one module name that its masked LM and classifiers share).
+    * ``rotary``: attention rotates queries and keys (RoPE): global layers with ``global_rope_theta`` every
+      ``global_attn_every_n_layers`` layers, sliding-window layers with ``local_rope_theta`` between them
+      (HF's ``rope_parameters`` and ``layer_types``).
+    * ``hf_defaults``: our fields' values when an HF config of this family leaves a key out (its HF config
+      class's defaults, where they differ from :class:`BERTConfig`'s); also the family's base preset.
 
     The state-dict names of each family's HF checkpoints are in :mod:`bertkit.weights.tables`.
     """
@@ -140,6 +158,9 @@ class Family:
     fixed_fields: Mapping[str, Any] = field(default_factory=dict)
     field_defaults: Mapping[str, Any] = field(default_factory=dict)
     hf_sdpa: bool = True
+    shared_head: bool = False
+    rotary: bool = False
+    hf_defaults: Mapping[str, Any] = field(default_factory=dict)
 
 
 #: family name -> :class:`Family`. RoBERTa, XLM-RoBERTa and CamemBERT share one architecture and differ in
@@ -185,13 +206,35 @@ FAMILIES: dict[str, Family] = {
                       hf_config_keys={"embedding_size": "embedding_size", "summary_last_dropout": "pooler_dropout"},
                       hf_constants={"summary_type": "first", "summary_use_proj": True, "summary_activation": "gelu"},
                       field_defaults={"pooler_dropout": 0.1}),
+    "modernbert": Family(
+        "modernbert", ("modernbert",), ("ModernBert",), sequence_head="pooler", next_sentence=False,
+        special_ids={"pad_token_id": 50283, "cls_token_id": 50281, "sep_token_id": 50282, "unk_token_id": 50280,
+                     "mask_token_id": 50284},
+        hf_token_keys={"bos_token_id": "cls_token_id", "eos_token_id": "sep_token_id"},
+        token_types=False, position_embeddings=False, layer="modernbert", pooler=False, shared_head=True,
+        rotary=True,
+        hf_config_keys={"hidden_activation": "hidden_act", "norm_eps": "layer_norm_eps",
+                        "embedding_dropout": "hidden_dropout_prob", "attention_dropout": "attention_probs_dropout_prob",
+                        **{name: name for name in (
+                            "attention_bias", "classifier_dropout", "norm_bias", "mlp_bias", "mlp_dropout",
+                            "classifier_bias", "classifier_activation", "classifier_pooling",
+                            "global_attn_every_n_layers", "local_attention", "global_rope_theta", "local_rope_theta")}},
+        hf_defaults=dict(vocab_size=50368, intermediate_size=1152, num_hidden_layers=22, max_position_embeddings=8192,
+                         layer_norm_eps=1e-5, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+                         classifier_dropout=0.0, attention_bias=False, norm_bias=False, mlp_bias=False,
+                         classifier_bias=False, classifier_activation="gelu", global_attn_every_n_layers=3)),
 }
 
 #: Fields only some families use, and their defaults. At the default they change nothing (BERT's architecture) and are
 #: left out of ``to_dict`` (so BERT configs' dicts are unchanged) and out of ``to_hf_dict`` where the family's HF
 #: config has no key for them.
-FAMILY_FIELDS: dict[str, Any] = {"embedding_size": None, "sinusoidal_pos_embds": False, "pooler_dropout": None,
-                                 "qa_dropout": None, "relative_attention_num_buckets": 32}
+FAMILY_FIELDS: dict[str, Any] = {
+    "embedding_size": None, "sinusoidal_pos_embds": False, "pooler_dropout": None, "qa_dropout": None,  # DistilBERT,
+    "relative_attention_num_buckets": 32,  # MPNet                                                      # ELECTRA
+    "norm_bias": True, "mlp_bias": True, "mlp_dropout": 0.0, "classifier_bias": True,  # ModernBERT
+    "classifier_activation": None, "classifier_pooling": "cls", "global_attn_every_n_layers": 1,
+    "local_attention": 128, "global_rope_theta": 160_000.0, "local_rope_theta": 10_000.0,
+}
 
 #: HF model_type -> family name
 _FAMILY_OF_MODEL_TYPE = {model_type: f.name for f in FAMILIES.values() for model_type in f.model_types}
@@ -243,6 +286,15 @@ class BERTConfig:
     relative position bias shared by every layer's attention, ``relative_attention_num_buckets`` buckets of
     relative distance (T5's bucketing: exact below 8, logarithmic up to 128, per direction); checkpoints are
     read and written under HF's ``mpnet.*`` names. The field is left out of :meth:`to_dict` at its default.
+
+    ``family="modernbert"`` builds ModernBERT's layers (:mod:`bertkit.modeling.modernbert`: pre-norm, fused
+    ``Wqkv``, rotary positions, GeGLU, alternating global and sliding-window attention) from these fields, which
+    keep HF's names: ``norm_bias`` / ``mlp_bias`` (with ``attention_bias``, the biases it may drop),
+    ``mlp_dropout``, ``global_attn_every_n_layers``, ``local_attention`` (the window: keys within half of it),
+    ``global_rope_theta`` / ``local_rope_theta``, and for its heads ``classifier_bias`` / ``classifier_activation``
+    (the dense layer and activation of the transform that its MLM head and classifiers share; None: the MLM head's
+    usual activation) and ``classifier_pooling`` (``"cls"`` or ``"mean"``). Their defaults leave BERT as it is;
+    :func:`bertkit.presets.ModernBERTConfig` gives HF's ModernBERT defaults.
     """
 
     vocab_size: int = 30522
@@ -281,11 +333,24 @@ class BERTConfig:
     sinusoidal_pos_embds: bool = False
     pooler_dropout: float | None = None
     qa_dropout: float | None = None
+    # ModernBERT's (HF's names; these defaults leave BERT as it is, and to_dict omits them there)
+    norm_bias: bool = True
+    mlp_bias: bool = True
+    mlp_dropout: float = 0.0
+    classifier_bias: bool = True
+    classifier_activation: str | None = None
+    classifier_pooling: str = "cls"
+    global_attn_every_n_layers: int = 1
+    local_attention: int = 128
+    global_rope_theta: float = 160_000.0
+    local_rope_theta: float = 10_000.0
 
     def __post_init__(self) -> None:
         self._check_types()  # before normalising, which relies on them
         if isinstance(self.hidden_act, str):
             self.hidden_act = ACTIVATION_ALIASES.get(self.hidden_act, self.hidden_act)
+        if self.classifier_activation is not None:
+            self.classifier_activation = ACTIVATION_ALIASES.get(self.classifier_activation, self.classifier_activation)
         if self.id2label is not None:
             self.id2label = {int(k): str(v) for k, v in self.id2label.items()}
         if self.family in FAMILIES:  # an unknown family is validate()'s error
@@ -393,6 +458,23 @@ class BERTConfig:
                 f"BERTConfig.id2label has {len(self.id2label)} entries but num_labels={self.num_labels}; "
                 "make them agree or drop id2label."
             )
+        self._validate_modernbert_fields()
+
+    def _validate_modernbert_fields(self) -> None:
+        for name in ("global_attn_every_n_layers", "local_attention"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"BERTConfig.{name} must be a positive integer, got {getattr(self, name)!r}.")
+        for name in ("global_rope_theta", "local_rope_theta"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"BERTConfig.{name} must be > 0, got {getattr(self, name)!r}.")
+        if not 0.0 <= self.mlp_dropout < 1.0:
+            raise ValueError(f"BERTConfig.mlp_dropout must lie in [0, 1), got {self.mlp_dropout!r}.")
+        if self.classifier_activation is not None and self.classifier_activation not in ACTIVATIONS:
+            raise ValueError(f"BERTConfig.classifier_activation {self.classifier_activation!r} is unknown; use one of "
+                             f"{ACTIVATIONS}, or None for the MLM head's usual activation.")
+        if self.classifier_pooling not in CLASSIFIER_POOLINGS:
+            raise ValueError(f"BERTConfig.classifier_pooling must be one of {CLASSIFIER_POOLINGS}, "
+                             f"got {self.classifier_pooling!r}.")
 
     # ------------------------------------------------------------------ derived
     @property
@@ -525,10 +607,11 @@ class BERTConfig:
         family's HF classes lack (``embedding_layer_norm`` or ``attention_bias`` set to False, a value of
         :attr:`Family.fixed_fields` changed, a :data:`FAMILY_FIELDS` option of another family).
         """
+        spec = self.family_spec
         d = self.to_dict()
         d.pop("family", None)
         for name in _NON_HF_OPTIONS:
-            if not d.pop(name):
+            if name not in spec.hf_config_keys.values() and not d.pop(name):
                 raise ValueError(f"BERTConfig.{name}=False has no HF transformers equivalent, so this model "
                                  "cannot be written as an HF checkpoint; save its state_dict with torch.save.")
         d["tie_word_embeddings"] = d.pop("tie_word_embedding")
@@ -536,12 +619,15 @@ class BERTConfig:
         id2label = self.id2label or {i: f"LABEL_{i}" for i in range(self.num_labels)}
         d["id2label"] = {str(k): v for k, v in id2label.items()}
         d["label2id"] = {v: k for k, v in id2label.items()}
-        d["position_embedding_type"] = "absolute"
+        if spec.position_embeddings:
+            d["position_embedding_type"] = "absolute"
         d["model_type"] = self.hf_model_type
-        if not self.family_spec.hf_sdpa:
+        if not spec.hf_sdpa:
             del d["attn_implementation"]
-        for hf_key, ours in self.family_spec.hf_token_keys.items():
+        for hf_key, ours in spec.hf_token_keys.items():
             d[hf_key] = d[ours]
+        if spec.rotary:
+            d.update(self._hf_rotary_keys())
         if architecture is not None:
             d["architectures"] = [self.hf_architecture_name(architecture)]
         return self._family_hf_keys(d)
@@ -562,13 +648,27 @@ class BERTConfig:
                 raise ValueError(f"BERTConfig.{name}={getattr(self, name)!r} has no equivalent in HF's {prefix} "
                                  f"config, so this model cannot be written as an HF checkpoint; leave it at "
                                  f"{default!r} or save its state_dict with torch.save.")
+        stands_for = {"embedding_size": self.embedding_width,  # what None means, for HF configs taking no null
+                      "classifier_dropout": self.hidden_dropout_prob,
+                      "classifier_activation": spec.mlm_activation or self.activation_name()}
         for hf_key, name in spec.hf_config_keys.items():
-            if name in d:
-                d[hf_key] = d.pop(name)
-            elif name in FAMILY_FIELDS:  # left out of to_dict at its default; HF's default may differ
-                d[hf_key] = self.embedding_width if name == "embedding_size" else getattr(self, name)
+            if name not in d and name not in FAMILY_FIELDS and hf_key != name:
+                continue  # a second HF key for one field (DistilBERT's old tie_weights_) is only read
+            # written explicitly, at their defaults too: HF's defaults for them are not bertkit's
+            value = d.pop(name) if name in d else getattr(self, name)
+            d[hf_key] = stands_for[name] if value is None and name in stands_for else value
+            if name == "classifier_activation":
+                d[hf_key] = _HF_ACTIVATION_NAMES.get(d[hf_key], d[hf_key])
         d.update(spec.hf_constants)
         return d
+
+    def _hf_rotary_keys(self) -> dict[str, Any]:
+        """HF's ``rope_parameters`` and ``layer_types`` (transformers 5; the flat keys, which older versions read,
+        are written beside them)."""
+        n = self.global_attn_every_n_layers
+        return {"rope_parameters": {"full_attention": {"rope_type": "default", "rope_theta": self.global_rope_theta},
+                                    "sliding_attention": {"rope_type": "default", "rope_theta": self.local_rope_theta}},
+                "layer_types": [_LAYER_TYPES[bool(i % n)] for i in range(self.num_hidden_layers)]}
 
     @classmethod
     def from_hf_dict(cls, d: Mapping[str, Any]) -> BERTConfig:
@@ -594,10 +694,18 @@ class BERTConfig:
         kwargs: dict[str, Any] = _family_fields(d)
         family = kwargs.get("family", "bert")
         spec = FAMILIES.get(family) if isinstance(family, str) else None  # else the constructor's error
+        own = spec if spec is not None and "family" not in d else None  # HF's spelling (bertkit's dict names a family)
+        if own is not None:
+            kwargs = {**own.hf_defaults, **kwargs}
         renames = {**_HF_RENAMES, **(spec.hf_config_keys if spec is not None else {})}
+        # our name of a field that the family's HF config spells otherwise is no key of that config (HF ignores
+        # ModernBERT's layer_norm_eps beside its norm_eps)
+        shadowed = {ours for hf_key, ours in own.hf_config_keys.items() if hf_key != ours} if own is not None else set()
         given_as: dict[str, str] = {}
         for given_key, value in d.items():
             key = renames.get(given_key, given_key)
+            if given_key in shadowed and given_key not in renames:
+                continue
             if spec is not None and key in spec.hf_constants:
                 if value is not None and value != spec.hf_constants[key]:
                     raise ValueError(f"{key}={value!r} is not supported; bertkit implements {spec.name}'s "
@@ -605,6 +713,9 @@ class BERTConfig:
             elif key in given_as and value is not None and kwargs.get(key) != value:
                 raise ValueError(f"{given_as[key]}={kwargs[key]!r} and {given_key}={value!r} both give "
                                  f"BERTConfig.{key}; keep one of them.")
+            elif key == "decoder_bias" and value is False:
+                raise ValueError("decoder_bias=false (an MLM decoder without a bias) is not supported: bertkit's MLM "
+                                 "head always has one.")
             elif key == "position_embedding_type":
                 if value not in (None, "absolute"):
                     raise ValueError(
@@ -624,6 +735,8 @@ class BERTConfig:
             kwargs.setdefault("num_labels", len(id2label))
             if all(str(v) == f"LABEL_{k}" for k, v in id2label.items()):
                 del kwargs["id2label"]  # HF's placeholder names carry no information
+        if own is not None and own.rotary:
+            kwargs.update(_rotary_fields(cls, d, kwargs.get("num_hidden_layers", 12)))
         for hf_key, ours in (spec.hf_token_keys if spec is not None else {}).items():
             if d.get(hf_key) is not None and ours not in kwargs:
                 problem = _type_problem(cls, ours, d[hf_key])
@@ -758,6 +871,54 @@ def _family_fields(d: Mapping[str, Any]) -> dict[str, Any]:
         if model_type != out["family"]:
             out["model_type"] = model_type
     return out
+
+
+#: HF's ``layer_types`` names: global attention, sliding-window attention
+_LAYER_TYPES = ("full_attention", "sliding_attention")
+
+
+def _rotary_fields(config_class: type, d: Mapping[str, Any], num_layers: Any) -> dict[str, Any]:
+    """``global_rope_theta`` / ``local_rope_theta`` / ``global_attn_every_n_layers`` from HF's ``rope_parameters``
+    and ``layer_types`` (transformers 5), which win over the flat keys older versions wrote, as in HF."""
+    out: dict[str, Any] = {}
+    if d.get("rope_scaling") is not None:
+        raise ValueError(f"rope_scaling={d['rope_scaling']!r} is not supported; bertkit implements the default "
+                         "rotary embeddings.")
+    rope = d.get("rope_parameters")
+    if rope is not None:
+        if not isinstance(rope, Mapping):
+            raise ValueError(f"rope_parameters must be an object keyed by layer type, got {_describe(rope)}.")
+        for layer_type, name in zip(_LAYER_TYPES, ("global_rope_theta", "local_rope_theta"), strict=True):
+            params = rope.get(layer_type) or {}
+            if not isinstance(params, Mapping):
+                raise ValueError(f"rope_parameters.{layer_type} must be an object, got {_describe(params)}.")
+            if params.get("rope_type", "default") != "default":
+                raise ValueError(f"rope_parameters.{layer_type}.rope_type={params['rope_type']!r} is not supported; "
+                                 "bertkit implements the default rotary embeddings.")
+            if params.get("rope_theta") is not None:
+                problem = _type_problem(config_class, name, params["rope_theta"])
+                if problem:
+                    raise ValueError(f"rope_parameters.{layer_type}.rope_theta {problem}.")
+                out[name] = params["rope_theta"]
+    layer_types = d.get("layer_types")
+    if layer_types is not None:
+        out["global_attn_every_n_layers"] = _global_every(layer_types, num_layers)
+    return out
+
+
+def _global_every(layer_types: Any, num_layers: Any) -> int:
+    """n of HF's ``layer_types`` when they are global every n layers from the first (the only pattern bertkit
+    builds); ``ValueError`` otherwise."""
+    if not isinstance(layer_types, list) or not all(t in _LAYER_TYPES for t in layer_types):
+        raise ValueError(f"layer_types must be a list of {' / '.join(map(repr, _LAYER_TYPES))}, "
+                         f"got {_describe(layer_types)}.")
+    if len(layer_types) != num_layers:
+        raise ValueError(f"layer_types names {len(layer_types)} layers but num_hidden_layers is {num_layers!r}.")
+    n = next((i for i, t in enumerate(layer_types) if i and t == _LAYER_TYPES[0]), len(layer_types)) or 1
+    if layer_types != [_LAYER_TYPES[bool(i % n)] for i in range(len(layer_types))]:
+        raise ValueError(f"layer_types {layer_types} are not global attention every n layers from the first, the "
+                         "pattern bertkit builds (global_attn_every_n_layers).")
+    return n
 
 
 def _require_mapping(where: str, d: Any) -> None:

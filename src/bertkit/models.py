@@ -7,6 +7,7 @@ from bertkit.presets import (
            CamemBERTConfig,
            DistilBERTConfig,
            ELECTRAConfig,
+           ModernBERTConfig,
            MPNetConfig,
            RoBERTaConfig,
            XLMRoBERTaConfig,
@@ -14,4 +15,5 @@ from bertkit.presets import (
 from bertkit.tokenization import BERTTokenizer, BERTTokenizerFast
 
 __all__ = ["BERTConfig", "BERTTokenizer", "BERTTokenizerFast", "CamemBERTConfig", "DistilBERTConfig",
-           "ELECTRAConfig", "MPNetConfig", "RoBERTaConfig", "XLMRoBERTaConfig", *_modeling_all]
+           "ELECTRAConfig", "MPNetConfig",
+           "ModernBERTConfig", "RoBERTaConfig", "XLMRoBERTaConfig", *_modeling_all]

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from bertkit.config import BERTConfig
+from bertkit.config import FAMILIES, BERTConfig
 
 #: name -> (num_hidden_layers, hidden_size, num_attention_heads)
 SIZES: dict[str, tuple[int, int, int]] = {
@@ -54,6 +54,7 @@ FAMILY_PRESETS: dict[str, dict[str, Any]] = {
                   relative_attention_num_buckets=32),
     "distilbert": dict(family="distilbert", num_hidden_layers=6, pooler_dropout=0.2, qa_dropout=0.1),
     "electra": dict(family="electra", embedding_size=768),
+    "modernbert": dict(family="modernbert", **FAMILIES["modernbert"].hf_defaults),
 }
 
 
@@ -103,6 +104,14 @@ def ELECTRAConfig(**overrides: Any) -> BERTConfig:
     num_attention_heads=4, intermediate_size=1024)``; a generator is a smaller ``hidden_size`` over the same
     ``embedding_size``."""
     return family_config("electra", **overrides)
+
+
+def ModernBERTConfig(**overrides: Any) -> BERTConfig:
+    """A ``BERTConfig(family="modernbert")`` with HF's ``ModernBertConfig`` defaults (ModernBERT-base: 22 layers,
+    intermediate 1152, no biases, global attention every 3rd layer, a 128-token window elsewhere, 8192 positions,
+    vocabulary 50368 with pad 50283, [CLS] 50281, [SEP] 50282, [MASK] 50284); ``overrides`` are BERTConfig fields.
+    """
+    return family_config("modernbert", **overrides)
 
 
 @dataclass(frozen=True)

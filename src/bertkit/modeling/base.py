@@ -80,7 +80,8 @@ class BERTPreTrainedModel(nn.Module):
                 module.weight[module.padding_idx].zero_()
         elif isinstance(module, nn.LayerNorm):
             module.weight.fill_(1.0)
-            module.bias.zero_()
+            if module.bias is not None:
+                module.bias.zero_()
         elif isinstance(module, BERTLMPredictionHead):
             module.bias.zero_()
         elif isinstance(module, BERTEmbeddings) and self.config.sinusoidal_pos_embds \

@@ -23,7 +23,8 @@ def count_parameters(config: BERTConfig, architecture: str = "BertModel") -> int
     ``config.json``'s ``architectures`` names it) built from ``config``; ValueError for an unknown one."""
     if architecture not in POOLED:
         raise ValueError(f"architecture {architecture!r} is not one bertkit counts; known: {', '.join(POOLED)}.")
-    pooler = POOLED[architecture] and (architecture != "BertModel" or config.family_spec.pooler)
+    spec = config.family_spec  # the bare backbone: the family's pooler; a shared-head family's heads: none
+    pooler = POOLED[architecture] and not spec.shared_head and (architecture != "BertModel" or spec.pooler)
     return backbone_parameters(config, pooler=pooler) + head_parameters(config, architecture)
 
 
@@ -36,16 +37,30 @@ def backbone_parameters(config: BERTConfig, pooler: bool | None = None) -> int:
     tables = config.vocab_size + (config.max_position_embeddings if spec.position_embeddings else 0) \
         + (config.type_vocab_size if spec.token_types else 0)
     embeddings = tables * e
-    embeddings += 2 * e if config.embedding_layer_norm else 0
+    embeddings += _layer_norm(config, e) if config.embedding_layer_norm else 0
     embeddings += e * h + h if e != h else 0  # embeddings_project
     shared = config.relative_attention_num_buckets * config.num_attention_heads if spec.layer == "mpnet" else 0
     pooler = spec.pooler if pooler is None else pooler
     return embeddings + config.num_hidden_layers * layer_parameters(config) + shared + (h * h + h if pooler else 0)
 
 
+def _layer_norm(config: BERTConfig, width: int | None = None) -> int:
+    """A LayerNorm over ``width`` features (default H): weight, and bias unless ``norm_bias=False``."""
+    return (width or config.hidden_size) * (2 if config.norm_bias else 1)
+
+
 def layer_parameters(config: BERTConfig) -> int:
-    """One encoder layer: self-attention (and cross-attention with ``add_cross_attention``), feed-forward."""
+    """One encoder layer: self-attention (and cross-attention with ``add_cross_attention``), feed-forward.
+
+    A ModernBERT layer: ``attn_norm``, fused ``Wqkv`` and ``Wo``, ``mlp_norm``, GeGLU ``Wi`` (to twice the
+    intermediate size) and ``Wo``. Its first layer has no ``attn_norm`` and the encoder ends with ``final_norm``,
+    one LayerNorm each: counting one per layer counts both.
+    """
     h, i = config.hidden_size, config.intermediate_size
+    if config.family_spec.layer == "modernbert":
+        attention = 4 * h * h + (4 * h if config.attention_bias else 0)
+        feed_forward = 3 * h * i + (2 * i + h if config.mlp_bias else 0)
+        return attention + feed_forward + 2 * _layer_norm(config)
     attention = 4 * h * h + (4 * h if config.attention_bias else 0) + 2 * h  # q, k, v, output; its LayerNorm
     feed_forward = (h * i + i) + (i * h + h) + 2 * h  # intermediate, output, LayerNorm
     return attention * (2 if config.add_cross_attention else 1) + feed_forward
@@ -56,11 +71,15 @@ def head_parameters(config: BERTConfig, architecture: str) -> int:
     NSP's two-way classifier, a classifier of ``num_labels`` (one score per choice for multiple choice),
     QA's start/end scorer, ELECTRA's discriminator head."""
     h, v, e = config.hidden_size, config.vocab_size, config.embedding_width
-    lm = (h * e + e + 2 * e) + v + (0 if config.tie_word_embedding else v * e)  # transform, bias, decoder
+    transform = h * e + (e if config.classifier_bias else 0) + _layer_norm(config, e)
+    lm = transform + v + (0 if config.tie_word_embedding else v * e)  # transform, bias, decoder
     heads = {
         "BertModel": 0, "BertForPreTraining": lm + 2 * h + 2, "BertForMaskedLM": lm, "BertLMHeadModel": lm,
         "BertForNextSentencePrediction": 2 * h + 2, "BertForSequenceClassification": (h + 1) * config.num_labels,
         "BertForMultipleChoice": h + 1, "BertForTokenClassification": (h + 1) * config.num_labels,
         "BertForQuestionAnswering": 2 * h + 2, "ElectraForPreTraining": h * h + h + h + 1,
     }
-    return heads[architecture]
+    shared_head = config.family_spec.shared_head and architecture in (  # ModernBERT's head before the classifier
+        "BertForSequenceClassification", "BertForMultipleChoice", "BertForTokenClassification",
+        "BertForQuestionAnswering")
+    return heads[architecture] + (transform if shared_head else 0)

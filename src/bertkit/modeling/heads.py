@@ -36,7 +36,7 @@ from bertkit.modeling import text as text_helpers
 from bertkit.modeling.backbone import BERT
 from bertkit.modeling.base import BERTPreTrainedModel
 from bertkit.modeling.fast import Dropout, Linear
-from bertkit.modeling.layers import ACT_FNS, BERTOnlyNSPHead
+from bertkit.modeling.layers import ACT_FNS, BERTOnlyNSPHead, BERTPredictionHeadTransform
 from bertkit.modeling.losses import accuracy, check_labels, cross_entropy, reduce
 
 #: the batch keys :meth:`TaskModel.training_step` passes to ``forward``
@@ -63,8 +63,8 @@ class TaskModel(BERTPreTrainedModel):
     @classmethod
     def uses_pooler(cls, config: BERTConfig) -> bool:
         """Whether this head's backbone has a pooler (``add_pooling_layer``; a family may read the first token
-        itself instead)."""
-        return cls.add_pooling_layer
+        itself instead, or pool through its shared ``head``: ModernBERT)."""
+        return cls.add_pooling_layer and not config.family_spec.shared_head
 
     def loss_from_logits(self, logits: torch.Tensor, labels: torch.Tensor, *, reduction: str | None = "mean",
                          ignore_index: int = -100) -> torch.Tensor:
@@ -74,9 +74,25 @@ class TaskModel(BERTPreTrainedModel):
     def predictions_from_logits(self, logits: torch.Tensor) -> torch.Tensor:
         return logits.argmax(dim=-1)
 
-    def _pooled(self, *inputs, **kw_inputs) -> torch.Tensor:
-        """The pooled [CLS] output, the last layer computed at [CLS] alone (heads that read nothing else)."""
-        return self.bert.encode(*inputs, **kw_inputs, first_token_only=True).pooled_output
+    def _pooled(self, *inputs, first_real_token: bool = False, **kw_inputs) -> torch.Tensor:
+        """The sentence representation ``[B, H]``: the pooled [CLS] output, the last layer computed at [CLS] alone
+        (heads that read nothing else); in a ``shared_head`` family (ModernBERT) ``head`` on the sequence pooled as
+        :func:`pool_sequence` says (``first_real_token``: multiple choice's first token, see there)."""
+        if not self.config.family_spec.shared_head:
+            return self.bert.encode(*inputs, **kw_inputs, first_token_only=True).pooled_output
+        return self.head(pool_sequence(self.bert, self.config.classifier_pooling, *inputs,
+                                       first_real_token=first_real_token, **kw_inputs))
+
+    def _build_shared_head(self) -> None:
+        """``self.head``: the family's transform before a classifier (``Family.shared_head``: ModernBERT's ``head``,
+        the MLM head's transform), else None; with it the head's keys are ``head.*`` too."""
+        self.head = BERTPredictionHeadTransform(self.config) if self.config.family_spec.shared_head else None
+        if self.head is not None:
+            self.head_prefixes = (*type(self).head_prefixes, "head.")
+
+    def _head(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        """``hidden_states`` through :meth:`_build_shared_head`'s ``head`` where the family has one."""
+        return hidden_states if self.head is None else self.head(hidden_states)
 
     def training_step(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """The training engine's entry point: ``(loss, metrics)`` for one batch dict.
@@ -147,6 +163,7 @@ class _ClassifierHead(TaskModel):
         p = self.config.classifier_dropout
         if pooled and self.config.pooler_dropout is not None:
             p = self.config.pooler_dropout
+        self._build_shared_head()
         self.dropout = Dropout(self.config.hidden_dropout_prob if p is None else p)
         self.classifier = Linear(self.config.hidden_size, out_features)
         self.post_init()
@@ -184,7 +201,9 @@ class BERTForSequenceClassification(_ClassifierHead):
     The head follows ``config.family_spec.sequence_head``: BERT's dropout + ``classifier`` on the
     pooled output (DistilBERT's too: its ``pre_classifier`` is the pooler, with relu, and the dropout
     ``pooler_dropout``), or (``"first_token"``, RoBERTa, ELECTRA) a :class:`FirstTokenClassifier` named
-    ``classifier`` (``classifier.dense``, ``classifier.out_proj``) on the first token, without a pooler.
+    ``classifier`` (``classifier.dense``, ``classifier.out_proj``) on the first token, without a pooler. In a
+    ``shared_head`` family (ModernBERT) the pooled output is ``head`` on the pooled sequence
+    (:meth:`TaskModel._pooled`), without a pooler.
 
     The loss follows ``config.problem_type``; when unset it is inferred as HF does:
     regression for ``num_labels == 1``, single-label for integer labels, multi-label otherwise.
@@ -195,7 +214,7 @@ class BERTForSequenceClassification(_ClassifierHead):
 
     def __init__(self, config: BERTConfig, num_labels: int | None = None):
         super().__init__(config, num_labels)
-        if self.bert.pooler is None:
+        if self.config.family_spec.sequence_head in SEQUENCE_HEADS:
             self.classifier = SEQUENCE_HEADS[self.config.family_spec.sequence_head](self.config,
                                                                                    self.config.num_labels)
             self.post_init()
@@ -204,12 +223,12 @@ class BERTForSequenceClassification(_ClassifierHead):
 
     @classmethod
     def uses_pooler(cls, config: BERTConfig) -> bool:
-        return config.family_spec.sequence_head == "pooler"
+        return config.family_spec.sequence_head == "pooler" and not config.family_spec.shared_head
 
     def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None,
                 inputs_embeds=None) -> torch.Tensor:
         inputs = (input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds)
-        if self.bert.pooler is None:  # the last layer computed at the first token alone: [B, 1, H]
+        if self.config.family_spec.sequence_head in SEQUENCE_HEADS:  # the last layer at the first token: [B, 1, H]
             first = self.bert.encode(*inputs, first_token_only=True).last_hidden_state[:, 0]
             return self.classifier(first)
         return self.classifier(self.dropout(self._pooled(*inputs)))
@@ -289,7 +308,7 @@ class BERTForMultipleChoice(_ClassifierHead):
                 inputs_embeds=None) -> torch.Tensor:
         inputs = self.bert.validate_inputs(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
                                            batch_dims=2)  # checked as [B, C, L]: errors speak of choices
-        pooled = self._pooled(**inputs.merged_batch())  # [B, C, L, ...] -> [B*C, L, ...]
+        pooled = self._pooled(**inputs.merged_batch(), first_real_token=True)  # [B, C, L, ...] -> [B*C, L, ...]
         logits = self.classifier(self.dropout(pooled)).view(inputs.batch_shape)
         mask = inputs.attention_mask
         if mask is None or mask.dim() != logits.dim() + 1:  # no mask, or one per token only ([L])
@@ -309,7 +328,7 @@ class BERTForTokenClassification(_ClassifierHead):
     def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None,
                 inputs_embeds=None) -> torch.Tensor:
         seq, _ = self.bert(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds)
-        return self.classifier(self.dropout(seq))
+        return self.classifier(self.dropout(self._head(seq)))
 
 
 class BERTForQuestionAnswering(TaskModel):
@@ -322,8 +341,12 @@ class BERTForQuestionAnswering(TaskModel):
 
     def __init__(self, config: BERTConfig):
         super().__init__(config)
-        self.dropout = Dropout(config.qa_dropout or 0.0)
         self.qa_outputs = Linear(config.hidden_size, 2)
+        self._build_shared_head()  # and a dropout after it (ModernBERT: head -> dropout -> qa_outputs)
+        p = config.qa_dropout  # DistilBERT's; None: none, or after ModernBERT's head the classifier's dropout
+        if p is None and self.head is not None:
+            p = config.hidden_dropout_prob if config.classifier_dropout is None else config.classifier_dropout
+        self.dropout = Dropout(p or 0.0)
         # HF's span loss normalises over every position, padding included, so the padding positions'
         # logits count: this head keeps the padded path (unpadded execution would change them).
         self.bert.drops_padding = False
@@ -332,7 +355,7 @@ class BERTForQuestionAnswering(TaskModel):
     def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None,
                 inputs_embeds=None) -> tuple[torch.Tensor, torch.Tensor]:
         seq, _ = self.bert(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds)
-        start, end = self.qa_outputs(self.dropout(seq)).unbind(dim=-1)  # [B, L, 2] -> 2 x [B, L]
+        start, end = self.qa_outputs(self.dropout(self._head(seq))).unbind(dim=-1)  # [B, L, 2] -> 2 x [B, L]
         return start, end
 
     def get_loss(self, start_positions: torch.Tensor, end_positions: torch.Tensor, *inputs,
@@ -400,6 +423,31 @@ def require_next_sentence(config: BERTConfig, model_name: str) -> None:
     if not config.family_spec.next_sentence:
         raise ValueError(f"{model_name} needs a next-sentence head, which family {config.family!r} does not have "
                          "(it is pretrained with masked LM alone); use BERTForMaskedLM.")
+
+
+def pool_sequence(bert: BERT, pooling: str, *inputs, first_real_token: bool = False, **kw_inputs) -> torch.Tensor:
+    """The encoder's output pooled to ``[B, H]`` as ``config.classifier_pooling`` says (HF's ModernBERT rules).
+
+    ``"cls"``: the first token (the last layer computed there alone), or with ``first_real_token`` the first
+    token the padding mask keeps (HF's ModernBERT multiple choice; its sequence classifier reads position 0
+    even in a left-padded row). ``"mean"``: the mean over the tokens the padding mask keeps (all without one; an
+    absent choice's row, with none, pools to 0). Per-query masks (``[B, L, S]``...) are refused: the pooling
+    reads a padding mask ``[B, L]``.
+    """
+    if pooling == "cls" and not first_real_token:
+        return bert.encode(*inputs, **kw_inputs, first_token_only=True).last_hidden_state[:, 0]
+    mask = bert.validate_inputs(*inputs, **kw_inputs).attention_mask
+    if mask is not None and mask.dim() != 2:
+        raise ValueError(f"classifier_pooling={pooling!r} reads a padding mask attention_mask [batch, seq]; got "
+                         f"one of shape {tuple(mask.shape)} (per query).")
+    seq = bert.encode(*inputs, **kw_inputs).last_hidden_state  # [B, L, H]
+    if pooling == "cls":
+        first = mask.int().argmax(dim=-1) if mask is not None else torch.zeros_like(seq[:, 0, 0], dtype=torch.long)
+        return seq[torch.arange(seq.shape[0], device=seq.device), first]
+    if mask is None:
+        return seq.mean(dim=1)
+    weights = mask.to(seq.dtype)[..., None]  # [B, L, 1]
+    return (seq * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1)
 
 
 def gather_positions(sequence_output: torch.Tensor, pred_positions: torch.Tensor | None) -> torch.Tensor:

@@ -61,7 +61,8 @@ class BERTEmbeddings(nn.Module):
         self.position_embeddings = nn.Embedding(config.max_position_embeddings, width,
                                                 padding_idx=position_padding) if spec.position_embeddings else None
         self.token_type_embeddings = nn.Embedding(config.type_vocab_size, width) if spec.token_types else None
-        self.LayerNorm = nn.LayerNorm(width, eps=config.layer_norm_eps) if config.embedding_layer_norm else None
+        self.LayerNorm = (nn.LayerNorm(width, eps=config.layer_norm_eps, bias=config.norm_bias)
+                          if config.embedding_layer_norm else None)
         self.dropout = Dropout(config.hidden_dropout_prob)
 
     def forward(self, input_ids: torch.Tensor | None, token_type_ids: torch.Tensor,
@@ -378,14 +379,19 @@ class BERTPooler(nn.Module):
 
 class BERTPredictionHeadTransform(nn.Module):
     """dense -> activation -> LayerNorm, applied before the vocabulary projection: H -> ``config.embedding_width``
-    (the word embeddings' width: H, or ELECTRA's ``embedding_size`` in its generator's head)."""
+    (the word embeddings' width: H, or ELECTRA's ``embedding_size`` in its generator's head); in a ``shared_head``
+    family also before the classifiers (ModernBERT's ``head``).
+
+    The activation is ``config.classifier_activation``, else the family's ``mlm_activation``, else
+    ``hidden_act``; the dense layer's bias follows ``classifier_bias`` and the LayerNorm's ``norm_bias``.
+    """
 
     def __init__(self, config: BERTConfig):
         super().__init__()
-        self.dense = Linear(config.hidden_size, config.embedding_width)
-        act = config.family_spec.mlm_activation  # RoBERTa's head: the exact GELU whatever hidden_act says
+        self.dense = Linear(config.hidden_size, config.embedding_width, bias=config.classifier_bias)
+        act = config.classifier_activation or config.family_spec.mlm_activation  # RoBERTa's: the exact GELU
         self.act = ACT_FNS[act] if act is not None else activation(config)
-        self.LayerNorm = nn.LayerNorm(config.embedding_width, eps=config.layer_norm_eps)
+        self.LayerNorm = nn.LayerNorm(config.embedding_width, eps=config.layer_norm_eps, bias=config.norm_bias)
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         return self.LayerNorm(self.act(self.dense(hidden_states)))

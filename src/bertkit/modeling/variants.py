@@ -56,6 +56,9 @@ LAYER_VARIANTS: dict[str, LayerVariant] = {
     "mpnet": LayerVariant("bertkit.modeling.layers:BERTLayer",
                           context="bertkit.modeling.relative_bias:RelativePositionBias",
                           context_name="relative_attention_bias"),
+    "modernbert": LayerVariant("bertkit.modeling.modernbert:ModernBERTLayer",
+                               context="bertkit.modeling.modernbert:RotaryContext", context_name="rotary",
+                               final_norm="bertkit.modeling.modernbert:final_norm"),
 }
 
 

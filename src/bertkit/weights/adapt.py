@@ -12,6 +12,8 @@ The only adaptations allowed without an error (each listed in :class:`LoadReport
   pretraining heads, ``classifier``, ``qa_outputs``), and a head whose shape changed because
   the config did (``num_labels``);
 * the pooler absent on either side;
+* a family's heads that HF names alike and bertkit apart (ModernBERT's ``head``, read as the MLM head's
+  transform, fills a classifier's ``head``: :data:`~bertkit.weights.tables.HF_FAMILY_SHARED_HEADS`);
 * tied aliases (``cls.predictions.decoder.bias`` is ``cls.predictions.bias``;
   ``decoder.weight`` is the word embeddings when tied). With untied embeddings a
   checkpoint's ``decoder.bias`` wins: HF v5 keeps it apart and its forward uses it;
@@ -42,6 +44,8 @@ from dataclasses import dataclass, field
 
 import torch
 from torch import nn
+
+from bertkit.weights.tables import HF_FAMILY_SHARED_HEADS
 
 logger = logging.getLogger("bertkit.weights")
 
@@ -151,6 +155,7 @@ def adapt_state_dict(model: nn.Module, state: dict[str, torch.Tensor], *, strict
     prefix = "bert." if hasattr(model, "bert") and model.bert is not model else ""
     state = _rename(state, report)
     state = _fit_prefix(state, prefix)
+    state = _fill_shared_heads(state, expected, getattr(model.config, "family", "bert"), report)
 
     # tied aliases: keep the source key; an alias only stands in when its source is absent. Except an
     # untied head's decoder.bias: HF (v5) unties it from predictions.bias too, and its forward adds it.
@@ -269,6 +274,18 @@ def _fit_prefix(state: dict[str, torch.Tensor], prefix: str) -> dict[str, torch.
         return {(prefix + k if k.startswith(_BACKBONE_ROOTS) else k): v for k, v in state.items()}
     if not prefix and has_prefixed:
         return {k.removeprefix("bert."): v for k, v in state.items()}
+    return state
+
+
+def _fill_shared_heads(state: dict[str, torch.Tensor], expected: dict, family: str,
+                       report: LoadReport) -> dict[str, torch.Tensor]:
+    """The family's heads that HF names alike (:data:`~bertkit.weights.tables.HF_FAMILY_SHARED_HEADS`): a model's
+    head absent from the checkpoint is filled from the checkpoint's head of the other name (renames reported)."""
+    for source, target in HF_FAMILY_SHARED_HEADS.get(family, ()):
+        if any(k.startswith(target) for k in expected) and not any(k.startswith(target) for k in state):
+            renamed = {k: target + k[len(source):] for k in state if k.startswith(source)}
+            report.renamed.update(renamed)
+            state = {renamed.get(k, k): v for k, v in state.items()}
     return state
 
 

@@ -196,6 +196,11 @@ def save_pretrained(model, directory: str | os.PathLike) -> None:
         state.update({k: v.detach().cpu().clone() for k, v in model.state_dict().items()
                       if k in aliases and k.endswith("predictions.decoder.bias")})
     state = bertkit_to_hf_family(state, model.config.family)  # RoBERTa: roberta.* / lm_head.*
+    if not model.config.tie_word_embedding:  # HF (v5) unties decoder.bias with the weight and reads it
+        untied = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()
+                  if k in aliases and k.endswith("predictions.decoder.bias")}
+        for name, tensor in bertkit_to_hf_family(untied, model.config.family).items():
+            state.setdefault(name, tensor)  # unless the family's HF names hold one bias (ModernBERT's decoder.bias)
     atomic_write(d / SAFETENSORS_NAME, lambda tmp: save_file(state, tmp, metadata={"format": "pt"}))
     config = model.config.to_hf_dict(architecture=model.hf_architecture)
     atomic_write_text(d / CONFIG_NAME, json.dumps(config, indent=2, sort_keys=True) + "\n")

@@ -130,10 +130,43 @@ ELECTRA_TABLE: tuple[tuple[str, str], ...] = (
     ("generator_lm_head.", "cls.predictions.decoder."),
 )
 
+#: ModernBERT (HF's ``ModernBert*`` classes) <-> bertkit. The backbone (``model.*``; a bare ``ModernBertModel``'s
+#: without the prefix) is renamed to BERT's embeddings and encoder; inside a layer the names are HF's (the
+#: ``"modernbert"`` layer variant keeps them). HF's ``head`` (dense, norm) is one name for the transform that the
+#: masked LM and every classifier share: read as the MLM head's transform, it fills a classifier's ``head`` when
+#: loaded into one (:data:`HF_FAMILY_SHARED_HEADS`); likewise HF's ``classifier`` is a question-answering model's
+#: ``qa_outputs``. The later rows of one HF prefix serve writing only (reading takes the first).
+MODERNBERT_TABLE: tuple[tuple[str, str], ...] = (
+    ("model.embeddings.tok_embeddings.", "bert.embeddings.word_embeddings."),
+    ("model.embeddings.norm.", "bert.embeddings.LayerNorm."),
+    ("model.layers.", "bert.encoder.layer."),
+    ("model.final_norm.", "bert.encoder.final_norm."),
+    ("embeddings.tok_embeddings.", "embeddings.word_embeddings."),
+    ("embeddings.norm.", "embeddings.LayerNorm."),
+    ("layers.", "encoder.layer."),
+    ("final_norm.", "encoder.final_norm."),
+    ("head.norm.", "cls.predictions.transform.LayerNorm."),
+    ("head.", "cls.predictions.transform."),
+    ("decoder.bias", "cls.predictions.bias"),
+    ("decoder.", "cls.predictions.decoder."),
+    ("classifier.", "classifier."),
+    ("head.norm.", "head.LayerNorm."),  # writing a classifier's head
+    ("head.", "head."),
+    ("classifier.", "qa_outputs."),  # writing a question-answering model's
+)
+
 #: ``BERTConfig.family`` -> its HF names table (BERT's HF names are bertkit's: no table).
 HF_FAMILY_TABLES: dict[str, tuple[tuple[str, str], ...]] = {
     "bert": (), "roberta": ROBERTA_TABLE, "mpnet": MPNET_TABLE, "distilbert": DISTILBERT_TABLE,
-    "electra": ELECTRA_TABLE,
+    "electra": ELECTRA_TABLE, "modernbert": MODERNBERT_TABLE,
+}
+
+#: ``BERTConfig.family`` -> ``(checkpoint prefix, model prefix)`` pairs (bertkit's names): where a model has
+#: parameters under the model prefix and the checkpoint none, the checkpoint's under the other prefix fill them.
+#: HF gives one name to heads that bertkit names apart (ModernBERT's ``head``: the MLM's transform and the
+#: classifiers' ``head``), so that loading one task's checkpoint into another task's model keeps it, as in HF.
+HF_FAMILY_SHARED_HEADS: dict[str, tuple[tuple[str, str], ...]] = {
+    "modernbert": (("cls.predictions.transform.", "head."), ("classifier.", "qa_outputs.")),
 }
 
 
