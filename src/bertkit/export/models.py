@@ -91,11 +91,13 @@ def task_names() -> list[str]:
 
 def model_class(task: str) -> type[nn.Module]:
     """The class exported for ``task`` (a name of :data:`SIGNATURES`, an alias, or an HF architecture name
-    such as ``BertForSequenceClassification``); ValueError for anything else."""
+    such as ``BertForSequenceClassification`` or another family's, ``RobertaForSequenceClassification``); ValueError
+    for anything else."""
+    from bertkit.config import bert_architecture_name
     from bertkit.weights.convert import ARCHITECTURES
 
-    if task in ARCHITECTURES:
-        return ARCHITECTURES[task]
+    if bert_architecture_name(task) in ARCHITECTURES:  # any family's HF name: XLMRobertaForSequenceClassification
+        return ARCHITECTURES[bert_architecture_name(task)]
     name = ALIASES.get(task, task)
     if name not in SIGNATURES:
         raise ValueError(f"unknown task {task!r}; choose one of {', '.join(task_names())}, or an HF architecture "

@@ -40,7 +40,7 @@ import torch
 from bertkit.checks import check_int
 from bertkit.modeling.heads import BERTForQuestionAnswering
 from bertkit.pipelines.base import Pipeline
-from bertkit.tasks.question_answering import SPECIAL_TOKENS, QuestionAnswering, nbest_spans
+from bertkit.tasks.question_answering import QuestionAnswering, nbest_spans
 from bertkit.tasks.squad import QAExample
 
 #: the default overlap of two windows, in context tokens
@@ -93,7 +93,7 @@ class QuestionAnsweringPipeline(Pipeline):
         max_seq_len = min(params["max_seq_len"], self.max_length)
         question_tokens = min(asked, params["max_question_len"])
         if params["doc_stride"] is None:  # the default: 128, or half a window's context room if that is less
-            stride = min(DEFAULT_STRIDE, (max_seq_len - SPECIAL_TOKENS - question_tokens) // 2)
+            stride = min(DEFAULT_STRIDE, (max_seq_len - self.tokenizer.pair_layout().specials - question_tokens) // 2)
         else:
             self._check_room(params, max_seq_len, question_tokens)
             stride = params["doc_stride"]
@@ -106,12 +106,13 @@ class QuestionAnsweringPipeline(Pipeline):
 
     def _check_room(self, params: dict[str, Any], max_seq_len: int, question_tokens: int) -> None:
         """ValueError unless a window of ``max_seq_len`` tokens holds more than ``doc_stride`` context tokens."""
-        room = max_seq_len - SPECIAL_TOKENS - question_tokens
+        specials = self.tokenizer.pair_layout().specials
+        room = max_seq_len - specials - question_tokens
         if room > params["doc_stride"]:
             return
         capped = f" (capped to the model's {self.max_length} positions)" if max_seq_len < params["max_seq_len"] else ""
         raise ValueError(f"doc_stride={params['doc_stride']} must be smaller than the context tokens of a window: "
-                         f"max_seq_len={max_seq_len}{capped} - {SPECIAL_TOKENS} special tokens - {question_tokens} "
+                         f"max_seq_len={max_seq_len}{capped} - {specials} special tokens - {question_tokens} "
                          f"question tokens (at most max_question_len={params['max_question_len']}) = {room}. Use a "
                          "smaller doc_stride, a smaller max_question_len or a larger max_seq_len.")
 

@@ -42,8 +42,6 @@ from bertkit.tasks import metrics
 from bertkit.tasks.base import IGNORE_INDEX, Task, softmax
 from bertkit.tasks.squad import QAExample, read_squad
 
-#: special tokens around the question and the context window: [CLS] question [SEP] context [SEP]
-SPECIAL_TOKENS = 3
 #: command-line flags of the options, for error messages
 #: ``null_score_diff`` when the context offers no span: the largest float (``inf`` has no JSON spelling)
 NO_SPAN = sys.float_info.max
@@ -305,12 +303,13 @@ class QuestionAnswering(Task):
         window after the special tokens and the longest question (cut to ``max_query_length`` tokens).
         """
         self.prepare(tokenizer)
-        _check_int("max_seq_length", max_seq_length, SPECIAL_TOKENS + 1)
+        specials = tokenizer.pair_layout().specials  # BERT: [CLS] q [SEP] c [SEP]; RoBERTa: <s> q </s></s> c </s>
+        _check_int("max_seq_length", max_seq_length, specials + 1)
         if not examples:
             return []
         questions = [q[:self.max_query_length] for q in
                      tokenizer([e.question for e in examples], add_special_tokens=False)["input_ids"]]
-        self._check_room(max_seq_length, max(map(len, questions)))
+        self._check_room(max_seq_length, max(map(len, questions)), specials)
         contexts = list(dict.fromkeys(e.context for e in examples))  # SQuAD asks several questions per context
         encoded = tokenizer(contexts, add_special_tokens=False, return_offsets_mapping=True)
         tokens = dict(zip(contexts, zip(encoded["input_ids"], encoded["offset_mapping"])))
@@ -318,14 +317,14 @@ class QuestionAnswering(Task):
         for i, (example, question) in enumerate(zip(examples, questions)):
             ids, offsets = tokens[example.context]
             features += self._windows(i, example, question, ids, offsets,
-                                      max_seq_length - SPECIAL_TOKENS - len(question), tokenizer)
+                                      max_seq_length - specials - len(question), tokenizer)
         return features
 
-    def _check_room(self, max_seq_length: int, longest_question: int) -> None:
+    def _check_room(self, max_seq_length: int, longest_question: int, specials: int) -> None:
         """ValueError when the longest (cut) question leaves windows no more than ``doc_stride`` context tokens."""
-        room = max_seq_length - SPECIAL_TOKENS - longest_question
+        room = max_seq_length - specials - longest_question
         if room <= self.doc_stride:
-            raise ValueError(f"max_seq_length={max_seq_length} (--max-seq-length) - {SPECIAL_TOKENS} special tokens - "
+            raise ValueError(f"max_seq_length={max_seq_length} (--max-seq-length) - {specials} special tokens - "
                              f"{longest_question} tokens of the longest question (at most max_query_length="
                              f"{self.max_query_length}, --max-query-length) leaves {room} context tokens per window, "
                              f"which must be more than doc_stride={self.doc_stride} (--doc-stride), the tokens "
@@ -336,23 +335,24 @@ class QuestionAnswering(Task):
                  offsets: list[tuple[int, int]], room: int, tokenizer: Any) -> list[dict[str, Any]]:
         spans = window_spans(len(ids), room, self.doc_stride)
         owner = max_context_window(spans, len(ids))
-        prefix = len(question) + 2  # [CLS] question [SEP]
+        layout = tokenizer.pair_layout()
+        prefix, suffix = len(layout.before) + len(question) + len(layout.between), len(layout.after)
         answer = self._answer_tokens(example, offsets)
         features = []
         for k, (first, end) in enumerate(spans):
+            input_ids, token_type_ids = layout.join(question, ids[first:end])
             feature = {
                 "example": index,
-                "input_ids": [tokenizer.cls_token_id, *question, tokenizer.sep_token_id, *ids[first:end],
-                              tokenizer.sep_token_id],
-                "token_type_ids": [0] * prefix + [1] * (end - first + 1),
-                "offsets": [None] * prefix + list(offsets[first:end]) + [None],
-                "token_is_max_context": [False] * prefix + (owner[first:end] == k).tolist() + [False],
+                "input_ids": input_ids,
+                "token_type_ids": token_type_ids,
+                "offsets": [None] * prefix + list(offsets[first:end]) + [None] * suffix,
+                "token_is_max_context": [False] * prefix + (owner[first:end] == k).tolist() + [False] * suffix,
             }
             if example.answers is not None:
                 if answer is None:
                     position = (IGNORE_INDEX, IGNORE_INDEX)
                 elif answer == "impossible" or not first <= answer[0] <= answer[1] < end:
-                    position = (0, 0)  # [CLS]
+                    position = (0, 0)  # the first token ([CLS], <s>)
                 else:
                     position = (prefix + answer[0] - first, prefix + answer[1] - first)
                 feature["start_positions"], feature["end_positions"] = position

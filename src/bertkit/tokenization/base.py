@@ -28,6 +28,7 @@ from __future__ import annotations
 import functools
 import threading
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from bertkit.checks import check_int
@@ -53,6 +54,42 @@ _PANIC_FIX = ("A smaller stride or a larger max_length usually avoids this; plea
               "bertkit should have rejected these arguments with a clearer message.")
 
 
+@dataclass(frozen=True)
+class PairLayout:
+    """The special tokens a tokenizer puts around a pair (``before`` A, ``between`` A and B, ``after`` B) and the
+    token type ids: ``*_types`` of those specials, ``a_type`` / ``b_type`` of A's and B's tokens."""
+
+    before: tuple[int, ...]
+    between: tuple[int, ...]
+    after: tuple[int, ...]
+    before_types: tuple[int, ...]
+    between_types: tuple[int, ...]
+    after_types: tuple[int, ...]
+    a_type: int
+    b_type: int
+
+    @classmethod
+    def of(cls, ids: Sequence[int], type_ids: Sequence[int], sequence_ids: Sequence[int | None]) -> PairLayout:
+        """From a post-processed pair's ``ids``, ``type_ids`` and ``sequence_ids`` (None for a special token)."""
+        first_a, last_a = sequence_ids.index(0), len(sequence_ids) - 1 - sequence_ids[::-1].index(0)
+        first_b, last_b = sequence_ids.index(1), len(sequence_ids) - 1 - sequence_ids[::-1].index(1)
+        parts = (slice(0, first_a), slice(last_a + 1, first_b), slice(last_b + 1, None))
+        return cls(*(tuple(ids[p]) for p in parts), *(tuple(type_ids[p]) for p in parts),
+                   type_ids[first_a], type_ids[first_b])
+
+    @property
+    def specials(self) -> int:
+        """How many special tokens a pair gets."""
+        return len(self.before) + len(self.between) + len(self.after)
+
+    def join(self, a: Sequence[int], b: Sequence[int]) -> tuple[list[int], list[int]]:
+        """``(input_ids, token_type_ids)`` of the pair of token id lists ``a``, ``b`` with the specials around."""
+        ids = [*self.before, *a, *self.between, *b, *self.after]
+        types = [*self.before_types, *[self.a_type] * len(a), *self.between_types, *[self.b_type] * len(b),
+                 *self.after_types]
+        return ids, types
+
+
 class FastTokenizerBase:
     """The shared encoding / decoding API (see the module docstring for what a subclass provides)."""
 
@@ -65,6 +102,7 @@ class FastTokenizerBase:
         """Call at the end of ``__init__``: the truncation / padding state and the lock."""
         self._settings: tuple | None = None  # the truncation / padding the backends are configured with
         self._lock = threading.Lock()
+        self._pair_layout: PairLayout | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if k != "_lock"}
@@ -108,6 +146,17 @@ class FastTokenizerBase:
         """How many tokens the post-processor adds to one text (or a pair)."""
         processor = self._backend.post_processor
         return 0 if processor is None else processor.num_special_tokens_to_add(pair)
+
+    def pair_layout(self) -> PairLayout:
+        """Where the post-processor puts its special tokens around a pair, and the token types of each part
+        (BERT: ``[CLS] A [SEP] B [SEP]``, types 0 then 1; RoBERTa: ``<s> A </s></s> B </s>``, all 0): what task
+        code needs to assemble ``special + A + special + B + special`` from token ids itself (QA windows)."""
+        if self._pair_layout is None:
+            with self._lock:
+                self._configure(None, None, 0, None, None, self.padding_side, "right")
+                pair = self._backend.encode("a", "b", add_special_tokens=True)
+            self._pair_layout = PairLayout.of(pair.ids, pair.type_ids, pair.sequence_ids)
+        return self._pair_layout
 
     def convert_tokens_to_ids(self, tokens: str | Iterable[str]) -> int | list[int | None] | None:
         """Ids of ``tokens``; a token outside the vocabulary maps to ``unk_token``'s id (None without one)."""
