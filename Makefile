@@ -32,7 +32,9 @@ lint: $(VENV)/.test-installed
 test: lint
 	$(PY) -m pytest -q
 
-# bertkit vs HF transformers vs ONNX Runtime, one run (~6 min on 2 cores): benchmarks/run.py
+# bertkit vs HF transformers vs ONNX Runtime, one run (~6 min on 2 cores, and the families table, one
+# BERT-base-sized model per family: 6.5 min for three families on a loaded machine): benchmarks/run.py;
+# one section alone: $(PY) benchmarks/run.py --only families (or inference, pretraining, ...)
 bench: $(VENV)/.test-installed
 	$(PY) benchmarks/run.py
 

@@ -1,4 +1,5 @@
-"""bertkit's speed against HF transformers and ONNX Runtime, in one run: inference, pretraining, fine-tuning.
+"""bertkit's speed against HF transformers and ONNX Runtime, in one run: inference (BERT, then every encoder
+family bertkit runs), pretraining, fine-tuning.
 
 Every table is measured in this process (peak memory in one child process per variant), the variants
 interleaved round by round so machine drift hits them alike; times are medians. Ratios are against HF
@@ -10,6 +11,7 @@ kind (fp32, bf16 or int8) measured at the start of the run.
 
     python benchmarks/run.py                 # everything, BERT-base (~10 min on 2 cores)
     python benchmarks/run.py --only inference --rounds 9
+    python benchmarks/run.py --only families # one row per family (RoBERTa, MPNet, ...), HF vs bertkit vs ORT
     python benchmarks/run.py --quick         # a tiny model, one round: checks that it all runs
 
 Needs the test extras (transformers) and onnxruntime, onnx, onnxscript (``pip install -e '.[test]'``).
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import inspect
 import json
 import statistics
 import subprocess
@@ -26,6 +29,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -98,46 +102,123 @@ def forward_flops(cfg: dict, tokens: int, lengths: list[int]) -> float:
 
 
 # ---------------------------------------------------------------------------- inference
-def make_batch(batch: int, length: int, real: float, vocab: int, seed: int = 0):
-    """Random ids, a padding mask with ``real`` of the tokens real (rows of spread lengths), zero token types."""
+#: BERT's inputs, in the order of its forward (and of the ONNX graphs exported from HF's model)
+BERT_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+
+
+def make_batch(batch: int, length: int, real: float, vocab: int, seed: int = 0, pad_id: int | None = None):
+    """Random ids, a padding mask with ``real`` of the tokens real (rows of spread lengths), zero token types.
+    ``pad_id``: the id at padded positions (None: random ids there too)."""
     g = torch.Generator().manual_seed(seed)
     ids = torch.randint(1000, vocab, (batch, length), generator=g)
     mask = torch.ones_like(ids)
     if real < 1.0:
         lengths = torch.linspace(2 * real - 1, 1.0, batch).mul(length).round().long().clamp(min=1, max=length)
         mask = (torch.arange(length)[None] < lengths[:, None]).long()
+    if pad_id is not None:
+        ids = ids.masked_fill(mask == 0, pad_id)
     return ids, mask, torch.zeros_like(ids)
 
 
+def model_inputs(batch: int, length: int, real: float, vocab: int, names=BERT_INPUTS,
+                 pad_id: int | None = None) -> dict[str, torch.Tensor]:
+    """:func:`make_batch` as keyword inputs, those of ``names`` only (a family without token types has none)."""
+    return {name: tensor for name, tensor in zip(BERT_INPUTS, make_batch(batch, length, real, vocab, pad_id=pad_id))
+            if name in names}
+
+
 class _HFEncoder(torch.nn.Module):
-    """HF's BertModel as ``(ids, mask, types) -> last_hidden_state`` for the ONNX exporter."""
+    """An HF encoder as ``(*inputs) -> last_hidden_state`` for the ONNX exporter, the inputs named by ``names``."""
 
-    def __init__(self, model):
+    def __init__(self, model, names):
         super().__init__()
-        self.model = model
+        self.model, self.names = model, tuple(names)
 
-    def forward(self, input_ids, attention_mask, token_type_ids):
-        return self.model(input_ids=input_ids, attention_mask=attention_mask,
-                          token_type_ids=token_type_ids).last_hidden_state
+    def forward(self, *inputs):
+        return self.model(**dict(zip(self.names, inputs))).last_hidden_state
 
 
-def onnx_sessions(hf, workdir: Path, threads: int) -> dict[str, object]:
-    """ONNX Runtime sessions on HF's model exported by ``torch.onnx.export`` (fp32) and dynamically quantized."""
+def onnx_sessions(hf, workdir: Path, threads: int, names=BERT_INPUTS, vocab: int = 2000,
+                  pad_id: int | None = None, int8: bool = True) -> dict[str, object]:
+    """ONNX Runtime sessions on HF's model exported by ``torch.onnx.export`` (fp32) and, with ``int8``,
+    dynamically quantized; the graph's inputs are ``names`` (those HF's forward takes)."""
     import onnxruntime as ort
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    example = make_batch(2, 16, 0.7, 2000)
+    example = tuple(model_inputs(2, 16, 0.7, vocab, names, pad_id).values())
     batch, length = torch.export.Dim("batch", min=1, max=1024), torch.export.Dim("length", min=2, max=512)
-    path = workdir / "hf.onnx"
-    torch.onnx.export(_HFEncoder(hf), example, str(path), input_names=["input_ids", "attention_mask", "token_type_ids"],
-                      output_names=["last_hidden_state"], dynamic_shapes=({0: batch, 1: length},) * 3,
+    workdir.mkdir(parents=True, exist_ok=True)
+    files = {"fp32": "hf.onnx"} | ({"int8": "hf-int8.onnx"} if int8 else {})
+    torch.onnx.export(_HFEncoder(hf, names), example, str(workdir / files["fp32"]), input_names=list(names),
+                      output_names=["last_hidden_state"], dynamic_shapes=(({0: batch, 1: length},) * len(names),),
                       opset_version=18, dynamo=True, verbose=False)
-    quantize_dynamic(str(path), str(workdir / "hf-int8.onnx"), weight_type=QuantType.QInt8)
+    if int8:
+        quantize_dynamic(str(workdir / files["fp32"]), str(workdir / files["int8"]), weight_type=QuantType.QInt8)
     options = ort.SessionOptions()
     options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     return {name: ort.InferenceSession(str(workdir / file), options, providers=["CPUExecutionProvider"])
-            for name, file in (("fp32", "hf.onnx"), ("int8", "hf-int8.onnx"))}
+            for name, file in files.items()}
+
+
+Runner = Callable[[dict[str, torch.Tensor]], torch.Tensor]  # keyword inputs -> last hidden state
+
+
+def run_hf(model) -> Runner:
+    return lambda inputs: model(**inputs).last_hidden_state
+
+
+def run_ours(model) -> Runner:
+    return lambda inputs: model(**inputs)[0]
+
+
+def run_ort(session) -> Runner:
+    return lambda inputs: torch.from_numpy(session.run(None, {k: v.numpy() for k, v in inputs.items()})[0])
+
+
+@dataclass(frozen=True)
+class Workload:
+    """``batch`` rows of ``length`` tokens, ``real`` of them real; ``extra``: also time the optional variants."""
+
+    name: str
+    batch: int
+    length: int
+    real: float
+    extra: bool = True
+
+
+def measure(workloads: list[Workload], runs: dict[str, Runner], rounds: int, *, vocab: int, names=BERT_INPUTS,
+            pad_id: int | None = None, extra: dict[str, Runner] | None = None, cfg: dict | None = None,
+            peaks: dict[str, float] | None = None, ort_name: str = "ONNX Runtime fp32") -> list[dict]:
+    """Time ``runs`` (and ``extra`` on workloads that want it) on each workload, interleaved round by round:
+    one row per variant with its real tokens/s, its speed over the first of ``runs`` (HF fp32) and over
+    ``ort_name`` (when timed), its largest difference to the first's last hidden state at real tokens, and
+    with ``cfg`` and ``peaks`` its "% GEMM peak" (BERT's FLOPs)."""
+    reference = next(iter(runs))
+    rows = []
+    for w in workloads:
+        inputs = model_inputs(w.batch, w.length, w.real, vocab, names, pad_id)
+        variants = {**runs, **((extra or {}) if w.extra else {})}
+        with torch.inference_mode():
+            outputs = {v: run(inputs).float() for v, run in variants.items()}
+            seconds = interleaved({v: (lambda run=run, inputs=inputs: run(inputs)) for v, run in variants.items()},
+                                  rounds)
+        mask = inputs["attention_mask"]
+        lengths = mask.sum(1).tolist()
+        tokens = sum(lengths)
+        real_mask = mask.bool()
+        for v, s in seconds.items():
+            row = {"workload": w.name, "variant": v, "ms": 1e3 * s, "real tokens/s": tokens / s,
+                   "x HF fp32": seconds[reference] / s,
+                   "x ORT fp32": seconds[ort_name] / s if ort_name in seconds else None,
+                   "max diff": (outputs[v] - outputs[reference])[real_mask].abs().max().item()}
+            if cfg is not None and peaks is not None:
+                # what the variant computes: bertkit skips the padding, the others compute it
+                work = forward_flops(cfg, tokens, lengths) if v.startswith("bertkit") else \
+                    forward_flops(cfg, w.batch * w.length, [w.length] * w.batch)
+                row["% GEMM peak"] = 100 * work / s / 1e9 / peak_for(v, peaks)
+            rows.append(row)
+    return rows
 
 
 def inference(cfg: dict, args, peaks: dict[str, float], workdir: Path) -> list[dict]:
@@ -152,53 +233,115 @@ def inference(cfg: dict, args, peaks: dict[str, float], workdir: Path) -> list[d
     hf_bf16 = copy.deepcopy(hf).to(torch.bfloat16) if native_bf16() else None
     sessions = onnx_sessions(hf, workdir, torch.get_num_threads()) if not args.no_onnx else {}
 
-    def run_hf(model):
-        return lambda ids, mask, types: model(input_ids=ids, attention_mask=mask,
-                                              token_type_ids=types).last_hidden_state
-
-    def run_ours(model):
-        return lambda ids, mask, types: model(ids, mask, types)[0]
-
-    def run_ort(session):
-        return lambda ids, mask, types: torch.from_numpy(session.run(None, {
-            "input_ids": ids.numpy(), "attention_mask": mask.numpy(), "token_type_ids": types.numpy()})[0])
-
-    variants = {"HF fp32 (sdpa)": run_hf(hf), "bertkit fp32": run_ours(ours["fp32"])}
+    runs = {"HF fp32 (sdpa)": run_hf(hf), "bertkit fp32": run_ours(ours["fp32"])}
     if "fp32" in sessions:
-        variants["ONNX Runtime fp32"] = run_ort(sessions["fp32"])
+        runs["ONNX Runtime fp32"] = run_ort(sessions["fp32"])
     extra = {}
     if "bf16" in ours:
         extra |= {"HF bf16": run_hf(hf_bf16), "bertkit bf16": run_ours(ours["bf16"])}
     extra["bertkit int8"] = run_ours(ours["int8"])
     if "int8" in sessions:
         extra["ONNX Runtime int8"] = run_ort(sessions["int8"])
+    workloads = [Workload("8 x 128", 8, 128, 1.0), Workload("latency 1 x 128", 1, 128, 1.0, extra=False),
+                 Workload("latency 1 x 16", 1, 16, 1.0, extra=False), Workload("8 x 128, 30 % padding", 8, 128, 0.7)]
+    return measure(workloads, runs, args.rounds, vocab=cfg.get("vocab_size", 30522), extra=extra, cfg=cfg,
+                   peaks=peaks)
 
-    workloads = [("8 x 128", 8, 128, 1.0, True), ("latency 1 x 128", 1, 128, 1.0, False),
-                 ("latency 1 x 16", 1, 16, 1.0, False), ("8 x 128, 30 % padding", 8, 128, 0.7, True)]
-    rows = []
-    for name, b, length, real, with_extra in workloads:
-        ids, mask, types = make_batch(b, length, real, cfg.get("vocab_size", 30522))
-        runs = {**variants, **(extra if with_extra else {})}
-        with torch.inference_mode():
-            reference = runs["HF fp32 (sdpa)"](ids, mask, types)
-            outputs = {v: run(ids, mask, types).float() for v, run in runs.items()}
-            batch = (ids, mask, types)
-            seconds = interleaved({v: (lambda run=run, batch=batch: run(*batch)) for v, run in runs.items()},
-                                  args.rounds)
-        lengths = mask.sum(1).tolist()
-        tokens = sum(lengths)
-        flops = forward_flops(cfg, tokens, lengths)
-        padded_flops = forward_flops(cfg, b * length, [length] * b)
-        real_mask = mask.bool()
-        for v, s in seconds.items():
-            peak = peak_for(v, peaks)
-            work = flops if v.startswith("bertkit") else padded_flops  # what the variant computes
-            rows.append({"workload": name, "variant": v, "ms": 1e3 * s, "real tokens/s": tokens / s,
-                         "x HF fp32": seconds["HF fp32 (sdpa)"] / s,
-                         "x ORT fp32": seconds["ONNX Runtime fp32"] / s if "ONNX Runtime fp32" in seconds else None,
-                         "max diff": (outputs[v] - reference)[real_mask].abs().max().item(),
-                         "% GEMM peak": 100 * work / s / 1e9 / peak})
-    return rows
+
+# ---------------------------------------------------------------------------- inference, every family
+#: family -> how its row is built, as data. ``hf_config`` / ``hf_model``: transformers' classes; ``sizes``: the
+#: HF config keys of the benchmark's size dict where they differ (a tuple: several keys take the value);
+#: ``kwargs``: the rest of the HF config (the family's released base checkpoint's, where HF's defaults are not);
+#: ``attention``: HF's attention (MPNet has no SDPA in HF; ModernBERT's flash attention needs a GPU);
+#: ``bertkit``: the bertkit config factory whose presence (building a config of this family) says that the
+#: installed bertkit runs the family. The inputs are those HF's forward takes (no token types for
+#: DistilBERT, MPNet, ModernBERT); padded positions hold the config's ``pad_token_id``.
+FAMILY_MODELS: dict[str, dict] = {
+    "bert": dict(hf_config="BertConfig", hf_model="BertModel", bertkit="BERTConfig", kwargs={}),
+    "roberta": dict(hf_config="RobertaConfig", hf_model="RobertaModel", bertkit="RoBERTaConfig",
+                    kwargs=dict(vocab_size=50265, type_vocab_size=1, max_position_embeddings=514, pad_token_id=1,
+                                bos_token_id=0, eos_token_id=2, layer_norm_eps=1e-5)),
+    "mpnet": dict(hf_config="MPNetConfig", hf_model="MPNetModel", bertkit="MPNetConfig", attention="eager",
+                  kwargs=dict(vocab_size=30527, max_position_embeddings=514, pad_token_id=1, bos_token_id=0,
+                              eos_token_id=2, layer_norm_eps=1e-5, relative_attention_num_buckets=32)),
+    "distilbert": dict(hf_config="DistilBertConfig", hf_model="DistilBertModel", bertkit="DistilBERTConfig",
+                       sizes=dict(hidden_size="dim", num_hidden_layers="n_layers", num_attention_heads="n_heads",
+                                  intermediate_size="hidden_dim"),
+                       kwargs=dict(vocab_size=30522, max_position_embeddings=512, pad_token_id=0)),
+    "electra": dict(hf_config="ElectraConfig", hf_model="ElectraModel", bertkit="ELECTRAConfig",
+                    sizes=dict(hidden_size=("hidden_size", "embedding_size")),  # electra-base: embeddings of H
+                    kwargs=dict(vocab_size=30522, type_vocab_size=2, max_position_embeddings=512, pad_token_id=0)),
+    "modernbert": dict(hf_config="ModernBertConfig", hf_model="ModernBertModel", bertkit="ModernBERTConfig",
+                       kwargs=dict(vocab_size=50368, max_position_embeddings=8192, pad_token_id=50283,
+                                   bos_token_id=50281, eos_token_id=50282, cls_token_id=50281, sep_token_id=50282,
+                                   global_attn_every_n_layers=3, local_attention=128)),
+}
+
+FAMILY_WORKLOADS = [Workload("8 x 128, 30 % padding", 8, 128, 0.7), Workload("8 x 128", 8, 128, 1.0)]
+
+
+def hf_family_config(spec: dict, size: dict):
+    """The HF config of a :data:`FAMILY_MODELS` entry at ``size`` (the benchmark's size dict)."""
+    fields = {}
+    for key, value in size.items():
+        keys = spec.get("sizes", {}).get(key, key)
+        fields |= dict.fromkeys((keys,) if isinstance(keys, str) else keys, value)
+    return getattr(transformers, spec["hf_config"])(**fields, **spec["kwargs"],
+                                                    attn_implementation=spec.get("attention", "sdpa"))
+
+
+def forward_inputs(model) -> tuple[str, ...]:
+    """Those of :data:`BERT_INPUTS` that ``model``'s forward takes (DistilBERT, MPNet, ModernBERT: no token types)."""
+    return tuple(name for name in BERT_INPUTS if name in inspect.signature(model.forward).parameters)
+
+
+def bertkit_lacks(family: str, spec: dict) -> str | None:
+    """Why the installed bertkit cannot run ``family`` (its config factory is missing or refuses), or None."""
+    factory = getattr(bertkit, spec["bertkit"], None)
+    if factory is None:
+        return f"no bertkit.{spec['bertkit']} in this bertkit"
+    try:
+        config = factory()
+    except Exception as error:  # whatever it raises, the family is not there
+        return f"bertkit.{spec['bertkit']}() raised {type(error).__name__}: {error}"
+    if config.family != family:
+        return f"bertkit.{spec['bertkit']}() builds family {config.family!r}"
+    return None
+
+
+def family_inference(family: str, spec: dict, size: dict, args, workdir: Path) -> list[dict]:
+    """HF fp32, bertkit fp32 (HF's checkpoint loaded by ``bertkit.BERT.from_pretrained``) and ONNX Runtime fp32
+    (HF's model exported) on :data:`FAMILY_WORKLOADS`, same random weights (seeded)."""
+    config = hf_family_config(spec, size)
+    torch.manual_seed(0)
+    hf = getattr(transformers, spec["hf_model"])(config).eval()
+    directory = workdir / family
+    hf.save_pretrained(directory / "hf")
+    ours = bertkit.BERT.from_pretrained(directory / "hf", warn=False)
+    if ours.config.family != family:
+        raise RuntimeError(f"bertkit read the {family} checkpoint as family {ours.config.family!r}")
+    ours = bertkit.optimize_for_inference(ours.eval())
+    names = forward_inputs(hf)
+    pad_id = config.pad_token_id
+    runs = {f"HF fp32 ({hf.config._attn_implementation})": run_hf(hf), "bertkit fp32": run_ours(ours)}
+    if not args.no_onnx:
+        session = onnx_sessions(hf, directory, torch.get_num_threads(), names, config.vocab_size, pad_id,
+                                int8=False)["fp32"]
+        runs["ONNX Runtime fp32"] = run_ort(session)
+    rows = measure(FAMILY_WORKLOADS, runs, args.rounds, vocab=config.vocab_size, names=names, pad_id=pad_id)
+    return [{"family": family, **row} for row in rows]
+
+
+def families(size: dict, args, workdir: Path) -> tuple[list[dict], list[str]]:
+    """Rows of every family of :data:`FAMILY_MODELS` the installed bertkit runs, and a note for each it does not."""
+    rows, notes = [], []
+    for family, spec in FAMILY_MODELS.items():
+        lack = bertkit_lacks(family, spec)
+        if lack:
+            notes.append(f"{family}: {lack}")
+            continue
+        rows += family_inference(family, spec, size, args, workdir)
+    return rows, notes
 
 
 # ---------------------------------------------------------------------------- training steps
@@ -420,9 +563,12 @@ def markdown(rows: list[dict], columns: list[str]) -> str:
     return "\n".join(lines)
 
 
+SECTIONS = ("inference", "families", "pretraining", "finetuning", "accuracy")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--only", choices=("inference", "pretraining", "finetuning", "accuracy"), action="append")
+    parser.add_argument("--only", choices=SECTIONS, action="append")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--quick", action="store_true", help="tiny model, one round: a check that everything runs")
@@ -435,7 +581,7 @@ def main() -> None:
         return memory_probe(json.loads(args.memory_probe))
     if args.quick:
         args.rounds = 1
-    sections = args.only or ["inference", "pretraining", "finetuning", "accuracy"]
+    sections = args.only or SECTIONS
     big, small = (TINY, TINY) if args.quick else (BASE, SMALL)
 
     print(f"torch {torch.__version__}, transformers {transformers.__version__}, {torch.get_num_threads()} threads, "
@@ -453,6 +599,15 @@ def main() -> None:
             print(f"\n## Inference, BERT {'base' if big is BASE else 'tiny'} encoder\n")
             print(markdown(rows, ["workload", "variant", "ms", "real tokens/s", "x HF fp32", "x ORT fp32",
                                   "max diff", "% GEMM peak"]))
+        if "families" in sections:
+            rows, notes = families(big, args, workdir)
+            results["families"] = rows
+            print(f"\n## Inference, every encoder family at the BERT-{'base' if big is BASE else 'tiny'} size "
+                  f"(L{big['num_hidden_layers']}/H{big['hidden_size']}), random weights\n")
+            print(markdown(rows, ["family", "workload", "variant", "ms", "real tokens/s", "x HF fp32", "x ORT fp32",
+                                  "max diff"]))
+            if notes:
+                print("\nNot in this bertkit yet:\n" + "\n".join(f"- {note}" for note in notes))
         training_workloads = []
         if "pretraining" in sections:
             training_workloads += [_workload("pretraining", small, 32, 128, 1.0),
