@@ -144,3 +144,21 @@ def test_serve_reranks_with_an_xlm_roberta_cross_encoder(root):
     assert [r["index"] for r in ranked] == scores.argsort(descending=True).tolist()
     np.testing.assert_allclose([r["score"] for r in sorted(ranked, key=lambda r: r["index"])], scores.numpy(),
                                atol=2e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("head", ["AutoModel", "AutoModelForMaskedLM", "AutoModelForTokenClassification"])
+def test_auto_model_loads_the_architecture_a_directory_holds(root, family, head):
+    directory = family_dir(root, family, head)
+    model = bertkit.AutoModel.from_pretrained(directory)
+    expected = {"AutoModel": bertkit.BERT, "AutoModelForMaskedLM": bertkit.BERTForMaskedLM,
+                "AutoModelForTokenClassification": bertkit.BERTForTokenClassification}[head]
+    assert type(model) is expected and model.config.hf_model_type == family
+    assert bertkit.AutoConfig.from_pretrained(directory) == model.config
+    enc = transformers.AutoTokenizer.from_pretrained(directory)(TEXTS[:2], padding=True, return_tensors="pt")
+    with torch.no_grad():
+        theirs = hf_model(directory, head)(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"])[0]
+        ours = model(enc["input_ids"], enc["attention_mask"])
+    ours = ours[0] if isinstance(ours, tuple) else ours
+    real = enc["attention_mask"].bool()
+    torch.testing.assert_close(ours[real], theirs[real], atol=2e-5, rtol=1e-4)

@@ -45,6 +45,8 @@ _hooks.install_inference(_optimize_for_inference)
 #: top-level name -> module that defines it (everything else comes from bertkit.modeling)
 _LAZY = {
     "BERTConfig": "bertkit.config",
+    "AutoModel": "bertkit.weights.auto",
+    "AutoConfig": "bertkit.weights.auto",
     "SIZES": "bertkit.presets",
     "preset_config": "bertkit.presets",
     "RoBERTaConfig": "bertkit.presets",
@@ -96,6 +98,8 @@ if TYPE_CHECKING:  # for IDEs and type checkers
     from bertkit.weights import BERT_ForSequenceClassification_Weights as BERT_ForSequenceClassification_Weights
     from bertkit.weights import BERT_Weights as BERT_Weights
     from bertkit.weights import LoadWarning as LoadWarning
+    from bertkit.weights.auto import AutoConfig as AutoConfig
+    from bertkit.weights.auto import AutoModel as AutoModel
 
 
 def __getattr__(name: str):
