@@ -132,11 +132,6 @@ class TokenizerFast(FastTokenizerBase):
     def _id_limit(self) -> int:
         return max(self.ids_to_tokens) + 1 if self.ids_to_tokens else 0
 
-    @property
-    def backend_tokenizer(self) -> Tokenizer:
-        """The ``tokenizers.Tokenizer`` (HF's name); it is reconfigured by every call, so read, do not encode."""
-        return self._backend
-
     def pipeline_json(self) -> dict[str, Any]:
         """The backend as tokenizer.json holds it, without the per-call truncation / padding settings."""
         with self._lock:
