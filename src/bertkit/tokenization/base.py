@@ -177,6 +177,13 @@ class FastTokenizerBase:
         """The ``tokenizers.Tokenizer`` (HF's name); it is reconfigured by every call, so read, do not encode."""
         return self._backend
 
+    def with_prefix_space(self) -> FastTokenizerBase:
+        """A tokenizer that reads every word as if a space came before it, as words inside a text are: what
+        pre-split words (``is_split_into_words``) need. A WordPiece tokenizer splits at spaces and drops them,
+        so it is returned as it is; :class:`~bertkit.tokenization.TokenizerFast` turns on byte-level BPE's
+        ``add_prefix_space`` (see there)."""
+        return self
+
     def convert_ids_to_tokens(self, ids: int | Iterable[int], skip_special_tokens: bool = False) -> str | list[str]:
         """The token of one id, or the list of tokens of a sequence / 1-D array / tensor of ids.
 
