@@ -87,7 +87,8 @@ def _check_masks_kept(tokenizer, text: str, kept: int, length: int) -> None:
         char = full["offset_mapping"][token][0]
         raise ValueError(f"the {mask} at character {char} (token {token}) of text lies beyond max_length={length} "
                          f"tokens, the model's max_position_embeddings, where the text ({len(full['input_ids'])} "
-                         f"tokens) is truncated. Use a shorter text, with each {mask} among its first {length - 2} "
+                         f"tokens) is truncated. Use a shorter text, with each {mask} among its first "
+                         f"{length - tokenizer.num_special_tokens_to_add()} "
                          "tokens (e.g. only the sentences around it), or a model with a larger "
                          "max_position_embeddings.")
 
