@@ -6,7 +6,8 @@
   (and choices) axes dynamic;
 * ``model.int8.onnx`` with ``quantize="int8"``: ONNX Runtime's dynamic quantization (int8 MatMul weights per
   output channel, int8 embedding tables; activations quantized per batch as it runs);
-* the tokenizer files (``vocab.txt``, ``tokenizer_config.json``, ``special_tokens_map.json``) and ``config.json``;
+* the tokenizer files (``vocab.txt`` or ``tokenizer.json``, ``tokenizer_config.json``, ``special_tokens_map.json``)
+  and ``config.json``;
   for a sentence-transformers model also its ``sentence_bert_config.json`` (``max_seq_length``, ``do_lower_case``),
   with the tokenizer's ``model_max_length`` set to ``max_seq_length``, so that truncating at the tokenizer's
   limit gives the model's embeddings;
