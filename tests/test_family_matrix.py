@@ -156,6 +156,29 @@ def ours_and_hf(model_dir: pathlib.Path, examples_file: pathlib.Path):
 
 # ---------------------------------------------------------------------------- fine-tuning
 @pytest.mark.parametrize("family", ALL_FAMILIES)
+def test_with_prefix_space_is_hfs_add_prefix_space_and_saves_as_such(root, tmp_path, family):
+    """What the tag task encodes words with: byte-level BPE with ``add_prefix_space`` (HF's own option where the
+    class has it: RoBERTa), saved so that transformers reads it back alike; other tokenizers unchanged."""
+    directory = family_dir(root, family)
+    plain = bertkit.AutoTokenizer.from_pretrained(directory)
+    spaced = plain.with_prefix_space()
+    assert (spaced is plain) == (family not in BYTE_LEVEL)
+    words, options = [["Emma", "Woodhouse,", "naïve"], ["x"]], dict(return_offsets_mapping=True)
+    ours = spaced(words, is_split_into_words=True, **options)
+    if family == "roberta":
+        theirs = transformers.AutoTokenizer.from_pretrained(directory, add_prefix_space=True)
+        assert theirs(words, is_split_into_words=True, **options)["input_ids"] == ours["input_ids"]
+    spaced.save_pretrained(tmp_path)
+    theirs = transformers.AutoTokenizer.from_pretrained(tmp_path)
+    for text, split in ((words, True), (NER_TEXT, False)):
+        mine = spaced(text, is_split_into_words=split, **options)
+        read = theirs(text, is_split_into_words=split, **options)
+        assert (mine["input_ids"], mine["offset_mapping"]) == (read["input_ids"], read["offset_mapping"])
+    assert bertkit.AutoTokenizer.from_pretrained(tmp_path).with_prefix_space()(NER_TEXT)["input_ids"] == \
+        spaced(NER_TEXT)["input_ids"]
+
+
+@pytest.mark.parametrize("family", ALL_FAMILIES)
 def test_finetune_tag_evaluate_predict_as_hf_reads_it(root, tmp_path, data, family):
     model_dir = finetune_evaluate_predict(root, tmp_path, data, "tag", family)
     examples, features, outputs, _ = ours_and_hf(model_dir, data["tag"])

@@ -147,9 +147,11 @@ class TokenizerFast(FastTokenizerBase):
         ``tokenizer_config.json`` when saved: ``transformers.AutoTokenizer`` reads the saved directory back to
         the same pipeline. A pipeline without a byte-level pre-tokenizer (WordPiece; SentencePiece, whose
         Metaspace already marks every word) or with the option on is returned as it is."""
-        data = self.pipeline_json()
-        if not _prefix_space_on(data.get("pre_tokenizer"), "pre_tokenizer"):
+        pre_tokenizer = self._backend.pre_tokenizer  # its own JSON first: serialising the backend copies the vocabulary
+        if pre_tokenizer is None or not _prefix_space_on(json.loads(pre_tokenizer.__getstate__()), "pre_tokenizer"):
             return self
+        data = self.pipeline_json()
+        _prefix_space_on(data["pre_tokenizer"], "pre_tokenizer")
         _prefix_space_on(data.get("post_processor"), "post_processor")
         backend = Tokenizer.from_str(json.dumps(data))
         options = dict(model_max_length=self.model_max_length, padding_side=self.padding_side,
