@@ -501,11 +501,12 @@ class _OnnxClassifier(torch.nn.Module):
         options = ort.SessionOptions()
         options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
         self.session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        self.inputs = [i.name for i in self.session.get_inputs()]  # token_type_ids only where the model has types
         self.label_keys, self.loss_from_logits = like.label_keys, like.loss_from_logits
 
     def forward(self, input_ids, attention_mask, token_type_ids):
         feeds = {"input_ids": input_ids, "attention_mask": attention_mask, "token_type_ids": token_type_ids}
-        return torch.from_numpy(self.session.run(None, {k: v.numpy() for k, v in feeds.items()})[0])
+        return torch.from_numpy(self.session.run(None, {k: feeds[k].numpy() for k in self.inputs})[0])
 
 
 def accuracy(args, workdir: Path) -> list[dict]:

@@ -3,7 +3,8 @@ directories a user downloads from the hub, with the family's own tokenizer kind 
 
 ``family_dir(root, family, head)`` -> a directory holding ``config.json``, ``model.safetensors`` and the HF
 fast tokenizer files of that family: byte-level BPE (RoBERTa, ModernBERT), SentencePiece-style Unigram
-(XLM-RoBERTa), WordPiece with ``<s>``/``</s>`` (MPNet). Random weights (seeded), odd sizes.
+(XLM-RoBERTa), WordPiece with ``<s>``/``</s>`` (MPNet), BERT's WordPiece with ``[CLS]``/``[SEP]`` (DistilBERT,
+ELECTRA). Random weights (seeded), odd sizes.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ RESOURCES = pathlib.Path(__file__).resolve().parents[1] / "src" / "bertkit" / "r
 ROBERTA_SPECIALS = ["<s>", "<pad>", "</s>", "<unk>"]  # ids 0..3 as fairseq's dictionary; <mask> is added last
 SIZES = dict(hidden_size=36, num_hidden_layers=2, num_attention_heads=3, intermediate_size=52)
 FAMILIES = ("roberta", "xlm-roberta", "mpnet", "modernbert")
+#: every family a checkpoint directory can be made of (those above, and BERT's WordPiece ones)
+ALL_FAMILIES = (*FAMILIES, "distilbert", "electra")
 
 
 @functools.cache
@@ -67,6 +70,17 @@ def _mpnet_wordpiece(vocab_size: int = 300) -> Tokenizer:
     return tok
 
 
+@functools.cache
+def _bert_vocab(vocab_size: int = 300) -> dict[str, int]:
+    """A lower-cased WordPiece vocabulary with BERT's special tokens (``[PAD]`` id 0), trained here."""
+    tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    tok.normalizer = normalizers.BertNormalizer(lowercase=True)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    tok.train_from_iterator(austen_lines(), trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=specials))
+    return tok.get_vocab()
+
+
 def hf_tokenizer(family: str):
     """The family's HF fast tokenizer (transformers' own class) over a tokenizer trained here."""
     import transformers
@@ -81,6 +95,10 @@ def hf_tokenizer(family: str):
         return transformers.MPNetTokenizerFast(tokenizer_object=_mpnet_wordpiece(), **special)
     if family == "modernbert":
         return transformers.PreTrainedTokenizerFast(tokenizer_object=_byte_level_bpe(), **special)
+    if family == "distilbert":
+        return transformers.DistilBertTokenizerFast(vocab=_bert_vocab())
+    if family == "electra":
+        return transformers.ElectraTokenizerFast(vocab=_bert_vocab())
     raise ValueError(family)
 
 
@@ -101,6 +119,14 @@ def hf_config(family: str, vocab_size: int, **overrides):
         return transformers.ModernBertConfig(vocab_size=vocab_size, max_position_embeddings=64, pad_token_id=1,
                                              bos_token_id=0, eos_token_id=2, cls_token_id=0, sep_token_id=2,
                                              global_attn_every_n_layers=2, local_attention=8, **SIZES, **overrides)
+    if family == "distilbert":
+        return transformers.DistilBertConfig(vocab_size=vocab_size, max_position_embeddings=64, pad_token_id=0,
+                                             dim=SIZES["hidden_size"], n_layers=SIZES["num_hidden_layers"],
+                                             n_heads=SIZES["num_attention_heads"],
+                                             hidden_dim=SIZES["intermediate_size"], **overrides)
+    if family == "electra":
+        return transformers.ElectraConfig(vocab_size=vocab_size, max_position_embeddings=64, pad_token_id=0,
+                                          embedding_size=20, **SIZES, **overrides)
     raise ValueError(family)
 
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from bertkit import BERTForTokenClassification, BERTTokenizerFast
-from bertkit.pipelines.aggregation import STRATEGIES, entities, join_tokens, softmax
+from bertkit.pipelines.aggregation import STRATEGIES, entities, softmax
 from bertkit.resources import BERT_BASE_UNCASED_VOCAB
 
 transformers = pytest.importorskip("transformers")
@@ -131,6 +131,7 @@ def test_inputs_of_different_lengths_are_a_value_error(model_dir):
     [], ["##ab", "cd", "##ef"], ["a", ".", "b", ",", "?", "!"], ["i", "don", "'", "t"], ["x", "' ", "s", "'m"],
     ["x do not", "y", "do not", "n't", "'s", "'ve", "'re"], ["a", "##", "#", "####x"], ["ab ,c", "d ."],
 ])
-def test_join_tokens_matches_the_wordpiece_decoder(tokens):
-    decoders = pytest.importorskip("tokenizers.decoders")
-    assert join_tokens(tokens) == decoders.WordPiece(prefix="##").decode(tokens)
+def test_tokens_join_as_hf_bert_tokenizers_join_them(model_dir, tokens):
+    theirs = transformers.AutoTokenizer.from_pretrained(model_dir)
+    assert BERTTokenizerFast.from_pretrained(model_dir).convert_tokens_to_string(tokens) == \
+        theirs.convert_tokens_to_string(tokens)

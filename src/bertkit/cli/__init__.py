@@ -28,7 +28,7 @@ COMMANDS = {
     "embed": ("embed", "sentence embeddings of a text file, streamed to .npy or .jsonl"),
     "serve": ("serve", "serve a model over HTTP: embeddings, classify, NER, QA, fill-mask, rerank"),
     "export": ("export", "export a model (backbone, any head, sentence-transformers) to ONNX, verified"),
-    "fill-mask": ("fill_mask", "print the top-k predictions for each [MASK] in a text"),
+    "fill-mask": ("fill_mask", "print the top-k predictions for each mask token ([MASK], <mask>) in a text"),
     "convert": ("convert", "convert a checkpoint (HF, pytorch_pretrained_bert, Google TF, ...) to HF or TF"),
     "tokenizer": ("tokenizer", "train a WordPiece vocabulary, or tokenize text"),
     "data": ("data", "create pretraining data: NSP sentence pairs, masking, shards"),

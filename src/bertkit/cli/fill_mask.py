@@ -1,4 +1,7 @@
-"""``bertkit fill-mask MODEL_DIR "text with [MASK]" [--top-k 5]``: the likeliest tokens for each mask."""
+"""``bertkit fill-mask MODEL_DIR "text with [MASK]" [--top-k 5]``: the likeliest tokens for each mask.
+
+The mask is the model's own mask token: ``[MASK]`` for BERT, DistilBERT and ELECTRA, ``<mask>`` for RoBERTa,
+XLM-RoBERTa, MPNet (and ModernBERT's tokenizer names its own)."""
 
 from __future__ import annotations
 
@@ -8,7 +11,7 @@ from bertkit.cli import ArgumentParser
 def main(argv: list[str]) -> int:
     parser = ArgumentParser(prog="bertkit fill-mask", description=__doc__)
     parser.add_argument("model", help="a directory holding a BERT with an MLM head and its tokenizer")
-    parser.add_argument("text", nargs="+", help="texts containing [MASK]")
+    parser.add_argument("text", nargs="+", help="texts containing the model's mask token ([MASK], <mask>, ...)")
     parser.add_argument("--top-k", type=int, default=5)
     args = parser.parse_args(argv)
 
@@ -21,5 +24,5 @@ def main(argv: list[str]) -> int:
         print(text)
         for i, candidates in enumerate(model.fill_mask(tokenizer, text, top_k=args.top_k)):
             shown = "  ".join(f"{token} {probability:.3f}" for token, probability in candidates)
-            print(f"  [MASK] {i + 1}: {shown}")
+            print(f"  {tokenizer.mask_token} {i + 1}: {shown}")
     return 0

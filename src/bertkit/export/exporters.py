@@ -20,7 +20,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from bertkit.export.models import INPUT_NAMES, ExportedModule, Signature
+from bertkit.export.models import ExportedModule, Signature
 
 logger = logging.getLogger("bertkit.export")
 
@@ -49,36 +49,38 @@ def max_opset(min_opset: int) -> int:
 
 def export_graph(module: ExportedModule, batch: dict[str, torch.Tensor], signature: Signature, opset: int,
                  max_length: int) -> tuple[bytes, str]:
-    """``(serialized graph, exporter)``: ``module`` traced on ``batch`` with the axes of ``signature`` dynamic
-    (sequences up to ``max_length``), by torch.export from opset 18, else by the TorchScript exporter."""
-    args = tuple(batch[name] for name in INPUT_NAMES)
+    """``(serialized graph, exporter)``: ``module`` traced on ``batch`` (its inputs by name, in the order of the
+    graph's inputs) with the axes of ``signature`` dynamic (sequences up to ``max_length``), by torch.export from
+    opset 18, else by the TorchScript exporter."""
+    names = tuple(batch)
+    args = tuple(batch[name] for name in names)
     if opset >= DYNAMO_MIN_OPSET:
         try:
             with _quiet():
-                return _export_dynamo(module, args, signature, opset, max_length), "dynamo"
+                return _export_dynamo(module, names, args, signature, opset, max_length), "dynamo"
         except Exception as error:  # any failure of torch.export: the other exporter is verified just the same
             logger.warning("torch.export could not export %s (%s: %s); using the TorchScript exporter instead.",
                            type(module.model).__name__, type(error).__name__, " ".join(str(error).split())[:300])
     with _quiet():
-        return _export_torchscript(module, args, signature, opset), "torchscript"
+        return _export_torchscript(module, names, args, signature, opset), "torchscript"
 
 
-def _export_dynamo(module: nn.Module, args: tuple[torch.Tensor, ...], signature: Signature, opset: int,
-                   max_length: int) -> bytes:
+def _export_dynamo(module: nn.Module, names: tuple[str, ...], args: tuple[torch.Tensor, ...], signature: Signature,
+                   opset: int, max_length: int) -> bytes:
     dims = {axis: torch.export.Dim(axis, max=max_length if axis == "sequence" else None) for axis in signature.inputs}
-    shapes = {name: {i: dims[axis] for i, axis in enumerate(signature.inputs)} for name in INPUT_NAMES}
-    program = torch.onnx.export(module, args, None, input_names=list(INPUT_NAMES),
+    shapes = {name: {i: dims[axis] for i, axis in enumerate(signature.inputs)} for name in names}
+    program = torch.onnx.export(module, args, None, input_names=list(names),
                                 output_names=list(signature.outputs), dynamic_shapes=shapes, opset_version=opset,
                                 dynamo=True, external_data=False, verbose=False)
     return program.model_proto.SerializeToString()
 
 
-def _export_torchscript(module: nn.Module, args: tuple[torch.Tensor, ...], signature: Signature,
-                        opset: int) -> bytes:
-    axes = {name: dict(enumerate(signature.inputs)) for name in INPUT_NAMES}
+def _export_torchscript(module: nn.Module, names: tuple[str, ...], args: tuple[torch.Tensor, ...],
+                        signature: Signature, opset: int) -> bytes:
+    axes = {name: dict(enumerate(signature.inputs)) for name in names}
     axes.update({name: {i: axis for i, axis in enumerate(names) if axis} for name, names in signature.outputs.items()})
     buffer = io.BytesIO()
-    torch.onnx.export(module, args, buffer, input_names=list(INPUT_NAMES), output_names=list(signature.outputs),
+    torch.onnx.export(module, args, buffer, input_names=list(names), output_names=list(signature.outputs),
                       dynamic_axes=axes, opset_version=opset, dynamo=False)
     return buffer.getvalue()
 

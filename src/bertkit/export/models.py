@@ -1,9 +1,10 @@
 """What an export holds: the model chosen for a source, its signature (named inputs and outputs with their
 axes), the module the exporter traces, and the sample batches that verify the result.
 
-Every exported model takes ``input_ids``, ``attention_mask`` and ``token_type_ids`` (int64, ``[batch,
-sequence]``; ``[batch, choices, sequence]`` for multiple choice) and returns the tensors its ``forward``
-returns, named as HF names them:
+Every exported model takes ``input_ids`` and ``attention_mask`` (int64, ``[batch, sequence]``; ``[batch, choices,
+sequence]`` for multiple choice), and ``token_type_ids`` too where the model tells token types apart (BERT,
+ELECTRA: two or more types; :func:`input_names`): the inputs its family's tokenizer returns. It returns the tensors
+its ``forward`` returns, named as HF names them:
 
 =============================  ===============================================================
 model                          outputs
@@ -47,6 +48,8 @@ from bertkit.modeling import (
 from bertkit.modeling.base import BERTPreTrainedModel
 
 INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
+#: the inputs of a model without token types to tell apart
+UNTYPED_INPUT_NAMES = INPUT_NAMES[:2]
 TOKENS = ("batch", "sequence")
 CHOICES = ("batch", "choices", "sequence")
 SENTENCE = "sentence-embedding"
@@ -54,7 +57,7 @@ SENTENCE = "sentence-embedding"
 
 @dataclass(frozen=True)
 class Signature:
-    """The axes of every input (all three alike) and, per output in ``forward``'s order, its axes
+    """The axes of every input (all alike) and, per output in ``forward``'s order, its axes
     (a name for a dynamic axis, None for a fixed one)."""
 
     inputs: tuple[str, ...]
@@ -122,6 +125,13 @@ def signature_of(model: nn.Module) -> Signature:
     return signature
 
 
+def input_names(config: BERTConfig) -> tuple[str, ...]:
+    """The graph's inputs for a model of ``config``: :data:`INPUT_NAMES`, without ``token_type_ids`` where the
+    family has no token-type embeddings (DistilBERT, MPNet, ModernBERT) or a single type (RoBERTa, XLM-R:
+    every id is 0), whose tokenizers return none (HF's exports of these families take none either)."""
+    return INPUT_NAMES if config.family_spec.token_types and config.type_vocab_size > 1 else UNTYPED_INPUT_NAMES
+
+
 def described_by(model: nn.Module) -> BERTPreTrainedModel:
     """The bertkit model whose config (and HF architecture) describes ``model``: itself, or a
     SentenceTransformer's backbone."""
@@ -186,22 +196,23 @@ def _recorded_class(path: Path) -> type[nn.Module] | None:
 
 
 class ExportedModule(nn.Module):
-    """``model`` as the exporter sees it: the three inputs by position, a flat tuple of tensors out (a
-    backbone without pooler returns one)."""
+    """``model`` as the exporter sees it: the inputs by position (``token_type_ids`` left out where the graph has
+    none), a flat tuple of tensors out (a backbone without pooler returns one)."""
 
     def __init__(self, model: nn.Module):
         super().__init__()
         self.model = model
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                token_type_ids: torch.Tensor) -> tuple[torch.Tensor, ...]:
+                token_type_ids: torch.Tensor | None = None) -> tuple[torch.Tensor, ...]:
         out = self.model(input_ids, attention_mask, token_type_ids)
         return tuple(t for t in (out if isinstance(out, tuple) else (out,)) if t is not None)
 
 
 def sample_batch(config: BERTConfig, signature: Signature, *, rows: int, choices: int, length: int,
                  seed: int = 0) -> dict[str, torch.Tensor]:
-    """Random int64 inputs ``[rows, length]`` (``[rows, choices, length]`` for multiple choice).
+    """Random int64 inputs ``[rows, length]`` (``[rows, choices, length]`` for multiple choice), those of
+    :func:`input_names`.
 
     Sequence lengths spread evenly from ``length`` down to a third of it, so every sequence but the first is
     padded (``pad_token_id``, mask 0) and the masking is exercised; token type 1 from the middle of each
@@ -214,5 +225,6 @@ def sample_batch(config: BERTConfig, signature: Signature, *, rows: int, choices
     positions = torch.arange(length)
     mask = positions < lengths  # [*lead, L]
     types = (positions >= (lengths + 1) // 2) & mask if config.type_vocab_size > 1 else torch.zeros_like(mask)
-    return {"input_ids": ids.masked_fill(~mask, config.pad_token_id), "attention_mask": mask.long(),
-            "token_type_ids": types.long()}
+    batch = {"input_ids": ids.masked_fill(~mask, config.pad_token_id), "attention_mask": mask.long(),
+             "token_type_ids": types.long()}
+    return {name: batch[name] for name in input_names(config)}

@@ -6,7 +6,8 @@
   (and choices) axes dynamic;
 * ``model.int8.onnx`` with ``quantize="int8"``: ONNX Runtime's dynamic quantization (int8 MatMul weights per
   output channel, int8 embedding tables; activations quantized per batch as it runs);
-* the tokenizer files (``vocab.txt``, ``tokenizer_config.json``, ``special_tokens_map.json``) and ``config.json``;
+* the tokenizer files (``vocab.txt`` or ``tokenizer.json``, ``tokenizer_config.json``, ``special_tokens_map.json``)
+  and ``config.json``;
   for a sentence-transformers model also its ``sentence_bert_config.json`` (``max_seq_length``, ``do_lower_case``),
   with the tokenizer's ``model_max_length`` set to ``max_seq_length``, so that truncating at the tokenizer's
   limit gives the model's embeddings;
@@ -41,10 +42,10 @@ from torch import nn
 from bertkit.config import BERTConfig
 from bertkit.export.exporters import export_graph, max_opset, quantize_int8, require
 from bertkit.export.models import (
-    INPUT_NAMES,
     ExportedModule,
     Signature,
     described_by,
+    input_names,
     load_for_export,
     sample_batch,
     signature_of,
@@ -151,7 +152,7 @@ def export_onnx(model_or_source: nn.Module | str | os.PathLike, directory: str |
     config = bert.config.to_hf_dict(architecture=bert.hf_architecture)
     atomic_write_text(directory / "config.json", json.dumps(config, indent=2, sort_keys=True) + "\n")
     report = ExportReport(directory, type(model).__name__, exporter, opset,
-                          {name: list(signature.inputs) for name in INPUT_NAMES},
+                          {name: list(signature.inputs) for name in input_names(bert.config)},
                           {name: list(axes) for name, axes in signature.outputs.items()}, diffs, int8_diffs,
                           tolerance, round(time.perf_counter() - start, 3))
     atomic_write_text(directory / REPORT_FILE, json.dumps(report.to_json(), indent=2) + "\n")
@@ -181,19 +182,19 @@ def max_abs_diffs(graph: bytes | str | os.PathLike, batches: list[dict[str, torc
                   expected: list[list[np.ndarray]], names: list[str]) -> dict[str, float]:
     """Per output, the largest ``|ONNX Runtime - expected|`` over ``batches`` (ONNX Runtime's CPU provider
     running ``graph``: serialized bytes or a path). Raises :class:`ExportVerificationError` when the graph's
-    inputs are not :data:`INPUT_NAMES` or an output's shape differs from the expected one."""
+    inputs are not the batches' (by name, in order) or an output's shape differs from the expected one."""
     ort = require("onnxruntime")
     options = ort.SessionOptions()
     options.log_severity_level = 3  # errors only
     options.intra_op_num_threads = torch.get_num_threads()
     session = ort.InferenceSession(graph if isinstance(graph, bytes) else os.fspath(graph), options,
                                    providers=["CPUExecutionProvider"])
-    inputs = tuple(i.name for i in session.get_inputs())
-    if inputs != INPUT_NAMES:
-        raise ExportVerificationError(f"the exported graph takes {list(inputs)}, not {list(INPUT_NAMES)}.")
+    inputs, wanted = tuple(i.name for i in session.get_inputs()), tuple(batches[0])
+    if inputs != wanted:
+        raise ExportVerificationError(f"the exported graph takes {list(inputs)}, not {list(wanted)}.")
     diffs: dict[str, list[float]] = {name: [] for name in names}
     for batch, wanted in zip(batches, expected):
-        got = session.run(names, {name: batch[name].numpy() for name in INPUT_NAMES})
+        got = session.run(names, {name: tensor.numpy() for name, tensor in batch.items()})
         for name, ours, theirs in zip(names, got, wanted):
             if ours.shape != theirs.shape:
                 raise ExportVerificationError(f"{name}: ONNX Runtime gives shape {list(ours.shape)}, PyTorch "

@@ -27,12 +27,14 @@ def model_device(model: torch.nn.Module) -> torch.device:
 
 
 def encode(model, tokenizer, text: str | list[str], text_pair=None, device=None, **kwargs: Any):
-    """Tokenize a batch for ``model`` (truncated to its position limit) as tensors on ``device``."""
+    """Tokenize a batch for ``model`` (truncated to its position limit) as tensors on ``device``, with
+    ``token_type_ids`` whatever the tokenizer returns by default (all 0 where a family has no types)."""
     if tokenizer.vocab_size > model.config.vocab_size:
         raise ValueError(f"the tokenizer has {tokenizer.vocab_size} tokens but the model's vocabulary holds "
                          f"{model.config.vocab_size}; use the tokenizer the model was trained with.")
     kwargs.setdefault("truncation", True)
     kwargs.setdefault("max_length", model.config.max_tokens)  # RoBERTa: max_position_embeddings - pad - 1
+    kwargs.setdefault("return_token_type_ids", True)  # RoBERTa-style tokenizers return none by default
     enc = tokenizer(text, text_pair, padding=True, return_tensors="pt", **kwargs)
     return enc.to(device if device is not None else model_device(model))
 
@@ -87,7 +89,8 @@ def _check_masks_kept(tokenizer, text: str, kept: int, length: int) -> None:
         char = full["offset_mapping"][token][0]
         raise ValueError(f"the {mask} at character {char} (token {token}) of text lies beyond max_length={length} "
                          f"tokens, the model's max_position_embeddings, where the text ({len(full['input_ids'])} "
-                         f"tokens) is truncated. Use a shorter text, with each {mask} among its first {length - 2} "
+                         f"tokens) is truncated. Use a shorter text, with each {mask} among its first "
+                         f"{length - tokenizer.num_special_tokens_to_add()} "
                          "tokens (e.g. only the sentences around it), or a model with a larger "
                          "max_position_embeddings.")
 
@@ -111,12 +114,13 @@ def answer(model, tokenizer, question: str, context: str, *, max_answer_length: 
                                  ("max_question_length", max_question_length, 1), ("max_length", max_length, 4)):
         check_int(name, value, minimum)
     question, question_tokens = _first_tokens(tokenizer, question, max_question_length)
-    room = max_length - 3 - question_tokens  # context tokens per window, after [CLS] question [SEP] ... [SEP]
+    specials = tokenizer.num_special_tokens_to_add(True)  # [CLS] q [SEP] c [SEP]; RoBERTa's <s> q </s></s> c </s>
+    room = max_length - specials - question_tokens  # context tokens per window
     if room <= stride:
-        raise ValueError(f"max_length={max_length} - 3 special tokens - {question_tokens} question tokens (at most "
-                         f"max_question_length={max_question_length}) leaves {room} context tokens per window, which "
-                         f"must be more than stride={stride}, the tokens consecutive windows share. Use a larger "
-                         "max_length, a smaller stride, or a smaller max_question_length.")
+        raise ValueError(f"max_length={max_length} - {specials} special tokens - {question_tokens} question tokens "
+                         f"(at most max_question_length={max_question_length}) leaves {room} context tokens per "
+                         f"window, which must be more than stride={stride}, the tokens consecutive windows share. "
+                         "Use a larger max_length, a smaller stride, or a smaller max_question_length.")
     enc = tokenizer([question], [context], truncation="only_second", max_length=max_length, stride=stride,
                     return_overflowing_tokens=True, return_offsets_mapping=True, padding=True, return_tensors="pt")
     device = model_device(model)
@@ -125,8 +129,11 @@ def answer(model, tokenizer, question: str, context: str, *, max_answer_length: 
     if not bool(in_context.any()):
         raise ValueError(f"context has no tokens to answer from: {context!r:.80}. Pass the text that holds the "
                          "answer.")
+    # token types where the tokenizer returns them (BERT's); RoBERTa-style windows are all type 0 (the tokenizers
+    # library marks an overflow window's second text as type 1 even where the template says 0)
+    types = enc.get("token_type_ids")
     start_logits, end_logits = model(enc["input_ids"].to(device), enc["attention_mask"].to(device),
-                                     enc["token_type_ids"].to(device))
+                                     None if types is None else types.to(device))
     starts, ends = best_spans(start_logits, end_logits, max_answer_length, in_context)
     rows = torch.arange(len(starts), device=device)
     scores = start_logits[rows, starts] + end_logits[rows, ends]

@@ -1,21 +1,28 @@
 """From per-token class probabilities to the entity dicts of HF's token-classification pipeline.
 
 :func:`entities` returns, for one encoded text, what ``transformers.pipeline("token-classification")``
-(transformers 5.23, fast WordPiece tokenizer) returns for the same probabilities, under each
+(transformers 5.23, fast tokenizers of any kind) returns for the same probabilities, under each
 ``aggregation_strategy``:
 
 - ``"none"``: one dict per non-special token: ``entity`` (its most probable label), ``score``,
-  ``index`` (its position in the encoding, special tokens counted), ``word`` (the WordPiece token,
-  or the text it covers when it is the unknown token), ``start``, ``end`` (character offsets).
+  ``index`` (its position in the encoding, special tokens counted), ``word`` (the token, e.g. ``##ing``,
+  ``Ġworld``, ``▁world``, or the text it covers when it is the unknown token), ``start``, ``end``
+  (character offsets).
 - ``"simple"``: the same tokens, merged into groups (see below).
 - ``"first"`` / ``"average"`` / ``"max"``: tokens are first gathered into words, each word taking one
   label: that of its first token, of its tokens' mean probabilities, or of its single most
   confident token. The words are then merged into groups.
 
+Words, as HF tells them: with a tokenizer whose model marks word continuations (WordPiece's ``##``), a
+token continues the previous word when its string's length differs from the text it covers; with
+others (byte-level BPE, SentencePiece), HF's fallback: when the text has no space right before or at
+the token's start. The unknown token never continues a word.
+
 Grouping: a run of items whose labels share a tag (``B-PER``, ``I-PER``, ``PER`` share ``PER``)
 becomes one dict ``{"entity_group", "score", "word", "start", "end"}``; an item labelled ``B-...``
 always opens a new run. The group's score is the mean of its items' scores, its name the label
-after its first ``-`` (HF's rule), its word the items' words joined as WordPiece text.
+after its first ``-`` (HF's rule), its word the items' words joined by the tokenizer's
+``convert_tokens_to_string`` (its decoder: ``##`` pieces glued, ``Ġ`` / ``▁`` as spaces).
 
 Labels in ``ignore_labels`` are dropped last: compared with ``entity`` for ``"none"`` and with
 ``entity_group`` otherwise (so ``"O"`` filters both, ``"PER"`` only groups).
@@ -29,10 +36,6 @@ from typing import Any, NamedTuple
 import numpy as np
 
 STRATEGIES = ("none", "simple", "first", "average", "max")
-
-#: what HF's WordPiece decoder cleans in each piece it joins (tokenizers' order, " do not" included)
-_CLEAN_UPS = ((" .", "."), (" ?", "?"), (" !", "!"), (" ,", ","), (" ' ", "'"), (" n't", "n't"), (" 'm", "'m"),
-              (" do not", " don't"), (" 's", "'s"), (" 've", "'ve"), (" 're", "'re"))
 
 #: how a word's tokens' probability rows become the word's single row
 _WORD_PROBABILITIES: dict[str, Callable[[list[np.ndarray]], np.ndarray]] = {
@@ -58,22 +61,6 @@ def softmax(logits: Any) -> np.ndarray:
     return exponentials / exponentials.sum(axis=-1, keepdims=True)
 
 
-def join_tokens(tokens: Sequence[str]) -> str:
-    """WordPiece tokens (or already joined words) as text, exactly as HF's ``convert_tokens_to_string``.
-
-    Every token after the first is glued to the previous one if it starts with ``##`` (which is dropped)
-    and separated by a space otherwise; each piece then gets the decoder's clean-up (``" ,"`` -> ``","``...).
-    """
-    pieces = []
-    for position, token in enumerate(tokens):
-        if position:
-            token = token[2:] if token.startswith("##") else " " + token
-        for before, after in _CLEAN_UPS:
-            token = token.replace(before, after)
-        pieces.append(token)
-    return "".join(pieces)
-
-
 def entities(text: str, token_ids: Sequence[int], offsets: Sequence[tuple[int, int]], special: Sequence[bool],
              probabilities: np.ndarray, id2label: Mapping[int, str], tokenizer: Any, strategy: str = "none",
              ignore_labels: Sequence[str] = ("O",)) -> list[dict[str, Any]]:
@@ -87,7 +74,8 @@ def entities(text: str, token_ids: Sequence[int], offsets: Sequence[tuple[int, i
             return_special_tokens_mask=True``. Lists, 1-D/2-D numpy arrays or CPU tensors.
         probabilities: ``[T, C]`` class probabilities of those ``T`` tokens (:func:`softmax` of the logits).
         id2label: class index -> label name, e.g. ``config.id2label``.
-        tokenizer: the tokenizer that made ``token_ids`` (``convert_ids_to_tokens``, ``unk_token_id``).
+        tokenizer: the tokenizer that made ``token_ids`` (``convert_ids_to_tokens``, ``convert_tokens_to_string``,
+            ``unk_token_id``, ``backend_tokenizer``: a bertkit or HF fast tokenizer).
         strategy: one of :data:`STRATEGIES`, case-insensitive.
         ignore_labels: labels (``"none"``) or group names (the other strategies) to leave out.
 
@@ -103,11 +91,12 @@ def entities(text: str, token_ids: Sequence[int], offsets: Sequence[tuple[int, i
     if strategy == "none":
         labelled = [_label_token(token, id2label) for token in tokens]
         return [item for item in labelled if item["entity"] not in ignore_labels]
+    join = tokenizer.convert_tokens_to_string
     if strategy == "simple":
         items = [_label_token(token, id2label) for token in tokens]
     else:
-        items = [_label_word(word, _WORD_PROBABILITIES[strategy], id2label) for word in _words(tokens)]
-    groups = (_group(run) for run in _runs(items))
+        items = [_label_word(word, _WORD_PROBABILITIES[strategy], id2label, join) for word in _words(tokens)]
+    groups = (_group(run, join) for run in _runs(items))
     return [group for group in groups if group["entity_group"] not in ignore_labels]
 
 
@@ -118,9 +107,9 @@ def _checked_strategy(strategy: str) -> str:
 
 
 def _tokens(text: str, token_ids, offsets, special, probabilities: np.ndarray, tokenizer: Any) -> list[_Token]:
-    """The non-special tokens. A token continues the previous word when its string's length differs from
-    the text it covers (a ``##`` piece, or text the normaliser shortened or lengthened); the unknown token
-    never does, and takes the text it covers as its word."""
+    """The non-special tokens, each with whether it continues the previous word (the module docstring's rule);
+    the unknown token takes the text it covers as its word."""
+    word_aware = marks_continuations(tokenizer)
     tokens = []
     for index, (token_id, (start, end), is_special, row) in enumerate(zip(token_ids, offsets, special, probabilities)):
         if is_special:
@@ -131,8 +120,16 @@ def _tokens(text: str, token_ids, offsets, special, probabilities: np.ndarray, t
             tokens.append(_Token(index, covered, start, end, row, False))
         else:
             word = tokenizer.convert_ids_to_tokens(token_id)
-            tokens.append(_Token(index, word, start, end, row, len(word) != len(covered)))
+            continues = len(word) != len(covered) if word_aware else start > 0 and " " not in text[start - 1:start + 1]
+            tokens.append(_Token(index, word, start, end, row, continues))
     return tokens
+
+
+def marks_continuations(tokenizer: Any) -> bool:
+    """Whether the tokenizer's model marks the pieces that continue a word (WordPiece's ``##``: its
+    ``continuing_subword_prefix``), so that words are told by the tokens themselves (HF's test)."""
+    model = getattr(getattr(tokenizer, "backend_tokenizer", None), "model", None)
+    return bool(getattr(model, "continuing_subword_prefix", None))
 
 
 def _label_token(token: _Token, id2label: Mapping[int, str]) -> dict[str, Any]:
@@ -152,10 +149,10 @@ def _words(tokens: list[_Token]) -> list[list[_Token]]:
 
 
 def _label_word(word: list[_Token], combine: Callable[[list[np.ndarray]], np.ndarray],
-                id2label: Mapping[int, str]) -> dict[str, Any]:
+                id2label: Mapping[int, str], join: Callable[[list[str]], str]) -> dict[str, Any]:
     row = combine([token.probabilities for token in word])
     best = int(np.argmax(row))
-    return {"entity": id2label[best], "score": float(row[best]), "word": join_tokens([t.word for t in word]),
+    return {"entity": id2label[best], "score": float(row[best]), "word": join([t.word for t in word]),
             "start": word[0].start, "end": word[-1].end}
 
 
@@ -175,8 +172,8 @@ def _runs(items: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
     return runs
 
 
-def _group(run: list[dict[str, Any]]) -> dict[str, Any]:
+def _group(run: list[dict[str, Any]], join: Callable[[list[str]], str]) -> dict[str, Any]:
     # the scores came from float32 probabilities, so float32 holds them exactly and the mean rounds as HF's does
     score = np.nanmean(np.array([item["score"] for item in run], dtype=np.float32))
     return {"entity_group": run[0]["entity"].split("-", 1)[-1], "score": float(score),
-            "word": join_tokens([item["word"] for item in run]), "start": run[0]["start"], "end": run[-1]["end"]}
+            "word": join([item["word"] for item in run]), "start": run[0]["start"], "end": run[-1]["end"]}

@@ -9,7 +9,8 @@ A task never trains or runs the model itself. :class:`Task` is the contract each
    before anything is trained;
 2. ``fit(train_examples)`` learns what the head needs from the training data (the label set),
    ``model_overrides()`` turns that into config overrides (``num_labels``, ``id2label``, ...)
-   and ``restore(config)`` takes it back from a saved model's config;
+   and ``restore(config)`` takes it back from a saved model's config; ``tokenizer_for(tokenizer)``
+   may derive the tokenizer the task needs from the model's (saved with the model);
 3. ``featurize(examples, tokenizer, max_seq_length)`` -> features: one dict per model input
    row with ``example`` (the index of its example; QA windows share one), the unpadded
    ``input_ids`` / ``token_type_ids`` lists, and the labels under the head's ``label_keys``
@@ -112,6 +113,12 @@ class Task:
     def locate(path: Any, example: Any) -> str:
         """Where ``example`` is in ``path``, to start an error message: ``"{path}, line {n}"``."""
         return where(path, example.line)
+
+    def tokenizer_for(self, tokenizer: Any) -> Any:
+        """The tokenizer this task encodes with, given the model's: itself here. A task may derive another (the
+        tag task's pre-split words need byte-level BPE's ``add_prefix_space``); :func:`~bertkit.tasks.finetune`
+        saves the derived one beside the model, and ``featurize`` derives it again (a no-op then)."""
+        return tokenizer
 
     # ------------------------------------------------------------------ shared
     def prepare(self, tokenizer: Any) -> None:

@@ -164,6 +164,7 @@ def finetune(task: str | Task, model: str | os.PathLike, train: str | os.PathLik
         task.fit(examples["train"])
         torch.manual_seed(seed)  # the new head's initial weights are a function of the seed
         net, tokenizer = _load(model, task, max_seq_length)
+        tokenizer = task.tokenizer_for(tokenizer)  # what the task encodes with is what is saved with the model
         features = {name: task.featurize(items, tokenizer, max_seq_length) for name, items in examples.items()}
         run.check("task", {"name": task.name, "options": task.options(), "max_seq_length": max_seq_length})
         run.check("model", {"source": os.fspath(model)})
@@ -437,7 +438,7 @@ def load_finetuned(model_dir: str | os.PathLike, task: str | None = None, **task
         task_object, max_seq_length = make_task(task, **task_options), None
     net = task_object.model_class.from_pretrained(model_dir)
     task_object.restore(net.config)
-    tokenizer = load_tokenizer(model_dir)
+    tokenizer = task_object.tokenizer_for(load_tokenizer(model_dir))
     return net, tokenizer, task_object, max_seq_length or min(512, net.config.max_tokens)
 
 

@@ -14,7 +14,9 @@ model config's ``id2label``. The model predicts per word piece; one alignment ru
 levels, here and in the NER pipeline: a word's label sits on its first piece
 (:func:`align_labels`), and a word's prediction is its first piece's (:func:`word_predictions`).
 With ``label_all_pieces`` the other pieces are trained too, a ``B-X`` word's as ``I-X`` (other
-tags are copied; prediction still reads the first piece).
+tags are copied; prediction still reads the first piece). Words are encoded as words inside a
+text: a byte-level BPE tokenizer (RoBERTa, ModernBERT) gets ``add_prefix_space``, as in HF's
+``run_ner``, and is saved so with the model (:meth:`TokenClassification.tokenizer_for`).
 
 A sentence longer than ``max_seq_length`` is cut at word boundaries into several features, so
 every word is predicted (a single word longer than the window keeps its first pieces). A word
@@ -313,14 +315,23 @@ class TokenClassification(Task):
         return [[self._label_ids[tag] for tag in e.tags] for e in examples]
 
     # ------------------------------------------------------------------ features
+    def tokenizer_for(self, tokenizer: Any) -> Any:
+        """The model's tokenizer with byte-level BPE's ``add_prefix_space`` (RoBERTa, ModernBERT), as HF's
+        ``run_ner`` loads it: each pre-split word is then encoded as a word inside a text (``Ġworld``), not as a
+        text's start (``world``); other tokenizers as they are
+        (:meth:`~bertkit.tokenization.TokenizerFast.with_prefix_space`)."""
+        with_prefix_space = getattr(tokenizer, "with_prefix_space", None)
+        return with_prefix_space() if callable(with_prefix_space) else tokenizer
+
     def featurize(self, examples: Sequence[TaggedSentence], tokenizer: Any, max_seq_length: int) -> list[dict]:
         """One feature per window of each sentence (see the module docstring), in example order.
 
         Each has ``example``, ``input_ids``, ``token_type_ids``, ``word_ids`` (the sentence's word
         index per token, None for special tokens) and, when every example has tags, piece-level
         ``labels``. Raises ValueError for tags unseen in training, or a ``max_seq_length`` too
-        small for the special tokens plus one piece.
+        small for the special tokens plus one piece. The words are encoded by :meth:`tokenizer_for`'s tokenizer.
         """
+        tokenizer = self.tokenizer_for(tokenizer)
         self.prepare(tokenizer)
         if not examples:
             return []

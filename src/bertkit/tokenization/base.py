@@ -165,6 +165,25 @@ class FastTokenizerBase:
             return self.vocab.get(tokens, unk)
         return [self.vocab.get(t, unk) for t in tokens]
 
+    def convert_tokens_to_string(self, tokens: Sequence[str]) -> str:
+        """``tokens`` (token strings, or text already joined from them) as text, as the backend's decoder writes
+        them (HF's ``convert_tokens_to_string``): WordPiece glues ``##`` pieces, byte-level BPE turns ``Ġ`` into a
+        space, SentencePiece ``▁`` likewise; tokens joined by spaces where the backend has no decoder."""
+        decoder = self._backend.decoder
+        return decoder.decode(list(tokens)) if decoder is not None else " ".join(tokens)
+
+    @property
+    def backend_tokenizer(self):
+        """The ``tokenizers.Tokenizer`` (HF's name); it is reconfigured by every call, so read, do not encode."""
+        return self._backend
+
+    def with_prefix_space(self) -> FastTokenizerBase:
+        """A tokenizer that reads every word as if a space came before it, as words inside a text are: what
+        pre-split words (``is_split_into_words``) need. A WordPiece tokenizer splits at spaces and drops them,
+        so it is returned as it is; :class:`~bertkit.tokenization.TokenizerFast` turns on byte-level BPE's
+        ``add_prefix_space`` (see there)."""
+        return self
+
     def convert_ids_to_tokens(self, ids: int | Iterable[int], skip_special_tokens: bool = False) -> str | list[str]:
         """The token of one id, or the list of tokens of a sequence / 1-D array / tensor of ids.
 

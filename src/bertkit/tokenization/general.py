@@ -132,17 +132,35 @@ class TokenizerFast(FastTokenizerBase):
     def _id_limit(self) -> int:
         return max(self.ids_to_tokens) + 1 if self.ids_to_tokens else 0
 
-    @property
-    def backend_tokenizer(self) -> Tokenizer:
-        """The ``tokenizers.Tokenizer`` (HF's name); it is reconfigured by every call, so read, do not encode."""
-        return self._backend
-
     def pipeline_json(self) -> dict[str, Any]:
         """The backend as tokenizer.json holds it, without the per-call truncation / padding settings."""
         with self._lock:
             data = json.loads(self._backend.to_str())
         data["truncation"] = data["padding"] = None
         return data
+
+    def with_prefix_space(self) -> TokenizerFast:
+        """This tokenizer with byte-level BPE's ``add_prefix_space`` on (``Ġ`` before the first word too), as HF's
+        ``run_ner`` loads RoBERTa-style tokenizers for pre-split words: without it, each word of
+        ``is_split_into_words`` input is encoded as a text's first word (``world``, not the ``Ġworld`` of running
+        text). The pre-tokenizer and the post-processor (its offsets) get the option, and so does
+        ``tokenizer_config.json`` when saved: ``transformers.AutoTokenizer`` reads the saved directory back to
+        the same pipeline. A pipeline without a byte-level pre-tokenizer (WordPiece; SentencePiece, whose
+        Metaspace already marks every word) or with the option on is returned as it is."""
+        pre_tokenizer = self._backend.pre_tokenizer  # its own JSON first: serialising the backend copies the vocabulary
+        if pre_tokenizer is None or not _prefix_space_on(json.loads(pre_tokenizer.__getstate__()), "pre_tokenizer"):
+            return self
+        data = self.pipeline_json()
+        _prefix_space_on(data["pre_tokenizer"], "pre_tokenizer")
+        _prefix_space_on(data.get("post_processor"), "post_processor")
+        backend = Tokenizer.from_str(json.dumps(data))
+        options = dict(model_max_length=self.model_max_length, padding_side=self.padding_side,
+                       truncation_side=self.truncation_side, model_input_names=self.model_input_names,
+                       clean_up_tokenization_spaces=self.clean_up_tokenization_spaces,
+                       tokenizer_class=self.tokenizer_class)
+        return type(self)._from_backend(backend, self.source, dict(self.special_tokens), self.extra_special_tokens,
+                                        init_config={**self.init_config, "add_prefix_space": True},
+                                        follows_class=self.follows_class, **options)
 
     # ------------------------------------------------------------------ files
     def save_pretrained(self, directory: str | os.PathLike) -> tuple[str, ...]:
@@ -192,6 +210,20 @@ def _add_special_tokens(backend: Tokenizer, tokens: list[SpecialToken]) -> None:
         flags.setdefault("normalized", False)
         backend.add_special_tokens([AddedToken(content, special=True, **flags)])
         present.add(content)
+
+
+def _prefix_space_on(component: dict[str, Any] | None, kind: str) -> bool:
+    """Set ``add_prefix_space`` on the byte-level parts of a pre-tokenizer / post-processor in tokenizer.json's
+    form (in place, inside a Sequence too); True when one was off (the pipeline changes)."""
+    if not component:
+        return False
+    if component.get("type") == "Sequence":
+        key = "pretokenizers" if kind == "pre_tokenizer" else "processors"
+        return any([_prefix_space_on(inner, kind) for inner in component.get(key) or ()])
+    if component.get("type") in ("ByteLevel", "RobertaProcessing") and not component.get("add_prefix_space"):
+        component["add_prefix_space"] = True
+        return True
+    return False
 
 
 def _check_post_processor(processor: dict[str, Any] | None, vocab: dict[str, int], source: str) -> None:

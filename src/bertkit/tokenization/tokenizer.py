@@ -12,6 +12,8 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from tokenizers import decoders
+
 from bertkit.tokenization import checks
 from bertkit.tokenization.base import FastTokenizerBase, _check_side
 from bertkit.tokenization.base import clean_up_tokenization as clean_up_tokenization  # its old home
@@ -22,6 +24,9 @@ from bertkit.tokenization.vocab import (
     read_vocab_file,
     vocab_from_tokens,
 )
+
+#: HF's BERT tokenizers' decoder, which ``convert_tokens_to_string`` uses
+_JOINING_DECODER = decoders.WordPiece(prefix="##", cleanup=True)
 
 
 class BERTTokenizerFast(FastTokenizerBase):
@@ -93,6 +98,12 @@ class BERTTokenizerFast(FastTokenizerBase):
 
     def _backends(self) -> tuple:
         return (self._backend, self._ascii_backend)
+
+    def convert_tokens_to_string(self, tokens: Sequence[str]) -> str:
+        """As HF's BERT tokenizers join tokens: ``##`` pieces glued, the rest separated by spaces, then HF's
+        clean-up of each piece (``" ,"`` -> ``","``, ...): the WordPiece decoder with ``cleanup`` (:meth:`decode`
+        applies the clean-up to the whole text instead, per ``clean_up_tokenization_spaces``)."""
+        return _JOINING_DECODER.decode(list(tokens))
 
     def _prepare_inputs(self, inputs: list) -> list:
         if self.do_lower_case:
