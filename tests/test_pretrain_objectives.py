@@ -229,3 +229,15 @@ def test_electra_refuses_to_continue_a_bert(electra_run, tmp_path, capsys):
     assert main(["pretrain", "--data", str(data), "--init-from", str(bert), "--objective", "electra",
                  "-o", str(tmp_path / "out"), "--max-steps", "1"]) == 1
     assert "continues an ELECTRA discriminator, but" in capsys.readouterr().err
+
+
+def test_mlm_refuses_an_electra_checkpoint_and_nsp_on_a_roberta(electra_run, tmp_path, capsys):
+    data = electra_run / "data" / "train"
+    assert main(["pretrain", "--data", str(data), "--init-from", str(electra_run / "model"),
+                 "-o", str(tmp_path / "a"), "--max-steps", "1"]) == 1
+    assert "is an ELECTRA checkpoint: continue it with its own objective" in capsys.readouterr().err
+    roberta = tmp_path / "roberta.json"
+    roberta.write_text(json.dumps({**TINY, "family": "roberta", "type_vocab_size": 1}), encoding="utf-8")
+    assert main(["pretrain", "--data", str(data), "--model", str(roberta), "--nsp", "-o", str(tmp_path / "b"),
+                 "--max-steps", "1"]) == 1
+    assert "a family without a next-sentence head; pass --no-nsp" in capsys.readouterr().err

@@ -310,9 +310,15 @@ def continue_from(source: str | os.PathLike, *, model: Any = None, seed: int = 4
 
 
 def _load_init(source, model, seed: int, how: PretrainingSetup, model_overrides) -> LoadedSource:
+    from bertkit.tasks.sources import source_config
+
     if how.electra:
         return continue_electra_from(source, model=model, seed=seed, generator_size=how.generator_size,
                                      model_overrides=model_overrides)
+    discriminator, generator = electra_checkpoints(source)
+    if generator is not None or source_config(discriminator).family == "electra":
+        raise ValueError(f"{os.fspath(source)} (--init-from) is an ELECTRA checkpoint: continue it with its own "
+                         "objective, objective='electra' (--objective electra).")
     return continue_from(source, model=model, seed=seed, nsp=how.nsp, model_overrides=model_overrides)
 
 
@@ -445,6 +451,10 @@ def _train(run: RunDirectory, dataset: PretrainingData, *, model, init: LoadedSo
                               **(model_overrides or {}))
     else:
         config = _model_config(init.model)
+    if how.nsp and not config.family_spec.next_sentence:
+        raise ValueError(f"next_sentence_prediction=True (--nsp, or the size's recipe) but the model is a "
+                         f"{config.family!r}, a family without a next-sentence head; pass --no-nsp "
+                         "(next_sentence_prediction=False).")
     generator, ratio = None, how.generator_size
     if how.electra:
         if init is None:
