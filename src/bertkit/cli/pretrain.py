@@ -5,6 +5,8 @@
     bertkit pretrain --data wiki:0.7 books:0.3 --model small -o OUT  # mix data directories with weights
     bertkit pretrain --text BOOK.txt --model tiny -o OUT --resume  # continue; reuses the tokenizer and data
     bertkit pretrain --text DOMAIN.txt --init-from CHECKPOINT -o OUT  # continue pretraining a checkpoint
+    bertkit pretrain --text BOOK.txt --model small --objective electra -o OUT  # ELECTRA: OUT/model, OUT/generator
+    bertkit pretrain --text BOOK.txt --model small --recipe roberta -o OUT     # a RoBERTa, MLM only
 
 Defaults come from the model size's recipe (learning rate, batch, sequence length, masking
 rate, steps, vocabulary, NSP on or off: ``bertkit.presets.RECIPES``); with --resume, from the run being
@@ -27,6 +29,24 @@ learning rate of a fifth of the from-scratch one, at most 1e-4 (tiny, mini, smal
 6e-5; base, large: 2e-5: large enough to adapt, small enough to keep what the checkpoint knows),
 BERT's own masking rate of 15%, sequences of at most the checkpoint's positions, and NSP off
 unless --nsp. The held-out [MASK] accuracy is reported before and after training.
+
+--objective electra trains ELECTRA's replaced-token detection instead of masked-LM, in the same loop on the same
+batches: the discriminator is an ELECTRA of --model's size (embeddings as wide as its hidden size), the generator
+--generator-size as wide (default: the paper's, 1/3 for base, 1/4 for the other sizes), sharing its embeddings;
+loss = generator MLM loss + 50 x discriminator loss; masks put [MASK] on 85% of the selected tokens and leave
+15% as they are (ELECTRA's, where the data is masked per batch). OUT/model is the discriminator (HF
+ElectraForPreTraining, ready for `bertkit finetune ... --model OUT/model`), OUT/generator the generator
+(ElectraForMaskedLM), each with the tokenizer. No NSP. --init-from continues an ELECTRA pair: a directory holding
+discriminator/ and generator/ (or model/ and generator/: such a run), or a discriminator alone (a new generator
+is trained over its embeddings).
+
+--recipe roberta pretrains a RoBERTa (config model_type roberta, of --model's size; RoBERTa's special token ids
+are the tokenizer's): masked-LM only, new masks for every batch (statically masked --data is refused), and with
+--text every sequence filled to --max-seq-length with contiguous text. It differs from RoBERTa's FULL-SENTENCES
+in two ways: a sequence never crosses a document boundary (it ends with its document: DOC-SENTENCES), and the
+tokenizer stays BERT's WordPiece ([CLS] A [SEP] B [SEP], one token type). --data directories are used as built
+(`bertkit data create` takes half of its B segments from another document). The size's recipe still sets the
+hyperparameters (--recipe bert, the default, is today's BERT pretraining).
 """
 
 from __future__ import annotations
@@ -92,6 +112,8 @@ def defaults(args: argparse.Namespace) -> dict[str, Any]:
     stored: dict[str, Any] = {}
     if args.resume and holds_run(args.output):
         info = read_run_info(args.output)
+        if info.get("task", {}).get("generator_size") is not None:
+            stored["generator_size"] = info["task"]["generator_size"]
         stored = {attr: info["training"][k] for k, attr in TRAINING_FLAGS.items() if k in info.get("training", {})}
         settings = info.get("text", {}).get("settings", {})
         stored |= {attr: settings[k] for k, attr in TEXT_FLAGS.items() if k in settings}
@@ -100,9 +122,11 @@ def defaults(args: argparse.Namespace) -> dict[str, Any]:
         if "do_lower_case" in settings:
             stored["cased"] = not settings["do_lower_case"]
     if args.init_from:
+        from bertkit.tasks.pretraining import electra_checkpoints
         from bertkit.tasks.sources import source_config
 
-        config = source_config(args.init_from)
+        config = source_config(electra_checkpoints(args.init_from)[0] if args.objective == "electra"
+                               else args.init_from)
         recipe = recipe_for(config.hidden_size)
     elif args.model in SIZES:
         recipe = recipe_for(args.model)
@@ -114,13 +138,22 @@ def defaults(args: argparse.Namespace) -> dict[str, Any]:
                 warmup_ratio=recipe.warmup_ratio, weight_decay=0.01, precision="auto", gradient_accumulation_steps=1,
                 log_every=25, eval_every=None, save_every=None, keep_last=2, seed=42, vocab_size=recipe.vocab_size,
                 max_seq_length=recipe.max_seq_length, masked_lm_prob=recipe.masked_lm_prob, encoding="utf-8",
-                format="auto", cased=False, nsp=recipe.next_sentence_prediction, text_field="text",
-                tokenizer_sample_bytes=TOKENIZER_SAMPLE_BYTES)
+                format="auto", cased=False, text_field="text", tokenizer_sample_bytes=TOKENIZER_SAMPLE_BYTES,
+                nsp=recipe.next_sentence_prediction and args.objective == "mlm" and args.recipe == "bert")
     if args.init_from:  # the checkpoint's tokenizer decides vocabulary and case
         base |= dict(learning_rate=min(recipe.learning_rate / 5, CONTINUE_MAX_LEARNING_RATE), vocab_size=None,
                      cased=None, masked_lm_prob=CONTINUE_MASKED_LM_PROB, nsp=False,
                      max_seq_length=min(recipe.max_seq_length, config.max_position_embeddings))
     return base | stored
+
+
+def resolve_objective(args: argparse.Namespace) -> None:
+    """--objective and --recipe left unset: the resumed run's, else mlm and bert."""
+    from bertkit.training.rundir import holds_run, read_run_info
+
+    task = read_run_info(args.output).get("task", {}) if args.resume and holds_run(args.output) else {}
+    args.objective = args.objective or task.get("objective", "mlm")
+    args.recipe = args.recipe or task.get("recipe", "bert")
 
 
 def fill_defaults(args: argparse.Namespace) -> argparse.Namespace:
@@ -179,7 +212,17 @@ def main(argv: list[str]) -> int:
                       help="keep case and accents (not with --init-from)")
     parser.add_argument("--nsp", action=argparse.BooleanOptionalAction,
                         help="train next-sentence prediction beside MLM (default: the size's recipe, tiny: off; "
-                             "with --init-from: off)")
+                             "with --init-from, --objective electra or --recipe roberta: off)")
+    how = parser.add_argument_group("what to pretrain (see above; with --resume: the run's own)")
+    how.add_argument("--objective", choices=("mlm", "electra"),
+                     help="mlm (default): masked-LM (+ NSP with --nsp); electra: replaced-token detection with a "
+                          "generator (OUT/model: the discriminator, OUT/generator: the generator)")
+    how.add_argument("--generator-size", type=float, metavar="RATIO",
+                     help="with --objective electra: the generator's width over the discriminator's (default: 1/3 "
+                          "for base, 0.25 for the other sizes, as in the ELECTRA paper)")
+    how.add_argument("--recipe", choices=("bert", "roberta"),
+                     help="bert (default): BERT as the size's recipe says; roberta: a RoBERTa, MLM only, masks drawn "
+                          "per batch, full-length sequences (hyperparameters: still the size's recipe)")
     add_training_arguments(parser)
     args = parser.parse_args(argv)
     data = None
@@ -192,6 +235,7 @@ def main(argv: list[str]) -> int:
                                                    ("--init-from", args.init_from)])
     if args.apply_changes and not args.resume:
         parser.error("--apply-changes only applies with --resume")
+    resolve_objective(args)
     from bertkit.presets import SIZES
 
     if args.model and args.init_from:
@@ -209,14 +253,19 @@ def main(argv: list[str]) -> int:
         if args.model not in SIZES and not Path(args.model).is_file():
             parser.error(f"--model must be a size (tiny, mini, small, medium, base, large) or a config JSON file, "
                          f"got {args.model!r}")
-    fill_defaults(args)
+    from bertkit.tasks.pretraining import pretrain, pretrain_from_text, pretraining_setup
 
-    from bertkit.tasks.pretraining import pretrain, pretrain_from_text
+    try:  # the combinations of --objective, --recipe, --nsp, --init-from, --generator-size
+        pretraining_setup(args.objective, args.recipe, args.nsp, args.init_from, args.generator_size)
+    except ValueError as error:
+        parser.error(str(error))
+    fill_defaults(args)
 
     training = training_config(args)
     common = dict(model=None if args.init_from else args.model, init_from=args.init_from, training=training,
                   resume=args.resume, overwrite=args.overwrite, apply_changes=args.apply_changes,
-                  next_sentence_prediction=args.nsp)
+                  next_sentence_prediction=args.nsp, objective=args.objective, recipe=args.recipe,
+                  generator_size=args.generator_size)
     if args.data:
         result = pretrain(args.data, args.output, eval_data_dir=args.eval_data, **common)
     else:
@@ -227,6 +276,8 @@ def main(argv: list[str]) -> int:
                                     text_field=args.text_field, tokenizer_sample_bytes=args.tokenizer_sample_bytes,
                                     workers=args.workers or cores(), **common)
     print(f"model and tokenizer: {result.model_dir}\nmetrics: {result.metrics_path}")
+    if result.generator_dir:
+        print(f"generator (ELECTRA): {result.generator_dir}")
     if result.plot_path:
         print(f"plot: {result.plot_path}")
     if result.evaluation:
@@ -249,8 +300,12 @@ def summary(evaluation: dict[str, Any]) -> str:
 
     before = evaluation.get("before")
     lines = []
-    for name, key, baseline, label in (("[MASK]", "mlm_accuracy_masked", "unigram_accuracy_masked", "unigram"),
-                                       ("NSP", "nsp_accuracy", "nsp_chance", "chance")):
+    electra = "discriminator_accuracy" in evaluation
+    for name, key, baseline, label in (
+            ("generator's [MASK]" if electra else "[MASK]", "mlm_accuracy_masked", "unigram_accuracy_masked",
+             "unigram"),
+            ("NSP", "nsp_accuracy", "nsp_chance", "chance"),
+            ("replaced-token detection", "discriminator_accuracy", "all_original_accuracy", "all original")):
         if key not in evaluation:
             continue
         scores = (f"{percent(before[key])} before -> {percent(evaluation[key])} after" if before

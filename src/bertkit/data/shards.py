@@ -121,7 +121,9 @@ class PretrainingCollator:
     Returns long tensors ``input_ids``, ``attention_mask``, ``token_type_ids`` ``[B, L]``
     (``L`` the longest instance rounded up to ``pad_to_multiple_of``), ``mlm_labels``
     ``[B, L]`` (-100 where nothing is predicted) and ``nsp_labels`` ``[B]`` (left out with
-    ``nsp=False``: the model then trains on MLM alone).
+    ``nsp=False``: the model then trains on MLM alone). With ``token_types=False`` ``token_type_ids`` are
+    all 0, for a model with one token type (RoBERTa's ``type_vocab_size`` 1: the instance's B segment would
+    index past its table).
     With ``dynamic=True`` every batch is masked afresh by
     :func:`bertkit.masking.mask_tokens` (``mlm_probability``, 80/10/10, at most
     ``max_predictions`` per row, whole words with ``whole_word`` and the ``continuation``
@@ -137,7 +139,8 @@ class PretrainingCollator:
                  mlm_probability: float = 0.15, pad_to_multiple_of: int | None = 8, dynamic: bool = True,
                  whole_word: bool = False, generator: torch.Generator | None = None, *, pad_token_id: int = 0,
                  continuation: torch.Tensor | None = None, max_predictions: int | None = None,
-                 mask_replace_prob: float = 0.8, random_replace_prob: float = 0.1, nsp: bool = True):
+                 mask_replace_prob: float = 0.8, random_replace_prob: float = 0.1, nsp: bool = True,
+                 token_types: bool = True):
         if whole_word and dynamic and continuation is None:
             raise ValueError("whole_word masking needs continuation= (which ids are ## pieces); "
                              "PretrainingCollator.from_tokenizer builds it.")
@@ -149,7 +152,7 @@ class PretrainingCollator:
         self.dynamic, self.whole_word = dynamic, whole_word
         self.pad_token_id, self.continuation, self.max_predictions = pad_token_id, continuation, max_predictions
         self.mask_replace_prob, self.random_replace_prob = mask_replace_prob, random_replace_prob
-        self.nsp = nsp
+        self.nsp, self.token_types = nsp, token_types
         self.generator = generator if generator is not None else torch.Generator().manual_seed(torch.initial_seed())
         self._worker: tuple[int, int] | None = None
 
@@ -177,7 +180,7 @@ class PretrainingCollator:
         attention_mask = torch.zeros_like(input_ids)
         for r, (item, n) in enumerate(zip(items, lengths)):
             input_ids[r, :n] = torch.as_tensor(item["input_ids"])
-            if "token_type_ids" in item:
+            if self.token_types and "token_type_ids" in item:
                 token_type_ids[r, :n] = torch.as_tensor(item["token_type_ids"])
             attention_mask[r, :n] = 1
         if static:

@@ -12,6 +12,17 @@ the held-out set scored before and after.
 :func:`evaluate_pretraining` scores held-out data the way Google reports it — MLM accuracy at
 all selected positions — and also at the positions actually replaced by ``[MASK]``, each beside
 the unigram baseline (always predicting the most frequent token), and NSP accuracy beside chance.
+
+Two other ways to pretrain run through the same loop, data and run directory:
+
+* ``objective="electra"``: ELECTRA's replaced-token detection
+  (:class:`~bertkit.modeling.electra.ELECTRAForPretrainingRTD`): a discriminator of the size (an
+  ``ELECTRAConfig``, embeddings as wide as its hidden size) and a generator ``generator_size`` as wide, sharing
+  embeddings, fed the same masked batches (ELECTRA's 85% mask token / 15% unchanged split where the data is
+  masked per batch). The discriminator is the run's model (``ElectraForPreTraining``), the generator lies
+  beside it in ``generator/``;
+* ``recipe="roberta"``: a RoBERTa (``RoBERTaConfig`` of the size, the tokenizer's special ids), MLM only, masks
+  drawn per batch, sequences filled to the full length with contiguous text (see :data:`PRETRAINING_RECIPES`).
 """
 
 from __future__ import annotations
@@ -41,9 +52,10 @@ from bertkit.data.mixture import (
 from bertkit.data.partitions import expand_inputs
 from bertkit.data.shards import INDEX_NAME, PretrainingDataset
 from bertkit.io import atomic_write_text
-from bertkit.modeling import BERTForPreTraining
+from bertkit.modeling import BERTForMaskedLM, BERTForPreTraining
+from bertkit.modeling.electra import ELECTRAForPreTraining, ELECTRAForPretrainingRTD, generator_config
 from bertkit.modeling.fast import GemmChoice
-from bertkit.presets import SIZES, preset_fields
+from bertkit.presets import FAMILY_PRESETS, SIZES, preset_fields
 from bertkit.tasks.sources import LoadedSource, load_source
 from bertkit.tasks.text_data import TOKENIZER_SAMPLE_BYTES, build_text_data
 from bertkit.tokenization import BERTTokenizerFast
@@ -59,7 +71,25 @@ from bertkit.weights.adapt import LoadWarning
 logger = logging.getLogger("bertkit.pretraining")
 
 MODEL_DIR = "model"
+#: where an ELECTRA run puts its generator, beside the discriminator in MODEL_DIR
+GENERATOR_DIR = "generator"
 EVALUATION_FILE = "evaluation.json"
+
+#: ``objective``: masked-LM (BERT, RoBERTa) or ELECTRA's replaced-token detection with a generator
+OBJECTIVES = ("mlm", "electra")
+#: ``recipe`` -> what it fixes beyond the size's hyperparameters (:data:`bertkit.presets.RECIPES`): the model
+#: family, and for RoBERTa (Liu et al., 2019) MLM only, masks drawn per batch ("dynamic masking") and sequences
+#: filled to the full length (``short_seq_prob`` 0, no random B segment). Google's data layout cannot cross a
+#: document boundary, so a sequence ends with its document: RoBERTa's DOC-SENTENCES rather than FULL-SENTENCES.
+PRETRAINING_RECIPES: dict[str, dict[str, Any]] = {
+    "bert": dict(family="bert"),
+    "roberta": dict(family="roberta", next_sentence_prediction=False, dynamic_masking=True, short_seq_prob=0.0),
+}
+#: what a size (or a config of another family) brings to a family's base config (``FAMILY_PRESETS``)
+SIZE_FIELDS = ("num_hidden_layers", "hidden_size", "num_attention_heads", "intermediate_size", "hidden_act",
+               "hidden_dropout_prob", "attention_probs_dropout_prob", "initializer_range")
+#: ELECTRA's masking of the batches it is fed (where the data is masked per batch): no random tokens
+ELECTRA_MASKING = {"mask_replace_prob": ELECTRAForPretrainingRTD.MASK_REPLACE_PROB, "random_replace_prob": 0.0}
 
 
 #: what a continued run keeps of a checkpoint without NSP when NSP is off: initialised, never trained or used
@@ -72,7 +102,7 @@ class PretrainingResult:
 
     ``evaluation`` is what ``evaluation.json`` holds: the scores after training, and for a run
     continued from a checkpoint (``init_from``) also ``"before"`` and ``"after"`` (the flat keys
-    equal ``"after"``).
+    equal ``"after"``). ``generator_dir``: an ELECTRA run's generator (``model_dir`` holds its discriminator).
     """
 
     output_dir: Path
@@ -81,11 +111,20 @@ class PretrainingResult:
     plot_path: Path | None
     evaluation: dict[str, Any] = field(default_factory=dict)
     seconds: float = 0.0
+    generator_dir: Path | None = None
 
 
-def model_config(model: str | os.PathLike | BERTConfig, tokenizer: BERTTokenizerFast, max_seq_length: int,
-                 **overrides: Any) -> BERTConfig:
-    """A preset size (``tiny`` ... ``large``) or a config JSON, fitted to the tokenizer's vocabulary."""
+def model_config(model: str | os.PathLike | BERTConfig, tokenizer: BERTTokenizerFast, max_seq_length: int, *,
+                 family: str | None = None, **overrides: Any) -> BERTConfig:
+    """A preset size (``tiny`` ... ``large``) or a config JSON, fitted to the tokenizer's vocabulary.
+
+    ``family`` (``"roberta"``, ``"electra"``, ...: a key of :data:`bertkit.presets.FAMILY_PRESETS`) builds that
+    family's model of the size: the family's base config with the size's :data:`SIZE_FIELDS` (those of a config
+    of another family); an ELECTRA's embeddings are as wide as its hidden size. A config already of ``family`` is
+    kept as it is. The special token ids are always the tokenizer's (a RoBERTa over BERT's WordPiece vocabulary
+    pads with its ``[PAD]``, not with fairseq's 1), and the positions cover ``max_seq_length`` tokens (RoBERTa's
+    start after the padding id).
+    """
     if isinstance(model, BERTConfig):
         base = model.to_dict()
     elif str(model) in SIZES:
@@ -94,19 +133,29 @@ def model_config(model: str | os.PathLike | BERTConfig, tokenizer: BERTTokenizer
         base = BERTConfig.from_json_file(model).to_dict()
     else:
         raise ValueError(f"model must be one of {list(SIZES)} or a config JSON file, got {model!r}.")
+    if family is not None and base.get("family", "bert") != family:
+        if family not in FAMILY_PRESETS:
+            raise ValueError(f"family must be one of {list(FAMILY_PRESETS)}, got {family!r}.")
+        base = {**FAMILY_PRESETS[family], **{k: base[k] for k in SIZE_FIELDS if k in base}}
+        if family == "electra":  # not ELECTRA-base's 768: as wide as this size (and its overrides)
+            base["embedding_size"] = overrides.get("hidden_size", base.get("hidden_size", 768))
     special = {f"{name}_id": tokenizer.vocab[tok] for name, tok in tokenizer.special_tokens.items()}
     base.update(vocab_size=tokenizer.vocab_size, **special)
     base["max_position_embeddings"] = max(base.get("max_position_embeddings", 512), max_seq_length)
     base.pop("id2label", None)
-    return BERTConfig(**{**base, **overrides})
+    config = BERTConfig(**{**base, **overrides})
+    if config.max_tokens < max_seq_length and "max_position_embeddings" not in overrides:
+        config = config.replace(max_position_embeddings=max_seq_length + config.position_offset)
+    return config
 
 
 def pretrain(data_dir: DataEntry | list[DataEntry], output_dir: str | os.PathLike, *,
              model: str | os.PathLike | BERTConfig | None = None, init_from: str | os.PathLike | None = None,
              training: TrainingConfig | None = None,
              eval_data_dir: str | os.PathLike | None = None, resume: bool = False, overwrite: bool = False,
-             apply_changes: bool = False, next_sentence_prediction: bool = True,
+             apply_changes: bool = False, next_sentence_prediction: bool | None = None,
              model_overrides: dict[str, Any] | None = None, masking: dict[str, Any] | None = None,
+             objective: str = "mlm", recipe: str = "bert", generator_size: float | None = None,
              callbacks=None) -> PretrainingResult:
     """Pretrain on ``data_dir``; save the model and tokenizer (HF format) under ``output_dir/model``.
 
@@ -128,28 +177,110 @@ def pretrain(data_dir: DataEntry | list[DataEntry], output_dir: str | os.PathLik
     tokenizer or data is refused; changed hyperparameters are refused unless ``apply_changes``.
 
     ``masking`` overrides the training collator's masking (e.g. ``mask_replace_prob``);
-    evaluation always masks as BERT does (15%, 80/10/10). ``next_sentence_prediction=False``
-    trains the MLM head alone (the NSP head stays as initialised and is not evaluated).
+    evaluation always masks as BERT does (15%, 80/10/10), except ELECTRA's replaced-token detection, scored on
+    held-out batches masked as it trains (:func:`evaluate_replaced_token_detection`). ``next_sentence_prediction=False``
+    trains the MLM head alone (the NSP head stays as initialised and is not evaluated); None: on for BERT, off
+    otherwise (True with ``objective="electra"`` or ``recipe="roberta"`` is a ``ValueError``).
+
+    ``objective="electra"`` trains ELECTRA's discriminator and generator (see the module doc;
+    ``generator_size``: the generator's width over the discriminator's, default the paper's: 1/3 for the base
+    size, 1/4 otherwise); ``init_from`` then continues an ELECTRA pair (see :func:`continue_electra_from`).
+    ``recipe="roberta"`` trains a RoBERTa as :data:`PRETRAINING_RECIPES` says: statically masked data is
+    refused (``ValueError``), as is ``init_from``.
     ``training.seed`` seeds the model's initialisation, the masks, dropout and the data order:
     the same seed gives the same run.
     The metrics go to ``metrics.jsonl``, a plot of the curves to ``metrics.png`` (with
     matplotlib), the held-out evaluation to ``evaluation.json``.
     """
     training = training or TrainingConfig(max_steps=1000, learning_rate=1e-3, warmup_ratio=0.1)
+    how = pretraining_setup(objective, recipe, next_sentence_prediction, init_from, generator_size)
     dataset = open_pretraining_data(data_dir)
     eval_dataset = PretrainingDataset(eval_data_dir) if eval_data_dir is not None else None
+    if how.dynamic_masking:
+        for part in data_parts(dataset):
+            if part.static_masking:
+                raise ValueError(f"{part.data_dir} (--data) was masked once when it was built (bertkit data create "
+                                 f"--static-masking), but recipe={recipe!r} (--recipe {recipe}) draws new masks for "
+                                 "every batch; build the data without --static-masking.")
     init = None
     if init_from is not None:
-        init = continue_from(init_from, model=model, seed=training.seed, nsp=next_sentence_prediction,
-                             model_overrides=model_overrides)
+        init = _load_init(init_from, model, training.seed, how, model_overrides)
         for data in (dataset, eval_dataset):
             if data is not None:
                 _check_data_fits(init, data)
     with open_run(output_dir, resume=resume, overwrite=overwrite) as run:
         _check_init_source(run, init)
         return _train(run, dataset, model=model, init=init, training=training, eval_dataset=eval_dataset,
-                      apply_changes=apply_changes, nsp=next_sentence_prediction,
-                      model_overrides=model_overrides, masking=masking, callbacks=callbacks)
+                      apply_changes=apply_changes, how=how, model_overrides=model_overrides, masking=masking,
+                      callbacks=callbacks)
+
+
+@dataclass(frozen=True)
+class PretrainingSetup:
+    """What a run trains, once :func:`pretraining_setup` checked its arguments: the objective, the recipe and what
+    they imply."""
+
+    objective: str
+    recipe: str
+    nsp: bool
+    family: str | None  # None: the model's own (a config JSON / checkpoint), BERT for a size
+    dynamic_masking: bool
+    short_seq_prob: float | None  # of data built from text; None: Google's default
+    generator_size: float | None
+
+    @property
+    def electra(self) -> bool:
+        return self.objective == "electra"
+
+    def task(self, generator: BERTConfig | None = None, generator_size: float | None = None) -> dict[str, Any]:
+        """run.json's ``task``: BERT's MLM runs keep the bare name they always had; an ELECTRA run adds its
+        generator's config and the width ratio it was built with (None: loaded with ``init_from``)."""
+        task: dict[str, Any] = {"name": "pretraining"}
+        if self.recipe != "bert":
+            task["recipe"] = self.recipe
+        if self.electra:
+            task |= {"objective": self.objective, "generator_size": generator_size, "generator": generator.to_dict()}
+        return task
+
+
+def pretraining_setup(objective: str = "mlm", recipe: str = "bert", nsp: bool | None = None, init_from=None,
+                      generator_size: float | None = None) -> PretrainingSetup:
+    """Check a run's combination of objective, recipe, NSP (None: on for BERT's MLM only), ``init_from`` and
+    generator width (``ValueError`` naming the CLI flags) and resolve what it implies."""
+    if objective not in OBJECTIVES:
+        raise ValueError(f"objective must be one of {list(OBJECTIVES)}, got {objective!r}.")
+    if recipe not in PRETRAINING_RECIPES:
+        raise ValueError(f"recipe must be one of {list(PRETRAINING_RECIPES)}, got {recipe!r}.")
+    spec = PRETRAINING_RECIPES[recipe]
+    if objective == "electra" and recipe != "bert":
+        raise ValueError(f"objective='electra' (--objective electra) and recipe={recipe!r} (--recipe {recipe}) are "
+                         "alternatives: ELECTRA trains its own discriminator and generator; pass one.")
+    if objective == "electra" and nsp:
+        raise ValueError("next_sentence_prediction=True (--nsp) does not combine with objective='electra' "
+                         "(--objective electra): ELECTRA's discriminator detects replaced tokens and has no "
+                         "next-sentence head; leave --nsp out.")
+    if spec.get("next_sentence_prediction") is False and nsp:
+        raise ValueError(f"next_sentence_prediction=True (--nsp) does not combine with recipe={recipe!r} (--recipe "
+                         f"{recipe}): it pretrains with masked-LM alone (no next-sentence head); leave --nsp out.")
+    if recipe != "bert" and init_from is not None:
+        raise ValueError(f"recipe={recipe!r} (--recipe {recipe}) builds a new {spec['family']} model of a size "
+                         f"(--model); init_from (--init-from) continues a checkpoint as it is. Pass one.")
+    if generator_size is not None and objective != "electra":
+        raise ValueError("generator_size (--generator-size) sizes ELECTRA's generator: it needs objective='electra' "
+                         "(--objective electra).")
+    if generator_size is not None and not 0 < generator_size <= 1:
+        raise ValueError(f"generator_size (--generator-size) must lie in (0, 1], got {generator_size!r}.")
+    electra = objective == "electra"
+    family = "electra" if electra else (spec["family"] if recipe != "bert" else None)
+    nsp = nsp if nsp is not None else recipe == "bert" and not electra
+    return PretrainingSetup(objective, recipe, bool(nsp), family, spec.get("dynamic_masking", False),
+                            spec.get("short_seq_prob"), generator_size)
+
+
+def default_generator_size(hidden_size: int) -> float:
+    """ELECTRA's generator width over the discriminator's: 1/3 for the base size (hidden 768), 1/4 otherwise
+    (Small, Large), as the paper trained them."""
+    return 1 / 3 if hidden_size == 768 else 0.25
 
 
 def continue_from(source: str | os.PathLike, *, model: Any = None, seed: int = 42, nsp: bool = False,
@@ -178,6 +309,91 @@ def continue_from(source: str | os.PathLike, *, model: Any = None, seed: int = 4
     return init
 
 
+def _load_init(source, model, seed: int, how: PretrainingSetup, model_overrides) -> LoadedSource:
+    from bertkit.tasks.sources import source_config
+
+    if how.electra:
+        return continue_electra_from(source, model=model, seed=seed, generator_size=how.generator_size,
+                                     model_overrides=model_overrides)
+    discriminator, generator = electra_checkpoints(source)
+    if generator is not None or source_config(discriminator).family == "electra":
+        raise ValueError(f"{os.fspath(source)} (--init-from) is an ELECTRA checkpoint: continue it with its own "
+                         "objective, objective='electra' (--objective electra).")
+    return continue_from(source, model=model, seed=seed, nsp=how.nsp, model_overrides=model_overrides)
+
+
+def electra_checkpoints(source: str | os.PathLike) -> tuple[str | os.PathLike, Path | None]:
+    """Where an ELECTRA source's discriminator and generator lie: ``discriminator/`` and ``generator/`` inside it
+    (:meth:`ELECTRAForPretrainingRTD.save_pretrained`, Google's pair), a run of ``pretrain --objective electra``
+    (``model/`` and ``generator/``), or the discriminator itself (any source :func:`load_source` reads), its
+    generator the ``generator/`` beside it when it is such a pair's ``discriminator/`` or ``model/`` (else None)."""
+    path = Path(source)
+    for name in ("discriminator", MODEL_DIR):
+        if (path / name).is_dir() and (path / GENERATOR_DIR).is_dir():
+            return path / name, path / GENERATOR_DIR
+    if path.name in ("discriminator", MODEL_DIR) and (path.parent / GENERATOR_DIR).is_dir():
+        return path, path.parent / GENERATOR_DIR
+    return source, None
+
+
+def continue_electra_from(source: str | os.PathLike, *, model: Any = None, seed: int = 42,
+                          generator_size: float | None = None,
+                          model_overrides: dict[str, Any] | None = None) -> LoadedSource:
+    """An ELECTRA discriminator and generator (:func:`electra_checkpoints`) as :class:`ELECTRAForPretrainingRTD`,
+    with the discriminator's tokenizer, ready to pretrain further: a ``LoadedSource`` whose ``model`` is the pair.
+
+    Without a generator a fresh one is built (``generator_size``, default :func:`default_generator_size`) over the
+    discriminator's embeddings; with one, ``generator_size`` is a ``ValueError``. The two share embeddings when
+    theirs are equal (ELECTRA's pairs). ``ValueError`` when the discriminator is not an ELECTRA checkpoint, or
+    ``model`` is given (a size and a checkpoint are alternatives). ``model_overrides`` apply to both.
+    """
+    from bertkit.tasks.sources import source_config
+
+    if model is not None:
+        raise ValueError(f"model={model!r} (--model) and init_from={os.fspath(source)!r} (--init-from) are "
+                         "alternatives: a size trains from scratch, a checkpoint brings its own size. Pass one.")
+    discriminator_source, generator_source = electra_checkpoints(source)
+    family = source_config(discriminator_source).family
+    if family != "electra":
+        raise ValueError(f"objective='electra' (--objective electra) continues an ELECTRA discriminator, but "
+                         f"{os.fspath(discriminator_source)} (--init-from) is a {family!r} checkpoint; pretrain it "
+                         "with the masked-LM objective, or start ELECTRA from a size (--model).")
+    torch.manual_seed(seed)  # a missing head or generator is a function of the seed
+    overrides = model_overrides or {}
+    discriminator = load_source(discriminator_source, ELECTRAForPreTraining, **overrides)
+    if generator_source is None:
+        ratio = generator_size or default_generator_size(discriminator.model.config.hidden_size)
+        logger.warning("%s has no generator beside it: training a new one %.3g as wide, over its embeddings",
+                       discriminator.source, ratio)
+        pair = ELECTRAForPretrainingRTD(discriminator.model, generator_config(discriminator.model.config, ratio))
+        generator_fingerprint: dict[str, Any] = {"new": ratio}
+    else:
+        if generator_size is not None:
+            raise ValueError(f"generator_size={generator_size!r} (--generator-size) sizes a new generator, but "
+                             f"{generator_source} holds {discriminator.source}'s own; leave --generator-size out.")
+        generator = load_source(generator_source, BERTForMaskedLM, **overrides)
+        differ = tokenizer_differences(tokenizer_fingerprint(generator.tokenizer),
+                                       tokenizer_fingerprint(discriminator.tokenizer), "generator", "discriminator")
+        if differ:
+            raise ValueError(f"{generator_source}'s tokenizer is not {discriminator.source}'s: {'; '.join(differ)}.")
+        ours, theirs = discriminator.model.bert.embeddings, generator.model.bert.embeddings
+        equal = [a.shape == b.shape and torch.equal(a, b) for a, b in zip(
+            ours.state_dict().values(), theirs.state_dict().values(), strict=True)]
+        if not all(equal):
+            logger.warning("%s: the generator's embeddings differ from the discriminator's: each keeps its own",
+                           generator_source)
+        pair = ELECTRAForPretrainingRTD(discriminator.model, generator.model, share_embeddings=all(equal))
+        generator_fingerprint = generator.fingerprint
+    named = os.path.abspath(source) if os.path.exists(source) else str(source)
+    return LoadedSource(pair, discriminator.tokenizer, named, discriminator.path,
+                        {"discriminator": discriminator.fingerprint, "generator": generator_fingerprint})
+
+
+def _model_config(model: torch.nn.Module) -> BERTConfig:
+    """The config of a pretraining model: ELECTRA's pair answers with its discriminator's."""
+    return model.discriminator.config if isinstance(model, ELECTRAForPretrainingRTD) else model.config
+
+
 def _check_data_fits(init: LoadedSource, data: PretrainingData) -> None:
     """``ValueError`` unless ``data`` was built with ``init``'s tokenizer and fits its position embeddings."""
     for dataset in data_parts(data):
@@ -197,7 +413,7 @@ def _check_directory_fits(init: LoadedSource, dataset: PretrainingDataset) -> No
 
 
 def _check_positions(init: LoadedSource, length: int, what: str, fix: str) -> None:
-    positions = init.model.config.max_tokens
+    positions = _model_config(init.model).max_tokens
     if length > positions:
         raise ValueError(f"{what} {length}, more than the {positions} position embeddings of {init.source} "
                          f"(--init-from): it has no positions beyond {positions}; {fix} {positions} or less.")
@@ -224,17 +440,32 @@ def _check_init_source(run: RunDirectory | FollowerRun, init: LoadedSource | Non
 
 
 def _train(run: RunDirectory, dataset: PretrainingData, *, model, init: LoadedSource | None,
-           training: TrainingConfig, eval_dataset: PretrainingDataset | None, apply_changes: bool, nsp: bool,
-           model_overrides, masking, callbacks) -> PretrainingResult:
+           training: TrainingConfig, eval_dataset: PretrainingDataset | None, apply_changes: bool,
+           how: PretrainingSetup, model_overrides, masking, callbacks) -> PretrainingResult:
     start = time.perf_counter()
     tokenizer = dataset.load_tokenizer()
     training = training.replace(output_dir=str(run.path))
     check_enough_data(dataset, training)
     if init is None:
-        config = model_config(model or "tiny", tokenizer, dataset.max_seq_length, **(model_overrides or {}))
+        config = model_config(model or "tiny", tokenizer, dataset.max_seq_length, family=how.family,
+                              **(model_overrides or {}))
     else:
-        config = init.model.config
-    run.check("task", {"name": "pretraining"})
+        config = _model_config(init.model)
+    if how.nsp and not config.family_spec.next_sentence:
+        raise ValueError(f"next_sentence_prediction=True (--nsp, or the size's recipe) but the model is a "
+                         f"{config.family!r}, a family without a next-sentence head; pass --no-nsp "
+                         "(next_sentence_prediction=False).")
+    generator, ratio = None, how.generator_size
+    if how.electra:
+        if init is None:
+            ratio = ratio or default_generator_size(config.hidden_size)
+            generator = generator_config(config, ratio)
+        else:
+            generator = init.model.generator.config
+        if not dataset.static_masking:  # ELECTRA's split of the masked tokens, unless asked otherwise
+            masking = {**ELECTRA_MASKING, **(masking or {})}
+    nsp = how.nsp
+    run.check("task", how.task(generator, ratio))
     run.check("model", config.to_dict())
     run.check("tokenizer", tokenizer_fingerprint(tokenizer))
     run.check("data", {"train": data_fingerprint(dataset),
@@ -243,13 +474,21 @@ def _train(run: RunDirectory, dataset: PretrainingData, *, model, init: LoadedSo
     run.save()
     if init is None:
         torch.manual_seed(training.seed)  # the initial weights are a function of the seed
-        net = BERTForPreTraining(config)
+        if how.electra:
+            net = ELECTRAForPretrainingRTD(config, generator)
+        else:
+            net = (BERTForPreTraining if config.family_spec.next_sentence else BERTForMaskedLM)(config)
     else:  # on resume the Trainer loads the checkpoint's weights over these
         net = init.model
-    collator = dataset.collator(generator=torch.Generator().manual_seed(training.seed), nsp=nsp, **(masking or {}))
+    # a model with one token type (RoBERTa) reads every token as segment 0
+    layout = {"nsp": nsp} | ({} if config.type_vocab_size > 1 else {"token_types": False})
+    collator = dataset.collator(generator=torch.Generator().manual_seed(training.seed), **layout, **(masking or {}))
+    # ELECTRA is scored on held-out batches masked as it trains; MLM as BERT is evaluated
+    eval_masking = {**layout, **(masking or {})} if how.electra else layout
     trainer = Trainer(net, dataset, config=training, collate_fn=collator, sampler_factory=_sampler_factory(dataset),
                       stateful={"gemm": GemmChoice()},
-                      eval_dataset=eval_dataset, eval_collate_fn=_seeded_collator(eval_dataset, training.seed, nsp=nsp)
+                      eval_dataset=eval_dataset, eval_collate_fn=_seeded_collator(eval_dataset, training.seed,
+                                                                                  **eval_masking)
                       if eval_dataset is not None else None, callbacks=callbacks, apply_changes=apply_changes)
 
     def commit(trainer: Trainer) -> None:  # an --overwrite run replaces the old directory once it has a checkpoint
@@ -265,22 +504,31 @@ def _train(run: RunDirectory, dataset: PretrainingData, *, model, init: LoadedSo
         run.record("training", trainer.config.to_dict())
         run.save()
 
+    def evaluate() -> dict[str, Any]:
+        return _evaluate(net, eval_dataset, dataset, trainer.device, training.seed, nsp, masking if how.electra
+                         else None)
+
     trainer.add_callback("on_train_begin", record_training)
     trainer.add_callback("on_save", commit)
     before = None
     if init is not None and eval_dataset is not None and trainer.ctx.is_main:
-        before = _evaluate_before(run, net, eval_dataset, dataset, trainer.device, training.seed, nsp)
+        before = _evaluate_before(run, evaluate)
     trainer.train(resume_from="latest" if run.resumed else None)
     output_dir = run.path
     model_dir = output_dir / MODEL_DIR
     result = PretrainingResult(output_dir, model_dir, output_dir / "metrics.jsonl", None)
     if trainer.ctx.is_main:
-        net.save_pretrained(model_dir)
+        if how.electra:  # the discriminator is the model to fine-tune; its generator beside it
+            net.discriminator.save_pretrained(model_dir)
+            result.generator_dir = output_dir / GENERATOR_DIR
+            net.generator.save_pretrained(result.generator_dir)
+            tokenizer.save_pretrained(result.generator_dir)
+        else:
+            net.save_pretrained(model_dir)
         tokenizer.save_pretrained(model_dir)
         result.plot_path = plot_metrics(result.metrics_path, output_dir / "metrics.png")
         if eval_dataset is not None:
-            result.evaluation = evaluate_pretraining(net, eval_dataset, frequencies_from=dataset,
-                                                     device=trainer.device, seed=training.seed, nsp=nsp)
+            result.evaluation = evaluate()
             if before is not None:  # the flat keys stay "after", for readers of from-scratch runs
                 result.evaluation = {**result.evaluation, "before": before, "after": result.evaluation}
             atomic_write_text(output_dir / EVALUATION_FILE, json.dumps(result.evaluation, indent=2) + "\n")
@@ -288,13 +536,24 @@ def _train(run: RunDirectory, dataset: PretrainingData, *, model, init: LoadedSo
     return result
 
 
-def _evaluate_before(run: RunDirectory, net: BERTForPreTraining, eval_dataset: PretrainingDataset,
-                     dataset: PretrainingData, device: torch.device, seed: int, nsp: bool) -> dict[str, Any]:
+def _evaluate(net: torch.nn.Module, eval_dataset: PretrainingDataset, dataset: PretrainingData,
+              device: torch.device, seed: int, nsp: bool, electra_masking: dict[str, Any] | None) -> dict[str, Any]:
+    """Held-out scores of a pretraining model: :func:`evaluate_pretraining`; for ELECTRA's pair its generator's,
+    beside :func:`evaluate_replaced_token_detection` of the pair (masked as it trained)."""
+    if not isinstance(net, ELECTRAForPretrainingRTD):
+        return evaluate_pretraining(net, eval_dataset, frequencies_from=dataset, device=device, seed=seed, nsp=nsp)
+    generator = evaluate_pretraining(net.generator, eval_dataset, frequencies_from=dataset, device=device, seed=seed,
+                                     nsp=False)
+    return {**generator, **evaluate_replaced_token_detection(net, eval_dataset, device=device, seed=seed,
+                                                             masking=electra_masking)}
+
+
+def _evaluate_before(run: RunDirectory, evaluate) -> dict[str, Any]:
     """The loaded checkpoint's held-out scores, measured once per run (a resumed run keeps the first run's)."""
     stored = run.info.get("evaluation_before") if run.resumed else None
     if stored is not None:
         return stored
-    before = evaluate_pretraining(net, eval_dataset, frequencies_from=dataset, device=device, seed=seed, nsp=nsp)
+    before = evaluate()
     logger.info("held-out [MASK] accuracy before training: %s (unigram %s)",
                 _percent(before["mlm_accuracy_masked"]), _percent(before["unigram_accuracy_masked"]))
     run.record("evaluation_before", before)
@@ -340,7 +599,7 @@ def data_fingerprint(dataset: PretrainingData) -> dict[str, Any]:
 
 
 @torch.no_grad()
-def evaluate_pretraining(model: BERTForPreTraining, dataset: PretrainingDataset, *,
+def evaluate_pretraining(model: BERTForPreTraining | BERTForMaskedLM, dataset: PretrainingDataset, *,
                          frequencies_from: PretrainingData | None = None, batch_size: int = 64,
                          device: torch.device | str = "cpu", seed: int = 0, nsp: bool = True) -> dict[str, Any]:
     """Held-out MLM and NSP accuracy beside their baselines (masks drawn with ``seed``, reproducible).
@@ -349,18 +608,18 @@ def evaluate_pretraining(model: BERTForPreTraining, dataset: PretrainingDataset,
     ``mlm_accuracy_masked`` counts only positions replaced by ``[MASK]``. The unigram baseline
     predicts the most frequent non-special token of ``frequencies_from`` (default: ``dataset``)
     at the same positions; NSP's baseline is the majority label's share (NSP is left out of
-    the result with ``nsp=False``, for a model trained without it).
+    the result with ``nsp=False``, for a model trained without it: a :class:`~bertkit.BERTForMaskedLM` needs it).
     """
     tokenizer = dataset.load_tokenizer()
     unigram = most_frequent_token(frequencies_from or dataset, tokenizer.all_special_ids)
-    collator = _seeded_collator(dataset, seed)
+    collator = _seeded_collator(dataset, seed, **({} if model.config.type_vocab_size > 1 else {"token_types": False}))
     counts = dict.fromkeys(("selected", "selected_hits", "selected_unigram", "masked", "masked_hits",
                             "masked_unigram", "nsp", "nsp_hits", "nsp_ones"), 0)
 
     def predictions(model: BERTForPreTraining, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         seq, pooled = model.bert(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
         selected = model.cls.predictions(seq[batch["mlm_labels"] != -100]).argmax(-1)
-        return selected, model.cls.seq_relationship(pooled).argmax(-1)
+        return selected, model.cls.seq_relationship(pooled).argmax(-1) if nsp else selected.new_zeros(0)
 
     model.to(device)
     for batch, (predicted, nsp_predicted) in predict_batches(model, dataset, collate_fn=collator,
@@ -374,7 +633,7 @@ def evaluate_pretraining(model: BERTForPreTraining, dataset: PretrainingDataset,
         counts["masked"] += int(was_mask.sum())
         counts["masked_hits"] += int((predicted == targets)[was_mask].sum())
         counts["masked_unigram"] += int((targets == unigram)[was_mask].sum())
-        nsp_labels = batch["nsp_labels"]
+        nsp_labels = batch["nsp_labels"] if nsp else nsp_predicted
         counts["nsp"] += int(nsp_labels.numel())
         counts["nsp_hits"] += int((nsp_predicted == nsp_labels).sum())
         counts["nsp_ones"] += int(nsp_labels.sum())
@@ -401,9 +660,57 @@ def evaluate_pretraining(model: BERTForPreTraining, dataset: PretrainingDataset,
     return result
 
 
-def _seeded_collator(dataset: PretrainingDataset, seed: int, nsp: bool = True):
-    """A collator whose masks depend only on ``seed`` (evaluation is then reproducible)."""
-    return dataset.collator(generator=torch.Generator().manual_seed(seed), nsp=nsp)
+def _seeded_collator(dataset: PretrainingDataset, seed: int, nsp: bool = True, **options: Any):
+    """A collator whose masks depend only on ``seed`` (evaluation is then reproducible); ``options`` are the
+    collator's (``token_types``, masking)."""
+    return dataset.collator(generator=torch.Generator().manual_seed(seed), nsp=nsp, **options)
+
+
+@torch.no_grad()
+def evaluate_replaced_token_detection(model: ELECTRAForPretrainingRTD, dataset: PretrainingDataset, *,
+                                      batch_size: int = 64, device: torch.device | str = "cpu", seed: int = 0,
+                                      masking: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Held-out scores of ELECTRA's discriminator on the generator's replacements (masks and samples drawn from
+    ``seed``: reproducible; ``masking``: the collator's, e.g. :data:`ELECTRA_MASKING`).
+
+    ``discriminator_accuracy`` over every real token, beside ``all_original_accuracy`` (calling every token
+    original, the baseline), and separately on the ``replaced`` and the ``original`` tokens; ``replaced_share``:
+    of the masked tokens, those the generator's sample changed; ``replaced_tokens`` / ``real_tokens``: counts.
+    """
+    model.to(device)
+    collator = _seeded_collator(dataset, seed, nsp=False, **(masking or {}))
+    samples = torch.Generator(device=torch.device(device)).manual_seed(seed)
+    counts = dict.fromkeys(("real", "replaced", "masked", "hits", "replaced_hits", "original_hits"), 0)
+
+    def forward(model: ELECTRAForPretrainingRTD, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...]:
+        out = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], batch["mlm_labels"],
+                    generator=samples)
+        return out.discriminator_logits > 0, out.replaced.bool()
+
+    for batch, (said_replaced, replaced) in predict_batches(model, dataset, collate_fn=collator,
+                                                            batch_size=batch_size, forward=forward):
+        real = batch["attention_mask"].bool()
+        right = (said_replaced == replaced) & real
+        counts["real"] += int(real.sum())
+        counts["replaced"] += int((replaced & real).sum())
+        counts["masked"] += int((batch["mlm_labels"] != -100).sum())
+        counts["hits"] += int(right.sum())
+        counts["replaced_hits"] += int((right & replaced).sum())
+        counts["original_hits"] += int((right & ~replaced).sum())
+
+    def ratio(a: int, b: int) -> float:
+        return a / b if b else float("nan")
+
+    original = counts["real"] - counts["replaced"]
+    return {
+        "discriminator_accuracy": ratio(counts["hits"], counts["real"]),
+        "all_original_accuracy": ratio(original, counts["real"]),
+        "discriminator_accuracy_replaced": ratio(counts["replaced_hits"], counts["replaced"]),
+        "discriminator_accuracy_original": ratio(counts["original_hits"], original),
+        "replaced_share": ratio(counts["replaced"], counts["masked"]),
+        "replaced_tokens": counts["replaced"],
+        "real_tokens": counts["real"],
+    }
 
 
 def most_frequent_token(dataset: PretrainingData, exclude: list[int]) -> int:
@@ -420,11 +727,12 @@ def pretrain_from_text(files: list[str | os.PathLike] | str | os.PathLike, outpu
                        init_from: str | os.PathLike | None = None, vocab_size: int | None = None,
                        do_lower_case: bool | None = None, max_seq_length: int = 128, heldout_every: int = 20,
                        dupe_factor: int = 1, whole_word: bool = False, masked_lm_prob: float = 0.15,
-                       encoding: str = "utf-8", format: str = "auto", next_sentence_prediction: bool = True,
+                       encoding: str = "utf-8", format: str = "auto", next_sentence_prediction: bool | None = None,
                        text_field: str = "text", tokenizer_sample_bytes: int = TOKENIZER_SAMPLE_BYTES,
                        workers: int = 1, training: TrainingConfig | None = None,
                        resume: bool = False, overwrite: bool = False, apply_changes: bool = False,
                        model_overrides: dict[str, Any] | None = None, masking: dict[str, Any] | None = None,
+                       objective: str = "mlm", recipe: str = "bert", generator_size: float | None = None,
                        progress: bool = True, callbacks=None) -> PretrainingResult:
     """Learn a vocabulary, build train / held-out data (:mod:`bertkit.tasks.text_data`), pretrain.
 
@@ -445,15 +753,20 @@ def pretrain_from_text(files: list[str | os.PathLike] | str | os.PathLike, outpu
     they are — never rebuilt — after checking that ``files`` and the data settings are the
     ones the run was built from. ``masked_lm_prob`` applies to training; held-out data is
     always masked at BERT's 15%. ``training.seed`` also seeds the data creation.
+    ``objective``, ``recipe``, ``generator_size`` and ``next_sentence_prediction`` are :func:`pretrain`'s; with
+    ``recipe="roberta"`` every sequence is filled to ``max_seq_length`` with contiguous text of one document.
     """
     if launched_by_torchrun():
         raise ValueError("pretraining from --text under torchrun would build the data once per process; build it "
                          "first (bertkit data create ...), then run torchrun ... pretrain --data DIR.")
     files = [f for f in expand_inputs(files) if isinstance(f, str)]  # texts and Documents are for data create
     training = training or TrainingConfig(max_steps=1000, learning_rate=1e-3, warmup_ratio=0.1)
+    how = pretraining_setup(objective, recipe, next_sentence_prediction, init_from, generator_size)
     settings = dict(max_seq_length=max_seq_length, heldout_every=heldout_every, dupe_factor=dupe_factor,
                     whole_word=whole_word, masked_lm_prob=masked_lm_prob, encoding=encoding, format=format,
-                    seed=training.seed, next_sentence_prediction=next_sentence_prediction)
+                    seed=training.seed, next_sentence_prediction=how.nsp)
+    if how.short_seq_prob is not None:  # recorded only off Google's default, so older runs still resume
+        settings["short_seq_prob"] = how.short_seq_prob
     # recorded only when not the default, so runs made before these settings existed still resume
     settings |= {k: v for k, v in (("text_field", text_field), ("tokenizer_sample_bytes", tokenizer_sample_bytes))
                  if v != {"text_field": "text", "tokenizer_sample_bytes": TOKENIZER_SAMPLE_BYTES}[k]}
@@ -468,8 +781,7 @@ def pretrain_from_text(files: list[str | os.PathLike] | str | os.PathLike, outpu
             raise ValueError(f"{', '.join(given)} (--vocab-size / --cased) would train a new tokenizer, but with "
                              f"init_from (--init-from) the text is tokenized with {os.fspath(init_from)}'s own "
                              "tokenizer; leave them out.")
-        init = continue_from(init_from, model=model, seed=training.seed, nsp=next_sentence_prediction,
-                             model_overrides=model_overrides)
+        init = _load_init(init_from, model, training.seed, how, model_overrides)
         _check_positions(init, max_seq_length, "max_seq_length (--max-seq-length) is",
                          "pass --max-seq-length")
     with open_run(output_dir, resume=resume, overwrite=overwrite) as run:
@@ -482,5 +794,5 @@ def pretrain_from_text(files: list[str | os.PathLike] | str | os.PathLike, outpu
                             workers=workers)
         heldout = PretrainingDataset(heldout_dir) if (heldout_dir / INDEX_NAME).exists() else None
         return _train(run, PretrainingDataset(train_dir), model=model, init=init, training=training,
-                      eval_dataset=heldout, apply_changes=apply_changes, nsp=next_sentence_prediction,
-                      model_overrides=model_overrides, masking=masking, callbacks=callbacks)
+                      eval_dataset=heldout, apply_changes=apply_changes, how=how, model_overrides=model_overrides,
+                      masking=masking, callbacks=callbacks)

@@ -39,12 +39,14 @@ def build_text_data(files: list[str], data_root: Path, settings: dict[str, Any],
                     tokenizer: BERTTokenizerFast | None = None, workers: int = 1) -> None:
     """Write ``data_root/train`` and (when anything is held out) ``data_root/heldout``, learning the tokenizer
     unless one is given. ``settings``: the run's text settings (``heldout_every``, ``format``, ``encoding``,
-    ``text_field``, ``tokenizer_sample_bytes``, ``vocab_size``, ``do_lower_case``, ``seed``, ...)."""
+    ``text_field``, ``tokenizer_sample_bytes``, ``vocab_size``, ``do_lower_case``, ``seed``, ``short_seq_prob``
+    (Google's 0.1 when absent), ...)."""
     read = ReadSettings(settings["format"], settings["encoding"], settings.get("text_field", "text"))
     total = sum(os.path.getsize(f) for f in files)
     # without NSP the pairs are contiguous text: a random B would only be noise in the MLM context
     common = dict(max_seq_length=settings["max_seq_length"], whole_word=settings["whole_word"], progress=progress,
-                  random_next_prob=0.5 if settings["next_sentence_prediction"] else 0.0)
+                  random_next_prob=0.5 if settings["next_sentence_prediction"] else 0.0,
+                  short_seq_prob=settings.get("short_seq_prob", 0.1))
     train = dict(seed=settings["seed"], dupe_factor=settings["dupe_factor"], masked_lm_prob=settings["masked_lm_prob"])
     heldout = dict(seed=settings["seed"] + 1)
     if total <= IN_MEMORY_BYTES:
