@@ -57,18 +57,28 @@ class Case:
     choices: int = 0
 
 
-def padded_ids(family: FamilySetup, rows: int = BATCH, seed: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(input_ids, attention_mask)``: rows alternately full, right-padded and left-padded."""
+def padded_batch(vocab_size: int, pad: int, rows: int, length: int, *, right: int, left: int,
+                 left_padded: bool = True, seed: int = 1, lowest_id: int = 3) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(input_ids, attention_mask)`` ``[rows, length]``: rows alternately full, right-padded by ``right`` tokens and
+    left-padded by ``left`` (``left_padded=False``: right-padded by ``left + 5`` instead), padding ids ``pad``,
+    real ids drawn from ``[lowest_id, vocab_size)`` (above the special ids)."""
     g = torch.Generator().manual_seed(seed)
-    ids = torch.randint(3, family.vocab_size, (rows, LENGTH), generator=g)
-    mask = torch.ones(rows, LENGTH, dtype=torch.long)
+    ids = torch.randint(lowest_id, vocab_size, (rows, length), generator=g)
+    mask = torch.ones(rows, length, dtype=torch.long)
     for r in range(rows):
         if r % 3 == 1:
-            mask[r, LENGTH - 4:] = 0
+            mask[r, length - right:] = 0
+        elif r % 3 == 2 and left_padded:
+            mask[r, :left] = 0
         elif r % 3 == 2:
-            mask[r, :5] = 0
-    ids[mask == 0] = family.pad
+            mask[r, length - left - 5:] = 0
+    ids[mask == 0] = pad
     return ids, mask
+
+
+def padded_ids(family: FamilySetup, rows: int = BATCH, seed: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`padded_batch` of ``family``'s sizes: ``LENGTH`` tokens, right padding 4, left padding 5."""
+    return padded_batch(family.vocab_size, family.pad, rows, LENGTH, right=4, left=5, seed=seed)
 
 
 def inputs_for(family: FamilySetup, choices: int = 0) -> dict[str, torch.Tensor]:

@@ -27,6 +27,7 @@ from bertkit.modeling import fast, unpad
 from bertkit.modeling.counting import count_parameters
 from bertkit.modeling.modernbert import sliding_window_mask
 from bertkit.weights.tables import bertkit_to_hf_family
+from family_parity import padded_batch, token_labels
 
 transformers.logging.set_verbosity_error()
 transformers.utils.logging.disable_progress_bar()
@@ -48,26 +49,8 @@ def padded_ids(rows: int = BATCH, seed: int = 1, left: bool = True,
                pads: tuple[int, int] = (7, 6)) -> tuple[torch.Tensor, torch.Tensor]:
     """``(input_ids, attention_mask)``: rows alternately full, right-padded and left-padded (``left=False``: right),
     by ``pads`` tokens; the default reaches beyond the window (padding queries with no key within 4 positions)."""
-    g = torch.Generator().manual_seed(seed)
-    ids = torch.randint(4, SIZES["vocab_size"], (rows, LENGTH), generator=g)
-    mask = torch.ones(rows, LENGTH, dtype=torch.long)
-    for r in range(rows):
-        if r % 3 == 1:
-            mask[r, LENGTH - pads[0]:] = 0
-        elif r % 3 == 2 and left:
-            mask[r, :pads[1]] = 0
-        elif r % 3 == 2:
-            mask[r, LENGTH - pads[1] - 5:] = 0
-    ids[mask == 0] = PAD
-    return ids, mask
-
-
-def token_labels(inputs, num_classes: int, seed: int = 0) -> torch.Tensor:
-    g = torch.Generator().manual_seed(seed)
-    mask = inputs["attention_mask"]
-    labels = torch.randint(0, num_classes, mask.shape, generator=g)
-    labels[(mask == 0) | (torch.rand(mask.shape, generator=g) < 0.3)] = -100
-    return labels
+    return padded_batch(SIZES["vocab_size"], PAD, rows, LENGTH, right=pads[0], left=pads[1], left_padded=left,
+                        seed=seed, lowest_id=4)
 
 
 def qa_labels(inputs):

@@ -29,6 +29,7 @@ from bertkit.modeling.counting import count_parameters
 from bertkit.modeling.relative_bias import relative_position_buckets
 from bertkit.weights.tables import bertkit_to_hf_family, hf_family_to_bertkit
 from conftest import randomize_
+from family_parity import padded_batch, token_labels
 
 transformers.logging.set_verbosity_error()
 transformers.utils.logging.disable_progress_bar()
@@ -45,30 +46,13 @@ SIZES = dict(vocab_size=99, hidden_size=36, num_hidden_layers=2, num_attention_h
 
 def padded_ids(rows: int = BATCH, seed: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
     """``(input_ids, attention_mask)``: rows alternately full, right-padded (20) and left-padded (30) with ``PAD``."""
-    g = torch.Generator().manual_seed(seed)
-    ids = torch.randint(3, SIZES["vocab_size"], (rows, LENGTH), generator=g)
-    mask = torch.ones(rows, LENGTH, dtype=torch.long)
-    for r in range(rows):
-        if r % 3 == 1:
-            mask[r, LENGTH - 20:] = 0
-        elif r % 3 == 2:
-            mask[r, :30] = 0
-    ids[mask == 0] = PAD
-    return ids, mask
+    return padded_batch(SIZES["vocab_size"], PAD, rows, LENGTH, right=20, left=30, seed=seed)
 
 
 def inputs_for(choices: int = 0) -> dict[str, torch.Tensor]:
     ids, mask = padded_ids(BATCH * choices if choices else BATCH)
     inputs = dict(input_ids=ids, attention_mask=mask)
     return {k: v.view(BATCH, choices, LENGTH) for k, v in inputs.items()} if choices else inputs
-
-
-def token_labels(inputs, num_classes: int, seed: int = 0) -> torch.Tensor:
-    g = torch.Generator().manual_seed(seed)
-    mask = inputs["attention_mask"]
-    labels = torch.randint(0, num_classes, mask.shape, generator=g)
-    labels[(mask == 0) | (torch.rand(mask.shape, generator=g) < 0.3)] = -100
-    return labels
 
 
 def qa_labels(inputs):

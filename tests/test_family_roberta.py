@@ -25,6 +25,7 @@ from bertkit.modeling import fast, unpad
 from bertkit.modeling.layers import default_position_ids
 from bertkit.weights.tables import bertkit_to_hf_family
 from conftest import randomize_
+from family_parity import padded_batch, token_labels
 
 transformers.logging.set_verbosity_error()
 transformers.utils.logging.disable_progress_bar()
@@ -41,30 +42,13 @@ BATCH, LENGTH, CHOICES = 3, 11, 2
 
 def padded_ids(rows: int = BATCH, seed: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
     """``(input_ids, attention_mask)``: rows alternately full, right-padded and left-padded with ``PAD``."""
-    g = torch.Generator().manual_seed(seed)
-    ids = torch.randint(3, SIZES["vocab_size"], (rows, LENGTH), generator=g)
-    mask = torch.ones(rows, LENGTH, dtype=torch.long)
-    for r in range(rows):
-        if r % 3 == 1:
-            mask[r, LENGTH - 4:] = 0
-        elif r % 3 == 2:
-            mask[r, :5] = 0
-    ids[mask == 0] = PAD
-    return ids, mask
+    return padded_batch(SIZES["vocab_size"], PAD, rows, LENGTH, right=4, left=5, seed=seed)
 
 
 def inputs_for(choices: int = 0) -> dict[str, torch.Tensor]:
     ids, mask = padded_ids(BATCH * choices if choices else BATCH)
     inputs = dict(input_ids=ids, attention_mask=mask)
     return {k: v.view(BATCH, choices, LENGTH) for k, v in inputs.items()} if choices else inputs
-
-
-def token_labels(inputs, num_classes: int, seed: int = 0) -> torch.Tensor:
-    g = torch.Generator().manual_seed(seed)
-    mask = inputs["attention_mask"]
-    labels = torch.randint(0, num_classes, mask.shape, generator=g)
-    labels[(mask == 0) | (torch.rand(mask.shape, generator=g) < 0.3)] = -100
-    return labels
 
 
 def causal_labels(inputs) -> torch.Tensor:
