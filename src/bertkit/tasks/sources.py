@@ -102,17 +102,11 @@ def load_source(source: str | os.PathLike, model_class: type[M], *, warn: bool =
 
 
 def source_config(source: str | os.PathLike) -> BERTConfig:
-    """The config of ``source`` without reading its weights where it sits beside them (an archive is read whole)."""
-    from bertkit.weights.download import resolve_source
-    from bertkit.weights.formats import CONFIG_NAMES, read_checkpoint
+    """The config of ``source`` without reading its weights where it sits beside them (an archive is read whole):
+    :func:`bertkit.weights.formats.read_source_config`."""
+    from bertkit.weights.formats import read_source_config
 
-    path = Path(resolve_source(source))
-    if not _is_archive(path):
-        folder = path if path.is_dir() else path.parent  # a TF prefix or a weights file: the folder around it
-        for name in CONFIG_NAMES:
-            if (folder / name).is_file():
-                return BERTConfig.from_json_file(folder / name)
-    return read_checkpoint(path).config
+    return read_source_config(source)
 
 
 def _checkpoint_tokenizer(checkpoint, resolved: Path, source: str | os.PathLike) -> FastTokenizerBase:
@@ -141,9 +135,9 @@ def _checkpoint_tokenizer(checkpoint, resolved: Path, source: str | os.PathLike)
 
 
 def _is_archive(path: Path) -> bool:
-    from bertkit.weights.formats import ARCHIVE_SUFFIXES
+    from bertkit.weights.formats import is_archive
 
-    return path.is_file() and path.name.endswith(ARCHIVE_SUFFIXES)
+    return is_archive(path)
 
 
 def _fingerprint(checkpoint) -> dict[str, Any]:

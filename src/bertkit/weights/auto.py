@@ -41,6 +41,6 @@ class AutoConfig:
 
     @staticmethod
     def from_pretrained(source: str | os.PathLike) -> BERTConfig:
-        from bertkit.tasks.sources import source_config
+        from bertkit.weights.formats import read_source_config
 
-        return source_config(source)
+        return read_source_config(source)

@@ -140,3 +140,22 @@ def _with_config(state: dict[str, torch.Tensor], directory: Path, fmt: str) -> C
     vocab = directory / "vocab.txt"
     return Checkpoint(config, state, fmt, architectures[0], tokenizer_files, vocab if vocab.is_file() else None)
 
+
+def is_archive(path: Path) -> bool:
+    """Whether ``path`` is a checkpoint archive file (:data:`ARCHIVE_SUFFIXES`)."""
+    return path.is_file() and path.name.endswith(ARCHIVE_SUFFIXES)
+
+
+def read_source_config(source: str | os.PathLike) -> BERTConfig:
+    """The config of ``source`` (anything bertkit loads; a registered name is downloaded) without reading its
+    weights where the config sits beside them (a folder, a TF prefix's or a weights file's folder); an archive is
+    read whole."""
+    from bertkit.weights.download import resolve_source
+
+    path = Path(resolve_source(source))
+    if not is_archive(path):
+        folder = path if path.is_dir() else path.parent
+        for name in CONFIG_NAMES:
+            if (folder / name).is_file():
+                return BERTConfig.from_json_file(folder / name)
+    return read_checkpoint(path).config
