@@ -36,12 +36,19 @@ class FamilySetup:
     vocab_size: int = 99
     pad: int = 0
     type_vocab_size: int = 0  # 0: the family has no token types
+    length: int = LENGTH  # tokens per row of the padded batches
+    right: int = 4  # right padding of the right-padded rows
+    left: int = 5  # left padding of the left-padded rows
+    qa_spans: tuple[tuple[int, ...], tuple[int, ...]] = ((1, 2, 6), (4, 5, 8))  # (starts, ends) at real tokens
+    hf_impl: str | None = None  # HF's attention implementation whatever ours is (None: the same as ours)
+    grads_include: tuple[str, ...] = ()  # name endings some HF gradient must have (a parameter the batch must reach)
 
     def our_config(self, case: Case, impl: str, **extra) -> BERTConfig:
         return BERTConfig(family=self.name, **{**self.ours, **case.config, **extra}, attn_implementation=impl)
 
     def hf_config(self, case: Case, impl: str, **extra):
-        return self.hf_config_class(**{**self.hf, **case.hf_config, **extra}, attn_implementation=impl)
+        return self.hf_config_class(**{**self.hf, **case.hf_config, **extra},
+                                    attn_implementation=self.hf_impl or impl)
 
 
 @dataclass(frozen=True)
@@ -77,8 +84,10 @@ def padded_batch(vocab_size: int, pad: int, rows: int, length: int, *, right: in
 
 
 def padded_ids(family: FamilySetup, rows: int = BATCH, seed: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
-    """:func:`padded_batch` of ``family``'s sizes: ``LENGTH`` tokens, right padding 4, left padding 5."""
-    return padded_batch(family.vocab_size, family.pad, rows, LENGTH, right=4, left=5, seed=seed)
+    """:func:`padded_batch` of ``family``'s sizes: ``family.length`` tokens (default ``LENGTH``), right padding
+    ``family.right`` (4), left padding ``family.left`` (5)."""
+    return padded_batch(family.vocab_size, family.pad, rows, family.length, right=family.right, left=family.left,
+                        seed=seed)
 
 
 def inputs_for(family: FamilySetup, choices: int = 0) -> dict[str, torch.Tensor]:
@@ -88,7 +97,7 @@ def inputs_for(family: FamilySetup, choices: int = 0) -> dict[str, torch.Tensor]
     if family.type_vocab_size:
         inputs["token_type_ids"] = torch.randint(0, family.type_vocab_size, ids.shape,
                                                  generator=torch.Generator().manual_seed(2))
-    return {k: v.view(BATCH, choices, LENGTH) for k, v in inputs.items()} if choices else inputs
+    return {k: v.view(BATCH, choices, family.length) for k, v in inputs.items()} if choices else inputs
 
 
 def token_labels(inputs, num_classes: int, seed: int = 0) -> torch.Tensor:
@@ -107,9 +116,9 @@ def causal_labels(family: FamilySetup, inputs) -> torch.Tensor:
 
 
 def qa_labels(family: FamilySetup, inputs) -> dict[str, torch.Tensor]:
-    start = torch.tensor([1, 2, 6])  # real tokens of each row (row 2 is left-padded)
-    end = torch.tensor([4, 5, 8])
-    start[1] = LENGTH + 7  # outside: clamped and ignored by both
+    start = torch.tensor(family.qa_spans[0])  # real tokens of each row (row 2 is left-padded)
+    end = torch.tensor(family.qa_spans[1])
+    start[1] = family.length + 7  # outside: clamped and ignored by both
     return dict(start_positions=start, end_positions=end)
 
 
@@ -131,6 +140,8 @@ def ours_and_hf_outputs(family: FamilySetup, case: Case, ours, hf, inputs=None):
     pairs = []
     for name, a, token_level in zip(case.outputs, got, case.token_level, strict=True):
         b = getattr(ref, name)
+        if name == "pooler_output":  # the bare backbone pools position 0, a padding position in left-padded rows
+            a, b = a[mask[:, 0]], b[mask[:, 0]]  # (where unpadded execution leaves 0, as at every padding position)
         pairs.append((name, a[mask] if token_level else a, b[mask] if token_level else b))
     return pairs
 
@@ -165,6 +176,8 @@ def losses_and_gradients(family: FamilySetup, case: Case, ours, hf):
                                      family.name)
     hf_grads = {n: p.grad for n, p in hf.named_parameters() if p.grad is not None}
     assert hf_grads and set(hf_grads) <= set(our_grads), sorted(set(hf_grads) - set(our_grads))
+    for ending in family.grads_include:
+        assert any(n.endswith(ending) for n in hf_grads), ending
     return loss, ref, [(n, our_grads[n], g) for n, g in hf_grads.items()]
 
 
@@ -202,7 +215,7 @@ def check_our_checkpoint(family: FamilySetup, case: Case, impl: str, tmp_path, *
     ours.save_pretrained(tmp_path)
     written = json.loads((tmp_path / "config.json").read_text())
     assert written["model_type"] == family.name and written["architectures"] == [case.hf_class]
-    hf = hf_from_pretrained(getattr(transformers, case.hf_class), tmp_path, impl)
+    hf = hf_from_pretrained(getattr(transformers, case.hf_class), tmp_path, family.hf_impl or impl)
     check_parity(family, case, ours, hf, f"{family.name}/{case.id}/{impl} (ours -> HF)")
     again = case.ours.from_pretrained(tmp_path, attn_implementation=impl)
     assert again.config == ours.config

@@ -8,9 +8,9 @@ ids that skip padding are exercised), with eager and SDPA attention, on the fast
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
-from dataclasses import dataclass, field
 
 import pytest
 import torch
@@ -23,141 +23,62 @@ import bertkit
 from bertkit.config import FAMILIES, BERTConfig
 from bertkit.modeling import fast, unpad
 from bertkit.modeling.layers import default_position_ids
-from bertkit.weights.tables import bertkit_to_hf_family
 from conftest import randomize_
-from family_parity import padded_batch, token_labels
+from family_parity import (
+    BATCH,
+    CHOICES,
+    IMPLEMENTATIONS,
+    LENGTH,
+    TOL,
+    Case,
+    FamilySetup,
+    assert_pairs_close,
+    causal_labels,
+    check_hf_checkpoint,
+    check_our_checkpoint,
+    hf_from_pretrained,
+    inputs_for,
+    ours_and_hf_outputs,
+    padded_ids,
+    qa_labels,
+    token_labels,
+)
 
 transformers.logging.set_verbosity_error()
 transformers.utils.logging.disable_progress_bar()
 
-TOL = dict(atol=2e-5, rtol=2e-5)
-IMPLEMENTATIONS = ("eager", "sdpa")
 PAD = 1
 #: odd sizes (hidden 36 / 3 heads, inner 52, vocab 99); 40 positions = 38 tokens after pad + 1
 SIZES = dict(vocab_size=99, hidden_size=36, num_hidden_layers=2, num_attention_heads=3, intermediate_size=52,
              max_position_embeddings=40, type_vocab_size=1, layer_norm_eps=1e-5, hidden_dropout_prob=0.0,
              attention_probs_dropout_prob=0.0, pad_token_id=PAD)
-BATCH, LENGTH, CHOICES = 3, 11, 2
+ROBERTA = FamilySetup("roberta", transformers.RobertaConfig, ours=SIZES,
+                      hf=dict(**SIZES, bos_token_id=0, eos_token_id=2), pad=PAD)
 
 
-def padded_ids(rows: int = BATCH, seed: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(input_ids, attention_mask)``: rows alternately full, right-padded and left-padded with ``PAD``."""
-    return padded_batch(SIZES["vocab_size"], PAD, rows, LENGTH, right=4, left=5, seed=seed)
-
-
-def inputs_for(choices: int = 0) -> dict[str, torch.Tensor]:
-    ids, mask = padded_ids(BATCH * choices if choices else BATCH)
-    inputs = dict(input_ids=ids, attention_mask=mask)
-    return {k: v.view(BATCH, choices, LENGTH) for k, v in inputs.items()} if choices else inputs
-
-
-def causal_labels(inputs) -> torch.Tensor:
-    """Token labels, also -100 where the previous position is padding (a left-padded row's first token: the
-    prediction from a padding position carries no meaning)."""
-    labels = token_labels(inputs, SIZES["vocab_size"])
-    labels[:, 1:][inputs["attention_mask"][:, :-1] == 0] = -100
-    return labels
-
-
-def qa_labels(inputs, seed: int = 0):
-    start = torch.tensor([1, 2, 6])  # real tokens of each row (row 2 is left-padded)
-    end = torch.tensor([4, 5, 8])
-    start[1] = LENGTH + 7  # outside: clamped and ignored by both
-    return dict(start_positions=start, end_positions=end)
-
-
-@dataclass(frozen=True)
-class Case:
-    id: str
-    ours: type
-    hf_class: str
-    config: dict = field(default_factory=dict)
-    outputs: tuple[str, ...] = ("logits",)
-    token_level: tuple[bool, ...] = (False,)
-    labels: object = None  # inputs -> HF label kwargs
-    choices: int = 0
-
-
-def _plain_loss(model, labels, inputs):
-    return model.get_loss(labels["labels"], **inputs)
-
-
-def _qa_loss(model, labels, inputs):
-    return model.get_loss(labels["start_positions"], labels["end_positions"], **inputs)
+def both(**fields) -> dict:
+    """The same fields for bertkit's config and HF's (RoBERTa's names are BERT's)."""
+    return dict(config=fields, hf_config=fields)
 
 
 CASES = {c.id: c for c in (
     Case("model", bertkit.BERT, "RobertaModel", outputs=("last_hidden_state", "pooler_output"),
          token_level=(True, False)),
     Case("masked_lm", bertkit.BERTForMaskedLM, "RobertaForMaskedLM", token_level=(True,),
-         labels=lambda x: dict(labels=token_labels(x, SIZES["vocab_size"]))),
-    Case("causal_lm", bertkit.BERTForCausalLM, "RobertaForCausalLM", config=dict(is_decoder=True),
-         token_level=(True,), labels=lambda x: dict(labels=causal_labels(x))),
+         labels=lambda f, x: dict(labels=token_labels(x, f.vocab_size))),
+    Case("causal_lm", bertkit.BERTForCausalLM, "RobertaForCausalLM", **both(is_decoder=True),
+         token_level=(True,), labels=lambda f, x: dict(labels=causal_labels(f, x))),
     Case("seq_cls", bertkit.BERTForSequenceClassification, "RobertaForSequenceClassification",
-         config=dict(num_labels=3), labels=lambda x: dict(labels=torch.tensor([2, 0, 1]))),
+         **both(num_labels=3), labels=lambda f, x: dict(labels=torch.tensor([2, 0, 1]))),
     Case("seq_cls_regression", bertkit.BERTForSequenceClassification, "RobertaForSequenceClassification",
-         config=dict(num_labels=1), labels=lambda x: dict(labels=torch.tensor([0.5, -1.0, 2.0]))),
+         **both(num_labels=1), labels=lambda f, x: dict(labels=torch.tensor([0.5, -1.0, 2.0]))),
     Case("token_cls", bertkit.BERTForTokenClassification, "RobertaForTokenClassification",
-         config=dict(num_labels=5), token_level=(True,), labels=lambda x: dict(labels=token_labels(x, 5))),
+         **both(num_labels=5), token_level=(True,), labels=lambda f, x: dict(labels=token_labels(x, 5))),
     Case("qa", bertkit.BERTForQuestionAnswering, "RobertaForQuestionAnswering",
          outputs=("start_logits", "end_logits"), token_level=(True, True), labels=qa_labels),
     Case("multiple_choice", bertkit.BERTForMultipleChoice, "RobertaForMultipleChoice", choices=CHOICES,
-         labels=lambda x: dict(labels=torch.tensor([1, 0, 1]))),
+         labels=lambda f, x: dict(labels=torch.tensor([1, 0, 1]))),
 )}
-
-
-def hf_config(case: Case, impl: str, cls=transformers.RobertaConfig, **extra):
-    return cls(**SIZES, **case.config, bos_token_id=0, eos_token_id=2, attn_implementation=impl, **extra)
-
-
-def our_config(case: Case, impl: str, **extra) -> BERTConfig:
-    return BERTConfig(family="roberta", **SIZES, **case.config, attn_implementation=impl, **extra)
-
-
-def hf_from_pretrained(cls, directory, impl):
-    model, info = cls.from_pretrained(directory, attn_implementation=impl, output_loading_info=True)
-    assert not any(info[k] for k in ("missing_keys", "unexpected_keys", "mismatched_keys")), info
-    assert model.config._attn_implementation == impl
-    return model.eval()
-
-
-def ours_and_hf_outputs(case, ours, hf):
-    inputs = inputs_for(case.choices)
-    mask = inputs["attention_mask"].bool()
-    with torch.no_grad():
-        got = ours(**inputs)
-        ref = hf(**inputs)
-    got = got if isinstance(got, tuple) else (got,)
-    pairs = []
-    for name, a, token_level in zip(case.outputs, got, case.token_level, strict=True):
-        b = getattr(ref, name)
-        if name == "pooler_output":  # the bare backbone pools position 0, a padding position in left-padded rows
-            a, b = a[mask[:, 0]], b[mask[:, 0]]  # (where unpadded execution leaves 0, as at every padding position)
-        pairs.append((name, a[mask] if token_level else a, b[mask] if token_level else b))
-    return pairs
-
-
-def assert_pairs_close(pairs, what):
-    for name, a, b in pairs:
-        assert a.shape == b.shape, f"{what} {name}: {tuple(a.shape)} vs HF {tuple(b.shape)}"
-        torch.testing.assert_close(a, b, **TOL, msg=lambda m, n=name: f"{what} {n}: {m}")
-
-
-def losses_and_gradients(case, ours, hf):
-    """``(our loss, HF loss, [(HF param name, our grad, HF grad)])`` for the case's labels."""
-    inputs = inputs_for(case.choices)
-    labels = case.labels(inputs)
-    ours.zero_grad()
-    hf.zero_grad()
-    loss = (_qa_loss if case.id == "qa" else _plain_loss)(ours, labels, inputs)
-    loss.backward()
-    ref = hf(**inputs, **labels).loss
-    ref.backward()
-    our_grads = bertkit_to_hf_family({n: p.grad for n, p in ours.named_parameters() if p.grad is not None},
-                                     "roberta")
-    hf_grads = {n: p.grad for n, p in hf.named_parameters() if p.grad is not None}
-    assert hf_grads and set(hf_grads) <= set(our_grads), sorted(set(hf_grads) - set(our_grads))
-    return loss, ref, [(n, our_grads[n], g) for n, g in hf_grads.items()]
 
 
 # ---------------------------------------------------------------------------- HF checkpoints in bertkit
@@ -166,39 +87,29 @@ def losses_and_gradients(case, ours, hf):
 @pytest.mark.parametrize("impl", IMPLEMENTATIONS)
 @pytest.mark.parametrize("case", CASES.values(), ids=CASES.keys())
 def test_hf_roberta_checkpoint_matches_hf(case, impl, tmp_path):
-    hf = randomize_(getattr(transformers, case.hf_class)(hf_config(case, impl)), seed=0, std=0.1).eval()
-    hf.save_pretrained(tmp_path)
-    ours = case.ours.from_pretrained(tmp_path)
-    report = ours.load_report
-    assert report.initialized == report.dropped == report.resized == [], str(report)
-    assert ours.config.family == "roberta" and ours.config.attn_implementation == "sdpa"  # HF writes no impl
-    ours = case.ours.from_pretrained(tmp_path, attn_implementation=impl)
-    assert_pairs_close(ours_and_hf_outputs(case, ours, hf), f"{case.id}/{impl}")
-    if case.labels is not None:
-        loss, ref, grads = losses_and_gradients(case, ours, hf)
-        torch.testing.assert_close(loss, ref, **TOL)
-        assert_pairs_close(grads, f"{case.id}/{impl} gradient")
+    check_hf_checkpoint(ROBERTA, case, impl, tmp_path)
+    assert case.ours.from_pretrained(tmp_path).config.attn_implementation == "sdpa"  # HF writes no impl
 
 
 def test_sequence_classifier_is_robertas_head_without_pooler():
-    model = bertkit.BERTForSequenceClassification(our_config(CASES["seq_cls"], "sdpa"))
+    model = bertkit.BERTForSequenceClassification(ROBERTA.our_config(CASES["seq_cls"], "sdpa"))
     assert model.bert.pooler is None
     names = {n for n, _ in model.named_parameters() if not n.startswith("bert.")}
     assert names == {"classifier.dense.weight", "classifier.dense.bias", "classifier.out_proj.weight",
                      "classifier.out_proj.bias"}
-    assert bertkit.BERTForMultipleChoice(our_config(CASES["model"], "sdpa")).bert.pooler is not None
-    assert bertkit.BERTForTokenClassification(our_config(CASES["model"], "sdpa")).bert.pooler is None
+    assert bertkit.BERTForMultipleChoice(ROBERTA.our_config(CASES["model"], "sdpa")).bert.pooler is not None
+    assert bertkit.BERTForTokenClassification(ROBERTA.our_config(CASES["model"], "sdpa")).bert.pooler is None
 
 
 def test_dropout_of_the_classifier_head_in_training(tmp_path):
     """Train mode: the same dropout layers (before dense and before out_proj) give the same masks from one seed."""
     case = CASES["seq_cls"]
     hf = randomize_(transformers.RobertaForSequenceClassification(
-        hf_config(case, "eager", classifier_dropout=0.3)), std=0.1)
+        ROBERTA.hf_config(case, "eager", classifier_dropout=0.3)), std=0.1)
     hf.save_pretrained(tmp_path)
     ours = bertkit.BERTForSequenceClassification.from_pretrained(tmp_path, attn_implementation="eager")
     assert ours.config.classifier_dropout == 0.3
-    inputs = inputs_for()
+    inputs = inputs_for(ROBERTA)
     hf.train()
     ours.train()
     with fast.fast_path(False):  # torch's own dropout draws, in HF's order
@@ -217,17 +128,9 @@ def test_dropout_of_the_classifier_head_in_training(tmp_path):
 @pytest.mark.parametrize("impl", IMPLEMENTATIONS)
 @pytest.mark.parametrize("case", CASES.values(), ids=CASES.keys())
 def test_our_roberta_checkpoint_loads_in_hf(case, impl, tmp_path):
-    ours = randomize_(case.ours(our_config(case, impl)), seed=1, std=0.1).eval()
-    ours.save_pretrained(tmp_path)
+    check_our_checkpoint(ROBERTA, case, impl, tmp_path)
     written = json.loads((tmp_path / "config.json").read_text())
-    assert written["model_type"] == "roberta" and written["architectures"] == [case.hf_class]
     assert (written["pad_token_id"], written["bos_token_id"], written["eos_token_id"]) == (PAD, 0, 2)
-    hf = hf_from_pretrained(getattr(transformers, case.hf_class), tmp_path, impl)
-    assert_pairs_close(ours_and_hf_outputs(case, ours, hf), f"{case.id}/{impl} (ours -> HF)")
-    again = case.ours.from_pretrained(tmp_path, attn_implementation=impl)
-    assert again.config == ours.config
-    for (name, a), b in zip(ours.state_dict().items(), again.state_dict().values(), strict=True):
-        assert torch.equal(a, b), name
 
 
 # ---------------------------------------------------------------------------- XLM-RoBERTa and CamemBERT
@@ -245,7 +148,7 @@ def test_xlm_roberta_and_camembert_keep_their_model_type(hf_class, config_class,
     assert (ours.config.family, ours.config.model_type, ours.config.hf_model_type) == ("roberta", model_type,
                                                                                        model_type)
     assert (ours.config.cls_token_id, ours.config.sep_token_id, ours.config.pad_token_id) == (5, 6, PAD)
-    assert_pairs_close(ours_and_hf_outputs(case, ours, hf), model_type)
+    assert_pairs_close(ours_and_hf_outputs(ROBERTA, case, ours, hf), model_type)
 
     ours.save_pretrained(tmp_path / "ours")
     written = json.loads((tmp_path / "ours" / "config.json").read_text())
@@ -253,14 +156,14 @@ def test_xlm_roberta_and_camembert_keep_their_model_type(hf_class, config_class,
     assert (written["bos_token_id"], written["eos_token_id"]) == (5, 6)
     auto = hf_from_pretrained(transformers.AutoModelForMaskedLM, tmp_path / "ours", "sdpa")
     assert type(auto).__name__ == hf_class
-    assert_pairs_close(ours_and_hf_outputs(case, ours, auto), f"{model_type} (ours -> HF)")
+    assert_pairs_close(ours_and_hf_outputs(ROBERTA, case, ours, auto), f"{model_type} (ours -> HF)")
 
 
 # ---------------------------------------------------------------------------- the family as data
 
 def test_position_ids_skip_padding_as_hf_does():
-    config = our_config(CASES["model"], "sdpa")
-    ids, _ = padded_ids(6)
+    config = ROBERTA.our_config(CASES["model"], "sdpa")
+    ids, _ = padded_ids(ROBERTA, 6)
     expected = transformers.models.roberta.modeling_roberta.RobertaEmbeddings.create_position_ids_from_input_ids(
         ids, PAD)
     cache_position = torch.arange(LENGTH)
@@ -274,10 +177,10 @@ def test_position_ids_skip_padding_as_hf_does():
 
 def test_inputs_embeds_and_explicit_position_ids_match_hf(tmp_path):
     case = CASES["model"]
-    hf = randomize_(transformers.RobertaModel(hf_config(case, "sdpa")), std=0.1).eval()
+    hf = randomize_(transformers.RobertaModel(ROBERTA.hf_config(case, "sdpa")), std=0.1).eval()
     hf.save_pretrained(tmp_path)
     ours = bertkit.BERT.from_pretrained(tmp_path)
-    ids, mask = padded_ids()
+    ids, mask = padded_ids(ROBERTA)
     embeds = hf.embeddings.word_embeddings(ids).detach()
     positions = torch.arange(LENGTH).flip(0)[None].expand(BATCH, -1) + 2
     with torch.no_grad():
@@ -288,7 +191,7 @@ def test_inputs_embeds_and_explicit_position_ids_match_hf(tmp_path):
 
 
 def test_length_limit_counts_the_position_offset():
-    model = bertkit.BERT(our_config(CASES["model"], "sdpa")).eval()
+    model = bertkit.BERT(ROBERTA.our_config(CASES["model"], "sdpa")).eval()
     longest = SIZES["max_position_embeddings"] - PAD - 1
     with torch.no_grad():
         assert model(torch.full((1, longest), 5))[0].shape == (1, longest, SIZES["hidden_size"])
@@ -307,8 +210,8 @@ def test_unpadded_execution_serves_roberta(case_id, monkeypatch):
     real_plan = unpad.plan
     monkeypatch.setattr(unpad, "plan", lambda *a, **k: plans.append(real_plan(*a, **k)) or plans[-1])
     case = CASES[case_id]
-    model = randomize_(case.ours(our_config(case, "sdpa")), std=0.1).eval()
-    ids, mask = padded_ids()
+    model = randomize_(case.ours(ROBERTA.our_config(case, "sdpa")), std=0.1).eval()
+    ids, mask = padded_ids(ROBERTA)
     if case_id == "seq_cls":
         ids, mask = ids[:2], mask[:2]
     results = []
@@ -330,22 +233,23 @@ def test_unpadded_execution_serves_roberta(case_id, monkeypatch):
 def test_untied_roberta_mlm_head_both_ways(source, tmp_path):
     case = CASES["masked_lm"]
     if source == "hf":
-        hf = randomize_(transformers.RobertaForMaskedLM(hf_config(case, "sdpa", tie_word_embeddings=False)), std=0.1)
+        hf = randomize_(transformers.RobertaForMaskedLM(ROBERTA.hf_config(case, "sdpa", tie_word_embeddings=False)),
+                        std=0.1)
         hf.save_pretrained(tmp_path)
         ours = bertkit.BERTForMaskedLM.from_pretrained(tmp_path)
         assert ours.load_report.initialized == ours.load_report.dropped == []
     else:
-        ours = randomize_(bertkit.BERTForMaskedLM(our_config(case, "sdpa", tie_word_embedding=False)), std=0.1)
+        ours = randomize_(bertkit.BERTForMaskedLM(ROBERTA.our_config(case, "sdpa", tie_word_embedding=False)), std=0.1)
         ours.save_pretrained(tmp_path)
         hf = hf_from_pretrained(transformers.RobertaForMaskedLM, tmp_path, "sdpa")
     assert not ours.config.tie_word_embedding
     assert hf.lm_head.decoder.weight is not hf.roberta.embeddings.word_embeddings.weight
-    assert_pairs_close(ours_and_hf_outputs(case, ours.eval(), hf.eval()), f"untied ({source} writes)")
+    assert_pairs_close(ours_and_hf_outputs(ROBERTA, case, ours.eval(), hf.eval()), f"untied ({source} writes)")
 
 
 def test_cached_decoding_continues_the_positions(tmp_path):
     case = CASES["causal_lm"]
-    model = randomize_(bertkit.BERTForCausalLM(our_config(case, "sdpa")), std=0.1).eval()
+    model = randomize_(bertkit.BERTForCausalLM(ROBERTA.our_config(case, "sdpa")), std=0.1).eval()
     ids = torch.randint(3, SIZES["vocab_size"], (2, 9), generator=torch.Generator().manual_seed(3))
     cache = bertkit.KVCache()
     with torch.no_grad():
@@ -389,7 +293,7 @@ def test_family_errors_name_the_field(changes, message):
 
 
 def test_what_roberta_does_not_have_is_refused(tmp_path):
-    config = our_config(CASES["model"], "sdpa")
+    config = ROBERTA.our_config(CASES["model"], "sdpa")
     for cls in (bertkit.BERTForPreTraining, bertkit.BERTForNextSentencePrediction):
         with pytest.raises(ValueError, match="family 'roberta' does not have"):
             cls(config)
@@ -406,14 +310,15 @@ def test_what_roberta_does_not_have_is_refused(tmp_path):
 def test_converting_a_roberta_checkpoint_keeps_it_roberta(tmp_path):
     from bertkit.weights.convert import convert
 
-    hf = randomize_(transformers.XLMRobertaForSequenceClassification(
-        hf_config(CASES["seq_cls"], "sdpa", cls=transformers.XLMRobertaConfig)), std=0.1).eval()
+    xlmr = dataclasses.replace(ROBERTA, hf_config_class=transformers.XLMRobertaConfig)
+    hf = randomize_(transformers.XLMRobertaForSequenceClassification(xlmr.hf_config(CASES["seq_cls"], "sdpa")),
+                    std=0.1).eval()
     hf.save_pretrained(tmp_path / "hf")
     convert(tmp_path / "hf", tmp_path / "out")
     written = json.loads((tmp_path / "out" / "config.json").read_text())
     assert written["architectures"] == ["XLMRobertaForSequenceClassification"]
     back = hf_from_pretrained(transformers.XLMRobertaForSequenceClassification, tmp_path / "out", "sdpa")
-    inputs = inputs_for()
+    inputs = inputs_for(ROBERTA)
     with torch.no_grad():
         torch.testing.assert_close(back(**inputs).logits, hf(**inputs).logits, **TOL)
     with pytest.raises(ValueError, match="describes BERT"):
