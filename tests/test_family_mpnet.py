@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
 
 import pytest
 import torch
@@ -29,124 +28,61 @@ from bertkit.modeling.counting import count_parameters
 from bertkit.modeling.relative_bias import relative_position_buckets
 from bertkit.weights.tables import bertkit_to_hf_family, hf_family_to_bertkit
 from conftest import randomize_
-from family_parity import padded_batch, token_labels
+from family_parity import (
+    BATCH,
+    CHOICES,
+    IMPLEMENTATIONS,
+    TOL,
+    Case,
+    FamilySetup,
+    assert_pairs_close,
+    check_hf_checkpoint,
+    check_our_checkpoint,
+    hf_from_pretrained,
+    inputs_for,
+    ours_and_hf_outputs,
+    padded_ids,
+    qa_labels,
+    token_labels,
+)
 
 transformers.logging.set_verbosity_error()
 transformers.utils.logging.disable_progress_bar()
 
-TOL = dict(atol=2e-5, rtol=2e-5)
-IMPLEMENTATIONS = ("eager", "sdpa")
 PAD = 1
-BATCH, LENGTH, CHOICES = 3, 140, 2
+LENGTH = 140
 #: odd sizes (hidden 36 / 3 heads, inner 52, vocab 99); positions for LENGTH tokens after pad + 1, and a few more
 SIZES = dict(vocab_size=99, hidden_size=36, num_hidden_layers=2, num_attention_heads=3, intermediate_size=52,
              max_position_embeddings=LENGTH + 5, layer_norm_eps=1e-5, hidden_dropout_prob=0.0,
              attention_probs_dropout_prob=0.0, pad_token_id=PAD)
+#: rows alternately full, right-padded (20) and left-padded (30); HF's MPNet attends eagerly only (it refuses
+#: ``attn_implementation="sdpa"``); every gradient check reaches the shared relative position bias
+MPNET = FamilySetup("mpnet", transformers.MPNetConfig, ours=SIZES, hf=SIZES, pad=PAD, length=LENGTH, right=20,
+                    left=30, qa_spans=((1, 2, 40), (4, 80, 130)), hf_impl="eager",
+                    grads_include=("encoder.relative_attention_bias.weight",))
 
 
-def padded_ids(rows: int = BATCH, seed: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(input_ids, attention_mask)``: rows alternately full, right-padded (20) and left-padded (30) with ``PAD``."""
-    return padded_batch(SIZES["vocab_size"], PAD, rows, LENGTH, right=20, left=30, seed=seed)
-
-
-def inputs_for(choices: int = 0) -> dict[str, torch.Tensor]:
-    ids, mask = padded_ids(BATCH * choices if choices else BATCH)
-    inputs = dict(input_ids=ids, attention_mask=mask)
-    return {k: v.view(BATCH, choices, LENGTH) for k, v in inputs.items()} if choices else inputs
-
-
-def qa_labels(inputs):
-    start = torch.tensor([1, 2, 40])  # real tokens of each row (row 2 is left-padded)
-    end = torch.tensor([4, 80, 130])
-    start[1] = LENGTH + 7  # outside: clamped and ignored by both
-    return dict(start_positions=start, end_positions=end)
-
-
-@dataclass(frozen=True)
-class Case:
-    id: str
-    ours: type
-    hf_class: str
-    config: dict = field(default_factory=dict)
-    outputs: tuple[str, ...] = ("logits",)
-    token_level: tuple[bool, ...] = (False,)
-    labels: object = None  # inputs -> HF label kwargs
-    choices: int = 0
+def both(**fields) -> dict:
+    """The same fields for bertkit's config and HF's (MPNet's names are BERT's)."""
+    return dict(config=fields, hf_config=fields)
 
 
 CASES = {c.id: c for c in (
     Case("model", bertkit.BERT, "MPNetModel", outputs=("last_hidden_state", "pooler_output"),
          token_level=(True, False)),
     Case("masked_lm", bertkit.BERTForMaskedLM, "MPNetForMaskedLM", token_level=(True,),
-         labels=lambda x: dict(labels=token_labels(x, SIZES["vocab_size"]))),
+         labels=lambda f, x: dict(labels=token_labels(x, f.vocab_size))),
     Case("seq_cls", bertkit.BERTForSequenceClassification, "MPNetForSequenceClassification",
-         config=dict(num_labels=3), labels=lambda x: dict(labels=torch.tensor([2, 0, 1]))),
+         **both(num_labels=3), labels=lambda f, x: dict(labels=torch.tensor([2, 0, 1]))),
     Case("seq_cls_regression", bertkit.BERTForSequenceClassification, "MPNetForSequenceClassification",
-         config=dict(num_labels=1), labels=lambda x: dict(labels=torch.tensor([0.5, -1.0, 2.0]))),
+         **both(num_labels=1), labels=lambda f, x: dict(labels=torch.tensor([0.5, -1.0, 2.0]))),
     Case("token_cls", bertkit.BERTForTokenClassification, "MPNetForTokenClassification",
-         config=dict(num_labels=5), token_level=(True,), labels=lambda x: dict(labels=token_labels(x, 5))),
+         **both(num_labels=5), token_level=(True,), labels=lambda f, x: dict(labels=token_labels(x, 5))),
     Case("qa", bertkit.BERTForQuestionAnswering, "MPNetForQuestionAnswering",
          outputs=("start_logits", "end_logits"), token_level=(True, True), labels=qa_labels),
     Case("multiple_choice", bertkit.BERTForMultipleChoice, "MPNetForMultipleChoice", choices=CHOICES,
-         labels=lambda x: dict(labels=torch.tensor([1, 0, 1]))),
+         labels=lambda f, x: dict(labels=torch.tensor([1, 0, 1]))),
 )}
-
-
-def hf_config(case: Case, **extra) -> transformers.MPNetConfig:
-    return transformers.MPNetConfig(**{**SIZES, **case.config, **extra}, attn_implementation="eager")
-
-
-def our_config(case: Case, impl: str, **extra) -> BERTConfig:
-    return BERTConfig(family="mpnet", **{**SIZES, **case.config, **extra}, attn_implementation=impl)
-
-
-def hf_from_pretrained(cls, directory):
-    """HF's MPNet attends eagerly only (it refuses ``attn_implementation="sdpa"``)."""
-    model, info = cls.from_pretrained(directory, attn_implementation="eager", output_loading_info=True)
-    assert not any(info[k] for k in ("missing_keys", "unexpected_keys", "mismatched_keys")), info
-    return model.eval()
-
-
-def ours_and_hf_outputs(case, ours, hf, inputs=None):
-    inputs = inputs or inputs_for(case.choices)
-    mask = inputs["attention_mask"].bool()
-    with torch.no_grad():
-        got = ours(**inputs)
-        ref = hf(**inputs)
-    got = got if isinstance(got, tuple) else (got,)
-    pairs = []
-    for name, a, token_level in zip(case.outputs, got, case.token_level, strict=True):
-        b = getattr(ref, name)
-        if name == "pooler_output":  # the bare backbone pools position 0, a padding position in left-padded rows
-            a, b = a[mask[:, 0]], b[mask[:, 0]]  # (where unpadded execution leaves 0, as at every padding position)
-        pairs.append((name, a[mask] if token_level else a, b[mask] if token_level else b))
-    return pairs
-
-
-def assert_pairs_close(pairs, what):
-    for name, a, b in pairs:
-        assert a.shape == b.shape, f"{what} {name}: {tuple(a.shape)} vs HF {tuple(b.shape)}"
-        torch.testing.assert_close(a, b, **TOL, msg=lambda m, n=name: f"{what} {n}: {m}")
-
-
-def losses_and_gradients(case, ours, hf):
-    """``(our loss, HF loss, [(HF param name, our grad, HF grad)])`` for the case's labels."""
-    inputs = inputs_for(case.choices)
-    labels = case.labels(inputs)
-    ours.zero_grad()
-    hf.zero_grad()
-    if case.id == "qa":
-        loss = ours.get_loss(labels["start_positions"], labels["end_positions"], **inputs)
-    else:
-        loss = ours.get_loss(labels["labels"], **inputs)
-    loss.backward()
-    ref = hf(**inputs, **labels).loss
-    ref.backward()
-    our_grads = bertkit_to_hf_family({n: p.grad for n, p in ours.named_parameters() if p.grad is not None}, "mpnet")
-    hf_grads = {n: p.grad for n, p in hf.named_parameters() if p.grad is not None}
-    assert hf_grads and set(hf_grads) <= set(our_grads), sorted(set(hf_grads) - set(our_grads))
-    assert any(n.endswith("encoder.relative_attention_bias.weight") for n in hf_grads)
-    return loss, ref, [(n, our_grads[n], g) for n, g in hf_grads.items()]
 
 
 # ---------------------------------------------------------------------------- HF checkpoints in bertkit
@@ -155,17 +91,8 @@ def losses_and_gradients(case, ours, hf):
 @pytest.mark.parametrize("impl", IMPLEMENTATIONS)
 @pytest.mark.parametrize("case", CASES.values(), ids=CASES.keys())
 def test_hf_mpnet_checkpoint_matches_hf(case, impl, tmp_path):
-    hf = randomize_(getattr(transformers, case.hf_class)(hf_config(case)), seed=0, std=0.1).eval()
-    hf.save_pretrained(tmp_path)
-    ours = case.ours.from_pretrained(tmp_path, attn_implementation=impl)
-    report = ours.load_report
-    assert report.initialized == report.dropped == report.resized == [], str(report)
-    assert ours.config.family == "mpnet" and ours.config.relative_attention_num_buckets == 32
-    assert_pairs_close(ours_and_hf_outputs(case, ours, hf), f"{case.id}/{impl}")
-    if case.labels is not None:
-        loss, ref, grads = losses_and_gradients(case, ours, hf)
-        torch.testing.assert_close(loss, ref, **TOL)
-        assert_pairs_close(grads, f"{case.id}/{impl} gradient")
+    ours, _ = check_hf_checkpoint(MPNET, case, impl, tmp_path)
+    assert ours.config.relative_attention_num_buckets == 32
 
 
 # ---------------------------------------------------------------------------- bertkit checkpoints in HF
@@ -174,35 +101,28 @@ def test_hf_mpnet_checkpoint_matches_hf(case, impl, tmp_path):
 @pytest.mark.parametrize("impl", IMPLEMENTATIONS)
 @pytest.mark.parametrize("case", CASES.values(), ids=CASES.keys())
 def test_our_mpnet_checkpoint_loads_in_hf(case, impl, tmp_path):
-    ours = randomize_(case.ours(our_config(case, impl)), seed=1, std=0.1).eval()
-    ours.save_pretrained(tmp_path)
+    check_our_checkpoint(MPNET, case, impl, tmp_path)
     written = json.loads((tmp_path / "config.json").read_text())
-    assert written["model_type"] == "mpnet" and written["architectures"] == [case.hf_class]
     assert (written["pad_token_id"], written["bos_token_id"], written["eos_token_id"]) == (PAD, 0, 2)
     assert written["relative_attention_num_buckets"] == 32
-    hf = hf_from_pretrained(getattr(transformers, case.hf_class), tmp_path)
-    assert_pairs_close(ours_and_hf_outputs(case, ours, hf), f"{case.id}/{impl} (ours -> HF)")
-    again = case.ours.from_pretrained(tmp_path, attn_implementation=impl)
-    assert again.config == ours.config
-    for (name, a), b in zip(ours.state_dict().items(), again.state_dict().values(), strict=True):
-        assert torch.equal(a, b), name
 
 
 @pytest.mark.parametrize("source", ["hf", "ours"])
 def test_untied_mpnet_mlm_head_both_ways(source, tmp_path):
     case = CASES["masked_lm"]
     if source == "hf":
-        hf = randomize_(transformers.MPNetForMaskedLM(hf_config(case, tie_word_embeddings=False)), std=0.1)
+        hf = randomize_(transformers.MPNetForMaskedLM(MPNET.hf_config(case, "eager", tie_word_embeddings=False)),
+                        std=0.1)
         hf.save_pretrained(tmp_path)
         ours = bertkit.BERTForMaskedLM.from_pretrained(tmp_path)
         assert ours.load_report.initialized == ours.load_report.dropped == []
     else:
-        ours = randomize_(bertkit.BERTForMaskedLM(our_config(case, "sdpa", tie_word_embedding=False)), std=0.1)
+        ours = randomize_(bertkit.BERTForMaskedLM(MPNET.our_config(case, "sdpa", tie_word_embedding=False)), std=0.1)
         ours.save_pretrained(tmp_path)
-        hf = hf_from_pretrained(transformers.MPNetForMaskedLM, tmp_path)
+        hf = hf_from_pretrained(transformers.MPNetForMaskedLM, tmp_path, "eager")
     assert not ours.config.tie_word_embedding
     assert hf.lm_head.decoder.weight is not hf.mpnet.embeddings.word_embeddings.weight
-    assert_pairs_close(ours_and_hf_outputs(case, ours.eval(), hf.eval()), f"untied ({source} writes)")
+    assert_pairs_close(ours_and_hf_outputs(MPNET, case, ours.eval(), hf.eval()), f"untied ({source} writes)")
 
 
 def test_training_mode_dropout_matches_hf(tmp_path):
@@ -211,10 +131,10 @@ def test_training_mode_dropout_matches_hf(tmp_path):
     dropout). (The sequence classifier computes its last layer at the first token alone, so its draws differ.)"""
     case = CASES["token_cls"]
     hf = randomize_(transformers.MPNetForTokenClassification(
-        hf_config(case, hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.2)), std=0.1)
+        MPNET.hf_config(case, "eager", hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.2)), std=0.1)
     hf.save_pretrained(tmp_path)
     ours = bertkit.BERTForTokenClassification.from_pretrained(tmp_path, attn_implementation="eager")
-    inputs = inputs_for()
+    inputs = inputs_for(MPNET)
     mask = inputs["attention_mask"].bool()
     hf.train()
     ours.train()
@@ -240,15 +160,15 @@ def test_buckets_are_hfs(num_buckets):
 
 def test_the_parity_inputs_reach_every_bucket():
     """Every bucket but 16, which would be distance 0 with the key after the query: no pair has it (in HF too)."""
-    config = our_config(CASES["model"], "sdpa")
+    config = MPNET.our_config(CASES["model"], "sdpa")
     every = [b for b in range(32) if b != 16]
     assert relative_position_buckets(LENGTH, config.relative_attention_num_buckets).unique().tolist() == every
-    real = padded_ids()[1][1].sum()  # the right-padded row alone: its real tokens still span the far buckets
+    real = padded_ids(MPNET)[1][1].sum()  # the right-padded row alone: its real tokens still span the far buckets
     assert relative_position_buckets(int(real), 32).unique().tolist() == every
 
 
 def test_the_bias_is_one_table_shared_by_the_layers():
-    model = bertkit.BERT(our_config(CASES["model"], "sdpa"))
+    model = bertkit.BERT(MPNET.our_config(CASES["model"], "sdpa"))
     table = model.encoder.relative_attention_bias
     assert table.weight.shape == (32, SIZES["num_attention_heads"])
     names = [n for n, _ in model.named_parameters() if "relative" in n]
@@ -262,10 +182,10 @@ def test_the_bias_is_one_table_shared_by_the_layers():
 def test_inputs_embeds_and_explicit_position_ids_match_hf(tmp_path):
     """The bias counts positions 0..L-1 whatever ``position_ids`` say, as HF does; embeddings take them."""
     case = CASES["model"]
-    hf = randomize_(transformers.MPNetModel(hf_config(case)), std=0.1).eval()
+    hf = randomize_(transformers.MPNetModel(MPNET.hf_config(case, "eager")), std=0.1).eval()
     hf.save_pretrained(tmp_path)
     ours = bertkit.BERT.from_pretrained(tmp_path)
-    ids, mask = padded_ids()
+    ids, mask = padded_ids(MPNET)
     embeds = hf.embeddings.word_embeddings(ids).detach()
     positions = torch.arange(LENGTH).flip(0)[None].expand(BATCH, -1) + 2
     with torch.no_grad():
@@ -284,8 +204,8 @@ def test_unpadded_execution_serves_mpnet(case_id, monkeypatch):
     real_plan = unpad.plan
     monkeypatch.setattr(unpad, "plan", lambda *a, **k: plans.append(real_plan(*a, **k)) or plans[-1])
     case = CASES[case_id]
-    model = randomize_(case.ours(our_config(case, "sdpa")), std=0.1).eval()
-    ids, mask = padded_ids()
+    model = randomize_(case.ours(MPNET.our_config(case, "sdpa")), std=0.1).eval()
+    ids, mask = padded_ids(MPNET)
     if case_id == "seq_cls":
         ids, mask = ids[:2], mask[:2]
     results = []
@@ -304,8 +224,8 @@ def test_unpadded_execution_serves_mpnet(case_id, monkeypatch):
 
 
 def test_first_token_only_equals_the_full_last_layer():
-    model = randomize_(bertkit.BERT(our_config(CASES["model"], "sdpa")), std=0.1).eval()
-    ids, mask = padded_ids()
+    model = randomize_(bertkit.BERT(MPNET.our_config(CASES["model"], "sdpa")), std=0.1).eval()
+    ids, mask = padded_ids(MPNET)
     with torch.no_grad(), fast.fast_path(False):
         full = model.encode(ids, mask)
         first = model.encode(ids, mask, first_token_only=True)
@@ -315,9 +235,9 @@ def test_first_token_only_equals_the_full_last_layer():
 
 
 def test_token_type_ids_are_ignored():
-    model = randomize_(bertkit.BERT(our_config(CASES["model"], "sdpa")), std=0.1).eval()
+    model = randomize_(bertkit.BERT(MPNET.our_config(CASES["model"], "sdpa")), std=0.1).eval()
     assert model.embeddings.token_type_embeddings is None
-    ids, mask = padded_ids()
+    ids, mask = padded_ids(MPNET)
     with torch.no_grad():
         torch.testing.assert_close(model(ids, mask, token_type_ids=torch.ones_like(ids))[0], model(ids, mask)[0])
 
@@ -373,10 +293,10 @@ def test_mpnet_names_table_both_ways():
                          ids=lambda cls: cls.hf_architecture)
 def test_parameter_count_and_hf_size(cls):
     case = next(c for c in CASES.values() if c.ours is cls)
-    config = our_config(case, "sdpa")
+    config = MPNET.our_config(case, "sdpa")
     built = cls(config)
     assert count_parameters(config, cls.hf_architecture) == sum(p.numel() for p in built.parameters())
-    hf = getattr(transformers, case.hf_class)(hf_config(case))
+    hf = getattr(transformers, case.hf_class)(MPNET.hf_config(case, "eager"))
     assert sum(p.numel() for p in built.parameters()) == sum(p.numel() for p in hf.parameters())
 
 
@@ -390,11 +310,11 @@ def test_parameter_count_and_hf_size(cls):
 ])
 def test_what_mpnet_does_not_have_is_refused(make, message):
     with pytest.raises(ValueError, match=message):
-        make(our_config(CASES["model"], "sdpa"))
+        make(MPNET.our_config(CASES["model"], "sdpa"))
 
 
 def test_loading_mpnet_into_a_bert_instance_is_refused(tmp_path):
-    mpnet = bertkit.BERTForMaskedLM(our_config(CASES["masked_lm"], "sdpa"))
+    mpnet = bertkit.BERTForMaskedLM(MPNET.our_config(CASES["masked_lm"], "sdpa"))
     mpnet.save_pretrained(tmp_path)
     bert = bertkit.BERTForMaskedLM(BERTConfig(**{**SIZES, "pad_token_id": 0}))
     with pytest.raises(ValueError, match=r"family 'mpnet'.*is family 'bert'"):
