@@ -17,6 +17,7 @@ import torch
 import transformers
 
 from bertkit.config import BERTConfig
+from bertkit.modeling import fast, unpad
 from bertkit.weights.tables import bertkit_to_hf_family
 from conftest import randomize_
 
@@ -222,3 +223,25 @@ def check_our_checkpoint(family: FamilySetup, case: Case, impl: str, tmp_path, *
     for (name, a), b in zip(ours.state_dict().items(), again.state_dict().values(), strict=True):
         assert torch.equal(a, b), name
     return ours, hf
+
+
+def check_fast_and_plain_paths_agree(model, ids, mask, monkeypatch) -> None:
+    """The fast path drops the padding (one unpadding plan of ``mask.sum()`` tokens; the plain path plans none)
+    and equals the plain path: the outputs at every real position (all of them where not token-level) and every
+    parameter's gradient."""
+    plans = []
+    real_plan = unpad.plan
+    monkeypatch.setattr(unpad, "plan", lambda *a, **k: plans.append(real_plan(*a, **k)) or plans[-1])
+    results = []
+    for on in (True, False):
+        model.zero_grad()
+        with fast.fast_path(on):
+            out = model(ids, mask)
+        out = out[mask.bool()] if out.dim() == 3 else out
+        (out * torch.linspace(-1, 1, out.shape[-1])).sum().backward()
+        results.append((out.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}))
+    assert plans[0] is not None and plans[0].tokens == int(mask.sum()) and plans[1] is None
+    (fast_out, fast_grads), (plain_out, plain_grads) = results
+    torch.testing.assert_close(fast_out, plain_out, **TOL)
+    for name, grad in fast_grads.items():
+        torch.testing.assert_close(grad, plain_grads[name], **TOL, msg=name)

@@ -23,7 +23,7 @@ from transformers.models.mpnet.modeling_mpnet import MPNetEncoder
 
 import bertkit
 from bertkit.config import BERTConfig
-from bertkit.modeling import fast, unpad
+from bertkit.modeling import fast
 from bertkit.modeling.counting import count_parameters
 from bertkit.modeling.relative_bias import relative_position_buckets
 from bertkit.weights.tables import bertkit_to_hf_family, hf_family_to_bertkit
@@ -36,6 +36,7 @@ from family_parity import (
     Case,
     FamilySetup,
     assert_pairs_close,
+    check_fast_and_plain_paths_agree,
     check_hf_checkpoint,
     check_our_checkpoint,
     hf_from_pretrained,
@@ -200,27 +201,12 @@ def test_unpadded_execution_serves_mpnet(case_id, monkeypatch):
     """The fast path drops padding for MPNet too: its attention runs in the padded layout, where the bias lives,
     and equals the padded path at every real position, gradients too (the first-token classifier: right padding,
     since it keeps left-padded batches padded)."""
-    plans = []
-    real_plan = unpad.plan
-    monkeypatch.setattr(unpad, "plan", lambda *a, **k: plans.append(real_plan(*a, **k)) or plans[-1])
     case = CASES[case_id]
     model = randomize_(case.ours(MPNET.our_config(case, "sdpa")), std=0.1).eval()
     ids, mask = padded_ids(MPNET)
     if case_id == "seq_cls":
         ids, mask = ids[:2], mask[:2]
-    results = []
-    for on in (True, False):
-        model.zero_grad()
-        with fast.fast_path(on):
-            out = model(ids, mask)
-        out = out[mask.bool()] if out.dim() == 3 else out
-        (out * torch.linspace(-1, 1, out.shape[-1])).sum().backward()
-        results.append((out.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}))
-    assert plans[0] is not None and plans[0].tokens == int(mask.sum()) and plans[1] is None
-    (fast_out, fast_grads), (plain_out, plain_grads) = results
-    torch.testing.assert_close(fast_out, plain_out, **TOL)
-    for name, grad in fast_grads.items():
-        torch.testing.assert_close(grad, plain_grads[name], **TOL, msg=name)
+    check_fast_and_plain_paths_agree(model, ids, mask, monkeypatch)
 
 
 def test_first_token_only_equals_the_full_last_layer():
