@@ -34,7 +34,8 @@ LAYERS: dict[str, set[str] | str] = {
     "io": set(),
     "checks": set(),
     "devices": set(),  # torch only: the GPU behind "gpu", native bf16
-    "config": set(),
+    "families": set(),  # part of the config layer: the encoder families' records
+    "config": {"families"},
     "tokenization": set(),  # and no torch: test_tokenization_imports_no_torch
     "masking": set(),  # BERT's MLM corruption, a leaf so modeling and data share one implementation
     "hooks": set(),  # slots through which modeling's from_pretrained reaches weights, filled by the root

@@ -1,0 +1,182 @@
+"""Encoder families as data: a :class:`Family` record per family in :data:`FAMILIES`, and the config fields only
+some families read (:data:`FAMILY_FIELDS`). :class:`bertkit.config.BERTConfig` names its family by ``family``; the
+modeling and weights code read the record (no second transformer). Imports nothing from torch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+#: bert-base-uncased's special token ids: the defaults wherever the vocabulary holds them.
+DEFAULT_SPECIAL_IDS = {"unk_token_id": 100, "cls_token_id": 101, "sep_token_id": 102, "mask_token_id": 103}
+
+
+@dataclass(frozen=True)
+class Family:
+    """How an encoder family departs from BERT, as data the one engine reads (no second transformer).
+
+    * ``model_types``: the HF ``model_type`` values read as this family, its own name first;
+      ``class_prefixes`` gives each one's HF class-name prefix (``XLMRobertaForMaskedLM``).
+    * ``positions_after_padding``: fairseq's positions. Position ids count the non-padding tokens
+      from ``pad_token_id + 1`` on and padding tokens get ``pad_token_id`` (whose position embedding is
+      a padding row), so ``max_position_embeddings`` is the longest input plus ``pad_token_id + 1``
+      (RoBERTa: 514 for 512 tokens). Otherwise positions are ``0, 1, ...`` (BERT).
+    * ``sequence_head``: ``"pooler"`` (BERT: dropout + ``classifier`` on the pooled output) or
+      ``"first_token"`` (RoBERTa: ``classifier.dense`` + tanh + ``classifier.out_proj`` on the first
+      token, with dropout before each, and no pooler).
+    * ``mlm_activation``: the MLM head transform's activation; None: ``hidden_act`` (RoBERTa's head
+      always uses the exact GELU).
+    * ``next_sentence``: whether the family pretrains with NSP (has ``BERTForPreTraining`` and
+      ``BERTForNextSentencePrediction``).
+    * ``special_ids``: defaults of the special token ids left unset, applied when below ``vocab_size``;
+      -1 stands for the vocabulary's last id (fairseq appends ``<mask>`` last).
+    * ``hf_token_keys``: HF config keys that hold our special ids under another name (RoBERTa's
+      ``bos_token_id`` is the ``<s>`` that plays [CLS]'s part, ``eos_token_id`` the ``</s>`` of [SEP]).
+    * ``causal_lm_class``: the end of the HF causal-LM class name (``BertLMHeadModel``, ``RobertaForCausalLM``);
+      None: the family has no causal LM (``is_decoder`` is refused; MPNet).
+    * ``token_types``: whether the embeddings add token-type (segment) embeddings; without them
+      ``token_type_ids`` are ignored (DistilBERT, MPNet, ModernBERT have none).
+    * ``position_embeddings``: whether the embeddings add absolute position embeddings (ModernBERT rotates
+      queries and keys instead).
+    * ``layer``: the encoder-layer variant, a key of :data:`bertkit.modeling.variants.LAYER_VARIANTS`
+      (``"bert"``: BERT's post-LN layer; a family that differs in structure names its own there).
+    * ``pooler``: whether the bare backbone (HF's ``XModel``) has a pooler; the heads that read one build it
+      whatever this says (DistilBERT's ``pre_classifier`` and ELECTRA's multiple-choice ``sequence_summary`` are
+      BERT's pooler under other names, :mod:`bertkit.weights.tables`), except in a ``shared_head`` family.
+    * ``head_activation``: the activation of the first-token dense layer of the sentence heads: the pooler's and
+      the ``"first_token"`` classifier's (BERT, RoBERTa: tanh; DistilBERT: relu; ELECTRA: gelu).
+    * ``attention_output_dropout``: whether the attention block's output has BERT's dropout before its residual
+      sum (DistilBERT's has none).
+    * ``discriminator``: whether the family has ELECTRA's replaced-token-detection head
+      (:class:`bertkit.modeling.electra.ELECTRAForPreTraining`).
+    * ``hf_config_keys``: HF ``config.json`` keys that hold a :class:`BERTConfig` field under another name (or a
+      field of :data:`FAMILY_FIELDS`): DistilBERT's ``dim`` is ``hidden_size``, ModernBERT's ``norm_eps``
+      ``layer_norm_eps``; a field under its own name (``norm_bias``) is written explicitly, HF's defaults not being
+      bertkit's. Read and written; a second key for
+      the same field (DistilBERT's old ``tie_weights_``) is only read. A field of :data:`FAMILY_FIELDS` named
+      nowhere here has no HF equivalent in this family: off its default, the config cannot be written as HF's.
+    * ``hf_constants``: HF config keys whose only value bertkit implements (ELECTRA's ``summary_type="first"``):
+      written as such, any other value read is an error naming the key.
+    * ``fixed_fields``: fields the family's HF classes hard-code (DistilBERT's LayerNorm eps 1e-12, no decoder):
+      a config with another value builds and runs, but cannot be written as an HF checkpoint.
+    * ``field_defaults``: values of the :data:`FAMILY_FIELDS` left None, as the family's HF config defaults them
+      (DistilBERT's ``seq_classif_dropout`` 0.2).
+    * ``hf_sdpa``: whether the family's HF classes take ``attn_implementation="sdpa"``; where not (MPNet), the
+      key is left out of the HF config, which HF would refuse to load.
+    * ``shared_head``: the classification heads (sequence, token, multiple choice, QA) read the encoder's output
+      through ``head``, a transform like the MLM head's (dense, ``classifier_activation``, LayerNorm), and the
+      sentence representation is ``head`` on the sequence pooled by ``classifier_pooling`` (ModernBERT: HF's
+      ``head``, one module name that its masked LM and classifiers share).
+    * ``rotary``: attention rotates queries and keys (RoPE): global layers with ``global_rope_theta`` every
+      ``global_attn_every_n_layers`` layers, sliding-window layers with ``local_rope_theta`` between them
+      (HF's ``rope_parameters`` and ``layer_types``).
+    * ``hf_defaults``: our fields' values when an HF config of this family leaves a key out (its HF config
+      class's defaults, where they differ from :class:`BERTConfig`'s); also the family's base preset.
+
+    The state-dict names of each family's HF checkpoints are in :mod:`bertkit.weights.tables`.
+    """
+
+    name: str
+    model_types: tuple[str, ...]
+    class_prefixes: tuple[str, ...]
+    positions_after_padding: bool = False
+    sequence_head: str = "pooler"
+    mlm_activation: str | None = None
+    next_sentence: bool = True
+    special_ids: Mapping[str, int] = field(default_factory=dict)
+    hf_token_keys: Mapping[str, str] = field(default_factory=dict)
+    causal_lm_class: str | None = "ForCausalLM"
+    token_types: bool = True
+    position_embeddings: bool = True
+    layer: str = "bert"
+    pooler: bool = True
+    head_activation: str = "tanh"
+    attention_output_dropout: bool = True
+    discriminator: bool = False
+    hf_config_keys: Mapping[str, str] = field(default_factory=dict)
+    hf_constants: Mapping[str, Any] = field(default_factory=dict)
+    fixed_fields: Mapping[str, Any] = field(default_factory=dict)
+    field_defaults: Mapping[str, Any] = field(default_factory=dict)
+    hf_sdpa: bool = True
+    shared_head: bool = False
+    rotary: bool = False
+    hf_defaults: Mapping[str, Any] = field(default_factory=dict)
+
+
+#: family name -> :class:`Family`. RoBERTa, XLM-RoBERTa and CamemBERT share one architecture and differ in
+#: vocabulary (and HF class names) only.
+FAMILIES: dict[str, Family] = {
+    "bert": Family("bert", ("bert",), ("Bert",), special_ids={"pad_token_id": 0, **DEFAULT_SPECIAL_IDS},
+                   causal_lm_class="LMHeadModel"),
+    "roberta": Family("roberta", ("roberta", "xlm-roberta", "camembert"), ("Roberta", "XLMRoberta", "Camembert"),
+                      positions_after_padding=True, sequence_head="first_token", mlm_activation="gelu",
+                      next_sentence=False,
+                      special_ids={"pad_token_id": 1, "cls_token_id": 0, "sep_token_id": 2, "unk_token_id": 3,
+                                   "mask_token_id": -1},
+                      hf_token_keys={"bos_token_id": "cls_token_id", "eos_token_id": "sep_token_id"}),
+    # RoBERTa's embeddings without token types and its heads, plus a relative position bias in every layer's
+    # attention (the "mpnet" layer variant); HF's MPNetForMultipleChoice pools as BERT does (the table's default)
+    "mpnet": Family("mpnet", ("mpnet",), ("MPNet",), positions_after_padding=True, sequence_head="first_token",
+                    mlm_activation="gelu", next_sentence=False,
+                    special_ids={"pad_token_id": 1, "cls_token_id": 0, "sep_token_id": 2, "unk_token_id": 3,
+                                 "mask_token_id": -1},
+                    hf_token_keys={"bos_token_id": "cls_token_id", "eos_token_id": "sep_token_id"},
+                    causal_lm_class=None, token_types=False, layer="mpnet",
+                    hf_config_keys={"relative_attention_num_buckets": "relative_attention_num_buckets"},
+                    hf_sdpa=False),
+    # DistilBERT: BERT's layer under other names, without token types, pooler or the attention output's dropout;
+    # its sentence heads are BERT's pooler (pre_classifier, relu) + dropout + classifier
+    "distilbert": Family("distilbert", ("distilbert",), ("DistilBert",), next_sentence=False,
+                         special_ids={"pad_token_id": 0, **DEFAULT_SPECIAL_IDS}, token_types=False, pooler=False,
+                         head_activation="relu", attention_output_dropout=False,
+                         hf_config_keys={"dim": "hidden_size", "n_layers": "num_hidden_layers",
+                                         "n_heads": "num_attention_heads", "hidden_dim": "intermediate_size",
+                                         "activation": "hidden_act", "dropout": "hidden_dropout_prob",
+                                         "attention_dropout": "attention_probs_dropout_prob",
+                                         "seq_classif_dropout": "pooler_dropout", "qa_dropout": "qa_dropout",
+                                         "sinusoidal_pos_embds": "sinusoidal_pos_embds",
+                                         "tie_weights_": "tie_word_embedding"},
+                         fixed_fields={"layer_norm_eps": 1e-12, "is_decoder": False, "add_cross_attention": False},
+                         field_defaults={"pooler_dropout": 0.2, "qa_dropout": 0.1}),
+    # ELECTRA: BERT with embeddings of width embedding_size (projected to hidden_size), no pooler, a gelu
+    # first-token classifier, the generator's MLM head (to embedding_size) and the discriminator's head
+    "electra": Family("electra", ("electra",), ("Electra",), next_sentence=False,
+                      special_ids={"pad_token_id": 0, **DEFAULT_SPECIAL_IDS}, sequence_head="first_token",
+                      mlm_activation="gelu", pooler=False, head_activation="gelu", discriminator=True,
+                      hf_config_keys={"embedding_size": "embedding_size", "summary_last_dropout": "pooler_dropout"},
+                      hf_constants={"summary_type": "first", "summary_use_proj": True, "summary_activation": "gelu"},
+                      field_defaults={"pooler_dropout": 0.1}),
+    "modernbert": Family(
+        "modernbert", ("modernbert",), ("ModernBert",), sequence_head="pooler", next_sentence=False,
+        special_ids={"pad_token_id": 50283, "cls_token_id": 50281, "sep_token_id": 50282, "unk_token_id": 50280,
+                     "mask_token_id": 50284},
+        hf_token_keys={"bos_token_id": "cls_token_id", "eos_token_id": "sep_token_id"},
+        token_types=False, position_embeddings=False, layer="modernbert", pooler=False, shared_head=True,
+        rotary=True,
+        hf_config_keys={"hidden_activation": "hidden_act", "norm_eps": "layer_norm_eps",
+                        "embedding_dropout": "hidden_dropout_prob", "attention_dropout": "attention_probs_dropout_prob",
+                        **{name: name for name in (
+                            "attention_bias", "classifier_dropout", "norm_bias", "mlp_bias", "mlp_dropout",
+                            "classifier_bias", "classifier_activation", "classifier_pooling",
+                            "global_attn_every_n_layers", "local_attention", "global_rope_theta", "local_rope_theta")}},
+        hf_defaults=dict(vocab_size=50368, intermediate_size=1152, num_hidden_layers=22, max_position_embeddings=8192,
+                         layer_norm_eps=1e-5, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+                         classifier_dropout=0.0, attention_bias=False, norm_bias=False, mlp_bias=False,
+                         classifier_bias=False, classifier_activation="gelu", global_attn_every_n_layers=3)),
+}
+
+#: Fields only some families use, and their defaults. At the default they change nothing (BERT's architecture) and are
+#: left out of ``to_dict`` (so BERT configs' dicts are unchanged) and out of ``to_hf_dict`` where the family's HF
+#: config has no key for them.
+FAMILY_FIELDS: dict[str, Any] = {
+    "embedding_size": None, "sinusoidal_pos_embds": False, "pooler_dropout": None, "qa_dropout": None,  # DistilBERT,
+    "relative_attention_num_buckets": 32,  # MPNet                                                      # ELECTRA
+    "norm_bias": True, "mlp_bias": True, "mlp_dropout": 0.0, "classifier_bias": True,  # ModernBERT
+    "classifier_activation": None, "classifier_pooling": "cls", "global_attn_every_n_layers": 1,
+    "local_attention": 128, "global_rope_theta": 160_000.0, "local_rope_theta": 10_000.0,
+}
+
+#: HF model_type -> family name
+_FAMILY_OF_MODEL_TYPE = {model_type: f.name for f in FAMILIES.values() for model_type in f.model_types}
