@@ -2,11 +2,15 @@
 
 Every dense layer of the engine is a :class:`Linear`: an ``nn.Linear`` (same ``weight`` / ``bias``
 parameters, same ``state_dict``) whose float32 CPU product runs on oneDNN's inner product instead of
-torch's default BLAS when that is faster on this machine. On some AMD CPUs MKL's sgemm reaches ~40 %
-of the FMA peak where oneDNN reaches ~90 %; on others the two are within ~10 %. So the backend is
-**measured**, once per process, on the first float32 product (:func:`gemm_backend`, ~0.1 s): oneDNN
-is taken when it is at least :data:`MIN_GAIN` faster, the plain ``F.linear`` otherwise. Gradients run
-on the same backend (``x̄ = ḡ W``, ``W̄ = ḡᵀ x``, both as oneDNN products), so training gains too.
+torch's default BLAS. On some AMD CPUs MKL's sgemm reaches ~40 % of the FMA peak where oneDNN reaches
+~90 %; on others the two are within ~10 %. The two round differently, so the backend decides the numbers
+of every float32 run: it is **chosen from the hardware and the build, never by timing**
+(:func:`hardware_gemm`): oneDNN where this torch has oneDNN's inner product and the CPU is x86-64 with
+AVX2 or AVX-512 (its JIT kernels), the plain ``F.linear`` elsewhere. A choice measured per process would
+flip under load (the two are within the noise of a busy machine on some CPUs), and a seeded run would then
+give other weights. :func:`measure_gemm` still times both, for information (``bertkit info --gemm``).
+Gradients run on the same backend (``x̄ = ḡ W``, ``W̄ = ḡᵀ x``, both as oneDNN products), so training
+gains too.
 
 What stays on ``F.linear``: CUDA and other devices (cuBLAS is right there), bfloat16/float16 (torch
 already sends those to oneDNN on CPU), autocast regions, tracing / ONNX export / ``torch.compile``.
@@ -14,7 +18,7 @@ already sends those to oneDNN on CPU), autocast regions, tracing / ONNX export /
 The fast path also drops padding before the encoder (:mod:`bertkit.modeling.unpad`) and draws dropout
 masks faster than torch's CPU ``bernoulli_`` (:func:`dropout`). All are on by default and switched
 together by :func:`fast_path` (a context manager) or :func:`set_fast_path`;
-``BERTKIT_FAST_PATH=0`` turns them off, ``BERTKIT_GEMM=onednn|plain`` skips the measurement.
+``BERTKIT_FAST_PATH=0`` turns them off, ``BERTKIT_GEMM=onednn|plain`` overrides the hardware's choice.
 The settings are process-wide.
 
 Inference may attach a prepacked kernel to a layer (``Linear.packed``, see :mod:`bertkit.inference`);
@@ -27,6 +31,7 @@ import contextlib
 import functools
 import math
 import os
+import platform
 import statistics
 import time
 from collections.abc import Iterator
@@ -36,7 +41,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-#: oneDNN must be at least this much faster than ``F.linear`` to be chosen by measurement.
+#: a measurement (:func:`measure_gemm`) calls oneDNN the faster when it is at least this much faster
 MIN_GAIN = 1.05
 GEMM_CHOICES = ("auto", "onednn", "plain")
 
@@ -70,7 +75,8 @@ _settings = _from_environment()
 
 @dataclass
 class GemmMeasurement:
-    """What :func:`measure_gemm` found: GFLOP/s of each backend on one float32 product."""
+    """What :func:`measure_gemm` found: GFLOP/s of each backend on one float32 product (``chosen``: the faster
+    by :data:`MIN_GAIN`; information only, ``auto`` never follows it)."""
 
     plain_gflops: float
     onednn_gflops: float
@@ -80,9 +86,6 @@ class GemmMeasurement:
 
     def __post_init__(self):
         self.chosen = "onednn" if self.onednn_gflops >= MIN_GAIN * self.plain_gflops else "plain"
-
-
-_measured: GemmMeasurement | None = None
 
 
 def settings() -> FastPathSettings:
@@ -156,46 +159,66 @@ def measure_gemm(m: int = 512, k: int = 768, n: int = 1024, repeats: int = 7) ->
                            flops / statistics.median(times["onednn"]) / 1e9, (m, k, n), torch.get_num_threads())
 
 
+@functools.cache
+def hardware_gemm() -> tuple[str, str]:
+    """``(backend, reason)`` of ``auto``: from this torch build and the CPU, the same in every process on this
+    machine whatever its load (no timing). oneDNN where its inner product exists and the CPU is x86-64 with
+    AVX2 or AVX-512; ``plain`` (torch's BLAS) elsewhere."""
+    machine = platform.machine().lower()
+    capability = torch.backends.cpu.get_cpu_capability()
+    if not onednn_available():
+        return "plain", "this torch build has no oneDNN inner product"
+    if machine in ("x86_64", "amd64") and capability in ("AVX2", "AVX512"):
+        return "onednn", f"x86-64 with {capability}: oneDNN's inner product"
+    return "plain", f"{machine} ({capability}): torch's BLAS (oneDNN is taken on x86-64 AVX2/AVX-512 only)"
+
+
 def gemm_backend() -> str:
-    """``onednn`` or ``plain``: the backend of float32 CPU products now (measured once when ``auto``)."""
-    global _measured
+    """``onednn`` or ``plain``: the backend of float32 CPU products now (``auto``: :func:`hardware_gemm`)."""
     if not _settings.enabled or _settings.gemm == "plain" or not onednn_available():
         return "plain"
     if _settings.gemm == "onednn":
         return "onednn"
-    if _measured is None:
-        with torch.no_grad():
-            _measured = measure_gemm()
-    return _measured.chosen
+    return hardware_gemm()[0]
 
 
-def gemm_choice() -> str | None:
-    """The backend float32 CPU products use now, without measuring: None while ``auto`` has not measured yet."""
-    if not _settings.enabled or _settings.gemm == "plain" or not onednn_available():
-        return "plain"
-    if _settings.gemm == "onednn":
-        return "onednn"
-    return _measured.chosen if _measured is not None else None
+def gemm_choice() -> str:
+    """The backend float32 CPU products use now (:func:`gemm_backend`, kept for older callers)."""
+    return gemm_backend()
+
+
+def gemm_reason() -> str:
+    """Why :func:`gemm_backend` is what it is, in a few words (for ``run.json``, ``bertkit info``, ``/info``)."""
+    if not _settings.enabled:
+        return "the fast path is off (BERTKIT_FAST_PATH=0 or fast_path(False))"
+    if _settings.gemm != "auto":
+        return f"set to {_settings.gemm} (BERTKIT_GEMM or set_fast_path)"
+    return hardware_gemm()[1]
 
 
 class GemmChoice:
     """The float32 GEMM backend as checkpoint state (a ``Trainer`` ``stateful`` object): a resumed run keeps
-    the backend its run used instead of measuring again. The two backends round differently, and on a busy
-    machine a new measurement may pick the other one: every later number would then move. Loading a state
-    pins ``gemm`` process-wide, unless the user chose one (``BERTKIT_GEMM``, :func:`set_fast_path`)."""
+    the backend its run used (the two round differently, so every later number would move), also when it is
+    resumed on another machine whose hardware would choose the other one. Loading a state pins ``gemm``
+    process-wide, unless the user chose one (``BERTKIT_GEMM``, :func:`set_fast_path`): then, as when the run's
+    backend is missing here, a warning says that the resumed run cannot equal an uninterrupted one."""
 
     def state_dict(self) -> dict[str, str | None]:
         return {"gemm": gemm_choice()}
 
     def load_state_dict(self, state: dict[str, str | None]) -> None:
         choice = state.get("gemm")
-        if choice in GEMM_CHOICES[1:] and _settings.gemm == "auto":
+        if choice not in GEMM_CHOICES[1:]:
+            return
+        if _settings.gemm == "auto" and (choice == "plain" or onednn_available()):
             set_fast_path(gemm=choice)
+        elif choice != gemm_backend():
+            import warnings
 
-
-def gemm_measurement() -> GemmMeasurement | None:
-    """The measurement behind ``auto`` (None until the first float32 CPU product needed it)."""
-    return _measured
+            warnings.warn(f"the run was trained with float32 products on {choice} and resumes on {gemm_backend()} "
+                          f"({gemm_reason()}): the two round differently, so the resumed run will not equal an "
+                          "uninterrupted one bit for bit; set BERTKIT_GEMM=" + choice + " to keep the run's.",
+                          stacklevel=2)
 
 
 #: activations a product can end with, fused into oneDNN's kernel (bit-identical to the unfused function)
@@ -258,7 +281,7 @@ class _OneDNNLinear(torch.autograd.Function):
         return grad_x, grad_w, grad_b
 
 
-def _tracing() -> bool:
+def tracing() -> bool:
     """Tracing, scripting, export or compile: graphs keep to standard operators."""
     return (torch.jit.is_tracing() or torch.jit.is_scripting() or torch.compiler.is_compiling()
             or torch.onnx.is_in_onnx_export())
@@ -266,7 +289,7 @@ def _tracing() -> bool:
 
 def _plain_context(x: torch.Tensor) -> bool:
     """Places the fast products must stay out of: graphs, and autocast (which picks their dtype itself)."""
-    return _tracing() or torch.is_autocast_enabled(x.device.type)
+    return tracing() or torch.is_autocast_enabled(x.device.type)
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
@@ -341,7 +364,7 @@ def fast_dropout_applies(x: torch.Tensor, p: float, training: bool) -> bool:
     """Whether :func:`dropout` takes its fast kernel here (CPU, training, fast path on, ``p`` at least one
     2⁻¹⁶ step from 0 and 1)."""
     return (training and 1 <= round(p * DROPOUT_LEVELS) < DROPOUT_LEVELS and _settings.enabled
-            and x.device.type == "cpu" and x.is_floating_point() and not _tracing())
+            and x.device.type == "cpu" and x.is_floating_point() and not tracing())
 
 
 def dropout(x: torch.Tensor, p: float, training: bool = True) -> torch.Tensor:

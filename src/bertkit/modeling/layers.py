@@ -21,6 +21,7 @@ from torch import nn
 from bertkit.config import BERTConfig
 from bertkit.modeling import fast
 from bertkit.modeling.fast import ACTIVATIONS, Dropout, Linear
+from bertkit.modeling.norm import LayerNorm
 from bertkit.modeling.unpad import Packing
 from bertkit.modeling.vocab_loss import linear_cross_entropy
 
@@ -61,7 +62,7 @@ class BERTEmbeddings(nn.Module):
         self.position_embeddings = nn.Embedding(config.max_position_embeddings, width,
                                                 padding_idx=position_padding) if spec.position_embeddings else None
         self.token_type_embeddings = nn.Embedding(config.type_vocab_size, width) if spec.token_types else None
-        self.LayerNorm = (nn.LayerNorm(width, eps=config.layer_norm_eps, bias=config.norm_bias)
+        self.LayerNorm = (LayerNorm(width, eps=config.layer_norm_eps, bias=config.norm_bias)
                           if config.embedding_layer_norm else None)
         self.dropout = Dropout(config.hidden_dropout_prob)
 
@@ -158,7 +159,7 @@ class BERTSelfAttention(nn.Module):
         where the three modules must run themselves: the fast path off, prepared inference kernels, hooks or replaced
         modules (adapters such as LoRA)."""
         projections = (self.query, self.key, self.value)
-        if not fast.settings().enabled or fast._tracing() or not all(
+        if not fast.settings().enabled or fast.tracing() or not all(
                 type(m) is Linear and m.packed is None and not m._forward_hooks and not m._forward_pre_hooks
                 for m in projections):
             return None
@@ -234,7 +235,7 @@ class _ResidualOutput(nn.Module):
     def __init__(self, config: BERTConfig, in_features: int, bias: bool = True, dropout: float | None = None):
         super().__init__()
         self.dense = Linear(in_features, config.hidden_size, bias=bias)
-        self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.LayerNorm = LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.dropout = Dropout(config.hidden_dropout_prob if dropout is None else dropout)
 
     def forward(self, hidden_states: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
@@ -391,7 +392,7 @@ class BERTPredictionHeadTransform(nn.Module):
         self.dense = Linear(config.hidden_size, config.embedding_width, bias=config.classifier_bias)
         act = config.classifier_activation or config.family_spec.mlm_activation  # RoBERTa's: the exact GELU
         self.act = ACT_FNS[act] if act is not None else activation(config)
-        self.LayerNorm = nn.LayerNorm(config.embedding_width, eps=config.layer_norm_eps, bias=config.norm_bias)
+        self.LayerNorm = LayerNorm(config.embedding_width, eps=config.layer_norm_eps, bias=config.norm_bias)
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         return self.LayerNorm(self.act(self.dense(hidden_states)))

@@ -34,12 +34,13 @@ from bertkit.config import BERTConfig
 from bertkit.modeling.fast import Dropout, Linear
 from bertkit.modeling.inputs import value_checks_disabled
 from bertkit.modeling.layers import activation, attend
+from bertkit.modeling.norm import LayerNorm
 from bertkit.modeling.unpad import Packing
 
 
 def layer_norm(config: BERTConfig) -> nn.LayerNorm:
     """A LayerNorm of ``hidden_size`` with ``layer_norm_eps``, biased only with ``norm_bias``."""
-    return nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps, bias=config.norm_bias)
+    return LayerNorm(config.hidden_size, eps=config.layer_norm_eps, bias=config.norm_bias)
 
 
 def final_norm(config: BERTConfig) -> nn.LayerNorm:

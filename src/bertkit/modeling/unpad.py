@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
-from bertkit.modeling.fast import _tracing, settings
+from bertkit.modeling.fast import settings, tracing
 
 
 @dataclass
@@ -69,7 +69,7 @@ def plan(mask: torch.Tensor | None, keys: torch.Tensor, *, need_first: bool = Fa
     alone) and some row starts with padding.
     """
     config = settings()  # data-dependent shapes stay out of graphs (traced, exported, compiled): padded there
-    if not config.enabled or mask is None or mask.dim() != 2 or mask.dtype != torch.bool or _tracing():
+    if not config.enabled or mask is None or mask.dim() != 2 or mask.dtype != torch.bool or tracing():
         return None
     b, length = mask.shape
     lengths = mask.sum(1)

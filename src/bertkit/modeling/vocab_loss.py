@@ -45,7 +45,7 @@ def linear_cross_entropy(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tens
 def _compute_dtype(x: torch.Tensor, weight: torch.Tensor) -> torch.dtype | None:
     """The products' dtype on the fused path, or None where the unfused expression runs."""
     if (not fast.settings().enabled or x.device.type != "cpu" or x.dim() != 2 or x.shape[0] == 0
-            or fast._tracing()):
+            or fast.tracing()):
         return None
     if torch.is_autocast_enabled("cpu"):
         dtype = torch.get_autocast_dtype("cpu")

@@ -63,6 +63,7 @@ from bertkit.training.distributed import (
     wrap_ddp,
 )
 from bertkit.training.evaluation import autocast, to_device
+from bertkit.training.gradnorm import clip_grad_norm
 from bertkit.training.metrics import MetricWindow, truncate_metrics
 from bertkit.training.optim import build_optimizer, build_scheduler
 from bertkit.training.sampler import SeededSampler
@@ -315,7 +316,7 @@ class Trainer:
             self.scaler.unscale_(self.optimizer)
         grad_norm = None
         if cfg.max_grad_norm is not None:
-            grad_norm = torch.nn.utils.clip_grad_norm_(self._params, cfg.max_grad_norm)
+            grad_norm = clip_grad_norm(self._params, cfg.max_grad_norm).to(self.device)
             window.add({"grad_norm": grad_norm}, weight=1)
         norm = grad_norm.float() if grad_norm is not None else torch.zeros((), device=self.device)
         any_bad_loss, norm = torch.stack([all_reduce_(nonfinite.float(), self.ctx, op="max"), norm]).tolist()
