@@ -93,14 +93,14 @@ def test_sigkill_after_a_checkpoint_then_resume_is_bit_identical(inputs, preset)
 
 
 def test_a_resumed_run_keeps_the_gemm_backend_its_run_used(inputs):
-    """The float32 GEMM backend is measured per process; under load a resumed process could pick the other one
-    (they round differently: the sigkill test above once failed so with the demo running beside it). The
-    checkpoint records the run's backend and the resumed process uses it: here the run is forced onto the
-    backend this machine would not pick, and the resumed process (left to measure) still ends bit-identical."""
+    """The float32 GEMM backends round differently, and a run may be resumed on a machine whose hardware picks
+    the other one. The checkpoint records the run's backend and the resumed process uses it: here the run is
+    forced onto the backend this machine would not pick, and the resumed process (left to its hardware's
+    choice) still ends bit-identical."""
     from bertkit.modeling import fast
 
     root, book, _ = inputs
-    other = {"onednn": "plain", "plain": "onednn"}[fast.measure_gemm().chosen]
+    other = {"onednn": "plain", "plain": "onednn"}[fast.hardware_gemm()[0]]
     if other == "onednn" and not fast.onednn_available():
         pytest.skip("this torch has no oneDNN inner product")
     forced = {**{k: v for k, v in os.environ.items() if k != "BERTKIT_DEBUG"}, "BERTKIT_GEMM": other}

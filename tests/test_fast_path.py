@@ -116,8 +116,7 @@ def test_gemm_measurement_and_settings(monkeypatch):
     assert m.plain_gflops > 0 and m.onednn_gflops > 0 and m.chosen in ("onednn", "plain")
     assert m.chosen == ("onednn" if m.onednn_gflops >= fast.MIN_GAIN * m.plain_gflops else "plain")
     with fast.fast_path(gemm="auto"):
-        monkeypatch.setattr(fast, "_measured", m)
-        assert fast.gemm_backend() == m.chosen
+        assert fast.gemm_backend() == fast.hardware_gemm()[0]  # a measurement is information only
     with fast.fast_path(False):
         assert fast.gemm_backend() == "plain" and not fast.settings().enabled
     assert fast.settings().enabled and fast.settings().gemm == "onednn"  # restored

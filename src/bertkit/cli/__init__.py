@@ -94,6 +94,14 @@ def cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
+def add_threads_argument(group) -> None:
+    """``--threads auto|N`` of the training commands (see :mod:`bertkit.training.threads`)."""
+    group.add_argument("--threads", default="auto", metavar="auto|N",
+                       help="CPU threads: auto (default) times the first steps with all threads and with one and "
+                            "keeps the faster (on a busy machine one can be several times faster); a number sets "
+                            "it. The thread count changes the speed, never the numbers; run.json records it")
+
+
 def parse_size(value: str) -> int:
     """``"256M"``, ``"1G"``, ``"512k"``, ``"1000000"`` -> bytes (binary multiples); ArgumentTypeError otherwise."""
     units = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}

@@ -18,7 +18,7 @@ import argparse
 import json
 from typing import Any
 
-from bertkit.cli import ArgumentParser
+from bertkit.cli import ArgumentParser, add_threads_argument
 from bertkit.io import refuse_output_over_input
 
 
@@ -106,6 +106,7 @@ def main(argv: list[str]) -> int:
                                                    ("--data-dir", args.data_dir)])
 
     from bertkit.tasks.finetuning import finetune
+    from bertkit.training.threads import parse_threads
 
     result = finetune(args.task, args.model, args.train, validation=args.validation, test=args.test,
                       data_dir=args.data_dir, output_dir=args.output, epochs=args.epochs,
@@ -115,7 +116,8 @@ def main(argv: list[str]) -> int:
                       early_stopping_patience=args.early_stopping_patience, metric_for_best=args.metric_for_best,
                       group_by_length=not args.no_group_by_length, eval_batch_size=args.eval_batch_size,
                       device=args.device, resume=args.resume, overwrite=args.overwrite,
-                      apply_changes=args.apply_changes, strict=args.strict, **task_options(args, args.task))
+                      apply_changes=args.apply_changes, strict=args.strict, **task_options(args, args.task),
+                      threads=parse_threads(args.threads, "--threads"))
     print(json.dumps(result.results, indent=2))
     print(f"model: {result.model_dir}\nresults: {result.output_dir / 'results.json'}\nmetrics: {result.metrics_path}")
     for split, path in result.predictions.items():
@@ -155,6 +157,7 @@ def _add_common(parser: argparse.ArgumentParser, task: str) -> None:
     group.add_argument("--no-group-by-length", action="store_true",
                        help="plain shuffled batches instead of batches of similar length")
     group.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda", "gpu"))
+    add_threads_argument(group)
     owner = parser.add_argument_group("the output directory").add_mutually_exclusive_group()
     owner.add_argument("--resume", action="store_true", help="continue the run in -o from its latest checkpoint")
     owner.add_argument("--overwrite", action="store_true", help="replace what -o holds")

@@ -50,10 +50,42 @@ def _config_of(source: str):
     return BERTConfig.from_json_file(path), architectures[0]
 
 
+def numerics_lines(source: str) -> str:
+    """How float32 products run in this process (the GEMM backend and why, threads, what ``auto`` precision
+    picks), and, for a run's directory (or its ``model/``), what the run recorded in ``run.json``."""
+    import torch
+
+    from bertkit.devices import cpu_bf16
+    from bertkit.modeling import numerics
+    from bertkit.training.rundir import RUN_FILE, read_run_info
+
+    here = numerics.describe("cpu", "fp32")
+    lines = [f"numerics here: float32 GEMM {here['gemm']} ({here['gemm_reason']}); CPU kernels {here['cpu_kernels']}; "
+             f"{torch.get_num_threads()} threads; precision auto = {'bf16' if cpu_bf16() else 'fp32'} on this CPU"
+             + ("" if not torch.cuda.is_available() else ", bf16 on the GPU")]
+    path = Path(source)
+    for run_dir in (path, path.parent) if path.is_dir() else ():
+        if (run_dir / RUN_FILE).is_file():
+            stored = read_run_info(run_dir).get("numerics")
+            if stored:
+                threads = stored.get("threads")
+                threads = threads.get("threads") if isinstance(threads, dict) else threads
+                lines.append(f"the run ({run_dir}) computed on {stored.get('device')} in {stored.get('precision')}, "
+                             f"float32 GEMM {stored.get('gemm')}, {threads} threads, torch {stored.get('torch')}")
+                device = stored.get("device", "cpu")
+                device = "cpu" if device == "cuda" and not torch.cuda.is_available() else device
+                differ = numerics.differences(stored, numerics.describe(device, stored.get("precision", "fp32")))
+                if differ:
+                    lines.append(f"  differs here: {'; '.join(differ)} (its numbers would move in the last digits)")
+            break
+    return "\n".join(lines)
+
+
 def main(argv: list[str]) -> int:
     parser = ArgumentParser(prog="bertkit info", description=__doc__)
     parser.add_argument("source", help="a size (tiny, mini, small, medium, base, large), a checkpoint directory or "
                                        "its config.json")
     args = parser.parse_args(argv)
     print(describe(args.source))
+    print(numerics_lines(args.source))
     return 0

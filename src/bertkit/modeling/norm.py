@@ -17,7 +17,6 @@ fast path off, tracing) it is ``F.layer_norm``. Under CPU autocast it runs in fl
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from bertkit.modeling import fast

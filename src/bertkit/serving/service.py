@@ -49,6 +49,7 @@ class Service:
             raise ValueError(f"--pooling applies to embeddings; this server runs {self.task}.")
         dtype = torch.bfloat16 if settings.dtype == "bf16" else None
         device = resolve_device(settings.device) if settings.device else torch.device("cpu")
+        self.device = device
         name = "sparse-embeddings" if self.splade else PIPELINE_TASKS[self.task]
         defaults = {"pooling": settings.pooling} if self.task == "embeddings" and not self.splade \
             and settings.pooling else {}
@@ -172,8 +173,11 @@ class Service:
 
     # ----------------------------------------------------------------------------------------------- /info
     def info(self) -> dict[str, Any]:
-        """text-embeddings-inference's ``/info`` (every field of its schema), and bertkit's ``task`` / ``labels``."""
+        """text-embeddings-inference's ``/info`` (every field of its schema), and bertkit's ``task`` / ``labels``
+        and ``numerics`` (device, dtype, float32 GEMM backend and why, threads: the numbers' provenance)."""
         from importlib.metadata import PackageNotFoundError, version
+
+        from bertkit.modeling import numerics
 
         try:
             installed = version("bertkit")
@@ -196,7 +200,8 @@ class Service:
                 "max_batch_requests": None, "max_client_batch_size": self.settings.max_client_batch_size,
                 "auto_truncate": self.settings.auto_truncate, "tokenization_workers": self.settings.tokenizers,
                 "version": installed, "sha": None, "docker_label": None, "task": self.task,
-                "labels": list(labels["id2label"].values()) if labels and self.task != "rerank" else None}
+                "labels": list(labels["id2label"].values()) if labels and self.task != "rerank" else None,
+                "numerics": numerics.describe(self.device, self.settings.dtype)}
 
     def pooling(self) -> str:
         """TEI's name of the embedding pooling: ``splade``, the sentence-transformers module's mode, or mean."""

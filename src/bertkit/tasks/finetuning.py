@@ -43,6 +43,7 @@ from bertkit.tasks.classification import Classification, glue_files
 from bertkit.tasks.multiple_choice import MultipleChoice
 from bertkit.tasks.question_answering import QuestionAnswering
 from bertkit.tasks.readers import strict_data
+from bertkit.tasks.run_settings import record_numerics, record_run_settings, warn_if_run_differs
 from bertkit.tasks.token_classification import TokenClassification
 from bertkit.training import LengthGroupedSampler, Trainer, TrainingConfig
 from bertkit.training.distributed import DistributedContext, gather_to_all
@@ -133,7 +134,7 @@ def finetune(task: str | Task, model: str | os.PathLike, train: str | os.PathLik
              early_stopping_patience: int | None = None, metric_for_best: str | None = None,
              group_by_length: bool = True, device: str = "auto", resume: bool = False, overwrite: bool = False,
              apply_changes: bool = False, progress: bool = True, callbacks: Mapping[str, Any] | None = None,
-             strict: bool = False, **task_options: Any) -> FinetuneResult:
+             strict: bool = False, threads: int | str | None = None, **task_options: Any) -> FinetuneResult:
     """Fine-tune ``model`` (anything bertkit loads) on ``task`` and write ``output_dir`` (see the module doc).
 
     ``task``: ``"classify"``, ``"tag"``, ``"qa"``, ``"choice"`` (its options as keyword
@@ -147,7 +148,8 @@ def finetune(task: str | Task, model: str | os.PathLike, train: str | os.PathLik
     go to the :class:`~bertkit.training.Trainer` (event -> function or functions). Data a reader only
     warns about (a :class:`~bertkit.tasks.readers.DataWarning`, e.g. SQuAD answers that contradict
     ``is_impossible``) is an error with ``strict``; training and validation data without gold labels
-    always are, before anything is trained.
+    always are, before anything is trained. ``threads``: CPU threads (``"auto"``: measured on the first steps,
+    the CLI's default; None: torch's as it is; see :class:`~bertkit.training.TrainingConfig`).
     """
     start = time.perf_counter()
     task = make_task(task, **task_options)
@@ -181,7 +183,7 @@ def finetune(task: str | Task, model: str | os.PathLike, train: str | os.PathLik
             warmup_ratio=warmup_ratio, batch_size=batch_size, gradient_accumulation_steps=gradient_accumulation_steps,
             eval_batch_size=eval_batch_size, precision=precision, seed=seed, device=device,
             log_every=max(1, min(50, steps_per_epoch // 4)), save_every=steps_per_epoch, keep_last=1,
-            output_dir=str(run.path), progress_bar=progress)
+            output_dir=str(run.path), progress_bar=progress, threads=threads)
         best = BestModel(metric_for_best or task.primary_metric, (metric_for_best or "") != "loss",
                          early_stopping_patience)
         sampler_factory = None
@@ -222,13 +224,10 @@ def finetune(task: str | Task, model: str | os.PathLike, train: str | os.PathLik
             if run.path != staging:
                 trainer.relocate(run.path)
 
-        def record_training(trainer: Trainer) -> None:
-            run.record("training", trainer.config.to_dict())
-            run.save()
-
-        trainer.add_callback("on_train_begin", record_training)
+        trainer.add_callback("on_train_begin", functools.partial(record_run_settings, run))
         trainer.add_callback("on_step_end", end_of_epoch)
         trainer.add_callback("on_save", commit)
+        trainer.add_callback("on_save", functools.partial(record_numerics, run))
         trainer.train(resume_from="latest" if run.resumed else None)
 
         output = run.path
@@ -450,6 +449,7 @@ def evaluate(model_dir: str | os.PathLike, data: str | os.PathLike, *, task: str
     examples = task_object.read(data)
     if not task_object.has_labels(examples):
         raise ValueError(f"{data} has no gold labels to evaluate against; use `bertkit predict` for unlabelled data.")
+    warn_if_run_differs(model_dir, next(net.parameters()).device, precision, "this evaluation")
     features = task_object.featurize(examples, tokenizer, max_seq_length or saved_length)
     predictions, scores, _ = score_split(net, task_object, examples, features, batch_size=batch_size,
                                          precision=precision)

@@ -56,6 +56,7 @@ from bertkit.modeling import BERTForMaskedLM, BERTForPreTraining
 from bertkit.modeling.electra import ELECTRAForPreTraining, ELECTRAForPretrainingRTD, generator_config
 from bertkit.modeling.fast import GemmChoice
 from bertkit.presets import FAMILY_PRESETS, SIZES, preset_fields
+from bertkit.tasks.run_settings import record_numerics, record_run_settings
 from bertkit.tasks.sources import LoadedSource, load_source
 from bertkit.tasks.text_data import TOKENIZER_SAMPLE_BYTES, build_text_data
 from bertkit.tokenization import BERTTokenizerFast
@@ -500,16 +501,14 @@ def _train(run: RunDirectory, dataset: PretrainingData, *, model, init: LoadedSo
                 if data is not None and data.data_dir.absolute().is_relative_to(staging):
                     data.data_dir = run.path / data.data_dir.absolute().relative_to(staging)
 
-    def record_training(trainer: Trainer) -> None:  # once the Trainer accepted them (fresh, or checked on resume)
-        run.record("training", trainer.config.to_dict())
-        run.save()
 
     def evaluate() -> dict[str, Any]:
         return _evaluate(net, eval_dataset, dataset, trainer.device, training.seed, nsp, masking if how.electra
                          else None)
 
-    trainer.add_callback("on_train_begin", record_training)
+    trainer.add_callback("on_train_begin", functools.partial(record_run_settings, run))
     trainer.add_callback("on_save", commit)
+    trainer.add_callback("on_save", functools.partial(record_numerics, run))
     before = None
     if init is not None and eval_dataset is not None and trainer.ctx.is_main:
         before = _evaluate_before(run, evaluate)

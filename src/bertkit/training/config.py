@@ -38,6 +38,9 @@ class TrainingConfig:
     ``"linear"`` is power 1; ``"constant"`` stays). ``eval_every`` / ``save_every`` of
     ``None`` mean "only at the end"; ``keep_last=None`` keeps every checkpoint.
     ``max_grad_norm=None`` disables clipping. ``device="gpu"`` means CUDA (or MPS).
+    ``threads``: CPU threads, ``"auto"`` (measured on the run's first steps: all or one, the faster; see
+    :mod:`bertkit.training.threads`), a number, or None (leave torch's count as it is); it changes the
+    speed, never the numbers, and may change on resume.
     """
 
     max_steps: int
@@ -68,6 +71,7 @@ class TrainingConfig:
     device: str = "auto"
     progress_bar: bool = True
     find_unused_parameters: bool = False
+    threads: int | str | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.output_dir, os.PathLike):
@@ -118,6 +122,9 @@ class TrainingConfig:
         for name in ("gradient_checkpointing", "progress_bar", "find_unused_parameters"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"TrainingConfig.{name} must be True or False, got {getattr(self, name)!r}.")
+        from bertkit.training.threads import parse_threads
+
+        self.threads = parse_threads(self.threads, "TrainingConfig.threads")
         if not isinstance(self.output_dir, str) or not self.output_dir:
             raise ValueError(f"TrainingConfig.output_dir must be a non-empty path, got {self.output_dir!r}.")
 

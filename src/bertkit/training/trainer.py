@@ -67,6 +67,7 @@ from bertkit.training.gradnorm import clip_grad_norm
 from bertkit.training.metrics import MetricWindow, truncate_metrics
 from bertkit.training.optim import build_optimizer, build_scheduler
 from bertkit.training.sampler import SeededSampler
+from bertkit.training.threads import ThreadChoice
 
 logger = logging.getLogger("bertkit.training")
 
@@ -75,7 +76,7 @@ FIXED_ON_RESUME = ("batch_size", "gradient_accumulation_steps", "seed")
 #: fields that change where and how a run reports or runs, not what it learns: free to change on resume
 BOOKKEEPING = frozenset({"output_dir", "progress_bar", "num_workers", "device", "log_every", "eval_every",
                          "save_every", "keep_last", "eval_batch_size", "gradient_checkpointing",
-                         "find_unused_parameters"})
+                         "find_unused_parameters", "threads"})
 
 
 def hyperparameter_changes(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
@@ -117,7 +118,8 @@ class Trainer:
     ``state_dict``/``load_state_dict``, or ``torch.Generator``) to checkpoint per rank.
     ``callbacks`` maps an event of :data:`EVENTS` to functions called with the trainer; a
     callback may set ``trainer.should_stop = True`` (identically on every rank) to end the
-    run after the current step, with a checkpoint.
+    run after the current step, with a checkpoint. ``config.threads`` sets the CPU thread count
+    (:class:`~bertkit.training.threads.ThreadChoice`, reported as ``trainer.threads.report()``).
     """
 
     def __init__(self, model: nn.Module, train_dataset, *, config: TrainingConfig,
@@ -135,6 +137,7 @@ class Trainer:
         self.device = resolve_device(config.device, int(os.environ.get("LOCAL_RANK", 0)))
         self.ctx = init_distributed(self.device.type)
         self.precision = resolve_precision(config.precision, self.device)
+        self.threads = ThreadChoice(config.threads, self.device)
         if config.gradient_checkpointing:
             if not callable(getattr(model, "gradient_checkpointing_enable", None)):
                 raise ValueError(f"TrainingConfig.gradient_checkpointing=True but {type(model).__name__} has no "
@@ -341,6 +344,7 @@ class Trainer:
         self.state.examples_seen += self.micro_batch_size * accum * self.ctx.world_size
         window.steps += 1
         window.seconds += time.perf_counter() - started
+        self.threads.step_done(time.perf_counter() - started)
 
     def _skip_step(self) -> None:
         self.optimizer.zero_grad(set_to_none=True)
