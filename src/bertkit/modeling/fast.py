@@ -1,4 +1,4 @@
-"""The fast path's switches and its dense layer: GEMMs on the fastest CPU backend, measured.
+"""The fast path's switches and its dense layer: GEMMs on the faster CPU backend, chosen from the hardware.
 
 Every dense layer of the engine is a :class:`Linear`: an ``nn.Linear`` (same ``weight`` / ``bias``
 parameters, same ``state_dict``) whose float32 CPU product runs on oneDNN's inner product instead of
