@@ -62,6 +62,11 @@ def test_info_health_docs_metrics(embed_client):
     assert str(MINILM) not in str(info)
     assert info["model_type"] == {"embedding": {"pooling": "mean"}} and info["task"] == "embeddings"
     assert info["max_input_length"] == 256 and info["max_client_batch_size"] == 8 and info["auto_truncate"] is False
+    from bertkit.modeling import fast  # where the numbers come from: device, dtype, GEMM backend, threads
+
+    assert info["numerics"]["device"] == "cpu"
+    assert info["numerics"]["precision"] == {"float32": "fp32", "bfloat16": "bf16"}[info["model_dtype"]]
+    assert info["numerics"]["gemm"] == fast.gemm_backend() and info["numerics"]["threads"] >= 1
     assert embed_client.get("/docs").status_code == 200
     paths = embed_client.get("/openapi.json").json()["paths"]
     assert {"/embed", "/embed_all", "/embed_sparse", "/similarity", "/v1/embeddings", "/tokenize", "/"} <= set(paths)
