@@ -38,7 +38,7 @@ Sections (``--only`` picks some; all by default), each printing markdown tables:
 
 ``--out DIR`` also writes every table (and any section's traceback) to ``DIR/cuda_check.md``.
 
-    python benchmarks/cuda_check.py                      # everything (~5 min on an H100)
+    python benchmarks/cuda_check.py                      # everything (the first six ~5 min on an H100)
     python benchmarks/cuda_check.py --only parity --only sdpa
     python benchmarks/cuda_check.py --allow-cpu --quick  # develop the script without a GPU (tiny sizes)
     python benchmarks/cuda_check.py --only families --only pretrain_objectives --only determinism --out DIR
@@ -83,7 +83,7 @@ SPECIAL = dict(pad_token_id=0, unk_token_id=1, cls_token_id=2, sep_token_id=3, m
 
 # ---------------------------------------------------------------------------- helpers
 def markdown(rows: list[dict], columns: list[str] | None = None) -> str:
-    columns = columns or (list(rows[0]) if rows else [])
+    columns = columns or list(dict.fromkeys(k for r in rows for k in r))  # every row's, in order of appearance
 
     def cell(v):
         if v is None:
@@ -106,19 +106,30 @@ REPORT: list[str] = []
 REPORT_FILE: Path | None = None
 
 
-def record(text: str) -> None:
-    """Print ``text`` and keep it in the report file, rewritten whole (temp + rename) so that a run killed at any
-    point leaves a complete file of what it had."""
-    print(text, flush=True)
-    REPORT.append(text)
+def record(text: str, *, replacing: str | None = None, echo: bool = True) -> None:
+    """Print ``text`` (unless not ``echo``) and keep it in the report file, rewritten whole (temp + rename) so that
+    a run killed at any point leaves a complete file of what it had. ``replacing``: the last entry that starts
+    with it is replaced by ``text`` (where there is none, ``text`` is added)."""
+    if echo:
+        print(text, flush=True)
+    earlier = [i for i, entry in enumerate(REPORT) if replacing is not None and entry.startswith(replacing)]
+    if earlier:
+        REPORT[earlier[-1]] = text
+    else:
+        REPORT.append(text)
     if REPORT_FILE is not None:
         temporary = REPORT_FILE.with_name(REPORT_FILE.name + ".tmp")
         temporary.write_text("\n".join(REPORT) + "\n", encoding="utf-8")
         os.replace(temporary, REPORT_FILE)
 
 
-def table(title: str, rows: list[dict], columns: list[str] | None = None) -> None:
-    record(f"\n### {title}\n\n" + (markdown(rows, columns) if rows else "(no rows)"))
+def table(title: str, rows: list[dict], columns: list[str] | None = None, *, partial: bool = False) -> None:
+    """A markdown table under ``title``, printed and in the report. ``partial``: the rows so far, in the report
+    file only (a run killed later still leaves them), replaced by the next call with the same title."""
+    head = f"\n### {title}\n\n"
+    text = head + (markdown(rows, columns) if rows else "(no rows)")
+    record(text + ("\n\n(rows so far: the section was still running)" if partial else ""), replacing=head,
+           echo=not partial)
 
 
 def sync(device: torch.device) -> None:
@@ -699,8 +710,9 @@ def quiet_load(cls, directory: Path, **kw):
 
 
 def family_parity(family: str, directory: Path, device: torch.device, dtypes: list[str]) -> list[dict]:
-    """bertkit.BERT vs HF's backbone on ``device`` (fp32 / bf16, sdpa / eager), both vs HF eager in float64 on the
-    CPU; rows alternately full, right-padded (a quarter) and left-padded (a third)."""
+    """bertkit.BERT vs HF's backbone on ``device`` (fp32 / bf16, sdpa / eager), both vs HF in float64 on the CPU
+    (eager; sdpa where eager gives NaN at a real token); rows alternately full, right-padded (a quarter) and
+    left-padded (a third)."""
     import bertkit
     from bertkit.modeling import fast
     from family_parity import padded_batch
@@ -714,11 +726,10 @@ def family_parity(family: str, directory: Path, device: torch.device, dtypes: li
             ref = ref_model(input_ids=ids, attention_mask=mask).last_hidden_state
         if torch.isfinite(ref[real]).all():
             break
-    ids, mask = ids.to(device), mask.to(device)
-    ref = ref.to(device)
+    ids, mask, ref, real, left_rows = (t.to(device) for t in (ids, mask, ref, real, left_rows))
 
     def diff(a, b, where=real):
-        return (a.double() - b.double())[where.to(a.device)].abs().max().item()
+        return (a.double() - b.double())[where].abs().max().item()
 
     rows = []
     for dtype_name in dtypes:
@@ -732,13 +743,16 @@ def family_parity(family: str, directory: Path, device: torch.device, dtypes: li
                 got = ours(ids, mask)[0]
                 with fast.fast_path(False):
                     plain = ours(ids, mask)[0]
+                kernel = sdpa_ops(partial(ours, ids, mask)) if impl == "sdpa" else "-"
             left = real & left_rows[:, None]
+            ours_error, hf_error = diff(got, ref), diff(theirs, ref)
             rows.append({"family": family, "dtype": dtype_name, "attention (ours / HF)": f"{impl} / {hf_impl}",
                          "batch": f"6 x {length}, {int(real.sum())} real", "bertkit vs HF": diff(got, theirs),
-                         "bertkit vs fp64": diff(got, ref), "HF vs fp64": diff(theirs, ref),
+                         "bertkit vs fp64": ours_error, "HF vs fp64": hf_error,
+                         "bertkit within 2 x HF's error": ours_error <= max(2 * hf_error, 1e-5),
                          "plain path vs fp64": diff(plain, ref), "left-padded rows vs fp64": diff(got, ref, left),
                          "fp64 reference": f"HF {ref_impl}", "max abs fp64": ref[real].abs().max().item(),
-                         "finite": bool(torch.isfinite(got[real]).all())})
+                         "finite": bool(torch.isfinite(got[real]).all()), "bertkit's SDPA op": kernel})
             del hf, ours
     return rows
 
@@ -812,10 +826,14 @@ def modernbert_timing(args, device: torch.device, workdir: Path) -> list[dict]:
         variants = {v: partial(hf_last_hidden if v.startswith("HF") else run_ours, m, ids, mask, None)
                     for v, m in models.items()}
         with torch.inference_mode():
+            outputs = {v: fn() for v, fn in variants.items()}
+            outputs = {v: out[0] if isinstance(out, tuple) else out for v, out in outputs.items()}
             seconds = timed(variants, device, args.rounds, args.iters)
+        real_tokens = mask.bool()
         for v, s in seconds.items():
+            gap = (outputs[v][real_tokens].float() - outputs["HF sdpa"][real_tokens].float()).abs().max().item()
             rows.append({"workload": name, "variant": v, "ms": 1e3 * s, "sequences/s": batch / s,
-                         "x HF sdpa": seconds["HF sdpa"] / s})
+                         "x HF sdpa": seconds["HF sdpa"] / s, "max abs diff vs HF sdpa": gap})
     del models
     return rows
 
@@ -823,6 +841,10 @@ def modernbert_timing(args, device: torch.device, workdir: Path) -> list[dict]:
 def families(args, device: torch.device, workdir: Path) -> None:
     import transformers
 
+    titles = ("Families: bertkit.BERT vs HF's AutoModel of the family (same HF checkpoint), last hidden state at real "
+              "tokens, max abs diff (fp64 = HF in float64 on the CPU: eager, or sdpa where HF's eager gives NaN)",
+              "Families: BERTForMaskedLM loss and gradients (eval mode: fp32 vs bf16 autocast; training mode with "
+              "dropout 0.1 under bf16 autocast)")
     parity_rows, backward_rows, failed = [], [], []
     for family in FAMILY_LENGTH:
         try:
@@ -835,20 +857,19 @@ def families(args, device: torch.device, workdir: Path) -> None:
         except Exception:  # one family's failure must not hide the others'
             failed.append(family)
             record(f"FAMILY {family} FAILED:\n{traceback.format_exc()}")
-            parity_rows.append({"family": family, "dtype": "FAILED (traceback above)"})
+            parity_rows.append({"family": family, "dtype": "FAILED (see its traceback)"})
         if device.type == "cuda":
             torch.cuda.empty_cache()
-    table("Families: bertkit.BERT vs HF's AutoModel of the family (same HF checkpoint), last hidden state at real "
-          "tokens, max abs diff (fp64 = HF in float64 on the CPU: eager, or sdpa where HF's eager gives NaN)",
-          parity_rows)
-    table("Families: BERTForMaskedLM loss and gradients (eval mode: fp32 vs bf16 autocast; training mode with "
-          "dropout 0.1 under bf16 autocast)", backward_rows)
+        table(titles[0], parity_rows, partial=True)
+        table(titles[1], backward_rows, partial=True)
+    table(titles[0], parity_rows)
+    table(titles[1], backward_rows)
     rows = modernbert_timing(args, device, workdir)
     table(f"ModernBERT ({'BERT-base-sized, 12 layers' if not args.quick else 'small'}) forward, "
           f"{'bf16' if device.type == 'cuda' else 'fp32'}, "
           f"inference_mode, median of {args.rounds} rounds x {args.iters} calls", rows)
     if failed:
-        raise RuntimeError(f"families failed (tracebacks above): {', '.join(failed)}")
+        raise RuntimeError(f"families failed (see their tracebacks): {', '.join(failed)}")
 
 
 # ---------------------------------------------------------------------------- g. the pretrain CLI on the device
@@ -891,8 +912,10 @@ def pretrain_command(args, device: torch.device, workdir: Path, out: Path, *extr
     if deterministic:
         env["CUBLAS_WORKSPACE_CONFIG"] = ":4096:8"
     start = time.perf_counter()
-    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=150)
     seconds = time.perf_counter() - start
+    print(f"  bertkit pretrain {' '.join(extra)} -o {out.name}: exit {result.returncode} after {seconds:.1f} s",
+          flush=True)
     if result.returncode != 0:
         tail = (result.stdout[-1500:] + "\n" + result.stderr[-3000:]).strip()
         raise RuntimeError(f"bertkit {' '.join(command[4:])} exited {result.returncode}:\n{tail}")
@@ -933,6 +956,8 @@ def load_check(objective: str, out: Path, device: torch.device) -> str:
 
 
 def pretrain_objectives(args, device: torch.device, workdir: Path) -> None:
+    title = (f"bertkit pretrain on {device.type} (--model tiny --vocab-size {2000 if not args.quick else 400} "
+             f"--max-seq-length 64 --batch-size 16, {30 if not args.quick else 10} steps, a fresh process each)")
     rows = []
     for flags in (["--objective", "electra"], ["--recipe", "roberta"]):
         label = " ".join(flags)
@@ -951,12 +976,12 @@ def pretrain_objectives(args, device: torch.device, workdir: Path) -> None:
                             "device": result["run"]["training"]["device"],
                             "bertkit vs HF logits (fp32)": load_check(flags[1], out, device)})
             except Exception:  # one run's failure must not hide the others'
-                row["steps"] = "FAILED (traceback above)"
+                row["steps"] = "FAILED (see its traceback)"
                 record(f"{label} {precision} FAILED:\n{traceback.format_exc()}")
-    table(f"bertkit pretrain on {device.type} (--model tiny --vocab-size {2000 if not args.quick else 400} "
-          f"--max-seq-length 64 --batch-size 16, {30 if not args.quick else 10} steps, a fresh process each)", rows)
+            table(title, rows, partial=True)
+    table(title, rows)
     if any(isinstance(r.get("steps"), str) for r in rows):
-        raise RuntimeError("a pretrain run failed (tracebacks above)")
+        raise RuntimeError("a pretrain run failed (see their tracebacks)")
 
 
 def determinism(args, device: torch.device, workdir: Path) -> None:
@@ -964,6 +989,9 @@ def determinism(args, device: torch.device, workdir: Path) -> None:
 
     record("bertkit has no determinism switch: the second pair of each precision runs the CLI in a process that "
           "calls torch.use_deterministic_algorithms(True) first, with CUBLAS_WORKSPACE_CONFIG=:4096:8")
+    title = (f"The same seeded bertkit pretrain run twice on {device.type} (--seed 3 --max-steps "
+             f"{30 if not args.quick else 10} --model tiny --vocab-size {2000 if not args.quick else 400} "
+             "--max-seq-length 64 --batch-size 16), model/model.safetensors compared")
     rows = []
     for precision in ("fp32", "bf16"):
         for deterministic in (False, True):
@@ -985,11 +1013,12 @@ def determinism(args, device: torch.device, workdir: Path) -> None:
                             "final loss (run 1, run 2)": ", ".join(f"{r['train'][-1]['loss']:.6f}" for r in runs),
                             "process s (each)": ", ".join(f"{r['seconds']:.1f}" for r in runs)})
             except Exception:
-                row["files bit-identical"] = "FAILED (traceback above)"
+                row["files bit-identical"] = "FAILED (see its traceback)"
                 record(f"determinism {precision} {row['mode']} FAILED:\n{traceback.format_exc()}")
-    table(f"The same seeded bertkit pretrain run twice on {device.type} (--seed 3 --max-steps "
-          f"{30 if not args.quick else 10} --model tiny --vocab-size {2000 if not args.quick else 400} "
-          "--max-seq-length 64 --batch-size 16), model/model.safetensors compared", rows)
+            table(title, rows, partial=True)
+    table(title, rows)
+    if any(isinstance(r.get("files bit-identical"), str) for r in rows):
+        raise RuntimeError("a pair of runs failed (see their tracebacks)")
 
 
 # ---------------------------------------------------------------------------- main
