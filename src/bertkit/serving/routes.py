@@ -125,8 +125,9 @@ def add_routes(app: FastAPI, service: Service, static: Any) -> None:
         service.serves("/rerank", "rerank")
         service.check_batch(body.texts, "texts")
         prepared = await service.prepare([(body.query, text) for text in body.texts], body.truncate,
-                                         body.truncation_direction.lower(), field="texts")
-        logits = await service.answer(prepared, {"truncation_side": body.truncation_direction.lower()})
+                                         body.truncation_direction.lower(), field="texts", first="query")
+        logits = await service.answer(prepared, {"truncation_side": body.truncation_direction.lower(),
+                                                 "truncation": "longest_first"})  # TEI's cut of a pair
         ranked = [{"index": i, "score": service.pipe.score(v, body.raw_scores)} for i, v in enumerate(logits)]
         if body.return_text:
             for r in ranked:
