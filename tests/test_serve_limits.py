@@ -12,6 +12,7 @@ import pathlib
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
+import numpy as np
 import pytest
 
 pytest.importorskip("fastapi")
@@ -188,3 +189,22 @@ def test_rerank_truncates_a_long_query_with_its_text_longest_first(dirs):
         assert error_of(long_text, 422).startswith("query (1 tokens) and texts[1] (80 tokens)")
         huge = error_of(client.post("/rerank", json={"query": "who " * 20_000, "texts": ["x"]}), 422)
         assert huge.startswith("query has 80000 characters"), huge
+
+
+# -------------------------------------------------------------------------------------------- openai
+def test_openai_route_takes_the_truncate_its_error_advises():
+    st = bertkit.SentenceTransformer(MINILM)
+    long_text = "word " * 400
+    with serving(create_app(MINILM)) as (url, _):
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key="none", max_retries=0)
+        with pytest.raises(openai.UnprocessableEntityError) as raised:
+            client.embeddings.create(model="m", input=long_text)
+        assert '"truncate": true' in raised.value.message and "--auto-truncate" in raised.value.message
+        cut = client.embeddings.create(model="m", input=long_text, extra_body={"truncate": True})  # the advice works
+        np.testing.assert_allclose(cut.data[0].embedding, st.encode([long_text])[0], atol=1e-5)
+        assert cut.usage.prompt_tokens == 256
+    with serving(create_app(MINILM, auto_truncate=True)) as (url, _):
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key="none", max_retries=0)
+        assert len(client.embeddings.create(model="m", input=long_text).data) == 1  # --auto-truncate: no field
+        with pytest.raises(openai.UnprocessableEntityError):
+            client.embeddings.create(model="m", input=long_text, extra_body={"truncate": False})

@@ -92,7 +92,7 @@ def add_routes(app: FastAPI, service: Service, static: Any) -> None:
         service.serves("/v1/embeddings", "embeddings")
         if service.splade:
             raise ServeError(424, "this server answers SPLADE vectors: use /embed_sparse.")
-        request = schemas.EmbedRequest(inputs=body.input, dimensions=body.dimensions, truncate=None)
+        request = schemas.EmbedRequest(inputs=body.input, dimensions=body.dimensions, truncate=body.truncate)
         vectors, prepared = await _embed(service, request, {"normalize": True, "dimensions": body.dimensions},
                                          field="input")
         data = [{"object": "embedding", "index": i,
