@@ -55,7 +55,8 @@ def problems(errors: list[dict[str, Any]], model: type[BaseModel] | None = None)
         if union:
             field = model.model_fields.get(where) if model is not None else None
             forms = field.description if field is not None and field.description else "one of its forms"
-            described[where] = f"{where}: must be {forms}{_got(e['input'])}"
+            whole = next((f for f in errors if _where(f.get("loc", ()))[0] == where and _is_tag(f["loc"][-1])), None)
+            described[where] = f"{where}: must be {forms}{'' if whole is None else _got(whole['input'])}"
         else:
             got = "" if e.get("type") == "missing" else _got(e.get("input"))
             described[where] = f"{where}: {e.get('msg', 'invalid')}{got}"
@@ -76,11 +77,16 @@ def _where(loc: tuple) -> tuple[str, bool]:
             continue
         if isinstance(part, int):
             path += f"[{part}]"
-        elif part in _TAGS or "[" in part:
+        elif _is_tag(part):
             return path or "body", True
         else:
             path += f".{part}" if path else part
     return path or "body", False
+
+
+def _is_tag(part: Any) -> bool:
+    """Whether a location part is the tag of a union's form (no field of the schemas is named so)."""
+    return isinstance(part, str) and (part in _TAGS or "[" in part)
 
 
 _TAGS = {"str", "int", "bool", "float", "list", "dict", "none", "function-after", "literal"}
