@@ -35,7 +35,7 @@ def main(argv: list[str]) -> int:
                         help="tokens per input (default: the length the model was fine-tuned at, its task.json; "
                              "else what the model takes); longer inputs: 422 unless truncated")
     parser.add_argument("--auto-truncate", action="store_true",
-                        help="truncate inputs past --max-input-length when a request does not say (OpenAI's route)")
+                        help="truncate inputs past --max-input-length when a request sends no \"truncate\"")
     parser.add_argument("--pooling", choices=POOLINGS,
                         help="embeddings' pooling; splade: a masked-LM model's SPLADE vectors (/embed_sparse)")
     parser.add_argument("--served-model-name", help="the name /info and OpenAI's route give (default: the folder's)")
