@@ -20,7 +20,7 @@ from bertkit.cli import ArgumentParser
 
 
 def main(argv: list[str]) -> int:
-    from bertkit.serving.settings import DTYPES, POOLINGS, TASKS, ServeSettings
+    from bertkit.serving.settings import DTYPES, MAX_RESPONSE_BYTES, POOLINGS, TASKS, ServeSettings
 
     parser = ArgumentParser(prog="bertkit serve", description=__doc__,
                             formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -35,7 +35,7 @@ def main(argv: list[str]) -> int:
                         help="tokens per input (default: the length the model was fine-tuned at, its task.json; "
                              "else what the model takes); longer inputs: 422 unless truncated")
     parser.add_argument("--auto-truncate", action="store_true",
-                        help="truncate inputs past --max-input-length when a request does not say (OpenAI's route)")
+                        help="truncate inputs past --max-input-length when a request sends no \"truncate\"")
     parser.add_argument("--pooling", choices=POOLINGS,
                         help="embeddings' pooling; splade: a masked-LM model's SPLADE vectors (/embed_sparse)")
     parser.add_argument("--served-model-name", help="the name /info and OpenAI's route give (default: the folder's)")
@@ -50,6 +50,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--timeout-keep-alive", type=float, default=5.0,
                         help="seconds a connection may stay idle, or take to send a request's headers")
     parser.add_argument("--body-timeout", type=float, default=60.0, help="seconds to send a request body (else 408)")
+    parser.add_argument("--max-response-bytes", type=int, default=MAX_RESPONSE_BYTES,
+                        help="what one answer may weigh as JSON (default 64 MiB); beyond: 413")
     args = parser.parse_args(argv)
     api_key = args.api_key if args.api_key is not None else os.environ.get("BERTKIT_API_KEY")
     settings = ServeSettings(model=args.model, task=args.task, host=args.host, port=args.port,
@@ -60,7 +62,8 @@ def main(argv: list[str]) -> int:
                              pooling=args.pooling, served_model_name=args.served_model_name,
                              tokenization_workers=args.tokenization_workers, dtype=args.dtype, api_key=api_key,
                              workers=args.workers, device=args.device, max_connections=args.max_connections,
-                             timeout_keep_alive=args.timeout_keep_alive, body_timeout=args.body_timeout).check()
+                             timeout_keep_alive=args.timeout_keep_alive, body_timeout=args.body_timeout,
+                             max_response_bytes=args.max_response_bytes).check()
     try:
         import uvicorn
     except ImportError:

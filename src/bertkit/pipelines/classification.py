@@ -9,7 +9,10 @@ otherwise. A pair is ``{"text": ..., "text_pair": ...}``.
 rerank scores passages against a query with a cross-encoder (a one-label sequence classifier, e.g. an
 MS MARCO cross-encoder): ``rerank(query, passages)`` -> ``[{"index", "score", "text"}]`` best first, the
 score sigmoid-squashed unless ``raw_scores=True`` (a multi-label model scores with its last label's
-softmax probability, the "relevant" class of two-label rerankers); ``top_k`` keeps the best.
+softmax probability, the "relevant" class of two-label rerankers); ``top_k`` keeps the best. A pair past
+``max_length`` is cut in the passage (``truncation="only_second"``, the default) or, with
+``truncation="longest_first"``, in whichever text is longer (text-embeddings-inference's cut, which also fits
+a query longer than ``max_length``).
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ from bertkit.pipelines.aggregation import softmax
 from bertkit.pipelines.base import Pipeline
 
 FUNCTIONS = ("softmax", "sigmoid", "none")
+#: how rerank cuts a (query, passage) pair past max_length: the passage only, or the longer text first
+PAIR_CUTS = ("only_second", "longest_first")
 _UNSET = object()
 
 
@@ -99,7 +104,7 @@ class TextClassificationPipeline(_SequenceScores):
 
 class RerankPipeline(_SequenceScores):
     task = "rerank"
-    defaults: ClassVar[dict[str, Any]] = {"top_k": None, "raw_scores": False}
+    defaults: ClassVar[dict[str, Any]] = {"top_k": None, "raw_scores": False, "truncation": "only_second"}
 
     def __call__(self, query: str, passages: list[str] | None = None, **params: Any) -> list[dict[str, Any]]:
         """``[{"index", "score", "text"}]`` for ``passages`` against ``query``, best first."""
@@ -116,10 +121,12 @@ class RerankPipeline(_SequenceScores):
     def check(self, params: dict[str, Any]) -> dict[str, Any]:
         params = super().check(params)
         check_int("top_k", params["top_k"], none_means="every passage")
+        if params["truncation"] not in PAIR_CUTS:
+            raise ValueError(f"truncation must be one of {PAIR_CUTS}, got {params['truncation']!r}.")
         return params
 
     def preprocess(self, item: tuple[str, str], params: dict[str, Any]) -> list[dict[str, Any]]:
-        return [self.encode(item[0], item[1], params, truncation="only_second")]
+        return [self.encode(item[0], item[1], params, truncation=params["truncation"])]
 
     def postprocess(self, item: Any, features: list[dict], outputs: list[np.ndarray], params: dict) -> np.ndarray:
         return outputs[0]

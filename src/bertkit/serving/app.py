@@ -1,7 +1,8 @@
 """``bertkit serve``'s ASGI app and its uvicorn server.
 
 :func:`create_app` builds the app for a model: the routes (:mod:`.routes`; the contract: ``CONTRACT.md`` beside
-this file) behind the :class:`~bertkit.serving.gate.Gate` (auth, body limits, metrics), answered through one
+this file) behind the :class:`~bertkit.serving.gate.Gate` (auth, body limits, metrics), their bodies read and
+their answers written off the event loop when big (:mod:`.bodies`), answered through one
 :class:`~bertkit.serving.service.Service`. :func:`app_from_environment` builds it from the settings ``bertkit serve
 --workers N`` hands its worker processes; :func:`uvicorn_config` is the server's configuration (the connection
 limits of :mod:`.protocol`). Errors are JSON in TEI's shape (OpenAI's on its routes, see :mod:`.errors`); nothing
@@ -24,9 +25,10 @@ from starlette.exceptions import HTTPException
 
 from bertkit.serving import errors
 from bertkit.serving.batcher import Overloaded, ShuttingDown
+from bertkit.serving.bodies import BodyRoute, first_field, problems
 from bertkit.serving.errors import ServeError
 from bertkit.serving.gate import MAX_BODY_BYTES, Gate
-from bertkit.serving.routes import add_routes, problems
+from bertkit.serving.routes import add_routes
 from bertkit.serving.service import Service
 from bertkit.serving.settings import ServeSettings
 
@@ -45,9 +47,10 @@ def create_app(model: str | os.PathLike, task: str = "auto", **settings: Any) ->
     service = Service(checked)
     app = FastAPI(title="bertkit serve", summary=f"{service.task}: {checked.name}", lifespan=service.lifespan)
     app.state.service = service
+    app.router.route_class = BodyRoute  # bodies validated off the loop when big (bertkit.serving.bodies)
     _handlers(app)
     app.add_middleware(Gate, metrics=service.metrics, api_key=checked.api_key, routes=lambda: app.routes,
-                       body_timeout=checked.body_timeout)
+                       offload=service.offload, body_timeout=checked.body_timeout)
     add_routes(app, service, STATIC)
     if STATIC.is_dir():
         app.mount("/static", StaticFiles(directory=STATIC), name="static")
@@ -81,8 +84,7 @@ def _handlers(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, error: RequestValidationError):
         found = error.errors()
-        param = next((str(p) for e in found for p in e.get("loc", ()) if p != "body"), None)
-        return answer(request, ServeError(422, problems(found), param=param))
+        return answer(request, ServeError(422, problems(found), param=first_field(found)))
 
     @app.exception_handler(Overloaded)
     async def overloaded(request: Request, error: Overloaded):

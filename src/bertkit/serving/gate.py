@@ -7,8 +7,11 @@ A plain ASGI middleware (Starlette's ``BaseHTTPMiddleware`` costs a task group a
 * **Body** -- read here, whatever the transport (``Content-Length`` or chunked): 413 as soon as it passes
   ``max_body`` bytes (a larger ``Content-Length`` is refused before a byte is read), 408 when it takes longer
   than ``body_timeout`` seconds. Memory stays within the limit. A JSON body must be UTF-8, parse, nest at most
-  :data:`MAX_DEPTH` deep and hold no lone surrogate: otherwise 422 naming the problem. The route then reads the
-  same bytes.
+  :data:`MAX_DEPTH` deep and hold no lone surrogate: otherwise 422 naming the problem. A body over
+  :data:`OFFLOAD_BYTES` is decoded and checked on a thread (``offload``), so the event loop keeps answering; the
+  JSON goes to the route in the request's scope (:class:`Parsed` under :data:`PARSED`), never decoded twice.
+* **Memory** -- after a request whose body or answer passed :data:`TRIM_BYTES`, the heap's free pages go back to
+  the system (:func:`bertkit.serving.bodies.give_back`, on a thread): one big request's peak is not kept.
 * **Metrics** -- each answer is counted under its route's template from the routing table (any other path under
   ``other``): a client cannot add labels.
 """
@@ -16,9 +19,13 @@ A plain ASGI middleware (Starlette's ``BaseHTTPMiddleware`` costs a task group a
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import hmac
 import json
+import threading
 import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 from bertkit.serving.errors import ServeError, send_error
@@ -28,6 +35,12 @@ from bertkit.serving.metrics import Metrics
 MAX_BODY_BYTES = 16 * 1024 * 1024
 #: the deepest JSON nesting a request may have (TEI's bodies nest 3 deep)
 MAX_DEPTH = 32
+#: bodies larger than this are decoded and validated on a thread (a TEI request of 32 short texts is ~2 KB)
+OFFLOAD_BYTES = 64 * 1024
+#: a request whose body or answer passes this many bytes gives the heap's free memory back when it ends
+TRIM_BYTES = 4 * 1024 * 1024
+#: the scope key of a request's :class:`Parsed` body
+PARSED = "bertkit.parsed"
 #: an answer given before the body was read ends the connection (the rest of the body is not read)
 CLOSE = {"Connection": "close"}
 #: methods whose requests carry a body
@@ -41,9 +54,43 @@ def is_public(method: str, path: str) -> bool:
     return path in ("/health", "/") or path.startswith("/static/")
 
 
-def check_json(raw: bytes) -> None:
-    """422 (a :class:`ServeError` naming the problem) unless ``raw`` is UTF-8 JSON, at most :data:`MAX_DEPTH` deep,
-    without lone surrogates (which no tokenizer or JSON answer can carry)."""
+@dataclass
+class Parsed:
+    """A request's JSON body: its ``value`` and its ``size`` in bytes."""
+
+    value: Any
+    size: int
+
+    @property
+    def big(self) -> bool:
+        """Whether the body is handled on a thread (over :data:`OFFLOAD_BYTES`)."""
+        return self.size > OFFLOAD_BYTES
+
+
+def give_back() -> None:
+    """Hand the heap's free pages back to the system: glibc's ``malloc_trim(0)`` (every arena, the model's and
+    the tokenization threads' too); nothing where there is no glibc. One call at a time: a second is skipped."""
+    if _MALLOC_TRIM is not None and _trimming.acquire(blocking=False):
+        try:
+            _MALLOC_TRIM(0)
+        finally:
+            _trimming.release()
+
+
+def _malloc_trim() -> Any:
+    try:
+        return ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):  # not glibc (macOS, musl): freed memory stays with malloc
+        return None
+
+
+_MALLOC_TRIM = _malloc_trim()
+_trimming = threading.Lock()
+
+
+def check_json(raw: bytes) -> Any:
+    """The JSON value of ``raw``; 422 (a :class:`ServeError` naming the problem) unless it is UTF-8 JSON, at most
+    :data:`MAX_DEPTH` deep, without lone surrogates (which no tokenizer or JSON answer can carry)."""
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as error:
@@ -55,34 +102,54 @@ def check_json(raw: bytes) -> None:
         raise ServeError(422, f"the JSON body nests deeper than {MAX_DEPTH} levels.") from None
     except ValueError as error:
         raise ServeError(422, f"the request body is not valid JSON: {error}.") from None
-    stack: list[tuple[Any, int, str]] = [(value, 1, "body")]
-    while stack:
-        item, depth, where = stack.pop()
+    stack: list[tuple[Any, int, Any, Any]] = [(value, 1, None, "body")]
+    while stack:  # (item, depth, the parent's entry, key): a path is only spelled out for an error
+        entry = stack.pop()
+        item, depth = entry[0], entry[1]
         if isinstance(item, str):
             if not item.isascii():
                 try:
                     item.encode("utf-8")
                 except UnicodeEncodeError as error:
+                    where = _where(entry)
                     raise ServeError(422, f"{where} holds a lone surrogate (\\u{ord(item[error.start]):04x} at "
                                           f"character {error.start}), which is not text: send valid UTF-16 pairs "
                                           "in JSON escapes.", "Tokenizer", param=where) from None
             continue
-        if isinstance(item, dict | list):
-            if depth > MAX_DEPTH:
-                raise ServeError(422, f"the JSON body nests deeper than {MAX_DEPTH} levels (at {where}).")
-            pairs = item.items() if isinstance(item, dict) else enumerate(item)
-            for key, child in pairs:
-                if isinstance(key, str) and not key.isascii():
-                    stack.append((key, depth, f"{where} key"))
-                stack.append((child, depth + 1, f"{where}.{key}" if isinstance(key, str) else f"{where}[{key}]"))
+        if depth > MAX_DEPTH:
+            raise ServeError(422, f"the JSON body nests deeper than {MAX_DEPTH} levels (at {_where(entry)}).")
+        if isinstance(item, dict):
+            for key, child in item.items():
+                if not key.isascii():
+                    stack.append((key, depth, entry, " key"))
+                if isinstance(child, _NESTED):
+                    stack.append((child, depth + 1, entry, key))
+        elif isinstance(item, list):  # its numbers need no look: 2 million token ids stay quick
+            stack.extend((child, depth + 1, entry, i) for i, child in enumerate(item) if isinstance(child, _NESTED))
+    return value
+
+
+_NESTED = (str, dict, list)
+
+
+def _where(entry: tuple) -> str:
+    """The path of a stack entry of :func:`check_json`: ``body.inputs[3]``."""
+    parts = []
+    while entry[2] is not None:
+        key = entry[3]
+        parts.append(f"[{key}]" if isinstance(key, int) else key if key == " key" else f".{key}")
+        entry = entry[2]
+    return "body" + "".join(reversed(parts))
 
 
 class Gate:
-    """The middleware (see the module doc) around ``app``; ``routes`` gives the routing table's paths."""
+    """The middleware (see the module doc) around ``app``; ``routes`` gives the routing table's paths, ``offload``
+    runs a function on a thread (:meth:`bertkit.serving.service.Service.offload`)."""
 
     def __init__(self, app: Any, *, metrics: Metrics, api_key: str | None, routes: Any,
-                 max_body: int = MAX_BODY_BYTES, body_timeout: float = 60.0):
-        self.app, self.metrics, self.routes = app, metrics, routes
+                 offload: Callable[[Callable[[], Any]], Awaitable[Any]], max_body: int = MAX_BODY_BYTES,
+                 body_timeout: float = 60.0):
+        self.app, self.metrics, self.routes, self.offload = app, metrics, routes, offload
         self.max_body, self.body_timeout = max_body, body_timeout
         self.authorization = None if api_key is None else f"Bearer {api_key}".encode()
         self._known: set[str] | None = None
@@ -98,12 +165,13 @@ class Gate:
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        start, path, status = time.perf_counter(), scope["path"], 500
+        start, path, status, sent = time.perf_counter(), scope["path"], 500, 0
 
         async def sending(message: dict) -> None:
-            nonlocal status
+            nonlocal status, sent
             if message["type"] == "http.response.start":
                 status = message["status"]
+            sent += len(message.get("body", b""))
             await send(message)
 
         try:
@@ -115,6 +183,11 @@ class Gate:
         finally:
             if path != "/metrics":
                 self.metrics.request(self.label(path), status, time.perf_counter() - start)
+            received = scope.pop(PARSED, None)
+            size = 0 if received is None else received.size
+            del received  # the body's objects go before the heap is trimmed
+            if max(sent, size) > TRIM_BYTES:
+                await self.offload(give_back)
 
     async def _admit(self, scope: dict, receive: Any) -> Any:
         """Check the key and read the body; a ``receive`` that replays the body (None when there is none)."""
@@ -132,7 +205,8 @@ class Gate:
                                   f"{self.max_body} bytes: send fewer or shorter inputs per request.", headers=CLOSE)
         raw = await self._read(receive)
         if raw:
-            check_json(raw)
+            value = await self.offload(lambda: check_json(raw)) if len(raw) > OFFLOAD_BYTES else check_json(raw)
+            scope[PARSED] = Parsed(value, len(raw))
         sent = False
 
         async def replay() -> dict:

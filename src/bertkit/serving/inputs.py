@@ -3,7 +3,9 @@
 Runs on the server's tokenization threads, never on the event loop. An input is a text, a pair of texts, or
 (embedding routes) a list of token ids. Every route applies the same policy: an input longer than the limit is
 refused (422 naming it and the limit) unless truncation is asked for (``truncate``, or the server's
-``--auto-truncate``), and then the pipeline cuts it at ``side`` (``right``: the end goes, ``left``: the start).
+``--auto-truncate``), and then the pipeline cuts it at ``side`` (``right``: the end goes, ``left``: the start);
+a pair is cut longest-first (the longer text loses tokens first, as text-embeddings-inference cuts it), and a
+refused pair names the longer of its two texts.
 
 A huge text that will be truncated is first cut to the part that can matter: the first (``left``: last)
 ``4 x limit + 16`` whitespace-separated words, at a space. That cut never changes a token inside the kept part
@@ -54,11 +56,16 @@ class Prepared:
         self.items, self.tokens = items, tokens
 
 
+#: what a client can do about an input past the limit (every route takes ``truncate``, OpenAI's too)
+ADVICE = "send \"truncate\": true, or start the server with --auto-truncate"
+
+
 def prepare(inputs: Sequence[Any], *, tokenizer: Any, limit: int, truncate: bool, side: str = "right",
-            prefix: str = "", field: str = "inputs") -> Prepared:
+            prefix: str = "", field: str = "inputs", first: str | None = None) -> Prepared:
     """Count, check and cut ``inputs`` (texts, ``(a, b)`` pairs, or token-id lists) for a model taking ``limit``
-    tokens; ``prefix`` (a prompt) goes before each text. Raises :class:`ServeError` 422 for an input that is too
-    long without ``truncate`` or holds ids that are not token ids."""
+    tokens; ``prefix`` (a prompt) goes before each text; ``first`` names the first text every pair shares (rerank's
+    ``query``; otherwise pair ``i``'s texts are ``field[i][0]`` and ``field[i][1]``). Raises :class:`ServeError` 422
+    for an input that is too long without ``truncate`` or holds ids that are not token ids."""
     items: list[Any] = list(inputs)
     counts: list[int | None] = [None] * len(items)
     texts: list[int] = []
@@ -67,17 +74,36 @@ def prepare(inputs: Sequence[Any], *, tokenizer: Any, limit: int, truncate: bool
             counts[i] = _ids(item, i, limit, truncate, field)
             items[i] = item[:limit] if side == "right" else item[-limit:]
         else:
-            items[i] = _shortened(item, i, limit, truncate, side, field, tokenizer)
+            items[i] = _shortened(item, _names(item, i, field, first), limit, truncate, side, tokenizer)
             texts.append(i)
     if texts:
         for i, n in zip(texts, count_tokens(tokenizer, [items[i] for i in texts], prefix)):
             counts[i] = n
     for i in texts:
         if counts[i] > limit and not truncate:
-            raise ServeError(422, f"{field}[{i}] has {counts[i]} tokens; the model takes {limit} (max_input_length). "
-                                  "Shorten it or send \"truncate\": true.", param=field,
-                             code="context_length_exceeded")
+            _refuse(items[i], counts[i], _names(items[i], i, field, first), limit, tokenizer)
     return Prepared(items, [min(n, limit) for n in counts])
+
+
+def _names(item: Text, index: int, field: str, first: str | None) -> tuple[str, ...]:
+    """What an error calls the input's text, or its pair's two texts."""
+    if isinstance(item, str):
+        return (f"{field}[{index}]",)
+    return (first, f"{field}[{index}]") if first else (f"{field}[{index}][0]", f"{field}[{index}][1]")
+
+
+def _refuse(item: Text, count: int, names: tuple[str, ...], limit: int, tokenizer: Any) -> None:
+    """The 422 of an input of ``count`` tokens past ``limit``: a pair names its two texts, the longer first to
+    shorten."""
+    if isinstance(item, str):
+        raise ServeError(422, f"{names[0]} has {count} tokens; the model takes {limit} (max_input_length). Shorten "
+                              f"it, or {ADVICE}.", param=names[0].split("[")[0], code="context_length_exceeded")
+    sizes = [len(ids) for ids in tokenizer(list(item), add_special_tokens=False)["input_ids"]]
+    longer = names[0] if sizes[0] > sizes[1] else names[1]
+    raise ServeError(422, f"{names[0]} ({sizes[0]} tokens) and {names[1]} ({sizes[1]} tokens) take {count} tokens "
+                          f"with the special tokens; the model takes {limit} (max_input_length). Shorten {longer}, "
+                          f"or {ADVICE} (the longer text is cut first).", param=longer.split("[")[0],
+                     code="context_length_exceeded")
 
 
 def _ids(ids: list, index: int, limit: int, truncate: bool, field: str) -> int:
@@ -86,28 +112,28 @@ def _ids(ids: list, index: int, limit: int, truncate: bool, field: str) -> int:
                          param=field)
     if len(ids) > limit and not truncate:
         raise ServeError(422, f"{field}[{index}] has {len(ids)} tokens; the model takes {limit} (max_input_length). "
-                              "Shorten it or send \"truncate\": true.", param=field, code="context_length_exceeded")
+                              f"Shorten it, or {ADVICE}.", param=field, code="context_length_exceeded")
     return len(ids)
 
 
-def _shortened(item: Text, index: int, limit: int, truncate: bool, side: str, field: str, tokenizer: Any) -> Text:
-    """``item`` with each huge text cut to what truncation keeps (see the module doc)."""
-    def one(text: str) -> str:
+def _shortened(item: Text, names: tuple[str, ...], limit: int, truncate: bool, side: str, tokenizer: Any) -> Text:
+    """``item`` with each huge text cut to what truncation keeps (see the module doc); ``names``: its texts'."""
+    def one(text: str, name: str) -> str:
         if len(text) <= CUT_CHARS_PER_TOKEN * limit:
             return text
         cap = CHARS_PER_TOKEN * limit
         if not truncate:
             if len(text) > cap:
-                raise ServeError(422, f"{field}[{index}] has {len(text)} characters; without truncation the limit "
-                                      f"is {cap} ({CHARS_PER_TOKEN} per token of max_input_length {limit}). Shorten "
-                                      "it or send \"truncate\": true.", param=field, code="context_length_exceeded")
+                raise ServeError(422, f"{name} has {len(text)} characters; without truncation the limit is {cap} ("
+                                      f"{CHARS_PER_TOKEN} per token of max_input_length {limit}). Shorten it, or "
+                                      f"{ADVICE}.", param=name.split("[")[0], code="context_length_exceeded")
             return text
         cut = cut_words(text, 4 * limit + 16, side)
         if cut is text or count_tokens(tokenizer, [cut], "")[0] > limit + 3:
             return cut if len(cut) <= cap else chars_cut(cut, cap, side)
         return chars_cut(text, cap, side)  # the words held too few tokens (control characters, say)
 
-    return one(item) if isinstance(item, str) else (one(item[0]), one(item[1]))
+    return one(item, names[0]) if isinstance(item, str) else (one(item[0], names[0]), one(item[1], names[1]))
 
 
 def count_tokens(tokenizer: Any, texts: list[Text], prefix: str = "") -> list[int]:

@@ -5,7 +5,8 @@ text-embeddings-inference's (``/embed``, ``/embed_all``, ``/embed_sparse``, ``/s
 TEI's alias ``/embeddings``), bertkit's ``/ner``, ``/qa``, ``/fill-mask``, and ``POST /``: the served task's route,
 as TEI dispatches it, read the way HF's Inference API (``InferenceClient``) sends it when it carries
 ``parameters``. Every text route goes through :meth:`Service.prepare` (count, limit, truncation) and
-:meth:`Service.answer` (the batcher).
+:meth:`Service.answer` (the batcher); every body is read by :func:`~bertkit.serving.bodies.validated` and every
+answer written by :func:`~bertkit.serving.bodies.respond` (off the event loop, bounded by --max-response-bytes).
 """
 
 from __future__ import annotations
@@ -16,15 +17,20 @@ from typing import Any
 import numpy as np
 from fastapi import FastAPI, Request
 from fastapi.responses import FileResponse, PlainTextResponse, Response
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
 from bertkit.serving import schemas
+from bertkit.serving.bodies import respond, validated
 from bertkit.serving.errors import ServeError
+from bertkit.serving.gate import PARSED
 from bertkit.serving.inputs import CHARS_PER_TOKEN, Prepared
 from bertkit.serving.service import Service
 
 
 def add_routes(app: FastAPI, service: Service, static: Any) -> None:
+    async def answer(route: str, value: Any) -> Response:
+        return await respond(value, route, limit=service.settings.max_response_bytes, offload=service.offload)
+
     @app.get("/", include_in_schema=False)
     async def page():
         return FileResponse(static / "index.html")
@@ -45,32 +51,32 @@ def add_routes(app: FastAPI, service: Service, static: Any) -> None:
         return service.metrics.render()
 
     # ------------------------------------------------------------------------------------ embeddings
-    @app.post("/embed")
-    async def embed(body: schemas.EmbedRequest) -> list[list[float]]:
+    @app.post("/embed", response_model=list[list[float]])
+    async def embed(body: schemas.EmbedRequest) -> Response:
         service.serves("/embed", "embeddings")
         if not service.splade:
             vectors, _ = await _embed(service, body, {"normalize": body.normalize, "dimensions": body.dimensions})
-            return vectors
+            return await answer("/embed", vectors)
         if body.normalize or body.dimensions is not None:  # TEI's answer for a SPLADE model
             raise ServeError(424, "normalize and dimensions are not available for SPLADE models: send "
                                   "\"normalize\": false, or use /embed_sparse.", "Backend", param="normalize")
         vectors, _ = await _embed(service, body, {"normalize": False}, "sparse")
-        return vectors
+        return await answer("/embed", vectors)
 
-    @app.post("/embed_all")
-    async def embed_all(body: schemas.EmbedAllRequest) -> list[list[list[float]]]:
+    @app.post("/embed_all", response_model=list[list[list[float]]])
+    async def embed_all(body: schemas.EmbedAllRequest) -> Response:
         service.serves("/embed_all", "embeddings")
         vectors, _ = await _embed(service, body, {"output": "tokens"})
-        return vectors
+        return await answer("/embed_all", vectors)
 
-    @app.post("/embed_sparse")
-    async def embed_sparse(body: schemas.EmbedSparseRequest) -> list[list[dict[str, Any]]]:
+    @app.post("/embed_sparse", response_model=list[list[dict[str, Any]]])
+    async def embed_sparse(body: schemas.EmbedSparseRequest) -> Response:
         service.serves("/embed_sparse", sparse=True)
         vectors, _ = await _embed(service, body, {"output": "sparse"}, "sparse")
-        return vectors
+        return await answer("/embed_sparse", vectors)
 
-    @app.post("/similarity")
-    async def similarity(body: schemas.SimilarityRequest) -> list[float]:
+    @app.post("/similarity", response_model=list[float])
+    async def similarity(body: schemas.SimilarityRequest) -> Response:
         service.serves("/similarity", "embeddings")
         given = body.parameters or schemas.SimilarityParameters()
         request = schemas.EmbedRequest(inputs=[body.inputs.source_sentence, *body.inputs.sentences],
@@ -80,13 +86,13 @@ def add_routes(app: FastAPI, service: Service, static: Any) -> None:
             raise ServeError(400, "inputs.sentences is empty: send at least one sentence.", param="inputs.sentences")
         vectors, _ = await _embed(service, request, {"normalize": True, "dimensions": None})
         matrix = np.asarray(vectors, dtype=np.float64)
-        return [float(s) for s in matrix[1:] @ matrix[0]]
+        return await answer("/similarity", [float(s) for s in matrix[1:] @ matrix[0]])
 
-    async def openai_embeddings(body: schemas.OpenAIEmbeddingsRequest) -> dict[str, Any]:
+    async def openai_embeddings(body: schemas.OpenAIEmbeddingsRequest) -> Response:
         service.serves("/v1/embeddings", "embeddings")
         if service.splade:
             raise ServeError(424, "this server answers SPLADE vectors: use /embed_sparse.")
-        request = schemas.EmbedRequest(inputs=body.input, dimensions=body.dimensions, truncate=None)
+        request = schemas.EmbedRequest(inputs=body.input, dimensions=body.dimensions, truncate=body.truncate)
         vectors, prepared = await _embed(service, request, {"normalize": True, "dimensions": body.dimensions},
                                          field="input")
         data = [{"object": "embedding", "index": i,
@@ -94,15 +100,16 @@ def add_routes(app: FastAPI, service: Service, static: Any) -> None:
                  base64.b64encode(np.asarray(v, dtype="<f4").tobytes()).decode("ascii")}
                 for i, v in enumerate(vectors)]
         tokens = sum(prepared.tokens)
-        return {"object": "list", "data": data, "model": body.model or service.settings.name,
-                "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
+        return await answer("/v1/embeddings", {"object": "list", "data": data,
+                                               "model": body.model or service.settings.name,
+                                               "usage": {"prompt_tokens": tokens, "total_tokens": tokens}})
 
-    app.post("/v1/embeddings")(openai_embeddings)
+    app.post("/v1/embeddings", response_model=dict[str, Any])(openai_embeddings)
     app.post("/embeddings", include_in_schema=False)(openai_embeddings)
 
     # ------------------------------------------------------------------------------ classification
-    @app.post("/predict")
-    async def predict(body: schemas.PredictRequest) -> list:
+    @app.post("/predict", response_model=list)
+    async def predict(body: schemas.PredictRequest) -> Response:
         service.serves("/predict", "classify")
         single, pairs = _predict_inputs(body.inputs)
         service.check_batch(pairs)
@@ -111,28 +118,30 @@ def add_routes(app: FastAPI, service: Service, static: Any) -> None:
         params = {"top_k": None, "function_to_apply": "none" if body.raw_scores else None,
                   "truncation_side": body.truncation_direction.lower()}
         answers = await service.answer(Prepared(items, prepared.tokens), params)
-        return answers[0] if single else answers
+        return await answer("/predict", answers[0] if single else answers)
 
-    @app.post("/rerank")
-    async def rerank(body: schemas.RerankRequest) -> list[dict[str, Any]]:
+    @app.post("/rerank", response_model=list[dict[str, Any]])
+    async def rerank(body: schemas.RerankRequest) -> Response:
         service.serves("/rerank", "rerank")
         service.check_batch(body.texts, "texts")
         prepared = await service.prepare([(body.query, text) for text in body.texts], body.truncate,
-                                         body.truncation_direction.lower(), field="texts")
-        logits = await service.answer(prepared, {"truncation_side": body.truncation_direction.lower()})
+                                         body.truncation_direction.lower(), field="texts", first="query")
+        logits = await service.answer(prepared, {"truncation_side": body.truncation_direction.lower(),
+                                                 "truncation": "longest_first"})  # TEI's cut of a pair
         ranked = [{"index": i, "score": service.pipe.score(v, body.raw_scores)} for i, v in enumerate(logits)]
         if body.return_text:
             for r in ranked:
                 r["text"] = body.texts[r["index"]]
-        return sorted(ranked, key=lambda r: r["score"], reverse=True)
+        return await answer("/rerank", sorted(ranked, key=lambda r: r["score"], reverse=True))
 
-    @app.post("/ner")
-    async def ner(body: schemas.NerRequest) -> list:
+    @app.post("/ner", response_model=list)
+    async def ner(body: schemas.NerRequest) -> Response:
         service.serves("/ner", "ner")
-        return await _texts(service, body.inputs, body.truncate, {"aggregation_strategy": body.aggregation_strategy})
+        return await answer("/ner", await _texts(service, body.inputs, body.truncate,
+                                                 {"aggregation_strategy": body.aggregation_strategy}))
 
-    @app.post("/qa")
-    async def qa(body: schemas.QARequest) -> Any:
+    @app.post("/qa", response_model=Any)
+    async def qa(body: schemas.QARequest) -> Response:
         service.serves("/qa", "qa")
         if body.inputs is None and (body.question is None or body.context is None):
             raise ServeError(422, 'send "question" and "context", or "inputs": [{"question", "context"}, ...].')
@@ -143,16 +152,17 @@ def add_routes(app: FastAPI, service: Service, static: Any) -> None:
         params = {"top_k": body.top_k, "max_answer_len": body.max_answer_len,
                   "handle_impossible_answer": body.handle_impossible_answer}
         answers = await service.answer(Prepared(items, prepared.tokens), params)
-        return answers[0] if body.inputs is None else answers
+        return await answer("/qa", answers[0] if body.inputs is None else answers)
 
-    @app.post("/fill-mask")
-    async def fill_mask(body: schemas.FillMaskRequest) -> list:
+    @app.post("/fill-mask", response_model=list)
+    async def fill_mask(body: schemas.FillMaskRequest) -> Response:
         service.serves("/fill-mask", "fill-mask")
-        return await _texts(service, body.inputs, body.truncate, {"top_k": body.top_k, "targets": body.targets})
+        return await answer("/fill-mask", await _texts(service, body.inputs, body.truncate,
+                                                       {"top_k": body.top_k, "targets": body.targets}))
 
     # ---------------------------------------------------------------------------------- tokenizer
-    @app.post("/tokenize")
-    async def tokenize(body: schemas.TokenizeRequest) -> list[list[dict[str, Any]]]:
+    @app.post("/tokenize", response_model=list[list[dict[str, Any]]])
+    async def tokenize(body: schemas.TokenizeRequest) -> Response:
         texts = _listed(body.inputs)
         service.check_batch(texts)
         prefix = _prompt(service, "main", body.prompt_name)
@@ -162,49 +172,58 @@ def add_routes(app: FastAPI, service: Service, static: Any) -> None:
                 raise ServeError(422, f"inputs[{i}] has {len(text)} characters; /tokenize takes {cap} ("
                                       f"{CHARS_PER_TOKEN} per token of max_input_length {service.max_input_length}).",
                                  param="inputs")
-        return await service.offload(lambda: [_tokens(service, prefix + t, body.add_special_tokens) for t in texts])
+        # made one text at a time on the encoding thread: at most one text's tokens are held as dicts
+        return await answer("/tokenize", (_tokens(service, prefix + t, body.add_special_tokens) for t in texts))
 
-    @app.post("/decode")
-    async def decode(body: schemas.DecodeRequest) -> list[str]:
+    @app.post("/decode", response_model=list[str])
+    async def decode(body: schemas.DecodeRequest) -> Response:
         batch = [body.ids] if not body.ids or isinstance(body.ids[0], int) else body.ids
         service.check_batch([ids for ids in batch if ids], "ids")
         try:
-            return await service.offload(
-                lambda: [service.tokenizer.decode(ids, skip_special_tokens=body.skip_special_tokens) for ids in batch])
+            return await answer("/decode", (service.tokenizer.decode(ids, skip_special_tokens=body.skip_special_tokens)
+                                            for ids in batch))
         except ValueError as error:  # ids outside the vocabulary, named
             raise ServeError(422, f"ids: {error}", "Tokenizer", param="ids") from None
 
     # ------------------------------------------------------------------------------------- POST /
     @app.post("/", summary="the served task's route (text-embeddings-inference), or HF's Inference API")
-    async def root(request: Request) -> Any:
-        data = await request.json()
+    async def root(request: Request) -> Response:
+        parsed = request.scope.get(PARSED)
+        data = None if parsed is None else parsed.value
         if not isinstance(data, dict):
             raise ServeError(422, "the body must be a JSON object.")
+
+        async def read(model: type[BaseModel], fields: dict[str, Any]) -> Any:
+            return await validated(model, fields, big=parsed.big, offload=service.offload)
+
         hf = "parameters" in data
         parameters = data.get("parameters") or {}
         if not isinstance(parameters, dict):
             raise ServeError(422, "parameters must be an object.", param="parameters")
         if service.task == "embeddings":
             if service.splade:
-                return await embed_sparse(_read(schemas.EmbedSparseRequest, _known(data, schemas.EmbedSparseRequest)))
+                return await embed_sparse(await read(schemas.EmbedSparseRequest,
+                                                     _known(data, schemas.EmbedSparseRequest)))
             if isinstance(data.get("inputs"), dict):
-                return await similarity(_read(schemas.SimilarityRequest, data))
-            return await embed(_read(schemas.EmbedRequest, _known(data, schemas.EmbedRequest)))
+                return await similarity(await read(schemas.SimilarityRequest, data))
+            return await embed(await read(schemas.EmbedRequest, _known(data, schemas.EmbedRequest)))
         if service.task == "classify":
             if not hf:
-                return await predict(_read(schemas.PredictRequest, _known(data, schemas.PredictRequest)))
-            return await _inference_classify(service, data["inputs"], parameters)
+                return await predict(await read(schemas.PredictRequest, _known(data, schemas.PredictRequest)))
+            given = await read(schemas.ClassifyInference, data)
+            return await answer("/", await _inference_classify(service, given.inputs,
+                                                               given.parameters or schemas.ClassifyParameters()))
         if service.task == "rerank":
-            return await rerank(_read(schemas.RerankRequest, _known(data, schemas.RerankRequest)))
+            return await rerank(await read(schemas.RerankRequest, _known(data, schemas.RerankRequest)))
         if service.task == "fill-mask":
-            return await fill_mask(_read(schemas.FillMaskRequest, {"inputs": data.get("inputs"),
-                                                                   **_known(parameters, schemas.FillMaskRequest)}))
+            return await fill_mask(await read(schemas.FillMaskRequest, {
+                "inputs": data.get("inputs"), **_known(parameters, schemas.FillMaskRequest)}))
         if service.task == "ner":
-            return await ner(_read(schemas.NerRequest, {"inputs": data.get("inputs"),
-                                                        **_known(parameters, schemas.NerRequest)}))
+            return await ner(await read(schemas.NerRequest, {"inputs": data.get("inputs"),
+                                                             **_known(parameters, schemas.NerRequest)}))
         inputs = data.get("inputs")
         given = inputs if isinstance(inputs, dict) else {"inputs": inputs}
-        return await qa(_read(schemas.QARequest, {**given, **_known(parameters, schemas.QARequest)}))
+        return await qa(await read(schemas.QARequest, {**given, **_known(parameters, schemas.QARequest)}))
 
 
 async def _embed(service: Service, body: Any, params: dict[str, Any], pipe: str = "main",
@@ -228,21 +247,15 @@ async def _texts(service: Service, inputs: str | list[str], truncate: bool | Non
     return answers[0] if isinstance(inputs, str) else answers
 
 
-async def _inference_classify(service: Service, inputs: Any, parameters: dict[str, Any]) -> list:
+async def _inference_classify(service: Service, inputs: Any, parameters: schemas.ClassifyParameters) -> list:
     """HF's Inference API text classification: a list of ``{label, score}`` per input, best first."""
     texts = [inputs] if isinstance(inputs, str) else inputs
     if not isinstance(texts, list) or not all(isinstance(t, str) for t in texts):
         raise ServeError(422, "inputs must be a text or a list of texts.", param="inputs")
     service.check_batch(texts)
-    top_k = parameters.get("top_k")
-    if top_k is not None and (type(top_k) is not int or top_k < 1):
-        raise ServeError(422, f"parameters.top_k must be an integer >= 1, got {top_k!r}.", param="top_k")
-    function = parameters.get("function_to_apply")
-    if function not in (None, "softmax", "sigmoid", "none"):
-        raise ServeError(422, f"parameters.function_to_apply must be softmax, sigmoid or none, got {function!r}.",
-                         param="function_to_apply")
-    prepared = await service.prepare(texts, parameters.get("truncate"))
-    return await service.answer(prepared, {"top_k": top_k, "function_to_apply": function})
+    prepared = await service.prepare(texts, parameters.truncate)
+    return await service.answer(prepared, {"top_k": parameters.top_k,
+                                           "function_to_apply": parameters.function_to_apply})
 
 
 def _prompt(service: Service, pipe: str, prompt_name: str | None) -> str:
@@ -300,20 +313,3 @@ def _predict_inputs(inputs: str | list) -> tuple[bool, list[Any]]:
 def _known(data: dict[str, Any], model: type[BaseModel]) -> dict[str, Any]:
     """The fields of ``data`` that ``model`` has (``POST /`` ignores the rest, as TEI does)."""
     return {k: v for k, v in data.items() if k in model.model_fields}
-
-
-def _read(model: type[BaseModel], data: dict[str, Any]) -> Any:
-    """``data`` as ``model``; 422 naming the fields otherwise."""
-    try:
-        return model.model_validate(data)
-    except ValidationError as error:
-        raise ServeError(422, problems(error.errors())) from None
-
-
-def problems(errors: list[dict[str, Any]]) -> str:
-    """pydantic's errors as one line: ``field: what is wrong; ...`` (the first five)."""
-    described = []
-    for e in errors:
-        where = ".".join(str(p) for p in e.get("loc", ()) if p != "body") or "body"
-        described.append(f"{where}: {e.get('msg', 'invalid')}")
-    return "; ".join(described[:5])

@@ -1,7 +1,12 @@
 """Request bodies of every route (pydantic): text-embeddings-inference's, as its openapi.json (v1.9) has them,
 OpenAI's embeddings, and bertkit's ``/ner``, ``/qa``, ``/fill-mask``. Unknown fields are refused on the named
 routes (422 naming them); OpenAI's route and ``POST /`` (which HF's ``InferenceClient`` and TEI's clients call
-with their own extras) ignore them, as TEI does."""
+with their own extras) ignore them, as TEI does.
+
+Every model is strict, the one rule for every field of every route: an integer field takes a JSON integer (not
+``true``, ``12.0`` or ``"12"``), a boolean ``true`` / ``false`` (not ``1`` or ``"true"``), a text a string, as
+TEI's serde reads them. :func:`bertkit.serving.bodies.validated` applies them; a field with several forms
+describes them (``description``), which its error quotes."""
 
 from __future__ import annotations
 
@@ -14,16 +19,18 @@ Pair = list[str]
 Ids = list[int]
 #: TEI's ``Input``: a text or token ids, or a batch of them
 Input = Text | Ids | list[Text | Ids]
+INPUT_FORMS = "a text, a list of token ids (integers >= 0), or a list of texts and token-id lists"
+TEXTS_FORMS = "a text or a list of texts"
 #: TEI's ``TruncationDirection`` (it takes either case)
 Direction = Literal["right", "left", "Right", "Left"]
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 class Lenient(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", strict=True)
 
 
 class _Truncation(Strict):
@@ -33,7 +40,7 @@ class _Truncation(Strict):
 
 
 class _Embedding(_Truncation):
-    inputs: Input
+    inputs: Input = Field(description=INPUT_FORMS)
     prompt_name: str | None = None
 
 
@@ -65,12 +72,16 @@ class SimilarityRequest(Strict):
 
 
 class OpenAIEmbeddingsRequest(BaseModel):
-    model_config = ConfigDict(extra="allow")
-    input: Text | Ids | list[Text] | list[Ids]
+    """OpenAI's fields, and ``truncate`` (null: ``--auto-truncate``; the openai SDK sends it in ``extra_body``)."""
+
+    model_config = ConfigDict(extra="allow", strict=True)
+    input: Text | Ids | list[Text] | list[Ids] = Field(
+        description="a text, a list of token ids (integers >= 0), a list of texts, or a list of token-id lists")
     model: str | None = None
     encoding_format: Literal["float", "base64"] = "float"
     dimensions: int | None = Field(None, ge=1)
     user: str | None = None
+    truncate: bool | None = None
 
 
 class PredictRequest(_Truncation):
@@ -87,7 +98,7 @@ class RerankRequest(_Truncation):
 
 
 class NerRequest(Strict):
-    inputs: Text | list[Text]
+    inputs: Text | list[Text] = Field(description=TEXTS_FORMS)
     aggregation_strategy: Literal["none", "simple", "first", "average", "max"] = "simple"
     truncate: bool | None = None
 
@@ -107,21 +118,34 @@ class QARequest(Strict):
 
 
 class FillMaskRequest(Strict):
-    inputs: Text | list[Text]
+    inputs: Text | list[Text] = Field(description=TEXTS_FORMS)
     top_k: int = Field(5, ge=1, le=1000)
-    targets: Text | list[Text] | None = None
+    targets: Text | list[Text] | None = Field(None, description=TEXTS_FORMS)
     truncate: bool | None = None
 
 
 class TokenizeRequest(Strict):
-    inputs: Text | list[Text]
+    inputs: Text | list[Text] = Field(description=TEXTS_FORMS)
     add_special_tokens: bool = True
     prompt_name: str | None = None
 
 
 class DecodeRequest(Strict):
-    ids: Ids | list[Ids]
+    ids: Ids | list[Ids] = Field(description="a list of token ids (integers >= 0) or a list of such lists")
     skip_special_tokens: bool = True
+
+
+class ClassifyParameters(Lenient):
+    """HF's Inference API's text-classification ``parameters`` (``POST /`` on a classifier)."""
+
+    top_k: int | None = Field(None, ge=1)
+    function_to_apply: Literal["softmax", "sigmoid", "none"] | None = None
+    truncate: bool | None = None
+
+
+class ClassifyInference(Lenient):
+    inputs: Any
+    parameters: ClassifyParameters | None = None
 
 
 class InferenceRequest(Lenient):

@@ -142,14 +142,14 @@ class Service:
         return self.settings.auto_truncate if truncate is None else truncate
 
     async def prepare(self, inputs: list[Any], truncate: bool | None, side: str = "right", *, prefix: str = "",
-                      field: str = "inputs", limit: bool = True) -> Prepared:
-        """The inputs counted and cut on a tokenization thread (``limit=False``: counted only; the QA pipeline
-        windows long contexts itself)."""
+                      field: str = "inputs", first: str | None = None, limit: bool = True) -> Prepared:
+        """The inputs counted and cut on a tokenization thread (:func:`bertkit.serving.inputs.prepare`;
+        ``limit=False``: counted only, the QA pipeline windows long contexts itself)."""
         if not limit:
             return await self.offload(lambda: Prepared(inputs, count_tokens(self.tokenizer, inputs)))
         return await self.offload(lambda: prepare(inputs, tokenizer=self.tokenizer, limit=self.max_input_length,
                                                   truncate=self.truncation(truncate), side=side, prefix=prefix,
-                                                  field=field))
+                                                  field=field, first=first))
 
     async def offload(self, work: Any) -> Any:
         """``work()`` on a tokenization thread: the event loop keeps answering meanwhile."""

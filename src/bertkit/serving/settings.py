@@ -13,6 +13,8 @@ from bertkit.checks import check_int
 PIPELINE_TASKS = {"embeddings": "embeddings", "classify": "text-classification", "ner": "token-classification",
                   "qa": "question-answering", "fill-mask": "fill-mask", "rerank": "rerank"}
 TASKS = ("auto", *PIPELINE_TASKS)
+#: the heaviest answer by default: 64 MiB of JSON (32 inputs of /embed_all at 256 tokens x 384 dimensions take ~62)
+MAX_RESPONSE_BYTES = 64 * 1024 * 1024
 DTYPES = ("fp32", "bf16")
 #: ``--pooling``: sentence-transformers' modes, and ``splade`` (a masked-LM head's sparse vectors)
 POOLINGS = ("cls", "mean", "max", "lasttoken", "splade")
@@ -31,7 +33,7 @@ class ServeSettings:
     takes. ``api_key`` None: no authentication; an empty or blank key is refused (a ``--api-key "$KEY"`` with
     ``KEY`` unset must not start an open server). ``max_connections`` and ``timeout_keep_alive`` bound the
     connections the server holds (see :mod:`bertkit.serving.protocol`); ``body_timeout`` the seconds a client may
-    take to send its request body.
+    take to send its request body; ``max_response_bytes`` what one answer may weigh as JSON (beyond: 413).
     """
 
     model: str
@@ -53,6 +55,7 @@ class ServeSettings:
     max_connections: int = 1024
     timeout_keep_alive: float = 5.0
     body_timeout: float = 60.0
+    max_response_bytes: int = MAX_RESPONSE_BYTES
 
     def check(self) -> ServeSettings:
         if self.task not in TASKS:
@@ -62,7 +65,7 @@ class ServeSettings:
         if self.pooling is not None and self.pooling not in POOLINGS:
             raise ValueError(f"pooling must be one of {POOLINGS}, got {self.pooling!r}.")
         for name in ("max_batch_tokens", "max_concurrent_requests", "max_client_batch_size", "workers",
-                     "max_connections"):
+                     "max_connections", "max_response_bytes"):
             check_int(name, getattr(self, name))
         for name in ("max_input_length", "tokenization_workers"):
             check_int(name, getattr(self, name), none_means="chosen from the model / the machine")
