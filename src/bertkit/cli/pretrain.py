@@ -231,8 +231,8 @@ def main(argv: list[str]) -> int:
 
         data = [spec.path for spec in parse_data_specs(args.data)]
     refuse_output_over_input(("-o", args.output), [("--data", data), ("--text", args.text),
-                                                   ("--eval-data", args.eval_data), ("--model", args.model),
-                                                   ("--init-from", args.init_from)])
+                                                   ("--eval-data", args.eval_data), ("--model", args.model)],
+                             models=[("--init-from", args.init_from)])
     if args.apply_changes and not args.resume:
         parser.error("--apply-changes only applies with --resume")
     resolve_objective(args)
