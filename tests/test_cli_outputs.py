@@ -116,6 +116,51 @@ def test_every_writing_command_refuses_to_write_over_an_input(command, tmp_path,
     assert snapshot(data) == before
 
 
+def inside_model_lines(model: pathlib.Path, data: pathlib.Path) -> dict[str, tuple[list, str]]:
+    """Per command that reads a model: a command line writing into ``model``, and the flag naming the model."""
+    return {
+        "predict MODEL_DIR --data": (["predict", model, "--data", data, "-o", model / "model.safetensors"],
+                                     "MODEL_DIR"),
+        "predict MODEL_DIR config.json": (["predict", model, "--data", data, "-o", model / "config.json"],
+                                          "MODEL_DIR"),
+        "predict TASK": (["predict", "classify", model, "--input", data, "-o", model / "task.json"], "MODEL"),
+        "embed": (["embed", model, "--input", data, "-o", model / "new" / "v.jsonl"], "MODEL"),
+        "finetune": (["finetune", "classify", "--model", model, "--train", data, "-o", model / "run"], "--model"),
+        "pretrain --init-from": (["pretrain", "--text", data, "--init-from", model, "-o", model / "run"],
+                                 "--init-from"),
+        "convert": (["convert", model, model / "hf"], "SRC"),
+        "export": (["export", model, "-o", model / "onnx"], "MODEL"),
+        "data create --tokenizer": (["data", "create", data, "--tokenizer", model, "-o", model / "data"],
+                                    "--tokenizer"),
+    }
+
+
+@pytest.mark.parametrize("command", list(inside_model_lines(pathlib.Path("/m"), pathlib.Path("/d")).keys()))
+def test_every_command_refuses_to_write_inside_the_model_it_reads(command, tmp_path, data, capsys):
+    """``predict clfcopy --data long.tsv -o clfcopy/model.safetensors`` exited 0, having replaced the weights
+    with JSON lines; an output inside the model directory is refused before anything is read or written."""
+    model = tmp_path / "clfcopy"
+    model.mkdir()
+    (model / "config.json").write_text('{"hidden_size": 32}', encoding="utf-8")
+    (model / "model.safetensors").write_bytes(b"weights")
+    (model / "task.json").write_text("{}", encoding="utf-8")
+    before = {p.name: snapshot(p) for p in model.iterdir()}
+    argv, flag = inside_model_lines(model, data)[command]
+    assert main([str(a) for a in argv]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("bertkit: error: ") and err.count("\n") == 1, err
+    assert f"lies inside the directory {flag} {model}, which this command reads as a model" in err
+    assert {p.name: snapshot(p) for p in model.iterdir()} == before
+
+
+def test_outputs_beside_the_model_or_inside_a_data_directory_are_fine(tmp_path, data):
+    model = tmp_path / "model"
+    model.mkdir()
+    for output in (tmp_path / "preds.jsonl", tmp_path / "model-2" / "x.jsonl", data.parent / "out.jsonl"):
+        refuse_output_over_input(("-o", output), [("--data", data.parent)], models=[("MODEL", model)])
+    refuse_output_over_input(("-o", model / "x"), [], models=[("MODEL", "bert-base-uncased")])  # a registry name
+
+
 def test_embed_over_its_own_input_is_refused_with_a_real_model(tmp_path, capsys):
     """The issue's reproduction: this exited 0 and replaced the texts with their embeddings."""
     source = tmp_path / "in.jsonl"

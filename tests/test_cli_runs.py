@@ -197,3 +197,23 @@ def test_the_default_recipe_learns_on_a_book(tmp_path):
     bertkit("pretrain", "--text", book, "--model", "tiny", "-o", tmp_path / "run")  # steps, not seconds
     evaluation = json.loads((tmp_path / "run" / "evaluation.json").read_text())
     assert evaluation["mlm_accuracy_masked"] >= 1.5 * evaluation["unigram_accuracy_masked"], evaluation
+
+
+def test_pretrain_on_data_without_eval_data_says_no_held_out_set_is_evaluated(tmp_path, monkeypatch, capsys):
+    """It reported no held-out number and said nothing about it."""
+    import bertkit.tasks.pretraining as pretraining
+    from bertkit.cli import main
+
+    def stop(data, output, eval_data_dir=None, **kwargs):
+        raise ValueError("stopped before training")
+
+    monkeypatch.setattr(pretraining, "pretrain", stop)
+    for name in ("data", "held"):
+        (tmp_path / name).mkdir()
+    assert main(["pretrain", "--data", str(tmp_path / "data"), "-o", str(tmp_path / "out")]) == 1
+    first = capsys.readouterr().err.splitlines()[0]
+    assert first.startswith("bertkit pretrain: no held-out set is evaluated (no --eval-data)")
+    assert "--eval-data DIR (e.g. written by `bertkit data create ... --holdout 0.01`)" in first
+    assert main(["pretrain", "--data", str(tmp_path / "data"), "--eval-data", str(tmp_path / "held"), "-o",
+                 str(tmp_path / "out")]) == 1
+    assert "held-out" not in capsys.readouterr().err

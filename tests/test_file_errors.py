@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from bertkit import BERT, BERTConfig
@@ -126,6 +128,34 @@ def test_info_on_a_file_that_is_no_model_says_what_info_takes(tmp_path, capsys):
     assert "Unknown model size" not in line
     assert "info takes a size" in error_line(capsys, "info", tmp_path / "missing")
     assert "directory without a config.json" in error_line(capsys, "info", tmp_path)
+
+
+@pytest.mark.parametrize("content", ['{}', '{"version": "v2.0", "data": [{"title": "Emma", "paragraphs": []}]}',
+                                     '{"hidden_size": 64}'])
+def test_info_on_json_that_is_no_config_names_the_file_and_what_a_config_gives(tmp_path, capsys, content):
+    """SQuAD data and {} were described as BERT-base (every field has a default)."""
+    path = tmp_path / "train-v2.0.json"
+    path.write_text(content, encoding="utf-8")
+    line = error_line(capsys, "info", path)
+    assert f"{path} is JSON but not a model config: it lacks " in line and "num_hidden_layers" in line
+    assert "which a config gives" in line and "info takes a size" in line
+
+
+@pytest.mark.parametrize("model_type, family", [(None, "family=bert"), ("roberta", "family=roberta"),
+                                                ("xlm-roberta", "family=roberta (xlm-roberta)"),
+                                                ("mpnet", "family=mpnet"), ("distilbert", "family=distilbert")])
+def test_info_names_the_family(tmp_path, capsys, model_type, family):
+    config = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 37,
+              "vocab_size": 99, "max_position_embeddings": 64}
+    if model_type == "distilbert":
+        config = {"dim": 32, "n_layers": 2, "n_heads": 2, "hidden_dim": 37, "vocab_size": 99}
+    if model_type is not None:
+        config["model_type"] = model_type
+    (tmp_path / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    assert main(["info", str(tmp_path)]) == 0
+    assert capsys.readouterr().out.startswith(f"{tmp_path}: {family} L=2 H=32 ")
+    assert main(["info", "tiny"]) == 0
+    assert capsys.readouterr().out.startswith("tiny: family=bert L=")
 
 
 def test_export_refuses_an_unsupported_opset_naming_the_range(model_dir, tmp_path, capsys):

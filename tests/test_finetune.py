@@ -400,3 +400,22 @@ def test_evaluate_and_predict_python_api(model_dir, tmp_path):
     assert len(predictions) == 32 and len((tmp_path / "p.jsonl").read_text().splitlines()) == 32
     with pytest.raises(ValueError, match="fine-tuned for 'classify', not 'tag'"):
         evaluate(result.model_dir, dev, task="tag")
+
+
+def test_a_run_that_failed_before_its_first_step_claims_nothing(model_dir, tmp_path, capsys):
+    """After "fewer than one batch" the corrected command was refused ("already holds a run") until --overwrite;
+    a resumed run refused for other data named no input."""
+    train = _vader(tmp_path, "train", 16)
+    out = tmp_path / "run"
+    command = ["finetune", "classify", "--model", str(model_dir), "--train", str(train), "-o", str(out)]
+    assert cli([*command, *_fast(epochs=1, batch=32, length=32)]) == 1
+    assert "fewer than one batch" in capsys.readouterr().err
+    assert cli([*command, *_fast(epochs=1, batch=8, length=32)]) == 0
+    capsys.readouterr()
+    other = tmp_path / "other.tsv"
+    other.write_text(train.read_text(encoding="utf-8") + "one more row\t1\t4.0\tx1\n", encoding="utf-8")
+    resumed = [*command[:5], str(other), *command[6:], *_fast(epochs=1, batch=8, length=32), "--resume"]
+    assert cli(resumed) == 1
+    err = capsys.readouterr().err
+    assert "its data differs from this one's (then -> now): train[0].bytes: " in err
+    assert "train[0].name: 'train.tsv' -> 'other.tsv'" in err

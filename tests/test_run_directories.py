@@ -188,3 +188,25 @@ def test_reproducible_data_creation_and_collator_from_the_seed(book, tmp_path):
     assert (a.model_dir / "model.safetensors").read_bytes() == (b.model_dir / "model.safetensors").read_bytes()
     da, db = PretrainingDataset(a.output_dir / "data" / "train"), PretrainingDataset(b.output_dir / "data" / "train")
     assert all((x == y).all() for x, y in zip(da.token_arrays(), db.token_arrays(), strict=True))
+
+
+def test_a_run_that_wrote_nothing_but_run_json_leaves_nothing_to_refuse(tmp_path):
+    """A run that failed (or was killed) before its first step wrote run.json alone; it claimed the directory."""
+    from bertkit.training.rundir import holds_run
+
+    out = tmp_path / "run"
+    with RunDirectory(out) as run:
+        run.check("data", {"train": [{"name": "a.tsv", "bytes": 3}]})
+        run.save()  # then the run failed: no step, no checkpoint
+    assert not holds_run(out)
+    with RunDirectory(out) as run:  # the corrected command, without --resume or --overwrite
+        run.check("data", {"train": [{"name": "a.tsv", "bytes": 5}]})
+        run.save()
+        (out / "metrics.jsonl").write_text("{}\n")  # this one took a step
+    assert holds_run(out)
+    with pytest.raises(RunDirectoryError, match="already holds a run"):
+        RunDirectory(out).open()
+    with RunDirectory(out, resume=True) as run, pytest.raises(
+            RunDirectoryError, match=r"its data differs from this one's \(then -> now\): train\[0\] \(a\.tsv\)\.bytes: "
+                                     r"5 -> 7"):
+        run.check("data", {"train": [{"name": "a.tsv", "bytes": 7}]})

@@ -493,3 +493,61 @@ def test_missing_files(dirs, tmp_path):
     (tmp_path / "roberta" / "tokenizer_config.json").write_text("{broken")
     with pytest.raises(ValueError, match=r"tokenizer_config\.json is not valid JSON"):
         load_tokenizer(d)
+
+
+# ---------------------------------------------------------------------------- components that would panic
+
+def _with_pre_tokenizer_split(d, pattern: str) -> None:
+    from tokenizer_json_helpers import edit_json
+
+    split = {"type": "Split", "pattern": {"Regex": pattern}, "behavior": "Isolated", "invert": False}
+    edit_json(d / "tokenizer.json",
+              lambda data: data.update(pre_tokenizer={"type": "Sequence", "pretokenizers": [{"type": "WhitespaceSplit"},
+                                                                                            split]}))
+
+
+def test_a_catastrophically_backtracking_regex_is_refused_at_load(dirs, tmp_path):
+    """``(a+)+$`` loaded, then panicked in Rust on "aaa...b", reported as a truncation / stride problem."""
+    d = _copy(dirs["modernbert"], tmp_path / "backtracks")
+    _with_pre_tokenizer_split(d, "(a+)+$")
+    with pytest.raises(ValueError) as info:
+        load_tokenizer(d)
+    message = str(info.value)
+    assert message.startswith(f"{d / 'tokenizer.json'}: its pre_tokenizer.pretokenizers[1] (Split) regex '(a+)+$' ")
+    assert "backtracks catastrophically" in message and "stride" not in message
+
+
+def test_a_replace_normalizer_with_an_empty_pattern_is_refused_at_load(dirs, tmp_path):
+    from tokenizer_json_helpers import edit_json
+
+    d = _copy(dirs["modernbert"], tmp_path / "empty_replace")
+    replace = {"type": "Replace", "pattern": {"String": ""}, "content": "x"}
+    edit_json(d / "tokenizer.json", lambda data: data.update(normalizer={"type": "Sequence", "normalizers": [
+        {"type": "NFC"}, replace]}))
+    with pytest.raises(ValueError, match=r"its normalizer\.normalizers\[1\] \(Replace\) has an empty pattern") as info:
+        load_tokenizer(d)
+    assert str(d / "tokenizer.json") in str(info.value)
+
+
+def test_a_panic_the_load_probes_miss_names_the_file_and_the_component(dirs, tmp_path):
+    d = _copy(dirs["modernbert"], tmp_path / "backtracks_on_pairs")
+    _with_pre_tokenizer_split(d, "(ab|ab)+$")  # single-character probes do not backtrack here; "abab...!" does
+    tokenizer = load_tokenizer(d)
+    assert tokenizer("fine text")["input_ids"]
+    with pytest.raises(ValueError) as info:
+        tokenizer(["fine text", "ab" * 30 + "!"], truncation=True, max_length=16)
+    message = str(info.value)
+    assert message.startswith(f"{d / 'tokenizer.json'}: its pre_tokenizer.pretokenizers[1] (Split) panicked on "
+                              "text 1 of the batch")
+    assert "stride" not in message
+
+
+def test_the_regexes_of_real_tokenizers_pass_the_probes():
+    """GPT-2's and Llama 3's pre-tokenizer regexes (alternations of runs, no nested repetition) are accepted."""
+    from bertkit.tokenization.components import check_components
+
+    for pattern in (r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+",
+                    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+                    r"|\s*[\r\n]+|\s+(?!\S)|\s+"):
+        check_components({"pre_tokenizer": {"type": "Split", "pattern": {"Regex": pattern}, "behavior": "Isolated",
+                                            "invert": False}}, "tokenizer.json")

@@ -6,7 +6,8 @@ and directories get the permissions the user's umask gives (``0o666 & ~umask`` a
 ``0o777 & ~umask``), not the private ``0o600`` / ``0o700`` of :mod:`tempfile`. A write
 that fails for lack of space (``ENOSPC``, or the C++ stream error torch reports for it)
 becomes an :class:`OSError` naming the target path and the free space left. :func:`refuse_output_over_input`
-is the check every writing command makes first: its output must not be, nor hold, one of its inputs.
+is the check every writing command makes first: its output must not be, nor hold, one of its inputs, nor lie
+inside a model directory it reads.
 """
 
 from __future__ import annotations
@@ -127,29 +128,51 @@ def disk_full_error(path: str | os.PathLike, cause: BaseException) -> OSError:
 
 
 def refuse_output_over_input(output: tuple[str, str | os.PathLike | None],
-                             inputs: list[tuple[str, str | os.PathLike | list | tuple | None]]) -> None:
-    """Raise ``ValueError`` if writing ``output`` would replace or remove one of ``inputs``; call before any work.
+                             inputs: list[tuple[str, str | os.PathLike | list | tuple | None]],
+                             models: list[tuple[str, str | os.PathLike | None]] = ()) -> None:
+    """Raise ``ValueError`` if writing ``output`` would replace or remove one of ``inputs`` or ``models``, or
+    write into one of ``models``; call before any work: every writing command's one guard.
 
     ``output`` is ``(option, path)``, ``inputs`` a list of ``(option, path or paths)``; options name the
     command-line flags (``"-o"``, ``"--data"``) for the message, and a None path is skipped. A conflict is an
     output that is an input (the same file or directory, however reached: relative or absolute path, a symlink,
     a hard link), or an output directory holding an input (a file or directory anywhere beneath it). An input
     that does not exist (a registry name) is skipped, except a TensorFlow checkpoint prefix, whose ``.index`` /
-    ``.data-*`` files are checked. An output that does not exist yet conflicts with nothing.
+    ``.data-*`` files are checked. An output that does not exist yet conflicts with no input.
+
+    ``models`` are the inputs read as a model, tokenizer or run directory (``(option, path)``): besides the
+    conflicts above, an output inside one of those directories (``-o MODEL/config.json``, existing or not, at
+    any depth) is refused, since the file written there would replace or join the model's own files. An input
+    directory of data (``--data``, ``--text``) may hold the output.
     """
     out_flag, out_path = output
     if out_path is None:
         return
+    for flag, path in models:
+        if path is not None and os.path.isdir(path) and _lies_inside(out_path, path):
+            raise ValueError(f"{out_flag} {os.fspath(out_path)} ({os.path.realpath(out_path)}) lies inside the "
+                             f"directory {flag} {os.fspath(path)}, which this command reads as a model: writing "
+                             f"there could replace the model's files; choose an {out_flag} path outside it.")
     try:
         out_stat = os.stat(out_path)
     except OSError:
         return
-    for flag, paths in inputs:
+    for flag, paths in [*inputs, *models]:
         for path in [paths] if isinstance(paths, str | os.PathLike) else (paths or []):
             for existing in _existing_files(os.fspath(path)):
                 how = _overlap(out_stat, existing)
                 if how:
                     raise ValueError(_conflict_message(out_flag, os.fspath(out_path), flag, os.fspath(path), how))
+
+
+def _lies_inside(path: str | os.PathLike, directory: str | os.PathLike) -> bool:
+    """Whether ``path`` (existing or not, symlinks resolved) lies somewhere beneath ``directory``."""
+    target = os.stat(directory)
+    for parent in Path(os.path.realpath(path)).parents:
+        with contextlib.suppress(OSError):
+            if os.path.samestat(os.stat(parent), target):
+                return True
+    return False
 
 
 def _existing_files(path: str) -> list[str]:

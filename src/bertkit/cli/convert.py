@@ -22,7 +22,7 @@ def main(argv: list[str]) -> int:
                         help="the tokenizer lower-cases (default: from the source, else from its name)")
     casing.add_argument("--cased", dest="do_lower_case", action="store_false")
     args = parser.parse_args(argv)
-    refuse_output_over_input(("DST", args.dest), [("SRC", args.source)])
+    refuse_output_over_input(("DST", args.dest), [], models=[("SRC", args.source)])
 
     from bertkit.weights.convert import convert
 

@@ -56,7 +56,7 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     if args.action == "info":
         return _info(args.directory)
-    refuse_output_over_input(("-o", args.output), [("INPUT", args.inputs), ("--tokenizer", args.tokenizer)])
+    refuse_output_over_input(("-o", args.output), [("INPUT", args.inputs)], models=[("--tokenizer", args.tokenizer)])
     if args.partition_size is not None and args.partition_size <= 0:
         parser.error(f"--partition-size must be a positive number of megabytes, got {args.partition_size}")
     partition_bytes = None if args.partition_size is None else int(args.partition_size * (1 << 20))

@@ -7,7 +7,7 @@ empty text (marked "empty": true in .jsonl output), so rows always line up with 
 length-sorted batches a chunk at a time, so a file larger than memory is fine; OUT.npy is one float32
 [N, D] array (its space reserved before the first row is written), OUT.jsonl one {"index", "embedding"}
 line per text, both in input order and moved into place only when complete. -o must not be (or resolve
-to) MODEL or FILE.
+to) MODEL or FILE, nor lie inside MODEL.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--dtype", choices=("fp32", "bf16"), default="fp32")
     parser.add_argument("--encoding", default="utf-8", help="of the input file (default utf-8), e.g. utf-16, cp1252")
     args = parser.parse_args(argv)
-    refuse_output_over_input(("-o", args.output), [("MODEL", args.model), ("--input", args.input)])
+    refuse_output_over_input(("-o", args.output), [("--input", args.input)], models=[("MODEL", args.model)])
     suffix = os.path.splitext(args.output)[1].lower()
     if suffix not in (".npy", ".jsonl"):
         raise ValueError(f"-o {args.output}: write .npy or .jsonl.")

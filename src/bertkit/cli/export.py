@@ -27,7 +27,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--opset", type=int, default=18,
                         help="ONNX opset, from 17 to the highest the installed torch and onnx export (default 18)")
     args = parser.parse_args(argv)
-    refuse_output_over_input(("-o", args.output), [("MODEL", args.model)])
+    refuse_output_over_input(("-o", args.output), [], models=[("MODEL", args.model)])
 
     from bertkit.export import export_onnx
 

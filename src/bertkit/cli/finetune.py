@@ -101,9 +101,9 @@ def main(argv: list[str]) -> int:
         parser.error("--train is required")
     if args.data_dir is not None and getattr(args, "glue", None) is None:
         parser.error("--data-dir reads a GLUE task's files; name the task with --glue")
-    refuse_output_over_input(("-o", args.output), [("--model", args.model), ("--train", args.train),
-                                                   ("--validation", args.validation), ("--test", args.test),
-                                                   ("--data-dir", args.data_dir)])
+    refuse_output_over_input(("-o", args.output), [("--train", args.train), ("--validation", args.validation),
+                                                   ("--test", args.test), ("--data-dir", args.data_dir)],
+                             models=[("--model", args.model)])
 
     from bertkit.tasks.finetuning import finetune
     from bertkit.training.threads import parse_threads

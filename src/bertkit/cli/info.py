@@ -1,4 +1,4 @@
-"""``bertkit info SIZE|DIR|CONFIG``: the architecture and parameter count of a preset or a checkpoint.
+"""``bertkit info SIZE|DIR|CONFIG``: the family, architecture and parameter count of a preset or a checkpoint.
 
 Parameters are counted from the config alone (:func:`bertkit.modeling.counting.count_parameters`), so
 nothing is built or allocated: a config of any size is described at once.
@@ -11,6 +11,8 @@ from pathlib import Path
 from bertkit.cli import ArgumentParser
 
 TAKES = "info takes a size (tiny, mini, small, medium, base, large), a checkpoint directory, or its config.json"
+#: the fields every model config gives (a family may spell them otherwise: DistilBERT's dim, n_layers)
+SIZE_FIELDS = ("hidden_size", "num_hidden_layers")
 
 
 def describe(source: str) -> str:
@@ -19,8 +21,8 @@ def describe(source: str) -> str:
     from bertkit.modeling.counting import POOLED, backbone_parameters, count_parameters
 
     config, architecture = _config_of(source)
-    lines = [f"{source}: L={config.num_hidden_layers} H={config.hidden_size} A={config.num_attention_heads} "
-             f"intermediate={config.intermediate_size} vocab={config.vocab_size} "
+    lines = [f"{source}: {_family(config)} L={config.num_hidden_layers} H={config.hidden_size} "
+             f"A={config.num_attention_heads} intermediate={config.intermediate_size} vocab={config.vocab_size} "
              f"act={config.activation_name()} decoder={config.is_decoder}",
              f"backbone parameters: {backbone_parameters(config) / 1e6:.1f}M"]
     if architecture in POOLED and architecture != "BertModel":
@@ -38,6 +40,8 @@ def _config_of(source: str):
     path = Path(source)
     if path.is_dir() and (path / "config.json").is_file():
         path = path / "config.json"
+    elif path.is_dir() and (path / "model" / "config.json").is_file():  # a run's directory: the model it wrote
+        path = path / "model" / "config.json"
     elif source in SIZES:  # a size, also when a folder without a config happens to bear its name
         return preset_config(source), None
     elif path.is_dir():
@@ -46,7 +50,9 @@ def _config_of(source: str):
         raise ValueError(f"{source} is a file but not a model config (not .json); {TAKES}.")
     elif not path.is_file():
         raise ValueError(f"{source} is neither a model size nor an existing file or directory; {TAKES}.")
-    architectures = read_json_object(path, "a model config").get("architectures") or [None]
+    data = read_json_object(path, "a model config")
+    _check_is_config(data, path)
+    architectures = data.get("architectures") or [None]
     return BERTConfig.from_json_file(path), architectures[0]
 
 
@@ -79,6 +85,28 @@ def numerics_lines(source: str) -> str:
                     lines.append(f"  differs here: {'; '.join(differ)} (its numbers would move in the last digits)")
             break
     return "\n".join(lines)
+
+
+def _family(config) -> str:
+    """``family=bert``, or ``family=roberta (xlm-roberta)`` where the HF model type is not the family's name."""
+    return f"family={config.family}" + (f" ({config.hf_model_type})" if config.hf_model_type != config.family else "")
+
+
+def _check_is_config(data: dict, path: Path) -> None:
+    """A ValueError naming ``path`` unless ``data`` gives the :data:`SIZE_FIELDS` (as any family spells them):
+    every other field has a default, so a JSON file of something else (SQuAD data, ``{}``) would read as
+    BERT-base."""
+    from bertkit.families import FAMILIES
+
+    spellings = {field: {field} | {key for family in FAMILIES.values()
+                                    for key, ours in family.hf_config_keys.items() if ours == field}
+                 for field in SIZE_FIELDS}
+    missing = [field for field, keys in spellings.items() if not keys & set(data)]
+    if missing:
+        keys = ", ".join(repr(k) for k in list(data)[:6]) + (", ..." if len(data) > 6 else "") if data else "none"
+        raise ValueError(f"{path} is JSON but not a model config: it lacks {' and '.join(missing)}, which a config "
+                         f"gives (e.g. {{\"hidden_size\": 768, \"num_hidden_layers\": 12, ...}}); its keys: {keys}. "
+                         f"{TAKES}.")
 
 
 def main(argv: list[str]) -> int:

@@ -12,7 +12,7 @@ TEXTs on the command line or --input FILE (.txt: a text per line; .jsonl: a text
 .csv with a header); one JSON line per input ({"input", "output"}) to -o OUT.jsonl or stdout, in input
 order, streamed (files larger than memory are fine). Answer i is line i of a .txt / .jsonl FILE: a blank
 line is not run, and answered {"input": "", "output": null, "empty": true}. -o must not be (or resolve to)
-MODEL or FILE.
+MODEL or FILE, nor lie inside MODEL.
 
 Fine-tuned form: bertkit predict MODEL_DIR --data FILE -o OUT.jsonl [--task T] — one JSON line per row of a
 file in the task's training format (the predicted label as it appears in the data, tags per word for
@@ -76,7 +76,7 @@ def pipeline_parser() -> ArgumentParser:
 
 def pipeline_main(argv: list[str]) -> int:
     args = pipeline_parser().parse_args(argv)
-    refuse_output_over_input(("-o", args.output), [("MODEL", args.model), ("--input", args.input)])
+    refuse_output_over_input(("-o", args.output), [("--input", args.input)], models=[("MODEL", args.model)])
     if bool(args.texts) == bool(args.input):
         raise ValueError("give the inputs either as TEXT arguments or with --input FILE (one of the two).")
     import torch
@@ -139,7 +139,7 @@ def finetuned_main(argv: list[str]) -> int:
     parser = parser_for("bertkit predict", __doc__)
     parser.add_argument("-o", "--output", required=True, help="where to write the predictions (JSON lines)")
     args = parser.parse_args(argv)
-    refuse_output_over_input(("-o", args.output), [("MODEL_DIR", args.model), ("--data", args.data)])
+    refuse_output_over_input(("-o", args.output), [("--data", args.data)], models=[("MODEL_DIR", args.model)])
     from bertkit.tasks.finetuning import predict
 
     predictions = predict(args.model, args.data, args.output, task=args.task, batch_size=args.batch_size,

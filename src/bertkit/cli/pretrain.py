@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -98,6 +99,11 @@ TRAINING_FLAGS = {"max_steps": "max_steps", "batch_size": "batch_size", "learnin
 #: continuing a checkpoint: a fifth of the from-scratch learning rate of its size, at most this
 CONTINUE_MAX_LEARNING_RATE = 1e-4
 CONTINUE_MASKED_LM_PROB = 0.15  # what the checkpoint was (most likely) trained and is evaluated with
+
+#: said at the start of a --data run without --eval-data (--text holds out a part of the text itself)
+NO_HELD_OUT = ("bertkit pretrain: no held-out set is evaluated (no --eval-data), so the run reports training loss "
+               "alone; for a held-out [MASK] accuracy pass --eval-data DIR (e.g. written by `bertkit data create ... "
+               "--holdout 0.01`)")
 
 TEXT_FLAGS = {"vocab_size": "vocab_size", "max_seq_length": "max_seq_length", "masked_lm_prob": "masked_lm_prob",
               "encoding": "encoding", "format": "format", "next_sentence_prediction": "nsp",
@@ -233,8 +239,8 @@ def main(argv: list[str]) -> int:
 
         data = [spec.path for spec in parse_data_specs(args.data)]
     refuse_output_over_input(("-o", args.output), [("--data", data), ("--text", args.text),
-                                                   ("--eval-data", args.eval_data), ("--model", args.model),
-                                                   ("--init-from", args.init_from)])
+                                                   ("--eval-data", args.eval_data), ("--model", args.model)],
+                             models=[("--init-from", args.init_from)])
     if args.apply_changes and not args.resume:
         parser.error("--apply-changes only applies with --resume")
     resolve_objective(args)
@@ -269,6 +275,8 @@ def main(argv: list[str]) -> int:
                   next_sentence_prediction=args.nsp, objective=args.objective, recipe=args.recipe,
                   generator_size=args.generator_size)
     if args.data:
+        if args.eval_data is None:
+            print(NO_HELD_OUT, file=sys.stderr)
         result = pretrain(args.data, args.output, eval_data_dir=args.eval_data, **common)
     else:
         result = pretrain_from_text(args.text, args.output, vocab_size=args.vocab_size,

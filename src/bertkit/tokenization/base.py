@@ -33,6 +33,7 @@ from typing import Any
 
 from bertkit.checks import check_int
 from bertkit.tokenization import checks
+from bertkit.tokenization.components import panicking_component
 from bertkit.tokenization.encoding import BatchEncoding, to_tensors
 
 TRUNCATION_STRATEGIES = ("longest_first", "only_first", "only_second")
@@ -448,7 +449,9 @@ class FastTokenizerBase:
         inputs = self._prepare_inputs(inputs)
         encode = backend.encode_batch if aligned else backend.encode_batch_fast
         try:
-            with checks.no_panics(lambda: self._describe(self._settings, add_special_tokens), _PANIC_FIX):
+            source = getattr(self, "source", type(self).__name__)  # a tokenizer.json's path, where one was read
+            with checks.no_panics(lambda: self._describe(self._settings, add_special_tokens), _PANIC_FIX,
+                                  lambda: panicking_component(backend, inputs, source)):
                 return encode(inputs, is_pretokenized=is_split_into_words, add_special_tokens=add_special_tokens)
         except (UnicodeEncodeError, TypeError):
             # lone surrogates cannot cross into Rust (a UnicodeEncodeError, or a TypeError in tokenizers 0.23)

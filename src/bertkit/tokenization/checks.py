@@ -107,12 +107,17 @@ def is_panic(error: BaseException) -> bool:
 
 
 @contextlib.contextmanager
-def no_panics(arguments: Callable[[], str], fix: str) -> Iterator[None]:
-    """Turn a Rust panic inside the block into a ValueError naming ``arguments()`` and suggesting ``fix``."""
+def no_panics(arguments: Callable[[], str], fix: str,
+              explain: Callable[[], str | None] = lambda: None) -> Iterator[None]:
+    """Turn a Rust panic inside the block into a ValueError: ``explain()``'s message where it finds the cause
+    (a tokenizer component that panics), else one naming ``arguments()`` and suggesting ``fix``."""
     try:
         yield
     except BaseException as error:
         if not is_panic(error):
             raise
+        cause = explain()
+        if cause is not None:
+            raise ValueError(cause) from None
         message = " ".join(str(error).split())
         raise ValueError(f"the tokenizers library rejected {arguments()} (it panicked: {message}). {fix}") from None

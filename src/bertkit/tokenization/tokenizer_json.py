@@ -15,7 +15,8 @@ Reading a directory (:func:`load_json_tokenizer`):
    ``clean_up_tokenization_spaces`` from the settings, else the class's (HF's) defaults.
 
 Every file problem is a ValueError naming the file: text that is not JSON (or is cut short), a
-model type the ``tokenizers`` library does not support, a post-processor token the vocabulary lacks.
+model type the ``tokenizers`` library does not support, a post-processor token the vocabulary lacks, a
+normalizer or pre-tokenizer component that would panic (:mod:`bertkit.tokenization.components`).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from tokenizers import Tokenizer
 from bertkit.io import atomic_write_text, read_json_object
 from bertkit.tokenization import checks, hf_classes
 from bertkit.tokenization.base import NO_LIMIT, SPECIAL_TOKEN_NAMES
+from bertkit.tokenization.components import check_components
 from bertkit.tokenization.files import CONFIG_NAME, SPECIAL_TOKENS_NAME, TOKENIZER_JSON_NAME
 
 MODEL_CONFIG_NAME = "config.json"
@@ -58,16 +60,19 @@ def read_tokenizer_json(path: str | os.PathLike) -> dict[str, Any]:
 
 
 def backend_from_json(data: dict[str, Any], source: str | os.PathLike) -> Tokenizer:
-    """A ``tokenizers.Tokenizer`` from parsed tokenizer.json ``data``; the library's complaint is a ValueError
-    naming ``source``."""
+    """A ``tokenizers.Tokenizer`` from parsed tokenizer.json ``data``; the library's complaint, an empty
+    ``Replace`` pattern or a catastrophically backtracking regex
+    (:func:`~bertkit.tokenization.components.check_components`) is a ValueError naming ``source`` and the part."""
     try:
-        return Tokenizer.from_str(json.dumps(data))
+        backend = Tokenizer.from_str(json.dumps(data))
     except BaseException as error:  # a malformed section is an Exception, or a Rust panic (a BaseException)
         if not (isinstance(error, Exception) or checks.is_panic(error)):
             raise
         message = " ".join(str(error).split())
         raise ValueError(f"{os.fspath(source)} is not a tokenizer the tokenizers library can load ({message}); "
                          "restore the file or re-save it with the tokenizers / transformers library.") from None
+    check_components(data, source)
+    return backend
 
 
 def backend_from_file(path: str | os.PathLike) -> Tokenizer:

@@ -6,13 +6,15 @@
   killed): a second run into the same directory fails at once, naming the holder;
 * a directory that holds a run (``run.json``, checkpoints, a saved model or metrics) is
   never written to unless ``resume`` (continue it) or ``overwrite`` (replace it) is given;
-  a non-empty directory holding something else is refused the same way;
+  a non-empty directory holding something else is refused the same way. A run that failed (or
+  was killed) before writing anything but its ``run.json`` claims nothing: the next run takes
+  its directory as if it were empty;
 * ``overwrite`` builds the new run in a hidden sibling (``.NAME.overwrite``) and swaps it
   into place only when :meth:`commit` is called — after the new run's first checkpoint —
   so a run that fails early leaves the old directory exactly as it was;
 * ``run.json`` stores fingerprints of what defines the run (model config, tokenizer, data,
   source text, settings); :meth:`check` records one and, on a resumed run, refuses a
-  different one with a message naming each difference.
+  different one with a message naming each difference (which input, then and now).
 
 Locking uses ``fcntl.flock`` (POSIX) or ``msvcrt.locking`` (Windows).
 """
@@ -34,6 +36,8 @@ RUN_FILE = "run.json"
 LOCK_FILE = ".lock"
 #: what marks a directory as holding a run (older runs have no run.json)
 RUN_MARKERS = (RUN_FILE, "checkpoints", "model", "metrics.jsonl")
+#: all that a run which never took a step may have written: it leaves nothing to continue or protect
+UNSTARTED = frozenset({RUN_FILE, LOCK_FILE})
 
 
 class RunDirectoryError(ValueError):
@@ -75,7 +79,7 @@ class RunDirectory:
         final = self.final
         if final.exists() and not final.is_dir():
             raise RunDirectoryError(f"{final} is a file; the output must be a directory.")
-        if final.is_dir() and any(p.name != LOCK_FILE for p in final.iterdir()):
+        if final.is_dir() and not _unstarted(final):
             self._locks.append(_lock(final))
             if holds_run(final) and self.resume:
                 self.resumed = True
@@ -127,7 +131,8 @@ class RunDirectory:
         value = json.loads(json.dumps(value))
         stored = self.info.get(section)
         if self.resumed and stored is not None and stored != value:
-            raise RunDirectoryError(f"cannot resume {self.final}: its {section} differs from this one's: "
+            raise RunDirectoryError(f"cannot resume {self.final}: its {section} differs from this one's (then -> "
+                                    f"now): "
                                     f"{'; '.join(differences(stored, value))}. Resume with the run's own "
                                     f"{section}, or start a new run (another -o, or --overwrite).")
         self.info[section] = value
@@ -173,8 +178,14 @@ class FollowerRun:
 
 
 def holds_run(path: str | os.PathLike) -> bool:
-    """Whether ``path`` holds a bertkit run (see :data:`RUN_MARKERS`)."""
-    return any((Path(path) / marker).exists() for marker in RUN_MARKERS)
+    """Whether ``path`` holds a bertkit run (see :data:`RUN_MARKERS`); a run that wrote nothing but its run.json
+    (it failed or was killed before its first step) is none."""
+    return any((Path(path) / marker).exists() for marker in RUN_MARKERS) and not _unstarted(Path(path))
+
+
+def _unstarted(directory: Path) -> bool:
+    """Whether ``directory`` holds nothing but what a run writes before its first step (:data:`UNSTARTED`)."""
+    return all(p.name in UNSTARTED for p in directory.iterdir())
 
 
 def read_run_info(path: str | os.PathLike) -> dict[str, Any]:
@@ -204,7 +215,9 @@ def describe_run(path: Path) -> str:
 
 
 def differences(old: Any, new: Any, prefix: str = "") -> list[str]:
-    """``"key: old -> new"`` for each leaf that differs between two JSON-like values."""
+    """``"key: old -> new"`` for each leaf that differs between two JSON-like values; lists of one length are
+    compared item by item (``data.train[0].sha256: ...``), an item that names itself (``"name"``, a file's) named
+    too (``data.train[0] (train.tsv).bytes: ...``)."""
     if isinstance(old, dict) and isinstance(new, dict):
         found = []
         for key in sorted(set(old) | set(new)):
@@ -215,6 +228,13 @@ def differences(old: Any, new: Any, prefix: str = "") -> list[str]:
                 found.append(f"{name}: {old[key]!r} -> (absent)")
             else:
                 found += differences(old[key], new[key], name)
+        return found
+    if isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
+        found = []
+        for i, (a, b) in enumerate(zip(old, new)):
+            named = a.get("name") if isinstance(a, dict) and isinstance(b, dict) and a.get("name") == b.get("name") \
+                else None
+            found += differences(a, b, f"{prefix}[{i}]" + (f" ({named})" if named else ""))
         return found
     return [] if old == new else [f"{prefix or 'value'}: {old!r} -> {new!r}"]
 
