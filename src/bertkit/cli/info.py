@@ -10,7 +10,8 @@ from pathlib import Path
 
 from bertkit.cli import ArgumentParser
 
-TAKES = "info takes a size (tiny, mini, small, medium, base, large), a checkpoint directory, or its config.json"
+TAKES = ("info takes a size (tiny, mini, small, medium, base, large), a checkpoint directory (or a run's, holding "
+         "model/), or its config.json")
 #: the fields every model config gives (a family may spell them otherwise: DistilBERT's dim, n_layers)
 SIZE_FIELDS = ("hidden_size", "num_hidden_layers")
 
