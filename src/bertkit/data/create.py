@@ -357,11 +357,46 @@ def _dask_client(dask: Any):
         raise ValueError("dask= (--dask) needs dask.distributed: pip install 'bertkit[dask]'.") from None
     if isinstance(dask, Client):
         return dask
+    _probe_scheduler(str(dask), DASK_TIMEOUT)
     try:
-        return Client(dask, timeout=30)
-    except OSError as error:
-        raise ValueError(f"cannot reach the Dask scheduler at {dask!r} (--dask): {error}. Start one with `dask "
-                         "scheduler` and workers with `dask worker ADDRESS`, and pass its tcp://HOST:8786.") from None
+        return Client(dask, timeout=DASK_TIMEOUT)
+    except (OSError, ValueError) as error:
+        raise _unreachable(dask, error) from None
+
+
+#: seconds to connect to a Dask scheduler and to hear its answer to a first question
+DASK_TIMEOUT = 10.0
+
+
+def _probe_scheduler(address: str, timeout: float) -> None:
+    """Ask ``address`` who it is, each step bounded by ``timeout`` seconds; ValueError naming ``--dask`` and the
+    address unless a Dask scheduler answers. (A Client on a service that never answers waits forever, and one on
+    an HTTP server reads its reply as a frame length: "Unable to allocate 3.07 EiB".)"""
+    import asyncio
+
+    from distributed.comm import connect
+
+    async def identity() -> Any:
+        comm = await asyncio.wait_for(connect(address, timeout=timeout), timeout)
+        try:
+            await comm.write({"op": "identity"})
+            return await asyncio.wait_for(comm.read(), timeout)
+        finally:
+            comm.abort()
+
+    try:
+        answer = asyncio.run(identity())
+    except (asyncio.TimeoutError, TimeoutError):
+        raise _unreachable(address, f"no answer within {timeout:g} s") from None
+    except Exception as error:  # OSError, a malformed frame (MemoryError, ValueError), a bad address
+        raise _unreachable(address, f"{type(error).__name__}: {error}") from None
+    if not isinstance(answer, dict) or answer.get("type") != "Scheduler":
+        raise _unreachable(address, "what answers there is not a Dask scheduler")
+
+
+def _unreachable(address: Any, why: Any) -> ValueError:
+    return ValueError(f"--dask {address}: cannot reach a Dask scheduler there ({why}). Start one with `dask "
+                      "scheduler` and workers with `dask worker ADDRESS`, and pass its tcp://HOST:8786.")
 
 
 # ---------------------------------------------------------------------------- the directory
