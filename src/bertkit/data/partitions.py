@@ -84,6 +84,18 @@ class Piece:
     size: int = 0
     items: tuple = ()
 
+    def describe(self) -> str:
+        """What the piece reads, in words: a file's byte range or row groups, or documents from Python."""
+        if self.kind == "memory":
+            return f"{len(self.items)} documents given in memory"
+        if self.kind == "parquet":
+            if self.end == self.start + 1:
+                return f"{self.path} row group {self.start}"
+            return f"{self.path} row groups {self.start}-{self.end - 1}"
+        if self.start == 0 and self.end is None:
+            return self.path
+        return f"{self.path} bytes {self.start}-{'end' if self.end is None else self.end - 1}"
+
     def identity(self) -> dict[str, Any]:
         """What this piece reads, for fingerprints: the file (path, size, modification time) and the range,
         or a hash of the documents."""
@@ -105,6 +117,10 @@ class Partition:
     @property
     def size(self) -> int:
         return sum(piece.size for piece in self.pieces)
+
+    def describe(self) -> str:
+        """``partition N (FILE bytes A-B, ...)``, for errors."""
+        return f"partition {self.ordinal} ({', '.join(piece.describe() for piece in self.pieces)})"
 
 
 @dataclass(frozen=True)
