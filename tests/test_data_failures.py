@@ -3,7 +3,11 @@ document longer than a partition, and what a failed run leaves behind."""
 
 from __future__ import annotations
 
+import json
+import os
 import socket
+import subprocess
+import sys
 import threading
 
 import pytest
@@ -55,3 +59,56 @@ def test_dask_address_without_a_scheduler_fails_naming_it(tmp_path, corpus, monk
         server.close()
     message = str(error.value)
     assert message.startswith(f"--dask {address}: cannot reach a Dask scheduler") and "\n" not in message, message
+
+
+# ---------------------------------------------------------------------------- a worker that dies, an over-long line
+
+CLI = [sys.executable, "-m", "bertkit.cli"]
+
+
+def _create(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([*CLI, "data", "create", *args, "--tokenizer", str(BERT_BASE_UNCASED_VOCAB), "--quiet"],
+                          capture_output=True, text=True, timeout=600, env={**os.environ, **(env or {})})
+
+
+def test_a_killed_worker_ends_the_run_naming_its_partition_and_a_rerun_continues(tmp_path, corpus):
+    from bertkit.data.create import KILL_PARTITION_VARIABLE
+
+    out = tmp_path / "out"
+    args = [str(corpus), "-o", str(out), "--partition-size", "0.0005", "--workers", "2", "--seed", "3"]
+    killed = _create(*args, env={KILL_PARTITION_VARIABLE: "2"})
+    assert killed.returncode == 1
+    # less the log line, and Python's resource tracker on the semaphore the killed process held
+    lines = [line for line in killed.stderr.splitlines()
+             if not any(s in line for s in ("one sentence per line", "resource_tracker", "warnings.warn"))]
+    assert len(lines) == 1 and lines[0].startswith("bertkit: error: "), killed.stderr
+    assert f"data creation failed on partition 2 ({corpus} bytes " in lines[0], lines[0]
+    assert "worker process died" in lines[0] and "run the same command again to continue" in lines[0]
+    assert "terminated abruptly" not in killed.stderr
+    rerun = _create(*args)
+    assert rerun.returncode == 0, rerun.stderr
+    whole = _create(str(corpus), "-o", str(tmp_path / "whole"), "--seed", "3", "--workers", "1")
+    assert whole.returncode == 0, whole.stderr
+    assert {p.name: p.read_bytes() for p in out.glob("shard-*.npy")} == {
+        p.name: p.read_bytes() for p in (tmp_path / "whole").glob("shard-*.npy")}
+
+
+@pytest.mark.parametrize("suffix", [".txt", ".jsonl"])
+def test_a_line_longer_than_the_partition_size_is_refused_naming_file_line_and_size(tmp_path, suffix):
+    words = " ".join(f"word{i}" for i in range(60_000))  # ~530 KB on one line
+    path = tmp_path / f"long{suffix}"
+    if suffix == ".jsonl":
+        path.write_text(json.dumps({"text": "A short one."}) + "\n" + json.dumps({"text": words}) + "\n")
+    else:
+        path.write_text("A short one.\nAnd another.\n\n" + words + "\n\nThe end.\n")
+    for size in ("0.1", "100"):  # a byte range of the file, and the whole file in one partition
+        result = _create(str(path), "-o", str(tmp_path / f"out{size}"), "--partition-size", size, "--workers", "1")
+        if size == "100":
+            assert result.returncode == 0, result.stderr
+            continue
+        line = 2 if suffix == ".jsonl" else 4
+        lines = [line for line in result.stderr.splitlines() if "one sentence per line" not in line]
+        assert result.returncode == 1 and len(lines) == 1, result.stderr
+        assert f"{path}, line {line}: a line of {path.read_bytes().splitlines()[line - 1].__len__():,} bytes" \
+            in result.stderr, result.stderr
+        assert "--partition-size" in result.stderr

@@ -446,8 +446,9 @@ class _executor:
 
     def __exit__(self, kind, error, traceback) -> None:
         for resource in self._close:
-            if isinstance(resource, cf.Executor):
-                resource.shutdown(wait=error is None, cancel_futures=True)
+            if isinstance(resource, cf.Executor):  # a broken pool's workers are gone: waiting frees its semaphores
+                resource.shutdown(wait=error is None or bool(getattr(resource, "_broken", False)),
+                                  cancel_futures=True)
             else:
                 resource.close()
 
