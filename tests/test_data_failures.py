@@ -112,3 +112,30 @@ def test_a_line_longer_than_the_partition_size_is_refused_naming_file_line_and_s
         assert f"{path}, line {line}: a line of {path.read_bytes().splitlines()[line - 1].__len__():,} bytes" \
             in result.stderr, result.stderr
         assert "--partition-size" in result.stderr
+
+
+# ---------------------------------------------------------------------------- careless users
+
+def test_a_run_that_failed_on_its_inputs_leaves_nothing_to_refuse(tmp_path, corpus):
+    out = tmp_path / "out"
+    empty = tmp_path / "empty.txt"
+    empty.write_text("")
+    failed = _create(str(empty), "-o", str(out))
+    assert failed.returncode == 1 and "empty.txt is empty" in failed.stderr
+    latin = tmp_path / "latin.txt"
+    latin.write_bytes(corpus.read_bytes().replace(b"Another one", "Anoth\u00e9r one".encode("latin-1")))
+    undecodable = _create(str(latin), "-o", str(out), "--workers", "1")
+    assert undecodable.returncode == 1 and "--encoding" in undecodable.stderr
+    fixed = _create(str(latin), "-o", str(out), "--encoding", "latin-1", "--workers", "1")
+    assert fixed.returncode == 0, fixed.stderr
+    other = _create(str(corpus), "-o", str(out), "--encoding", "latin-1", "--workers", "1")
+    assert other.returncode == 1
+    assert f"other inputs (1 then, 1 now; no longer: {latin}; new: {corpus})" in other.stderr, other.stderr
+
+
+def test_an_output_inside_an_input_directory_is_refused_the_first_time(tmp_path, corpus):
+    result = _create(str(tmp_path), "-o", str(tmp_path / "data"))
+    assert result.returncode == 1
+    assert f"the output directory {tmp_path / 'data'} (-o) lies inside {tmp_path}, a directory given as input" \
+        in result.stderr, result.stderr
+    assert not (tmp_path / "data").exists()
