@@ -139,3 +139,23 @@ def test_an_output_inside_an_input_directory_is_refused_the_first_time(tmp_path,
     assert f"the output directory {tmp_path / 'data'} (-o) lies inside {tmp_path}, a directory given as input" \
         in result.stderr, result.stderr
     assert not (tmp_path / "data").exists()
+
+
+def test_random_bytes_named_txt_are_not_text_in_any_encoding(tmp_path):
+    import random
+
+    from bertkit.data.encodings import encoding_advice
+
+    rng = random.Random(5)
+    noise = tmp_path / "noise.txt"
+    noise.write_bytes(bytes(rng.randrange(1, 256) for _ in range(200_000)))  # no NUL byte
+    for encoding in (None, "cp1252", "latin-1"):
+        result = _create(str(noise), "-o", str(tmp_path / f"out-{encoding}"),
+                         *(["--encoding", encoding] if encoding else []))
+        assert result.returncode == 1, (encoding, result.stderr)
+        assert f"{noise} is not text: its bytes do not look like text in any encoding" in result.stderr, result.stderr
+        assert "--encoding cp1252" not in result.stderr and not (tmp_path / f"out-{encoding}" / "index.json").exists()
+    # met half-way through a file, the decoding error says so too, instead of advising an encoding
+    advice = encoding_advice(b"plain text\n" * 30, "utf-8", noise.read_bytes()[:4096])
+    assert advice.startswith("its bytes do not look like text in any encoding") and "cp1252" not in advice.split(
+        "read as")[0]

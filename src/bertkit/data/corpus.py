@@ -42,7 +42,7 @@ import re
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
-from bertkit.data.encodings import SAMPLE, encoding_advice, sniff_encoding
+from bertkit.data.encodings import SAMPLE, encoding_advice, not_text, sniff_encoding
 
 FORMATS = ("auto", "google", "prose", "paragraphs")
 #: lines sampled from the start of a source to decide its layout
@@ -285,6 +285,23 @@ def line_too_long(where: str, size: int, limit: int) -> ValueError:
     return ValueError(f"{where}: a line of {size:,} bytes, longer than the partition size ({limit:,} bytes), so "
                       "reading it would not fit the memory a worker is given; raise --partition-size (MB; Python: "
                       f"partition_bytes=) above {size / (1 << 20):.2f}, or split the line.")
+
+
+#: bytes of a text file's head judged by :func:`refuse_noise`
+NOISE_HEAD = 1 << 16
+
+
+def refuse_noise(path: str | os.PathLike, encoding: str) -> None:
+    """ValueError naming ``path`` when its first bytes (decompressed) are text in no encoding, ``encoding`` or
+    another (:func:`bertkit.data.encodings.not_text`); a file with NUL bytes is left to the reader's own error."""
+    try:
+        with open_bytes(path) as raw:
+            head = raw.read(NOISE_HEAD)
+    except Exception:  # a corrupt compressed file, an unreadable one: said by the reader
+        return
+    noise = None if b"\0" in head else not_text(head, encoding)
+    if noise is not None:
+        raise ValueError(f"{os.fspath(path)} is not text: {noise}; pass text files.")
 
 
 def unreadable_error(path: str | os.PathLike, error: BaseException) -> ValueError:

@@ -44,6 +44,7 @@ from bertkit.data.corpus import (
     blocks_are_documents,
     detect_format,
     is_file,
+    refuse_noise,
 )
 
 logger = logging.getLogger("bertkit.data")
@@ -257,6 +258,7 @@ def _pieces(source: str, read: ReadSettings) -> Iterator[tuple[Piece, bool]]:
     elif kind == "jsonl":
         yield Piece("jsonl", source, size=size), not compressed
     else:
+        refuse_noise(source, read.encoding)
         layout = _text_layout(source, read)
         splittable = not compressed and layout in _BLANK_LINE_LAYOUTS and _bytes_split_lines(source, read.encoding)
         yield Piece("text", source, layout=layout, size=size), splittable
