@@ -84,3 +84,24 @@ def test_held_out_documents_follow_ordinals_whatever_the_partitions(tmp_path, to
         assert shard_bytes(small) == shard_bytes(whole)
         documents_kept = json.loads((small / "index.json").read_text())["num_documents"]
         assert documents_kept == (24 if heldout else 216)
+
+
+def test_cli_holdout_writes_a_second_directory_that_pretrain_evaluates_on(tmp_path, inputs, capsys):
+    from bertkit.cli import main
+
+    out = tmp_path / "data"
+    assert main(["data", "create", str(inputs["jsonl"]), "--tokenizer", str(BERT_BASE_UNCASED_VOCAB), "-o", str(out),
+                 "--holdout", "0.1", "--workers", "1", "--max-seq-length", "64", "--quiet"]) == 0
+    said = capsys.readouterr().out
+    assert f"pretrain --data {out} --eval-data {out / 'heldout'}" in said
+    train, heldout = (json.loads((d / "index.json").read_text()) for d in (out, out / "heldout"))
+    assert (train["num_documents"], heldout["num_documents"]) == (216, 24)
+    assert heldout["heldout"] and heldout["heldout_every"] == 10 and not train["heldout"]
+    assert main(["pretrain", "--data", str(out), "--eval-data", str(out / "heldout"), "--model", "tiny",
+                 "-o", str(tmp_path / "run"), "--max-steps", "2", "--batch-size", "4", "--precision", "fp32",
+                 "--log-every", "1"]) == 0
+    assert "held-out [MASK] accuracy" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as usage:
+        main(["data", "create", str(inputs["jsonl"]), "--tokenizer", str(BERT_BASE_UNCASED_VOCAB), "-o",
+              str(tmp_path / "x"), "--holdout", "0.9"])
+    assert usage.value.code == 2 and "--holdout must be a share of the documents in (0, 0.5]" in capsys.readouterr().err

@@ -223,7 +223,7 @@ def plan_partitions(sources: Sequence, partition_bytes: int, read: ReadSettings)
             for chunk in _document_chunks(source, partition_bytes):
                 yield Partition(next(ordinal), (chunk,))
             continue
-        for piece, splittable in _pieces(source, read):
+        for piece, splittable in _pieces(source, read, partition_bytes):
             if not splittable:
                 pending.append(piece)
                 room -= piece.size
@@ -240,7 +240,7 @@ def plan_partitions(sources: Sequence, partition_bytes: int, read: ReadSettings)
     yield from flush()
 
 
-def _pieces(source: str, read: ReadSettings) -> Iterator[tuple[Piece, bool]]:
+def _pieces(source: str, read: ReadSettings, max_line_bytes: int | None = None) -> Iterator[tuple[Piece, bool]]:
     """A source as pieces, each with whether it may be cut into byte ranges."""
     if not is_file(source):  # a text in memory
         yield Piece("memory", items=(source,), layout=read.format, size=len(source.encode())), False
@@ -259,14 +259,14 @@ def _pieces(source: str, read: ReadSettings) -> Iterator[tuple[Piece, bool]]:
         yield Piece("jsonl", source, size=size), not compressed
     else:
         refuse_noise(source, read.encoding)
-        layout = _text_layout(source, read)
+        layout = _text_layout(source, read, max_line_bytes)
         splittable = not compressed and layout in _BLANK_LINE_LAYOUTS and _bytes_split_lines(source, read.encoding)
         yield Piece("text", source, layout=layout, size=size), splittable
 
 
-def _text_layout(path: str, read: ReadSettings) -> str:
+def _text_layout(path: str, read: ReadSettings, max_line_bytes: int | None = None) -> str:
     """The file's layout: forced, or decided from its head (and said in a log line, as ``read_documents``)."""
-    lines = _file_lines(Path(path), read.encoding)
+    lines = _file_lines(Path(path), read.encoding, max_line_bytes)
     head = list(itertools.islice(lines, HEAD_LINES))
     lines.close()
     chosen = detect_format(head) if read.format == "auto" else read.format
