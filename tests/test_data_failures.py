@@ -87,6 +87,9 @@ def test_a_killed_worker_ends_the_run_naming_its_partition_and_a_rerun_continues
     assert "terminated abruptly" not in killed.stderr
     rerun = _create(*args)
     assert rerun.returncode == 0, rerun.stderr
+    made = {p: p.stat().st_mtime_ns for p in out.glob("shard-*.npy")}
+    again = _create(*args)  # complete with these arguments: nothing is redone
+    assert again.returncode == 0 and {p: p.stat().st_mtime_ns for p in out.glob("shard-*.npy")} == made
     whole = _create(str(corpus), "-o", str(tmp_path / "whole"), "--seed", "3", "--workers", "1")
     assert whole.returncode == 0, whole.stderr
     assert {p.name: p.read_bytes() for p in out.glob("shard-*.npy")} == {

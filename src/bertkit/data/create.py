@@ -196,13 +196,9 @@ def create_pretraining_data(files_or_texts: Any, tokenizer: BERTTokenizerFast | 
             workers = 1  # one partition: a pool would only add its start-up (the output is the same)
         with _executor(workers, dask) as (executor, window):
             partitions = _run_all(executor, window, tokenize_partition, jobs, out, progress, "reading",
-                                  total if sized else None, lambda marker: marker["bytes"])
+                                  total if sized else None, lambda marker: marker["bytes"], unit="B")
             atomic_write_text(out / CLAIM_NAME, json.dumps(claim, indent=2) + "\n")  # the inputs were readable
-            lengths = [document_lengths(out, m["partition"]) for m in partitions]
-            lengths_all = np.concatenate([np.zeros(0, np.int64), *lengths])
-            lengths_all = np.where(kept(np.arange(len(lengths_all)), settings.heldout_every, settings.heldout),
-                                   lengths_all, 0)
-            blocks = plan_blocks([len(x) for x in lengths], lengths_all, settings.pairing_tokens)
+            blocks = _plan_blocks(out, partitions, settings)
             fingerprints = [m["fingerprint"] for m in partitions]
             block_jobs = (block_job(block, settings, digest, out, fingerprints) for block in blocks)
             paired = _run_all(executor, window, run_block, block_jobs, out, progress, "pairing", len(blocks),
@@ -210,6 +206,15 @@ def create_pretraining_data(files_or_texts: Any, tokenizer: BERTTokenizerFast | 
         return _write_index(out, settings, tokenizer, partitions, paired)
     finally:
         os.close(lock)
+
+
+def _plan_blocks(out: Path, partitions: list[dict[str, Any]], settings: CreationSettings) -> list:
+    """The blocks of the tokenized partitions (their markers ``partitions``, in order): cut by the tokens of the
+    documents this run keeps (all, or one side of the held-out split)."""
+    lengths = [document_lengths(out, m["partition"]) for m in partitions]
+    tokens = np.concatenate([np.zeros(0, np.int64), *lengths])  # [D] tokens of every document, in corpus order
+    tokens = np.where(kept(np.arange(len(tokens)), settings.heldout_every, settings.heldout), tokens, 0)
+    return plan_blocks([len(x) for x in lengths], tokens, settings.pairing_tokens)
 
 
 def refuse_output_among_inputs(out: Path, inputs: Any, sources: list) -> None:
@@ -328,15 +333,17 @@ def _static_masking(tokenizer: BERTTokenizerFast, settings: CreationSettings, se
 # ---------------------------------------------------------------------------- running the jobs
 
 def _run_all(executor: cf.Executor, window: int, fn: Callable, jobs: Iterator, out: Path, progress: bool,
-             desc: str, total: int | None, amount: Callable[[dict[str, Any]], int]) -> list[dict[str, Any]]:
-    """Every job's marker, in job order; at most ``window`` jobs are held (planned, queued) at once. A job's
+             desc: str, total: int | None, amount: Callable[[dict[str, Any]], int],
+             unit: str = " blocks") -> list[dict[str, Any]]:
+    """Every job's marker, in job order (markers hold "partition" or "block", their number); at most ``window``
+    jobs are held (planned, queued) at once; the progress bar advances by ``amount(marker)`` ``unit``. A job's
     ValueError is raised as it is; a worker that died (killed, out of memory, crashed) ends the run with an
     error naming what it was doing (:func:`_worker_died`)."""
     from tqdm.auto import tqdm
 
     results: list[dict[str, Any]] = []
-    with tqdm(total=total, unit="B" if desc == "reading" else " blocks", unit_scale=desc == "reading",
-              unit_divisor=1024, desc=desc, disable=not progress) as bar:
+    with tqdm(total=total, unit=unit, unit_scale=unit == "B", unit_divisor=1024, desc=desc,
+              disable=not progress) as bar:
         pending: dict[cf.Future, Any] = {}
 
         def collect(done: Iterable[cf.Future]) -> None:
@@ -355,8 +362,7 @@ def _run_all(executor: cf.Executor, window: int, fn: Callable, jobs: Iterator, o
             if len(pending) >= window:
                 collect(cf.wait(list(pending), return_when=cf.FIRST_COMPLETED)[0])
         collect(cf.as_completed(list(pending)))
-    key = "partition" if fn is tokenize_partition else "block"
-    return sorted(results, key=lambda marker: marker[key])
+    return sorted(results, key=lambda marker: marker.get("partition", marker.get("block")))
 
 
 def _worker_died(out: Path, job: Any, error: BaseException) -> RuntimeError | BaseException:
@@ -525,12 +531,21 @@ def _check_claim(out: Path, claim: dict[str, Any], overwrite: bool) -> bool:
             raise ValueError(f"{out} holds data created with other arguments ({'; '.join(changed)}); pass the same "
                              "arguments to continue or redo it, --overwrite (Python: overwrite=True) to replace it, "
                              "or another output directory.")
-        return (out / INDEX_NAME).is_file()
+        return _complete(out)
     if overwrite:
         for stale in [*out.glob("shard-*.npy"), *out.glob("part-*.json"), *out.glob("block-*.json"),
                       *out.glob(f"{TOKENIZED_DIR}/*"), out / INDEX_NAME, path]:
             stale.unlink(missing_ok=True)
     return False
+
+
+def _complete(out: Path) -> bool:
+    """Whether ``out`` holds an index and every shard it lists."""
+    try:
+        shards = read_json_object(out / INDEX_NAME, "a pretraining data index")["shards"]
+    except (ValueError, KeyError, OSError):
+        return False
+    return all((out / f"{s['name']}.{f}.npy").is_file() for s in shards for f in ("tokens", "offsets", "nsp_labels"))
 
 
 def _input_identity(source: Any) -> dict[str, Any]:
