@@ -162,3 +162,32 @@ def test_random_bytes_named_txt_are_not_text_in_any_encoding(tmp_path):
     advice = encoding_advice(b"plain text\n" * 30, "utf-8", noise.read_bytes()[:4096])
     assert advice.startswith("its bytes do not look like text in any encoding") and "cp1252" not in advice.split(
         "read as")[0]
+
+
+class _Job:
+    def describe(self) -> str:
+        return "partition 7 (c.jsonl bytes 0-99)"
+
+
+def _out_of_memory(job):
+    raise MemoryError("Unable to allocate 5.8 GiB")
+
+
+class _Panic(BaseException):  # as pyo3's PanicException: a BaseException from the Rust tokenizer
+    pass
+
+
+def _panic(job):
+    raise _Panic("PyObject pointer is null")
+
+
+@pytest.mark.parametrize("fn, says", [(_out_of_memory, "out of memory (Unable to allocate 5.8 GiB)"),
+                                      (_panic, "_Panic: PyObject pointer is null")])
+def test_a_worker_failing_outside_the_checks_names_its_partition(tmp_path, fn, says):
+    from bertkit.data import create
+
+    with pytest.raises(RuntimeError) as error:
+        create._run_all(create._Inline(), 1, fn, iter([_Job()]), tmp_path, False, "reading", None, lambda m: 0)
+    message = str(error.value)
+    assert message.startswith("data creation failed on partition 7 (c.jsonl bytes 0-99): " + says), message
+    assert message.endswith("run the same command again to continue where it stopped.")
