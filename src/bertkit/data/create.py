@@ -191,7 +191,7 @@ def create_pretraining_data(files_or_texts: Any, tokenizer: BERTTokenizerFast | 
         _TOKENIZERS.clear()
         _TOKENIZERS[(str(out), digest)] = tokenizer  # one worker runs here: no second load
         jobs = (_job(partition, settings, digest, out) for partition in plan_partitions(
-            sources, settings.partition_bytes, settings.read))
+            sources, settings.partition_bytes, settings.read, max_line_bytes=settings.partition_bytes))
         if sized and total <= settings.partition_bytes:
             workers = 1  # one partition: a pool would only add its start-up (the output is the same)
         with _executor(workers, dask) as (executor, window):

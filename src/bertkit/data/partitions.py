@@ -202,8 +202,11 @@ def _kind(path: str) -> str:
 
 # ---------------------------------------------------------------------------- planning
 
-def plan_partitions(sources: Sequence, partition_bytes: int, read: ReadSettings) -> Iterator[Partition]:
-    """The partitions of ``sources`` (from :func:`expand_inputs`), lazily and in order (see the module doc)."""
+def plan_partitions(sources: Sequence, partition_bytes: int, read: ReadSettings, *,
+                    max_line_bytes: int | None = None) -> Iterator[Partition]:
+    """The partitions of ``sources`` (from :func:`expand_inputs`), lazily and in order (see the module doc). A
+    text file whose head (read for its layout) has a line longer than ``max_line_bytes`` is refused
+    (:func:`bertkit.data.corpus.line_too_long`)."""
     if partition_bytes < 1:
         raise ValueError(f"partition_bytes must be >= 1, got {partition_bytes}.")
     ordinal = itertools.count()
@@ -223,7 +226,7 @@ def plan_partitions(sources: Sequence, partition_bytes: int, read: ReadSettings)
             for chunk in _document_chunks(source, partition_bytes):
                 yield Partition(next(ordinal), (chunk,))
             continue
-        for piece, splittable in _pieces(source, read, partition_bytes):
+        for piece, splittable in _pieces(source, read, max_line_bytes):
             if not splittable:
                 pending.append(piece)
                 room -= piece.size
