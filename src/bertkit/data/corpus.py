@@ -283,8 +283,8 @@ def line_too_long(where: str, size: int, limit: int) -> ValueError:
     """The error for a line (a document, or part of one) of ``size`` bytes or characters over ``limit``, the
     partition size: it would not fit the memory a partition is given."""
     return ValueError(f"{where}: a line of {size:,} bytes, longer than the partition size ({limit:,} bytes), so "
-                      "reading it would not fit the memory a worker is given; raise --partition-size (MB; Python: "
-                      f"partition_bytes=) above {size / (1 << 20):.2f}, or split the line.")
+                      "reading it would not fit the memory a worker is given; raise --partition-size above "
+                      f"{size / (1 << 20):.2f} (megabytes; Python: partition_bytes > {size:,}), or split the line.")
 
 
 #: bytes of a text file's head judged by :func:`refuse_noise`
