@@ -97,6 +97,7 @@ def test_one_directory_or_no_weights_keeps_the_plain_dataset_and_sampler(dirs):
     assert _sampler_factory(plain) is None and _sampler_factory(PretrainingDataset(river)) is None
     weighted = open_pretraining_data([f"{river}:1", f"{hill}:3"])
     assert weighted.weights == [0.25, 0.75] and weighted.sizes == [RIVER, HILL]
+    assert open_pretraining_data([f"{river}:1e308", f"{hill}:1e308"]).weights == [0.5, 0.5]  # no overflow
     assert _sampler_factory(weighted)(RIVER + HILL, seed=0, rank=0, world_size=1).counts() == [8, 24]
 
 

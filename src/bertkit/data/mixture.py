@@ -125,8 +125,9 @@ def open_pretraining_data(data: DataEntry | Sequence[DataEntry]) -> PretrainingD
     specs = parse_data_specs(data)
     if len(specs) == 1:
         return PretrainingDataset(specs[0].path)
-    # relative to the largest, so that huge weights (1e308) do not overflow their sum
-    weights = [s.weight / max(t.weight for t in specs) for s in specs] if specs[0].weight is not None else None
+    weights = [s.weight for s in specs] if specs[0].weight is not None else None
+    if weights is not None and not math.isfinite(sum(weights)):  # huge weights (1e308): relative to the largest
+        weights = [w / max(weights) for w in weights]
     return MixedPretrainingDataset([s.path for s in specs], weights)
 
 
