@@ -117,10 +117,11 @@ def _info(directory: str | os.PathLike, summary_only: bool = False) -> int:
     print(f"{directory}: {index['num_instances']:,} instances, {index['num_tokens']:,} tokens, "
           f"{index['num_documents']:,} documents, {len(index['shards'])} shard(s)"
           + (f" from {index['num_partitions']} partition(s) of {index['input_bytes'] / 1e6:,.1f} MB of input"
-             if "num_partitions" in index else ""))
+             if "num_partitions" in index else "")
+          + (f", paired in {index['num_blocks']} block(s)" if "num_blocks" in index else ""))
     if summary_only:
         return 0
-    settings = {k: v for k, v in index.items() if k not in ("shards", "partitions", "inputs", "tokenizer")
+    settings = {k: v for k, v in index.items() if k not in ("shards", "partitions", "blocks", "inputs", "tokenizer")
                 and not k.startswith("num_") and k not in ("format", "input_bytes")}
     for key, value in settings.items():
         print(f"  {key}: {value}")
