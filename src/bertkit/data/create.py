@@ -297,15 +297,20 @@ def run_block(job: BlockJob) -> dict[str, Any]:
 
 class _running:
     """``.running-NAME`` holds this process's host and id and what it does while it works on NAME: after a
-    worker died, the parent names what it was doing."""
+    worker died, the parent names what it was doing. A pool worker that the pool terminates (SIGTERM, once
+    another died) removes its note first (:func:`_worker_setup`), so only the one that died is named."""
+
+    current: Path | None = None  # this process's note
 
     def __init__(self, out: Path, name: str, what: str):
         self.path, self.what = out / f".running-{name}", what
 
     def __enter__(self) -> None:
         self.path.write_text(f"{socket.gethostname()} {os.getpid()}\n{self.what}\n")
+        _running.current = self.path
 
     def __exit__(self, *error) -> None:
+        _running.current = None
         self.path.unlink(missing_ok=True)
 
 
@@ -386,18 +391,23 @@ def _worker_died(out: Path, job: Any, error: BaseException) -> RuntimeError | Ba
                         "kept: run the same command again to continue where it stopped.")
 
 
-def _dead_workers_jobs(out: Path) -> list[str]:
-    """What the dead processes of this machine among the ``.running-*`` notes were doing."""
-    dead = []
-    for note in sorted(out.glob(".running-*")):
-        try:
-            where, what = note.read_text().splitlines()[:2]
-            host, pid = where.split()
-        except (OSError, ValueError):
-            continue
-        if host == socket.gethostname() and not _alive(int(pid)):
-            dead.append(what)
-    return dead
+def _dead_workers_jobs(out: Path, patience: float = 2.0) -> list[str]:
+    """What the dead processes of this machine among the ``.running-*`` notes were doing. A process is seen
+    dead a moment after its pipes closed (which told the pool): looked at again for up to ``patience`` s."""
+    deadline = time.monotonic() + patience
+    while True:
+        dead = []
+        for note in sorted(out.glob(".running-*")):
+            try:
+                where, what = note.read_text().splitlines()[:2]
+                host, pid = where.split()
+            except (OSError, ValueError):
+                continue
+            if host == socket.gethostname() and not _alive(int(pid)):
+                dead.append(what)
+        if dead or time.monotonic() > deadline:
+            return dead
+        time.sleep(0.05)
 
 
 def _alive(pid: int) -> bool:
@@ -460,8 +470,16 @@ class _executor:
 
 
 def _worker_setup() -> None:
-    """A pool worker tokenizes on its one core: the pool, not the tokenizer, spreads work over the cores."""
+    """A pool worker tokenizes on its one core: the pool, not the tokenizer, spreads work over the cores. Ended
+    by the pool (SIGTERM), it removes its ``.running-*`` note: it did not die of its own work."""
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    signal.signal(signal.SIGTERM, _terminated)
+
+
+def _terminated(signum: int, frame: Any) -> None:
+    if _running.current is not None:
+        _running.current.unlink(missing_ok=True)
+    os._exit(128 + signum)
 
 
 def _dask_client(dask: Any):
