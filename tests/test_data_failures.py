@@ -47,9 +47,9 @@ def _server(answer: bytes | None) -> tuple[socket.socket, str]:
 @pytest.mark.parametrize("answer", [None, b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n"],
                          ids=["silent", "http"])
 def test_dask_address_without_a_scheduler_fails_naming_it(tmp_path, corpus, monkeypatch, answer):
-    from bertkit.data import create
+    from bertkit.data import running
 
-    monkeypatch.setattr(create, "DASK_TIMEOUT", 2.0, raising=False)
+    monkeypatch.setattr(running, "DASK_TIMEOUT", 2.0)
     server, address = _server(answer)
     try:
         with pytest.raises(ValueError) as error:
@@ -184,10 +184,10 @@ def _panic(job):
 @pytest.mark.parametrize("fn, says", [(_out_of_memory, "out of memory (Unable to allocate 5.8 GiB)"),
                                       (_panic, "_Panic: PyObject pointer is null")])
 def test_a_worker_failing_outside_the_checks_names_its_partition(tmp_path, fn, says):
-    from bertkit.data import create
+    from bertkit.data.running import Inline, run_all
 
     with pytest.raises(RuntimeError) as error:
-        create._run_all(create._Inline(), 1, fn, iter([_Job()]), tmp_path, False, "reading", None, lambda m: 0)
+        run_all(Inline(), 1, fn, iter([_Job()]), tmp_path, False, "reading", None, lambda m: 0)
     message = str(error.value)
     assert message.startswith("data creation failed on partition 7 (c.jsonl bytes 0-99): " + says), message
     assert message.endswith("run the same command again to continue where it stopped.")
