@@ -22,8 +22,8 @@ from bertkit.data import (
     truncate_seq_pair,
     truncation_amounts,
 )
+from bertkit.data.blocks import partition_seed
 from bertkit.data.corpus import detect_format
-from bertkit.data.create import partition_seed
 from bertkit.modeling.masking import continuation_table, mask_tokens, whole_word_ids
 from bertkit.resources import BERT_BASE_UNCASED_VOCAB, austen_novels
 from bertkit.tokenization import BERTTokenizerFast
@@ -254,7 +254,7 @@ def test_shards_round_trip(tmp_path, austen, bert_tokenizer, persuasion_corpus):
     assert index["tokenizer"]["special_token_ids"]["mask_token"] == 103
     assert np.load(out / "shard-00000-000.tokens.npy", mmap_mode="r").dtype == np.uint16
     assert BERTTokenizerFast.from_pretrained(out / "tokenizer").vocab == bert_tokenizer.vocab
-    # one partition (the book is smaller than one): its seed derives from the run's seed and its ordinal
+    # one block (the book has fewer than PAIRING_TOKENS tokens): its seed derives from the run's seed and its number
     spans = create_instance_spans(persuasion_corpus, max_seq_length=128, short_seq_prob=0.1, dupe_factor=2,
                                   seed=partition_seed(5, 0))
     expected = assemble(persuasion_corpus, spans, cls_token_id=101, sep_token_id=102)

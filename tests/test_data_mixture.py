@@ -71,6 +71,7 @@ def test_entries_parse_into_paths_and_weights(dirs, tmp_path):
     (["{river}:0.7", "{root}/nope:0.3"], "{root}/nope:0.3", "no such directory"),
     (["{river}", "{river}"], "{river}", "names one directory twice"),
     ([":0.5"], ":0.5", "names no directory"),
+    (["{river}:1e308", "{hill}:1e-308"], "{hill}:1e-308", "too small next to {river}:1e308"),
     (["{river}/index.json"], "{river}/index.json", "is not a directory"),
 ])
 def test_bad_entries_are_refused_naming_the_entry(dirs, entries, named, says):
@@ -80,7 +81,7 @@ def test_bad_entries_are_refused_naming_the_entry(dirs, entries, named, says):
         parse_data_specs([(entry[0].format(**dirs), entry[1]) if isinstance(entry, tuple) else entry.format(**dirs)
                           for entry in entries])
     message = str(error.value)
-    assert message.startswith("--data") and named.format(**dirs) in message and says in message, message
+    assert message.startswith("--data") and named.format(**dirs) in message and says.format(**dirs) in message, message
 
 
 def test_one_directory_or_no_weights_keeps_the_plain_dataset_and_sampler(dirs):
@@ -96,6 +97,7 @@ def test_one_directory_or_no_weights_keeps_the_plain_dataset_and_sampler(dirs):
     assert _sampler_factory(plain) is None and _sampler_factory(PretrainingDataset(river)) is None
     weighted = open_pretraining_data([f"{river}:1", f"{hill}:3"])
     assert weighted.weights == [0.25, 0.75] and weighted.sizes == [RIVER, HILL]
+    assert open_pretraining_data([f"{river}:1e308", f"{hill}:1e308"]).weights == [0.5, 0.5]  # no overflow
     assert _sampler_factory(weighted)(RIVER + HILL, seed=0, rank=0, world_size=1).counts() == [8, 24]
 
 

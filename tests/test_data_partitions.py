@@ -129,7 +129,7 @@ def test_shards_do_not_depend_on_the_number_of_workers_nor_on_dask(tmp_path, tok
     one = create_pretraining_data(jsonl_corpus, tokenizer, tmp_path / "one", workers=1, **common)
     two = create_pretraining_data(jsonl_corpus, tokenizer, tmp_path / "two", workers=2, **common)
     index = json.loads((one / "index.json").read_text())
-    assert index["num_partitions"] > 8 and len(shard_bytes(one)) == 4 * index["num_partitions"]
+    assert index["num_partitions"] > 8 and len(shard_bytes(one)) == 4 * index["num_blocks"]
     assert shard_bytes(two) == shard_bytes(one)
     pool = {json.loads(m.read_text())["pid"] for m in two.glob("part-*.json")}
     assert len(pool) == 2 and os.getpid() not in pool  # two worker processes did the work
@@ -146,6 +146,7 @@ def test_shards_do_not_depend_on_the_number_of_workers_nor_on_dask(tmp_path, tok
     for out in (two, on_dask):
         theirs = json.loads((out / "index.json").read_text())
         assert theirs["shards"] == index["shards"] and theirs["partitions"] == index["partitions"]
+        assert theirs["blocks"] == index["blocks"]
 
 
 def test_a_killed_run_started_again_ends_with_the_same_bytes(tmp_path, jsonl_corpus):

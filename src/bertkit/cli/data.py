@@ -3,6 +3,7 @@
     bertkit data create corpus/*.jsonl.gz --tokenizer vocab.txt -o DATA            # every core
     bertkit data create shards/ --text-field content --tokenizer DIR -o DATA --workers 8
     bertkit data create wiki.parquet --tokenizer DIR -o DATA --dask tcp://scheduler:8786
+    bertkit data create corpus.txt --tokenizer DIR -o DATA --holdout 0.05   # and DATA/heldout
     bertkit data info DATA
 
 A killed ``create`` run, started again with the same arguments, continues where it stopped.
@@ -44,7 +45,12 @@ def main(argv: list[str]) -> int:
                                                              ".jsonl, .parquet and Arrow inputs (default: text)")
     create.add_argument("--partition-size", type=float, metavar="MB",
                         help="input megabytes per partition (default: a sixteenth of the input, 1 to 8): the unit "
-                             "a worker holds, pairs and writes; NSP's random B comes from the same partition")
+                             "a worker reads and tokenizes; a line longer than that is refused")
+    create.add_argument("--holdout", type=float, metavar="FRACTION",
+                        help="hold out this share of the documents (every 1/FRACTION-th, by its place in the "
+                             "corpus) as a second data directory, for pretrain --eval-data")
+    create.add_argument("--holdout-output", metavar="DIR", help="where the held-out data goes (default: "
+                                                                "OUTPUT/heldout)")
     where = create.add_mutually_exclusive_group()
     where.add_argument("--workers", type=int, help="processes on this machine (default: every core)")
     where.add_argument("--dask", metavar="ADDRESS", help="a dask.distributed scheduler (tcp://HOST:8786) whose "
@@ -63,17 +69,38 @@ def main(argv: list[str]) -> int:
     workers = args.workers if args.workers is not None else cores()
     if workers < 1:
         parser.error(f"--workers must be >= 1, got {workers}")
+    every = _holdout_every(parser, args.holdout)
+    if args.holdout_output is not None and every is None:
+        parser.error("--holdout-output needs --holdout FRACTION")
 
     from bertkit.data.create import create_pretraining_data
 
-    out = create_pretraining_data(
-        args.inputs, args.tokenizer, args.output, max_seq_length=args.max_seq_length,
-        short_seq_prob=args.short_seq_prob, dupe_factor=args.dupe_factor, masked_lm_prob=args.masked_lm_prob,
-        max_predictions_per_seq=args.max_predictions_per_seq, whole_word=args.whole_word_masking,
-        static_masking=args.static_masking, seed=args.seed, shard_size=args.shard_size, format=args.format,
-        encoding=args.encoding, text_field=args.text_field, partition_bytes=partition_bytes,
-        workers=workers, dask=args.dask, overwrite=args.overwrite, progress=not args.quiet)
-    return _info(out, summary_only=True)
+    common = dict(max_seq_length=args.max_seq_length, short_seq_prob=args.short_seq_prob,
+                  dupe_factor=args.dupe_factor, masked_lm_prob=args.masked_lm_prob,
+                  max_predictions_per_seq=args.max_predictions_per_seq, whole_word=args.whole_word_masking,
+                  static_masking=args.static_masking, seed=args.seed, shard_size=args.shard_size, format=args.format,
+                  encoding=args.encoding, text_field=args.text_field, partition_bytes=partition_bytes,
+                  workers=workers, dask=args.dask, overwrite=args.overwrite, progress=not args.quiet,
+                  heldout_every=every)
+    out = create_pretraining_data(args.inputs, args.tokenizer, args.output, **common)
+    _info(out, summary_only=True)
+    if every is not None:
+        heldout = args.holdout_output or os.path.join(args.output, "heldout")
+        refuse_output_over_input(("--holdout-output", heldout), [("INPUT", args.inputs),
+                                                                 ("--tokenizer", args.tokenizer)])
+        _info(create_pretraining_data(args.inputs, args.tokenizer, heldout, heldout=True, **common),
+              summary_only=True)
+        print(f"held out every {every}th document: pretrain --data {out} --eval-data {heldout}")
+    return 0
+
+
+def _holdout_every(parser: argparse.ArgumentParser, fraction: float | None) -> int | None:
+    """``--holdout FRACTION`` as "every N-th document" (N = round(1 / FRACTION) >= 2), or None."""
+    if fraction is None:
+        return None
+    if not 0 < fraction <= 0.5:
+        parser.error(f"--holdout must be a share of the documents in (0, 0.5], e.g. 0.05, got {fraction}")
+    return max(2, round(1 / fraction))
 
 
 def _info(directory: str | os.PathLike, summary_only: bool = False) -> int:
@@ -90,10 +117,11 @@ def _info(directory: str | os.PathLike, summary_only: bool = False) -> int:
     print(f"{directory}: {index['num_instances']:,} instances, {index['num_tokens']:,} tokens, "
           f"{index['num_documents']:,} documents, {len(index['shards'])} shard(s)"
           + (f" from {index['num_partitions']} partition(s) of {index['input_bytes'] / 1e6:,.1f} MB of input"
-             if "num_partitions" in index else ""))
+             if "num_partitions" in index else "")
+          + (f", paired in {index['num_blocks']} block(s)" if "num_blocks" in index else ""))
     if summary_only:
         return 0
-    settings = {k: v for k, v in index.items() if k not in ("shards", "partitions", "inputs", "tokenizer")
+    settings = {k: v for k, v in index.items() if k not in ("shards", "partitions", "blocks", "inputs", "tokenizer")
                 and not k.startswith("num_") and k not in ("format", "input_bytes")}
     for key, value in settings.items():
         print(f"  {key}: {value}")

@@ -42,7 +42,7 @@ import re
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
-from bertkit.data.encodings import SAMPLE, encoding_advice, sniff_encoding
+from bertkit.data.encodings import SAMPLE, encoding_advice, not_text, sniff_encoding
 
 FORMATS = ("auto", "google", "prose", "paragraphs")
 #: lines sampled from the start of a source to decide its layout
@@ -89,7 +89,8 @@ _ENDS_SENTENCE = re.compile(rf"[.?!…][{re.escape(_CLOSERS)}]*$")
 
 
 def read_documents(sources: str | os.PathLike | Iterable[str | os.PathLike],
-                   format: str = "auto", encoding: str = "utf-8", text_field: str = "text") -> Iterator[list[str]]:
+                   format: str = "auto", encoding: str = "utf-8", text_field: str = "text", *,
+                   max_line_bytes: int | None = None) -> Iterator[list[str]]:
     """Yield the documents of ``sources``, each a list of sentences (empty documents are skipped).
 
     ``sources``: files, or texts in memory. A ``Path`` (any ``os.PathLike``) is a file; a
@@ -97,7 +98,8 @@ def read_documents(sources: str | os.PathLike | Iterable[str | os.PathLike],
     anything else is a ValueError. A document never spans two sources.
     ``format``: ``"auto"`` (decided per source by :func:`detect_format`), ``"google"``,
     ``"prose"`` or ``"paragraphs"``. ``encoding``: of the files (``codecs`` names). ``text_field``: the
-    field holding a document's text in a ``.jsonl`` file.
+    field holding a document's text in a ``.jsonl`` file. ``max_line_bytes``: a file's line longer than this
+    is refused (:func:`line_too_long`) before it is held whole.
     """
     if format not in FORMATS:
         raise ValueError(f"format must be one of {FORMATS}, got {format!r}.")
@@ -109,7 +111,7 @@ def read_documents(sources: str | os.PathLike | Iterable[str | os.PathLike],
     if isinstance(sources, (str, os.PathLike)):
         sources = [sources]
     for source in sources:
-        lines = _lines_of(source, encoding)
+        lines = _lines_of(source, encoding, max_line_bytes)
         if _is_jsonl(source):
             yield from _jsonl_documents(lines, source, text_field)
             continue
@@ -215,12 +217,12 @@ def is_file(source: str | os.PathLike) -> bool:
     return isinstance(source, os.PathLike) or (isinstance(source, str) and os.path.isfile(source))
 
 
-def _lines_of(source: str | os.PathLike, encoding: str) -> Iterator[str]:
+def _lines_of(source: str | os.PathLike, encoding: str, max_line_bytes: int | None = None) -> Iterator[str]:
     if is_file(source):
         path = Path(source)
         if not path.is_file():
             raise ValueError(f"no such file: {path}")
-        return _file_lines(path, encoding)
+        return _file_lines(path, encoding, max_line_bytes)
     if not isinstance(source, str):
         raise ValueError(f"a source must be a file path or a text, got {type(source).__name__}.")
     if "\n" not in source and "\r" not in source:
@@ -236,9 +238,10 @@ def open_bytes(path: str | os.PathLike) -> io.BufferedIOBase:
     return opener(path, "rb")
 
 
-def _file_lines(path: Path, encoding: str) -> Iterator[str]:
+def _file_lines(path: Path, encoding: str, max_line_bytes: int | None = None) -> Iterator[str]:
     """The lines of a text file (universal newlines, BOM dropped); decoding errors name the file and byte, a
-    truncated or corrupt compressed file names the file (:func:`unreadable_error`)."""
+    truncated or corrupt compressed file names the file (:func:`unreadable_error`), a line of more than
+    ``max_line_bytes`` characters is refused (:func:`line_too_long`), read in bounded memory."""
     name = codecs.lookup(encoding).name
     codec = "utf-8-sig" if name == "utf-8" else encoding
     try:
@@ -248,13 +251,57 @@ def _file_lines(path: Path, encoding: str) -> Iterator[str]:
             raise _nul_bytes_error(path, head, encoding)
         with open_bytes(path) as raw:  # opened again: a zstd stream cannot rewind
             try:
-                yield from io.TextIOWrapper(raw, encoding=codec, errors="strict", newline=None)
+                text = io.TextIOWrapper(raw, encoding=codec, errors="strict", newline=None)
+                if max_line_bytes is None:
+                    yield from text
+                    return
+                for number, line in enumerate(iter(lambda: text.readline(max_line_bytes + 1), ""), 1):
+                    if len(line) > max_line_bytes:
+                        rest = rest_of_line(text.readline, max_line_bytes)
+                        raise line_too_long(f"{path}, line {number}", len(line) + rest, max_line_bytes)
+                    yield line
             except UnicodeDecodeError as error:
                 raise decoding_error(path, encoding, codec, error) from None
     except ValueError:
         raise
     except Exception as error:  # EOFError, gzip.BadGzipFile, lzma.LZMAError, zstandard.ZstdError, OSError
         raise unreadable_error(path, error) from None
+
+
+def rest_of_line(readline: Callable[[int], str | bytes], size: int) -> int:
+    """Read the rest of a line ``size`` at a time with ``readline`` (a text or binary stream's); its length."""
+    total = 0
+    while True:
+        piece = readline(size)
+        ends = piece[-1:] in ("\n", b"\n")
+        total += len(piece) - ends
+        if not piece or ends:
+            return total
+
+
+def line_too_long(where: str, size: int, limit: int) -> ValueError:
+    """The error for a line (a document, or part of one) of ``size`` bytes or characters over ``limit``, the
+    partition size: it would not fit the memory a partition is given."""
+    return ValueError(f"{where}: a line of {size:,} bytes, longer than the partition size ({limit:,} bytes), so "
+                      "reading it would not fit the memory a worker is given; raise --partition-size above "
+                      f"{size / (1 << 20):.2f} (megabytes; Python: partition_bytes > {size:,}), or split the line.")
+
+
+#: bytes of a text file's head judged by :func:`refuse_noise`
+NOISE_HEAD = 1 << 16
+
+
+def refuse_noise(path: str | os.PathLike, encoding: str) -> None:
+    """ValueError naming ``path`` when its first bytes (decompressed) are text in no encoding, ``encoding`` or
+    another (:func:`bertkit.data.encodings.not_text`); a file with NUL bytes is left to the reader's own error."""
+    try:
+        with open_bytes(path) as raw:
+            head = raw.read(NOISE_HEAD)
+    except Exception:  # a corrupt compressed file, an unreadable one: said by the reader
+        return
+    noise = None if b"\0" in head else not_text(head, encoding)
+    if noise is not None:
+        raise ValueError(f"{os.fspath(path)} is not text: {noise}; pass text files.")
 
 
 def unreadable_error(path: str | os.PathLike, error: BaseException) -> ValueError:

@@ -18,26 +18,40 @@ directory is complete.
 
 from __future__ import annotations
 
-import concurrent.futures as cf
 import hashlib
 import json
 import logging
 import os
+import shutil
+import signal
 import socket
 import time
 import warnings
-from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from bertkit.data.blocks import (
+    TOKENIZED_DIR,
+    BlockJob,
+    block_job,
+    block_marker_name,
+    document_lengths,
+    has_tokenized,
+    kept,
+    pair_block,
+    plan_blocks,
+    read_marker,
+    save_tokenized,
+)
 from bertkit.data.corpus import is_file
-from bertkit.data.instances import create_instance_spans, tokenize_documents
+from bertkit.data.instances import tokenize_documents
 from bertkit.data.partitions import Documents, Partition, ReadSettings, expand_inputs, plan_partitions
-from bertkit.data.reading import partition_documents, select_documents
-from bertkit.data.writing import FORMAT, INDEX_NAME, TOKENIZER_DIR, token_dtype, write_instances
+from bertkit.data.reading import partition_documents
+from bertkit.data.running import RunningNote, executor_for, run_all
+from bertkit.data.writing import FORMAT, INDEX_NAME, TOKENIZER_DIR, token_dtype
 from bertkit.io import atomic_write_text, lock_directory, read_json_object
 from bertkit.tokenization import BERTTokenizerFast
 from bertkit.tokenization.files import tokenizer_fingerprint
@@ -50,6 +64,8 @@ CLAIM_NAME = "creation.json"
 PARTITION_BYTES = 8 << 20
 #: a smaller corpus gets partitions of a sixteenth of its size (no less than this), so every worker gets work
 MIN_PARTITION_BYTES = 1 << 20
+#: tokens per block of consecutive documents that are paired together (NSP's random B comes from the block)
+PAIRING_TOKENS = 1 << 20
 
 
 def default_partition_bytes(input_bytes: int | None) -> int:
@@ -78,12 +94,14 @@ class CreationSettings:
     read: ReadSettings = field(default_factory=ReadSettings)
     heldout_every: int | None = None
     heldout: bool = False
+    pairing_tokens: int = PAIRING_TOKENS
 
     def __post_init__(self) -> None:
         if self.heldout_every is not None and (not isinstance(self.heldout_every, int) or self.heldout_every < 2):
             raise ValueError(f"heldout_every must be an integer >= 2 (or None), got {self.heldout_every!r}.")
         for name, low in (("shard_size", 1), ("max_predictions_per_seq", 1), ("partition_bytes", 1),
-                          ("dupe_factor", 1), ("max_seq_length", 5)):
+                          ("dupe_factor", 1), ("max_seq_length", 5),
+                          ("pairing_tokens", 1)):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < low:
                 raise ValueError(f"{name} must be an integer >= {low}, got {getattr(self, name)!r}.")
         for name in ("short_seq_prob", "masked_lm_prob", "random_next_prob"):
@@ -104,6 +122,9 @@ class PartitionJob:
     fingerprint: str
     tokenizer_sha256: str  # of the tokenizer's fingerprint: a long-lived (Dask) worker reloads another one
 
+    def describe(self) -> str:
+        return self.partition.describe()
+
 
 def create_pretraining_data(files_or_texts: Any, tokenizer: BERTTokenizerFast | str | os.PathLike,
                             out_dir: str | os.PathLike, *, max_seq_length: int = 128, short_seq_prob: float = 0.1,
@@ -113,7 +134,8 @@ def create_pretraining_data(files_or_texts: Any, tokenizer: BERTTokenizerFast | 
                             random_next_prob: float = 0.5, text_field: str = "text",
                             partition_bytes: int | None = None, workers: int = 1, dask: Any = None,
                             heldout_every: int | None = None, heldout: bool = False,
-                            overwrite: bool = False, progress: bool = True) -> Path:
+                            pairing_tokens: int = PAIRING_TOKENS, overwrite: bool = False,
+                            progress: bool = True) -> Path:
     """Read, tokenize, pair (Google's algorithm), optionally mask, and write shards to ``out_dir``.
 
     ``files_or_texts``: files, directories, glob patterns, texts in memory and
@@ -124,15 +146,17 @@ def create_pretraining_data(files_or_texts: Any, tokenizer: BERTTokenizerFast | 
     does; otherwise the collator masks each batch afresh and ``masked_lm_prob`` /
     ``max_predictions_per_seq`` / ``whole_word`` are recorded as its defaults. ``random_next_prob``: share
     of pairs whose B is a random other document (NSP label 1); 0 makes contiguous text, for training
-    without NSP. ``partition_bytes``: input bytes per partition (memory per worker grows with it; the
-    pairing sees one partition at a time); None: :func:`default_partition_bytes` of the input's size.
+    without NSP. ``partition_bytes``: input bytes per partition (memory per worker grows with it; a line
+    longer than it is refused); None: :func:`default_partition_bytes` of the input's size.
+    ``pairing_tokens``: tokens per block of consecutive documents, within which NSP's random B is drawn.
     ``workers``: processes on this machine (from a script, keep the call under ``if __name__ ==
     "__main__":``, as for any process pool); ``dask``: a ``dask.distributed`` scheduler address or
     ``Client`` instead, whose workers must see ``out_dir`` at the same path.
-    ``heldout_every``: keep only the held-out documents (``heldout``: every ``heldout_every``-th of each
-    partition, its 0th first) or only the others, so one corpus gives a training and a held-out directory.
-    The same arguments and ``seed`` give byte-identical files, whatever ``workers`` or ``dask``; a run
-    killed half-way and started again with them continues (see the module doc). Returns ``out_dir``.
+    ``heldout_every``: keep only the held-out documents (``heldout``: those whose ordinal in the corpus is a
+    multiple of ``heldout_every``) or only the others, so one corpus gives a training and a held-out directory.
+    The same documents, arguments and ``seed`` give byte-identical files, whatever the input format,
+    ``partition_bytes``, ``workers`` or ``dask``; a run killed half-way and started again with them continues
+    (see the module doc). Returns ``out_dir``.
     """
     sources = expand_inputs(files_or_texts)
     total = sum(os.path.getsize(s) for s in sources if is_file(s))
@@ -144,114 +168,134 @@ def create_pretraining_data(files_or_texts: Any, tokenizer: BERTTokenizerFast | 
                                 whole_word=whole_word, static_masking=static_masking, seed=seed,
                                 shard_size=shard_size, random_next_prob=random_next_prob,
                                 partition_bytes=partition_bytes, heldout_every=heldout_every, heldout=heldout,
+                                pairing_tokens=pairing_tokens,
                                 read=ReadSettings(format=format, encoding=encoding, text_field=text_field))
     if not isinstance(workers, int) or workers < 1:
         raise ValueError(f"workers must be an integer >= 1, got {workers!r}.")
     if not isinstance(tokenizer, BERTTokenizerFast):
         tokenizer = BERTTokenizerFast.from_pretrained(tokenizer)
     out = Path(out_dir)
-    inside = [s for s in sources if is_file(s) and Path(s).resolve().is_relative_to(out.resolve())]
-    if inside:
-        raise ValueError(f"the input {inside[0]} lies inside the output directory {out} (-o): the data written there "
-                         "(a tokenizer's vocab.txt among it) would mix with the corpus; choose an -o outside the "
-                         "inputs.")
+    refuse_output_among_inputs(out, files_or_texts, sources)
     out.mkdir(parents=True, exist_ok=True)
     lock = lock_directory(out, "data creation")  # a second run into the directory is refused at once
     try:
-        _claim(out, settings, tokenizer, sources, overwrite)
+        claim = _claim(settings, tokenizer, sources)
+        if _check_claim(out, claim, overwrite):
+            return out  # complete, with these very arguments: nothing to do
         (out / INDEX_NAME).unlink(missing_ok=True)  # an old index must not describe half-rewritten shards
-        for temp in out.glob(".*.tmp"):  # what a killed run was writing
-            temp.unlink()
+        for temp in [*out.glob(".*.tmp"), *out.glob(f"{TOKENIZED_DIR}/.*.tmp"), *out.glob(".running-*")]:
+            temp.unlink()  # what a killed run was writing
         tokenizer.save_pretrained(out / TOKENIZER_DIR)
         digest = hashlib.sha256(json.dumps(tokenizer_fingerprint(tokenizer), sort_keys=True).encode()).hexdigest()
         _TOKENIZERS.clear()
         _TOKENIZERS[(str(out), digest)] = tokenizer  # one worker runs here: no second load
         jobs = (_job(partition, settings, digest, out) for partition in plan_partitions(
-            sources, settings.partition_bytes, settings.read))
+            sources, settings.partition_bytes, settings.read, max_line_bytes=settings.partition_bytes))
         if sized and total <= settings.partition_bytes:
             workers = 1  # one partition: a pool would only add its start-up (the output is the same)
-        results = _run_all(jobs, workers, dask, total if sized else None, progress)
-        return _write_index(out, settings, tokenizer, results)
+        with executor_for(workers, dask) as (executor, window):
+            partitions = run_all(executor, window, tokenize_partition, jobs, out, progress, "reading",
+                                  total if sized else None, lambda marker: marker["bytes"], unit="B")
+            atomic_write_text(out / CLAIM_NAME, json.dumps(claim, indent=2) + "\n")  # the inputs were readable
+            blocks = _plan_blocks(out, partitions, settings)
+            fingerprints = [m["fingerprint"] for m in partitions]
+            block_jobs = (block_job(block, settings, digest, out, fingerprints) for block in blocks)
+            paired = run_all(executor, window, run_block, block_jobs, out, progress, "pairing", len(blocks),
+                              lambda marker: 1)
+        return _write_index(out, settings, tokenizer, partitions, paired)
     finally:
         os.close(lock)
 
 
+def _plan_blocks(out: Path, partitions: list[dict[str, Any]], settings: CreationSettings) -> list:
+    """The blocks of the tokenized partitions (their markers ``partitions``, in order): cut by the tokens of the
+    documents this run keeps (all, or one side of the held-out split)."""
+    lengths = [document_lengths(out, m["partition"]) for m in partitions]
+    tokens = np.concatenate([np.zeros(0, np.int64), *lengths])  # [D] tokens of every document, in corpus order
+    tokens = np.where(kept(np.arange(len(tokens)), settings.heldout_every, settings.heldout), tokens, 0)
+    return plan_blocks([len(x) for x in lengths], tokens, settings.pairing_tokens)
+
+
+def refuse_output_among_inputs(out: Path, inputs: Any, sources: list) -> None:
+    """ValueError when an input file lies inside ``out`` (the data written there would mix with the corpus) or
+    ``out`` lies inside a directory given as input (or the root of a ``**`` pattern): a rerun would read the
+    data written there (its tokenizer's vocab.txt, say) as corpus. Checked before anything is written."""
+    target = out.resolve()
+    inside = [s for s in sources if is_file(s) and Path(s).resolve().is_relative_to(target)]
+    if inside:
+        raise ValueError(f"the input {inside[0]} lies inside the output directory {out} (-o): the data written there "
+                         "(a tokenizer's vocab.txt among it) would mix with the corpus; choose an -o outside the "
+                         "inputs.")
+    items = [inputs] if isinstance(inputs, (str, os.PathLike, Documents)) else list(inputs)
+    roots = [Path(item) for item in items if isinstance(item, (str, os.PathLike)) and os.path.isdir(item)]
+    roots += [Path(item.split("**", 1)[0] or ".") for item in items if isinstance(item, str) and "**" in item
+              and "\n" not in item]
+    around = [root for root in roots if target.is_relative_to(root.resolve())]
+    if around:
+        raise ValueError(f"the output directory {out} (-o) lies inside {os.fspath(around[0])}, a directory given as "
+                         "input: a rerun would read the data written there as corpus; choose an -o outside it.")
+
 
 def _job(partition: Partition, settings: CreationSettings, tokenizer_sha256: str, out: Path) -> PartitionJob:
-    identity = {"settings": settings.to_dict(), "tokenizer": tokenizer_sha256, "partition": partition.ordinal,
-                "pieces": [piece.identity() for piece in partition.pieces]}
+    identity = {"read": asdict(settings.read), "tokenizer": tokenizer_sha256, "partition": partition.ordinal,
+                "pieces": [piece.identity() for piece in partition.pieces],
+                "partition_bytes": settings.partition_bytes}
     digest = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
     return PartitionJob(partition, settings, str(out), digest, tokenizer_sha256)
 
 
-# ---------------------------------------------------------------------------- one partition (in a worker)
+# ---------------------------------------------------------------------------- in a worker
 
 #: (output directory, tokenizer hash) -> the tokenizer, loaded once per worker process
 _TOKENIZERS: dict[tuple[str, str], BERTTokenizerFast] = {}
 
+#: a test's way to kill the worker process that starts this partition (SIGKILL), as the system would
+KILL_PARTITION_VARIABLE = "BERTKIT_DATA_KILL_PARTITION"
 
-def build_partition(job: PartitionJob) -> dict[str, Any]:
-    """Read, tokenize, pair and write one partition; write its marker last. Returns the marker's content."""
-    started = time.time()
-    out, settings, ordinal = Path(job.out_dir), job.settings, job.partition.ordinal
-    finished = finished_partition(out, ordinal, job.fingerprint)
-    if finished is not None:
-        return finished
-    key = (job.out_dir, job.tokenizer_sha256)
+
+def _tokenizer(out_dir: str, tokenizer_sha256: str) -> BERTTokenizerFast:
+    key = (out_dir, tokenizer_sha256)
     if key not in _TOKENIZERS:
         _TOKENIZERS.clear()
-        _TOKENIZERS[key] = BERTTokenizerFast.from_pretrained(out / TOKENIZER_DIR)
-    tokenizer = _TOKENIZERS[key]
-    documents = select_documents(partition_documents(job.partition, settings.read), settings.heldout_every,
-                                 settings.heldout)
-    corpus = tokenize_documents(documents, tokenizer)
-    seed = partition_seed(settings.seed, ordinal)
-    shards = []
-    if corpus.num_documents:
-        with warnings.catch_warnings():  # a single-document partition: said once by the creating process
-            warnings.simplefilter("ignore")
-            spans = create_instance_spans(corpus, max_seq_length=settings.max_seq_length,
-                                          short_seq_prob=settings.short_seq_prob, dupe_factor=settings.dupe_factor,
-                                          seed=seed, random_next_prob=settings.random_next_prob)
-        mask = _static_masking(tokenizer, settings, seed) if settings.static_masking else None
-        for k, lo in enumerate(range(0, len(spans), settings.shard_size)):
-            shards.append(write_instances(
-                out, f"shard-{ordinal:05d}-{k:03d}", corpus, spans.take(slice(lo, lo + settings.shard_size)),
-                cls_token_id=tokenizer.cls_token_id, sep_token_id=tokenizer.sep_token_id,
-                vocab_size=tokenizer.vocab_size, max_seq_length=settings.max_seq_length, mask=mask))
-    marker = {"partition": ordinal, "fingerprint": job.fingerprint, "bytes": job.partition.size,
-              "num_documents": corpus.num_documents, "num_sentences": len(corpus.sentence_starts) - 1,
-              "inputs": sorted({piece.path or "documents" for piece in job.partition.pieces}), "shards": shards,
-              # where and when it ran: for the curious (and the benchmark), not in the index
-              "host": socket.gethostname(), "pid": os.getpid(), "started": started, "seconds": time.time() - started}
-    atomic_write_text(out / marker_name(ordinal), json.dumps(marker) + "\n")
+        _TOKENIZERS[key] = BERTTokenizerFast.from_pretrained(Path(out_dir) / TOKENIZER_DIR)
+    return _TOKENIZERS[key]
+
+
+def tokenize_partition(job: PartitionJob) -> dict[str, Any]:
+    """Read and tokenize one partition into ``tokenized/``; write its marker last. Returns the marker's content."""
+    started = time.time()
+    out, settings, ordinal = Path(job.out_dir), job.settings, job.partition.ordinal
+    finished = read_marker(out / marker_name(ordinal), job.fingerprint)
+    if finished is not None and has_tokenized(out, ordinal):
+        return finished
+    with RunningNote(out, marker_name(ordinal), job.describe()):
+        if os.environ.get(KILL_PARTITION_VARIABLE) == str(ordinal):
+            os.kill(os.getpid(), signal.SIGKILL)
+        tokenizer = _tokenizer(job.out_dir, job.tokenizer_sha256)
+        documents = partition_documents(job.partition, settings.read, max_line_bytes=settings.partition_bytes)
+        corpus = tokenize_documents(documents, tokenizer)
+        save_tokenized(out, ordinal, corpus, tokenizer.vocab_size)
+        marker = {"partition": ordinal, "fingerprint": job.fingerprint, "bytes": job.partition.size,
+                  "num_documents": corpus.num_documents, "num_sentences": len(corpus.sentence_starts) - 1,
+                  "inputs": sorted({piece.path or "documents" for piece in job.partition.pieces}),
+                  # where and when it ran: for the curious (and the benchmark), not in the index
+                  "host": socket.gethostname(), "pid": os.getpid(), "started": started,
+                  "seconds": time.time() - started}
+        atomic_write_text(out / marker_name(ordinal), json.dumps(marker) + "\n")
     return marker
 
 
-def partition_seed(seed: int, ordinal: int) -> int:
-    """The seed of partition ``ordinal``: a function of the run's seed and the ordinal only."""
-    return int(np.random.SeedSequence([seed, ordinal]).generate_state(1, np.uint32)[0])
+def run_block(job: BlockJob) -> dict[str, Any]:
+    """:func:`~bertkit.data.blocks.pair_block` with this worker's tokenizer and static masking."""
+    out, settings = Path(job.out_dir), job.settings
+    with RunningNote(out, block_marker_name(job.block.number), job.describe()):
+        tokenizer = _tokenizer(job.out_dir, job.tokenizer_sha256)
+        return pair_block(job, tokenizer, lambda seed: _static_masking(tokenizer, settings, seed)
+                          if settings.static_masking else None)
 
 
 def marker_name(ordinal: int) -> str:
     return f"part-{ordinal:05d}.json"
-
-
-def finished_partition(out: Path, ordinal: int, fingerprint: str) -> dict[str, Any] | None:
-    """The marker of partition ``ordinal`` if it was finished with ``fingerprint`` and its shards are all there."""
-    path = out / marker_name(ordinal)
-    if not path.is_file():
-        return None
-    try:
-        marker = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    if marker.get("fingerprint") != fingerprint:
-        return None
-    for shard in marker["shards"]:
-        if not all((out / f"{shard['name']}.{f}.npy").is_file() for f in ("tokens", "offsets", "nsp_labels")):
-            return None
-    return marker
 
 
 def _static_masking(tokenizer: BERTTokenizerFast, settings: CreationSettings, seed: int):
@@ -271,119 +315,39 @@ def _static_masking(tokenizer: BERTTokenizerFast, settings: CreationSettings, se
     return mask
 
 
-# ---------------------------------------------------------------------------- running the partitions
-
-def _run_all(jobs: Iterator[PartitionJob], workers: int, dask: Any, total: int | None,
-             progress: bool) -> list[dict[str, Any]]:
-    """Every job's marker, in partition order; at most a few partitions are held (planned, queued) at once."""
-    from tqdm.auto import tqdm
-
-    results: dict[int, dict[str, Any]] = {}
-    with _executor(workers, dask) as (executor, window), tqdm(
-            total=total, unit="B", unit_scale=True, unit_divisor=1024, desc="creating data",
-            disable=not progress) as bar:
-        pending: set[cf.Future] = set()
-        documents = 0
-
-        def collect(done: Iterable[cf.Future]) -> None:
-            nonlocal documents
-            for future in done:
-                marker = future.result()  # a worker's error is raised here, with its message
-                results[marker["partition"]] = marker
-                documents += marker["num_documents"]
-                bar.update(marker["bytes"])
-                bar.set_postfix(partitions=len(results), documents=documents, refresh=False)
-        for job in jobs:
-            pending.add(executor.submit(build_partition, job))
-            if len(pending) >= window:
-                done, pending = cf.wait(pending, return_when=cf.FIRST_COMPLETED)
-                collect(done)
-        collect(cf.as_completed(pending))
-    return [results[k] for k in sorted(results)]
-
-
-class _Inline(cf.Executor):
-    """Runs each job at once, in this process (one worker)."""
-
-    def submit(self, fn, /, *args, **kwargs) -> cf.Future:
-        future: cf.Future = cf.Future()
-        try:
-            future.set_result(fn(*args, **kwargs))
-        except BaseException as error:  # delivered by future.result(), as a pool would
-            future.set_exception(error)
-        return future
-
-
-class _executor:
-    """``(executor, window)``: where partitions run and how many may be queued at once."""
-
-    def __init__(self, workers: int, dask: Any):
-        self.workers, self.dask = workers, dask
-        self._close: list = []
-
-    def __enter__(self) -> tuple[cf.Executor, int]:
-        if self.dask is not None:
-            client = _dask_client(self.dask)
-            if client is not self.dask:
-                self._close.append(client)
-            threads = sum(w.get("nthreads", 1) for w in client.scheduler_info()["workers"].values())
-            return client.get_executor(pure=False), 2 * max(1, threads)
-        if self.workers == 1:
-            return _Inline(), 1
-        import multiprocessing
-
-        pool = cf.ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("spawn"),
-                                      initializer=_worker_setup)
-        self._close.append(pool)
-        return pool, 2 * self.workers
-
-    def __exit__(self, kind, error, traceback) -> None:
-        for resource in self._close:
-            if isinstance(resource, cf.Executor):
-                resource.shutdown(wait=error is None, cancel_futures=True)
-            else:
-                resource.close()
-
-
-def _worker_setup() -> None:
-    """A pool worker tokenizes on its one core: the pool, not the tokenizer, spreads work over the cores."""
-    os.environ["TOKENIZERS_PARALLELISM"] = "false"
-
-
-def _dask_client(dask: Any):
-    try:
-        from distributed import Client
-    except ImportError:
-        raise ValueError("dask= (--dask) needs dask.distributed: pip install 'bertkit[dask]'.") from None
-    if isinstance(dask, Client):
-        return dask
-    try:
-        return Client(dask, timeout=30)
-    except OSError as error:
-        raise ValueError(f"cannot reach the Dask scheduler at {dask!r} (--dask): {error}. Start one with `dask "
-                         "scheduler` and workers with `dask worker ADDRESS`, and pass its tcp://HOST:8786.") from None
-
-
 # ---------------------------------------------------------------------------- the directory
 
-def _claim(out: Path, settings: CreationSettings, tokenizer: BERTTokenizerFast, sources: list,
-           overwrite: bool) -> None:
-    """Record this run's settings in ``creation.json``; refuse a directory that another creation (other settings,
-    tokenizer or inputs) owns, unless ``overwrite`` (which removes its shards and markers first)."""
-    claim = {"format": FORMAT, "settings": settings.to_dict(), "tokenizer": tokenizer_fingerprint(tokenizer),
-             "inputs": [_input_identity(s) for s in sources]}
+def _claim(settings: CreationSettings, tokenizer: BERTTokenizerFast, sources: list) -> dict[str, Any]:
+    """What ``creation.json`` records: the settings, the tokenizer and the inputs."""
+    return {"format": FORMAT, "settings": settings.to_dict(), "tokenizer": tokenizer_fingerprint(tokenizer),
+            "inputs": [_input_identity(s) for s in sources]}
+
+
+def _check_claim(out: Path, claim: dict[str, Any], overwrite: bool) -> bool:
+    """Refuse a directory that another creation (other settings, tokenizer or inputs, named) owns, unless
+    ``overwrite`` (which removes what it wrote). True when ``out`` is complete with this very ``claim``."""
     path = out / CLAIM_NAME
     if path.is_file() and not overwrite:
-        old = read_json_object(path, "a data creation record")
-        changed = _differences(old, claim)
+        changed = _differences(read_json_object(path, "a data creation record"), claim)
         if changed:
             raise ValueError(f"{out} holds data created with other arguments ({'; '.join(changed)}); pass the same "
                              "arguments to continue or redo it, --overwrite (Python: overwrite=True) to replace it, "
                              "or another output directory.")
+        return _complete(out)
     if overwrite:
-        for stale in [*out.glob("shard-*.npy"), *out.glob("part-*.json"), out / INDEX_NAME]:
+        for stale in [*out.glob("shard-*.npy"), *out.glob("part-*.json"), *out.glob("block-*.json"),
+                      *out.glob(f"{TOKENIZED_DIR}/*"), out / INDEX_NAME, path]:
             stale.unlink(missing_ok=True)
-    atomic_write_text(path, json.dumps(claim, indent=2) + "\n")
+    return False
+
+
+def _complete(out: Path) -> bool:
+    """Whether ``out`` holds an index and every shard it lists."""
+    try:
+        shards = read_json_object(out / INDEX_NAME, "a pretraining data index")["shards"]
+    except (ValueError, KeyError, OSError):
+        return False
+    return all((out / f"{s['name']}.{f}.npy").is_file() for s in shards for f in ("tokens", "offsets", "nsp_labels"))
 
 
 def _input_identity(source: Any) -> dict[str, Any]:
@@ -404,34 +368,45 @@ def _differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     if old.get("inputs") != new["inputs"]:
         before = [i.get("source") for i in old.get("inputs", [])]
         after = [i["source"] for i in new["inputs"]]
-        modified = [i["source"] for i in new["inputs"] if i not in old.get("inputs", [])]
-        changed.append(f"other inputs ({len(before)} then, {len(after)} now)" if before != after else
-                       f"inputs changed since ({', '.join(modified[:3])})")
+        gone, added = [s for s in before if s not in after], [s for s in after if s not in before]
+        modified = [i["source"] for i in new["inputs"] if i["source"] in before and i not in old.get("inputs", [])]
+        if gone or added:
+            changed.append("other inputs (" + "; ".join(
+                [f"{len(before)} then, {len(after)} now"] + ([f"no longer: {', '.join(gone[:3])}"] if gone else [])
+                + ([f"new: {', '.join(added[:3])}"] if added else [])) + ")")
+        if modified:
+            changed.append(f"inputs changed since ({', '.join(modified[:3])})")
+        if not (gone or added or modified):
+            changed.append("the inputs in another order")
     return changed
 
 
 def _write_index(out: Path, settings: CreationSettings, tokenizer: BERTTokenizerFast,
-                 markers: list[dict[str, Any]]) -> Path:
-    documents = sum(m["num_documents"] for m in markers)
+                 partitions: list[dict[str, Any]], blocks: list[dict[str, Any]]) -> Path:
+    documents = sum(m["num_documents"] for m in blocks)
     if documents == 0:
+        (out / CLAIM_NAME).unlink(missing_ok=True)  # nothing was made: nothing for a corrected run to refuse
         raise ValueError("the corpus holds no words after tokenization (empty files, or only white space and "
                          "control characters): there is nothing to build instances from.")
-    lonely = [m for m in markers if m["num_documents"] == 1]
+    lonely = [m for m in blocks if m["num_documents"] == 1]
     if lonely:
-        warnings.warn(f"{len(lonely)} partition(s) hold a single document ({', '.join(lonely[0]['inputs'])}"
-                      f"{', ...' if len(lonely) > 1 else ''}), so their random-next segments (NSP label 1) come "
-                      "from that same document; give them several documents.", stacklevel=3)
-    shards = [shard for m in markers for shard in m["shards"]]
+        warnings.warn(f"{len(lonely)} block(s) of documents hold a single document (documents "
+                      f"{lonely[0]['documents'][0]}-{lonely[0]['documents'][1] - 1}{', ...' if len(lonely) > 1 else ''}"
+                      "), so their random-next segments (NSP label 1) come from that same document; give the corpus "
+                      "more documents.", stacklevel=3)
+    shards = [shard for m in blocks for shard in m["shards"]]
     index = {
-        "format": FORMAT, "version": 2, "num_instances": sum(s["num_instances"] for s in shards),
+        "format": FORMAT, "version": 3, "num_instances": sum(s["num_instances"] for s in shards),
         "num_documents": documents, "num_tokens": sum(s["num_tokens"] for s in shards),
-        "num_partitions": len(markers), "input_bytes": sum(m["bytes"] for m in markers),
+        "num_partitions": len(partitions), "num_blocks": len(blocks),
+        "input_bytes": sum(m["bytes"] for m in partitions),
         "max_seq_length": settings.max_seq_length, "vocab_size": tokenizer.vocab_size,
         "token_dtype": np.dtype(token_dtype(tokenizer.vocab_size)).name,
         "static_masking": settings.static_masking, "whole_word_masking": settings.whole_word,
         "masked_lm_prob": settings.masked_lm_prob, "max_predictions_per_seq": settings.max_predictions_per_seq,
         "short_seq_prob": settings.short_seq_prob, "dupe_factor": settings.dupe_factor, "seed": settings.seed,
         "random_next_prob": settings.random_next_prob, "partition_bytes": settings.partition_bytes,
+        "pairing_tokens": settings.pairing_tokens,
         "heldout_every": settings.heldout_every, "heldout": settings.heldout,
         "read": asdict(settings.read),
         "tokenizer": {"dir": TOKENIZER_DIR, "do_lower_case": tokenizer.do_lower_case,
@@ -442,16 +417,22 @@ def _write_index(out: Path, settings: CreationSettings, tokenizer: BERTTokenizer
                                             for name, token in tokenizer.special_tokens.items()}},
         "inputs": read_json_object(out / CLAIM_NAME)["inputs"],
         "partitions": [{"partition": m["partition"], "inputs": m["inputs"], "bytes": m["bytes"],
-                        "num_documents": m["num_documents"], "shards": [s["name"] for s in m["shards"]]}
-                       for m in markers],
+                        "num_documents": m["num_documents"]} for m in partitions],
+        "blocks": [{"block": m["block"], "documents": m["documents"], "num_documents": m["num_documents"],
+                    "shards": [s["name"] for s in m["shards"]]} for m in blocks],
         "shards": shards,
     }
     atomic_write_text(out / INDEX_NAME, json.dumps(index, indent=2) + "\n")
     current = {s["name"] for s in shards}
-    for path in out.glob("shard-*.npy"):  # shards of an earlier, larger run in the same directory
+    for path in out.glob("shard-*.npy"):  # shards of an earlier run in the same directory
         if path.name.split(".", 1)[0] not in current:
             path.unlink()
     for path in out.glob("part-*.json"):
-        if int(path.stem.split("-")[1]) >= len(markers):
+        if int(path.stem.split("-")[1]) >= len(partitions):
             path.unlink()
+    numbers = {m["block"] for m in blocks}
+    for path in out.glob("block-*.json"):
+        if int(path.stem.split("-")[1]) not in numbers:
+            path.unlink()
+    shutil.rmtree(out / TOKENIZED_DIR, ignore_errors=True)  # the shards hold what is needed now
     return out

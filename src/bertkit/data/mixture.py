@@ -64,7 +64,22 @@ def parse_data_specs(data: DataEntry | Sequence[DataEntry]) -> list[DataSpec]:
         raise ValueError(f"{FLAG} mixes weighted entries ({', '.join(weighted)}) with unweighted ones "
                          f"({', '.join(unweighted)}); give every entry a weight (PATH:WEIGHT) or none (then each "
                          "directory counts by its size).")
+    if weighted:
+        _check_shares(specs)
     return specs
+
+
+def _check_shares(specs: list[DataSpec]) -> None:
+    """Refuse weights whose ratio a float cannot hold: an entry whose share of the mix rounds to 0 (never
+    drawn), named as given. The shares are taken relative to the largest weight, so no sum overflows."""
+    largest = max(specs, key=lambda s: s.weight)
+    relative = [s.weight / largest.weight for s in specs]
+    total = math.fsum(relative)
+    for spec, share in zip(specs, relative):
+        if not share / total > 0:
+            raise ValueError(f"{FLAG} entry {spec.entry}: its weight is too small next to {largest.entry} (its share "
+                             "of the mix rounds to 0, so it would never be drawn); give weights of comparable "
+                             "size, e.g. 1 and 0.001.")
 
 
 def _parse_entry(entry: DataEntry) -> DataSpec:
@@ -111,6 +126,8 @@ def open_pretraining_data(data: DataEntry | Sequence[DataEntry]) -> PretrainingD
     if len(specs) == 1:
         return PretrainingDataset(specs[0].path)
     weights = [s.weight for s in specs] if specs[0].weight is not None else None
+    if weights is not None and not math.isfinite(sum(weights)):  # huge weights (1e308): relative to the largest
+        weights = [w / max(weights) for w in weights]
     return MixedPretrainingDataset([s.path for s in specs], weights)
 
 

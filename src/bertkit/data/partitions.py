@@ -44,6 +44,7 @@ from bertkit.data.corpus import (
     blocks_are_documents,
     detect_format,
     is_file,
+    refuse_noise,
 )
 
 logger = logging.getLogger("bertkit.data")
@@ -84,6 +85,18 @@ class Piece:
     size: int = 0
     items: tuple = ()
 
+    def describe(self) -> str:
+        """What the piece reads, in words: a file's byte range or row groups, or documents from Python."""
+        if self.kind == "memory":
+            return f"{len(self.items)} documents given in memory"
+        if self.kind == "parquet":
+            if self.end == self.start + 1:
+                return f"{self.path} row group {self.start}"
+            return f"{self.path} row groups {self.start}-{self.end - 1}"
+        if self.start == 0 and self.end is None:
+            return self.path
+        return f"{self.path} bytes {self.start}-{'end' if self.end is None else self.end - 1}"
+
     def identity(self) -> dict[str, Any]:
         """What this piece reads, for fingerprints: the file (path, size, modification time) and the range,
         or a hash of the documents."""
@@ -105,6 +118,10 @@ class Partition:
     @property
     def size(self) -> int:
         return sum(piece.size for piece in self.pieces)
+
+    def describe(self) -> str:
+        """``partition N (FILE bytes A-B, ...)``, for errors."""
+        return f"partition {self.ordinal} ({', '.join(piece.describe() for piece in self.pieces)})"
 
 
 @dataclass(frozen=True)
@@ -185,8 +202,11 @@ def _kind(path: str) -> str:
 
 # ---------------------------------------------------------------------------- planning
 
-def plan_partitions(sources: Sequence, partition_bytes: int, read: ReadSettings) -> Iterator[Partition]:
-    """The partitions of ``sources`` (from :func:`expand_inputs`), lazily and in order (see the module doc)."""
+def plan_partitions(sources: Sequence, partition_bytes: int, read: ReadSettings, *,
+                    max_line_bytes: int | None = None) -> Iterator[Partition]:
+    """The partitions of ``sources`` (from :func:`expand_inputs`), lazily and in order (see the module doc). A
+    text file whose head (read for its layout) has a line longer than ``max_line_bytes`` is refused
+    (:func:`bertkit.data.corpus.line_too_long`)."""
     if partition_bytes < 1:
         raise ValueError(f"partition_bytes must be >= 1, got {partition_bytes}.")
     ordinal = itertools.count()
@@ -206,7 +226,7 @@ def plan_partitions(sources: Sequence, partition_bytes: int, read: ReadSettings)
             for chunk in _document_chunks(source, partition_bytes):
                 yield Partition(next(ordinal), (chunk,))
             continue
-        for piece, splittable in _pieces(source, read):
+        for piece, splittable in _pieces(source, read, max_line_bytes):
             if not splittable:
                 pending.append(piece)
                 room -= piece.size
@@ -223,7 +243,7 @@ def plan_partitions(sources: Sequence, partition_bytes: int, read: ReadSettings)
     yield from flush()
 
 
-def _pieces(source: str, read: ReadSettings) -> Iterator[tuple[Piece, bool]]:
+def _pieces(source: str, read: ReadSettings, max_line_bytes: int | None = None) -> Iterator[tuple[Piece, bool]]:
     """A source as pieces, each with whether it may be cut into byte ranges."""
     if not is_file(source):  # a text in memory
         yield Piece("memory", items=(source,), layout=read.format, size=len(source.encode())), False
@@ -241,14 +261,15 @@ def _pieces(source: str, read: ReadSettings) -> Iterator[tuple[Piece, bool]]:
     elif kind == "jsonl":
         yield Piece("jsonl", source, size=size), not compressed
     else:
-        layout = _text_layout(source, read)
+        refuse_noise(source, read.encoding)
+        layout = _text_layout(source, read, max_line_bytes)
         splittable = not compressed and layout in _BLANK_LINE_LAYOUTS and _bytes_split_lines(source, read.encoding)
         yield Piece("text", source, layout=layout, size=size), splittable
 
 
-def _text_layout(path: str, read: ReadSettings) -> str:
+def _text_layout(path: str, read: ReadSettings, max_line_bytes: int | None = None) -> str:
     """The file's layout: forced, or decided from its head (and said in a log line, as ``read_documents``)."""
-    lines = _file_lines(Path(path), read.encoding)
+    lines = _file_lines(Path(path), read.encoding, max_line_bytes)
     head = list(itertools.islice(lines, HEAD_LINES))
     lines.close()
     chosen = detect_format(head) if read.format == "auto" else read.format

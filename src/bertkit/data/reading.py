@@ -12,17 +12,27 @@ import itertools
 from collections.abc import Iterator
 from pathlib import Path
 
-from bertkit.data.corpus import decoding_error, jsonl_document, read_documents, split_sentences, text_document
+from bertkit.data.corpus import (
+    decoding_error,
+    jsonl_document,
+    line_too_long,
+    read_documents,
+    rest_of_line,
+    split_sentences,
+    text_document,
+)
 from bertkit.data.partitions import Partition, Piece, ReadSettings, plan_partitions, pyarrow_module
 
 
-def partition_documents(partition: Partition, read: ReadSettings) -> Iterator[list[str]]:
-    """The documents of ``partition`` (lists of sentences, empty ones skipped), piece after piece."""
+def partition_documents(partition: Partition, read: ReadSettings, *,
+                        max_line_bytes: int | None = None) -> Iterator[list[str]]:
+    """The documents of ``partition`` (lists of sentences, empty ones skipped), piece after piece. A line of a
+    file (or a Parquet / Arrow cell) longer than ``max_line_bytes`` is refused before it is held whole."""
     for piece in partition.pieces:
-        yield from _piece_documents(piece, read)
+        yield from _piece_documents(piece, read, max_line_bytes)
 
 
-def _piece_documents(piece: Piece, read: ReadSettings) -> Iterator[list[str]]:
+def _piece_documents(piece: Piece, read: ReadSettings, limit: int | None) -> Iterator[list[str]]:
     if piece.kind == "memory":
         for item in piece.items:
             if isinstance(item, str) and piece.layout is not None:  # a text in memory: read as a file would be
@@ -32,25 +42,30 @@ def _piece_documents(piece: Piece, read: ReadSettings) -> Iterator[list[str]]:
                 if document:
                     yield document
     elif piece.kind == "parquet" or piece.kind == "arrow":
-        yield from _table_documents(piece, read.text_field)
+        yield from _table_documents(piece, read.text_field, limit)
     elif piece.start == 0 and piece.end is None:  # a whole text or JSON-lines file, possibly compressed
         layout = "paragraphs" if piece.layout == "blocks" else piece.layout or "auto"
-        yield from read_documents(Path(piece.path), layout, read.encoding, read.text_field)
+        yield from read_documents(Path(piece.path), layout, read.encoding, read.text_field, max_line_bytes=limit)
     elif piece.kind == "jsonl":  # a byte range of an uncompressed file
-        yield from _jsonl_range(piece, read)
+        yield from _jsonl_range(piece, read, limit)
     else:
-        yield from _blank_line_range(piece, read.encoding)
+        yield from _blank_line_range(piece, read.encoding, limit)
 
 
-def _range_lines(path: str, start: int, encoding: str) -> Iterator[tuple[int, str]]:
-    """``(offset, line)`` for every line that starts at or after byte ``start`` of an uncompressed file."""
+def _range_lines(path: str, start: int, encoding: str, limit: int | None = None) -> Iterator[tuple[int, str]]:
+    """``(offset, line)`` for every line that starts at or after byte ``start`` of an uncompressed file; a line
+    of more than ``limit`` bytes is refused (:func:`~bertkit.data.corpus.line_too_long`), never held whole."""
     codec = "utf-8" if encoding.lower().replace("_", "-") in ("utf-8", "utf8") else encoding
     with open(path, "rb") as f:
         if start > 0:
             f.seek(start - 1)
             f.readline()  # the end of the line that began before start (just "\n" if one ended there)
         offset = f.tell()
-        for raw in f:
+        size = -1 if limit is None else limit + 1
+        for raw in iter(lambda: f.readline(size), b""):
+            if limit is not None and len(raw) > limit:
+                rest = rest_of_line(f.readline, limit)
+                raise line_too_long(_line_at(path, offset), len(raw) + rest, limit)
             try:
                 line = raw.decode(codec)
             except UnicodeDecodeError as error:
@@ -59,12 +74,12 @@ def _range_lines(path: str, start: int, encoding: str) -> Iterator[tuple[int, st
             offset += len(raw)
 
 
-def _blank_line_range(piece: Piece, encoding: str) -> Iterator[list[str]]:
+def _blank_line_range(piece: Piece, encoding: str, limit: int | None = None) -> Iterator[list[str]]:
     """The documents of a byte range of a blank-line layout: those following a blank line that starts in the
     range (and, from offset 0, the first); the last one read to its end, past the range."""
     def lines() -> Iterator[str]:
         inside = piece.start == 0
-        for offset, line in _range_lines(piece.path, piece.start, encoding):
+        for offset, line in _range_lines(piece.path, piece.start, encoding, limit):
             if not line.strip():
                 if piece.end is not None and offset >= piece.end:
                     return
@@ -84,8 +99,8 @@ def _blank_line_range(piece: Piece, encoding: str) -> Iterator[list[str]]:
             block = []
 
 
-def _jsonl_range(piece: Piece, read: ReadSettings) -> Iterator[list[str]]:
-    for offset, line in _range_lines(piece.path, piece.start, read.encoding):
+def _jsonl_range(piece: Piece, read: ReadSettings, limit: int | None = None) -> Iterator[list[str]]:
+    for offset, line in _range_lines(piece.path, piece.start, read.encoding, limit):
         if piece.end is not None and offset >= piece.end:
             return
         document = jsonl_document(line, read.text_field, lambda offset=offset: _line_at(piece.path, offset))
@@ -104,27 +119,30 @@ def _line_at(path: str, offset: int) -> str:
     return f"{path}, line {newlines + 1}"
 
 
-def _table_documents(piece: Piece, text_field: str) -> Iterator[list[str]]:
+def _table_documents(piece: Piece, text_field: str, limit: int | None = None) -> Iterator[list[str]]:
     """Rows of a Parquet row group range or an Arrow stream file: a document per row."""
     if piece.kind == "parquet":
         pq = pyarrow_module("parquet", piece.path)
         groups = list(range(piece.start, piece.end))
         batches = pq.ParquetFile(piece.path).iter_batches(row_groups=groups, columns=[text_field], batch_size=1024)
         where = f"row group {piece.start}" if len(groups) == 1 else f"row groups {piece.start}-{piece.end - 1}"
-        yield from _column_documents(batches, text_field, f"{piece.path}, {where}")
+        yield from _column_documents(batches, text_field, f"{piece.path}, {where}", limit)
         return
     pa = pyarrow_module("ipc", piece.path)
     with pa.memory_map(piece.path) as source:
-        yield from _column_documents(iter(pa.ipc.open_stream(source)), text_field, piece.path)
+        yield from _column_documents(iter(pa.ipc.open_stream(source)), text_field, piece.path, limit)
 
 
-def _column_documents(batches: Iterator, text_field: str, where: str) -> Iterator[list[str]]:
+def _column_documents(batches: Iterator, text_field: str, where: str,
+                      limit: int | None = None) -> Iterator[list[str]]:
     rows = itertools.count()
     for batch in batches:
         for text, row in zip(batch.column(text_field).to_pylist(), rows):  # the list first: zip stops on it
             if not isinstance(text, str):
                 raise ValueError(f"{where}, row {row}: {text_field!r} holds {type(text).__name__}, not text; "
                                  "pass the column that holds the text (--text-field), or drop the empty rows.")
+            if limit is not None and len(text) > limit:
+                raise line_too_long(f"{where}, row {row}", len(text.encode()), limit)
             document = text_document(text)
             if document:
                 yield document

@@ -4,7 +4,7 @@ directories.
 A corpus up to :data:`IN_MEMORY_BYTES` is split as a whole (:func:`bertkit.data.split.split_heldout`:
 every ``heldout_every``-th document, or blocks of sentences when there are too few documents) and its two
 parts are written in Google's layout beside the data, then the vocabulary is learnt from the training part.
-A larger corpus is never held whole: each partition holds out every k-th of its documents (k is
+A larger corpus is never held whole: every k-th document of the corpus (by ordinal) is held out (k is
 ``heldout_every``, or larger so that about :data:`HELDOUT_BYTES` of text is held out), the vocabulary is
 learnt from a sample of ``tokenizer_sample_bytes`` spread over the training documents, and both data
 directories are written by the partition pipeline (:func:`bertkit.data.create.create_pretraining_data`)
@@ -58,7 +58,7 @@ def build_text_data(files: list[str], data_root: Path, settings: dict[str, Any],
     else:
         every = max(settings["heldout_every"], -(-total // HELDOUT_BYTES))
         logger.warning("held-out split: the corpus is %.0f MB, read in partitions: held out every %dth document of "
-                       "each partition", total / 1e6, every)
+                       "the corpus (by ordinal)", total / 1e6, every)
         if tokenizer is None:
             sample = settings.get("tokenizer_sample_bytes", TOKENIZER_SAMPLE_BYTES)
             tokenizer = _learn(iter(sample_texts(files, sample, read, PARTITION_BYTES, heldout_every=every)),
