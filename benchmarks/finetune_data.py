@@ -45,9 +45,14 @@ TITLES = frozenset({"Mr", "Mrs", "Miss", "Lady", "Sir", "Colonel", "Captain", "D
 _TOKENS = re.compile(r"\w+|[^\w\s]")
 
 
-def tag_sentence(tokens: list[str]) -> list[str]:
-    """BIO tags: runs of names (a title, optionally with its ``.``, joins a following name) and places."""
-    kinds = ["PER" if t in PERSONS else "LOC" if t in PLACES else None for t in tokens]
+#: entity type -> its words; the first type a word is listed under wins
+GAZETTEER = {"PER": PERSONS, "LOC": PLACES}
+
+
+def tag_sentence(tokens: list[str], gazetteer: dict[str, frozenset[str]] = GAZETTEER) -> list[str]:
+    """BIO tags from ``gazetteer``: runs of words of one type are one entity, and a title (optionally with
+    its ``.``) joins a following ``PER`` name."""
+    kinds = [next((kind for kind, words in gazetteer.items() if t in words), None) for t in tokens]
     for i in range(len(tokens) - 1, -1, -1):  # right to left, so "Mr. Knightley" and "Sir Walter" join
         nxt = i + 2 if i + 2 < len(tokens) and tokens[i + 1] == "." else i + 1
         if tokens[i] in TITLES and nxt < len(tokens) and kinds[nxt] == "PER":

@@ -114,7 +114,7 @@ def main(argv: list[str]) -> int:
                       warmup_ratio=args.warmup_ratio, weight_decay=args.weight_decay, seed=args.seed,
                       precision=args.precision, gradient_accumulation_steps=args.gradient_accumulation_steps,
                       early_stopping_patience=args.early_stopping_patience, metric_for_best=args.metric_for_best,
-                      group_by_length=not args.no_group_by_length, eval_batch_size=args.eval_batch_size,
+                      group_by_length=args.group_by_length, eval_batch_size=args.eval_batch_size,
                       device=args.device, resume=args.resume, overwrite=args.overwrite,
                       apply_changes=args.apply_changes, strict=args.strict, **task_options(args, args.task),
                       threads=parse_threads(args.threads, "--threads"))
@@ -154,8 +154,9 @@ def _add_common(parser: argparse.ArgumentParser, task: str) -> None:
                        help="stop after this many epochs without a better validation metric")
     group.add_argument("--metric-for-best", help="validation metric that picks the best epoch (default: the "
                                                  "task's: accuracy, f1, ...; 'loss' is lower-is-better)")
-    group.add_argument("--no-group-by-length", action="store_true",
-                       help="plain shuffled batches instead of batches of similar length")
+    group.add_argument("--group-by-length", action=argparse.BooleanOptionalAction, default=False,
+                       help="batches of similar length: less padding, but they learned worse on held-out NER "
+                            "(default: shuffled batches, as HF's Trainer)")
     group.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda", "gpu"))
     add_threads_argument(group)
     owner = parser.add_argument_group("the output directory").add_mutually_exclusive_group()

@@ -2,7 +2,7 @@
 
 :func:`finetune` reads the data with the task (:mod:`bertkit.tasks.base` says what a task
 brings), loads any checkpoint bertkit reads with its tokenizer, trains with
-:class:`~bertkit.training.Trainer` (dynamic padding, batches grouped by length, AdamW with
+:class:`~bertkit.training.Trainer` (dynamic padding, shuffled batches, AdamW with
 linear warmup and decay, exact resume, bf16, DDP), scores the validation set after every
 epoch with the task's metrics, keeps the best model in ``OUT/model`` and stops early when
 asked. Then it scores the best model on every split and writes:
@@ -132,7 +132,7 @@ def finetune(task: str | Task, model: str | os.PathLike, train: str | os.PathLik
              max_seq_length: int = 128, warmup_ratio: float = 0.1, weight_decay: float = 0.01, seed: int = 42,
              precision: str = "auto", gradient_accumulation_steps: int = 1,
              early_stopping_patience: int | None = None, metric_for_best: str | None = None,
-             group_by_length: bool = True, device: str = "auto", resume: bool = False, overwrite: bool = False,
+             group_by_length: bool = False, device: str = "auto", resume: bool = False, overwrite: bool = False,
              apply_changes: bool = False, progress: bool = True, callbacks: Mapping[str, Any] | None = None,
              strict: bool = False, threads: int | str | None = None, **task_options: Any) -> FinetuneResult:
     """Fine-tune ``model`` (anything bertkit loads) on ``task`` and write ``output_dir`` (see the module doc).
@@ -143,7 +143,10 @@ def finetune(task: str | Task, model: str | os.PathLike, train: str | os.PathLik
     ``classify`` with ``glue=NAME, data_dir=DIR`` reads the GLUE release's files (MNLI's
     mismatched sets too). ``epochs`` may be fractional. ``metric_for_best`` (default: the
     task's primary metric; ``"loss"`` is lower-is-better) picks the epoch whose model is kept;
-    ``early_stopping_patience`` evaluations without improvement end the run. The output
+    ``early_stopping_patience`` evaluations without improvement end the run. Batches are shuffled, as HF's
+    Trainer does; ``group_by_length`` makes batches of similar length (less padding, faster steps), which
+    learned worse on held-out NER (``benchmarks/ner_reference.py``; the README's fine-tuning section). A
+    resumed run keeps its run's choice (another one is refused unless ``apply_changes``). The output
     directory belongs to the run: ``resume`` continues it, ``overwrite`` replaces it. ``callbacks``
     go to the :class:`~bertkit.training.Trainer` (event -> function or functions). Data a reader only
     warns about (a :class:`~bertkit.tasks.readers.DataWarning`, e.g. SQuAD answers that contradict
@@ -171,6 +174,7 @@ def finetune(task: str | Task, model: str | os.PathLike, train: str | os.PathLik
         run.check("task", {"name": task.name, "options": task.options(), "max_seq_length": max_seq_length})
         run.check("model", {"source": os.fspath(model)})
         run.check("data", {name: file_fingerprint([path]) for name, path in splits.items()})
+        (run.record if apply_changes else run.check)("batches", {"group_by_length": group_by_length})
         run.save()
 
         train_features = features["train"]
