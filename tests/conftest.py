@@ -7,6 +7,7 @@ import shlex
 import socket
 import subprocess
 import sys
+import time
 
 import pytest
 import torch
@@ -14,19 +15,64 @@ import torch
 from bertkit import BERTConfig, BERTForPreTraining
 from bertkit.modeling import fast
 
-#: every subprocess the suite starts may run this long before it is called hung: a guard against a hang, far
-#: above the slowest honest run on a busy 2-core machine, never a time limit that decides a verdict
+#: a subprocess of the suite that shows no progress for this long is called hung: a guard against a hang, far
+#: above the longest honest silence on a busy 2-core machine, never a time limit that decides a verdict. Progress
+#: is judged by a heartbeat (see run_guarded); a command given none is judged by its wall time
 HANG_GUARD_S = 1800
+#: seconds between two looks at a guarded command's heartbeat
+GUARD_POLL_S = 0.5
 
 
-def run_guarded(command: list, **kwargs) -> subprocess.CompletedProcess:
-    """``subprocess.run(command, **kwargs)`` under :data:`HANG_GUARD_S`; a child still running then fails the test
-    as *hung* (not as a wrong result), naming the command."""
-    try:
-        return subprocess.run(command, timeout=HANG_GUARD_S, **kwargs)
-    except subprocess.TimeoutExpired:
-        pytest.fail(f"hung: `{shlex.join(map(str, command))}` did not exit within the {HANG_GUARD_S} s hang guard",
-                    pytrace=False)
+def heartbeat_of(path: os.PathLike | None) -> tuple:
+    """What changes while a command makes progress: (name, size, mtime) of ``path`` and of every file under it
+    (a run directory: its metrics.jsonl grows, checkpoints appear); ``()`` while it does not exist."""
+    if path is None or not os.path.exists(path):
+        return ()
+    files = [path] if os.path.isfile(path) else [os.path.join(root, name) for root, _, names in os.walk(path)
+                                                   for name in names]
+    marks = []
+    for file in sorted(files):
+        try:
+            stat = os.stat(file)
+        except FileNotFoundError:  # replaced (atomic writes) between the walk and the stat
+            continue
+        marks.append((file, stat.st_size, stat.st_mtime_ns))
+    return tuple(marks)
+
+
+def run_guarded(command: list, *, heartbeat: os.PathLike | None = None, capture_output: bool = False,
+                input=None, check: bool = False, **kwargs) -> subprocess.CompletedProcess:
+    """``subprocess.run(command, ...)`` under the hang guard: a child that shows no progress for
+    :data:`HANG_GUARD_S` is killed and fails the test as *hung* (not as a wrong result), naming the command.
+
+    ``heartbeat``: a file or directory the command writes as it progresses (e.g. a run's output directory, where
+    metrics.jsonl grows with the steps); any change under it restarts the guard's clock, so a slow run that moves
+    is never called hung, however long it takes. Without one, the guard counts from the start."""
+    if capture_output:
+        kwargs["stdout"] = kwargs["stderr"] = subprocess.PIPE
+    if input is not None:
+        kwargs["stdin"] = subprocess.PIPE
+    with subprocess.Popen(command, **kwargs) as process:
+        mark, moved = heartbeat_of(heartbeat), time.monotonic()
+        while True:
+            try:
+                stdout, stderr = process.communicate(input, timeout=GUARD_POLL_S)
+                break
+            except subprocess.TimeoutExpired:
+                input = None  # sent on the first call; a retry must not send it again
+            now = heartbeat_of(heartbeat)
+            if now != mark:
+                mark, moved = now, time.monotonic()
+            elif time.monotonic() - moved > HANG_GUARD_S:
+                process.kill()
+                process.communicate()
+                watched = f"no change in {heartbeat}" if heartbeat is not None else "it did not exit"
+                pytest.fail(f"hung: `{shlex.join(map(str, command))}`: {watched} for the {HANG_GUARD_S} s hang "
+                            "guard", pytrace=False)
+    result = subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
+    if check:
+        result.check_returncode()
+    return result
 
 
 # The suite runs the fast path's kernels (oneDNN products, unpadded execution) whatever this machine's

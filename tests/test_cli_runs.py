@@ -29,9 +29,13 @@ def inputs(tmp_path_factory):
 
 
 def bertkit(*args, check: bool = True, **kwargs) -> subprocess.CompletedProcess:
+    """``python -m bertkit.cli ARGS``; its ``-o`` directory is the hang guard's heartbeat (a run that writes
+    metrics and checkpoints is progressing, however slowly)."""
     env = kwargs.pop("env", None) or {k: v for k, v in os.environ.items() if k != "BERTKIT_DEBUG"}
-    result = run_guarded([sys.executable, "-m", "bertkit.cli", *map(str, args)], capture_output=True, text=True,
-                         env=env, **kwargs)
+    args = [str(a) for a in args]
+    out = args[args.index("-o") + 1] if "-o" in args[:-1] else None
+    result = run_guarded([sys.executable, "-m", "bertkit.cli", *args], capture_output=True, text=True,
+                         env=env, heartbeat=out, **kwargs)
     if check:
         assert result.returncode == 0, result.stderr[-3000:]
     return result

@@ -19,7 +19,9 @@ loop pretrains (``BERTForPreTraining``) and fine-tunes (a task model with a head
 * every ``log_every`` steps one JSON line goes to ``output_dir/metrics.jsonl`` (rank 0;
   format in :mod:`.metrics`); every ``eval_every`` steps (and at ``max_steps``) the eval
   set is scored; every ``save_every`` steps (and at the end) a checkpoint is written
-  (:mod:`.checkpoint`).
+  (:mod:`.checkpoint`);
+* on glibc, malloc's free pages are given back to the system every :data:`~.allocator.TRIM_EVERY`
+  steps (:mod:`.allocator`), so the resident set does not grow with the run.
 
 Exact resume: the data order depends only on the sampler's ``(seed, epoch, position)``
 (see :mod:`.sampler` for the protocol), the trainer snapshots the sampler's state after
@@ -53,6 +55,7 @@ from torch import nn
 from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
+from bertkit.training import allocator
 from bertkit.training import checkpoint as ckpt
 from bertkit.training.config import TrainingConfig, resolve_device, resolve_precision
 from bertkit.training.distributed import (
@@ -238,6 +241,8 @@ class Trainer:
                 self._trigger("on_step_end")  # before the checkpoint, so it holds what the callbacks measured
                 if end or (cfg.save_every and step % cfg.save_every == 0):
                     self.save_checkpoint()
+                if step % allocator.TRIM_EVERY == 0:
+                    allocator.trim_malloc()
             if window.steps:
                 self._log(window, bar)
             if self._saved_step != self.state.step:
