@@ -323,7 +323,7 @@ def test_cli_trains_on_weighted_directories_and_refuses_other_weights_on_resume(
     code = main(["pretrain", "--data", f"{river}:0.5", f"{hill}:0.5", "--eval-data", str(heldout), "--max-steps", "2",
                  "--resume", *common])
     error = capsys.readouterr().err
-    assert code == 1 and "train.weights: [0.7, 0.3] -> [0.5, 0.5]" in error, error
+    assert code == 1 and "train.weights[0]: 0.7 -> 0.5; train.weights[1]: 0.3 -> 0.5" in error, error
     code = main(["pretrain", "--data", f"{river}:0.7", str(hill), "--max-steps", "2", "--resume", *common])
     assert code == 1 and "--data mixes weighted entries" in capsys.readouterr().err
 
