@@ -166,7 +166,8 @@ def test_a_killed_run_started_again_ends_with_the_same_bytes(tmp_path, jsonl_cor
     child.send_signal(signal.SIGKILL)  # the lock goes with the process
     child.wait()
     finished = sorted(killed.glob("part-*.json"))
-    assert 3 <= len(finished) < len(list(whole.glob("part-*.json"))) and not (killed / "index.json").exists()
+    # on a busy machine every partition may be read before the kill: the pairing stage is then what is cut short
+    assert 3 <= len(finished) <= len(list(whole.glob("part-*.json"))) and not (killed / "index.json").exists()
     kept = {p.name: p.stat().st_mtime_ns for p in finished}
     rerun = subprocess.run([*args, str(killed)], capture_output=True, text=True, timeout=600)
     assert rerun.returncode == 0, rerun.stderr
