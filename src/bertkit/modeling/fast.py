@@ -8,7 +8,7 @@ of every float32 run: it is **chosen from the hardware and the build, never by t
 (:func:`hardware_gemm`): oneDNN where this torch has oneDNN's inner product and the CPU is x86-64 with
 AVX2 or AVX-512 (its JIT kernels), the plain ``F.linear`` elsewhere. A choice measured per process would
 flip under load (the two are within the noise of a busy machine on some CPUs), and a seeded run would then
-give other weights. :func:`measure_gemm` still times both, for information (``bertkit info --gemm``).
+give other weights. :func:`measure_gemm` still times both, for information (benchmarks).
 Gradients run on the same backend (``x̄ = ḡ W``, ``W̄ = ḡᵀ x``, both as oneDNN products), so training
 gains too.
 
@@ -34,6 +34,7 @@ import os
 import platform
 import statistics
 import time
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 
@@ -182,11 +183,6 @@ def gemm_backend() -> str:
     return hardware_gemm()[0]
 
 
-def gemm_choice() -> str:
-    """The backend float32 CPU products use now (:func:`gemm_backend`, kept for older callers)."""
-    return gemm_backend()
-
-
 def gemm_reason() -> str:
     """Why :func:`gemm_backend` is what it is, in a few words (for ``run.json``, ``bertkit info``, ``/info``)."""
     if not _settings.enabled:
@@ -204,7 +200,7 @@ class GemmChoice:
     backend is missing here, a warning says that the resumed run cannot equal an uninterrupted one."""
 
     def state_dict(self) -> dict[str, str | None]:
-        return {"gemm": gemm_choice()}
+        return {"gemm": gemm_backend()}
 
     def load_state_dict(self, state: dict[str, str | None]) -> None:
         choice = state.get("gemm")
@@ -213,8 +209,6 @@ class GemmChoice:
         if _settings.gemm == "auto" and (choice == "plain" or onednn_available()):
             set_fast_path(gemm=choice)
         elif choice != gemm_backend():
-            import warnings
-
             warnings.warn(f"the run was trained with float32 products on {choice} and resumes on {gemm_backend()} "
                           f"({gemm_reason()}): the two round differently, so the resumed run will not equal an "
                           "uninterrupted one bit for bit; set BERTKIT_GEMM=" + choice + " to keep the run's.",

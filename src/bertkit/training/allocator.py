@@ -1,4 +1,4 @@
-"""Giving freed heap memory back to the system during training, so that the resident set stops growing.
+"""Giving freed heap memory back to the system during training, which lowers the resident set.
 
 PyTorch's CPU tensors come from ``malloc``. glibc serves a block above its *mmap threshold* with its own
 ``mmap`` (returned to the system on ``free``) and everything below from its arenas, whose freed pages it
@@ -14,7 +14,9 @@ step needs are faulted in again once, so its cost is about one step's page fault
 The alternative, a fixed low mmap threshold (``MALLOC_MMAP_THRESHOLD_=65536``), keeps memory lowest and flat
 but maps, faults and unmaps every tensor in every step: 1.8x the step time of a tiny model on 2 quiet cores
 (README "Pretraining", memory). Limiting the arenas (``MALLOC_ARENA_MAX=1``) changed nothing measurable.
-Those stay the user's choice through glibc's environment variables.
+Those stay the user's choice through glibc's environment variables. Trimming does not keep the resident set
+flat: measured later, most of the growth follows the oneDNN float32 GEMM path (``BERTKIT_GEMM=plain``: 0.91 GB
+peak over 300 steps against 1.55), partly its primitive cache (one kernel per operand shape); not solved yet.
 
 ``BERTKIT_MALLOC=default`` turns the trimming off (what ``benchmarks/memory.py --allocator default``
 measures). Elsewhere than glibc (macOS, Windows, musl) it is a no-op.

@@ -21,7 +21,7 @@ loop pretrains (``BERTForPreTraining``) and fine-tunes (a task model with a head
   set is scored; every ``save_every`` steps (and at the end) a checkpoint is written
   (:mod:`.checkpoint`);
 * on glibc, malloc's free pages are given back to the system every :data:`~.allocator.TRIM_EVERY`
-  steps (:mod:`.allocator`), so the resident set does not grow with the run.
+  steps (:mod:`.allocator`), which lowers the resident set (it does not yet keep it flat: see there).
 
 Exact resume: the data order depends only on the sampler's ``(seed, epoch, position)``
 (see :mod:`.sampler` for the protocol), the trainer snapshots the sampler's state after
@@ -348,8 +348,9 @@ class Trainer:
         self.state.step += 1
         self.state.examples_seen += self.micro_batch_size * accum * self.ctx.world_size
         window.steps += 1
-        window.seconds += time.perf_counter() - started
-        self.threads.step_done(time.perf_counter() - started)
+        seconds = time.perf_counter() - started
+        window.seconds += seconds
+        self.threads.step_done(seconds)
 
     def _skip_step(self) -> None:
         self.optimizer.zero_grad(set_to_none=True)
