@@ -22,7 +22,7 @@ $(VENV)/.test-installed: pyproject.toml | $(PY)
 	$(PY) -m pip install -q --no-deps d2l==1.0.3
 	touch $@
 
-.PHONY: demo test lint bench bench-data
+.PHONY: demo test test-slow lint bench bench-data
 demo: $(VENV)/.demo-installed
 	$(VENV)/bin/bertkit demo
 
@@ -31,6 +31,10 @@ lint: $(VENV)/.test-installed
 
 test: lint
 	$(PY) -m pytest -q
+
+# the tests marked slow (a recipe's full claim, 10+ minutes each), which `make test` leaves out
+test-slow: $(VENV)/.test-installed
+	$(PY) -m pytest -q -m slow
 
 # bertkit vs HF transformers vs ONNX Runtime, one run (~6 min on 2 cores, and the families table, one
 # BERT-base-sized model per family: 6.5 min for three families on a loaded machine): benchmarks/run.py;

@@ -193,9 +193,25 @@ def test_make_demo_installs_the_plot_and_serve_extras():
     assert "'.[plot,serve]'" in demo_install
 
 
+def test_pretraining_learns_past_the_unigram_model_on_a_book(tmp_path):
+    """The tiny recipe cut to 800 steps (under a minute on 2 quiet cores, a few on a busy or a one-core machine)
+    leaves the unigram plateau on a held-out part of a ~1 MB book: its mean cross-entropy at the predicted
+    positions is at least 0.2 nats below the smoothed unigram model's (seeds 1/2/3: -0.40/-0.57/-0.48; at 400
+    steps -0.01 to -0.05, still on the plateau). Accuracy at [MASK] is not asserted here: at 800 steps it
+    is 0.96-1.17x the unigram's on ~500 positions, noise; the full recipe's 1.5x is the slow test below."""
+    book = tmp_path / "emma.txt"
+    book.write_text(austen_novels()["emma"], encoding="utf-8")
+    bertkit("pretrain", "--text", book, "--model", "tiny", "--max-steps", "800", "--seed", "1", "-o", tmp_path / "run")
+    evaluation = json.loads((tmp_path / "run" / "evaluation.json").read_text())
+    assert evaluation["selected_positions"] >= 500, evaluation
+    assert evaluation["mlm_loss_selected"] <= evaluation["unigram_loss_selected"] - 0.2, evaluation
+
+
+@pytest.mark.slow
 def test_the_default_recipe_learns_on_a_book(tmp_path):
     """`bertkit pretrain --text BOOK --model tiny -o DIR` with no other flag beats the unigram baseline at [MASK]
-    by 1.5x or more on a ~1 MB book (Emma; a few minutes on 2 cores)."""
+    by 1.5x or more on a ~1 MB book (Emma; 7-11 minutes on 2 quiet cores, 3,500 steps): the recipe's claim.
+    In the slow lane (``make test-slow``), not in ``make test``: on a busy 2-core machine it took 30+ minutes."""
     book = tmp_path / "emma.txt"
     book.write_text(austen_novels()["emma"], encoding="utf-8")
     bertkit("pretrain", "--text", book, "--model", "tiny", "-o", tmp_path / "run")  # steps, not seconds

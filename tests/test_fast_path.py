@@ -57,6 +57,39 @@ def _models(cls, config, seed=0):
 
 # ---------------------------------------------------------------------------- the dense layer
 
+def test_row_counts_are_rounded_to_few_buckets():
+    """32 row counts per octave (multiples of 8 below 256): a run whose batches vary sees few shapes."""
+    counts = [fast.bucket_rows(m) for m in range(1, 70_000)]
+    assert all(b >= m and b - m < max(8, m / 32) for m, b in zip(range(1, 70_000), counts, strict=True))
+    assert counts == sorted(counts)
+    assert len(set(counts[1999:4096])) <= 34  # the real tokens of a 32 x 128 batch, 2,000 to 4,096
+    assert fast.bucket_rows(4096) == 4096 and fast.bucket_rows(4097) == 4224 and fast.bucket_rows(7) == 8
+
+
+def test_onednn_sees_bucketed_row_counts_forward_and_backward(monkeypatch, tiny_config):
+    """Issue 28: a kernel per row count made pretraining's resident set grow with its steps. Every product of a
+    training step on batches of varying length reaches oneDNN with a bucketed row count."""
+    seen = []
+    real = fast._inner_product
+
+    def spy(x, weight, bias, activation):
+        seen.append((x.shape[0], weight.shape[-1]))  # rows, and the summed dimension
+        return real(x, weight, bias, activation)
+
+    monkeypatch.setattr(fast, "_inner_product", spy)
+    torch.manual_seed(0)
+    model = bertkit.BERTForMaskedLM(tiny_config)
+    for longest in (21, 27, 33, 39, 40):
+        ids = torch.randint(5, tiny_config.vocab_size, (6, 40))
+        mask = (torch.arange(40) < torch.randint(longest - 15, longest, (6, 1))).long()
+        labels = torch.where((torch.rand(6, 40) < 0.3) & mask.bool(), ids, -100)
+        model.get_loss(labels, ids, mask).backward()
+    h, i = tiny_config.hidden_size, tiny_config.intermediate_size
+    fixed = {h, 3 * h, i, tiny_config.vocab_size}  # features (3h: query, key and value as one product)
+    varying = {m for rows, k in seen for m in (rows, k) if m not in fixed}
+    assert len(varying) > 3 and all(fast.bucket_rows(m) == m for m in varying), sorted(varying)
+
+
 @pytest.mark.parametrize("shape", [(7, 36), (3, 5, 36), (2, 3, 4, 36)])
 @pytest.mark.parametrize("bias", [True, False])
 def test_onednn_linear_equals_f_linear_with_gradients(shape, bias, kernel_calls):
@@ -206,7 +239,8 @@ def test_padding_positions_are_zero_and_hidden_states_unpacked(tiny_config, pack
         with fast.fast_path(False):
             ref = model.encode(ids, mask, types, output_hidden_states=True)
     packing = packings[0]
-    assert packing is not None and packing.tokens == int(mask.sum())
+    assert packing is not None and packing.real == int(mask.sum())
+    assert packing.tokens == fast.bucket_rows(packing.real)  # 22 real tokens, 2 padding rows carried along
     assert (out.last_hidden_state[~mask.bool()] == 0).all()
     for a, b in zip(out.hidden_states, ref.hidden_states, strict=True):
         torch.testing.assert_close(a[mask.bool()], b[mask.bool()], atol=1e-5, rtol=1e-5)

@@ -63,6 +63,29 @@ def test_evaluation_is_reproducible_and_unigram_is_frequent(run):
     assert tokenizer.convert_ids_to_tokens(top) in {",", ".", "the", "to", "and", "of"}
 
 
+def test_held_out_cross_entropy_beside_the_unigram_models(run):
+    """The loss at the predicted positions equals the model's own loss on the same masks (get_loss), and the
+    unigram model's is the add-one smoothed frequencies' -log p averaged over the same targets."""
+    from bertkit.data.shards import PretrainingDataset
+    from bertkit.tasks.pretraining import _seeded_collator, token_counts, unigram_surprisal
+
+    data = PretrainingDataset(run.output_dir / "data" / "heldout")
+    model = bertkit.BERTForPreTraining.from_pretrained(run.model_dir).eval()
+    ev = evaluate_pretraining(model, data, seed=5, batch_size=len(data))
+    batch = _seeded_collator(data, 5)([data[i] for i in range(len(data))])
+    labels = batch["mlm_labels"]
+    with torch.no_grad():
+        loss = model.get_loss(labels, batch["nsp_labels"], batch["input_ids"], batch["attention_mask"],
+                              batch["token_type_ids"], nsp_weight=0.0)
+    assert ev["mlm_loss_selected"] == pytest.approx(float(loss), rel=1e-4)
+    counts = token_counts(data, data.load_tokenizer().all_special_ids).double()
+    probabilities = (counts + 1) / (counts + 1).sum()
+    want = -probabilities.log()[labels[labels != -100]].mean()
+    assert ev["unigram_loss_selected"] == pytest.approx(float(want), rel=1e-9)
+    torch.testing.assert_close(unigram_surprisal(counts.long()), -probabilities.log())
+    assert ev["mlm_loss_masked"] > 0 and ev["unigram_loss_masked"] > 0
+
+
 def test_cli_pretrain_from_data_and_fill_mask(run, tmp_path, capsys):
     from bertkit.cli import main
 

@@ -234,6 +234,8 @@ def run(output: str = "runs/demo", budget_s: float = 600.0, max_steps: int | Non
             ("MLM accuracy at all selected positions", ev["mlm_accuracy_selected"], ev["unigram_accuracy_selected"]))
     for name, value, baseline in rows:
         print(f"  {name:<40} {value:6.1%}   unigram {baseline:6.1%}   ratio {value / baseline:4.2f}x")
+    print(f"  {'cross-entropy at selected positions':<40} {ev['mlm_loss_selected']:6.3f}   unigram "
+          f"{ev['unigram_loss_selected']:6.3f}   (nats; lower is better)")
     tokenizer = BERTTokenizerFast.from_pretrained(result.model_dir)
     model = BERTForMaskedLM.from_pretrained(result.model_dir, warn=False)  # the pretraining heads drop, as meant
     print("\nfill-mask:")

@@ -9,6 +9,11 @@ buckets or jagged tensors would skip the padded keys too; they are not measured 
 equal the padded path's; at padding positions they are 0 (the padded path computes values there
 that carry no meaning). Gradients flow through the gathers, so training uses it too.
 
+The packed row count is rounded up (:func:`~bertkit.modeling.fast.bucket_rows`, at most 1/32 more) by
+carrying some padding positions along as rows that :meth:`Packing.unpack` drops: every activation of a
+step is then one of a few sizes, which the memory allocator reuses step after step. Sized by each batch's
+own token count, training's resident set grew by its freed-and-fragmented heap (issue 28).
+
 :func:`plan` decides: a 2-D boolean mask, enough padding (``settings().min_padding``), the fast
 path on. The backbone calls it; layers receive the :class:`Packing` and ask it to ``pack``/``unpack``.
 """
@@ -19,14 +24,15 @@ from dataclasses import dataclass
 
 import torch
 
-from bertkit.modeling.fast import settings, tracing
+from bertkit.modeling.fast import bucket_rows, settings, tracing
 
 
 @dataclass
 class Packing:
     """Where a batch's real tokens sit.
 
-    ``index [N]``: the real tokens' positions in the flattened ``[B * L]`` batch, in order;
+    ``index [N']``: the real tokens' positions in the flattened ``[B * L]`` batch, in order, then
+    ``N' - N`` padding positions carried along to round the row count (``real`` = N);
     ``keys [B, 1, 1, L]``: the attention mask (True = a real key) for the padded attention call;
     ``first [B]``: each row's position-0 token in the packed order (valid when every row starts
     with a real token, ``starts_real``).
@@ -38,9 +44,11 @@ class Packing:
     keys: torch.Tensor
     first: torch.Tensor
     starts_real: bool
+    real: int
 
     @property
     def tokens(self) -> int:
+        """Rows of a packed tensor (real tokens and the padding carried along)."""
         return self.index.numel()
 
     def pack(self, x: torch.Tensor) -> torch.Tensor:
@@ -50,9 +58,12 @@ class Packing:
         return x.reshape(self.batch * self.length, *x.shape[2:]).index_select(0, self.index)
 
     def unpack(self, x: torch.Tensor) -> torch.Tensor:
-        """``[N, ...]`` -> ``[B, L, ...]`` with zeros at padding positions (differentiable)."""
+        """``[N', ...]`` -> ``[B, L, ...]`` with zeros at padding positions (differentiable)."""
         out = x.new_zeros(self.batch * self.length, *x.shape[1:])
-        return out.index_copy(0, self.index, x).view(self.batch, self.length, *x.shape[1:])
+        index = self.index
+        if self.real != x.shape[0]:
+            index, x = index[: self.real], x[: self.real]
+        return out.index_copy(0, index, x).view(self.batch, self.length, *x.shape[1:])
 
     def first_tokens(self, x: torch.Tensor) -> torch.Tensor:
         """``[N, H]`` -> ``[B, 1, H]``: each row's position-0 token."""
@@ -80,5 +91,9 @@ def plan(mask: torch.Tensor | None, keys: torch.Tensor, *, need_first: bool = Fa
     if need_first and not starts_real:
         return None
     first = torch.cumsum(lengths, 0) - lengths  # with starts_real, position 0 is each row's first real token
-    return Packing(index=mask.reshape(-1).nonzero().squeeze(1), batch=b, length=length, keys=keys, first=first,
-                   starts_real=starts_real)
+    flat = mask.reshape(-1)
+    index = flat.nonzero().squeeze(1)
+    rows = min(bucket_rows(real), b * length)
+    if rows > real:  # the first padding positions, carried along
+        index = torch.cat([index, (~flat).nonzero().squeeze(1)[: rows - real]])
+    return Packing(index=index, batch=b, length=length, keys=keys, first=first, starts_real=starts_real, real=real)

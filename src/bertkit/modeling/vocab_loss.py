@@ -60,6 +60,13 @@ def _product(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = 
     return F.linear(x, weight, bias)
 
 
+def _sum_over_rows(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """``aᵀ b`` over the labelled rows (a weight gradient), on oneDNN for float32 when chosen."""
+    if a.dtype == torch.float32 and fast.gemm_backend() == "onednn":
+        return fast.onednn_sum_over_rows(a, b)
+    return F.linear(a.t(), b.t())
+
+
 def softmax_minus_one_hot_(scores: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Overwrite float32 ``scores [N, V]`` with ``softmax(scores) - one_hot(targets)``; return the per-row
     losses ``logsumexp - scores[target]`` and argmax predictions computed on the way."""
@@ -106,7 +113,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
             scaled = (x.float() * g[:, None]).to(x.dtype)
             # [H, V] then transposed to the weight's row-major layout once, so the (tied) parameter's
             # gradient sum and the optimizer read dense memory
-            grad_w = _product(scaled.t(), p.t()).t().contiguous().to(ctx.weight_dtype)
+            grad_w = _sum_over_rows(scaled, p).t().contiguous().to(ctx.weight_dtype)
         if ctx.has_bias and ctx.needs_input_grad[2]:
             grad_b = torch.mv(probs.t(), g)
         return grad_x, grad_w, grad_b, None, None

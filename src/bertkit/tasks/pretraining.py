@@ -40,6 +40,7 @@ from typing import Any
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 from bertkit.config import BERTConfig
 from bertkit.data.mixture import (
@@ -608,21 +609,30 @@ def evaluate_pretraining(model: BERTForPreTraining | BERTForMaskedLM, dataset: P
     predicts the most frequent non-special token of ``frequencies_from`` (default: ``dataset``)
     at the same positions; NSP's baseline is the majority label's share (NSP is left out of
     the result with ``nsp=False``, for a model trained without it: a :class:`~bertkit.BERTForMaskedLM` needs it).
+    ``mlm_loss_masked`` / ``mlm_loss_selected`` are the mean cross-entropy (nats) at those positions, beside
+    ``unigram_loss_*``, the add-one smoothed unigram model's (:func:`unigram_surprisal`): every position
+    counts there, so the loss tells learning from chance on far fewer positions than the accuracy does.
     """
     tokenizer = dataset.load_tokenizer()
-    unigram = most_frequent_token(frequencies_from or dataset, tokenizer.all_special_ids)
+    frequencies = token_counts(frequencies_from or dataset, tokenizer.all_special_ids)
+    unigram = int(frequencies.argmax())
+    unigram_nats = unigram_surprisal(frequencies)
     collator = _seeded_collator(dataset, seed, **({} if model.config.type_vocab_size > 1 else {"token_types": False}))
     counts = dict.fromkeys(("selected", "selected_hits", "selected_unigram", "masked", "masked_hits",
                             "masked_unigram", "nsp", "nsp_hits", "nsp_ones"), 0)
+    nats = dict.fromkeys(("selected", "masked", "selected_unigram", "masked_unigram"), 0.0)
 
-    def predictions(model: BERTForPreTraining, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    def predictions(model: BERTForPreTraining, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...]:
         seq, pooled = model.bert(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
-        selected = model.cls.predictions(seq[batch["mlm_labels"] != -100]).argmax(-1)
-        return selected, model.cls.seq_relationship(pooled).argmax(-1) if nsp else selected.new_zeros(0)
+        labelled = batch["mlm_labels"] != -100
+        scores = model.cls.predictions(seq[labelled]).float()
+        surprisal = F.cross_entropy(scores, batch["mlm_labels"][labelled], reduction="none")
+        nsp_predicted = model.cls.seq_relationship(pooled).argmax(-1) if nsp else labelled.new_zeros(0)
+        return scores.argmax(-1), surprisal, nsp_predicted
 
     model.to(device)
-    for batch, (predicted, nsp_predicted) in predict_batches(model, dataset, collate_fn=collator,
-                                                             batch_size=batch_size, forward=predictions):
+    for batch, (predicted, surprisal, nsp_predicted) in predict_batches(model, dataset, collate_fn=collator,
+                                                                        batch_size=batch_size, forward=predictions):
         selected = batch["mlm_labels"] != -100
         targets = batch["mlm_labels"][selected]
         was_mask = batch["input_ids"][selected] == tokenizer.mask_token_id
@@ -632,6 +642,11 @@ def evaluate_pretraining(model: BERTForPreTraining | BERTForMaskedLM, dataset: P
         counts["masked"] += int(was_mask.sum())
         counts["masked_hits"] += int((predicted == targets)[was_mask].sum())
         counts["masked_unigram"] += int((targets == unigram)[was_mask].sum())
+        baseline = unigram_nats[targets]
+        nats["selected"] += float(surprisal.double().sum())
+        nats["masked"] += float(surprisal[was_mask].double().sum())
+        nats["selected_unigram"] += float(baseline.sum())
+        nats["masked_unigram"] += float(baseline[was_mask].sum())
         nsp_labels = batch["nsp_labels"] if nsp else nsp_predicted
         counts["nsp"] += int(nsp_labels.numel())
         counts["nsp_hits"] += int((nsp_predicted == nsp_labels).sum())
@@ -646,6 +661,11 @@ def evaluate_pretraining(model: BERTForPreTraining | BERTForMaskedLM, dataset: P
         "unigram_accuracy_masked": ratio("masked_unigram", "masked"),
         "mlm_accuracy_selected": ratio("selected_hits", "selected"),
         "unigram_accuracy_selected": ratio("selected_unigram", "selected"),
+        "mlm_loss_masked": nats["masked"] / counts["masked"] if counts["masked"] else float("nan"),
+        "unigram_loss_masked": nats["masked_unigram"] / counts["masked"] if counts["masked"] else float("nan"),
+        "mlm_loss_selected": nats["selected"] / counts["selected"] if counts["selected"] else float("nan"),
+        "unigram_loss_selected": (nats["selected_unigram"] / counts["selected"] if counts["selected"]
+                                  else float("nan")),
         "nsp_accuracy": ratio("nsp_hits", "nsp"),
         "nsp_chance": max(ones, 1 - ones),
         "masked_positions": counts["masked"],
@@ -712,13 +732,26 @@ def evaluate_replaced_token_detection(model: ELECTRAForPretrainingRTD, dataset: 
     }
 
 
-def most_frequent_token(dataset: PretrainingData, exclude: list[int]) -> int:
-    """The most frequent token id in ``dataset``'s shards, special tokens excluded."""
+def token_counts(dataset: PretrainingData, exclude: list[int]) -> torch.Tensor:
+    """How often each token id occurs in ``dataset``'s shards (int64 ``[vocab_size]``); ``exclude`` (the special
+    tokens) count 0."""
     counts = np.zeros(dataset.load_tokenizer().vocab_size, dtype=np.int64)
     for tokens in dataset.token_arrays():
         counts += np.bincount(np.asarray(tokens, dtype=np.int64), minlength=len(counts))[:len(counts)]
-    counts[exclude] = -1
-    return int(counts.argmax())
+    counts[exclude] = 0
+    return torch.from_numpy(counts)
+
+
+def unigram_surprisal(counts: torch.Tensor) -> torch.Tensor:
+    """``-log p(token)`` in nats (float64 ``[vocab_size]``) of the add-one smoothed unigram model of ``counts``:
+    what a model that ignores the context scores at best, on average, on text like the one counted."""
+    counts = counts.double() + 1.0
+    return counts.sum().log() - counts.log()
+
+
+def most_frequent_token(dataset: PretrainingData, exclude: list[int]) -> int:
+    """The most frequent token id in ``dataset``'s shards, special tokens excluded."""
+    return int(token_counts(dataset, exclude).argmax())
 
 
 def pretrain_from_text(files: list[str | os.PathLike] | str | os.PathLike, output_dir: str | os.PathLike, *,

@@ -14,9 +14,14 @@ step needs are faulted in again once, so its cost is about one step's page fault
 The alternative, a fixed low mmap threshold (``MALLOC_MMAP_THRESHOLD_=65536``), keeps memory lowest and flat
 but maps, faults and unmaps every tensor in every step: 1.8x the step time of a tiny model on 2 quiet cores
 (README "Pretraining", memory). Limiting the arenas (``MALLOC_ARENA_MAX=1``) changed nothing measurable.
-Those stay the user's choice through glibc's environment variables. Trimming does not keep the resident set
-flat: measured later, most of the growth follows the oneDNN float32 GEMM path (``BERTKIT_GEMM=plain``: 0.91 GB
-peak over 300 steps against 1.55), partly its primitive cache (one kernel per operand shape); not solved yet.
+Those stay the user's choice through glibc's environment variables.
+
+Trimming alone did not keep the resident set flat (1.2 GB over steps 1-50, 2.3 GB over steps 550-600): each
+step's tensors had that batch's own sizes (the real tokens after unpadding, the masked positions), so freed
+blocks rarely fitted the next step's and the arenas fragmented, and oneDNN built a kernel per new row
+count. The engine now rounds row counts to 32 sizes per octave (:func:`bertkit.modeling.fast.bucket_rows`,
+:mod:`bertkit.modeling.unpad`): the same run holds 1.04-1.13 GB from step 100 to step 600
+(``benchmarks/memory.py``; README "Memory over the steps").
 
 ``BERTKIT_MALLOC=default`` turns the trimming off (what ``benchmarks/memory.py --allocator default``
 measures). Elsewhere than glibc (macOS, Windows, musl) it is a no-op.
