@@ -167,3 +167,29 @@ def test_bad_arguments_name_themselves(models):
         ours.encode(SENTENCES, output_value="logits")
     with pytest.raises(ValueError, match="device"):
         ours.encode(SENTENCES, device="meta")
+
+
+@pytest.mark.parametrize("pooling, dense", [("cls", True), ("max", False), (("mean", "cls"), False)], ids=str)
+def test_a_saved_model_loads_in_sentence_transformers_with_the_same_vectors(tmp_path, pooling, dense):
+    """bertkit writes the directory (a trained bi-encoder's output); sentence-transformers reads it back: same
+    vectors, prompts, similarity function and length; and bertkit reads its own directory back too."""
+    source = _write_model(tmp_path / "source", "mean", dense=dense, prompts={"query": "query: ", "document": ""})
+    ours = SentenceTransformer(source, optimize=False, pooling=pooling)
+    ours.similarity_fn_name = "dot"
+    saved = ours.save(tmp_path / "saved", model_card="# a card\n")
+    ref = st.SentenceTransformer(str(saved), device="cpu")
+    assert ref.similarity_fn_name == "dot" and ref.prompts["query"] == "query: " and ref.max_seq_length == 40
+    assert (saved / "README.md").read_text() == "# a card\n"
+    again = SentenceTransformer(saved)
+    for kwargs in ({}, {"prompt_name": "query"}):
+        want = ours.encode(SENTENCES, **kwargs)
+        np.testing.assert_allclose(ref.encode(SENTENCES, **kwargs), want, atol=1e-5, err_msg=str(kwargs))
+        np.testing.assert_allclose(again.encode(SENTENCES, **kwargs), want, atol=1e-5, err_msg=str(kwargs))
+
+
+def test_the_pooling_asked_for_replaces_the_directorys(tmp_path):
+    directory = _write_model(tmp_path / "st", "mean", dense=False, prompts=None)
+    cls = SentenceTransformer(directory, pooling="cls")
+    assert cls.pooling.modes == ("cls",)
+    with pytest.raises(ValueError, match="pooling modes"):
+        SentenceTransformer(directory, pooling="median")

@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from bertkit.inference.batching import CHUNK_BATCHES, check_batch_size, chunks, pad, run_sorted
-from bertkit.sentence.modules import Layout, is_sentence_transformer, normalize, read_layout
+from bertkit.sentence.modules import Layout, Pooling, is_sentence_transformer, normalize, read_layout
 from bertkit.sentence.util import PRECISIONS, quantize_embeddings, similarity
 
 OUTPUT_VALUES = ("sentence_embedding", "token_embeddings", None)
@@ -34,7 +34,10 @@ class SentenceTransformer(nn.Module):
     """
 
     def __init__(self, model_name_or_path: str | os.PathLike, device: str | torch.device | None = None, *,
-                 dtype: torch.dtype | None = None, optimize: bool = True):
+                 dtype: torch.dtype | None = None, optimize: bool = True, pooling: str | Sequence[str] | None = None):
+        """``pooling``: the pooling mode(s) (``mean``, ``cls``, ``max``, ``lasttoken``, ...) in place of the
+        directory's (a plain checkpoint has none: mean). ``optimize=False`` keeps the model trainable
+        (``model.train()``; ``model(**inputs)`` gives embeddings with gradients)."""
         super().__init__()
         from bertkit.modeling.backbone import BERT
         from bertkit.modeling.text import resolve_device
@@ -42,6 +45,9 @@ class SentenceTransformer(nn.Module):
 
         path = Path(model_name_or_path)
         layout = read_layout(path) if is_sentence_transformer(path) else Layout(transformer=path)
+        if pooling is not None:
+            layout.pooling = Pooling((pooling,) if isinstance(pooling, str) else tuple(pooling),
+                                     include_prompt=layout.pooling.include_prompt)
         self.layout = layout
         self.bert, self.tokenizer = load_model_and_tokenizer(layout.transformer, BERT, warn=False)
         self.pooling, self.dense = layout.pooling, nn.ModuleList(layout.dense)
@@ -64,6 +70,15 @@ class SentenceTransformer(nn.Module):
     @classmethod
     def from_pretrained(cls, path: str | os.PathLike, **kwargs: Any) -> SentenceTransformer:
         return cls(path, **kwargs)
+
+    def save(self, path: str | os.PathLike, model_card: str | None = None) -> Path:
+        """Write a sentence-transformers directory (:func:`bertkit.sentence.saving.save_sentence_transformer`)
+        that sentence-transformers and bertkit load with the same vectors; returns its path."""
+        from bertkit.sentence.saving import save_sentence_transformer
+
+        return save_sentence_transformer(self, path, model_card=model_card)
+
+    save_pretrained = save
 
     @property
     def device(self) -> torch.device:

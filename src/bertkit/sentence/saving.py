@@ -1,0 +1,103 @@
+"""Writing a sentence-transformers directory: what :class:`~bertkit.sentence.SentenceTransformer` runs, saved so
+that sentence-transformers (5 and 6) and bertkit load it back with the same vectors.
+
+Layout (sentence-transformers' own): the BERT at the root (``config.json``, ``model.safetensors``, tokenizer
+files), ``modules.json`` listing ``Transformer`` (path ``""``), ``1_Pooling``, then each ``Dense`` and a
+``Normalize``; ``sentence_bert_config.json`` (``max_seq_length``, ``do_lower_case``);
+``config_sentence_transformers.json`` (prompts, default prompt, similarity function, versions); an optional
+model card ``README.md``. Module types are written under their long-standing names
+(``sentence_transformers.models.Pooling``), which every version reads. Every file is written atomically.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from bertkit.io import atomic_write, atomic_write_text
+from bertkit.sentence.modules import POOLING_MODES, Dense
+
+if TYPE_CHECKING:
+    from bertkit.sentence.model import SentenceTransformer
+
+MODULE_TYPES = {"Transformer": "sentence_transformers.models.Transformer",
+                "Pooling": "sentence_transformers.models.Pooling",
+                "Dense": "sentence_transformers.models.Dense",
+                "Normalize": "sentence_transformers.models.Normalize"}
+SIMILARITY_FUNCTIONS = ("cosine", "dot", "euclidean", "manhattan")
+
+
+def save_sentence_transformer(model: SentenceTransformer, directory: str | os.PathLike, *,
+                              model_card: str | None = None) -> Path:
+    """Write ``model`` as a sentence-transformers directory at ``directory`` (created if missing); returns it.
+
+    ``model_card``: the text of a ``README.md`` to write beside (None: leave any README there alone)."""
+    root = Path(directory)
+    root.mkdir(parents=True, exist_ok=True)
+    if model.similarity_fn_name not in SIMILARITY_FUNCTIONS:
+        raise ValueError(f"similarity_fn_name must be one of {SIMILARITY_FUNCTIONS}, got {model.similarity_fn_name!r}")
+    model.bert.save_pretrained(root)
+    model.tokenizer.save_pretrained(root)
+    modules = [_module(0, "", "Transformer")]
+    _write_json(root / "sentence_bert_config.json", {"max_seq_length": model.max_seq_length,
+                                                     "do_lower_case": bool(model.layout.do_lower_case)})
+    _write_json(root / "1_Pooling" / "config.json", _pooling_config(model))
+    modules.append(_module(1, "1_Pooling", "Pooling"))
+    for layer in model.dense:
+        index = len(modules)
+        _save_dense(layer, root / f"{index}_Dense")
+        modules.append(_module(index, f"{index}_Dense", "Dense"))
+    if model.normalize_output:
+        index = len(modules)
+        _write_json(root / f"{index}_Normalize" / "config.json", {})
+        modules.append(_module(index, f"{index}_Normalize", "Normalize"))
+    _write_json(root / "modules.json", modules)
+    _write_json(root / "config_sentence_transformers.json", _settings(model))
+    if model_card is not None:
+        atomic_write_text(root / "README.md", model_card)
+    return root
+
+
+def _module(index: int, path: str, kind: str) -> dict[str, Any]:
+    return {"idx": index, "name": str(index), "path": path, "type": MODULE_TYPES[kind]}
+
+
+def _pooling_config(model: SentenceTransformer) -> dict[str, Any]:
+    """Both spellings: the mode list sentence-transformers >= 5 reads and the flags older versions read."""
+    dimension = model.bert.config.hidden_size
+    config: dict[str, Any] = {"word_embedding_dimension": dimension, "embedding_dimension": dimension,
+                              "pooling_mode": list(model.pooling.modes)}
+    config.update({flag: mode in model.pooling.modes for mode, flag in POOLING_MODES.items()})
+    config["include_prompt"] = bool(model.pooling.include_prompt)
+    if len(model.pooling.modes) == 1:
+        config["pooling_mode"] = model.pooling.modes[0]
+    return config
+
+
+def _save_dense(layer: Dense, where: Path) -> None:
+    from safetensors.torch import save_file
+
+    linear = layer.linear
+    activation = type(layer.activation)
+    _write_json(where / "config.json", {"in_features": linear.in_features, "out_features": linear.out_features,
+                                        "bias": linear.bias is not None,
+                                        "activation_function": f"{activation.__module__}.{activation.__name__}"})
+    tensors = {f"linear.{name}": t.detach().contiguous().cpu() for name, t in linear.state_dict().items()}
+    atomic_write(where / "model.safetensors", lambda path: save_file(tensors, path))
+
+
+def _settings(model: SentenceTransformer) -> dict[str, Any]:
+    from bertkit import __version__
+
+    return {"__version__": {"bertkit": __version__, "pytorch": torch.__version__},
+            "model_type": "SentenceTransformer", "prompts": dict(model.prompts),
+            "default_prompt_name": model.default_prompt_name, "similarity_fn_name": model.similarity_fn_name}
+
+
+def _write_json(path: Path, value: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(path, json.dumps(value, indent=2) + "\n")
