@@ -21,7 +21,8 @@ loop pretrains (``BERTForPreTraining``) and fine-tunes (a task model with a head
   set is scored; every ``save_every`` steps (and at the end) a checkpoint is written
   (:mod:`.checkpoint`);
 * on glibc, malloc's free pages are given back to the system every :data:`~.allocator.TRIM_EVERY`
-  steps (:mod:`.allocator`), which lowers the resident set (it does not yet keep it flat: see there).
+  steps (:mod:`.allocator`), which, with the engine's rounded row counts, keeps the resident set flat over
+  the steps (see there).
 
 Exact resume: the data order depends only on the sampler's ``(seed, epoch, position)``
 (see :mod:`.sampler` for the protocol), the trainer snapshots the sampler's state after
