@@ -38,8 +38,13 @@ def linear_cross_entropy(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tens
     if dtype is None:
         scores = fast.linear(x, weight, bias).float()
         return F.cross_entropy(scores, targets, reduction="none"), scores.argmax(-1)
+    rows = x.shape[0]
+    padded = fast.bucket_rows(rows)  # few sizes of the [N, V] scores (fp32 and bf16 alike): see bucket_rows
+    if padded != rows:
+        x = torch.cat([x, x.new_zeros(padded - rows, x.shape[1])])
+        targets = torch.cat([targets, targets.new_zeros(padded - rows)])
     losses, predictions = _LinearCrossEntropy.apply(x, weight, bias, targets, dtype)
-    return losses, predictions
+    return losses[:rows], predictions[:rows]
 
 
 def _compute_dtype(x: torch.Tensor, weight: torch.Tensor) -> torch.dtype | None:
