@@ -74,6 +74,24 @@ def assert_equal_to_st(loss, st_loss_class, batch, table, **st_kwargs):
     assert grad.abs().sum() > 0
 
 
+def stacked(batch, pairs, labels=None):
+    """ST's view of ``batch`` as one batch of pairs or triplets: each tuple of ``pairs`` names a column per
+    role, and the rows of those columns are stacked (what ours reads as k negatives, ST reads as k rows)."""
+    inputs = [{key: torch.cat([batch.inputs[batch.columns.index(c)][key] for c in column])
+               for key in batch.inputs[0]} for column in zip(*pairs)]
+    return inputs, labels
+
+
+def assert_stacked_equal_to_st(loss, st_loss_class, batch, table, pairs, labels=None, **st_kwargs):
+    """Our loss on ``batch`` and ST's on :func:`stacked`, value and gradient, to 1e-5."""
+    value = loss(lookup(table), batch)
+    (grad,) = torch.autograd.grad(value, table)
+    expected = st_loss_class(TableModel(table), **st_kwargs)(*stacked(batch, pairs, labels))
+    (expected_grad,) = torch.autograd.grad(expected, table)
+    torch.testing.assert_close(value, expected, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(grad, expected_grad, atol=1e-5, rtol=1e-5)
+
+
 def scores(seed=1, ties=False):
     labels = torch.rand(N, generator=torch.Generator().manual_seed(seed))
     return (labels * 3).round() / 3 if ties else labels
@@ -105,6 +123,15 @@ def test_angle(columns, labels, width):
     assert_equal_to_st(AnglELoss(scale=10.0), st_losses.AnglELoss, batch, table, scale=10.0)
 
 
+def test_cosent_with_negatives_scores_each_pair():
+    # ST's CoSENTLoss ignores a third column; ours reads (anchor, negative_j) as a pair scored 1 - label
+    labels = scores()
+    batch, table = make_batch(FIVE, labels)
+    pairs = [("anchor", "positive"), ("anchor", "negative_1"), ("anchor", "negative_2"), ("anchor", "negative_3")]
+    assert_stacked_equal_to_st(CoSENTLoss(), st_losses.CoSENTLoss, batch, table, pairs,
+                               torch.cat([labels, (1 - labels).repeat(3)]))
+
+
 def test_cosine_similarity():
     batch, table = make_batch(PAIR, scores() * 2 - 1)
     assert_equal_to_st(CosineSimilarityLoss(), st_losses.CosineSimilarityLoss, batch, table)
@@ -116,6 +143,12 @@ def test_triplet(distance, margin):
     batch, table = make_batch(TRIPLET)
     assert_equal_to_st(TripletLoss(margin, distance), st_losses.TripletLoss, batch, table,
                        distance_metric=metric, triplet_margin=margin)
+
+
+def test_triplet_with_negatives_averages_every_triplet():
+    batch, table = make_batch(FIVE)
+    pairs = [("anchor", "positive", f"negative_{j}") for j in (1, 2, 3)]
+    assert_stacked_equal_to_st(TripletLoss(), st_losses.TripletLoss, batch, table, pairs)
 
 
 @pytest.mark.parametrize("distance, margin", [("cosine", 0.5), ("euclidean", 5.0), ("manhattan", 14.0)])
@@ -164,6 +197,17 @@ def test_gist(columns, guide, strategy, margin, contrast):
                    contrast_positives=contrast)
     loss = GISTEmbedLoss(lookup(guide_table), **options)
     assert_equal_to_st(loss, st_losses.GISTEmbedLoss, batch, table, guide=TableModel(guide_table), **options)
+
+
+def test_gist_with_negatives_adds_a_block_each():
+    # ST takes one negative column; ours a block per negative column. Anchors given again as negative_2
+    # (their own text ids) must then score as ST's anchor-anchor block does
+    columns = ("anchor", "positive", "negative_1", "negative_2")
+    batch, table = make_batch(columns, same=[((0, i), (3, i)) for i in range(N)])
+    guide_table = table.detach() + 0.8 * torch.randn(table.shape, generator=torch.Generator().manual_seed(5))
+    loss = GISTEmbedLoss(lookup(guide_table), temperature=0.05, margin=0.05, contrast_anchors=False)
+    assert_stacked_equal_to_st(loss, st_losses.GISTEmbedLoss, batch, table, [("anchor", "positive", "negative_1")],
+                               guide=TableModel(guide_table), temperature=0.05, margin=0.05)
 
 
 def test_gist_masks_duplicates_by_text():
@@ -215,5 +259,7 @@ def test_refusals():
     assert "needs labels" in refused(DistillKLDivLoss(), make_batch(TRIPLET)[0])
     with pytest.raises(ValueError, match="margin_strategy"):
         GISTEmbedLoss(lookup(torch.zeros(1, 1)), margin_strategy="cosine")
+    with pytest.raises(ValueError, match="temperature must be a positive"):
+        GISTEmbedLoss(lookup(torch.zeros(1, 1)), temperature=0.0)
     with pytest.raises(ValueError, match="distance must be one of"):
         TripletLoss(distance="dot")

@@ -106,6 +106,8 @@ class GISTEmbedLoss(nn.Module):
     def __init__(self, guide_embed: Embed, temperature: float = 0.01, margin_strategy: str = "absolute",
                  margin: float = 0.0, contrast_anchors: bool = True, contrast_positives: bool = True):
         super().__init__()
+        if not 0 < temperature < float("inf"):
+            raise ValueError(f"{type(self).__name__}: temperature must be a positive finite number, got {temperature}")
         if margin_strategy not in ("absolute", "relative"):
             raise ValueError(f"{type(self).__name__}: margin_strategy must be 'absolute' or 'relative', "
                              f"got {margin_strategy!r}")
