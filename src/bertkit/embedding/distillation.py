@@ -100,7 +100,8 @@ class GISTEmbedLoss(nn.Module):
     (``contrast_anchors``), every positive again scored from the row's positive (``contrast_positives``) and
     every negative. A candidate is dropped when the guide scores it above its score of the row's positive,
     minus ``margin`` (absolute) or minus ``margin * |score|`` (relative), and, whatever the guide says, when
-    its text is the row's anchor or positive text. With k negative columns ST takes at most one.
+    its text is the row's anchor or positive text. Any number of negative columns, a block each (ST's GIST
+    takes at most one). The guide is the caller's to keep in eval mode (its dropout would blur the filter).
     """
 
     def __init__(self, guide_embed: Embed, temperature: float = 0.01, margin_strategy: str = "absolute",
