@@ -65,8 +65,8 @@ def st_value_and_grads(st_loss, encoder: nn.Module, batch: PairBatch):
     return loss.detach(), [p.grad.clone() for p in encoder.parameters()]
 
 
-CASES = [(kind, negatives) for kind in ("mnrl", "cached", "matryoshka", "cached-matryoshka")
-         for negatives in (0, 2)] + [("symmetric", 0)]  # ST's symmetric loss reads (anchor, positive) pairs
+CASES = [(kind, negatives) for kind in ("mnrl", "symmetric", "cached", "cached-symmetric", "matryoshka",
+                                        "cached-matryoshka") for negatives in (0, 2)]
 
 
 def loss_pair(kind: str, model: nn.Module):
@@ -78,6 +78,9 @@ def loss_pair(kind: str, model: nn.Module):
         return MultipleNegativesRankingLoss(scale=20.0), st.MultipleNegativesRankingLoss(model, scale=20.0)
     if kind == "symmetric":
         return MultipleNegativesRankingLoss(symmetric=True), st.MultipleNegativesSymmetricRankingLoss(model)
+    if kind == "cached-symmetric":
+        return (CachedMultipleNegativesRankingLoss(symmetric=True, mini_batch_size=4),
+                st.CachedMultipleNegativesSymmetricRankingLoss(model, mini_batch_size=4))
     if kind == "cached":
         return (CachedMultipleNegativesRankingLoss(mini_batch_size=4),
                 st.CachedMultipleNegativesRankingLoss(model, mini_batch_size=4))
@@ -239,11 +242,28 @@ def _rank_slice(batch: PairBatch, rows: slice) -> PairBatch:
                      [ids[rows] for ids in batch.text_ids])
 
 
+def _gather_check(rank: int, world: int) -> None:
+    """Ranks holding different row counts: gathered in rank order, the local rows' gradient summed over ranks."""
+    from bertkit.embedding.gather import gather_with_grad
+
+    counts = [3 + 2 * r for r in range(world)]
+    mine = torch.full((counts[rank], 2), float(rank), requires_grad=True)
+    gathered, start = gather_with_grad(mine)
+    expected = torch.cat([torch.full((c, 2), float(r)) for r, c in enumerate(counts)])
+    torch.testing.assert_close(gathered.detach(), expected)
+    assert start == sum(counts[:rank])
+    weights = torch.arange(expected.numel(), dtype=torch.float32).reshape(expected.shape)
+    (gathered * weights * (rank + 1)).sum().backward()  # each rank's "loss" reads every rank's rows
+    total = sum(r + 1 for r in range(world))
+    torch.testing.assert_close(mine.grad, total * weights[start: start + counts[rank]])
+
+
 def _worker(rank: int, world: int, port: int, out: str, symmetric: bool, cached: bool) -> None:
     import torch.distributed as dist
 
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     try:
+        _gather_check(rank, world)
         batch, encoder = feature_batch(rows=8, negatives=1), linear_encoder()
         per = batch.rows // world
         local = _rank_slice(batch, slice(rank * per, (rank + 1) * per))

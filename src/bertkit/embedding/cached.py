@@ -100,7 +100,8 @@ def gradcache(embed: Embed, batch: PairBatch, objective: Objective, mini_batch_s
                 for m, (begin, end) in enumerate(ranges):
                     with states[c * len(ranges) + m]:
                         part = embed(_rows(inputs, begin, end))
-                    torch.autograd.backward(part, cached[begin:end] * grad)
+                    if part.requires_grad:  # a frozen encoder has nothing to back-propagate into
+                        torch.autograd.backward(part, cached[begin:end] * grad)
 
     handle = torch.zeros((), requires_grad=True)  # gives the result a backward; never receives a gradient
     return _ReplayOnBackward.apply(handle, loss.detach(), replay)
