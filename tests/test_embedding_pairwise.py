@@ -11,8 +11,8 @@ import pytest
 import torch
 from torch import nn
 
-from bertkit.embedding.batch import PairBatch
-from bertkit.embedding.distillation import DistillKLDivLoss, GISTEmbedLoss, MarginMSELoss, duplicate_mask
+from bertkit.embedding.batch import PairBatch, same_text
+from bertkit.embedding.distillation import DistillKLDivLoss, GISTEmbedLoss, MarginMSELoss
 from bertkit.embedding.pairwise import (
     AnglELoss,
     ContrastiveLoss,
@@ -224,7 +224,7 @@ def test_gist_masks_duplicates_by_text():
 def test_duplicate_mask():
     anchor, positive, candidates = torch.tensor([0, 1, 2]), torch.tensor([10, 11, 12]), torch.tensor([10, 11, 10, 2])
     expected = torch.tensor([[True, False, True, False], [False, True, False, False], [False, False, False, True]])
-    assert torch.equal(duplicate_mask(anchor, positive, candidates), expected)
+    assert torch.equal(same_text((anchor, positive), candidates), expected)
 
 
 def refused(loss, batch) -> str:

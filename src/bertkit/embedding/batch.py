@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -53,3 +53,14 @@ class PairBatch:
             return self.columns.index(name)
         except ValueError:
             raise ValueError(f"this loss needs a {name!r} column; the batch has {self.columns}") from None
+
+
+def same_text(own: Sequence[torch.Tensor], candidates: torch.Tensor) -> torch.Tensor:
+    """``[n, m]`` bool: True where candidate j's text id (``candidates [m]``) equals one of row i's text ids in
+    ``own`` (e.g. its anchor's and its positive's, each ``[n]``). How every loss keeps a duplicate text out of a
+    row's negatives: by identity (:attr:`PairBatch.text_ids`), whatever the encoder makes of it (dropout
+    included); a caller that scores row i's own positive among the candidates unmasks that entry itself."""
+    mask = torch.zeros(own[0].shape[0], candidates.shape[0], dtype=torch.bool, device=candidates.device)
+    for text in own:
+        mask |= candidates[None, :] == text.to(candidates.device)[:, None]
+    return mask

@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bertkit.embedding.batch import Embed, PairBatch
+from bertkit.embedding.batch import Embed, PairBatch, same_text
 from bertkit.embedding.gather import gather_with_grad
 from bertkit.embedding.similarity import SIMILARITIES, pairwise
 
@@ -49,9 +49,7 @@ def duplicate_mask(own: Sequence[torch.Tensor], candidates: Sequence[torch.Tenso
     n = own[0].shape[0]
     rows = torch.arange(n, device=own[0].device)
     ids = torch.stack(list(candidates))  # [C, n]
-    local = torch.zeros(n, len(candidates), n, dtype=torch.bool, device=ids.device)  # [n, C, n]
-    for text in own:
-        local |= ids[None, :, :] == text[:, None, None]
+    local = same_text(own, ids.reshape(-1)).view(n, len(candidates), n)  # [n, C, n]
     local[rows, target_column, rows] = False
     mask = torch.zeros(n, len(candidates), total, dtype=torch.bool, device=ids.device)
     mask[:, :, start: start + n] = local

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bertkit.embedding.batch import Embed, PairBatch
+from bertkit.embedding.batch import Embed, PairBatch, same_text
 from bertkit.embedding.pairwise import checked_labels, embed_columns, negative_columns
 from bertkit.embedding.similarity import SIMILARITIES, pairwise, rowwise
 
@@ -85,13 +85,6 @@ class DistillKLDivLoss(nn.Module):
         return F.kl_div(student, teacher, reduction="batchmean") * self.temperature**2
 
 
-def duplicate_mask(anchor_ids: torch.Tensor, positive_ids: torch.Tensor, candidate_ids: torch.Tensor) -> torch.Tensor:
-    """``[n, m]`` bool: True where candidate j's text is row i's anchor or positive text, by text identity
-    (``PairBatch.text_ids``), so not a negative of row i whatever the encoder makes of it (dropout included).
-    A caller that scores row i's own positive among the candidates unmasks that one entry."""
-    return (candidate_ids[None, :] == anchor_ids[:, None]) | (candidate_ids[None, :] == positive_ids[:, None])
-
-
 class GISTEmbedLoss(nn.Module):
     """Multiple-negatives ranking (cross-entropy over in-batch candidates, cosine / ``temperature``) where the
     ``guide_embed`` model (called without gradients, on the same tokenized inputs) filters false negatives.
@@ -138,7 +131,7 @@ class GISTEmbedLoss(nn.Module):
         scores = []
         for index, (rows, guide_rows, candidates, guide_candidates, candidate_ids) in enumerate(blocks):
             dropped = pairwise(guide_rows, guide_candidates) > threshold
-            dropped |= duplicate_mask(anchor_ids, positive_ids, candidate_ids).to(dropped.device)
+            dropped |= same_text((anchor_ids, positive_ids), candidate_ids).to(dropped.device)
             if index == 0:
                 dropped.fill_diagonal_(False)  # row i's own positive: its target
             scores.append(pairwise(rows, candidates).masked_fill(dropped, float("-inf")))
