@@ -314,3 +314,12 @@ def test_rows_with_different_numbers_of_negatives_in_one_batch_are_refused(token
         PairCollator(tokenizer)(batch_of(rows))
     assert str(error.value) == ("t.jsonl: rows of one batch hold different numbers of negatives (line 1 (1), line 2 "
                                 "(2)); give every row the same number of negatives.")
+
+
+def test_a_file_is_read_as_it_is_iterated(tmp_path):
+    path = tmp_path / "t.jsonl"
+    path.write_text(json.dumps({"query": "cat", "positive": "dog"}) + "\n{not json\n")
+    rows = training_rows(str(path), Layout({"anchor": "query", "positive": "positive"}, "name"))
+    assert next(rows) == (f"{path}, line 1", {"anchor": "cat", "positive": "dog"})  # the bad line is not read yet
+    with pytest.raises(ValueError, match=r", line 2: not valid JSON"):
+        next(rows)
