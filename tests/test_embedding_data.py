@@ -79,13 +79,13 @@ def test_json_lines_are_streamed_and_split_only_at_line_ends(tmp_path):
 
 @pytest.mark.parametrize("names, roles", [
     (["question", "answer"], {"anchor": "question", "positive": "answer"}),
-    (["Query", "passage", "label"], {"anchor": "Query", "positive": "passage", "label": "label"}),
+    (["Query", "passage", "labels"], {"anchor": "Query", "positive": "passage", "label": "labels"}),
     (["anchor", "positive", "negative_2", "negative_1"],
      {"anchor": "anchor", "positive": "positive", "negative_1": "negative_1", "negative_2": "negative_2"}),
     (["text1", "pos", "hard_negative"], {"anchor": "text1", "positive": "pos", "negative_1": "hard_negative"}),
 ])
 def test_roles_by_name(names, roles):
-    sample = [{n: (0.5 if n == "label" else "text") for n in names}]
+    sample = [{n: (0.5 if n.startswith("label") else "text") for n in names}]
     assert resolve_columns(names, sample) == Layout(roles, "name")
 
 
@@ -207,6 +207,31 @@ def test_proportional_sampling_takes_every_batch_once_in_a_seeded_order(tmp_path
     again = EmbeddingDataset([big, small], batch_size=2, seed=3, shuffle_buffer=4)
     assert file_order(again) == epochs[0]
     assert file_order(EmbeddingDataset([big, small], batch_size=2, seed=4)) != epochs[0]
+
+
+def st_file_order(sampler_class, sizes, batch_size, epoch):
+    """The file of each batch sentence-transformers' multi-dataset ``sampler_class`` yields in ``epoch``."""
+    data = pytest.importorskip("torch.utils.data")
+    sampler_module = pytest.importorskip("sentence_transformers.base.sampler")
+    datasets = [list(range(n)) for n in sizes]
+    samplers = [data.BatchSampler(data.SequentialSampler(d), batch_size, drop_last=False) for d in datasets]
+    sampler = getattr(sampler_module, sampler_class)(data.ConcatDataset(datasets), samplers,
+                                                     generator=torch.Generator(), seed=0)
+    sampler.set_epoch(epoch)
+    return [0 if batch[0] < sizes[0] else 1 for batch in sampler]
+
+
+def test_the_mix_of_files_is_sentence_transformers(tmp_path):
+    big, small = two_files(tmp_path)
+    for sampling, sampler_class in (("proportional", "ProportionalBatchSampler"),
+                                    ("round_robin", "RoundRobinBatchSampler")):
+        dataset = EmbeddingDataset([big, small], batch_size=3, sampling=sampling)
+        for epoch in range(3):
+            ours = [[big, small].index(source) for source in file_order(dataset)]
+            theirs = st_file_order(sampler_class, [30, 10], 3, epoch)
+            assert len(ours) == len(theirs) and Counter(ours) == Counter(theirs), sampling
+            if sampling == "round_robin":
+                assert ours == theirs
 
 
 def test_round_robin_takes_the_files_in_turn_until_one_runs_out(tmp_path):

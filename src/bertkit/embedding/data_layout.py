@@ -26,7 +26,7 @@ ALIASES = {
     "anchor": ("anchor", "query", "sentence1", "text1", "question"),
     "positive": ("positive", "pos", "document", "passage", "sentence2", "text2", "answer"),
     "negative": ("negative", "neg", "hard_negative", "negatives", "hard_negatives"),
-    "label": ("label", "score"),
+    "label": ("label", "labels", "score", "scores"),
 }
 _NUMBERED_NEGATIVE = re.compile(r"(?:negative|neg|hard_negative)_?(\d+)")
 _TEXT_ROLES = ("anchor", "positive")

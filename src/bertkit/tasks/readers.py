@@ -1,6 +1,7 @@
 """Reading labelled tables: CSV, TSV and JSON Lines, row by row with line numbers for error messages.
 
-:func:`read_rows` is what the classification and multiple-choice tasks read their files with.
+:func:`read_rows` is what the classification and multiple-choice tasks read their files with;
+:func:`iter_rows` yields the same rows as the file is read (the embedding trainers' files can be large).
 The format follows the file name: ``.jsonl`` / ``.json`` (one JSON object per line, or one JSON
 list of objects), ``.tsv`` (tab-separated, no quoting, as GLUE and Google's readers do: a field
 may begin with ``"``), anything else CSV (comma-separated, ``"``-quoted). Text files may be
