@@ -102,6 +102,16 @@ def test_roles_by_position():
     sample = [{"s": "a", "t": "b", "sim": "0.25"}, {"s": "c", "t": "d", "sim": "1"}]
     assert resolve_columns(["s", "t", "sim"], sample) == Layout({"anchor": "s", "positive": "t", "label": "sim"},
                                                                 "position")
+    sample = [{"s": "a", "t": "b", "u": ["c", "d"], "margins": [0.5, 1]}]
+    assert resolve_columns(["s", "t", "u", "margins"], sample) == Layout(
+        {"anchor": "s", "positive": "t", "negatives": "u", "label": "margins"}, "position")
+
+
+def test_a_missing_file_is_named(tmp_path):
+    for name in ("t.parquet", "t.jsonl", "saved"):
+        with pytest.raises(ValueError) as error:
+            file_layout(tmp_path / name)
+        assert str(error.value) == f"no such training file or directory: {tmp_path / name}"
 
 
 def test_roles_given_by_the_caller(tmp_path):

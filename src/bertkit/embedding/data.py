@@ -55,6 +55,8 @@ class RowBatch:
 def table_records(path: str | os.PathLike, encoding: str = "utf-8") -> Iterator[tuple[str, dict[str, Any]]]:
     """``(where, values)`` per record of the file or ``save_to_disk`` directory ``path``, in file order."""
     path = os.fspath(path)
+    if not os.path.exists(path):
+        raise ValueError(f"no such training file or directory: {path}")
     if os.path.isdir(path):
         arrows = expand_inputs(path)  # a DatasetDict directory is refused there, naming its splits
         if not os.path.isfile(os.path.join(path, "state.json")):

@@ -68,11 +68,12 @@ def resolve_columns(names: Sequence[str], sample_rows: Sequence[Mapping[str, Any
 
 
 def _kind(rows: Sequence[Mapping[str, Any]], name: str) -> str:
-    """``"number"`` (every sampled value a number, or text that reads as one), ``"list"``, ``"text"`` or
-    ``"mixed"`` (numbers and other text: could be a label or text)."""
+    """``"number"`` (every sampled value a number, or text that reads as one), ``"scores"`` (lists of numbers),
+    ``"list"`` (other lists), ``"text"`` or ``"mixed"`` (numbers and other text: could be a label or text)."""
     values = [row[name] for row in rows if row.get(name) is not None]
     if values and all(isinstance(v, (list, tuple)) for v in values):
-        return "list"
+        scores = all(v and all(_number(x) is not None and not isinstance(x, str) for x in v) for v in values)
+        return "scores" if scores else "list"
     numeric = sum(_number(v) is not None for v in values)
     return "number" if values and numeric == len(values) else "mixed" if numeric else "text"
 
@@ -131,9 +132,11 @@ def _by_name(names: list[str], guesses: dict[str, str | None], kinds: dict[str, 
 
 
 def _by_position(names: list[str], kinds: dict[str, str], path: str) -> Layout:
-    label = names[-1] if len(names) >= 2 and kinds[names[-1]] == "number" else None
+    label = names[-1] if len(names) >= 2 and kinds[names[-1]] in ("number", "scores") else None
     texts = [name for name in names if name != label]
     roles = dict(zip(texts, ["anchor", "positive", *(f"negative_{i}" for i in range(1, len(texts) - 1))]))
+    if len(texts) > 2 and kinds[texts[-1]] == "list":  # a last column of lists: the negatives
+        roles[texts[-1]] = "negatives"
     if label is not None:
         roles[label] = "label"
     assignment = [(name, roles[name]) for name in names]
