@@ -1,6 +1,7 @@
 """Reading labelled tables: CSV, TSV and JSON Lines, row by row with line numbers for error messages.
 
-:func:`read_rows` is what the classification and multiple-choice tasks read their files with.
+:func:`read_rows` is what the classification and multiple-choice tasks read their files with;
+:func:`iter_rows` yields the same rows as the file is read (the embedding trainers' files can be large).
 The format follows the file name: ``.jsonl`` / ``.json`` (one JSON object per line, or one JSON
 list of objects), ``.tsv`` (tab-separated, no quoting, as GLUE and Google's readers do: a field
 may begin with ``"``), anything else CSV (comma-separated, ``"``-quoted). Text files may be
@@ -16,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import csv
 import io
+import itertools
 import json
 import lzma
 import os
@@ -101,44 +103,57 @@ def read_rows(path: str | os.PathLike, *, header: Sequence[str] | None = None, e
     the header, or a JSON line that is not an object, raises ``ValueError`` naming the file
     and line. Empty lines are skipped.
     """
+    return list(iter_rows(path, header=header, encoding=encoding))
+
+
+def iter_rows(path: str | os.PathLike, *, header: Sequence[str] | None = None,
+              encoding: str = "utf-8") -> Iterator[Row]:
+    """The records of ``path`` one at a time, as :func:`read_rows` reads them (same rows, same errors, raised
+    when the bad record is reached): the file is read as it is iterated, never held whole, except a JSON file
+    holding one list of objects (``[...]``), which has to be parsed at once."""
     kind = table_format(path)
     with open_text(path, encoding) as f:
-        return _json_rows(path, f) if kind == "jsonl" else _delimited_rows(path, f, kind, header)
+        yield from (_json_rows(path, f) if kind == "jsonl" else _delimited_rows(path, f, kind, header))
 
 
-def _json_rows(path, f) -> list[Row]:
-    text = f.read()
-    if text.lstrip().startswith("["):  # a JSON list of objects
+def _json_rows(path, f) -> Iterator[Row]:
+    head = ""
+    while not head.strip():  # the first non-blank character tells a list of objects from JSON lines
+        chunk = f.read(1 << 12)
+        if not chunk:
+            break
+        head += chunk
+    if head.lstrip().startswith("["):  # a JSON list of objects
         try:
-            records = json.loads(text)
+            records = json.loads(head + f.read())
         except json.JSONDecodeError as error:
             raise ValueError(f"{path}: not valid JSON ({error.msg} at line {error.lineno}).") from None
-        lines = list(range(1, len(records) + 1))
+        numbered = zip(range(1, len(records) + 1), records)
     else:
-        records, lines = [], []
-        for number, line in enumerate(text.splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                records.append(json.loads(line))
-            except json.JSONDecodeError as error:
-                raise ValueError(f"{path}, line {number}: not valid JSON ({error.msg}); a .jsonl file holds one "
-                                 "JSON object per line.") from None
-            lines.append(number)
-    rows = []
-    for record, number in zip(records, lines):
+        numbered = _json_lines(path, itertools.chain(io.StringIO(head + f.readline(), newline=""), f))
+    for number, record in numbered:
         if not isinstance(record, Mapping):
             raise ValueError(f"{path}, line {number}: expected a JSON object with named fields, got "
                              f"{type(record).__name__}.")
-        rows.append(Row(dict(record), number))
-    return rows
+        yield Row(dict(record), number)
 
 
-def _delimited_rows(path, f, kind: str, header: Sequence[str] | None) -> list[Row]:
+def _json_lines(path, lines: Iterator[str]) -> Iterator[tuple[int, Any]]:
+    """``(line, value)`` per non-blank line of a JSON-lines file (lines end at ``\\n``, ``\\r`` or ``\\r\\n``)."""
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            yield number, json.loads(line)
+        except json.JSONDecodeError as error:
+            raise ValueError(f"{path}, line {number}: not valid JSON ({error.msg}); a .jsonl file holds one "
+                             "JSON object per line.") from None
+
+
+def _delimited_rows(path, f, kind: str, header: Sequence[str] | None) -> Iterator[Row]:
     options = {"delimiter": "\t", "quoting": csv.QUOTE_NONE} if kind == "tsv" else {"delimiter": ","}
     reader = csv.reader(f, **options)
     columns = list(header) if header is not None else None
-    rows = []
     for number, fields in _records(path, reader):
         if not fields or (len(fields) == 1 and not fields[0].strip()):
             continue
@@ -149,29 +164,29 @@ def _delimited_rows(path, f, kind: str, header: Sequence[str] | None) -> list[Ro
             raise ValueError(f"{path}, line {number}: {len(fields)} fields, but the header has {len(columns)} "
                              f"({columns}); check the delimiter ({'tab' if kind == 'tsv' else 'comma'}, from the "
                              "file name) and quoting.")
-        rows.append(Row(dict(zip(columns, fields)), number))
+        yield Row(dict(zip(columns, fields)), number)
     if columns is None:
         raise ValueError(f"{path} is empty: it has no header row and no records.")
-    return rows
 
 
 def _records(path, reader) -> Iterator[tuple[int, list[str]]]:
     """``(line, fields)`` per record of a csv ``reader``; its errors (a field over :data:`FIELD_LIMIT`, a NUL
-    byte, ...) as ``ValueError`` naming the file and line."""
-    previous = csv.field_size_limit(FIELD_LIMIT)
-    try:
-        while True:
-            try:
-                fields = next(reader)
-            except StopIteration:
-                return
-            except csv.Error as error:
-                fix = (f"bertkit reads fields of up to {FIELD_LIMIT} characters: look for an unclosed quote, or "
-                       "split the field" if "field limit" in str(error) else "is it a text CSV/TSV file?")
-                raise ValueError(f"{path}, line {reader.line_num}: {error}; {fix}.") from None
-            yield reader.line_num, fields
-    finally:
-        csv.field_size_limit(previous)
+    byte, ...) as ``ValueError`` naming the file and line. The csv module's field limit is process-wide: it is
+    raised for each record's read and put back before the record is yielded, so readers of several files may
+    be interleaved."""
+    while True:
+        previous = csv.field_size_limit(FIELD_LIMIT)
+        try:
+            fields = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as error:
+            fix = (f"bertkit reads fields of up to {FIELD_LIMIT} characters: look for an unclosed quote, or "
+                   "split the field" if "field limit" in str(error) else "is it a text CSV/TSV file?")
+            raise ValueError(f"{path}, line {reader.line_num}: {error}; {fix}.") from None
+        finally:
+            csv.field_size_limit(previous)
+        yield reader.line_num, fields
 
 
 def column(path: str | os.PathLike, rows: Sequence[Row], name: str, option: str) -> str:
