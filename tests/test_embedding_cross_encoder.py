@@ -113,6 +113,27 @@ def test_loads_a_sentence_transformers_saved_cross_encoder(one_label, tmp_path):
                                **TOL)
 
 
+@pytest.mark.parametrize("family", ["roberta", "mpnet", "modernbert"])
+def test_other_families_equal_sentence_transformers(tmp_path, family):
+    """A family's own tokenizer and head: scores as sentence-transformers' on the checkpoint, and on what save()
+    writes, long pairs cut included (the tiny checkpoints record no model_max_length, so sentence-transformers
+    would read past the positions on the original; bertkit caps, and save() records the cap)."""
+    from family_dirs import family_dir
+
+    directory = family_dir(tmp_path, family, "AutoModelForSequenceClassification", num_labels=1,
+                           initializer_range=0.3)
+    pairs = [("It was a truth universally acknowledged", "that a single man in possession of a good fortune"),
+             ("Captain Wentworth", "the navy"), ("Anne", "Elliot")]
+    ours_ce = bertkit.CrossEncoder(directory)
+    want = st.CrossEncoder(str(directory), device="cpu").predict(pairs)
+    torch.testing.assert_close(torch.from_numpy(ours_ce.predict(pairs)), torch.from_numpy(want), **TOL)
+    ours_ce.save(tmp_path / "saved")
+    long = [*pairs, ("Anne " * 30, "Elliot walked " * 40)]
+    torch.testing.assert_close(torch.from_numpy(ours_ce.predict(long)),
+                               torch.from_numpy(st.CrossEncoder(str(tmp_path / "saved"), device="cpu").predict(long)),
+                               **TOL)
+
+
 def test_bad_inputs_are_named(models, one_label):
     ours_ce, _ = models
     with pytest.raises(ValueError, match="pairs of two strings"):
@@ -179,6 +200,10 @@ LIST_LOSSES = {
               lambda: ours.LambdaLoss(weighting="ndcg_loss1")),
     "ndcg2": (lambda m: st_losses.LambdaLoss(m, weighting_scheme=st_losses.NDCGLoss2Scheme()),
               lambda: ours.LambdaLoss(weighting="ndcg_loss2", mini_batch_size=3)),
+    "unweighted-mu3": (lambda m: st_losses.LambdaLoss(m, weighting_scheme=st_losses.NoWeightingScheme()),
+                       lambda: ours.LambdaLoss(weighting="none", mu=3.0)),
+    "ndcg2pp-mu3": (lambda m: st_losses.LambdaLoss(m, weighting_scheme=st_losses.NDCGLoss2PPScheme(mu=3.0)),
+                    lambda: ours.LambdaLoss(mu=3.0)),
 }
 
 

@@ -215,7 +215,8 @@ def _config_activation(source: str | os.PathLike) -> str | None:
     """The activation ``config.json`` records (sentence-transformers 4-5, or before 4.0), or None."""
     from bertkit.weights.download import resolve_source
 
-    config_path = Path(resolve_source(source)) / "config.json"
+    resolved = Path(resolve_source(source))
+    config_path = (resolved if resolved.is_dir() else resolved.parent) / "config.json"
     if not config_path.is_file():
         return None
     config = read_json_object(config_path, "the model config")
