@@ -276,7 +276,8 @@ def test_multiple_negatives_masks_a_duplicate_positive_by_text(positives, num_ne
 
 @pytest.mark.parametrize("name", ["bce", "listnet", "lambda", "mnrl"])
 def test_losses_on_the_models_equal_sentence_transformers(models, name):
-    """End to end: our loss on bertkit's model and tokenization equals sentence-transformers' on its own."""
+    """End to end: our loss on bertkit's model and tokenization equals sentence-transformers' on its own, and so do
+    the gradients of the head, the pooler and the embeddings."""
     ours_ce, ref = models
     if name == "mnrl":
         st_inputs = [[q for q, _, _ in TRIPLETS], [p for _, p, _ in TRIPLETS], [n[0] for _, _, n in TRIPLETS]]
@@ -290,8 +291,11 @@ def test_losses_on_the_models_equal_sentence_transformers(models, name):
         batch = ours.RerankBatch([q for q, _, _ in rows], [list(d) for _, d, _ in rows], ours_ce.tokenize,
                                  [label for _, _, label in rows])
         got = loss()(ours_ce.score, batch)
-    assert got.requires_grad
     torch.testing.assert_close(got, want, **TOL)
+    for name in ("classifier.weight", "bert.pooler.dense.weight", "bert.embeddings.word_embeddings.weight"):
+        ours_grad = torch.autograd.grad(got, ours_ce.model.get_parameter(name), retain_graph=True)[0]
+        ref_grad = torch.autograd.grad(want, ref.model.get_parameter(name), retain_graph=True)[0]
+        torch.testing.assert_close(ours_grad, ref_grad, **TOL)
 
 
 def test_bad_batches_are_named():
