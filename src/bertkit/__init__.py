@@ -70,10 +70,12 @@ _LAZY = {
     "pipeline": "bertkit.pipelines",
     "SentenceTransformer": "bertkit.sentence",
     "semantic_search": "bertkit.sentence",
+    "CrossEncoder": "bertkit.embedding.cross_encoder",
 }
 
 if TYPE_CHECKING:  # for IDEs and type checkers
     from bertkit.config import BERTConfig as BERTConfig
+    from bertkit.embedding.cross_encoder import CrossEncoder as CrossEncoder
     from bertkit.inference import optimize_for_inference as optimize_for_inference
     from bertkit.modeling import *  # noqa: F403
     from bertkit.modeling.fast import fast_path as fast_path
