@@ -3,10 +3,12 @@ equals brute force, STS correlations equal scipy's, and ``bertkit evaluate --bei
 
 from __future__ import annotations
 
+import json
 import random
 
 import pytest
 
+from bertkit.embedding.beir import load_beir
 from bertkit.embedding.ir_metrics import evaluate_run, rank
 
 pytrec_eval = pytest.importorskip("pytrec_eval")
@@ -64,3 +66,65 @@ def test_a_query_missing_from_the_run_scores_zero_and_extra_run_queries_are_igno
     assert got["metrics"]["ndcg@1"] == 0.5 and "other" not in got["per_query"]
     with pytest.raises(ValueError, match="k_values must be positive"):
         evaluate_run({}, {}, (0, 3))
+
+
+WORDS = ["truth", "universally", "acknowledged", "single", "man", "possession", "good", "fortune", "want", "wife",
+         "emma", "handsome", "clever", "rich"]
+
+
+def write_beir(directory, documents: int = 20, queries: int = 6, seed: int = 0):
+    """A BEIR directory of random word documents; query i asks for document 3i's words (relevance 2) and judges
+    document 3i+1 relevant (1) and 3i+2 not (0)."""
+    rng = random.Random(seed)
+    texts = [" ".join(rng.choices(WORDS, k=rng.randint(2, 9))) for _ in range(documents)]
+    (directory / "qrels").mkdir(parents=True)
+    with open(directory / "corpus.jsonl", "w") as f:
+        for i, text in enumerate(texts):
+            title = WORDS[i % len(WORDS)] if i % 2 else ""
+            f.write(json.dumps({"_id": f"doc{i}", "title": title, "text": text}) + "\n")
+    with open(directory / "queries.jsonl", "w") as f:
+        for q in range(queries + 2):  # two queries without judgements
+            f.write(json.dumps({"_id": f"q{q}", "text": texts[(3 * q) % documents]}) + "\n")
+    rows = ["query-id\tcorpus-id\tscore"]
+    for q in range(queries):
+        rows += [f"q{q}\tdoc{3 * q % documents}\t2", f"q{q}\tdoc{(3 * q + 1) % documents}\t1",
+                 f"q{q}\tdoc{(3 * q + 2) % documents}\t0"]
+    (directory / "qrels" / "test.tsv").write_text("\n".join(rows) + "\n")
+    return directory
+
+
+def test_load_beir_joins_titles_and_keeps_the_judged_queries(tmp_path):
+    data = load_beir(write_beir(tmp_path / "beir"))
+    assert len(data.corpus) == 20 and sorted(data.queries) == [f"q{i}" for i in range(6)]
+    assert data.corpus["doc1"].startswith(WORDS[1] + " ") and not data.corpus["doc0"].startswith(" ")
+    assert data.qrels["q1"] == {"doc3": 2, "doc4": 1, "doc5": 0}
+    (tmp_path / "beir" / "qrels" / "dev.tsv").write_text("query-id\tcorpus-id\tscore\nq7\tdoc2\t1\n")
+    assert load_beir(tmp_path / "beir", split="dev").qrels == {"q7": {"doc2": 1}}
+
+
+@pytest.mark.parametrize("damage, message", [
+    (lambda d: (d / "queries.jsonl").unlink(), r"queries.jsonl: no such file"),
+    (lambda d: (d / "qrels" / "test.tsv").rename(d / "qrels" / "dev.tsv"), r"qrels/test.tsv: no such file"),
+    (lambda d: _append(d / "corpus.jsonl", '{"_id": "x", "text": '), r"corpus.jsonl, line 21: not valid JSON"),
+    (lambda d: _append(d / "queries.jsonl", '{"_id": "q0", "text": "again"}'),
+     r"queries.jsonl, line 9: _id 'q0' again"),
+    (lambda d: _append(d / "corpus.jsonl", '{"_id": "y"}'), r"corpus.jsonl, line 21: \"text\" must be a string"),
+    (lambda d: (d / "corpus.jsonl").write_text("\n"), r"corpus.jsonl: no documents"),
+    (lambda d: _append(d / "qrels" / "test.tsv", "q1\tdoc1\thigh"), r"test.tsv, line 20: the score 'high' is not"),
+    (lambda d: _append(d / "qrels" / "test.tsv", "q1\tdoc1"), r"test.tsv, line 20: expected 3 tab-separated"),
+    (lambda d: _append(d / "qrels" / "test.tsv", "q1\tnope\t1\nq2\tmissing\t1\nq3\tgone\t1\nq4\tlost\t1"),
+     r"test.tsv: 4 corpus ids not in corpus.jsonl \('nope', 'missing', 'gone', ...\)"),
+    (lambda d: _append(d / "qrels" / "test.tsv", "q99\tdoc1\t1"),
+     r"test.tsv: 1 query ids not in queries.jsonl \('q99'\)"),
+])
+def test_bad_beir_directories_are_one_line_errors(tmp_path, damage, message):
+    directory = write_beir(tmp_path / "beir")
+    damage(directory)
+    with pytest.raises(ValueError, match=message) as error:
+        load_beir(directory)
+    assert "\n" not in str(error.value)
+
+
+def _append(path, text: str) -> None:
+    with open(path, "a") as f:
+        f.write(text + "\n")
