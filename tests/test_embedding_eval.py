@@ -5,11 +5,15 @@ from __future__ import annotations
 
 import json
 import random
+import zlib
 
+import numpy as np
 import pytest
+import torch
 
 from bertkit.embedding.beir import load_beir
 from bertkit.embedding.ir_metrics import evaluate_run, rank
+from bertkit.embedding.retrieval import evaluate_retrieval, search
 
 pytrec_eval = pytest.importorskip("pytrec_eval")
 
@@ -128,3 +132,80 @@ def test_bad_beir_directories_are_one_line_errors(tmp_path, damage, message):
 def _append(path, text: str) -> None:
     with open(path, "a") as f:
         f.write(text + "\n")
+
+
+class HashedWords:
+    """A deterministic encoder: each text's bag of words hashed into ``width`` integer counts (so dot products
+    are exact, and repeated or reordered word bags tie); records each call's texts."""
+
+    def __init__(self, width: int = 7, as_torch: bool = False):
+        self.width, self.as_torch, self.calls = width, as_torch, []
+
+    def __call__(self, texts: list[str]):
+        self.calls.append(list(texts))
+        vectors = np.zeros((len(texts), self.width), dtype=np.float32)
+        for row, text in enumerate(texts):
+            for word in text.split():
+                vectors[row, zlib.crc32(word.encode()) % self.width] += 1
+            vectors[row, -1] += 1  # no zero vector (cosine of the empty text)
+        return torch.from_numpy(vectors) if self.as_torch else vectors
+
+
+def _brute_force_run(encode, corpus, queries, similarity):
+    """Every query's score for every document, from the full matrix (float64)."""
+    doc_ids, query_ids = list(corpus), list(queries)
+    d = np.asarray(encode([corpus[i] for i in doc_ids]), dtype=np.float64)
+    q = np.asarray(encode([queries[i] for i in query_ids]), dtype=np.float64)
+    if similarity == "cosine":
+        d, q = d / np.linalg.norm(d, axis=1, keepdims=True), q / np.linalg.norm(q, axis=1, keepdims=True)
+    scores = q @ d.T
+    return {query: dict(zip(doc_ids, row.tolist())) for query, row in zip(query_ids, scores)}
+
+
+@pytest.mark.parametrize("similarity", ["dot", "cosine"])
+@pytest.mark.parametrize("chunk_size, query_chunk_size", [(1, 1), (3, 2), (7, 100), (1000, 5)])
+def test_chunked_retrieval_equals_brute_force(tmp_path, similarity, chunk_size, query_chunk_size):
+    data = load_beir(write_beir(tmp_path / "beir", documents=40, queries=12))
+    data.corpus.update({"doc40": data.corpus["doc0"], "doc5x": data.corpus["doc0"]})  # exact ties across chunks
+    k_values = (1, 3, 10, 100)
+    encoder = HashedWords()
+    got = evaluate_retrieval(encoder, encoder, data.corpus, data.queries, data.qrels, k_values=k_values,
+                             batch_size=4, chunk_size=chunk_size, query_chunk_size=query_chunk_size,
+                             similarity=similarity)
+    want = evaluate_run(_brute_force_run(HashedWords(), data.corpus, data.queries, similarity), data.qrels, k_values)
+    assert got["queries"] == want["queries"] == 12
+    for query, values in want["per_query"].items():
+        for name, value in values.items():
+            assert got["per_query"][query][name] == pytest.approx(value, abs=1e-9), (query, name)
+    assert got["metrics"] == pytest.approx(want["metrics"], abs=1e-12)
+
+
+def test_search_breaks_ties_to_the_lower_index_and_keeps_the_scores():
+    corpus = torch.tensor([[1.0, 0], [2, 0], [2, 0], [0, 1], [2, 0], [1, 0]])
+    scores, indices = search(torch.tensor([[1.0, 0], [0, 1]]), corpus, 4, chunk_size=2, similarity="dot")
+    assert indices.tolist() == [[1, 2, 4, 0], [3, 0, 1, 2]]
+    assert scores.tolist() == [[2, 2, 2, 1], [1, 0, 0, 0]]
+    assert search(torch.ones(1, 2), corpus, 100)[1].shape == (1, 6)  # depth above the corpus size
+
+
+def test_the_corpus_is_encoded_once_in_length_sorted_batches(tmp_path):
+    data = load_beir(write_beir(tmp_path / "beir"))
+    corpus_encoder, query_encoder = HashedWords(as_torch=True), HashedWords()
+    evaluate_retrieval(query_encoder, corpus_encoder, data.corpus, data.queries, data.qrels, batch_size=3,
+                       chunk_size=5)
+    texts = [t for call in corpus_encoder.calls for t in call]
+    assert sorted(texts) == sorted(data.corpus.values())  # every document once
+    assert all(len(call) <= 3 for call in corpus_encoder.calls)
+    assert [len(t) for t in texts] == sorted((len(t) for t in texts), reverse=True)
+    assert sorted(t for call in query_encoder.calls for t in call) == sorted(data.queries.values())
+
+
+def test_a_bad_encoder_is_a_one_line_error(tmp_path):
+    data = load_beir(write_beir(tmp_path / "beir"))
+    with pytest.raises(ValueError, match=r"encoding the corpus: the encoder returned shape \(2, 7\) for 3 texts"):
+        evaluate_retrieval(HashedWords(), lambda texts: HashedWords()(texts[:2]), data.corpus, data.queries,
+                           data.qrels, batch_size=3)
+    with pytest.raises(ValueError, match="queries are encoded to 5 dimensions but the corpus to 7"):
+        evaluate_retrieval(HashedWords(5), HashedWords(7), data.corpus, data.queries, data.qrels)
+    with pytest.raises(ValueError, match=r"1 judged queries have no text \('q0'\)"):
+        evaluate_retrieval(HashedWords(), HashedWords(), data.corpus, {}, {"q0": {"doc1": 1}})
