@@ -14,6 +14,7 @@ import torch
 from bertkit.embedding.beir import load_beir
 from bertkit.embedding.ir_metrics import evaluate_run, rank
 from bertkit.embedding.retrieval import evaluate_retrieval, search
+from bertkit.embedding.sts import evaluate_sts, read_sts
 
 pytrec_eval = pytest.importorskip("pytrec_eval")
 
@@ -209,3 +210,56 @@ def test_a_bad_encoder_is_a_one_line_error(tmp_path):
         evaluate_retrieval(HashedWords(5), HashedWords(7), data.corpus, data.queries, data.qrels)
     with pytest.raises(ValueError, match=r"1 judged queries have no text \('q0'\)"):
         evaluate_retrieval(HashedWords(), HashedWords(), data.corpus, {}, {"q0": {"doc1": 1}})
+
+
+def _sts_pairs(count: int = 30, seed: int = 3):
+    rng = random.Random(seed)
+    pairs = [(" ".join(rng.choices(WORDS, k=rng.randint(1, 6))), " ".join(rng.choices(WORDS, k=rng.randint(1, 6))))
+             for _ in range(count)]
+    pairs[1] = pairs[0]  # a repeated pair: tied similarities
+    return pairs, [rng.randint(0, 10) / 2 for _ in pairs]  # gold scores 0..5 in halves: tied ranks
+
+
+def test_sts_correlations_equal_scipy():
+    stats = pytest.importorskip("scipy.stats")
+    pairs, gold = _sts_pairs()
+    encoder = HashedWords()
+    got = evaluate_sts(encoder, pairs, gold, batch_size=4)
+    a, b = (torch.from_numpy(HashedWords()([p[i] for p in pairs])) for i in (0, 1))
+    # the similarities in float32 as the evaluator has them: many cosines of these integer vectors tie exactly in
+    # real numbers and not after rounding, which moves Spearman's ranks
+    for name, similarities in (("cosine", torch.cosine_similarity(a, b)), ("dot", (a * b).sum(1))):
+        similarities = similarities.double().numpy()
+        assert got[f"pearson_{name}"] == pytest.approx(stats.pearsonr(similarities, gold)[0], abs=1e-6)
+        assert got[f"spearman_{name}"] == pytest.approx(stats.spearmanr(similarities, gold)[0], abs=1e-6)
+    assert got["pairs"] == 30
+    encoded = [t for call in encoder.calls for t in call]
+    assert sorted(encoded) == sorted({t for pair in pairs for t in pair})  # each distinct sentence once
+
+
+@pytest.mark.parametrize("suffix", [".tsv", ".csv", ".jsonl"])
+def test_read_sts_reads_every_format(tmp_path, suffix):
+    path = tmp_path / f"sts{suffix}"
+    rows = [("A man, smiling.", "A man\"s smile", 4.5), ("Rain", "Sun", 0)]
+    if suffix == ".jsonl":
+        path.write_text("".join(json.dumps(dict(zip(("sentence1", "sentence2", "score"), r))) + "\n" for r in rows))
+    elif suffix == ".csv":
+        path.write_text('sentence1,sentence2,score\n"A man, smiling.","A man""s smile",4.5\nRain,Sun,0\n')
+    else:
+        path.write_text("sentence1\tsentence2\tscore\n" + "".join("\t".join(map(str, r)) + "\n" for r in rows))
+    assert read_sts(path) == ([r[:2] for r in rows], [4.5, 0.0])
+
+
+@pytest.mark.parametrize("content, message", [
+    ("sentence1\tsentence2\tscore\na\tb\t1\nc\td\tgood\n", r"sts.tsv, line 3: the score 'good' is not a finite"),
+    ("sentence1\tsentence2\tscore\na\tb\t1\nc\td\tnan\n", r"sts.tsv, line 3: the score 'nan' is not a finite"),
+    ("sentence1\tsentence2\tlabel\na\tb\t1\n", r"sts.tsv, line 2: no score \(the row has"),
+    ("sentence1\tsentence2\tscore\na\tb\n", r"sts.tsv, line 2: 2 fields, but the header has 3"),
+    ("sentence1\tsentence2\tscore\n", r"sts.tsv: no pairs"),
+])
+def test_bad_sts_rows_are_one_line_errors(tmp_path, content, message):
+    (tmp_path / "sts.tsv").write_text(content)
+    with pytest.raises(ValueError, match=message):
+        read_sts(tmp_path / "sts.tsv")
+    with pytest.raises(ValueError, match="2 pairs but 1 scores"):
+        evaluate_sts(HashedWords(), [("a", "b"), ("c", "d")], [1.0])
