@@ -263,3 +263,108 @@ def test_bad_sts_rows_are_one_line_errors(tmp_path, content, message):
         read_sts(tmp_path / "sts.tsv")
     with pytest.raises(ValueError, match="2 pairs but 1 scores"):
         evaluate_sts(HashedWords(), [("a", "b"), ("c", "d")], [1.0])
+
+
+def tiny_sentence_transformer(directory, prompts=None):
+    """A sentence-transformers directory around a tiny random HF BertModel whose vocabulary is :data:`WORDS`."""
+    transformers = pytest.importorskip("transformers")
+    st = pytest.importorskip("sentence_transformers")
+    from sentence_transformers.sentence_transformer import modules
+
+    bert_dir = directory.parent / f"{directory.name}-bert"
+    bert_dir.mkdir()
+    (bert_dir / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS]) + "\n")
+    transformers.BertTokenizerFast(vocab=str(bert_dir / "vocab.txt")).save_pretrained(bert_dir)
+    torch.manual_seed(0)
+    config = transformers.BertConfig(vocab_size=5 + len(WORDS), hidden_size=36, num_hidden_layers=2,
+                                     num_attention_heads=3, intermediate_size=37, max_position_embeddings=64)
+    bert = transformers.BertModel(config)
+    with torch.no_grad():  # spread sentences apart (at init, all embeddings have cosines near 1)
+        for name, parameter in bert.named_parameters():
+            if "position" in name or "token_type" in name:
+                parameter.zero_()
+            elif "LayerNorm" not in name and not name.endswith("bias"):
+                parameter.normal_(std=0.1)
+    bert.save_pretrained(bert_dir)
+    transformer = modules.Transformer(str(bert_dir), max_seq_length=32)
+    model = st.SentenceTransformer(modules=[transformer, modules.Pooling(36, pooling_mode="mean"), modules.Normalize()],
+                                   prompts=prompts, device="cpu")
+    model.save(str(directory))
+    return directory
+
+
+def test_cli_beir_equals_pytrec_eval_on_sentence_transformers_embeddings(tmp_path, capsys, monkeypatch):
+    from sentence_transformers import SentenceTransformer as Reference
+
+    from bertkit.cli import main
+
+    model_dir = tiny_sentence_transformer(tmp_path / "model", prompts={"query": "emma ", "document": "wife "})
+    data = load_beir(write_beir(tmp_path / "beir", documents=20, queries=6, seed=1))
+    assert len(set(data.corpus.values())) == 20
+    monkeypatch.chdir(tmp_path)
+    argv = ["evaluate", str(model_dir), "--beir", str(tmp_path / "beir"), "--precision", "fp32", "--k", "1,3,10",
+            "--batch-size", "3", "--chunk-size", "7"]
+    assert main(argv) == 0
+    printed = json.loads(capsys.readouterr().out)
+    report = json.loads((tmp_path / "evaluation_beir.json").read_text())
+    assert printed == {key: value for key, value in report.items() if key != "per_query"}
+    assert report["prompts"] == {"query": "query", "document": "document"} and report["documents"] == 20
+    assert report["queries"] == 6 and report["k"] == [1, 3, 10] and report["similarity"] == "cosine"
+
+    reference = Reference(str(model_dir), device="cpu")
+    doc_ids, query_ids = list(data.corpus), list(data.queries)
+    docs = reference.encode([data.corpus[d] for d in doc_ids], prompt_name="document").astype(np.float64)
+    queries = reference.encode([data.queries[q] for q in query_ids], prompt_name="query").astype(np.float64)
+    scores = queries @ docs.T  # normalised by the model's Normalize module: cosine
+    gaps = np.diff(np.sort(scores, axis=1), axis=1)
+    assert gaps.min() > 1e-4  # no near-ties: the ranking cannot depend on float rounding
+    run = {q: dict(zip(doc_ids, row.tolist())) for q, row in zip(query_ids, scores)}
+    measures = {"ndcg_cut.1,3,10", "map_cut.1,3,10", "recall.1,3,10", "P.1,3,10", "success.1,3,10"}
+    want = pytrec_eval.RelevanceEvaluator(data.qrels, measures).evaluate(run)
+    names = {"ndcg": "ndcg_cut", "map": "map_cut", "recall": "recall", "precision": "P", "accuracy": "success"}
+    for query, values in want.items():
+        for ours, theirs in names.items():
+            for k in (1, 3, 10):
+                assert report["per_query"][query][f"{ours}@{k}"] == pytest.approx(values[f"{theirs}_{k}"], abs=1e-9)
+    for ours, theirs in names.items():
+        mean = sum(v[f"{theirs}_10"] for v in want.values()) / len(want)
+        assert report["metrics"][f"{ours}@10"] == pytest.approx(mean, abs=1e-9)
+
+
+def test_cli_sts_equals_sentence_transformers_evaluator(tmp_path, capsys):
+    from sentence_transformers import SentenceTransformer as Reference
+    from sentence_transformers.sentence_transformer.evaluation import EmbeddingSimilarityEvaluator
+
+    from bertkit.cli import main
+
+    model_dir = tiny_sentence_transformer(tmp_path / "model")
+    pairs, gold = _sts_pairs(count=12)
+    (tmp_path / "sts.jsonl").write_text("".join(json.dumps({"sentence1": a, "sentence2": b, "score": g}) + "\n"
+                                                for (a, b), g in zip(pairs, gold)))
+    output = tmp_path / "out" / "sts.json"
+    output.parent.mkdir()
+    assert main(["evaluate", str(model_dir), "--sts", str(tmp_path / "sts.jsonl"), "-o", str(output),
+                 "--precision", "fp32"]) == 0
+    report = json.loads(output.read_text())
+    assert json.loads(capsys.readouterr().out) == report and report["pairs"] == 12
+    evaluator = EmbeddingSimilarityEvaluator([a for a, _ in pairs], [b for _, b in pairs], gold,
+                                             similarity_fn_names=["cosine", "dot"], write_csv=False)
+    want = evaluator(Reference(str(model_dir), device="cpu"))
+    for name in ("pearson_cosine", "spearman_cosine", "pearson_dot", "spearman_dot"):
+        assert report["metrics"][name] == pytest.approx(want[name], abs=1e-4), name
+
+
+def test_cli_refuses_an_output_inside_the_model_and_bad_k(tmp_path, capsys):
+    from bertkit.cli import main
+
+    model_dir = tiny_sentence_transformer(tmp_path / "model")
+    write_beir(tmp_path / "beir")
+    argv = ["evaluate", str(model_dir), "--beir", str(tmp_path / "beir")]
+    assert main([*argv, "-o", str(model_dir / "report.json")]) == 1
+    assert "lies inside the directory MODEL_DIR" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main([*argv, "--k", "0,10"])
+    assert "write positive whole numbers" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main([*argv, "--sts", "x.tsv"])
+    assert "not allowed with argument" in capsys.readouterr().err
