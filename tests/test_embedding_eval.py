@@ -13,7 +13,7 @@ import torch
 
 from bertkit.embedding.beir import load_beir
 from bertkit.embedding.ir_metrics import evaluate_run, rank
-from bertkit.embedding.retrieval import evaluate_retrieval, search
+from bertkit.embedding.retrieval import evaluate_retrieval, retrieve, search
 from bertkit.embedding.sts import evaluate_sts, read_sts
 
 pytrec_eval = pytest.importorskip("pytrec_eval")
@@ -179,6 +179,24 @@ def test_chunked_retrieval_equals_brute_force(tmp_path, similarity, chunk_size, 
         for name, value in values.items():
             assert got["per_query"][query][name] == pytest.approx(value, abs=1e-9), (query, name)
     assert got["metrics"] == pytest.approx(want["metrics"], abs=1e-12)
+
+
+def test_ignore_identical_ids_drops_the_query_itself_and_keeps_depth(tmp_path):
+    data = load_beir(write_beir(tmp_path / "beir", documents=12, queries=4))
+    data.corpus.update({query: text + " emma emma" for query, text in data.queries.items()})  # queries as documents
+    hits = retrieve(HashedWords(), HashedWords(), data.corpus, data.queries, depth=3, chunk_size=5, similarity="dot")
+    assert any(query in [doc for doc, _ in ranked] for query, ranked in hits.items())
+    hits = retrieve(HashedWords(), HashedWords(), data.corpus, data.queries, depth=3, chunk_size=5, similarity="dot",
+                    ignore_identical_ids=True)
+    assert all(len(ranked) == 3 and query not in [doc for doc, _ in ranked] for query, ranked in hits.items())
+    run = _brute_force_run(HashedWords(), data.corpus, data.queries, "dot")
+    for query in run:
+        del run[query][query]
+    got = evaluate_retrieval(HashedWords(), HashedWords(), data.corpus, data.queries, data.qrels, k_values=(1, 3),
+                             chunk_size=5, similarity="dot", ignore_identical_ids=True)
+    want = evaluate_run(run, data.qrels, (1, 3))
+    for query in want["per_query"]:
+        assert got["per_query"][query] == pytest.approx(want["per_query"][query], abs=1e-12)
 
 
 def test_search_breaks_ties_to_the_lower_index_and_keeps_the_scores():

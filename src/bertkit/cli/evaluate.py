@@ -63,6 +63,9 @@ def add_embedding_arguments(parser: ArgumentParser, inputs) -> None:
                        help="--beir: how documents are scored (default: the model's own, cosine unless it says)")
     group.add_argument("--chunk-size", type=int, default=50_000,
                        help="--beir: documents scored at once per block of queries (bounds memory; default 50000)")
+    group.add_argument("--ignore-identical-ids", action="store_true",
+                       help="--beir: never retrieve a document whose id is the query's (BEIR's option, for ArguAna "
+                            "and Quora, whose queries are also documents)")
     group.add_argument("-o", "--output", metavar="FILE",
                        help="where the JSON report is written (default evaluation_beir.json / evaluation_sts.json "
                             "in the current directory)")
@@ -113,7 +116,8 @@ def embedding_main(args: argparse.Namespace) -> int:
     model, precision = load_encoder(args.model, precision=args.precision, max_seq_length=args.max_seq_length)
     if args.beir is not None:
         report = beir_report(model, args.beir, split=args.split, k_values=args.k, batch_size=args.batch_size,
-                             chunk_size=args.chunk_size, similarity=args.similarity)
+                             chunk_size=args.chunk_size, similarity=args.similarity,
+                             ignore_identical_ids=args.ignore_identical_ids)
     else:
         report = sts_report(model, args.sts, batch_size=args.batch_size)
     report = {"model": args.model, "precision": precision, **report}

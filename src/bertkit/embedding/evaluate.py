@@ -45,10 +45,12 @@ def _encoder(model, prompt_name: str | None, batch_size: int):
 
 
 def beir_report(model, directory: str | os.PathLike, *, split: str = "test", k_values: Iterable[int] = DEFAULT_K,
-                batch_size: int = 64, chunk_size: int = 50_000, similarity: str | None = None) -> dict[str, Any]:
+                batch_size: int = 64, chunk_size: int = 50_000, similarity: str | None = None,
+                ignore_identical_ids: bool = False) -> dict[str, Any]:
     """Retrieval metrics of ``model`` (a loaded SentenceTransformer) on the ``split`` of the BEIR ``directory``:
-    ``{"beir", "split", "similarity", "prompts", "documents", "queries", "k", "metrics", "per_query"}``;
-    ``similarity`` defaults to the model's own."""
+    ``{"beir", "split", "similarity", "ignore_identical_ids", "prompts", "documents", "queries", "k", "metrics",
+    "per_query"}``; ``similarity`` defaults to the model's own (see
+    :func:`~bertkit.embedding.retrieval.retrieve` for ``ignore_identical_ids``)."""
     from bertkit.embedding.beir import load_beir
     from bertkit.embedding.retrieval import evaluate_retrieval
 
@@ -59,8 +61,10 @@ def beir_report(model, directory: str | os.PathLike, *, split: str = "test", k_v
     similarity = similarity or model.similarity_fn_name
     result = evaluate_retrieval(_encoder(model, query_prompt, batch_size), _encoder(model, document_prompt, batch_size),
                                 data.corpus, data.queries, data.qrels, k_values=k_values, batch_size=batch_size,
-                                chunk_size=chunk_size, similarity=similarity)
+                                chunk_size=chunk_size, similarity=similarity,
+                                ignore_identical_ids=ignore_identical_ids)
     return {"beir": os.fspath(directory), "split": split, "similarity": similarity,
+            "ignore_identical_ids": ignore_identical_ids,
             "prompts": {"query": query_prompt, "document": document_prompt}, "documents": len(data.corpus),
             "queries": result["queries"], "k": list(k_values), "metrics": result["metrics"],
             "per_query": result["per_query"]}

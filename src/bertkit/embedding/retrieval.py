@@ -92,10 +92,12 @@ def _top(scores: torch.Tensor, depth: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 def retrieve(encode_queries: Encode, encode_corpus: Encode, corpus: Mapping[str, str], queries: Mapping[str, str], *,
              depth: int, batch_size: int = 32, chunk_size: int = 50_000, query_chunk_size: int = 256,
-             similarity: str = "cosine") -> dict[str, list[tuple[str, float]]]:
+             similarity: str = "cosine", ignore_identical_ids: bool = False) -> dict[str, list[tuple[str, float]]]:
     """``{query id: [(doc id, score), ...]}``: the best ``depth`` documents of ``corpus`` (doc id -> text) for each
     of ``queries`` (query id -> text), best first, a tie to the greater doc id (trec_eval's order). The corpus is
-    encoded once, with ``encode_corpus``; see :func:`encode_sorted` and :func:`search`."""
+    encoded once, with ``encode_corpus``; see :func:`encode_sorted` and :func:`search`. With
+    ``ignore_identical_ids`` a document whose id is the query's is never returned (BEIR's option, for sets
+    such as ArguAna and Quora whose queries are also documents)."""
     if not corpus:
         raise ValueError("the corpus is empty: retrieval needs at least one document.")
     doc_ids = sorted(corpus, reverse=True)  # the lower index is the greater id: search's ties become trec_eval's
@@ -105,16 +107,22 @@ def retrieve(encode_queries: Encode, encode_corpus: Encode, corpus: Mapping[str,
     if query_ids and query_vectors.shape[1] != corpus_vectors.shape[1]:
         raise ValueError(f"the queries are encoded to {query_vectors.shape[1]} dimensions but the corpus to "
                          f"{corpus_vectors.shape[1]}; encode both with the same model.")
-    scores, indices = search(query_vectors, corpus_vectors, depth, chunk_size=chunk_size,
+    scores, indices = search(query_vectors, corpus_vectors, depth + ignore_identical_ids, chunk_size=chunk_size,
                              query_chunk_size=query_chunk_size, similarity=similarity)
-    return {query: [(doc_ids[i], s) for i, s in zip(row_indices.tolist(), row_scores.tolist())]
-            for query, row_scores, row_indices in zip(query_ids, scores, indices)}
+    hits = {}
+    for query, row_scores, row_indices in zip(query_ids, scores.tolist(), indices.tolist()):
+        ranked = [(doc_ids[i], s) for i, s in zip(row_indices, row_scores)]
+        if ignore_identical_ids:  # one more was retrieved: the query itself may be among them
+            ranked = [(doc, s) for doc, s in ranked if doc != query]
+        hits[query] = ranked[:depth]
+    return hits
 
 
 def evaluate_retrieval(encode_queries: Encode, encode_corpus: Encode, corpus: Mapping[str, str],
                        queries: Mapping[str, str], qrels: Mapping[str, Mapping[str, int]], *,
                        k_values: Iterable[int] = DEFAULT_K, batch_size: int = 32, chunk_size: int = 50_000,
-                       query_chunk_size: int = 256, similarity: str = "cosine") -> dict:
+                       query_chunk_size: int = 256, similarity: str = "cosine",
+                       ignore_identical_ids: bool = False) -> dict:
     """Retrieval metrics of an encoder on ``corpus`` for the queries of ``qrels``: :func:`retrieve` to the largest
     k, scored by :func:`~bertkit.embedding.ir_metrics.evaluate_rankings` (``{"queries", "metrics",
     "per_query"}``: the mean over the judged queries, and each one's). A judged query missing from ``queries``
@@ -126,5 +134,5 @@ def evaluate_retrieval(encode_queries: Encode, encode_corpus: Encode, corpus: Ma
                          f"{', ...' if len(missing) > 3 else ''}); pass every query of qrels in queries.")
     hits = retrieve(encode_queries, encode_corpus, corpus, {q: queries[q] for q in qrels}, depth=k_values[-1],
                     batch_size=batch_size, chunk_size=chunk_size, query_chunk_size=query_chunk_size,
-                    similarity=similarity)
+                    similarity=similarity, ignore_identical_ids=ignore_identical_ids)
     return evaluate_rankings({q: [doc for doc, _ in ranked] for q, ranked in hits.items()}, qrels, k_values)
