@@ -47,6 +47,7 @@ def encode_sorted(encode: Encode, texts: Sequence[str], batch_size: int, what: s
     return vectors if vectors is not None else torch.empty(0, 0)
 
 
+@torch.no_grad()
 def search(queries: torch.Tensor, corpus: torch.Tensor, depth: int, *, chunk_size: int = 50_000,
            query_chunk_size: int = 256, similarity: str = "cosine") -> tuple[torch.Tensor, torch.Tensor]:
     """The best ``min(depth, N)`` rows of ``corpus [N, d]`` for each row of ``queries [Q, d]``: ``(scores,
@@ -54,8 +55,9 @@ def search(queries: torch.Tensor, corpus: torch.Tensor, depth: int, *, chunk_siz
     :func:`~bertkit.embedding.similarity.pairwise`'s, computed ``[query_chunk_size, chunk_size]`` at a time."""
     if similarity not in SIMILARITIES:
         raise ValueError(f"similarity must be one of {SIMILARITIES}, got {similarity!r}.")
-    if chunk_size < 1 or query_chunk_size < 1:
-        raise ValueError(f"chunk_size and query_chunk_size must be at least 1, got {chunk_size}, {query_chunk_size}.")
+    if depth < 1 or chunk_size < 1 or query_chunk_size < 1:
+        raise ValueError(f"depth, chunk_size and query_chunk_size must be at least 1, got {depth}, {chunk_size}, "
+                         f"{query_chunk_size}.")
     if similarity == "cosine":  # normalise once; each chunk is then a dot product
         queries, corpus, similarity = F.normalize(queries, dim=-1), F.normalize(corpus, dim=-1), "dot"
     depth = min(depth, corpus.shape[0])
@@ -66,10 +68,10 @@ def search(queries: torch.Tensor, corpus: torch.Tensor, depth: int, *, chunk_siz
         indices = torch.empty(block.shape[0], 0, dtype=torch.long)
         for c in range(0, corpus.shape[0], chunk_size):
             chunk_scores, positions = _top(pairwise(block, corpus[c:c + chunk_size], similarity), depth)
-            # the running candidates come before this chunk's: each row stays in ascending corpus index
-            scores, indices = torch.cat([scores, chunk_scores], 1), torch.cat([indices, positions + c], 1)
+            scores, indices = _by_index(torch.cat([scores, chunk_scores], 1), torch.cat([indices, positions + c], 1))
             scores, positions = _top(scores, depth)
             indices = indices.gather(1, positions)
+        scores, indices = _by_index(scores, indices)
         order = torch.sort(scores, dim=1, descending=True, stable=True).indices  # stable: ties by lower index
         all_scores.append(scores.gather(1, order))
         all_indices.append(indices.gather(1, order))
@@ -80,14 +82,31 @@ def search(queries: torch.Tensor, corpus: torch.Tensor, depth: int, *, chunk_siz
 
 def _top(scores: torch.Tensor, depth: int) -> tuple[torch.Tensor, torch.Tensor]:
     """The ``min(depth, C)`` greatest of each row of ``scores [Q, C]``, ties at the cut-off going to the lower
-    column: ``(values, columns)``, each row in ascending column order."""
+    column: ``(values, columns)``, in no particular order within a row."""
     depth = min(depth, scores.shape[1])
-    threshold = scores.topk(depth, dim=1).values[:, -1:]  # [Q, 1]: the depth-th greatest score
+    values, columns = scores.topk(depth, dim=1)
+    threshold = values[:, -1:]  # [Q, 1]: the depth-th greatest score
+    # topk picks among scores tied at the cut-off as it likes: redo the rows where it left one of them out
+    unsure = ((scores == threshold).sum(1) > (values == threshold).sum(1)).nonzero()[:, 0]
+    if len(unsure):
+        values[unsure], columns[unsure] = _top_lowest_columns(scores[unsure], depth)
+    return values, columns
+
+
+def _top_lowest_columns(scores: torch.Tensor, depth: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`_top` by masks: the scores above the cut-off, then as many tied at it as fit, lowest column first."""
+    threshold = scores.topk(depth, dim=1).values[:, -1:]
     above, tied = scores > threshold, scores == threshold
     room = depth - above.sum(1, keepdim=True)  # how many of the tied scores fit
     keep = above | (tied & (tied.cumsum(1) <= room))  # exactly depth per row
     columns = keep.nonzero()[:, 1].view(-1, depth)  # row-major: ascending columns in each row
     return scores.gather(1, columns), columns
+
+
+def _by_index(scores: torch.Tensor, indices: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each row's candidates reordered by ascending corpus index (so :func:`_top`'s column order is index order)."""
+    order = indices.argsort(dim=1)
+    return scores.gather(1, order), indices.gather(1, order)
 
 
 def retrieve(encode_queries: Encode, encode_corpus: Encode, corpus: Mapping[str, str], queries: Mapping[str, str], *,
