@@ -207,6 +207,20 @@ def test_search_breaks_ties_to_the_lower_index_and_keeps_the_scores():
     assert search(torch.ones(1, 2), corpus, 100)[1].shape == (1, 6)  # depth above the corpus size
 
 
+@pytest.mark.parametrize("seed", range(3))
+def test_search_equals_sorting_every_score_under_heavy_ties(seed):
+    generator = torch.Generator().manual_seed(seed)
+    queries = torch.randint(0, 3, (9, 4), generator=generator).float()
+    corpus = torch.randint(0, 3, (61, 4), generator=generator).float()  # few distinct dot products
+    full = (queries @ corpus.T).tolist()
+    want = [sorted(range(61), key=lambda i, row=row: (-row[i], i))[:10] for row in full]
+    for chunk_size, query_chunk_size in ((1, 2), (4, 9), (10, 3), (61, 1), (100, 100)):
+        scores, indices = search(queries, corpus, 10, chunk_size=chunk_size, query_chunk_size=query_chunk_size,
+                                 similarity="dot")
+        assert indices.tolist() == want, (chunk_size, query_chunk_size)
+        assert scores.tolist() == [[row[i] for i in ranked] for row, ranked in zip(full, want)]
+
+
 def test_the_corpus_is_encoded_once_in_length_sorted_batches(tmp_path):
     data = load_beir(write_beir(tmp_path / "beir"))
     corpus_encoder, query_encoder = HashedWords(as_torch=True), HashedWords()
