@@ -1,7 +1,16 @@
 """``bertkit evaluate MODEL_DIR --data FILE [--task T]``: a fine-tuned model's metrics on a labelled file.
+``bertkit evaluate MODEL_DIR --beir DIR [--split test] [--k 1,3,5,10,100]``: an embedding model's retrieval.
+``bertkit evaluate MODEL_DIR --sts FILE``: an embedding model's similarity correlations.
 
-MODEL_DIR is what ``bertkit finetune`` wrote (OUT/model: the task and its settings are in its
+--data: MODEL_DIR is what ``bertkit finetune`` wrote (OUT/model: the task and its settings are in its
 task.json, so --task may be left out), or any fine-tuned HF directory with --task.
+
+--beir / --sts: MODEL_DIR is a sentence-transformers directory (or a BERT, mean-pooled). --beir DIR is the BEIR
+layout (corpus.jsonl, queries.jsonl, qrels/SPLIT.tsv); the corpus is encoded once, ranked for every judged query,
+and NDCG, MRR, MAP, Recall, Precision and Accuracy (hit rate) at each --k are computed as trec_eval does.
+--sts FILE is a CSV/TSV/JSONL of sentence1, sentence2, score: Pearson and Spearman of cosine and dot. The
+means are printed as JSON; the report, with every query's metrics for --beir, is written to -o FILE
+(default: evaluation_beir.json / evaluation_sts.json in the current directory, never inside MODEL_DIR).
 """
 
 from __future__ import annotations
@@ -13,14 +22,23 @@ from bertkit.cli import ArgumentParser
 from bertkit.cli.finetune import TASK_FLAGS, task_options
 
 
-def parser_for(prog: str, doc: str) -> ArgumentParser:
-    """The arguments ``evaluate`` and ``predict`` share (every task's flags, to override what was saved)."""
+def parser_for(prog: str, doc: str, embedding: bool = False) -> ArgumentParser:
+    """The arguments ``evaluate`` and ``predict`` share (every task's flags, to override what was saved); with
+    ``embedding``, evaluate's --beir / --sts inputs and their options too."""
     parser = ArgumentParser(prog=prog, description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("model", help="a fine-tuned model directory (OUT/model of bertkit finetune)")
+    parser.add_argument("model", help="a fine-tuned model directory (OUT/model of bertkit finetune)"
+                        + (", or an embedding model with --beir / --sts" if embedding else ""))
     parser.add_argument("--task", choices=sorted(TASK_FLAGS), help="default: the one in MODEL_DIR/task.json")
-    parser.add_argument("--data", required=True, help="the file to run on (same formats as finetune)")
+    data_help = "the file to run on (same formats as finetune)"
+    if embedding:  # exactly one of --data, --beir, --sts
+        inputs = parser.add_mutually_exclusive_group(required=True)
+        inputs.add_argument("--data", help=data_help)
+        add_embedding_arguments(parser, inputs)
+    else:
+        parser.add_argument("--data", required=True, help=data_help)
     parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument("--max-seq-length", type=int, help="default: the fine-tuning run's")
+    parser.add_argument("--max-seq-length", type=int, help="default: the fine-tuning run's (--beir, --sts: the "
+                                                           "model's max_seq_length)")
     parser.add_argument("--precision", choices=("auto", "fp32", "bf16", "fp16"), default="auto",
                         help="auto (default): bf16 where the CPU/GPU has it natively, else fp32")
     seen: set[str] = set()
@@ -33,6 +51,37 @@ def parser_for(prog: str, doc: str) -> ArgumentParser:
     return parser
 
 
+def add_embedding_arguments(parser: ArgumentParser, inputs) -> None:
+    inputs.add_argument("--beir", metavar="DIR", help="a BEIR directory: retrieval metrics of an embedding model")
+    inputs.add_argument("--sts", metavar="FILE", help="pairs with gold scores (sentence1, sentence2, score): "
+                                                      "Pearson / Spearman of an embedding model's cosine and dot")
+    group = parser.add_argument_group("embedding model options (--beir, --sts)")
+    group.add_argument("--split", default="test", help="--beir: the qrels file, qrels/SPLIT.tsv (default test)")
+    group.add_argument("--k", type=k_list, default=(1, 3, 5, 10, 100), metavar="K,K,...",
+                       help="--beir: the cut-offs (default 1,3,5,10,100)")
+    group.add_argument("--similarity", choices=("cosine", "dot", "euclidean", "manhattan"),
+                       help="--beir: how documents are scored (default: the model's own, cosine unless it says)")
+    group.add_argument("--chunk-size", type=int, default=50_000,
+                       help="--beir: documents scored at once per block of queries (bounds memory; default 50000)")
+    group.add_argument("--ignore-identical-ids", action="store_true",
+                       help="--beir: never retrieve a document whose id is the query's (BEIR's option, for ArguAna "
+                            "and Quora, whose queries are also documents)")
+    group.add_argument("-o", "--output", metavar="FILE",
+                       help="where the JSON report is written (default evaluation_beir.json / evaluation_sts.json "
+                            "in the current directory)")
+
+
+def k_list(value: str) -> tuple[int, ...]:
+    """``"1,3,10"`` -> ``(1, 3, 10)``; ArgumentTypeError unless every item is a positive whole number."""
+    try:
+        values = tuple(int(item) for item in value.split(","))
+    except ValueError:
+        values = ()
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"{value!r}: write positive whole numbers separated by commas, e.g. 1,10,100")
+    return values
+
+
 def options(args: argparse.Namespace) -> dict:
     """The task options set on the command line, for whichever task the model was tuned for."""
     chosen = {}
@@ -42,7 +91,11 @@ def options(args: argparse.Namespace) -> dict:
 
 
 def main(argv: list[str]) -> int:
-    args = parser_for("bertkit evaluate", __doc__).parse_args(argv)
+    args = parser_for("bertkit evaluate", __doc__, embedding=True).parse_args(argv)
+    if args.data is None:
+        return embedding_main(args)
+    if args.output is not None:
+        raise ValueError("-o/--output writes the report of --beir or --sts; --data prints its metrics only.")
     from bertkit.tasks.finetuning import evaluate
 
     scores = evaluate(args.model, args.data, task=args.task, batch_size=args.batch_size,
@@ -51,4 +104,23 @@ def main(argv: list[str]) -> int:
     return 0
 
 
+def embedding_main(args: argparse.Namespace) -> int:
+    """--beir / --sts: the report's means on stdout, the whole report written atomically to -o."""
+    flag, source = ("--beir", args.beir) if args.beir is not None else ("--sts", args.sts)
+    output = args.output or f"evaluation_{flag[2:]}.json"
+    from bertkit.io import atomic_write_text, refuse_output_over_input
 
+    refuse_output_over_input(("-o", output), [(flag, source)], models=[("MODEL_DIR", args.model)])
+    from bertkit.embedding.evaluate import beir_report, load_encoder, sts_report
+
+    model, precision = load_encoder(args.model, precision=args.precision, max_seq_length=args.max_seq_length)
+    if args.beir is not None:
+        report = beir_report(model, args.beir, split=args.split, k_values=args.k, batch_size=args.batch_size,
+                             chunk_size=args.chunk_size, similarity=args.similarity,
+                             ignore_identical_ids=args.ignore_identical_ids)
+    else:
+        report = sts_report(model, args.sts, batch_size=args.batch_size)
+    report = {"model": args.model, "precision": precision, **report}
+    atomic_write_text(output, json.dumps(report, indent=2) + "\n")
+    print(json.dumps({key: value for key, value in report.items() if key != "per_query"}, indent=2))
+    return 0

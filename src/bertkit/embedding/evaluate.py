@@ -1,0 +1,79 @@
+"""An embedding model's evaluation reports: retrieval on a BEIR directory, correlation on an STS file.
+
+What ``bertkit evaluate MODEL --beir DIR`` / ``--sts FILE`` call. MODEL is any directory
+:class:`bertkit.sentence.SentenceTransformer` loads (a sentence-transformers directory, or a BERT with mean
+pooling). Queries are encoded with the model's ``query`` prompt and documents with its ``document`` (else
+``passage``, ``corpus``) prompt where it has them, as sentence-transformers' ``encode_query`` /
+``encode_document`` do; otherwise with its default prompt, if any.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from typing import Any
+
+from bertkit.embedding.ir_metrics import DEFAULT_K, check_k_values
+
+DOCUMENT_PROMPTS = ("document", "passage", "corpus")
+
+
+def load_encoder(model_dir: str | os.PathLike, *, precision: str = "auto",
+                 max_seq_length: int | None = None) -> tuple[Any, str]:
+    """``(model, precision used)``: the :class:`~bertkit.sentence.SentenceTransformer` of ``model_dir`` on the CPU,
+    in bf16 where ``precision`` (``auto``: where the CPU has native bf16) asks for it, else fp32; its sequences
+    cut at ``max_seq_length`` if given."""
+    import torch
+
+    from bertkit.sentence import SentenceTransformer
+    from bertkit.training.config import resolve_precision
+
+    used = resolve_precision(precision, torch.device("cpu"))
+    model = SentenceTransformer(model_dir, dtype=torch.bfloat16 if used == "bf16" else None)
+    if max_seq_length is not None:
+        if max_seq_length < 1:
+            raise ValueError(f"--max-seq-length must be at least 1, got {max_seq_length}.")
+        model.max_seq_length = min(max_seq_length, model.bert.config.max_tokens)
+    return model, used
+
+
+def _encoder(model, prompt_name: str | None, batch_size: int):
+    def encode(texts: list[str]) -> Any:
+        return model.encode(texts, prompt_name=prompt_name, batch_size=batch_size, show_progress_bar=False)
+
+    return encode
+
+
+def beir_report(model, directory: str | os.PathLike, *, split: str = "test", k_values: Iterable[int] = DEFAULT_K,
+                batch_size: int = 64, chunk_size: int = 50_000, similarity: str | None = None,
+                ignore_identical_ids: bool = False) -> dict[str, Any]:
+    """Retrieval metrics of ``model`` (a loaded SentenceTransformer) on the ``split`` of the BEIR ``directory``:
+    ``{"beir", "split", "similarity", "ignore_identical_ids", "prompts", "documents", "queries", "k", "metrics",
+    "per_query"}``; ``similarity`` defaults to the model's own (see
+    :func:`~bertkit.embedding.retrieval.retrieve` for ``ignore_identical_ids``)."""
+    from bertkit.embedding.beir import load_beir
+    from bertkit.embedding.retrieval import evaluate_retrieval
+
+    k_values = check_k_values(k_values, "--k")
+    data = load_beir(directory, split)
+    query_prompt = "query" if "query" in model.prompts else None
+    document_prompt = next((name for name in DOCUMENT_PROMPTS if name in model.prompts), None)
+    similarity = similarity or model.similarity_fn_name
+    result = evaluate_retrieval(_encoder(model, query_prompt, batch_size), _encoder(model, document_prompt, batch_size),
+                                data.corpus, data.queries, data.qrels, k_values=k_values, batch_size=batch_size,
+                                chunk_size=chunk_size, similarity=similarity,
+                                ignore_identical_ids=ignore_identical_ids)
+    return {"beir": os.fspath(directory), "split": split, "similarity": similarity,
+            "ignore_identical_ids": ignore_identical_ids,
+            "prompts": {"query": query_prompt, "document": document_prompt}, "documents": len(data.corpus),
+            "queries": result["queries"], "k": list(k_values), "metrics": result["metrics"],
+            "per_query": result["per_query"]}
+
+
+def sts_report(model, path: str | os.PathLike, *, batch_size: int = 64) -> dict[str, Any]:
+    """``{"sts", "pairs", "metrics"}``: Pearson and Spearman of cosine and dot of ``model`` on the STS file."""
+    from bertkit.embedding.sts import evaluate_sts, read_sts
+
+    pairs, scores = read_sts(path)
+    metrics = evaluate_sts(_encoder(model, None, batch_size), pairs, scores, batch_size=batch_size)
+    return {"sts": os.fspath(path), "pairs": metrics.pop("pairs"), "metrics": metrics}
