@@ -352,3 +352,38 @@ def test_cli_embed_still_embeds_a_model_called_mine(tiny_dir, tmp_path, monkeypa
     (tmp_path / "t.txt").write_text("hello world\nthe city\n")
     assert main(["embed", "mine", "--input", "t.txt", "-o", "v.npy"]) == 0
     assert np.load(tmp_path / "v.npy").shape == (2, 36)
+
+
+def test_cli_rescore_with_a_reranker_and_faiss_missing(tiny_dir, word_data, tmp_path, capsys):
+    from bertkit.cli import main
+    from bertkit.cli.embed_mine import cross_encoder
+    from bertkit.sentence import SentenceTransformer
+
+    reranker = tmp_path / "reranker"
+    reranker.mkdir()
+    (reranker / "vocab.txt").write_text("\n".join(WORDS) + "\n", encoding="utf-8")
+    bertkit.BERTTokenizerFast(vocab_file=str(reranker / "vocab.txt")).save_pretrained(reranker)
+    config = bertkit.BERTConfig(vocab_size=len(WORDS), hidden_size=36, num_hidden_layers=1, num_attention_heads=3,
+                                intermediate_size=37, max_position_embeddings=64, num_labels=1)
+    randomize_(bertkit.BERTForSequenceClassification(config), seed=1, std=0.5).save_pretrained(reranker)
+    queries, positives, _ = word_data  # no --corpus: the positives are the pool
+    pairs = tmp_path / "pairs.jsonl"
+    pairs.write_text("".join(json.dumps({"anchor": q, "positive": p}) + "\n" for q, p in zip(queries, positives)))
+    out = tmp_path / "mined.jsonl"
+    argv = ["embed", "mine", str(tiny_dir), "--data", str(pairs), "-o", str(out), "--range-max", "8",
+            "--num-negatives", "2", "--rescore", str(reranker)]
+    assert main(argv) == 0
+    capsys.readouterr()
+    model = SentenceTransformer(tiny_dir)
+    want = mine_hard_negatives(queries, positives, [], lambda batch: model.encode(batch), range_max=8,
+                               num_negatives=2, rescore=cross_encoder(str(reranker), 32, None), batch_size=32)
+    plain = mine_hard_negatives(queries, positives, [], lambda batch: model.encode(batch), range_max=8,
+                                num_negatives=2)
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert rows == want.rows and rows != plain.rows  # the reranker's order, not the embeddings'
+
+    try:
+        import faiss  # noqa: F401
+    except ImportError:
+        assert main([*argv[:-2], "--faiss"]) == 1
+        assert "pip install faiss-cpu" in capsys.readouterr().err
