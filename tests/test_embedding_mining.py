@@ -231,6 +231,8 @@ def test_bad_pairs_and_encoders_are_named():
         mine_hard_negatives(["a", "b"], ["c"], [], bag_of_words)
     with pytest.raises(ValueError, match=r"positives\[1\] is ''"):
         mine_hard_negatives(["a", "b"], ["c", ""], [], bag_of_words)
+    with pytest.raises(ValueError, match=r"corpus\[1\] is int 7"):
+        mine_hard_negatives(["a"], ["b"], ["c", 7], bag_of_words)
     with pytest.raises(ValueError, match="one row per text"):
         mine_hard_negatives(["a"], ["b"], ["c"], lambda batch: np.zeros((1, 3)), range_max=2, num_negatives=1)
     with pytest.raises(ValueError, match="NaN or infinite"):

@@ -75,6 +75,9 @@ def mine_hard_negatives(queries: Sequence[str], positives: Sequence[str], corpus
     """
     _check(queries, positives, range_min, range_max, num_negatives, similarity, sampling, batch_size, chunk_size,
            use_faiss)
+    for i, text in enumerate(corpus):
+        if not isinstance(text, str):
+            raise ValueError(f"corpus[{i}] is {type(text).__name__} {text!r}; the corpus is a list of texts.")
     unique = list(dict.fromkeys(queries))
     query_of = {text: i for i, text in enumerate(unique)}
     pool = list(dict.fromkeys([*corpus, *positives]))
@@ -110,8 +113,10 @@ def mine_hard_negatives(queries: Sequence[str], positives: Sequence[str], corpus
         else:
             scores, indices = top_k(vectors, pool_vectors, depth, similarity, chunk_size)
         own = [positives_of[q] for q in rows]
-        positive_scores = [rowwise(query_vectors[[q] * len(p)], pool_vectors[p], similarity) for q, p in zip(rows, own)]
-        if rescore is not None:
+        if rescore is None:
+            positive_scores = [rowwise(query_vectors[[q] * len(p)], pool_vectors[p], similarity)
+                               for q, p in zip(rows, own)]
+        else:
             scores, positive_scores = _rescored(rescore, batch_size, [unique[q] for q in rows], pool, indices, own)
         for row_scores, row_indices, mine, mine_scores in zip(scores, indices, own, positive_scores):
             negatives_of.append(_select(row_scores, row_indices, mine, mine_scores.min().item(), skipped, rng,
