@@ -141,18 +141,32 @@ def top_k(queries: torch.Tensor, corpus: torch.Tensor, k: int, similarity: str =
           chunk_size: int = 8192) -> tuple[torch.Tensor, torch.Tensor]:
     """The ``k`` most similar rows of ``corpus [m, d]`` for each row of ``queries [n, d]``: scores ``[n, k]``
     (descending) and corpus indices ``[n, k]`` (int64), ties broken by the lower index, exactly as sorting the
-    full ``[n, m]`` matrix would; only ``[n, k + chunk_size]`` is held at a time. ``k`` must be <= ``m``."""
+    full ``[n, m]`` matrix would; only ``[n, chunk_size]`` scores are held at a time. ``k`` must be <= ``m``."""
     best_scores = queries.new_empty(len(queries), 0)
     best_indices = torch.empty(len(queries), 0, dtype=torch.long)
     for start in range(0, len(corpus), chunk_size):
-        chunk = pairwise(queries, corpus[start:start + chunk_size], similarity)  # [n, c]
-        indices = torch.arange(start, start + chunk.shape[1]).expand(len(queries), -1)
-        # the kept candidates precede the chunk and have lower indices: a stable sort keeps ties in index order
-        scores = torch.cat([best_scores, chunk], dim=1)
+        chunk_scores, columns = _best_columns(pairwise(queries, corpus[start:start + chunk_size], similarity), k)
+        # the kept candidates precede the chunk's and have lower indices, and the chunk's are in index order:
+        # a stable sort leaves every tie in index order
+        scores = torch.cat([best_scores, chunk_scores], dim=1)
         order = torch.sort(scores, dim=1, descending=True, stable=True).indices[:, :k]
         best_scores = scores.gather(1, order)
-        best_indices = torch.cat([best_indices, indices], dim=1).gather(1, order)
+        best_indices = torch.cat([best_indices, columns + start], dim=1).gather(1, order)
     return best_scores, best_indices
+
+
+def _best_columns(scores: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The ``min(k, c)`` best columns of each row of ``scores [b, c]`` (ties: the lower columns), in column
+    order, and their scores. ``topk`` finds the threshold; it alone may pick any of the tied columns."""
+    k = min(k, scores.shape[1])
+    threshold = scores.topk(k, dim=1).values[:, -1:]  # [b, 1]: each row's k-th best score
+    keep = scores >= threshold
+    if (keep.sum(1) > k).any():  # ties at the threshold: the lowest columns of them
+        above = scores > threshold
+        tied = keep & ~above
+        keep = above | (tied & (tied.cumsum(1) <= k - above.sum(1, keepdim=True)))
+    columns = keep.nonzero()[:, 1].view(-1, k)  # row-major: each row's k columns in ascending order
+    return scores.gather(1, columns), columns
 
 
 def write_rows(rows: Sequence[dict[str, str]], path: str | os.PathLike) -> None:
