@@ -103,15 +103,9 @@ def test_chunked_equals_brute_force(data, settings):
 
 
 def test_cosine_on_random_embeddings_equals_brute_force(data):
-    vectors = {}
-
-    def encode(batch):
-        return np.stack([vectors.setdefault(t, np.random.default_rng(zlib.crc32(t.encode())).normal(size=16))
-                         for t in batch]).astype(np.float32)
-
-    want = brute_force(*data, encode, similarity="cosine", relative_margin=0.05)
+    want = brute_force(*data, gaussian, similarity="cosine", relative_margin=0.05)
     for chunk_size in (7, 10_000):
-        assert mine_hard_negatives(*data, encode, relative_margin=0.05, chunk_size=chunk_size).rows == want
+        assert mine_hard_negatives(*data, gaussian, relative_margin=0.05, chunk_size=chunk_size).rows == want
 
 
 def test_top_k_equals_sorting_the_full_matrix_ties_by_index():
@@ -198,18 +192,44 @@ def test_random_sampling_is_seeded_and_within_the_window(data):
             assert set(picked) <= set(window) and picked == sorted(picked, key=window.index)
 
 
-def test_faiss_is_optional():
+def gaussian(batch: list[str]) -> np.ndarray:
+    """A deterministic encoder without ties: a normal vector seeded by the text."""
+    return np.stack([np.random.default_rng(zlib.crc32(t.encode())).normal(size=16) for t in batch]).astype(np.float32)
+
+
+class FlatInnerProduct:
+    """A stand-in for ``faiss.IndexFlatIP`` (its ``add`` / ``search`` contract, by numpy), to run the FAISS path
+    where FAISS is not installed."""
+
+    def __init__(self, dimensions: int):
+        self.vectors = np.zeros((0, dimensions), dtype=np.float32)
+
+    def add(self, vectors: np.ndarray) -> None:
+        assert vectors.dtype == np.float32 and vectors.flags.c_contiguous
+        self.vectors = np.concatenate([self.vectors, vectors])
+
+    def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        scores = queries @ self.vectors.T
+        order = np.argsort(-scores, axis=1, kind="stable")[:, :k]
+        return np.take_along_axis(scores, order, axis=1), order.astype(np.int64)
+
+
+def test_faiss_path_equals_the_exact_search(data, monkeypatch):
+    import sys
+    import types
+
     try:
         import faiss  # noqa: F401
     except ImportError:
         with pytest.raises(ImportError, match="pip install faiss-cpu"):
             mine_hard_negatives(["a b"], ["b c"], ["c d", "d e"], bag_of_words, use_faiss=True, range_max=2,
                                 num_negatives=1)
-        return
-    queries, positives = texts(40, seed=3), texts(40, seed=4)
-    corpus = texts(100, seed=5)
-    want = mine_hard_negatives(queries, positives, corpus, bag_of_words, range_max=10).rows
-    assert mine_hard_negatives(queries, positives, corpus, bag_of_words, range_max=10, use_faiss=True).rows == want
+        monkeypatch.setitem(sys.modules, "faiss", types.SimpleNamespace(IndexFlatIP=FlatInnerProduct))
+    for similarity in ("cosine", "dot"):
+        want = mine_hard_negatives(*data, gaussian, similarity=similarity, range_max=10, range_min=1).rows
+        got = mine_hard_negatives(*data, gaussian, similarity=similarity, range_max=10, range_min=1,
+                                  use_faiss=True, chunk_size=7).rows
+        assert got == want and len(got) > 10
 
 
 @pytest.mark.parametrize(("kwargs", "message"), [
