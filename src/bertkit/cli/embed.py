@@ -8,6 +8,10 @@ length-sorted batches a chunk at a time, so a file larger than memory is fine; O
 [N, D] array (its space reserved before the first row is written), OUT.jsonl one {"index", "embedding"}
 line per text, both in input order and moved into place only when complete. -o must not be (or resolve
 to) MODEL or FILE, nor lie inside MODEL.
+
+``bertkit embed mine MODEL --data PAIRS -o OUT.jsonl``: hard negatives for (query, positive) pairs; see
+``bertkit embed mine --help`` and :mod:`bertkit.embedding.mining`. (A model directory called ``mine`` is still
+embedded with ``bertkit embed mine --input FILE ...``: with ``--input`` the first word is the MODEL.)
 """
 
 from __future__ import annotations
@@ -26,6 +30,10 @@ from bertkit.io import refuse_output_over_input
 
 
 def main(argv: list[str]) -> int:
+    if argv[:1] == ["mine"] and "--input" not in argv:
+        from bertkit.cli.embed_mine import main as mine
+
+        return mine(argv[1:])
     parser = ArgumentParser(prog="bertkit embed", description=__doc__,
                             formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("model", help="a sentence-transformers directory, or any BERT bertkit loads")
