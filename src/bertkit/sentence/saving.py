@@ -91,11 +91,18 @@ def _save_dense(layer: Dense, where: Path) -> None:
 
 
 def _settings(model: SentenceTransformer) -> dict[str, Any]:
-    from bertkit import __version__
-
-    return {"__version__": {"bertkit": __version__, "pytorch": torch.__version__},
+    return {"__version__": {"bertkit": _bertkit_version(), "pytorch": torch.__version__},
             "model_type": "SentenceTransformer", "prompts": dict(model.prompts),
             "default_prompt_name": model.default_prompt_name, "similarity_fn_name": model.similarity_fn_name}
+
+
+def _bertkit_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("bertkit")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown"
 
 
 def _write_json(path: Path, value: Any) -> None:
