@@ -154,7 +154,7 @@ def on_device(batch: PairBatch, device: torch.device) -> PairBatch:
 
 @dataclass
 class EmbeddingTrainingResult:
-    """Where the run put things: ``model_dir`` (the sentence-transformers directory), ``results`` (what
+    """Where the run put things: ``model_dir`` (the saved model), ``results`` (what
     ``results.json`` holds: steps, final training loss, data)."""
 
     output_dir: Path
@@ -190,9 +190,6 @@ def finetune_embeddings(model: str | os.PathLike, train_files: str | os.PathLike
     ``output_dir``, ``overwrite`` replaces it.
     """
     from bertkit.sentence import SentenceTransformer
-    from bertkit.tasks.run_settings import record_numerics, record_run_settings
-    from bertkit.training import Trainer, TrainingConfig
-    from bertkit.training.metrics import plot_metrics
     from bertkit.training.rundir import file_fingerprint, open_run
 
     start = time.perf_counter()
@@ -222,46 +219,64 @@ def finetune_embeddings(model: str | os.PathLike, train_files: str | os.PathLike
         run.check("embedding", json.loads(json.dumps(settings)))
         run.save()
 
-        per_epoch = len(dataset)
-        steps = max_steps if max_steps is not None else max(1, round(epochs * per_epoch))
-        config = TrainingConfig(max_steps=steps, learning_rate=learning_rate, weight_decay=weight_decay,
-                                warmup_ratio=warmup_ratio, batch_size=1, max_grad_norm=max_grad_norm,
-                                precision=precision, seed=seed, device=device, num_workers=0,
-                                log_every=max(1, min(50, per_epoch // 4)), save_every=save_every or per_epoch,
-                                keep_last=1, output_dir=str(run.path), progress_bar=progress, threads=threads)
-        schedule = BatchSchedule(dataset)
-        trainer = Trainer(BiEncoder(net, objective), schedule, config=config, collate_fn=BatchCollator(collator),
-                          sampler=schedule, callbacks=callbacks)
-        if trainer.ctx.world_size != 1:
-            raise ValueError("finetune_embeddings trains in one process (in-batch negatives across ranks are not "
-                             "wired into the command yet); run it without torchrun.")
-
-        def commit(trainer: Trainer) -> None:  # an --overwrite run replaces the old directory at its first checkpoint
-            staging = run.path
-            run.commit()
-            if run.path != staging:
-                trainer.relocate(run.path)
-
-        trainer.add_callback("on_train_begin", functools.partial(record_run_settings, run))
-        trainer.add_callback("on_save", commit)
-        trainer.add_callback("on_save", functools.partial(record_numerics, run))
-        trainer.train(resume_from="latest" if run.resumed else None)
-
-        output = run.path
-        final_loss = trainer.last_log.get("loss")
-        results = {"steps": trainer.state.step, "epochs": trainer.state.step / per_epoch,
-                   "final_train_loss": final_loss, "final_train_loss_steps": _logged_steps(config, trainer),
-                   "data": [{"file": f, "rows": n} for f, n in zip(dataset.files, dataset.sizes)]}
-        card = model_card(model, dataset, loss, objective, settings, config, results)
+        trainer, results = train_batches(run, BiEncoder(net, objective), dataset, BatchCollator(collator),
+                                         epochs=epochs, max_steps=max_steps, save_every=save_every,
+                                         callbacks=callbacks, learning_rate=learning_rate, warmup_ratio=warmup_ratio,
+                                         weight_decay=weight_decay, max_grad_norm=max_grad_norm, seed=seed,
+                                         precision=precision, device=device, progress_bar=progress, threads=threads)
+        card = model_card(model, dataset, loss, objective, settings, trainer.config, results)
         net.eval()
-        model_dir = net.save(output / MODEL_DIR, model_card=card)
-        from bertkit.io import atomic_write_text
+        model_dir = net.save(run.path / MODEL_DIR, model_card=card)
+        return finish(run.path, model_dir, results, start)
 
-        atomic_write_text(output / RESULTS_FILE, json.dumps(results, indent=2) + "\n")
-        result = EmbeddingTrainingResult(output, model_dir, results, output / "metrics.jsonl")
-        result.plot_path = plot_metrics(result.metrics_path, output / "metrics.png")
-        result.seconds = time.perf_counter() - start
-        return result
+
+def train_batches(run, module: nn.Module, dataset: EmbeddingDataset, collate_fn, *, epochs: float,
+                  max_steps: int | None, save_every: int | None, callbacks: Mapping[str, Any] | None,
+                  **training: Any):
+    """Train ``module`` (``training_step``) on ``dataset`` 's batches (each through ``collate_fn``) with the
+    :class:`~bertkit.training.Trainer` into the open run directory ``run`` (resumed when the run is);
+    ``training``: further :class:`~bertkit.training.TrainingConfig` fields. Returns the trainer and the results
+    (steps, epochs, final training loss, the files and their rows)."""
+    from bertkit.tasks.run_settings import record_numerics, record_run_settings
+    from bertkit.training import Trainer, TrainingConfig
+
+    per_epoch = len(dataset)
+    steps = max_steps if max_steps is not None else max(1, round(epochs * per_epoch))
+    config = TrainingConfig(max_steps=steps, batch_size=1, num_workers=0, log_every=max(1, min(50, per_epoch // 4)),
+                            save_every=save_every or per_epoch, keep_last=1, output_dir=str(run.path), **training)
+    schedule = BatchSchedule(dataset)
+    trainer = Trainer(module, schedule, config=config, collate_fn=collate_fn, sampler=schedule, callbacks=callbacks)
+    if trainer.ctx.world_size != 1:
+        raise ValueError("embedding and reranker training runs in one process (in-batch negatives across ranks are "
+                         "not wired into the command yet); run it without torchrun.")
+
+    def commit(trainer: Trainer) -> None:  # an --overwrite run replaces the old directory at its first checkpoint
+        staging = run.path
+        run.commit()
+        if run.path != staging:
+            trainer.relocate(run.path)
+
+    trainer.add_callback("on_train_begin", functools.partial(record_run_settings, run))
+    trainer.add_callback("on_save", commit)
+    trainer.add_callback("on_save", functools.partial(record_numerics, run))
+    trainer.train(resume_from="latest" if run.resumed else None)
+    logged = trainer.state.step % config.log_every or min(config.log_every, trainer.state.step)
+    results = {"steps": trainer.state.step, "epochs": trainer.state.step / per_epoch,
+               "final_train_loss": trainer.last_log.get("loss"), "final_train_loss_steps": logged,
+               "data": [{"file": f, "rows": n} for f, n in zip(dataset.files, dataset.sizes)]}
+    return trainer, results
+
+
+def finish(output: Path, model_dir: Path, results: dict[str, Any], start: float) -> EmbeddingTrainingResult:
+    """Write ``results.json`` and the plot beside the saved model; the run's result."""
+    from bertkit.io import atomic_write_text
+    from bertkit.training.metrics import plot_metrics
+
+    atomic_write_text(output / RESULTS_FILE, json.dumps(results, indent=2) + "\n")
+    result = EmbeddingTrainingResult(output, Path(model_dir), results, output / "metrics.jsonl")
+    result.plot_path = plot_metrics(result.metrics_path, output / "metrics.png")
+    result.seconds = time.perf_counter() - start
+    return result
 
 
 def _prompts(query_prompt: str | None, document_prompt: str | None) -> dict[str, str]:
@@ -285,11 +300,6 @@ def _check_model(net, source, matryoshka_dims, query_prompt, document_prompt, ma
     limit = net.bert.config.max_tokens
     if max_seq_length is not None and not 0 < max_seq_length <= limit:
         raise ValueError(f"--max-seq-length {max_seq_length}: {os.fspath(source)} takes 1 to {limit} tokens.")
-
-
-def _logged_steps(config, trainer) -> int:
-    """How many steps the last logged training loss averages."""
-    return trainer.state.step % config.log_every or min(config.log_every, trainer.state.step)
 
 
 def model_card(base, dataset: EmbeddingDataset, loss_name: str, loss: nn.Module, settings: Mapping[str, Any],
