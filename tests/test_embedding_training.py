@@ -162,3 +162,26 @@ def test_bad_flags_are_one_line_errors(base, tmp_path, capsys, flags, message):
                 *flags]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and message in err[0]
+
+
+def test_the_command_reads_named_columns_and_records_matryoshka_and_the_similarity(base, tmp_path):
+    train = tmp_path / "qd.jsonl"
+    rows = [json.loads(line) for line in write_pairs(tmp_path / "pairs.jsonl", 16).read_text().splitlines()]
+    train.write_text("".join(json.dumps({"d": r["positive"], "q": r["anchor"]}) + "\n" for r in rows))
+    out = tmp_path / "out"
+    assert cli(["finetune", "embed", "--model", str(base), "--train", str(train), "-o", str(out),
+                "--columns", "q=anchor,d=positive", "--matryoshka-dims", "36,8", "--max-steps", "2",
+                "--batch-size", "8", "--precision", "fp32", "--device", "cpu", "--threads", "1"]) == 0
+    card = (out / "model" / "README.md").read_text()
+    assert "MatryoshkaLoss" in card and "matryoshka_dims=[36, 8]" in card and "'q' -> anchor, 'd' -> positive" in card
+    saved = json.loads((out / "model" / "config_sentence_transformers.json").read_text())
+    assert saved["similarity_fn_name"] == "cosine"
+
+
+@pytest.mark.parametrize("name, options, similarity", [
+    ("margin-mse", {}, "dot"), ("kl", {}, "dot"), ("cached-mnrl", {"matryoshka_dims": [8]}, "cosine"),
+    ("cosent", {}, "cosine"), ("triplet", {}, None)])
+def test_the_saved_similarity_is_the_one_the_loss_trains(name, options, similarity):
+    from bertkit.embedding.training import build_loss, trained_similarity
+
+    assert trained_similarity(build_loss(name, **options)) == similarity

@@ -183,8 +183,10 @@ def finetune_embeddings(model: str | os.PathLike, train_files: str | os.PathLike
 
     ``pooling`` replaces the model's pooling (a plain checkpoint has mean). ``query_prompt`` /
     ``document_prompt`` are prefixed to the anchors / to the positives and negatives, and saved as the
-    model's ``"query"`` / ``"document"`` prompts. ``columns``, ``sampling`` and ``allow_repeated_queries``:
-    see :class:`~bertkit.embedding.data.EmbeddingDataset` and :class:`~bertkit.embedding.data.PairCollator`.
+    model's ``"query"`` / ``"document"`` prompts; the model records the similarity the loss trains for
+    (:func:`trained_similarity`) as its ``similarity_fn_name``. ``columns``, ``sampling`` and
+    ``allow_repeated_queries``: see :class:`~bertkit.embedding.data.EmbeddingDataset` and
+    :class:`~bertkit.embedding.data.PairCollator`.
     ``batch_size`` rows per step (one file's); ``max_steps`` (default: ``epochs`` times the batches per
     epoch); ``save_every`` steps a checkpoint (default: every epoch). ``resume`` continues the run in
     ``output_dir``, ``overwrite`` replaces it.
@@ -204,6 +206,7 @@ def finetune_embeddings(model: str | os.PathLike, train_files: str | os.PathLike
         _check_model(net, model, matryoshka_dims, query_prompt, document_prompt, max_seq_length)
         if max_seq_length is not None:
             net.max_seq_length = max_seq_length
+        net.similarity_fn_name = trained_similarity(objective) or net.similarity_fn_name
         prompts = _prompts(query_prompt, document_prompt)
         if prompts:
             net.prompts = {**net.prompts, "query": query_prompt or "", "document": document_prompt or ""}
@@ -213,7 +216,8 @@ def finetune_embeddings(model: str | os.PathLike, train_files: str | os.PathLike
         settings = {"loss": loss, "scale": scale, "symmetric": symmetric, "mini_batch_size": mini_batch_size,
                     "matryoshka_dims": list(matryoshka_dims or []), "pooling": list(net.pooling.modes),
                     "prompts": prompts, "columns": columns, "sampling": sampling, "batch_size": batch_size,
-                    "max_seq_length": net.max_seq_length, "allow_repeated_queries": allow_repeated_queries}
+                    "max_seq_length": net.max_seq_length, "allow_repeated_queries": allow_repeated_queries,
+                    "similarity_fn_name": net.similarity_fn_name}
         run.check("model", {"source": os.fspath(model)})
         run.check("data", {"train": file_fingerprint(files)})
         run.check("embedding", json.loads(json.dumps(settings)))
@@ -279,6 +283,15 @@ def finish(output: Path, model_dir: Path, results: dict[str, Any], start: float)
     return result
 
 
+def trained_similarity(loss: nn.Module) -> str | None:
+    """The similarity function ``loss`` trains the embeddings for (cosine, dot, ...), None where it names none
+    (distance-based losses): what the saved model records as its ``similarity_fn_name``."""
+    for attribute in ("inner", "plain"):  # Matryoshka's inner loss; the cached loss's plain one
+        if isinstance(getattr(loss, attribute, None), nn.Module):
+            return trained_similarity(getattr(loss, attribute))
+    return getattr(loss, "similarity", None)
+
+
 def _prompts(query_prompt: str | None, document_prompt: str | None) -> dict[str, str]:
     """The collator's prompts (role -> text) for the given ones."""
     prompts = {"anchor": query_prompt} if query_prompt else {}
@@ -321,7 +334,8 @@ def model_card(base, dataset: EmbeddingDataset, loss_name: str, loss: nn.Module,
         "## Hyperparameters", "",
         f"- steps: {results['steps']} ({results['epochs']:.2f} epochs), learning rate {config.learning_rate}, "
         f"warmup ratio {config.warmup_ratio}, weight decay {config.weight_decay}, seed {config.seed}",
-        f"- max sequence length: {settings['max_seq_length']}, pooling: {', '.join(settings['pooling'])}",
+        f"- max sequence length: {settings['max_seq_length']}, pooling: {', '.join(settings['pooling'])}, "
+        f"similarity: {settings['similarity_fn_name']}",
     ]
     if prompts:
         lines.append(f"- prompts: query {prompts.get('anchor', '')!r}, document {prompts.get('positive', '')!r}")
