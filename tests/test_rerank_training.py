@@ -70,6 +70,10 @@ def test_bce_lowers_the_loss_and_sentence_transformers_loads_the_reranker(tmp_pa
                                **{**COMMON, "learning_rate": 3e-3})
     assert mean_bce(result.model_dir, train) < mean_bce(base, train) - 0.05
     assert result.results["steps"] == 40 and (tmp_path / "run" / "results.json").exists()
+    card = (result.model_dir / "README.md").read_text()
+    for fact in ("cross-encoder", str(base), "pairs.jsonl", "40 rows", "BinaryCrossEntropyLoss", "40 (8.00 epochs)",
+                 f"{result.results['final_train_loss']:.4f}"):
+        assert fact in card
     pairs = [("w1 w2 w3", "w1 w2 w3 w4"), ("w5", "w6 w7 w8"), ("w9 w10", "w0 w9 w10 w11 w12")]
     ref = st.CrossEncoder(str(result.model_dir), device="cpu")
     np.testing.assert_allclose(ref.predict(pairs), CrossEncoder(result.model_dir).predict(pairs), atol=1e-5)

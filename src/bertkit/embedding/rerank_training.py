@@ -10,8 +10,9 @@ CrossEncoder` as the model and a reranking loss (:mod:`bertkit.embedding.rerank_
   ``label`` may instead list a score per passage);
 * ``mnrl`` needs no labels (the positive is each row's first passage; other rows' passages are negatives).
 
-``OUT/model`` is written by :meth:`CrossEncoder.save`: sentence-transformers' ``CrossEncoder`` loads it with the
-same scores and ``bertkit serve`` serves it on ``/rerank``.
+``OUT/model`` is written by :meth:`CrossEncoder.save`, with a short model card ``README.md``:
+sentence-transformers' ``CrossEncoder`` loads it with the same scores and ``bertkit serve`` serves it on
+``/rerank``.
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ import torch
 from torch import nn
 
 from bertkit.embedding.data import EmbeddingDataset, RowBatch
-from bertkit.embedding.training import MODEL_DIR, EmbeddingTrainingResult, finish, train_batches
+from bertkit.embedding.training import MODEL_DIR, EmbeddingTrainingResult, finish, model_card, train_batches
+from bertkit.io import atomic_write_text
 
 RERANK_LOSSES = ("bce", "listnet", "lambda", "mnrl")
 
@@ -132,11 +134,16 @@ def finetune_reranker(model: str | os.PathLike, train_files: str | os.PathLike |
         run.check("reranker", json.loads(json.dumps(settings)))
         run.save()
         collate = RerankCollator(cross.tokenize, labelled=loss != "mnrl")
-        _, results = train_batches(run, Reranker(cross, objective), dataset, collate, epochs=epochs,
+        trainer, results = train_batches(run, Reranker(cross, objective), dataset, collate, epochs=epochs,
                                    max_steps=max_steps, save_every=save_every, callbacks=callbacks,
                                    learning_rate=learning_rate, warmup_ratio=warmup_ratio, weight_decay=weight_decay,
                                    max_grad_norm=max_grad_norm, seed=seed, precision=precision, device=device,
                                    progress_bar=progress, threads=threads)
         cross.model.eval()
         cross.save(run.path / MODEL_DIR)
+        card = model_card("A cross-encoder (reranker) fine-tuned with bertkit",
+                          ["sentence-transformers", "cross-encoder", "reranker", "bertkit"], model, dataset, loss,
+                          objective, {"mini_batch_size": mini_batch_size, "num_negatives": num_negatives},
+                          [f"max sequence length: {cross.max_length}"], trainer.config, results)
+        atomic_write_text(run.path / MODEL_DIR / "README.md", card)
         return finish(run.path, run.path / MODEL_DIR, results, start)

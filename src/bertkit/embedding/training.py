@@ -228,7 +228,14 @@ def finetune_embeddings(model: str | os.PathLike, train_files: str | os.PathLike
                                          callbacks=callbacks, learning_rate=learning_rate, warmup_ratio=warmup_ratio,
                                          weight_decay=weight_decay, max_grad_norm=max_grad_norm, seed=seed,
                                          precision=precision, device=device, progress_bar=progress, threads=threads)
-        card = model_card(model, dataset, loss, objective, settings, trainer.config, results)
+        details = [f"max sequence length: {net.max_seq_length}, pooling: {', '.join(net.pooling.modes)}, "
+                   f"similarity: {net.similarity_fn_name}"]
+        if prompts:
+            details.append(f"prompts: query {query_prompt or ''!r}, document {document_prompt or ''!r}")
+        card = model_card("A bi-encoder fine-tuned with bertkit", ["sentence-transformers", "bertkit"], model, dataset,
+                          loss, objective, {k: settings[k] for k in ("scale", "symmetric", "mini_batch_size",
+                                                                     "matryoshka_dims")},
+                          details, trainer.config, results)
         net.eval()
         model_dir = net.save(run.path / MODEL_DIR, model_card=card)
         return finish(run.path, model_dir, results, start)
@@ -264,11 +271,24 @@ def train_batches(run, module: nn.Module, dataset: EmbeddingDataset, collate_fn,
     trainer.add_callback("on_save", commit)
     trainer.add_callback("on_save", functools.partial(record_numerics, run))
     trainer.train(resume_from="latest" if run.resumed else None)
-    logged = trainer.state.step % config.log_every or min(config.log_every, trainer.state.step)
+    last = last_train_record(trainer.metrics_path)
     results = {"steps": trainer.state.step, "epochs": trainer.state.step / per_epoch,
-               "final_train_loss": trainer.last_log.get("loss"), "final_train_loss_steps": logged,
+               "final_train_loss": last.get("loss"), "final_train_loss_step": last.get("step"),
+               "log_every": config.log_every,
                "data": [{"file": f, "rows": n} for f, n in zip(dataset.files, dataset.sizes)]}
     return trainer, results
+
+
+def last_train_record(path: Path) -> dict[str, Any]:
+    """The last training record of ``metrics.jsonl`` (a resumed run's file holds the earlier steps too);
+    ``{}`` when there is none."""
+    last: dict[str, Any] = {}
+    if path.exists():
+        for line in path.read_text(encoding="utf-8").splitlines():
+            record = json.loads(line) if line.strip() else {}
+            if record.get("split") == "train":
+                last = record
+    return last
 
 
 def finish(output: Path, model_dir: Path, results: dict[str, Any], start: float) -> EmbeddingTrainingResult:
@@ -315,31 +335,27 @@ def _check_model(net, source, matryoshka_dims, query_prompt, document_prompt, ma
         raise ValueError(f"--max-seq-length {max_seq_length}: {os.fspath(source)} takes 1 to {limit} tokens.")
 
 
-def model_card(base, dataset: EmbeddingDataset, loss_name: str, loss: nn.Module, settings: Mapping[str, Any],
-               config, results: Mapping[str, Any]) -> str:
-    """A short README for the trained model: base, data, loss, hyperparameters, final training loss."""
+def model_card(title: str, tags: Sequence[str], base, dataset: EmbeddingDataset, loss_name: str, loss: nn.Module,
+               loss_options: Mapping[str, Any], details: Sequence[str], config, results: Mapping[str, Any]) -> str:
+    """A short README for a trained model: ``title``, base, data, loss (with the ``loss_options`` set),
+    hyperparameters (``details``: lines of the model's own settings), final training loss."""
     data = "\n".join(f"- `{os.path.basename(f)}`: {n} rows ({layout.describe()})"
                      for f, n, layout in zip(dataset.files, dataset.sizes, dataset.layouts))
-    options = {k: settings[k] for k in ("scale", "symmetric", "mini_batch_size", "matryoshka_dims")
-               if settings[k] not in (None, [], False)}
-    prompts = settings["prompts"]
+    options = {k: v for k, v in loss_options.items() if v not in (None, [], False)}
     final = results["final_train_loss"]
     lines = [
-        "---", "library_name: sentence-transformers", "tags:", "- sentence-transformers", "- bertkit", "---", "",
-        "# A bi-encoder fine-tuned with bertkit", "",
-        f"Base model: `{os.fspath(base)}`.", "", "## Training data", "", data, "",
+        "---", "library_name: sentence-transformers", "tags:", *(f"- {tag}" for tag in tags), "---", "",
+        f"# {title}", "", f"Base model: `{os.fspath(base)}`.", "", "## Training data", "", data, "",
         f"Batches of {dataset.batch_size} rows of one file, files mixed by `{dataset.sampling}` sampling.", "",
         "## Loss", "", f"`{loss_name}` ({type(loss).__name__}): "
         + (", ".join(f"{k}={v}" for k, v in options.items()) or "default settings"), "",
         "## Hyperparameters", "",
         f"- steps: {results['steps']} ({results['epochs']:.2f} epochs), learning rate {config.learning_rate}, "
         f"warmup ratio {config.warmup_ratio}, weight decay {config.weight_decay}, seed {config.seed}",
-        f"- max sequence length: {settings['max_seq_length']}, pooling: {', '.join(settings['pooling'])}, "
-        f"similarity: {settings['similarity_fn_name']}",
+        *(f"- {line}" for line in details),
     ]
-    if prompts:
-        lines.append(f"- prompts: query {prompts.get('anchor', '')!r}, document {prompts.get('positive', '')!r}")
     if final is not None:
         lines += ["", "## Result", "",
-                  f"Final training loss: {final:.4f} (mean of the last {results['final_train_loss_steps']} steps)."]
+                  f"Final training loss: {final:.4f} (logged at step {results['final_train_loss_step']}: the mean "
+                  f"over the steps since the previous log, every {results['log_every']} steps)."]
     return "\n".join(lines) + "\n"
