@@ -126,3 +126,41 @@ def test_a_label_count_that_does_not_match_the_passages_is_named(tmp_path):
     batch = next(iter(EmbeddingDataset(path, 1)))
     with pytest.raises(ValueError, match=r"t.jsonl, line 1: 3 label\(s\) for 2 passage\(s\)"):
         RerankCollator(lambda pairs: {}, labelled=True)([batch])
+
+
+def test_a_step_is_the_loss_called_directly_on_the_same_batch(tmp_path):
+    """The Trainer's first step (listnet on (query, positive, negative) rows labelled 1, 0) has the loss and the
+    gradients of ListNetLoss called on the dataset's first batch with the base model: the adapter adds nothing."""
+    from bertkit.embedding.rerank_losses import ListNetLoss, RerankBatch
+
+    base = write_base(tmp_path / "base", dropout=0.0)
+    train = write_rows(tmp_path / "rows.jsonl", 24)
+    seen = {}
+
+    def capture(trainer):
+        named = {id(p): name for name, p in trainer.model.model.named_parameters()}
+
+        def grads(optimizer, args, kwargs):
+            if not seen:
+                seen.update({named[id(p)]: None if p.grad is None else p.grad.clone()
+                             for g in optimizer.param_groups for p in g["params"]})
+        trainer.optimizer.register_step_pre_hook(grads)
+
+    finetune_reranker(base, train, tmp_path / "run", loss="listnet", max_steps=1, max_grad_norm=None, seed=5,
+                      callbacks={"on_train_begin": capture}, **COMMON)
+    logged = json.loads((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()[0])
+
+    torch.manual_seed(5)  # as the run seeds before loading (the base has its head already)
+    cross = CrossEncoder(base, num_labels=1)
+    cross.model.train()
+    rows = next(iter(EmbeddingDataset(train, 8, seed=5))).rows
+    batch = RerankBatch([r["anchor"] for r in rows], [[r["positive"], r["negative_1"]] for r in rows],
+                        cross.tokenize, [[1.0, 0.0]] * len(rows))
+    loss = ListNetLoss()(cross.score, batch)
+    loss.backward()
+    assert logged["loss"] == pytest.approx(loss.item(), rel=1e-6)
+    for name, p in cross.model.named_parameters():
+        if p.grad is None:
+            assert seen[name] is None, name
+        else:
+            torch.testing.assert_close(seen[name], p.grad, rtol=1e-5, atol=1e-7, msg=name)

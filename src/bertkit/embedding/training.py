@@ -248,6 +248,7 @@ def train_batches(run, module: nn.Module, dataset: EmbeddingDataset, collate_fn,
     :class:`~bertkit.training.Trainer` into the open run directory ``run`` (resumed when the run is);
     ``training``: further :class:`~bertkit.training.TrainingConfig` fields. Returns the trainer and the results
     (steps, epochs, final training loss, the files and their rows)."""
+    from bertkit.modeling.fast import GemmChoice
     from bertkit.tasks.run_settings import record_numerics, record_run_settings
     from bertkit.training import Trainer, TrainingConfig
 
@@ -256,7 +257,8 @@ def train_batches(run, module: nn.Module, dataset: EmbeddingDataset, collate_fn,
     config = TrainingConfig(max_steps=steps, batch_size=1, num_workers=0, log_every=max(1, min(50, per_epoch // 4)),
                             save_every=save_every or per_epoch, keep_last=1, output_dir=str(run.path), **training)
     schedule = BatchSchedule(dataset)
-    trainer = Trainer(module, schedule, config=config, collate_fn=collate_fn, sampler=schedule, callbacks=callbacks)
+    trainer = Trainer(module, schedule, config=config, collate_fn=collate_fn, sampler=schedule, callbacks=callbacks,
+                      stateful={"gemm": GemmChoice()})  # a resumed run keeps its float32 product backend
     if trainer.ctx.world_size != 1:
         raise ValueError("embedding and reranker training runs in one process (in-batch negatives across ranks are "
                          "not wired into the command yet); run it without torchrun.")
