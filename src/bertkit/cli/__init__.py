@@ -22,7 +22,7 @@ COMMANDS = {
     "demo": ("demo", "pretrain a small BERT on bundled Austen within a time budget (10 min), report vs baselines"),
     "info": ("info", "describe a model size, or a saved checkpoint directory"),
     "pretrain": ("pretrain", "pretrain a BERT from prepared data or raw text"),
-    "finetune": ("finetune", "fine-tune a BERT: classify, tag, qa (SQuAD), choice (SWAG)"),
+    "finetune": ("finetune", "fine-tune a BERT: classify, tag, qa (SQuAD), choice (SWAG), embed (bi-encoder), rerank"),
     "evaluate": ("evaluate", "score a fine-tuned model on a labelled file"),
     "predict": ("predict", "run a pipeline (fill-mask, text-classification, ...) or a fine-tuned model's task"),
     "embed": ("embed", "sentence embeddings of a text file, streamed to .npy or .jsonl; `embed mine`: hard negatives"),

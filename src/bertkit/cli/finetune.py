@@ -5,6 +5,8 @@
     bertkit finetune tag      --model SRC --train train.conll --validation dev.conll -o OUT
     bertkit finetune qa       --model SRC --train train-v2.0.json --validation dev-v2.0.json -o OUT
     bertkit finetune choice   --model SRC --train swag_train.csv --validation swag_val.csv -o OUT
+    bertkit finetune embed    --model SRC --train pairs.jsonl -o OUT --loss mnrl   (see finetune embed --help)
+    bertkit finetune rerank   --model SRC --train pairs.jsonl -o OUT --loss bce    (see finetune rerank --help)
 
 SRC is anything bertkit loads: an HF directory, a Google TF1 checkpoint (directory or zip), a
 pytorch_pretrained_bert archive, a registry name. OUT gets model/ (the best epoch by the
@@ -84,6 +86,10 @@ def task_options(args: argparse.Namespace, task: str) -> dict[str, Any]:
 
 
 def main(argv: list[str]) -> int:
+    if argv[:1] in (["embed"], ["rerank"]):  # a bi-encoder or a reranker: their own flags
+        import importlib
+
+        return importlib.import_module(f"bertkit.cli.finetune_{argv[0]}").main(argv[1:])
     parser = ArgumentParser(prog="bertkit finetune", description=__doc__,
                             formatter_class=argparse.RawDescriptionHelpFormatter)
     tasks = parser.add_subparsers(dest="task", metavar="TASK", required=True)
@@ -94,6 +100,10 @@ def main(argv: list[str]) -> int:
         sub = tasks.add_parser(task, help=help_text, description=f"{help_text}. {__doc__.splitlines()[0]}")
         _add_common(sub, task)
         add_task_flags(sub, task)
+    tasks.add_parser("embed", help="a bi-encoder (embedding model): MNRL, CoSENT, Matryoshka, ... "
+                                   "(bertkit finetune embed --help)", add_help=False)
+    tasks.add_parser("rerank", help="a cross-encoder (reranker): BCE, ListNet, LambdaLoss, MNRL "
+                                    "(bertkit finetune rerank --help)", add_help=False)
     args = parser.parse_args(argv)
     if args.train is None and args.task == "classify" and args.glue is None:
         parser.error("--train is required (or --glue NAME --data-dir DIR)")

@@ -1,0 +1,113 @@
+"""``bertkit finetune embed``: fine-tune a bi-encoder (an embedding model) on pairs, triplets or scored pairs.
+
+    bertkit finetune embed --model SRC --train pairs.jsonl [more files] -o OUT --loss mnrl
+    bertkit finetune embed --model SRC --train sts.csv -o OUT --loss cosent --matryoshka-dims 256,64
+
+SRC: a sentence-transformers directory or any BERT checkpoint bertkit loads (mean pooling unless --pooling).
+Training files: JSON lines, CSV/TSV, Parquet, Arrow or a datasets.save_to_disk directory; columns by name
+(anchor/query, positive, negative_1.., label/score) or by position, or named with --columns q=anchor,d=positive.
+OUT gets model/ (a sentence-transformers directory with the prompts and a model card), results.json,
+metrics.jsonl and metrics.png. A run owns OUT: --resume continues it exactly, --overwrite replaces it.
+See :func:`bertkit.embedding.training.finetune_embeddings`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from bertkit.cli import ArgumentParser, add_threads_argument
+from bertkit.embedding.training import LOSSES
+from bertkit.io import refuse_output_over_input
+
+
+def dims_list(text: str) -> list[int]:
+    """``--matryoshka-dims 256,64`` -> ``[256, 64]``."""
+    try:
+        dims = [int(part) for part in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a list of integers; write e.g. 256,128,64") from None
+    if any(d <= 0 for d in dims):
+        raise argparse.ArgumentTypeError(f"{text!r}: every dimension must be a positive integer, e.g. 256,128,64")
+    return dims
+
+
+def main(argv: list[str]) -> int:
+    parser = ArgumentParser(prog="bertkit finetune embed", description=__doc__,
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_run_flags(parser, batch_size=32, learning_rate=5e-5)
+    loss = parser.add_argument_group("loss")
+    loss.add_argument("--loss", default="mnrl", help=f"one of {', '.join(LOSSES)} (default mnrl)")
+    loss.add_argument("--scale", type=float, help="mnrl, cached-mnrl, cosent, angle: similarity scale (default 20)")
+    loss.add_argument("--symmetric", action="store_true", help="mnrl, cached-mnrl: also rank anchors per positive")
+    loss.add_argument("--mini-batch-size", type=int, help="cached-mnrl: rows embedded at a time (default 32)")
+    loss.add_argument("--matryoshka-dims", type=dims_list, help="train the embedding truncated to these too, "
+                                                                "e.g. 256,64")
+    model = parser.add_argument_group("model")
+    model.add_argument("--pooling", choices=("mean", "cls", "max", "lasttoken"), help="default: the model's (mean)")
+    model.add_argument("--query-prompt", help="prefixed to the anchors; saved as the model's 'query' prompt")
+    model.add_argument("--document-prompt", help="prefixed to positives and negatives; saved as 'document'")
+    model.add_argument("--allow-repeated-queries", action="store_true",
+                       help="let one query come with two different positives in a batch")
+    args = parser.parse_args(argv)
+
+    from bertkit.embedding.training import finetune_embeddings
+
+    result = finetune_embeddings(
+        args.model, args.train, args.output, loss=args.loss, scale=args.scale, symmetric=args.symmetric,
+        mini_batch_size=args.mini_batch_size, matryoshka_dims=args.matryoshka_dims, pooling=args.pooling,
+        query_prompt=args.query_prompt, document_prompt=args.document_prompt,
+        allow_repeated_queries=args.allow_repeated_queries, **run_options(args))
+    report(result)
+    return 0
+
+
+def add_run_flags(parser: argparse.ArgumentParser, *, batch_size: int, learning_rate: float) -> None:
+    """The flags ``finetune embed`` and ``finetune rerank`` share: model, data, training, the output directory."""
+    parser.add_argument("--model", required=True, help="the checkpoint to start from")
+    parser.add_argument("--train", required=True, nargs="+", help="training file(s)")
+    parser.add_argument("-o", "--output", required=True, help="the run's directory")
+    data = parser.add_argument_group("data")
+    data.add_argument("--columns", help="COLUMN=ROLE,... e.g. q=anchor,d=positive,n1=negative,s=label")
+    data.add_argument("--sampling", choices=("proportional", "round_robin"), default="proportional",
+                      help="how batches of several files are mixed (default proportional)")
+    group = parser.add_argument_group("training")
+    group.add_argument("--max-seq-length", type=int, help="default: the model's")
+    group.add_argument("--batch-size", type=int, default=batch_size, help="rows per step (default %(default)s)")
+    group.add_argument("--epochs", type=float, default=1.0, help="default: %(default)s")
+    group.add_argument("--max-steps", type=int, help="steps to train (default: from --epochs)")
+    group.add_argument("--learning-rate", type=float, default=learning_rate, help="default: %(default)s")
+    group.add_argument("--warmup-ratio", type=float, default=0.1, help="default: %(default)s")
+    group.add_argument("--weight-decay", type=float, default=0.01, help="default: %(default)s")
+    group.add_argument("--save-every", type=int, help="steps between checkpoints (default: every epoch)")
+    group.add_argument("--precision", choices=("auto", "fp32", "bf16", "fp16"), default="auto")
+    group.add_argument("--seed", type=int, default=42, help="makes the run reproducible (default 42)")
+    group.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda", "gpu"))
+    add_threads_argument(group)
+    owner = parser.add_argument_group("the output directory").add_mutually_exclusive_group()
+    owner.add_argument("--resume", action="store_true", help="continue the run in -o from its latest checkpoint")
+    owner.add_argument("--overwrite", action="store_true", help="replace what -o holds")
+
+
+def run_options(args: argparse.Namespace) -> dict:
+    """The keyword arguments :func:`add_run_flags`' flags give the training function (after refusing an output
+    directory over an input)."""
+    from bertkit.embedding.data_layout import parse_columns
+    from bertkit.training.threads import parse_threads
+
+    refuse_output_over_input(("-o", args.output), [("--train", path) for path in args.train],
+                             models=[("--model", args.model)])
+    return dict(columns=parse_columns(args.columns) if args.columns else None, sampling=args.sampling,
+                max_seq_length=args.max_seq_length, batch_size=args.batch_size, epochs=args.epochs,
+                max_steps=args.max_steps, learning_rate=args.learning_rate, warmup_ratio=args.warmup_ratio,
+                weight_decay=args.weight_decay, save_every=args.save_every, precision=args.precision,
+                seed=args.seed, device=args.device, resume=args.resume, overwrite=args.overwrite,
+                threads=parse_threads(args.threads, "--threads"))
+
+
+def report(result) -> None:
+    """Print the results and where the run's files are."""
+    print(json.dumps(result.results, indent=2))
+    print(f"model: {result.model_dir}\nresults: {result.output_dir / 'results.json'}\nmetrics: {result.metrics_path}")
+    if result.plot_path:
+        print(f"plot: {result.plot_path}")

@@ -1,0 +1,38 @@
+"""``bertkit finetune rerank``: fine-tune a cross-encoder (a reranker) on labelled pairs or on triplets.
+
+    bertkit finetune rerank --model SRC --train pairs.jsonl -o OUT --loss bce       (query, passage, label)
+    bertkit finetune rerank --model SRC --train triplets.jsonl -o OUT --loss mnrl   (query, positive, negatives)
+
+SRC: a cross-encoder directory or any BERT checkpoint bertkit loads (a new one-label head, seeded by --seed).
+(query, positive, negatives...) rows are labelled 1, 0, 0, ... for bce, listnet and lambda. OUT gets model/
+(sentence-transformers' CrossEncoder loads it with the same scores; `bertkit serve` serves it on /rerank),
+results.json, metrics.jsonl and metrics.png. --resume continues a run exactly, --overwrite replaces it.
+See :func:`bertkit.embedding.rerank_training.finetune_reranker`.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from bertkit.cli import ArgumentParser
+from bertkit.cli.finetune_embed import add_run_flags, report, run_options
+from bertkit.embedding.rerank_training import RERANK_LOSSES
+
+
+def main(argv: list[str]) -> int:
+    parser = ArgumentParser(prog="bertkit finetune rerank", description=__doc__,
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_run_flags(parser, batch_size=16, learning_rate=2e-5)
+    loss = parser.add_argument_group("loss")
+    loss.add_argument("--loss", default="bce", help=f"one of {', '.join(RERANK_LOSSES)} (default bce)")
+    loss.add_argument("--mini-batch-size", type=int, help="pairs scored at a time (default: all of a batch)")
+    loss.add_argument("--num-negatives", type=int, help="mnrl: other rows' passages per row (default 4)")
+    args = parser.parse_args(argv)
+
+    from bertkit.embedding.rerank_training import finetune_reranker
+
+    result = finetune_reranker(args.model, args.train, args.output, loss=args.loss,
+                               mini_batch_size=args.mini_batch_size, num_negatives=args.num_negatives,
+                               **run_options(args))
+    report(result)
+    return 0

@@ -1,0 +1,149 @@
+"""Fine-tuning a cross-encoder (a reranker) on the one training engine: :func:`finetune_reranker`.
+
+The same run as :func:`bertkit.embedding.training.finetune_embeddings` (its :class:`BatchSchedule` adapter, run
+directory, exact resume, ``metrics.jsonl``, ``results.json``), with a :class:`~bertkit.embedding.cross_encoder.
+CrossEncoder` as the model and a reranking loss (:mod:`bertkit.embedding.rerank_losses`) on a
+:class:`~bertkit.embedding.rerank_losses.RerankBatch`:
+
+* (query, passage, label) rows: each row's one passage with its label (0/1 or a score);
+* (query, positive, negatives...) rows: the positive first, then the negatives, labelled 1, 0, 0, ... (a row's
+  ``label`` may instead list a score per passage);
+* ``mnrl`` needs no labels (the positive is each row's first passage; other rows' passages are negatives).
+
+``OUT/model`` is written by :meth:`CrossEncoder.save`, with a short model card ``README.md``:
+sentence-transformers' ``CrossEncoder`` loads it with the same scores and ``bertkit serve`` serves it on
+``/rerank``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+from bertkit.embedding.data import EmbeddingDataset, RowBatch
+from bertkit.embedding.training import MODEL_DIR, EmbeddingTrainingResult, finish, model_card, train_batches
+from bertkit.io import atomic_write_text
+
+RERANK_LOSSES = ("bce", "listnet", "lambda", "mnrl")
+
+
+def build_rerank_loss(name: str, *, mini_batch_size: int | None = None,
+                      num_negatives: int | None = None) -> nn.Module:
+    """The reranking loss ``name`` (one of :data:`RERANK_LOSSES`); ``num_negatives`` (in-batch negatives per
+    row) is mnrl's alone."""
+    from bertkit.embedding import rerank_losses
+
+    if name not in RERANK_LOSSES:
+        raise ValueError(f"--loss {name!r} is not a loss bertkit trains rerankers with; choose one of "
+                         f"{', '.join(RERANK_LOSSES)}.")
+    if num_negatives is not None and name != "mnrl":
+        raise ValueError(f"--num-negatives does not apply to --loss {name}; it applies to mnrl.")
+    options: dict[str, Any] = {"mini_batch_size": mini_batch_size}
+    if num_negatives is not None:
+        options["num_negatives"] = num_negatives
+    return {"bce": rerank_losses.BinaryCrossEntropyLoss, "listnet": rerank_losses.ListNetLoss,
+            "lambda": rerank_losses.LambdaLoss, "mnrl": rerank_losses.MultipleNegativesRankingLoss}[name](**options)
+
+
+class RerankCollator:
+    """The Trainer's ``collate_fn``: ``[RowBatch]`` -> ``{"rows": [n] int64, "rerank": RerankBatch}`` (see the
+    module docstring for the labels); ``labelled``: whether the loss reads labels."""
+
+    def __init__(self, tokenize, labelled: bool):
+        self.tokenize, self.labelled = tokenize, labelled
+
+    def __call__(self, batches: list[RowBatch]) -> dict[str, Any]:
+        from bertkit.embedding.rerank_losses import RerankBatch
+
+        (batch,) = batches
+        queries, documents, labels = [], [], []
+        for place, row in zip(batch.where, batch.rows):
+            negatives = row.get("negatives") or [row[k] for k in sorted(row, key=_number) if k.startswith("negative_")]
+            passages = [row["positive"], *negatives]
+            queries.append(row["anchor"])
+            documents.append(passages)
+            labels.append(_row_labels(row.get("label"), len(passages), place))
+        return {"rows": torch.arange(len(queries)),
+                "rerank": RerankBatch(queries, documents, self.tokenize, labels if self.labelled else None)}
+
+
+def _number(role: str) -> int:
+    return int(role.split("_")[1]) if role.startswith("negative_") else 0
+
+
+def _row_labels(label: Any, passages: int, place: str) -> list[float]:
+    """A row's label per passage: the row's own (one number for one passage, or one per passage), else the
+    positive 1 and each negative 0."""
+    if label is None:
+        return [1.0] + [0.0] * (passages - 1)
+    values = label if isinstance(label, list) else [label]
+    if len(values) != passages:
+        raise ValueError(f"{place}: {len(values)} label(s) for {passages} passage(s); give one score per passage "
+                         "(positive first), or leave the label out of (query, positive, negatives) rows.")
+    return [float(v) for v in values]
+
+
+class Reranker(nn.Module):
+    """What the Trainer trains: ``training_step({"rerank": RerankBatch}) -> (loss(cross.score, batch), {})``."""
+
+    def __init__(self, cross, loss: nn.Module):
+        super().__init__()
+        self.model, self.loss = cross.model, loss  # the parameters the optimizer sees
+        self.cross = cross
+
+    def training_step(self, batch: Mapping[str, Any]) -> tuple[torch.Tensor, dict[str, Any]]:
+        return self.loss(self.cross.score, batch["rerank"]), {}
+
+
+def finetune_reranker(model: str | os.PathLike, train_files: str | os.PathLike | Sequence[str | os.PathLike],
+                      output_dir: str | os.PathLike, *, loss: str = "bce", mini_batch_size: int | None = None,
+                      num_negatives: int | None = None, columns: Mapping[str, Any] | None = None,
+                      sampling: str = "proportional", max_seq_length: int | None = None, batch_size: int = 16,
+                      epochs: float = 1.0, max_steps: int | None = None, learning_rate: float = 2e-5,
+                      warmup_ratio: float = 0.1, weight_decay: float = 0.01, max_grad_norm: float | None = 1.0,
+                      seed: int = 42, precision: str = "auto", device: str = "auto", save_every: int | None = None,
+                      resume: bool = False, overwrite: bool = False, progress: bool = True,
+                      threads: int | str | None = None,
+                      callbacks: Mapping[str, Any] | None = None) -> EmbeddingTrainingResult:
+    """Fine-tune ``model`` (a cross-encoder, or a base checkpoint: a new one-label head, seeded by ``seed``) as a
+    reranker on ``train_files`` with ``loss`` (:func:`build_rerank_loss`) and write ``output_dir``; the other
+    arguments are :func:`~bertkit.embedding.training.finetune_embeddings`'."""
+    from bertkit.embedding.cross_encoder import CrossEncoder
+    from bertkit.training.config import resolve_device
+    from bertkit.training.rundir import file_fingerprint, open_run
+
+    start = time.perf_counter()
+    files = [train_files] if isinstance(train_files, (str, os.PathLike)) else list(train_files)
+    objective = build_rerank_loss(loss, mini_batch_size=mini_batch_size, num_negatives=num_negatives)
+    with open_run(output_dir, resume=resume, overwrite=overwrite) as run:
+        torch.manual_seed(seed)  # a new head's initial weights are a function of the seed
+        cross = CrossEncoder(model, num_labels=1, max_length=max_seq_length,
+                             device=resolve_device(device, int(os.environ.get("LOCAL_RANK", 0))))
+        dataset = EmbeddingDataset(files, batch_size, columns=columns, sampling=sampling, seed=seed)
+        settings = {"loss": loss, "mini_batch_size": mini_batch_size, "num_negatives": num_negatives,
+                    "columns": columns, "sampling": sampling, "batch_size": batch_size,
+                    "max_seq_length": cross.max_length}
+        run.check("model", {"source": os.fspath(model)})
+        run.check("data", {"train": file_fingerprint(files)})
+        run.check("reranker", json.loads(json.dumps(settings)))
+        run.save()
+        collate = RerankCollator(cross.tokenize, labelled=loss != "mnrl")
+        trainer, results = train_batches(run, Reranker(cross, objective), dataset, collate, epochs=epochs,
+                                   max_steps=max_steps, save_every=save_every, callbacks=callbacks,
+                                   learning_rate=learning_rate, warmup_ratio=warmup_ratio, weight_decay=weight_decay,
+                                   max_grad_norm=max_grad_norm, seed=seed, precision=precision, device=device,
+                                   progress_bar=progress, threads=threads)
+        cross.model.eval()
+        cross.save(run.path / MODEL_DIR)
+        card = model_card("A cross-encoder (reranker) fine-tuned with bertkit",
+                          ["sentence-transformers", "cross-encoder", "reranker", "bertkit"], model, dataset, loss,
+                          objective, {"mini_batch_size": mini_batch_size, "num_negatives": num_negatives},
+                          [f"max sequence length: {cross.max_length}"], trainer.config, results)
+        atomic_write_text(run.path / MODEL_DIR / "README.md", card)
+        return finish(run.path, run.path / MODEL_DIR, results, start)

@@ -1,0 +1,363 @@
+"""Fine-tuning a bi-encoder (an embedding model) on the one training engine: :func:`finetune_embeddings`.
+
+The pieces are the ones :mod:`bertkit.embedding` already has: :class:`~bertkit.embedding.data.EmbeddingDataset`
+streams batches of one training file's rows, :class:`~bertkit.embedding.data.PairCollator` tokenizes them into
+a :class:`~bertkit.embedding.batch.PairBatch`, a loss is called as ``loss(embed, batch)``, and the model is a
+trainable :class:`~bertkit.sentence.SentenceTransformer`. This module adapts them to
+:class:`~bertkit.training.Trainer`, which calls only ``model.training_step(batch)``:
+
+* :class:`BatchSchedule` is the Trainer's sampler *and* its dataset. Its "indices" are the positions of the
+  dataset's batches in the epoch (0, 1, ...), one per micro-batch (``TrainingConfig.batch_size`` is 1
+  batch; the number of rows per batch is the dataset's). Iterating it reads the dataset's next batch and
+  yields its position; ``schedule[position]`` hands that batch to the collate function. Its
+  ``state_dict`` is the dataset's (epoch, batches taken), which the Trainer snapshots after every
+  micro-batch and stores in each checkpoint: a resumed run reads past the batches already taken (without
+  tokenizing them) and continues with the next one, so a run interrupted at a checkpoint and resumed ends
+  with the weights of an uninterrupted one, bit for bit on CPU in fp32 (tests/test_embedding_training.py).
+  It needs ``num_workers=0`` (the batch is handed over in-process), one process, no gradient accumulation.
+* :class:`BiEncoder` is the model the Trainer sees: ``training_step`` is the loss on the batch, nothing else.
+
+The run directory works as ``bertkit finetune``'s (:mod:`bertkit.tasks.finetuning`): ``OUT/run.json``,
+checkpoints, ``metrics.jsonl`` and ``metrics.png``, ``results.json``, and ``OUT/model``: a
+sentence-transformers directory with the prompts and a short model card.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from bertkit.embedding.batch import PairBatch
+from bertkit.embedding.data import EmbeddingDataset, PairCollator, RowBatch
+
+#: the losses :func:`build_loss` builds, by their CLI names
+LOSSES = ("mnrl", "cached-mnrl", "cosent", "angle", "cosine", "triplet", "contrastive", "online-contrastive",
+          "margin-mse", "kl")
+MODEL_DIR = "model"
+RESULTS_FILE = "results.json"
+
+
+def build_loss(name: str, *, scale: float | None = None, symmetric: bool = False,
+               mini_batch_size: int | None = None, matryoshka_dims: Sequence[int] | None = None) -> nn.Module:
+    """The loss ``name`` (one of :data:`LOSSES`) with its options; Matryoshka wraps it when ``matryoshka_dims``.
+    An option the loss does not take (``scale`` for triplet, ``symmetric`` for CoSENT, ...) is a one-line
+    ``ValueError`` naming the flag."""
+    from bertkit.embedding import distillation, pairwise
+    from bertkit.embedding.cached import CachedMultipleNegativesRankingLoss
+    from bertkit.embedding.contrastive import MultipleNegativesRankingLoss
+    from bertkit.embedding.matryoshka import MatryoshkaLoss
+
+    if name not in LOSSES:
+        raise ValueError(f"--loss {name!r} is not a loss bertkit trains with; choose one of {', '.join(LOSSES)}.")
+    takes = _options(name)
+    given = {"scale": scale is not None, "symmetric": symmetric, "mini_batch_size": mini_batch_size is not None}
+    for option, set_ in given.items():
+        if set_ and option not in takes:
+            raise ValueError(f"--{option.replace('_', '-')} does not apply to --loss {name}; it applies to "
+                             f"{', '.join(n for n in LOSSES if option in _options(n))}.")
+    options = {"scale": scale} if scale is not None else {}
+    if name in ("mnrl", "cached-mnrl"):
+        options["symmetric"] = symmetric
+    if name == "cached-mnrl" and mini_batch_size is not None:
+        options["mini_batch_size"] = mini_batch_size
+    loss = {"mnrl": MultipleNegativesRankingLoss, "cached-mnrl": CachedMultipleNegativesRankingLoss,
+            "cosent": pairwise.CoSENTLoss, "angle": pairwise.AnglELoss, "cosine": pairwise.CosineSimilarityLoss,
+            "triplet": pairwise.TripletLoss, "contrastive": pairwise.ContrastiveLoss,
+            "online-contrastive": pairwise.OnlineContrastiveLoss, "margin-mse": distillation.MarginMSELoss,
+            "kl": distillation.DistillKLDivLoss}[name](**options)
+    return MatryoshkaLoss(loss, list(matryoshka_dims)) if matryoshka_dims else loss
+
+
+def _options(name: str) -> set[str]:
+    """The options (besides Matryoshka) the loss ``name`` takes."""
+    return {"mnrl": {"scale", "symmetric"}, "cached-mnrl": {"scale", "symmetric", "mini_batch_size"},
+            "cosent": {"scale"}, "angle": {"scale"}}.get(name, set())
+
+
+class BatchSchedule:
+    """The Trainer's sampler and dataset over an :class:`EmbeddingDataset` (see the module docstring)."""
+
+    def __init__(self, dataset: EmbeddingDataset):
+        self.dataset = dataset
+        self._pending: tuple[int, RowBatch] | None = None
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def set_epoch(self, epoch: int) -> None:
+        self.dataset.load_state_dict({**self.dataset.state_dict(), "epoch": epoch, "taken": 0})
+
+    def __iter__(self):
+        for batch in self.dataset:
+            position = self.dataset.taken - 1
+            self._pending = (position, batch)
+            yield position
+
+    def __getitem__(self, position: int) -> RowBatch:
+        if self._pending is None or self._pending[0] != position:
+            raise RuntimeError(f"batch {position} was asked for out of turn: the embedding batches stream in "
+                               "order, so train them with num_workers=0.")
+        return self._pending[1]
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.dataset.state_dict()
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.dataset.load_state_dict(state)
+
+
+class BatchCollator:
+    """The Trainer's ``collate_fn``: ``[RowBatch]`` (one batch per micro-batch) -> ``{"rows": [n] int64,
+    "pairs": PairBatch}`` (``rows`` is there for the Trainer's example count)."""
+
+    def __init__(self, collator: PairCollator):
+        self.collator = collator
+
+    def __call__(self, batches: list[RowBatch]) -> dict[str, Any]:
+        (batch,) = batches
+        pairs = self.collator(batch)
+        return {"rows": pairs.text_ids[0], "pairs": pairs}
+
+
+class BiEncoder(nn.Module):
+    """What the Trainer trains: ``training_step({"pairs": PairBatch}) -> (loss(embed, pairs), {})``, where
+    ``embed`` runs ``model`` (a trainable :class:`~bertkit.sentence.SentenceTransformer`) on one column."""
+
+    def __init__(self, model: nn.Module, loss: nn.Module):
+        super().__init__()
+        self.model, self.loss = model, loss
+
+    def embed(self, inputs: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        return self.model(inputs["input_ids"], inputs["attention_mask"], inputs.get("token_type_ids"))
+
+    def training_step(self, batch: Mapping[str, Any]) -> tuple[torch.Tensor, dict[str, Any]]:
+        return self.loss(self.embed, on_device(batch["pairs"], self.model.device)), {}
+
+
+def on_device(batch: PairBatch, device: torch.device) -> PairBatch:
+    """``batch`` with its tensors on ``device``."""
+    def move(x):
+        return x.to(device)
+    return PairBatch(batch.columns, [{k: move(v) for k, v in inputs.items()} for inputs in batch.inputs],
+                     [move(t) for t in batch.text_ids], None if batch.labels is None else move(batch.labels),
+                     {k: move(v) for k, v in batch.extra.items()})
+
+
+@dataclass
+class EmbeddingTrainingResult:
+    """Where the run put things: ``model_dir`` (the saved model), ``results`` (what
+    ``results.json`` holds: steps, final training loss, data)."""
+
+    output_dir: Path
+    model_dir: Path
+    results: dict[str, Any]
+    metrics_path: Path
+    plot_path: Path | None = None
+    seconds: float = 0.0
+
+
+def finetune_embeddings(model: str | os.PathLike, train_files: str | os.PathLike | Sequence[str | os.PathLike],
+                        output_dir: str | os.PathLike, *, loss: str = "mnrl", scale: float | None = None,
+                        symmetric: bool = False, mini_batch_size: int | None = None,
+                        matryoshka_dims: Sequence[int] | None = None, pooling: str | None = None,
+                        query_prompt: str | None = None, document_prompt: str | None = None,
+                        columns: Mapping[str, Any] | None = None, sampling: str = "proportional",
+                        allow_repeated_queries: bool = False, max_seq_length: int | None = None,
+                        batch_size: int = 32, epochs: float = 1.0, max_steps: int | None = None,
+                        learning_rate: float = 5e-5, warmup_ratio: float = 0.1, weight_decay: float = 0.01,
+                        max_grad_norm: float | None = 1.0, seed: int = 42, precision: str = "auto",
+                        device: str = "auto", save_every: int | None = None, resume: bool = False,
+                        overwrite: bool = False, progress: bool = True, threads: int | str | None = None,
+                        callbacks: Mapping[str, Any] | None = None) -> EmbeddingTrainingResult:
+    """Fine-tune the sentence-transformers (or plain) checkpoint ``model`` on ``train_files`` with ``loss``
+    (:func:`build_loss`) and write ``output_dir`` (module docstring).
+
+    ``pooling`` replaces the model's pooling (a plain checkpoint has mean). ``query_prompt`` /
+    ``document_prompt`` are prefixed to the anchors / to the positives and negatives, and saved as the
+    model's ``"query"`` / ``"document"`` prompts; the model records the similarity the loss trains for
+    (:func:`trained_similarity`) as its ``similarity_fn_name``. ``columns``, ``sampling`` and
+    ``allow_repeated_queries``: see :class:`~bertkit.embedding.data.EmbeddingDataset` and
+    :class:`~bertkit.embedding.data.PairCollator`.
+    ``batch_size`` rows per step (one file's); ``max_steps`` (default: ``epochs`` times the batches per
+    epoch); ``save_every`` steps a checkpoint (default: every epoch). ``resume`` continues the run in
+    ``output_dir``, ``overwrite`` replaces it.
+    """
+    from bertkit.sentence import SentenceTransformer
+    from bertkit.training.rundir import file_fingerprint, open_run
+
+    start = time.perf_counter()
+    files = [train_files] if isinstance(train_files, (str, os.PathLike)) else list(train_files)
+    objective = build_loss(loss, scale=scale, symmetric=symmetric, mini_batch_size=mini_batch_size,
+                           matryoshka_dims=matryoshka_dims)
+    for name, value in (("epochs", epochs), ("batch_size", batch_size)):
+        if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+            raise ValueError(f"{name} must be a positive number, got {value!r}.")
+    with open_run(output_dir, resume=resume, overwrite=overwrite) as run:
+        net = SentenceTransformer(model, optimize=False, pooling=pooling)
+        _check_model(net, model, matryoshka_dims, query_prompt, document_prompt, max_seq_length)
+        if max_seq_length is not None:
+            net.max_seq_length = max_seq_length
+        net.similarity_fn_name = trained_similarity(objective) or net.similarity_fn_name
+        prompts = _prompts(query_prompt, document_prompt)
+        if prompts:
+            net.prompts = {**net.prompts, "query": query_prompt or "", "document": document_prompt or ""}
+        dataset = EmbeddingDataset(files, batch_size, columns=columns, sampling=sampling, seed=seed)
+        collator = PairCollator(net.tokenizer, max_length=net.max_seq_length, prompts=prompts,
+                                allow_repeated_queries=allow_repeated_queries)
+        settings = {"loss": loss, "scale": scale, "symmetric": symmetric, "mini_batch_size": mini_batch_size,
+                    "matryoshka_dims": list(matryoshka_dims or []), "pooling": list(net.pooling.modes),
+                    "prompts": prompts, "columns": columns, "sampling": sampling, "batch_size": batch_size,
+                    "max_seq_length": net.max_seq_length, "allow_repeated_queries": allow_repeated_queries,
+                    "similarity_fn_name": net.similarity_fn_name}
+        run.check("model", {"source": os.fspath(model)})
+        run.check("data", {"train": file_fingerprint(files)})
+        run.check("embedding", json.loads(json.dumps(settings)))
+        run.save()
+
+        trainer, results = train_batches(run, BiEncoder(net, objective), dataset, BatchCollator(collator),
+                                         epochs=epochs, max_steps=max_steps, save_every=save_every,
+                                         callbacks=callbacks, learning_rate=learning_rate, warmup_ratio=warmup_ratio,
+                                         weight_decay=weight_decay, max_grad_norm=max_grad_norm, seed=seed,
+                                         precision=precision, device=device, progress_bar=progress, threads=threads)
+        details = [f"max sequence length: {net.max_seq_length}, pooling: {', '.join(net.pooling.modes)}, "
+                   f"similarity: {net.similarity_fn_name}"]
+        if prompts:
+            details.append(f"prompts: query {query_prompt or ''!r}, document {document_prompt or ''!r}")
+        card = model_card("A bi-encoder fine-tuned with bertkit", ["sentence-transformers", "bertkit"], model, dataset,
+                          loss, objective, {k: settings[k] for k in ("scale", "symmetric", "mini_batch_size",
+                                                                     "matryoshka_dims")},
+                          details, trainer.config, results)
+        net.eval()
+        model_dir = net.save(run.path / MODEL_DIR, model_card=card)
+        return finish(run.path, model_dir, results, start)
+
+
+def train_batches(run, module: nn.Module, dataset: EmbeddingDataset, collate_fn, *, epochs: float,
+                  max_steps: int | None, save_every: int | None, callbacks: Mapping[str, Any] | None,
+                  **training: Any):
+    """Train ``module`` (``training_step``) on ``dataset`` 's batches (each through ``collate_fn``) with the
+    :class:`~bertkit.training.Trainer` into the open run directory ``run`` (resumed when the run is);
+    ``training``: further :class:`~bertkit.training.TrainingConfig` fields. Returns the trainer and the results
+    (steps, epochs, final training loss, the files and their rows)."""
+    from bertkit.modeling.fast import GemmChoice
+    from bertkit.tasks.run_settings import record_numerics, record_run_settings
+    from bertkit.training import Trainer, TrainingConfig
+
+    per_epoch = len(dataset)
+    steps = max_steps if max_steps is not None else max(1, round(epochs * per_epoch))
+    config = TrainingConfig(max_steps=steps, batch_size=1, num_workers=0, log_every=max(1, min(50, per_epoch // 4)),
+                            save_every=save_every or per_epoch, keep_last=1, output_dir=str(run.path), **training)
+    schedule = BatchSchedule(dataset)
+    trainer = Trainer(module, schedule, config=config, collate_fn=collate_fn, sampler=schedule, callbacks=callbacks,
+                      stateful={"gemm": GemmChoice()})  # a resumed run keeps its float32 product backend
+    if trainer.ctx.world_size != 1:
+        raise ValueError("embedding and reranker training runs in one process (in-batch negatives across ranks are "
+                         "not wired into the command yet); run it without torchrun.")
+
+    def commit(trainer: Trainer) -> None:  # an --overwrite run replaces the old directory at its first checkpoint
+        staging = run.path
+        run.commit()
+        if run.path != staging:
+            trainer.relocate(run.path)
+
+    trainer.add_callback("on_train_begin", functools.partial(record_run_settings, run))
+    trainer.add_callback("on_save", commit)
+    trainer.add_callback("on_save", functools.partial(record_numerics, run))
+    trainer.train(resume_from="latest" if run.resumed else None)
+    last = last_train_record(trainer.metrics_path)
+    results = {"steps": trainer.state.step, "epochs": trainer.state.step / per_epoch,
+               "final_train_loss": last.get("loss"), "final_train_loss_step": last.get("step"),
+               "log_every": config.log_every,
+               "data": [{"file": f, "rows": n} for f, n in zip(dataset.files, dataset.sizes)]}
+    return trainer, results
+
+
+def last_train_record(path: Path) -> dict[str, Any]:
+    """The last training record of ``metrics.jsonl`` (a resumed run's file holds the earlier steps too);
+    ``{}`` when there is none."""
+    last: dict[str, Any] = {}
+    if path.exists():
+        for line in path.read_text(encoding="utf-8").splitlines():
+            record = json.loads(line) if line.strip() else {}
+            if record.get("split") == "train":
+                last = record
+    return last
+
+
+def finish(output: Path, model_dir: Path, results: dict[str, Any], start: float) -> EmbeddingTrainingResult:
+    """Write ``results.json`` and the plot beside the saved model; the run's result."""
+    from bertkit.io import atomic_write_text
+    from bertkit.training.metrics import plot_metrics
+
+    atomic_write_text(output / RESULTS_FILE, json.dumps(results, indent=2) + "\n")
+    result = EmbeddingTrainingResult(output, Path(model_dir), results, output / "metrics.jsonl")
+    result.plot_path = plot_metrics(result.metrics_path, output / "metrics.png")
+    result.seconds = time.perf_counter() - start
+    return result
+
+
+def trained_similarity(loss: nn.Module) -> str | None:
+    """The similarity function ``loss`` trains the embeddings for (cosine, dot, ...), None where it names none
+    (distance-based losses): what the saved model records as its ``similarity_fn_name``."""
+    for attribute in ("inner", "plain"):  # Matryoshka's inner loss; the cached loss's plain one
+        if isinstance(getattr(loss, attribute, None), nn.Module):
+            return trained_similarity(getattr(loss, attribute))
+    return getattr(loss, "similarity", None)
+
+
+def _prompts(query_prompt: str | None, document_prompt: str | None) -> dict[str, str]:
+    """The collator's prompts (role -> text) for the given ones."""
+    prompts = {"anchor": query_prompt} if query_prompt else {}
+    if document_prompt:
+        prompts.update(positive=document_prompt, negative=document_prompt)
+    return prompts
+
+
+def _check_model(net, source, matryoshka_dims, query_prompt, document_prompt, max_seq_length) -> None:
+    """Refuse, in one line each, what the model cannot train with."""
+    dimension = net.get_sentence_embedding_dimension()
+    above = [d for d in matryoshka_dims or [] if d > dimension]
+    if above:
+        raise ValueError(f"--matryoshka-dims {','.join(map(str, above))} is above the embedding dimension "
+                         f"{dimension} of {os.fspath(source)}; use dimensions up to {dimension}.")
+    if (query_prompt or document_prompt) and not net.pooling.include_prompt:
+        raise ValueError(f"{os.fspath(source)} pools without its prompt tokens (include_prompt false), which "
+                         "training with --query-prompt/--document-prompt does not do yet; leave the prompts out.")
+    limit = net.bert.config.max_tokens
+    if max_seq_length is not None and not 0 < max_seq_length <= limit:
+        raise ValueError(f"--max-seq-length {max_seq_length}: {os.fspath(source)} takes 1 to {limit} tokens.")
+
+
+def model_card(title: str, tags: Sequence[str], base, dataset: EmbeddingDataset, loss_name: str, loss: nn.Module,
+               loss_options: Mapping[str, Any], details: Sequence[str], config, results: Mapping[str, Any]) -> str:
+    """A short README for a trained model: ``title``, base, data, loss (with the ``loss_options`` set),
+    hyperparameters (``details``: lines of the model's own settings), final training loss."""
+    data = "\n".join(f"- `{os.path.basename(f)}`: {n} rows ({layout.describe()})"
+                     for f, n, layout in zip(dataset.files, dataset.sizes, dataset.layouts))
+    options = {k: v for k, v in loss_options.items() if v not in (None, [], False)}
+    final = results["final_train_loss"]
+    lines = [
+        "---", "library_name: sentence-transformers", "tags:", *(f"- {tag}" for tag in tags), "---", "",
+        f"# {title}", "", f"Base model: `{os.fspath(base)}`.", "", "## Training data", "", data, "",
+        f"Batches of {dataset.batch_size} rows of one file, files mixed by `{dataset.sampling}` sampling.", "",
+        "## Loss", "", f"`{loss_name}` ({type(loss).__name__}): "
+        + (", ".join(f"{k}={v}" for k, v in options.items()) or "default settings"), "",
+        "## Hyperparameters", "",
+        f"- steps: {results['steps']} ({results['epochs']:.2f} epochs), learning rate {config.learning_rate}, "
+        f"warmup ratio {config.warmup_ratio}, weight decay {config.weight_decay}, seed {config.seed}",
+        *(f"- {line}" for line in details),
+    ]
+    if final is not None:
+        lines += ["", "## Result", "",
+                  f"Final training loss: {final:.4f} (logged at step {results['final_train_loss_step']}: the mean "
+                  f"over the steps since the previous log, every {results['log_every']} steps)."]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,187 @@
+"""``bertkit finetune embed`` / :func:`finetune_embeddings`: a bi-encoder trained through the one Trainer.
+
+A tiny HF BERT (hidden 36, 3 heads, vocabulary of the test's own words) is the base. Checked: training lowers
+the loss on its data; the saved directory loads in sentence-transformers 6.2.0 with bertkit's vectors and
+prompts; the Trainer's first step has the loss and gradients of the loss called directly on the same batch;
+a run cut after a checkpoint and resumed ends with the uninterrupted run's weights, bit for bit; bad flags
+are one-line errors.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+
+import numpy as np
+import pytest
+import torch
+
+from bertkit.cli import main as cli
+from bertkit.embedding.contrastive import MultipleNegativesRankingLoss
+from bertkit.embedding.data import EmbeddingDataset, PairCollator
+from bertkit.embedding.training import finetune_embeddings
+from bertkit.sentence import SentenceTransformer
+from bertkit.training import Trainer
+
+WORDS = [f"w{i}" for i in range(60)]
+COMMON = dict(batch_size=8, learning_rate=1e-3, precision="fp32", device="cpu", progress=False)
+
+
+def write_base(directory, dropout: float):
+    """A tiny HF BertModel with a vocab.txt: a plain checkpoint (mean pooling)."""
+    from transformers import BertConfig, BertModel
+
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS]
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=len(vocab), hidden_size=36, num_hidden_layers=2, num_attention_heads=3,
+                        intermediate_size=37, max_position_embeddings=40, hidden_dropout_prob=dropout,
+                        attention_probs_dropout_prob=dropout)
+    BertModel(config).save_pretrained(directory)
+    (directory / "vocab.txt").write_text("\n".join(vocab) + "\n")
+    (directory / "tokenizer_config.json").write_text(json.dumps({"do_lower_case": True}))
+    return directory
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory):
+    return write_base(tmp_path_factory.mktemp("base"), dropout=0.0)
+
+
+def write_pairs(path, n: int, seed: int = 0):
+    """(anchor, positive) rows: the positive repeats the anchor's words and adds one."""
+    rng = random.Random(seed)
+    with open(path, "w") as f:
+        for _ in range(n):
+            query = " ".join(rng.sample(WORDS, 4))
+            f.write(json.dumps({"anchor": query, "positive": f"{query} {rng.choice(WORDS)}"}) + "\n")
+    return path
+
+
+def mean_loss(model_dir, path) -> float:
+    """MNRL over the file's batches of 8, the model in eval mode."""
+    net = SentenceTransformer(model_dir, optimize=False).eval()
+    collate, loss = PairCollator(net.tokenizer), MultipleNegativesRankingLoss()
+    with torch.no_grad():
+        values = [loss(lambda x: net(**x), collate(batch)) for batch in EmbeddingDataset(path, 8, seed=1)]
+    return float(torch.stack(values).mean())
+
+
+def test_training_lowers_the_loss_and_the_directory_loads_in_sentence_transformers(base, tmp_path):
+    st = pytest.importorskip("sentence_transformers")
+    train = write_pairs(tmp_path / "pairs.jsonl", 40)
+    result = finetune_embeddings(base, [train], tmp_path / "run", epochs=3, query_prompt="w1 ",
+                                 document_prompt="w2 ", **COMMON)
+    assert mean_loss(result.model_dir, train) < mean_loss(base, train) - 0.1
+    assert result.results["steps"] == 15 and result.results["data"][0]["rows"] == 40
+    assert (tmp_path / "run" / "metrics.jsonl").exists() and (tmp_path / "run" / "results.json").exists()
+
+    ours, ref = SentenceTransformer(result.model_dir), st.SentenceTransformer(str(result.model_dir), device="cpu")
+    assert ref.prompts["query"] == "w1 " and ref.prompts["document"] == "w2 "
+    texts = ["w3 w4 w5", "w6", "w7 w8 w9 w10 w11 w12", "w0 zzz"]
+    for kwargs in ({}, {"prompt_name": "query"}, {"prompt_name": "document"}):
+        np.testing.assert_allclose(ref.encode(texts, **kwargs), ours.encode(texts, **kwargs), atol=1e-5,
+                                   err_msg=str(kwargs))
+    card = (result.model_dir / "README.md").read_text()
+    for fact in (str(base), "pairs.jsonl", "40 rows", "mnrl", "MultipleNegativesRankingLoss", "15 (3.00 epochs)",
+                 f"{result.results['final_train_loss']:.4f}"):
+        assert fact in card
+
+
+def test_a_step_is_the_loss_called_directly_on_the_same_batch(base, tmp_path):
+    """The Trainer's first step (loss in metrics.jsonl, gradients seen before the optimizer steps) equals the
+    loss called on the dataset's first batch with the base model: the adapter adds nothing."""
+    train = write_pairs(tmp_path / "pairs.jsonl", 40)
+    seen = {}
+
+    def capture(trainer):
+        named = {id(p): name for name, p in trainer.model.model.named_parameters()}
+
+        def grads(optimizer, args, kwargs):
+            if not seen:
+                seen.update({named[id(p)]: None if p.grad is None else p.grad.clone()
+                             for g in optimizer.param_groups for p in g["params"]})
+        trainer.optimizer.register_step_pre_hook(grads)
+
+    finetune_embeddings(base, train, tmp_path / "run", max_steps=1, max_grad_norm=None, seed=7,
+                        callbacks={"on_train_begin": capture}, **COMMON)
+    logged = json.loads((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()[0])
+
+    net = SentenceTransformer(base, optimize=False).train()
+    batch = next(iter(EmbeddingDataset(train, 8, seed=7)))
+    loss = MultipleNegativesRankingLoss()(lambda x: net(**x), PairCollator(net.tokenizer)(batch))
+    loss.backward()
+    assert logged["loss"] == pytest.approx(loss.item(), rel=1e-6)
+    assert len(seen) == len(list(net.parameters()))
+    for name, p in net.named_parameters():  # the pooler, unused, has no gradient either way
+        if p.grad is None:
+            assert seen[name] is None, name
+        else:
+            torch.testing.assert_close(seen[name], p.grad, rtol=1e-5, atol=1e-7, msg=name)
+
+
+def test_a_resumed_run_ends_with_the_uninterrupted_runs_weights(tmp_path, monkeypatch):
+    """Two files mixed by proportional sampling, dropout on, 8 steps over two epochs, a checkpoint at step 3:
+    the run cut there and resumed equals the whole run bit for bit (fp32, CPU)."""
+    from safetensors.torch import load_file
+
+    base = write_base(tmp_path / "base", dropout=0.1)
+    files = [write_pairs(tmp_path / "a.jsonl", 24, seed=1), write_pairs(tmp_path / "b.jsonl", 16, seed=2)]
+    options = dict(max_steps=8, save_every=3, loss="cached-mnrl", mini_batch_size=3, **COMMON)
+    whole = finetune_embeddings(base, files, tmp_path / "whole", **options)
+
+    class Stop(Exception):
+        pass
+
+    original = Trainer.save_checkpoint
+
+    def crash_after_first(self):
+        original(self)
+        raise Stop()
+
+    monkeypatch.setattr(Trainer, "save_checkpoint", crash_after_first)
+    with pytest.raises(Stop):
+        finetune_embeddings(base, files, tmp_path / "cut", **options)
+    monkeypatch.setattr(Trainer, "save_checkpoint", original)
+    resumed = finetune_embeddings(base, files, tmp_path / "cut", resume=True, **options)
+
+    assert resumed.results == whole.results
+    a, b = load_file(whole.model_dir / "model.safetensors"), load_file(resumed.model_dir / "model.safetensors")
+    assert a.keys() == b.keys()
+    for key in a:
+        torch.testing.assert_close(a[key], b[key], rtol=0, atol=0, msg=key)
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--loss", "simcse"], "--loss 'simcse' is not a loss bertkit trains with; choose one of mnrl"),
+    (["--matryoshka-dims", "64,16"], "--matryoshka-dims 64 is above the embedding dimension 36"),
+    (["--loss", "triplet", "--scale", "10"], "--scale does not apply to --loss triplet"),
+])
+def test_bad_flags_are_one_line_errors(base, tmp_path, capsys, flags, message):
+    train = write_pairs(tmp_path / "pairs.jsonl", 16)
+    assert cli(["finetune", "embed", "--model", str(base), "--train", str(train), "-o", str(tmp_path / "o"),
+                *flags]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0]
+
+
+def test_the_command_reads_named_columns_and_records_matryoshka_and_the_similarity(base, tmp_path):
+    train = tmp_path / "qd.jsonl"
+    rows = [json.loads(line) for line in write_pairs(tmp_path / "pairs.jsonl", 16).read_text().splitlines()]
+    train.write_text("".join(json.dumps({"d": r["positive"], "q": r["anchor"]}) + "\n" for r in rows))
+    out = tmp_path / "out"
+    assert cli(["finetune", "embed", "--model", str(base), "--train", str(train), "-o", str(out),
+                "--columns", "q=anchor,d=positive", "--matryoshka-dims", "36,8", "--max-steps", "2",
+                "--batch-size", "8", "--precision", "fp32", "--device", "cpu", "--threads", "1"]) == 0
+    card = (out / "model" / "README.md").read_text()
+    assert "MatryoshkaLoss" in card and "matryoshka_dims=[36, 8]" in card and "'q' -> anchor, 'd' -> positive" in card
+    saved = json.loads((out / "model" / "config_sentence_transformers.json").read_text())
+    assert saved["similarity_fn_name"] == "cosine"
+
+
+@pytest.mark.parametrize("name, options, similarity", [
+    ("margin-mse", {}, "dot"), ("kl", {}, "dot"), ("cached-mnrl", {"matryoshka_dims": [8]}, "cosine"),
+    ("cosent", {}, "cosine"), ("triplet", {}, None)])
+def test_the_saved_similarity_is_the_one_the_loss_trains(name, options, similarity):
+    from bertkit.embedding.training import build_loss, trained_similarity
+
+    assert trained_similarity(build_loss(name, **options)) == similarity
