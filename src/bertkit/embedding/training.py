@@ -24,7 +24,6 @@ sentence-transformers directory with the prompts and a short model card.
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import time
@@ -249,7 +248,7 @@ def train_batches(run, module: nn.Module, dataset: EmbeddingDataset, collate_fn,
     ``training``: further :class:`~bertkit.training.TrainingConfig` fields. Returns the trainer and the results
     (steps, epochs, final training loss, the files and their rows)."""
     from bertkit.modeling.fast import GemmChoice
-    from bertkit.tasks.run_settings import record_numerics, record_run_settings
+    from bertkit.tasks.run_settings import follow_run
     from bertkit.training import Trainer, TrainingConfig
 
     per_epoch = len(dataset)
@@ -263,15 +262,7 @@ def train_batches(run, module: nn.Module, dataset: EmbeddingDataset, collate_fn,
         raise ValueError("embedding and reranker training runs in one process (in-batch negatives across ranks are "
                          "not wired into the command yet); run it without torchrun.")
 
-    def commit(trainer: Trainer) -> None:  # an --overwrite run replaces the old directory at its first checkpoint
-        staging = run.path
-        run.commit()
-        if run.path != staging:
-            trainer.relocate(run.path)
-
-    trainer.add_callback("on_train_begin", functools.partial(record_run_settings, run))
-    trainer.add_callback("on_save", commit)
-    trainer.add_callback("on_save", functools.partial(record_numerics, run))
+    follow_run(trainer, run)
     trainer.train(resume_from="latest" if run.resumed else None)
     last = last_train_record(trainer.metrics_path)
     results = {"steps": trainer.state.step, "epochs": trainer.state.step / per_epoch,

@@ -43,7 +43,7 @@ from bertkit.tasks.classification import Classification, glue_files
 from bertkit.tasks.multiple_choice import MultipleChoice
 from bertkit.tasks.question_answering import QuestionAnswering
 from bertkit.tasks.readers import strict_data
-from bertkit.tasks.run_settings import record_numerics, record_run_settings, warn_if_run_differs
+from bertkit.tasks.run_settings import follow_run, warn_if_run_differs
 from bertkit.tasks.token_classification import TokenClassification
 from bertkit.training import LengthGroupedSampler, Trainer, TrainingConfig
 from bertkit.training.distributed import DistributedContext, gather_to_all
@@ -222,16 +222,8 @@ def finetune(task: str | Task, model: str | os.PathLike, train: str | os.PathLik
                 logger.info("early stopping: no better %s in %d evaluation(s)", best.metric, best.patience)
                 trainer.should_stop = True
 
-        def commit(trainer: Trainer) -> None:  # an --overwrite run replaces the old directory at its first checkpoint
-            staging = run.path
-            run.commit()
-            if run.path != staging:
-                trainer.relocate(run.path)
-
-        trainer.add_callback("on_train_begin", functools.partial(record_run_settings, run))
         trainer.add_callback("on_step_end", end_of_epoch)
-        trainer.add_callback("on_save", commit)
-        trainer.add_callback("on_save", functools.partial(record_numerics, run))
+        follow_run(trainer, run)
         trainer.train(resume_from="latest" if run.resumed else None)
 
         output = run.path

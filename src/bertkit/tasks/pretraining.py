@@ -57,7 +57,7 @@ from bertkit.modeling import BERTForMaskedLM, BERTForPreTraining
 from bertkit.modeling.electra import ELECTRAForPreTraining, ELECTRAForPretrainingRTD, generator_config
 from bertkit.modeling.fast import GemmChoice
 from bertkit.presets import FAMILY_PRESETS, SIZES, preset_fields
-from bertkit.tasks.run_settings import record_numerics, record_run_settings
+from bertkit.tasks.run_settings import follow_run
 from bertkit.tasks.sources import LoadedSource, load_source
 from bertkit.tasks.text_data import TOKENIZER_SAMPLE_BYTES, build_text_data
 from bertkit.tokenization import BERTTokenizerFast
@@ -493,23 +493,17 @@ def _train(run: RunDirectory, dataset: PretrainingData, *, model, init: LoadedSo
                                                                                   **eval_masking)
                       if eval_dataset is not None else None, callbacks=callbacks, apply_changes=apply_changes)
 
-    def commit(trainer: Trainer) -> None:  # an --overwrite run replaces the old directory once it has a checkpoint
-        staging = run.path
-        run.commit()
-        if run.path != staging:
-            trainer.relocate(run.path)
-            for data in [*data_parts(dataset), eval_dataset]:  # data built inside the run (--text) moved with it
-                if data is not None and data.data_dir.absolute().is_relative_to(staging):
-                    data.data_dir = run.path / data.data_dir.absolute().relative_to(staging)
+    def move_data(staging: Path) -> None:  # data built inside the run (--text) moved with it
+        for data in [*data_parts(dataset), eval_dataset]:
+            if data is not None and data.data_dir.absolute().is_relative_to(staging):
+                data.data_dir = run.path / data.data_dir.absolute().relative_to(staging)
 
 
     def evaluate() -> dict[str, Any]:
         return _evaluate(net, eval_dataset, dataset, trainer.device, training.seed, nsp, masking if how.electra
                          else None)
 
-    trainer.add_callback("on_train_begin", functools.partial(record_run_settings, run))
-    trainer.add_callback("on_save", commit)
-    trainer.add_callback("on_save", functools.partial(record_numerics, run))
+    follow_run(trainer, run, moved=move_data)
     before = None
     if init is not None and eval_dataset is not None and trainer.ctx.is_main:
         before = _evaluate_before(run, evaluate)

@@ -1,11 +1,13 @@
 """What a task's run records in ``run.json`` once its Trainer starts: the training config and the numerics.
 
 Both pretraining and fine-tuning register :func:`record_run_settings` (``on_train_begin``) and
-:func:`record_numerics` (``on_save``, so the measured thread choice lands too) on their Trainer.
+:func:`record_numerics` (``on_save``, so the measured thread choice lands too) on their Trainer; fine-tuning
+and the embedding trainers register both with the run directory's commit through :func:`follow_run`.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
 from typing import Any
@@ -47,3 +49,21 @@ def warn_if_run_differs(model_dir: str | os.PathLike, device: Any, precision: st
             current = numerics.describe(device, resolve_precision(precision, torch.device(device)))
             return numerics.warn_if_different(stored, current, what)
     return []
+
+
+def follow_run(trainer: Any, run: Any, moved: Any = None) -> None:
+    """Register a run directory's callbacks on ``trainer``: its settings when training begins; at every save the
+    directory's commit (an ``--overwrite`` run replaces the old directory at its first checkpoint, and the
+    Trainer follows it there; ``moved(old_path)`` then moves anything else that lived inside) and the numerics."""
+
+    def commit(trainer: Any) -> None:
+        staging = run.path
+        run.commit()
+        if run.path != staging:
+            trainer.relocate(run.path)
+            if moved is not None:
+                moved(staging)
+
+    trainer.add_callback("on_train_begin", functools.partial(record_run_settings, run))
+    trainer.add_callback("on_save", commit)
+    trainer.add_callback("on_save", functools.partial(record_numerics, run))
