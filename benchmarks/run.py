@@ -1,5 +1,6 @@
 """bertkit's speed against HF transformers and ONNX Runtime, in one run: inference (BERT, then every encoder
-family bertkit runs), pretraining, fine-tuning.
+family bertkit runs), pretraining, fine-tuning, training an embedding model (``embedding_train.py``: bertkit's
+bi-encoder step beside sentence-transformers', the cached loss's memory at growing batches).
 
 Every table is measured in this process (peak memory in one child process per variant), the variants
 interleaved round by round so machine drift hits them alike; times are medians. Ratios are against HF
@@ -12,6 +13,7 @@ kind (fp32, bf16 or int8) measured at the start of the run.
     python benchmarks/run.py                 # everything, BERT-base (~10 min on 2 cores)
     python benchmarks/run.py --only inference --rounds 9
     python benchmarks/run.py --only families # one row per family (RoBERTa, MPNet, ...), HF vs bertkit vs ORT
+    python benchmarks/run.py --only embedding  # all-MiniLM-L6-v2 vs sentence-transformers: step, cached-loss memory
     python benchmarks/run.py --quick         # a tiny model, one round: checks that it all runs
 
 Needs the test extras (transformers) and onnxruntime, onnx, onnxscript (``pip install -e '.[test]'``).
@@ -564,7 +566,7 @@ def markdown(rows: list[dict], columns: list[str]) -> str:
     return "\n".join(lines)
 
 
-SECTIONS = ("inference", "families", "pretraining", "finetuning", "accuracy")
+SECTIONS = ("inference", "families", "pretraining", "finetuning", "accuracy", "embedding")
 
 
 def main() -> None:
@@ -627,8 +629,21 @@ def main() -> None:
             name = "SPLADE-tiny" if args.quick else "all-MiniLM-L6-v2"
             print(f"\n## Accuracy of the fast variants: {name} fine-tuned on VADER Amazon (1 epoch), test set\n")
             print(markdown(rows, ["variant", "test accuracy %", "agreement with fp32 %", "seconds", "examples"]))
+        if "embedding" in sections:
+            results["embedding"] = embedding(args)
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))
+
+
+def embedding(args) -> dict[str, list[dict]]:
+    """The rows of ``embedding_train.py`` (printed there): its defaults, or small batches with ``--quick``."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from embedding_train import main as embedding_train
+
+    print("\n## Training an embedding model (all-MiniLM-L6-v2, MNRL) vs sentence-transformers\n")
+    sizes = ["--batch-sizes", "8", "--memory-batch-sizes", "32", "64", "--mini-batch-size", "16",
+                 "--plain-batch-size", "16"] if args.quick else []
+    return embedding_train(["--rounds", str(args.rounds), "--threads", str(args.threads), *sizes])
 
 
 if __name__ == "__main__":
