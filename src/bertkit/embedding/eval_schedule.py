@@ -104,10 +104,15 @@ class EvalSchedule:
         step = trainer.state.step
         self.history = [h for h in self.history if h["step"] < step] + [{"step": step, "metrics": metrics}]
         trainer.write_metrics({"split": "eval", "step": step, "epoch": trainer.state.epoch,
-                               **{k: v if math.isfinite(v) else None for k, v in metrics.items()},
+                               **json_metrics(metrics),
                                "eval_s": round(time.perf_counter() - started, 3),
                                "elapsed_s": round(trainer.state.elapsed_s, 3)})
         return metrics
+
+
+def json_metrics(metrics: Mapping[str, float]) -> dict[str, float | None]:
+    """``metrics`` with each non-finite value (a correlation of constant scores) as None: JSON's ``null``."""
+    return {k: v if math.isfinite(v) else None for k, v in metrics.items()}
 
 
 def check_every(every: int | None) -> None:

@@ -41,7 +41,7 @@ from torch import nn
 
 from bertkit.embedding.batch import PairBatch
 from bertkit.embedding.data import EmbeddingDataset, PairCollator, RowBatch
-from bertkit.embedding.eval_schedule import EvalSchedule, check_every, evaluation_table
+from bertkit.embedding.eval_schedule import EvalSchedule, check_every, evaluation_table, json_metrics
 from bertkit.embedding.ir_metrics import DEFAULT_K
 
 #: the losses :func:`build_loss` builds, by their CLI names
@@ -294,8 +294,9 @@ def train_batches(run, module: nn.Module, dataset: EmbeddingDataset, collate_fn,
                "data": [{"file": f, "rows": n} for f, n in zip(dataset.files, dataset.sizes)]}
     if evaluation is not None and evaluation.history:
         results["evaluation"] = {"every": evaluation.every, "steps": [h["step"] for h in evaluation.history],
-                                 "base": evaluation.first["metrics"] if evaluation.first["step"] == 0 else None,
-                                 "final_step": evaluation.last["step"], "final": evaluation.last["metrics"]}
+                                 "base": json_metrics(evaluation.first["metrics"]) if evaluation.first["step"] == 0
+                                 else None, "final_step": evaluation.last["step"],
+                                 "final": json_metrics(evaluation.last["metrics"])}
     return trainer, results
 
 
