@@ -61,7 +61,8 @@ def main(argv: list[str]) -> int:
                                                                "score): similarity correlations")
     evaluation.add_argument("--eval-every", type=int, metavar="N", help="steps between evaluations (default: every "
                                                                         "epoch); also at step 0 and at the end")
-    evaluation.add_argument("--eval-split", default="test", help="--eval-beir: qrels/SPLIT.tsv (default test)")
+    evaluation.add_argument("--eval-split", default="test", metavar="SPLIT",
+                            help="--eval-beir: qrels/SPLIT.tsv (default test)")
     evaluation.add_argument("--eval-k", type=k_list, default=DEFAULT_K, metavar="K,K,...",
                             help="--eval-beir: the cut-offs (default 1,3,5,10,100)")
     args = parser.parse_args(argv)
