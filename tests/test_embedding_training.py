@@ -3,8 +3,8 @@
 A tiny HF BERT (hidden 36, 3 heads, vocabulary of the test's own words) is the base. Checked: training lowers
 the loss on its data; the saved directory loads in sentence-transformers 6.2.0 with bertkit's vectors and
 prompts; the Trainer's first step has the loss and gradients of the loss called directly on the same batch;
-a run cut after a checkpoint and resumed ends with the uninterrupted run's weights, bit for bit; bad flags
-are one-line errors.
+a run killed after a checkpoint and an evaluation, then resumed, ends with the uninterrupted run's weights, bit
+for bit, and its eval records; bad flags are one-line errors.
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ from bertkit.embedding.contrastive import MultipleNegativesRankingLoss
 from bertkit.embedding.data import EmbeddingDataset, PairCollator
 from bertkit.embedding.training import finetune_embeddings
 from bertkit.sentence import SentenceTransformer
-from bertkit.training import Trainer
 
 WORDS = [f"w{i}" for i in range(60)]
 COMMON = dict(batch_size=8, learning_rate=1e-3, precision="fp32", device="cpu", progress=False)
@@ -119,32 +118,39 @@ def test_a_step_is_the_loss_called_directly_on_the_same_batch(base, tmp_path):
             torch.testing.assert_close(seen[name], p.grad, rtol=1e-5, atol=1e-7, msg=name)
 
 
-def test_a_resumed_run_ends_with_the_uninterrupted_runs_weights(tmp_path, monkeypatch):
-    """Two files mixed by proportional sampling, dropout on, 8 steps over two epochs, a checkpoint at step 3:
-    the run cut there and resumed equals the whole run bit for bit (fp32, CPU)."""
+def test_a_resumed_run_ends_with_the_uninterrupted_runs_weights(tmp_path):
+    """Two files mixed by proportional sampling, dropout on, 8 steps over two epochs, a checkpoint at step 3,
+    evaluated on a BEIR directory every 2 steps: the run killed at step 5 (after the evaluation at step 4, which
+    the checkpoint does not hold) and resumed equals the whole run bit for bit (fp32, CPU), with the whole
+    run's eval records, once each, and its results."""
     from safetensors.torch import load_file
+
+    from test_embedding_eval_during_training import TIMING, write_beir
 
     base = write_base(tmp_path / "base", dropout=0.1)
     files = [write_pairs(tmp_path / "a.jsonl", 24, seed=1), write_pairs(tmp_path / "b.jsonl", 16, seed=2)]
-    options = dict(max_steps=8, save_every=3, loss="cached-mnrl", mini_batch_size=3, **COMMON)
+    options = dict(max_steps=8, save_every=3, loss="cached-mnrl", mini_batch_size=3,
+                   eval_beir=write_beir(tmp_path / "beir"), eval_every=2, **COMMON)
     whole = finetune_embeddings(base, files, tmp_path / "whole", **options)
 
     class Stop(Exception):
         pass
 
-    original = Trainer.save_checkpoint
+    def kill_at_step_5(trainer):
+        if trainer.state.step == 5:
+            raise Stop()
 
-    def crash_after_first(self):
-        original(self)
-        raise Stop()
-
-    monkeypatch.setattr(Trainer, "save_checkpoint", crash_after_first)
     with pytest.raises(Stop):
-        finetune_embeddings(base, files, tmp_path / "cut", **options)
-    monkeypatch.setattr(Trainer, "save_checkpoint", original)
+        finetune_embeddings(base, files, tmp_path / "cut", callbacks={"on_step_end": kill_at_step_5}, **options)
     resumed = finetune_embeddings(base, files, tmp_path / "cut", resume=True, **options)
 
-    assert resumed.results == whole.results
+    def metrics(run):
+        lines = (run.output_dir / "metrics.jsonl").read_text().splitlines()
+        return [{k: v for k, v in json.loads(line).items() if k not in TIMING} for line in lines]
+
+    assert [r["step"] for r in metrics(resumed) if r["split"] == "eval"] == [0, 2, 4, 6, 8]
+    assert metrics(resumed) == metrics(whole)
+    assert resumed.results == whole.results and resumed.results["evaluation"]["steps"] == [0, 2, 4, 6, 8]
     a, b = load_file(whole.model_dir / "model.safetensors"), load_file(resumed.model_dir / "model.safetensors")
     assert a.keys() == b.keys()
     for key in a:

@@ -8,6 +8,9 @@ Training files: JSON lines, CSV/TSV, Parquet, Arrow or a datasets.save_to_disk d
 (anchor/query, positive, negative_1.., label/score) or by position, or named with --columns q=anchor,d=positive.
 OUT gets model/ (a sentence-transformers directory with the prompts and a model card), results.json,
 metrics.jsonl and metrics.png. A run owns OUT: --resume continues it exactly, --overwrite replaces it.
+--eval-beir DIR / --eval-sts FILE score the model at step 0, every --eval-every steps (default: every epoch) and
+at the end, as `bertkit evaluate --beir / --sts` does: eval records of metrics.jsonl and the plot, the final
+scores in results.json, a before/after table in the model card; training is the same as without them.
 See :func:`bertkit.embedding.training.finetune_embeddings`.
 """
 
@@ -17,6 +20,8 @@ import argparse
 import json
 
 from bertkit.cli import ArgumentParser, add_threads_argument
+from bertkit.cli.evaluate import k_list
+from bertkit.embedding.ir_metrics import DEFAULT_K
 from bertkit.embedding.training import LOSSES
 from bertkit.io import refuse_output_over_input
 
@@ -49,15 +54,28 @@ def main(argv: list[str]) -> int:
     model.add_argument("--document-prompt", help="prefixed to positives and negatives; saved as 'document'")
     model.add_argument("--allow-repeated-queries", action="store_true",
                        help="let one query come with two different positives in a batch")
+    evaluation = parser.add_argument_group("evaluation during training")
+    evaluation.add_argument("--eval-beir", metavar="DIR", help="a BEIR directory (corpus.jsonl, queries.jsonl, "
+                                                               "qrels/SPLIT.tsv): retrieval metrics")
+    evaluation.add_argument("--eval-sts", metavar="FILE", help="pairs with gold scores (sentence1, sentence2, "
+                                                               "score): similarity correlations")
+    evaluation.add_argument("--eval-every", type=int, metavar="N", help="steps between evaluations (default: every "
+                                                                        "epoch); also at step 0 and at the end")
+    evaluation.add_argument("--eval-split", default="test", metavar="SPLIT",
+                            help="--eval-beir: qrels/SPLIT.tsv (default test)")
+    evaluation.add_argument("--eval-k", type=k_list, default=DEFAULT_K, metavar="K,K,...",
+                            help="--eval-beir: the cut-offs (default 1,3,5,10,100)")
     args = parser.parse_args(argv)
 
     from bertkit.embedding.training import finetune_embeddings
 
+    refuse_output_over_input(("-o", args.output), [("--eval-beir", args.eval_beir), ("--eval-sts", args.eval_sts)])
     result = finetune_embeddings(
         args.model, args.train, args.output, loss=args.loss, scale=args.scale, symmetric=args.symmetric,
         mini_batch_size=args.mini_batch_size, matryoshka_dims=args.matryoshka_dims, pooling=args.pooling,
         query_prompt=args.query_prompt, document_prompt=args.document_prompt,
-        allow_repeated_queries=args.allow_repeated_queries, **run_options(args))
+        allow_repeated_queries=args.allow_repeated_queries, eval_beir=args.eval_beir, eval_sts=args.eval_sts,
+        eval_every=args.eval_every, eval_split=args.eval_split, eval_k=args.eval_k, **run_options(args))
     report(result)
     return 0
 

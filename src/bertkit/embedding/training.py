@@ -19,11 +19,15 @@ trainable :class:`~bertkit.sentence.SentenceTransformer`. This module adapts the
 
 The run directory works as ``bertkit finetune``'s (:mod:`bertkit.tasks.finetuning`): ``OUT/run.json``,
 checkpoints, ``metrics.jsonl`` and ``metrics.png``, ``results.json``, and ``OUT/model``: a
-sentence-transformers directory with the prompts and a short model card.
+sentence-transformers directory with the prompts and a short model card. With a BEIR directory and/or an STS
+file to evaluate on, the model being trained is scored at step 0, every N steps and at the end
+(:class:`~bertkit.embedding.eval_schedule.EvalSchedule`): ``"eval"`` records of ``metrics.jsonl``, the final
+scores in ``results.json`` and a before/after table in the model card.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import time
@@ -37,6 +41,8 @@ from torch import nn
 
 from bertkit.embedding.batch import PairBatch
 from bertkit.embedding.data import EmbeddingDataset, PairCollator, RowBatch
+from bertkit.embedding.eval_schedule import EvalSchedule, check_every, evaluation_table, json_metrics
+from bertkit.embedding.ir_metrics import DEFAULT_K
 
 #: the losses :func:`build_loss` builds, by their CLI names
 LOSSES = ("mnrl", "cached-mnrl", "cosent", "angle", "cosine", "triplet", "contrastive", "online-contrastive",
@@ -176,7 +182,9 @@ def finetune_embeddings(model: str | os.PathLike, train_files: str | os.PathLike
                         max_grad_norm: float | None = 1.0, seed: int = 42, precision: str = "auto",
                         device: str = "auto", save_every: int | None = None, resume: bool = False,
                         overwrite: bool = False, progress: bool = True, threads: int | str | None = None,
-                        callbacks: Mapping[str, Any] | None = None) -> EmbeddingTrainingResult:
+                        callbacks: Mapping[str, Any] | None = None, eval_beir: str | os.PathLike | None = None,
+                        eval_sts: str | os.PathLike | None = None, eval_every: int | None = None,
+                        eval_split: str = "test", eval_k: Sequence[int] = DEFAULT_K) -> EmbeddingTrainingResult:
     """Fine-tune the sentence-transformers (or plain) checkpoint ``model`` on ``train_files`` with ``loss``
     (:func:`build_loss`) and write ``output_dir`` (module docstring).
 
@@ -189,6 +197,11 @@ def finetune_embeddings(model: str | os.PathLike, train_files: str | os.PathLike
     ``batch_size`` rows per step (one file's); ``max_steps`` (default: ``epochs`` times the batches per
     epoch); ``save_every`` steps a checkpoint (default: every epoch). ``resume`` continues the run in
     ``output_dir``, ``overwrite`` replaces it.
+
+    ``eval_beir`` (a BEIR directory: its ``eval_split`` qrels, metrics at each of ``eval_k``, as ``bertkit
+    evaluate --beir``) and ``eval_sts`` (pairs with gold scores, as ``--sts``) score the model being trained, in
+    fp32 with its current pooling and prompts, at step 0, every ``eval_every`` steps (default: every epoch) and
+    at the last step, without changing what it learns; both are read and checked before training starts.
     """
     from bertkit.sentence import SentenceTransformer
     from bertkit.training.rundir import file_fingerprint, open_run
@@ -200,6 +213,7 @@ def finetune_embeddings(model: str | os.PathLike, train_files: str | os.PathLike
     for name, value in (("epochs", epochs), ("batch_size", batch_size)):
         if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
             raise ValueError(f"{name} must be a positive number, got {value!r}.")
+    eval_data = check_evaluation_data(eval_beir, eval_sts, eval_every, eval_split, eval_k)
     with open_run(output_dir, resume=resume, overwrite=overwrite) as run:
         net = SentenceTransformer(model, optimize=False, pooling=pooling)
         _check_model(net, model, matryoshka_dims, query_prompt, document_prompt, max_seq_length)
@@ -222,11 +236,16 @@ def finetune_embeddings(model: str | os.PathLike, train_files: str | os.PathLike
         run.check("embedding", json.loads(json.dumps(settings)))
         run.save()
 
+        evaluation = None
+        if eval_data:
+            evaluation = EvalSchedule(functools.partial(evaluate_embeddings, net, eval_beir, eval_sts, eval_split,
+                                                        eval_k), eval_every)
         trainer, results = train_batches(run, BiEncoder(net, objective), dataset, BatchCollator(collator),
                                          epochs=epochs, max_steps=max_steps, save_every=save_every,
-                                         callbacks=callbacks, learning_rate=learning_rate, warmup_ratio=warmup_ratio,
-                                         weight_decay=weight_decay, max_grad_norm=max_grad_norm, seed=seed,
-                                         precision=precision, device=device, progress_bar=progress, threads=threads)
+                                         evaluation=evaluation, callbacks=callbacks, learning_rate=learning_rate,
+                                         warmup_ratio=warmup_ratio, weight_decay=weight_decay,
+                                         max_grad_norm=max_grad_norm, seed=seed, precision=precision, device=device,
+                                         progress_bar=progress, threads=threads)
         details = [f"max sequence length: {net.max_seq_length}, pooling: {', '.join(net.pooling.modes)}, "
                    f"similarity: {net.similarity_fn_name}"]
         if prompts:
@@ -234,7 +253,7 @@ def finetune_embeddings(model: str | os.PathLike, train_files: str | os.PathLike
         card = model_card("A bi-encoder fine-tuned with bertkit", ["sentence-transformers", "bertkit"], model, dataset,
                           loss, objective, {k: settings[k] for k in ("scale", "symmetric", "mini_batch_size",
                                                                      "matryoshka_dims")},
-                          details, trainer.config, results)
+                          details, trainer.config, results, evaluation=evaluation_card(eval_data, evaluation))
         net.eval()
         model_dir = net.save(run.path / MODEL_DIR, model_card=card)
         return finish(run.path, model_dir, results, start)
@@ -242,11 +261,13 @@ def finetune_embeddings(model: str | os.PathLike, train_files: str | os.PathLike
 
 def train_batches(run, module: nn.Module, dataset: EmbeddingDataset, collate_fn, *, epochs: float,
                   max_steps: int | None, save_every: int | None, callbacks: Mapping[str, Any] | None,
-                  **training: Any):
+                  evaluation: EvalSchedule | None = None, **training: Any):
     """Train ``module`` (``training_step``) on ``dataset`` 's batches (each through ``collate_fn``) with the
-    :class:`~bertkit.training.Trainer` into the open run directory ``run`` (resumed when the run is);
-    ``training``: further :class:`~bertkit.training.TrainingConfig` fields. Returns the trainer and the results
-    (steps, epochs, final training loss, the files and their rows)."""
+    :class:`~bertkit.training.Trainer` into the open run directory ``run`` (resumed when the run is), evaluated
+    on ``evaluation`` 's schedule (default: every epoch); ``training``: further
+    :class:`~bertkit.training.TrainingConfig` fields. Returns the trainer and the results (steps, epochs, final
+    training loss, the files and their rows, and with ``evaluation`` its steps, the base and the final
+    scores)."""
     from bertkit.modeling.fast import GemmChoice
     from bertkit.tasks.run_settings import follow_run
     from bertkit.training import Trainer, TrainingConfig
@@ -262,6 +283,8 @@ def train_batches(run, module: nn.Module, dataset: EmbeddingDataset, collate_fn,
         raise ValueError("embedding and reranker training runs in one process (in-batch negatives across ranks are "
                          "not wired into the command yet); run it without torchrun.")
 
+    if evaluation is not None:
+        evaluation.attach(trainer, default_every=per_epoch)
     follow_run(trainer, run)
     trainer.train(resume_from="latest" if run.resumed else None)
     last = last_train_record(trainer.metrics_path)
@@ -269,6 +292,11 @@ def train_batches(run, module: nn.Module, dataset: EmbeddingDataset, collate_fn,
                "final_train_loss": last.get("loss"), "final_train_loss_step": last.get("step"),
                "log_every": config.log_every,
                "data": [{"file": f, "rows": n} for f, n in zip(dataset.files, dataset.sizes)]}
+    if evaluation is not None and evaluation.history:
+        results["evaluation"] = {"every": evaluation.every, "steps": [h["step"] for h in evaluation.history],
+                                 "base": json_metrics(evaluation.first["metrics"]) if evaluation.first["step"] == 0
+                                 else None, "final_step": evaluation.last["step"],
+                                 "final": json_metrics(evaluation.last["metrics"])}
     return trainer, results
 
 
@@ -329,9 +357,11 @@ def _check_model(net, source, matryoshka_dims, query_prompt, document_prompt, ma
 
 
 def model_card(title: str, tags: Sequence[str], base, dataset: EmbeddingDataset, loss_name: str, loss: nn.Module,
-               loss_options: Mapping[str, Any], details: Sequence[str], config, results: Mapping[str, Any]) -> str:
+               loss_options: Mapping[str, Any], details: Sequence[str], config, results: Mapping[str, Any],
+               evaluation: Sequence[str] = ()) -> str:
     """A short README for a trained model: ``title``, base, data, loss (with the ``loss_options`` set),
-    hyperparameters (``details``: lines of the model's own settings), final training loss."""
+    hyperparameters (``details``: lines of the model's own settings), final training loss, and ``evaluation``
+    (markdown lines, e.g. :func:`evaluation_card`'s) as its "Evaluation" section."""
     data = "\n".join(f"- `{os.path.basename(f)}`: {n} rows ({layout.describe()})"
                      for f, n, layout in zip(dataset.files, dataset.sizes, dataset.layouts))
     options = {k: v for k, v in loss_options.items() if v not in (None, [], False)}
@@ -351,4 +381,60 @@ def model_card(title: str, tags: Sequence[str], base, dataset: EmbeddingDataset,
         lines += ["", "## Result", "",
                   f"Final training loss: {final:.4f} (logged at step {results['final_train_loss_step']}: the mean "
                   f"over the steps since the previous log, every {results['log_every']} steps)."]
+    if evaluation:
+        lines += ["", "## Evaluation", "", *evaluation]
     return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------------- evaluation during training
+def check_evaluation_data(beir, sts, every, split: str, k_values: Sequence[int]) -> dict[str, str]:
+    """Read and check what the run evaluates on, before it trains: ``{"beir": line, "sts": line}`` describing
+    each (file, counts), empty without either. A missing directory or file, bad content, ``eval_every`` without
+    data and a bad k are one-line ``ValueError`` s naming the flag or file."""
+    from bertkit.embedding.beir import load_beir
+    from bertkit.embedding.ir_metrics import check_k_values
+    from bertkit.embedding.sts import read_sts
+
+    check_every(every)
+    described = {}
+    if beir is not None:
+        if not Path(beir).is_dir():
+            raise ValueError(f"--eval-beir {os.fspath(beir)}: not a directory; give a BEIR directory holding "
+                             f"corpus.jsonl, queries.jsonl and qrels/{split}.tsv.")
+        k_values = check_k_values(k_values, "--eval-k")
+        data = load_beir(beir, split)
+        described["beir"] = (f"retrieval: `{Path(beir).name}` (BEIR, `qrels/{split}.tsv`): {len(data.qrels)} judged "
+                             f"queries, {len(data.corpus)} documents; metrics at k = {', '.join(map(str, k_values))}")
+    if sts is not None:
+        if not Path(sts).is_file():
+            raise ValueError(f"--eval-sts {os.fspath(sts)}: no such file; give a CSV/TSV/JSON lines file of "
+                             "sentence1, sentence2, score.")
+        pairs, _ = read_sts(sts)
+        described["sts"] = f"similarity: `{Path(sts).name}`: {len(pairs)} pairs with gold scores"
+    if every is not None and not described:
+        raise ValueError("--eval-every needs something to evaluate on: add --eval-beir DIR and/or --eval-sts FILE.")
+    return described
+
+
+def evaluate_embeddings(net, beir, sts, split: str, k_values: Sequence[int]) -> dict[str, float]:
+    """The flat metrics of ``net`` (a :class:`~bertkit.sentence.SentenceTransformer`) on the BEIR directory
+    (:func:`~bertkit.embedding.evaluate.beir_report`'s: ``ndcg@10``, ``mrr@10``, ...) and on the STS file
+    (:func:`~bertkit.embedding.evaluate.sts_report`'s: ``pearson_cosine``, ``spearman_cosine``, ...)."""
+    from bertkit.embedding.evaluate import beir_report, sts_report
+
+    metrics: dict[str, float] = {}
+    if beir is not None:
+        metrics.update(beir_report(net, beir, split=split, k_values=k_values)["metrics"])
+    if sts is not None:
+        metrics.update(sts_report(net, sts)["metrics"])
+    return metrics
+
+
+def evaluation_card(described: Mapping[str, str], evaluation: EvalSchedule | None) -> list[str]:
+    """The model card's "Evaluation" lines: the data, then :func:`~bertkit.embedding.eval_schedule.evaluation_table`
+    of the evaluations; ``[]`` without any."""
+    if evaluation is None or not evaluation.history:
+        return []
+    return ["Scored during training on", "", *(f"- {line}" for line in described.values()), "",
+            *evaluation_table(evaluation.history), "",
+            f"Every evaluation (every {evaluation.every} steps) is an `eval` record of `metrics.jsonl`."]

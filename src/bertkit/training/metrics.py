@@ -72,6 +72,13 @@ def truncate_metrics(path: Path, step: int) -> None:
 # ---------------------------------------------------------------------- plotting
 #: metrics drawn in the scores panel besides every ``*accuracy`` / ``*f1`` (fine-tuning tasks' metrics)
 SCORE_KEYS = frozenset({"exact_match", "matthews_correlation", "pearson", "spearman", "precision", "recall"})
+#: an embedding model's headline scores during training (retrieval, similarity), under any name prefix
+EMBEDDING_SCORES = ("ndcg@10", "mrr@10", "map@100", "recall@100", "spearman_cosine")
+
+
+def is_score(key: str) -> bool:
+    """Whether the metric ``key`` is drawn in the plot's scores panel."""
+    return key.endswith(("accuracy", "f1", *EMBEDDING_SCORES)) or key in SCORE_KEYS
 
 
 def plot_metrics(metrics_path: str | Path, png_path: str | Path) -> Path | None:
@@ -88,7 +95,7 @@ def plot_metrics(metrics_path: str | Path, png_path: str | Path) -> Path | None:
               file=sys.stderr)
         return None
     records = [json.loads(line) for line in Path(metrics_path).read_text(encoding="utf-8").splitlines() if line]
-    score_keys = sorted({k for r in records for k in r if k.endswith(("accuracy", "f1")) or k in SCORE_KEYS})
+    score_keys = sorted({k for r in records for k in r if is_score(k)})
     panels = [("loss", ["loss"]), *([("scores", score_keys)] if score_keys else [])]
     figure = Figure(figsize=(6 * len(panels), 4), layout="constrained")
     FigureCanvasAgg(figure)
