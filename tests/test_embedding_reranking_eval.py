@@ -88,6 +88,8 @@ def test_rows_equal_sentence_transformers_reranking_evaluator(models, tmp_path, 
     evaluator = reranking.RowsRerankEvaluator(_write_jsonl(tmp_path / "rows.jsonl", samples), k_values=(at_k,),
                                               always_rerank_positives=always, batch_size=5)
     got = evaluator(ours)
+    in_memory = reranking.RowsRerankEvaluator(samples, k_values=(at_k,), always_rerank_positives=always)
+    assert in_memory(ours) == pytest.approx(got, abs=1e-12)  # sentence-transformers' samples, as they are
     want = CrossEncoderRerankingEvaluator(samples, at_k=at_k, always_rerank_positives=always, batch_size=5,
                                           write_csv=False)(reference)
     assert set(got) == set(want) == {"map", f"mrr@{at_k}", f"ndcg@{at_k}"} | (
@@ -121,11 +123,14 @@ def test_rows_read_from_named_negative_columns_equal_a_list(models, tmp_path):
     ('{"query": "a", "positive": "b", "documents": "c"}\n', r"line 1: 'documents' holds 'c', not a non-empty list"),
     ('{"query": "a", "positive": "b", "label": 1}\n', r"the column 'label' is a label"),
     ('{"query": 3, "positive": "b", "negative": ["c"]}\n', r"line 1: the query holds 3, not a non-blank text"),
+    ([{"query": "a", "positive": "b"}], r"sample 0: a reranking sample is .*exactly one of the last two"),
+    ([{"query": "a", "positive": ["b", 2], "negative": ["c"]}], r"sample 0: the positive holds \['b', 2\], not"),
 ])
 def test_bad_rows_are_one_line_errors(tmp_path, content, message):
-    (tmp_path / "rows.jsonl").write_text(content)
+    if isinstance(content, str):
+        (tmp_path / "rows.jsonl").write_text(content)
     with pytest.raises(ValueError, match=message) as error:
-        reranking.RowsRerankEvaluator(tmp_path / "rows.jsonl")
+        reranking.RowsRerankEvaluator(tmp_path / "rows.jsonl" if isinstance(content, str) else content)
     assert "\n" not in str(error.value)
     with pytest.raises(ValueError, match=r"--rerank .*missing.jsonl: no such file"):
         reranking.RowsRerankEvaluator(tmp_path / "missing.jsonl")
@@ -328,3 +333,15 @@ def test_cli_refuses_the_wrong_kind_of_model_and_bad_flags(reranker_dir, tmp_pat
         err = capsys.readouterr().err.strip()
         assert len(err.splitlines()) == 1 and re.search(message, err), (argv, err)
     assert not (tmp_path / "evaluation_rerank.json").exists()
+
+
+def test_ignore_identical_ids_drops_the_query_from_a_run(tmp_path):
+    directory, data = _beir(tmp_path)
+    with open(directory / "corpus.jsonl", "a") as f:
+        f.write(json.dumps({"_id": "q1", "text": "emma"}) + "\n")  # a query that is also a document
+    run = _first_stage_run(data)
+    run["q1"]["q1"] = 99.0
+    path = _write_trec(tmp_path / "run.trec", run)
+    assert reranking.BeirRerankEvaluator(directory, path, top_k=3).hits["q1"][0] == "q1"
+    dropped = reranking.BeirRerankEvaluator(directory, path, top_k=3, ignore_identical_ids=True).hits["q1"]
+    assert dropped == rank({doc: s for doc, s in run["q1"].items() if doc != "q1"}, 3)

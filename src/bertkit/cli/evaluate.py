@@ -24,6 +24,8 @@ miss, unless --always-rerank-positives adds it to the candidates (the reranker a
 --rerank FILE: rows of query, positive (a text or a list) and negatives (negative_1.. or a list) or a ranked
 'documents' list: MRR@k, NDCG@k and MAP of each row's candidates, as sentence-transformers'
 CrossEncoderRerankingEvaluator computes them. The report goes to -o (default evaluation_rerank.json).
+The cross-encoder runs in fp32 (--precision applies to an embedding first stage), its pairs cut at
+--max-seq-length if given.
 """
 
 from __future__ import annotations

@@ -170,6 +170,8 @@ def first_stage_hits(first_stage: Any, data, top_k: int, *, directory: str | os.
         if not any(query in run for query in data.qrels):
             raise ValueError(f"--first-stage {first_stage}: the run ranks none of the {len(data.qrels)} judged "
                              "queries of the split; rank those queries.")
+        if ignore_identical_ids:
+            run = {query: {doc: s for doc, s in scores.items() if doc != query} for query, scores in run.items()}
         hits = {query: rank(run[query], top_k) for query in data.qrels if query in run}
         return hits, {"run": os.fspath(first_stage)}
     model, precision_used = first_stage, None
@@ -301,24 +303,31 @@ def rerank_rows(path: str | os.PathLike, always_rerank_positives: bool = True) -
                          "each row either negatives or the ranked documents.")
     rows = []
     for place, values in table_records(path):
-        positives = _texts(values.get(layout.roles["positive"]), "the positive", place, allow_text=True)
+        sample = {"query": values.get(layout.roles["anchor"]), "positive": values.get(layout.roles["positive"])}
         if documents is not None:
-            ranked = _texts(values.get(documents), f"{documents!r}", place)
-            rows.append(_documents_row(_query(values, layout, place), positives, ranked, always_rerank_positives,
-                                       place))
-            continue
-        negative_texts = [text for column in negatives for text in
-                          _texts(values.get(column), f"{column!r} (a negative)", place, allow_text=True)]
-        candidates = positives + negative_texts
-        rows.append(RerankRow(_query(values, layout, place), candidates, set(range(len(positives))), None, place))
+            sample["documents"] = values.get(documents)
+        else:
+            sample["negative"] = [text for column in negatives for text in
+                                  _texts(values.get(column), f"{column!r} (a negative)", place, allow_text=True)]
+        rows.append(sample_row(sample, always_rerank_positives, place))
     return rows
 
 
-def _query(values: Mapping[str, Any], layout, place: str) -> str:
-    query = values.get(layout.roles["anchor"])
+def sample_row(sample: Mapping[str, Any], always_rerank_positives: bool = True, place: str = "sample") -> RerankRow:
+    """The :class:`RerankRow` of one sentence-transformers reranking sample: ``{"query", "positive"`` (a text or
+    a list), and ``"negative"`` (a list) or ``"documents"`` (a ranked list)``}``; ``place`` names it in errors."""
+    if not isinstance(sample, Mapping) or ("negative" in sample) == ("documents" in sample):
+        raise ValueError(f"{place}: a reranking sample is {{'query', 'positive', and 'negative' or 'documents'}}, "
+                         f"exactly one of the last two; got {sample!r:.80}.")
+    query = sample.get("query")
     if not isinstance(query, str) or not query.strip():
         raise ValueError(f"{place}: the query holds {query!r:.80}, not a non-blank text; fill it in or drop the row.")
-    return query
+    positives = _texts(sample.get("positive"), "the positive", place, allow_text=True)
+    if "documents" in sample:
+        return _documents_row(query, positives, _texts(sample["documents"], "'documents'", place),
+                              always_rerank_positives, place)
+    negatives = _texts(sample["negative"], "'negative'", place)
+    return RerankRow(query, positives + negatives, set(range(len(positives))), None, place)
 
 
 def _texts(value: Any, what: str, place: str, allow_text: bool = False) -> list[str]:
@@ -345,15 +354,17 @@ def _documents_row(query: str, positives: list[str], ranked: list[str], always_r
 
 
 class RowsRerankEvaluator:
-    """Reranking the candidates of each row (a path, read by :func:`rerank_rows`, or :class:`RerankRow` s):
+    """Reranking the candidates of each row (a path, read by :func:`rerank_rows`, or sentence-transformers'
+    samples, read by :func:`sample_row`):
     ``mrr@k`` and ``ndcg@k`` for each of ``k_values`` and ``map``, as sentence-transformers'
     ``CrossEncoderRerankingEvaluator`` (``at_k``) computes them, with ``base_*`` for rows of ranked documents.
     Call it with a cross-encoder for the flat means; :meth:`report` for the report."""
 
-    def __init__(self, rows: str | os.PathLike | Sequence[RerankRow], *, k_values: Iterable[int] = (10,),
+    def __init__(self, rows: str | os.PathLike | Sequence[Mapping[str, Any]], *, k_values: Iterable[int] = (10,),
                  always_rerank_positives: bool = True, batch_size: int = 64):
         self.source = os.fspath(rows) if isinstance(rows, str | os.PathLike) else None
-        self.rows = rerank_rows(rows, always_rerank_positives) if self.source is not None else list(rows)
+        self.rows = rerank_rows(rows, always_rerank_positives) if self.source is not None else [
+            sample_row(sample, always_rerank_positives, f"sample {i}") for i, sample in enumerate(rows)]
         if not self.rows:
             raise ValueError("reranking evaluation needs at least one row.")
         self.k_values = check_k_values(k_values, "--k")
