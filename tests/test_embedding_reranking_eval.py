@@ -122,6 +122,7 @@ def test_rows_read_from_named_negative_columns_equal_a_list(models, tmp_path):
      r"rows.jsonl, line 2: 'negative' \(a negative\) holds \[\], not"),
     ('{"query": "a", "positive": "b", "documents": "c"}\n', r"line 1: 'documents' holds 'c', not a non-empty list"),
     ('{"query": "a", "positive": "b", "label": 1}\n', r"the column 'label' is a label"),
+    ('{"query": "a", "positive": "b"}\n', r"rows.jsonl: no negatives or documents; give each row either"),
     ('{"query": 3, "positive": "b", "negative": ["c"]}\n', r"line 1: the query holds 3, not a non-blank text"),
     ([{"query": "a", "positive": "b"}], r"sample 0: a reranking sample is .*exactly one of the last two"),
     ([{"query": "a", "positive": ["b", 2], "negative": ["c"]}], r"sample 0: the positive holds \['b', 2\], not"),

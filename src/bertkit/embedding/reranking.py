@@ -93,9 +93,10 @@ def score_lists(cross_encoder, lists: Sequence[tuple[str, Sequence[str]]], batch
                 end += 1
             block = [(query, document) for query, documents in lists[start:end] for document in documents]
             flat = cross_encoder.predict(block, batch_size=batch_size).tolist() if block else []
+            offset = 0
             for _, documents in lists[start:end]:
-                scores.append(flat[:len(documents)])
-                flat = flat[len(documents):]
+                scores.append(flat[offset:offset + len(documents)])
+                offset += len(documents)
             start = end
     return scores
 
@@ -265,8 +266,8 @@ def rerank_report(cross_encoder, directory: str | os.PathLike, first_stage: Any,
 @dataclass
 class RerankRow:
     """One query's candidates: ``documents`` (the texts to score, in order), ``relevant`` (their indices that
-    are positives), ``base`` (the first stage's order as candidate indices, relevant where in ``relevant``; None
-    for rows of negatives), ``where`` (the file and row)."""
+    are positives), ``base`` (rows of ranked documents: the first stage's order, texts best first, and the
+    indices in it that are positives; None for rows of negatives), ``where`` (the file and row)."""
 
     query: str
     documents: list[str]
@@ -298,9 +299,10 @@ def rerank_rows(path: str | os.PathLike, always_rerank_positives: bool = True) -
         raise ValueError(f"--rerank {os.fspath(path)}: the column {layout.roles['label']!r} is a label; reranking "
                          "rows are (query, positive(s), negatives or documents) without labels.")
     negatives = [column for role, column in layout.roles.items() if role.startswith("negative")]
-    if documents is not None and negatives:
-        raise ValueError(f"--rerank {os.fspath(path)}: both a 'documents' column and negatives {negatives}; give "
-                         "each row either negatives or the ranked documents.")
+    if (documents is not None) == bool(negatives):
+        why = f"both a 'documents' column and negatives {negatives}" if negatives else "no negatives or documents"
+        raise ValueError(f"--rerank {os.fspath(path)}: {why}; give each row either negatives (negative_1.. or a "
+                         "negatives list) or the ranked 'documents' beside its query and positive(s).")
     rows = []
     for place, values in table_records(path):
         sample = {"query": values.get(layout.roles["anchor"]), "positive": values.get(layout.roles["positive"])}
