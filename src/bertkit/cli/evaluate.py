@@ -1,6 +1,9 @@
 """``bertkit evaluate MODEL_DIR --data FILE [--task T]``: a fine-tuned model's metrics on a labelled file.
 ``bertkit evaluate MODEL_DIR --beir DIR [--split test] [--k 1,3,5,10,100]``: an embedding model's retrieval.
 ``bertkit evaluate MODEL_DIR --sts FILE``: an embedding model's similarity correlations.
+``bertkit evaluate RERANKER --beir DIR --first-stage EMBEDDER_DIR|RUN_FILE [--top-k 100]``: a cross-encoder
+reranking a first stage's top k.
+``bertkit evaluate RERANKER --rerank FILE``: a cross-encoder ranking each row's positives and negatives.
 
 --data: MODEL_DIR is what ``bertkit finetune`` wrote (OUT/model: the task and its settings are in its
 task.json, so --task may be left out), or any fine-tuned HF directory with --task.
@@ -11,6 +14,18 @@ and NDCG, MRR, MAP, Recall, Precision and Accuracy (hit rate) at each --k are co
 --sts FILE is a CSV/TSV/JSONL of sentence1, sentence2, score: Pearson and Spearman of cosine and dot. The
 means are printed as JSON; the report, with every query's metrics for --beir, is written to -o FILE
 (default: evaluation_beir.json / evaluation_sts.json in the current directory, never inside MODEL_DIR).
+
+A cross-encoder (a sequence classifier with one label, as bertkit.CrossEncoder saves one) takes --beir with
+--first-stage (an embedding model directory, or a run file of TREC lines 'qid Q0 docid rank score tag' or JSON
+{qid: {docid: score}}): each judged query's --top-k documents are reranked by the cross-encoder, and the
+metrics of the first stage and of the reranked list are reported side by side. Only the top k is reranked, so
+recall@k cannot rise above the first stage's recall@top-k; a relevant document the first stage missed is a
+miss, unless --always-rerank-positives adds it to the candidates (the reranker alone, an upper bound).
+--rerank FILE: rows of query, positive (a text or a list) and negatives (negative_1.. or a list) or a ranked
+'documents' list: MRR@k, NDCG@k and MAP of each row's candidates, as sentence-transformers'
+CrossEncoderRerankingEvaluator computes them. The report goes to -o (default evaluation_rerank.json).
+The cross-encoder runs in fp32 (--precision applies to an embedding first stage), its pairs cut at
+--max-seq-length if given.
 """
 
 from __future__ import annotations
@@ -27,7 +42,8 @@ def parser_for(prog: str, doc: str, embedding: bool = False) -> ArgumentParser:
     ``embedding``, evaluate's --beir / --sts inputs and their options too."""
     parser = ArgumentParser(prog=prog, description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("model", help="a fine-tuned model directory (OUT/model of bertkit finetune)"
-                        + (", or an embedding model with --beir / --sts" if embedding else ""))
+                        + (", an embedding model with --beir / --sts, or a cross-encoder with --rerank / --beir "
+                           "--first-stage" if embedding else ""))
     parser.add_argument("--task", choices=sorted(TASK_FLAGS), help="default: the one in MODEL_DIR/task.json")
     data_help = "the file to run on (same formats as finetune)"
     if embedding:  # exactly one of --data, --beir, --sts
@@ -55,6 +71,8 @@ def add_embedding_arguments(parser: ArgumentParser, inputs) -> None:
     inputs.add_argument("--beir", metavar="DIR", help="a BEIR directory: retrieval metrics of an embedding model")
     inputs.add_argument("--sts", metavar="FILE", help="pairs with gold scores (sentence1, sentence2, score): "
                                                       "Pearson / Spearman of an embedding model's cosine and dot")
+    inputs.add_argument("--rerank", metavar="FILE", help="rows of (query, positive(s), negatives or ranked "
+                                                         "documents): MRR, NDCG and MAP of a cross-encoder")
     group = parser.add_argument_group("embedding model options (--beir, --sts)")
     group.add_argument("--split", default="test", help="--beir: the qrels file, qrels/SPLIT.tsv (default test)")
     group.add_argument("--k", type=k_list, default=(1, 3, 5, 10, 100), metavar="K,K,...",
@@ -68,7 +86,19 @@ def add_embedding_arguments(parser: ArgumentParser, inputs) -> None:
                             "and Quora, whose queries are also documents)")
     group.add_argument("-o", "--output", metavar="FILE",
                        help="where the JSON report is written (default evaluation_beir.json / evaluation_sts.json "
-                            "in the current directory)")
+                            "/ evaluation_rerank.json in the current directory)")
+    group = parser.add_argument_group("cross-encoder options (--rerank, --beir with --first-stage)")
+    group.add_argument("--first-stage", metavar="EMBEDDER_DIR|RUN_FILE",
+                       help="--beir with a cross-encoder: what gives each query its candidates, an embedding model "
+                            "directory or a run file (TREC 'qid Q0 docid rank score tag' lines, or .json)")
+    group.add_argument("--top-k", type=int, default=100,
+                       help="--first-stage: the documents reranked per query (default 100)")
+    group.add_argument("--always-rerank-positives", action="store_true",
+                       help="--first-stage: add the relevant documents the first stage missed to the candidates "
+                            "(the reranker alone); --rerank with 'documents': always on unless "
+                            "--rerank-documents-only")
+    group.add_argument("--rerank-documents-only", action="store_true",
+                       help="--rerank rows of 'documents': rank those alone, a positive they lack being a miss")
 
 
 def k_list(value: str) -> tuple[int, ...]:
@@ -105,7 +135,11 @@ def main(argv: list[str]) -> int:
 
 
 def embedding_main(args: argparse.Namespace) -> int:
-    """--beir / --sts: the report's means on stdout, the whole report written atomically to -o."""
+    """--beir / --sts / --rerank: the report's means on stdout, the whole report written atomically to -o."""
+    from bertkit.embedding.reranking import is_cross_encoder
+
+    if args.rerank is not None or is_cross_encoder(args.model) or args.first_stage is not None:
+        return rerank_main(args)
     flag, source = ("--beir", args.beir) if args.beir is not None else ("--sts", args.sts)
     output = args.output or f"evaluation_{flag[2:]}.json"
     from bertkit.io import atomic_write_text, refuse_output_over_input
@@ -121,6 +155,49 @@ def embedding_main(args: argparse.Namespace) -> int:
     else:
         report = sts_report(model, args.sts, batch_size=args.batch_size)
     report = {"model": args.model, "precision": precision, **report}
+    atomic_write_text(output, json.dumps(report, indent=2) + "\n")
+    print(json.dumps({key: value for key, value in report.items() if key != "per_query"}, indent=2))
+    return 0
+
+
+def rerank_main(args: argparse.Namespace) -> int:
+    """A cross-encoder's --rerank rows or --beir with --first-stage; refuses a model or flags of the other kind."""
+    from bertkit.embedding.reranking import is_cross_encoder
+
+    if not is_cross_encoder(args.model):
+        flag = "--rerank" if args.rerank is not None else "--first-stage"
+        raise ValueError(f"{flag} evaluates a cross-encoder, but MODEL_DIR {args.model} is an embedding model (not a "
+                         "sequence classifier); give a reranker directory, or evaluate this model with --beir alone.")
+    if args.sts is not None:
+        raise ValueError(f"MODEL_DIR {args.model} is a cross-encoder: --sts evaluates an embedding model; use "
+                         "--rerank FILE or --beir DIR --first-stage EMBEDDER_DIR|RUN_FILE.")
+    if args.beir is not None and args.first_stage is None:
+        raise ValueError(f"MODEL_DIR {args.model} is a cross-encoder: --beir needs --first-stage EMBEDDER_DIR|RUN_FILE "
+                         "to give each query the documents it reranks.")
+    if args.rerank is not None and args.first_stage is not None:
+        raise ValueError("--first-stage goes with --beir; --rerank rows carry their own candidates.")
+    if args.top_k < 1:
+        raise ValueError(f"--top-k must be at least 1 (the first stage's documents reranked per query), got "
+                         f"{args.top_k}.")
+    flag, source = ("--rerank", args.rerank) if args.rerank is not None else ("--beir", args.beir)
+    output = args.output or "evaluation_rerank.json"
+    from bertkit.io import atomic_write_text, refuse_output_over_input
+
+    refuse_output_over_input(("-o", output), [(flag, source), ("--first-stage", args.first_stage)],
+                             models=[("MODEL_DIR", args.model), ("--first-stage", args.first_stage)])
+    import bertkit
+    from bertkit.embedding.reranking import BeirRerankEvaluator, RowsRerankEvaluator
+
+    reranker = bertkit.CrossEncoder(args.model, max_length=args.max_seq_length)
+    if args.rerank is not None:
+        evaluator = RowsRerankEvaluator(args.rerank, k_values=args.k, batch_size=args.batch_size,
+                                        always_rerank_positives=not args.rerank_documents_only)
+    else:
+        evaluator = BeirRerankEvaluator(args.beir, args.first_stage, split=args.split, top_k=args.top_k,
+                                        k_values=args.k, batch_size=args.batch_size, chunk_size=args.chunk_size,
+                                        always_rerank_positives=args.always_rerank_positives,
+                                        ignore_identical_ids=args.ignore_identical_ids, precision=args.precision)
+    report = {"model": args.model, **evaluator.report(reranker)}
     atomic_write_text(output, json.dumps(report, indent=2) + "\n")
     print(json.dumps({key: value for key, value in report.items() if key != "per_query"}, indent=2))
     return 0

@@ -37,6 +37,15 @@ def load_encoder(model_dir: str | os.PathLike, *, precision: str = "auto",
     return model, used
 
 
+def retrieval_encoders(model, batch_size: int) -> tuple[Any, Any, dict[str, str | None]]:
+    """``(encode queries, encode documents, {"query": prompt, "document": prompt})`` of a loaded
+    SentenceTransformer, each prompt chosen as the module docstring says (None: the model's default)."""
+    query_prompt = "query" if "query" in model.prompts else None
+    document_prompt = next((name for name in DOCUMENT_PROMPTS if name in model.prompts), None)
+    return (_encoder(model, query_prompt, batch_size), _encoder(model, document_prompt, batch_size),
+            {"query": query_prompt, "document": document_prompt})
+
+
 def _encoder(model, prompt_name: str | None, batch_size: int):
     def encode(texts: list[str]) -> Any:
         return model.encode(texts, prompt_name=prompt_name, batch_size=batch_size, show_progress_bar=False)
@@ -56,16 +65,15 @@ def beir_report(model, directory: str | os.PathLike, *, split: str = "test", k_v
 
     k_values = check_k_values(k_values, "--k")
     data = load_beir(directory, split)
-    query_prompt = "query" if "query" in model.prompts else None
-    document_prompt = next((name for name in DOCUMENT_PROMPTS if name in model.prompts), None)
+    encode_queries, encode_documents, prompts = retrieval_encoders(model, batch_size)
     similarity = similarity or model.similarity_fn_name
-    result = evaluate_retrieval(_encoder(model, query_prompt, batch_size), _encoder(model, document_prompt, batch_size),
-                                data.corpus, data.queries, data.qrels, k_values=k_values, batch_size=batch_size,
+    result = evaluate_retrieval(encode_queries, encode_documents, data.corpus, data.queries, data.qrels,
+                                k_values=k_values, batch_size=batch_size,
                                 chunk_size=chunk_size, similarity=similarity,
                                 ignore_identical_ids=ignore_identical_ids)
     return {"beir": os.fspath(directory), "split": split, "similarity": similarity,
             "ignore_identical_ids": ignore_identical_ids,
-            "prompts": {"query": query_prompt, "document": document_prompt}, "documents": len(data.corpus),
+            "prompts": prompts, "documents": len(data.corpus),
             "queries": result["queries"], "k": list(k_values), "metrics": result["metrics"],
             "per_query": result["per_query"]}
 
