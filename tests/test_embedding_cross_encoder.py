@@ -103,6 +103,32 @@ def test_save_is_loaded_by_sentence_transformers_and_served_as_rerank(one_label,
         torch.testing.assert_close(torch.from_numpy(again.predict(PAIRS)), torch.from_numpy(want), **TOL)
 
 
+def test_a_sentence_transformers_6_directory_is_served_on_rerank_at_its_saved_length(one_label, tmp_path):
+    """sentence-transformers 6 saves a cross-encoder as a modules.json of one Transformer module: ``auto`` serves
+    it (and a ``bertkit finetune rerank``-style save) on /rerank, cut at the length it was saved with (not the
+    model's 48 positions), with bertkit.CrossEncoder.predict's scores."""
+    pytest.importorskip("fastapi")
+    from fastapi.testclient import TestClient
+
+    from bertkit.serving import create_app
+    from bertkit.serving.settings import resolve_task
+
+    st.CrossEncoder(one_label, device="cpu", max_length=20).save(str(tmp_path / "st6"))
+    bertkit.CrossEncoder(one_label, max_length=18).save(tmp_path / "ours")
+    assert (tmp_path / "st6" / "modules.json").is_file() and not (tmp_path / "ours" / "modules.json").exists()
+    query, texts = QUERIES[0], [*DOCS[:3], "berlin " * 30]  # the last one is cut
+    for folder, length in (("st6", 20), ("ours", 18)):
+        assert resolve_task(tmp_path / folder) == "rerank", folder
+        with TestClient(create_app(str(tmp_path / folder), auto_truncate=True)) as client:
+            info = client.get("/info").json()
+            assert info["task"] == "rerank" and info["max_input_length"] == length, (folder, info)
+            ranked = client.post("/rerank", json={"query": query, "texts": texts}).json()
+        want = bertkit.CrossEncoder(tmp_path / folder).predict([(query, t) for t in texts[:3]])
+        got = {r["index"]: r["score"] for r in ranked}
+        torch.testing.assert_close(torch.tensor([got[i] for i in range(3)]), torch.from_numpy(want), **TOL)
+        assert 3 in got  # the long text is cut to the saved length, not refused
+
+
 def test_loads_a_sentence_transformers_saved_cross_encoder(one_label, tmp_path):
     saved = st.CrossEncoder(one_label, device="cpu", max_length=16,
                             activation_fn=torch.nn.Identity())

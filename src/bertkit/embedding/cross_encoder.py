@@ -86,15 +86,13 @@ class CrossEncoder:
         from bertkit.modeling.heads import BERTForSequenceClassification
         from bertkit.pipelines.classification import RerankPipeline
         from bertkit.tasks.sources import load_model_and_tokenizer
-        from bertkit.tokenization.base import UNLIMITED_ABOVE
 
         check_int("num_labels", num_labels, 1, none_means="the checkpoint's")
         check_int("max_length", max_length, 1, none_means="the checkpoint's")
         source, settings = _read_sentence_transformers(model_name_or_path)
         overrides = {"num_labels": num_labels} if num_labels is not None else {}
         model, tokenizer = load_model_and_tokenizer(source, BERTForSequenceClassification, **overrides)
-        saved = settings.get("max_seq_length") or tokenizer.model_max_length
-        length = max_length or (saved if saved <= UNLIMITED_ABOVE else None)
+        length = max_length or _saved_length(settings, tokenizer)
         self.pipeline = RerankPipeline(model, tokenizer, device=device, max_length=length,
                                        truncation=_PAIR_CUT)
         tokenizer.model_max_length = self.pipeline.max_length  # what save() records
@@ -209,6 +207,20 @@ def _read_sentence_transformers(source: str | os.PathLike) -> tuple[str | os.Pat
         settings["activation_fn"] = read_json_object(root / _ST_CONFIG, "sentence-transformers settings") \
             .get("activation_fn")
     return folder, settings
+
+
+def saved_max_length(source: str | os.PathLike, tokenizer: Any) -> int | None:
+    """The pair length the cross-encoder directory ``source`` was saved with (``tokenizer``: its loaded tokenizer):
+    a sentence-transformers 6 Transformer module's ``max_seq_length``, else the tokenizer's ``model_max_length``
+    (what :meth:`CrossEncoder.save` and sentence-transformers record); None where neither is set."""
+    return _saved_length(_read_sentence_transformers(source)[1], tokenizer)
+
+
+def _saved_length(settings: Mapping[str, Any], tokenizer: Any) -> int | None:
+    from bertkit.tokenization.base import UNLIMITED_ABOVE
+
+    saved = settings.get("max_seq_length") or tokenizer.model_max_length
+    return saved if saved <= UNLIMITED_ABOVE else None
 
 
 def _config_activation(source: str | os.PathLike) -> str | None:

@@ -74,9 +74,11 @@ class Service:
         self.probe()
 
     def _input_limit(self) -> int:
-        """``--max-input-length``, else the length the model was fine-tuned at, else what it takes."""
+        """``--max-input-length``, else the length the model was fine-tuned at (a reranker: saved with), at most
+        what it takes, else what it takes."""
         takes = self.pipe.max_length
-        wanted = self.settings.max_input_length or trained_length(self.settings.model) or takes
+        trained = trained_length(self.settings.model, self.task, self.pipe.tokenizer)
+        wanted = self.settings.max_input_length or min(trained or takes, takes)
         if wanted > takes:
             raise ValueError(f"max_input_length {wanted} is more than the model takes ({takes} positions).")
         return wanted

@@ -95,16 +95,20 @@ class ServeSettings:
 
 
 def resolve_task(model: str | os.PathLike, task: str = "auto", pooling: str | None = None) -> str:
-    """``task``, or for ``auto`` the one the model answers (a sentence-transformers directory: embeddings; a
-    classifier with one label: rerank, as text-embeddings-inference decides; ``pooling="splade"``: embeddings;
-    see ``_BY_ARCHITECTURE``)."""
+    """``task``, or for ``auto`` the one the model answers (a cross-encoder directory, a sequence classifier alone
+    or in a sentence-transformers 6 ``modules.json``: rerank with one label, as text-embeddings-inference
+    decides, else classify; any other sentence-transformers directory: embeddings; ``pooling="splade"``:
+    embeddings; see ``_BY_ARCHITECTURE``)."""
     if task != "auto":
         return task
     if pooling == "splade":
         return "embeddings"
+    from bertkit.embedding.reranking import is_cross_encoder
     from bertkit.export.models import source_class
     from bertkit.sentence import SentenceTransformer
 
+    if is_cross_encoder(model):
+        return "rerank" if _num_labels(model) == 1 else "classify"
     cls = source_class(model)
     if cls is SentenceTransformer:
         return "embeddings"
@@ -117,14 +121,22 @@ def resolve_task(model: str | os.PathLike, task: str = "auto", pooling: str | No
     return served
 
 
-def trained_length(model: str | os.PathLike) -> int | None:
-    """The ``max_seq_length`` a ``bertkit finetune`` directory was trained at (its ``task.json``), else None."""
+def trained_length(model: str | os.PathLike, task: str | None = None, tokenizer=None) -> int | None:
+    """The ``max_seq_length`` a ``bertkit finetune`` directory was trained at (its ``task.json``), else for
+    ``task`` rerank the length the cross-encoder directory was saved with
+    (:func:`~bertkit.embedding.cross_encoder.saved_max_length` with its loaded ``tokenizer``: what ``bertkit
+    finetune rerank`` and sentence-transformers record), else None."""
     from bertkit.tasks.finetuning import TASK_FILE, read_task_file
 
     path = Path(model) / TASK_FILE
-    if not path.is_file():
-        return None
-    return read_task_file(path).get("max_seq_length")
+    if path.is_file():
+        return read_task_file(path).get("max_seq_length")
+    if task == "rerank" and tokenizer is not None:
+        from bertkit.embedding.cross_encoder import saved_max_length
+        from bertkit.embedding.reranking import is_cross_encoder
+
+        return saved_max_length(model, tokenizer) if is_cross_encoder(model) else None
+    return None
 
 
 def _num_labels(model: str | os.PathLike) -> int:
