@@ -54,28 +54,16 @@ def main(argv: list[str]) -> int:
     model.add_argument("--document-prompt", help="prefixed to positives and negatives; saved as 'document'")
     model.add_argument("--allow-repeated-queries", action="store_true",
                        help="let one query come with two different positives in a batch")
-    evaluation = parser.add_argument_group("evaluation during training")
-    evaluation.add_argument("--eval-beir", metavar="DIR", help="a BEIR directory (corpus.jsonl, queries.jsonl, "
-                                                               "qrels/SPLIT.tsv): retrieval metrics")
-    evaluation.add_argument("--eval-sts", metavar="FILE", help="pairs with gold scores (sentence1, sentence2, "
-                                                               "score): similarity correlations")
-    evaluation.add_argument("--eval-every", type=int, metavar="N", help="steps between evaluations (default: every "
-                                                                        "epoch); also at step 0 and at the end")
-    evaluation.add_argument("--eval-split", default="test", metavar="SPLIT",
-                            help="--eval-beir: qrels/SPLIT.tsv (default test)")
-    evaluation.add_argument("--eval-k", type=k_list, default=DEFAULT_K, metavar="K,K,...",
-                            help="--eval-beir: the cut-offs (default 1,3,5,10,100)")
+    add_evaluation_flags(parser, reranker=False)
     args = parser.parse_args(argv)
 
     from bertkit.embedding.training import finetune_embeddings
 
-    refuse_output_over_input(("-o", args.output), [("--eval-beir", args.eval_beir), ("--eval-sts", args.eval_sts)])
     result = finetune_embeddings(
         args.model, args.train, args.output, loss=args.loss, scale=args.scale, symmetric=args.symmetric,
         mini_batch_size=args.mini_batch_size, matryoshka_dims=args.matryoshka_dims, pooling=args.pooling,
         query_prompt=args.query_prompt, document_prompt=args.document_prompt,
-        allow_repeated_queries=args.allow_repeated_queries, eval_beir=args.eval_beir, eval_sts=args.eval_sts,
-        eval_every=args.eval_every, eval_split=args.eval_split, eval_k=args.eval_k, **run_options(args))
+        allow_repeated_queries=args.allow_repeated_queries, **evaluation_options(args), **run_options(args))
     report(result)
     return 0
 
@@ -105,6 +93,44 @@ def add_run_flags(parser: argparse.ArgumentParser, *, batch_size: int, learning_
     owner = parser.add_argument_group("the output directory").add_mutually_exclusive_group()
     owner.add_argument("--resume", action="store_true", help="continue the run in -o from its latest checkpoint")
     owner.add_argument("--overwrite", action="store_true", help="replace what -o holds")
+
+
+def add_evaluation_flags(parser: argparse.ArgumentParser, *, reranker: bool) -> None:
+    """The flags of evaluation during training that ``finetune embed`` and ``finetune rerank`` share (--eval-beir,
+    --eval-every, --eval-split, --eval-k), with the bi-encoder's --eval-sts or the reranker's --eval-rerank,
+    --eval-first-stage and --eval-top-k."""
+    group = parser.add_argument_group("evaluation during training")
+    if reranker:
+        group.add_argument("--eval-rerank", metavar="FILE", help="rows of query, positive(s) and negatives (or "
+                                                                 "ranked documents): MRR, NDCG and MAP")
+        group.add_argument("--eval-beir", metavar="DIR", help="a BEIR directory (corpus.jsonl, queries.jsonl, "
+                                                              "qrels/SPLIT.tsv): --eval-first-stage's top k reranked")
+        group.add_argument("--eval-first-stage", metavar="EMBEDDER|RUN_FILE",
+                           help="--eval-beir: an embedding model directory or a run file (TREC lines or .json) "
+                                "giving each query its candidates, retrieved once before training")
+        group.add_argument("--eval-top-k", type=int, default=100, metavar="K",
+                           help="--eval-beir: the first stage's documents reranked per query (default 100)")
+    else:
+        group.add_argument("--eval-beir", metavar="DIR", help="a BEIR directory (corpus.jsonl, queries.jsonl, "
+                                                              "qrels/SPLIT.tsv): retrieval metrics")
+        group.add_argument("--eval-sts", metavar="FILE", help="pairs with gold scores (sentence1, sentence2, "
+                                                              "score): similarity correlations")
+    group.add_argument("--eval-every", type=int, metavar="N", help="steps between evaluations (default: every "
+                                                                   "epoch); also at step 0 and at the end")
+    group.add_argument("--eval-split", default="test", metavar="SPLIT",
+                       help="--eval-beir: qrels/SPLIT.tsv (default test)")
+    group.add_argument("--eval-k", type=k_list, default=DEFAULT_K, metavar="K,K,...",
+                       help="the cut-offs (default 1,3,5,10,100)")
+
+
+def evaluation_options(args: argparse.Namespace) -> dict:
+    """The ``eval_*`` keyword arguments of :func:`add_evaluation_flags`' flags for the training function (after
+    refusing an output directory over one of their inputs)."""
+    given = {name: value for name, value in vars(args).items() if name.startswith("eval_")}
+    refuse_output_over_input(("-o", args.output), [(f"--{name.replace('_', '-')}", given[name]) for name in
+                                                   ("eval_beir", "eval_sts", "eval_rerank", "eval_first_stage")
+                                                   if name in given])
+    return given
 
 
 def run_options(args: argparse.Namespace) -> dict:

@@ -7,6 +7,10 @@ SRC: a cross-encoder directory or any BERT checkpoint bertkit loads (a new one-l
 (query, positive, negatives...) rows are labelled 1, 0, 0, ... for bce, listnet and lambda. OUT gets model/
 (sentence-transformers' CrossEncoder loads it with the same scores; `bertkit serve` serves it on /rerank),
 results.json, metrics.jsonl and metrics.png. --resume continues a run exactly, --overwrite replaces it.
+--eval-rerank FILE (rows, as `bertkit evaluate --rerank`) and/or --eval-beir DIR --eval-first-stage
+EMBEDDER|RUN_FILE [--eval-top-k 100] (as `--beir --first-stage`) score the reranker being trained at step 0,
+every --eval-every steps (default: every epoch) and at the end: eval records of metrics.jsonl and the plot, the
+final scores in results.json, a before/after table in the model card; training is the same as without them.
 See :func:`bertkit.embedding.rerank_training.finetune_reranker`.
 """
 
@@ -15,7 +19,7 @@ from __future__ import annotations
 import argparse
 
 from bertkit.cli import ArgumentParser
-from bertkit.cli.finetune_embed import add_run_flags, report, run_options
+from bertkit.cli.finetune_embed import add_evaluation_flags, add_run_flags, evaluation_options, report, run_options
 from bertkit.embedding.rerank_training import RERANK_LOSSES
 
 
@@ -27,12 +31,13 @@ def main(argv: list[str]) -> int:
     loss.add_argument("--loss", default="bce", help=f"one of {', '.join(RERANK_LOSSES)} (default bce)")
     loss.add_argument("--mini-batch-size", type=int, help="pairs scored at a time (default: all of a batch)")
     loss.add_argument("--num-negatives", type=int, help="mnrl: other rows' passages per row (default 4)")
+    add_evaluation_flags(parser, reranker=True)
     args = parser.parse_args(argv)
 
     from bertkit.embedding.rerank_training import finetune_reranker
 
     result = finetune_reranker(args.model, args.train, args.output, loss=args.loss,
                                mini_batch_size=args.mini_batch_size, num_negatives=args.num_negatives,
-                               **run_options(args))
+                               **evaluation_options(args), **run_options(args))
     report(result)
     return 0

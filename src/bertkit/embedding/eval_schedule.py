@@ -121,6 +121,26 @@ def check_every(every: int | None) -> None:
         raise ValueError(f"--eval-every must be a positive number of steps, got {every!r}.")
 
 
+def check_needed(every: int | None, described: Mapping[str, str], flags: str) -> None:
+    """``ValueError`` naming ``--eval-every`` when it is set but nothing is evaluated on (``described`` is empty);
+    ``flags``: what to add, for the message."""
+    if every is not None and not described:
+        raise ValueError(f"--eval-every needs something to evaluate on: add {flags}.")
+
+
+def beir_directory(directory, split: str, flag: str = "--eval-beir"):
+    """The :class:`~bertkit.embedding.beir.BeirData` of the ``split`` of the BEIR ``directory`` given with
+    ``flag``; a missing directory or bad content is a one-line ``ValueError`` naming them."""
+    from pathlib import Path
+
+    from bertkit.embedding.beir import load_beir
+
+    if not Path(directory).is_dir():
+        raise ValueError(f"{flag} {directory}: not a directory; give a BEIR directory holding corpus.jsonl, "
+                         f"queries.jsonl and qrels/{split}.tsv.")
+    return load_beir(directory, split)
+
+
 def _number(name: str, value: Any) -> float:
     try:
         return float(value)

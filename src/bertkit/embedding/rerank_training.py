@@ -13,20 +13,28 @@ CrossEncoder` as the model and a reranking loss (:mod:`bertkit.embedding.rerank_
 ``OUT/model`` is written by :meth:`CrossEncoder.save`, with a short model card ``README.md``:
 sentence-transformers' ``CrossEncoder`` loads it with the same scores and ``bertkit serve`` serves it on
 ``/rerank``.
+
+With rows to rerank and/or a BEIR directory and a first stage (:mod:`bertkit.embedding.reranking`'s
+evaluators), the cross-encoder wrapping the model being trained is scored at step 0, every N steps and at the
+end, as the bi-encoder is (:class:`~bertkit.embedding.eval_schedule.EvalSchedule`): ``"eval"`` records of
+``metrics.jsonl``, the final scores in ``results.json`` and a before/after table in the model card.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import time
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
 from bertkit.embedding.data import EmbeddingDataset, RowBatch
+from bertkit.embedding.ir_metrics import DEFAULT_K
 from bertkit.embedding.training import MODEL_DIR, EmbeddingTrainingResult, finish, model_card, train_batches
 from bertkit.io import atomic_write_text
 
@@ -109,22 +117,35 @@ def finetune_reranker(model: str | os.PathLike, train_files: str | os.PathLike |
                       warmup_ratio: float = 0.1, weight_decay: float = 0.01, max_grad_norm: float | None = 1.0,
                       seed: int = 42, precision: str = "auto", device: str = "auto", save_every: int | None = None,
                       resume: bool = False, overwrite: bool = False, progress: bool = True,
-                      threads: int | str | None = None,
-                      callbacks: Mapping[str, Any] | None = None) -> EmbeddingTrainingResult:
+                      threads: int | str | None = None, callbacks: Mapping[str, Any] | None = None,
+                      eval_rerank: str | os.PathLike | None = None, eval_beir: str | os.PathLike | None = None,
+                      eval_first_stage: Any = None, eval_top_k: int = 100, eval_every: int | None = None,
+                      eval_split: str = "test", eval_k: Sequence[int] = DEFAULT_K) -> EmbeddingTrainingResult:
     """Fine-tune ``model`` (a cross-encoder, or a base checkpoint: a new one-label head, seeded by ``seed``) as a
     reranker on ``train_files`` with ``loss`` (:func:`build_rerank_loss`) and write ``output_dir``; the other
-    arguments are :func:`~bertkit.embedding.training.finetune_embeddings`'."""
+    arguments are :func:`~bertkit.embedding.training.finetune_embeddings`'.
+
+    ``eval_rerank`` (rows, as ``bertkit evaluate --rerank``) and ``eval_beir`` with ``eval_first_stage`` (an
+    embedding model directory or a run file, as ``--beir --first-stage``: its ``eval_top_k`` documents per query
+    of the ``eval_split`` reranked) score the model being trained, metrics at each of ``eval_k``, at step 0,
+    every ``eval_every`` steps (default: every epoch) and at the last step, without changing what it learns
+    (:func:`rerank_evaluators`: read, checked and the first stage run before training starts)."""
     from bertkit.embedding.cross_encoder import CrossEncoder
+    from bertkit.embedding.eval_schedule import EvalSchedule
+    from bertkit.embedding.training import evaluation_card
     from bertkit.training.config import resolve_device
     from bertkit.training.rundir import file_fingerprint, open_run
 
     start = time.perf_counter()
     files = [train_files] if isinstance(train_files, (str, os.PathLike)) else list(train_files)
     objective = build_rerank_loss(loss, mini_batch_size=mini_batch_size, num_negatives=num_negatives)
+    evaluators, described = rerank_evaluators(eval_rerank, eval_beir, eval_first_stage, eval_top_k, eval_every,
+                                              eval_split, eval_k)
     with open_run(output_dir, resume=resume, overwrite=overwrite) as run:
         torch.manual_seed(seed)  # a new head's initial weights are a function of the seed
         cross = CrossEncoder(model, num_labels=1, max_length=max_seq_length,
                              device=resolve_device(device, int(os.environ.get("LOCAL_RANK", 0))))
+        eager(cross.model)
         dataset = EmbeddingDataset(files, batch_size, columns=columns, sampling=sampling, seed=seed)
         settings = {"loss": loss, "mini_batch_size": mini_batch_size, "num_negatives": num_negatives,
                     "columns": columns, "sampling": sampling, "batch_size": batch_size,
@@ -134,8 +155,11 @@ def finetune_reranker(model: str | os.PathLike, train_files: str | os.PathLike |
         run.check("reranker", json.loads(json.dumps(settings)))
         run.save()
         collate = RerankCollator(cross.tokenize, labelled=loss != "mnrl")
+        evaluation = EvalSchedule(functools.partial(evaluate_reranker, cross, evaluators), eval_every) \
+            if evaluators else None
         trainer, results = train_batches(run, Reranker(cross, objective), dataset, collate, epochs=epochs,
                                    max_steps=max_steps, save_every=save_every, callbacks=callbacks,
+                                   evaluation=evaluation,
                                    learning_rate=learning_rate, warmup_ratio=warmup_ratio, weight_decay=weight_decay,
                                    max_grad_norm=max_grad_norm, seed=seed, precision=precision, device=device,
                                    progress_bar=progress, threads=threads)
@@ -144,6 +168,71 @@ def finetune_reranker(model: str | os.PathLike, train_files: str | os.PathLike |
         card = model_card("A cross-encoder (reranker) fine-tuned with bertkit",
                           ["sentence-transformers", "cross-encoder", "reranker", "bertkit"], model, dataset, loss,
                           objective, {"mini_batch_size": mini_batch_size, "num_negatives": num_negatives},
-                          [f"max sequence length: {cross.max_length}"], trainer.config, results)
+                          [f"max sequence length: {cross.max_length}"], trainer.config, results,
+                          evaluation=evaluation_card(described, evaluation))
         atomic_write_text(run.path / MODEL_DIR / "README.md", card)
         return finish(run.path, run.path / MODEL_DIR, results, start)
+
+
+# ---------------------------------------------------------------------- evaluation during training
+def eager(model: nn.Module) -> None:
+    """Drop the prepared inference kernels (:func:`bertkit.optimize_for_inference`'s, which the cross-encoder
+    attaches) from ``model``: a fused AdamW step updates the weights in place without bumping their version, the
+    kernels' cue to rebuild, so scoring without gradients during training would use the weights of before."""
+    for module in model.modules():
+        if getattr(module, "packed", None) is not None:
+            module.packed = None
+
+def rerank_evaluators(rows, beir, first_stage, top_k: int, every: int | None, split: str,
+                      k_values: Sequence[int]) -> tuple[dict[str, Any], dict[str, str]]:
+    """``({"rerank": RowsRerankEvaluator, "beir": BeirRerankEvaluator}, {same keys: a line describing each})``
+    for the rows file ``rows`` and the BEIR directory ``beir`` reranked over ``first_stage``'s ``top_k`` (each
+    None to leave it out; both empty without either), built before training: the data read and checked, the
+    first stage retrieved. A missing file or directory, bad content, a BEIR directory without a first stage (or
+    the reverse), ``every`` without data and a bad k or top k are one-line ``ValueError`` s naming the flag."""
+    from bertkit.embedding.eval_schedule import beir_directory, check_every, check_needed
+    from bertkit.embedding.ir_metrics import check_k_values
+    from bertkit.embedding.reranking import BeirRerankEvaluator, RowsRerankEvaluator
+
+    check_every(every)
+    if (beir is None) != (first_stage is None):
+        raise ValueError("--eval-beir DIR and --eval-first-stage EMBEDDER|RUN_FILE go together: the first stage "
+                         "gives each query of the BEIR directory the documents the reranker reorders.")
+    evaluators: dict[str, Any] = {}
+    described: dict[str, str] = {}
+    if rows is not None or beir is not None:
+        k_values = check_k_values(k_values, "--eval-k")
+        cut = ", ".join(map(str, k_values))
+    if rows is not None:
+        if not Path(rows).is_file():
+            raise ValueError(f"--eval-rerank {os.fspath(rows)}: no such file; give rows of query, positive(s) and "
+                             "negatives (negative_1.. or a list) or a ranked 'documents' list.")
+        evaluators["rerank"] = RowsRerankEvaluator(rows, k_values=k_values)
+        described["rerank"] = (f"reranking: `{Path(rows).name}`: {len(evaluators['rerank'].rows)} rows; mrr and "
+                               f"ndcg at k = {cut}, map")
+    if beir is not None:
+        if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
+            raise ValueError(f"--eval-top-k must be a whole number of at least 1 (the first stage's documents "
+                             f"reranked per query), got {top_k!r}.")
+        if isinstance(first_stage, str | os.PathLike) and not Path(first_stage).exists():
+            raise ValueError(f"--eval-first-stage {os.fspath(first_stage)}: no such file or directory; give an "
+                             "embedding model directory or a run file (TREC lines or JSON {qid: {docid: score}}).")
+        beir_directory(beir, split)
+        evaluator = BeirRerankEvaluator(beir, first_stage, split=split, top_k=top_k, k_values=k_values,
+                                        precision="fp32")
+        evaluators["beir"] = evaluator
+        source = Path(first_stage).name if isinstance(first_stage, str | os.PathLike) else type(first_stage).__name__
+        described["beir"] = (f"reranking the top {top_k} of `{source}` on `{Path(beir).name}` (BEIR, "
+                             f"`qrels/{split}.tsv`): {len(evaluator.hits)} judged queries, {len(evaluator.data.corpus)}"
+                             f" documents; metrics at k = {cut}")
+    check_needed(every, described, "--eval-rerank FILE and/or --eval-beir DIR --eval-first-stage EMBEDDER|RUN_FILE")
+    return evaluators, described
+
+
+def evaluate_reranker(cross, evaluators: Mapping[str, Any]) -> dict[str, float]:
+    """The flat metrics of ``cross`` (a :class:`~bertkit.embedding.cross_encoder.CrossEncoder`) from each of
+    ``evaluators`` (:func:`rerank_evaluators`'); with both, the rows' are prefixed ``rerank_`` and the BEIR
+    directory's ``beir_``."""
+    both = len(evaluators) > 1
+    return {f"{name}_{metric}" if both else metric: value
+            for name, evaluator in evaluators.items() for metric, value in evaluator(cross).items()}

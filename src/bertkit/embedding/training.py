@@ -391,18 +391,15 @@ def check_evaluation_data(beir, sts, every, split: str, k_values: Sequence[int])
     """Read and check what the run evaluates on, before it trains: ``{"beir": line, "sts": line}`` describing
     each (file, counts), empty without either. A missing directory or file, bad content, ``eval_every`` without
     data and a bad k are one-line ``ValueError`` s naming the flag or file."""
-    from bertkit.embedding.beir import load_beir
+    from bertkit.embedding.eval_schedule import beir_directory, check_needed
     from bertkit.embedding.ir_metrics import check_k_values
     from bertkit.embedding.sts import read_sts
 
     check_every(every)
     described = {}
     if beir is not None:
-        if not Path(beir).is_dir():
-            raise ValueError(f"--eval-beir {os.fspath(beir)}: not a directory; give a BEIR directory holding "
-                             f"corpus.jsonl, queries.jsonl and qrels/{split}.tsv.")
         k_values = check_k_values(k_values, "--eval-k")
-        data = load_beir(beir, split)
+        data = beir_directory(beir, split)
         described["beir"] = (f"retrieval: `{Path(beir).name}` (BEIR, `qrels/{split}.tsv`): {len(data.qrels)} judged "
                              f"queries, {len(data.corpus)} documents; metrics at k = {', '.join(map(str, k_values))}")
     if sts is not None:
@@ -411,8 +408,7 @@ def check_evaluation_data(beir, sts, every, split: str, k_values: Sequence[int])
                              "sentence1, sentence2, score.")
         pairs, _ = read_sts(sts)
         described["sts"] = f"similarity: `{Path(sts).name}`: {len(pairs)} pairs with gold scores"
-    if every is not None and not described:
-        raise ValueError("--eval-every needs something to evaluate on: add --eval-beir DIR and/or --eval-sts FILE.")
+    check_needed(every, described, "--eval-beir DIR and/or --eval-sts FILE")
     return described
 
 
