@@ -61,9 +61,32 @@ def records(run_dir, split: str) -> list[dict]:
     return [{k: v for k, v in r.items() if k not in TIMING} for r in map(json.loads, lines) if r["split"] == split]
 
 
-def test_evaluation_leaves_training_as_it_was_and_equals_bertkit_evaluate(tmp_path):
+def same_training(plain, scored, steps: list[int]) -> list[dict]:
+    """Assert that the run ``scored`` (with evaluation) trained as ``plain`` (without): the same weights bit for
+    bit and training records, evaluated at ``steps``; returns its eval records."""
     from safetensors.torch import load_file
 
+    a, b = load_file(plain.model_dir / "model.safetensors"), load_file(scored.model_dir / "model.safetensors")
+    for key in a:
+        torch.testing.assert_close(b[key], a[key], rtol=0, atol=0, msg=key)
+    assert records(scored.output_dir, "train") == records(plain.output_dir, "train")
+    assert not records(plain.output_dir, "eval") and "evaluation" not in plain.results
+    evals = records(scored.output_dir, "eval")
+    assert [r["step"] for r in evals] == steps
+    return evals
+
+
+def saved_evaluation(scored, evals: list[dict], every: int) -> None:
+    """Assert that results.json (and the run's result) holds the evaluations ``evals``, every ``every`` steps."""
+    saved = json.loads((scored.output_dir / "results.json").read_text())["evaluation"]
+    assert saved == scored.results["evaluation"]
+    assert saved["steps"] == [r["step"] for r in evals] and saved["every"] == every
+    assert saved["final_step"] == evals[-1]["step"]
+    assert saved["final"] == {k: v for k, v in evals[-1].items() if k not in ("split", "step", "epoch")}
+    assert saved["base"] == {k: v for k, v in evals[0].items() if k not in ("split", "step", "epoch")}
+
+
+def test_evaluation_leaves_training_as_it_was_and_equals_bertkit_evaluate(tmp_path):
     base = write_base(tmp_path / "base", dropout=0.1)
     train = write_pairs(tmp_path / "pairs.jsonl", 40)
     beir, sts = write_beir(tmp_path / "beir"), write_sts(tmp_path / "sts.jsonl")
@@ -72,14 +95,7 @@ def test_evaluation_leaves_training_as_it_was_and_equals_bertkit_evaluate(tmp_pa
     scored = finetune_embeddings(base, train, tmp_path / "scored", eval_beir=beir, eval_sts=sts, eval_every=2,
                                  **options)
 
-    a, b = load_file(plain.model_dir / "model.safetensors"), load_file(scored.model_dir / "model.safetensors")
-    for key in a:
-        torch.testing.assert_close(b[key], a[key], rtol=0, atol=0, msg=key)
-    assert records(scored.output_dir, "train") == records(plain.output_dir, "train")
-    assert not records(plain.output_dir, "eval") and "evaluation" not in plain.results
-
-    evals = records(scored.output_dir, "eval")
-    assert [r["step"] for r in evals] == [0, 2, 4, 5]
+    evals = same_training(plain, scored, steps=[0, 2, 4, 5])
     final_model, _ = load_encoder(scored.model_dir, precision="fp32")
     base_model, _ = load_encoder(base, precision="fp32")
     base_model.prompts = {"query": "w1 ", "document": "w2 "}  # the prompts the run scored the base model with
@@ -90,12 +106,7 @@ def test_evaluation_leaves_training_as_it_was_and_equals_bertkit_evaluate(tmp_pa
         torch.testing.assert_close(got, expected, msg=f"step {record['step']}")
     assert evals[-1]["ndcg@10"] != evals[0]["ndcg@10"]  # training moved the scores
 
-    saved = json.loads((scored.output_dir / "results.json").read_text())["evaluation"]
-    assert saved == scored.results["evaluation"]
-    assert saved["steps"] == [0, 2, 4, 5] and saved["every"] == 2 and saved["final_step"] == 5
-    assert saved["final"] == {k: v for k, v in evals[-1].items() if k not in ("split", "step", "epoch")}
-    assert saved["base"] == {k: v for k, v in evals[0].items() if k not in ("split", "step", "epoch")}
-
+    saved_evaluation(scored, evals, every=2)
     card = (scored.model_dir / "README.md").read_text()
     evaluation = card[card.index("## Evaluation"):]
     for fact in ("`beir` (BEIR, `qrels/test.tsv`): 12 judged queries, 12 documents", "`sts.jsonl`: 10 pairs",

@@ -21,7 +21,7 @@ from bertkit.cli import main as cli
 from bertkit.embedding.cross_encoder import CrossEncoder
 from bertkit.embedding.rerank_training import finetune_reranker
 from bertkit.embedding.reranking import RowsRerankEvaluator
-from test_embedding_eval_during_training import records, write_beir
+from test_embedding_eval_during_training import records, same_training, saved_evaluation, write_beir
 from test_embedding_training import write_base as write_embedder
 from test_rerank_training import COMMON, write_base, write_rows
 
@@ -37,8 +37,6 @@ def evaluate_cli(model_dir, out, flags, capsys) -> dict:
 
 
 def test_evaluation_leaves_training_as_it_was_and_equals_bertkit_evaluate(tmp_path, capsys):
-    from safetensors.torch import load_file
-
     base = write_base(tmp_path / "base", dropout=0.1)
     train = write_rows(tmp_path / "train.jsonl", 40, seed=1)
     held = write_rows(tmp_path / "held.jsonl", 12, seed=2)
@@ -46,14 +44,7 @@ def test_evaluation_leaves_training_as_it_was_and_equals_bertkit_evaluate(tmp_pa
     plain = finetune_reranker(base, train, tmp_path / "plain", **options)
     scored = finetune_reranker(base, train, tmp_path / "scored", eval_rerank=held, eval_every=2, **options)
 
-    a, b = load_file(plain.model_dir / "model.safetensors"), load_file(scored.model_dir / "model.safetensors")
-    for key in a:
-        torch.testing.assert_close(b[key], a[key], rtol=0, atol=0, msg=key)
-    assert records(scored.output_dir, "train") == records(plain.output_dir, "train")
-    assert not records(plain.output_dir, "eval") and "evaluation" not in plain.results
-
-    evals = records(scored.output_dir, "eval")
-    assert [r["step"] for r in evals] == [0, 2, 4, 5]
+    evals = same_training(plain, scored, steps=[0, 2, 4, 5])
     final = evaluate_cli(scored.model_dir, tmp_path / "final.json", ["--rerank", str(held)], capsys)["metrics"]
     torch.manual_seed(3)  # the run's seed: the same base head
     base_scores = RowsRerankEvaluator(held, k_values=(1, 3, 5, 10, 100))(CrossEncoder(base, num_labels=1))
@@ -62,11 +53,7 @@ def test_evaluation_leaves_training_as_it_was_and_equals_bertkit_evaluate(tmp_pa
         torch.testing.assert_close({k: record[k] for k in expected}, expected, msg=f"step {record['step']}")
     assert evals[-1]["mrr@10"] != evals[0]["mrr@10"]  # training moved the scores
 
-    saved = json.loads((scored.output_dir / "results.json").read_text())["evaluation"]
-    assert saved == scored.results["evaluation"]
-    assert saved["steps"] == [0, 2, 4, 5] and saved["every"] == 2 and saved["final_step"] == 5
-    assert saved["final"] == {k: v for k, v in evals[-1].items() if k not in STEP}
-    assert saved["base"] == {k: v for k, v in evals[0].items() if k not in STEP}
+    saved_evaluation(scored, evals, every=2)
     card = (scored.model_dir / "README.md").read_text()
     evaluation = card[card.index("## Evaluation"):]
     for fact in ("reranking: `held.jsonl`: 12 rows", "| metric | base (step 0) | step 2 | step 4 | step 5 |",
