@@ -126,10 +126,11 @@ def finetune_reranker(model: str | os.PathLike, train_files: str | os.PathLike |
     arguments are :func:`~bertkit.embedding.training.finetune_embeddings`'.
 
     ``eval_rerank`` (rows, as ``bertkit evaluate --rerank``) and ``eval_beir`` with ``eval_first_stage`` (an
-    embedding model directory or a run file, as ``--beir --first-stage``: its ``eval_top_k`` documents per query
-    of the ``eval_split`` reranked) score the model being trained, metrics at each of ``eval_k``, at step 0,
-    every ``eval_every`` steps (default: every epoch) and at the last step, without changing what it learns
-    (:func:`rerank_evaluators`: read, checked and the first stage run before training starts)."""
+    embedding model directory, encoding in fp32, or a run file, as ``--beir --first-stage``: its ``eval_top_k``
+    documents per query of the ``eval_split`` reranked) score the model being trained, metrics at each of
+    ``eval_k``, at step 0, every ``eval_every`` steps (default: every epoch) and at the last step, without
+    changing what it learns (:func:`rerank_evaluators`: read, checked and the first stage run before training
+    starts)."""
     from bertkit.embedding.cross_encoder import CrossEncoder
     from bertkit.embedding.eval_schedule import EvalSchedule
     from bertkit.embedding.training import evaluation_card
