@@ -9,6 +9,7 @@ for bit, and its eval records; bad flags are one-line errors.
 
 from __future__ import annotations
 
+import functools
 import json
 import random
 
@@ -118,6 +119,28 @@ def test_a_step_is_the_loss_called_directly_on_the_same_batch(base, tmp_path):
             torch.testing.assert_close(seen[name], p.grad, rtol=1e-5, atol=1e-7, msg=name)
 
 
+def killed_and_resumed(train, output_dir, step: int, **options):
+    """``train(output_dir, **options)`` killed right after step ``step``, then resumed: the resumed run's result."""
+    class Stop(Exception):
+        pass
+
+    def kill(trainer):
+        if trainer.state.step == step:
+            raise Stop()
+
+    with pytest.raises(Stop):
+        train(output_dir, callbacks={"on_step_end": kill}, **options)
+    return train(output_dir, resume=True, **options)
+
+
+def metrics(run) -> list[dict]:
+    """The run's ``metrics.jsonl`` records without their timings."""
+    from test_embedding_eval_during_training import TIMING
+
+    lines = (run.output_dir / "metrics.jsonl").read_text().splitlines()
+    return [{k: v for k, v in json.loads(line).items() if k not in TIMING} for line in lines]
+
+
 def test_a_resumed_run_ends_with_the_uninterrupted_runs_weights(tmp_path):
     """Two files mixed by proportional sampling, dropout on, 8 steps over two epochs, a checkpoint at step 3,
     evaluated on a BEIR directory every 2 steps: the run killed at step 5 (after the evaluation at step 4, which
@@ -125,28 +148,14 @@ def test_a_resumed_run_ends_with_the_uninterrupted_runs_weights(tmp_path):
     run's eval records, once each, and its results."""
     from safetensors.torch import load_file
 
-    from test_embedding_eval_during_training import TIMING, write_beir
+    from test_embedding_eval_during_training import write_beir
 
     base = write_base(tmp_path / "base", dropout=0.1)
     files = [write_pairs(tmp_path / "a.jsonl", 24, seed=1), write_pairs(tmp_path / "b.jsonl", 16, seed=2)]
     options = dict(max_steps=8, save_every=3, loss="cached-mnrl", mini_batch_size=3,
                    eval_beir=write_beir(tmp_path / "beir"), eval_every=2, **COMMON)
     whole = finetune_embeddings(base, files, tmp_path / "whole", **options)
-
-    class Stop(Exception):
-        pass
-
-    def kill_at_step_5(trainer):
-        if trainer.state.step == 5:
-            raise Stop()
-
-    with pytest.raises(Stop):
-        finetune_embeddings(base, files, tmp_path / "cut", callbacks={"on_step_end": kill_at_step_5}, **options)
-    resumed = finetune_embeddings(base, files, tmp_path / "cut", resume=True, **options)
-
-    def metrics(run):
-        lines = (run.output_dir / "metrics.jsonl").read_text().splitlines()
-        return [{k: v for k, v in json.loads(line).items() if k not in TIMING} for line in lines]
+    resumed = killed_and_resumed(functools.partial(finetune_embeddings, base, files), tmp_path / "cut", 5, **options)
 
     assert [r["step"] for r in metrics(resumed) if r["split"] == "eval"] == [0, 2, 4, 6, 8]
     assert metrics(resumed) == metrics(whole)

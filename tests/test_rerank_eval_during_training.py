@@ -12,6 +12,7 @@ training.
 
 from __future__ import annotations
 
+import functools
 import json
 
 import pytest
@@ -22,6 +23,7 @@ from bertkit.embedding.cross_encoder import CrossEncoder
 from bertkit.embedding.rerank_training import finetune_reranker
 from bertkit.embedding.reranking import RowsRerankEvaluator
 from test_embedding_eval_during_training import records, same_training, saved_evaluation, write_beir
+from test_embedding_training import killed_and_resumed, metrics
 from test_embedding_training import write_base as write_embedder
 from test_rerank_training import COMMON, write_base, write_rows
 
@@ -109,3 +111,22 @@ def test_bad_evaluation_flags_are_one_line_errors_before_training(tmp_path, caps
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and message.format(tmp=tmp_path) in err[0], err
     assert not (tmp_path / "o").exists()
+
+
+def test_a_resumed_run_keeps_the_uninterrupted_runs_evaluations(tmp_path):
+    """mnrl (random in-batch negatives) with dropout, a checkpoint at step 3, evaluated every 2 steps: killed at
+    step 5 (after the evaluation at step 4, which the checkpoint does not hold) and resumed, the run ends with
+    the whole run's metrics.jsonl (each evaluation once), results and weights."""
+    from safetensors.torch import load_file
+
+    base = write_base(tmp_path / "base", dropout=0.1)
+    train, held = write_rows(tmp_path / "train.jsonl", 32, seed=1), write_rows(tmp_path / "held.jsonl", 6, seed=2)
+    options = dict(loss="mnrl", num_negatives=2, max_steps=7, save_every=3, eval_rerank=held, eval_every=2, **COMMON)
+    whole = finetune_reranker(base, train, tmp_path / "whole", **options)
+    resumed = killed_and_resumed(functools.partial(finetune_reranker, base, train), tmp_path / "cut", 5, **options)
+
+    assert [r["step"] for r in metrics(resumed) if r["split"] == "eval"] == [0, 2, 4, 6, 7]
+    assert metrics(resumed) == metrics(whole) and resumed.results == whole.results
+    a, b = load_file(whole.model_dir / "model.safetensors"), load_file(resumed.model_dir / "model.safetensors")
+    for key in a:
+        torch.testing.assert_close(b[key], a[key], rtol=0, atol=0, msg=key)
