@@ -128,17 +128,14 @@ def check_needed(every: int | None, described: Mapping[str, str], flags: str) ->
         raise ValueError(f"--eval-every needs something to evaluate on: add {flags}.")
 
 
-def beir_directory(directory, split: str, flag: str = "--eval-beir"):
-    """The :class:`~bertkit.embedding.beir.BeirData` of the ``split`` of the BEIR ``directory`` given with
-    ``flag``; a missing directory or bad content is a one-line ``ValueError`` naming them."""
+def check_beir_directory(directory, split: str, flag: str = "--eval-beir") -> None:
+    """A one-line ``ValueError`` naming ``flag`` unless ``directory`` is a directory (its content is checked as it
+    is read: :func:`~bertkit.embedding.beir.load_beir`)."""
     from pathlib import Path
-
-    from bertkit.embedding.beir import load_beir
 
     if not Path(directory).is_dir():
         raise ValueError(f"{flag} {directory}: not a directory; give a BEIR directory holding corpus.jsonl, "
                          f"queries.jsonl and qrels/{split}.tsv.")
-    return load_beir(directory, split)
 
 
 def _number(name: str, value: Any) -> float:

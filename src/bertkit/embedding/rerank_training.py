@@ -191,7 +191,7 @@ def rerank_evaluators(rows, beir, first_stage, top_k: int, every: int | None, sp
     None to leave it out; both empty without either), built before training: the data read and checked, the
     first stage retrieved. A missing file or directory, bad content, a BEIR directory without a first stage (or
     the reverse), ``every`` without data and a bad k or top k are one-line ``ValueError`` s naming the flag."""
-    from bertkit.embedding.eval_schedule import beir_directory, check_every, check_needed
+    from bertkit.embedding.eval_schedule import check_beir_directory, check_every, check_needed
     from bertkit.embedding.ir_metrics import check_k_values
     from bertkit.embedding.reranking import BeirRerankEvaluator, RowsRerankEvaluator
 
@@ -218,7 +218,7 @@ def rerank_evaluators(rows, beir, first_stage, top_k: int, every: int | None, sp
         if isinstance(first_stage, str | os.PathLike) and not Path(first_stage).exists():
             raise ValueError(f"--eval-first-stage {os.fspath(first_stage)}: no such file or directory; give an "
                              "embedding model directory or a run file (TREC lines or JSON {qid: {docid: score}}).")
-        beir_directory(beir, split)
+        check_beir_directory(beir, split)
         evaluator = BeirRerankEvaluator(beir, first_stage, split=split, top_k=top_k, k_values=k_values,
                                         precision="fp32")
         evaluators["beir"] = evaluator

@@ -391,15 +391,17 @@ def check_evaluation_data(beir, sts, every, split: str, k_values: Sequence[int])
     """Read and check what the run evaluates on, before it trains: ``{"beir": line, "sts": line}`` describing
     each (file, counts), empty without either. A missing directory or file, bad content, ``eval_every`` without
     data and a bad k are one-line ``ValueError`` s naming the flag or file."""
-    from bertkit.embedding.eval_schedule import beir_directory, check_needed
+    from bertkit.embedding.beir import load_beir
+    from bertkit.embedding.eval_schedule import check_beir_directory, check_needed
     from bertkit.embedding.ir_metrics import check_k_values
     from bertkit.embedding.sts import read_sts
 
     check_every(every)
     described = {}
     if beir is not None:
+        check_beir_directory(beir, split)
         k_values = check_k_values(k_values, "--eval-k")
-        data = beir_directory(beir, split)
+        data = load_beir(beir, split)
         described["beir"] = (f"retrieval: `{Path(beir).name}` (BEIR, `qrels/{split}.tsv`): {len(data.qrels)} judged "
                              f"queries, {len(data.corpus)} documents; metrics at k = {', '.join(map(str, k_values))}")
     if sts is not None:
