@@ -7,6 +7,7 @@ Run as a script (``torchrun ... tests/test_training.py OUT``) it is the DDP work
 from __future__ import annotations
 
 import ast
+import copy
 import json
 import sys
 from pathlib import Path
@@ -375,6 +376,27 @@ def test_parameter_groups_exclude_biases_and_layernorm():
     optimizer = build_optimizer(model, TrainingConfig(max_steps=1, weight_decay=0.05))
     assert [g["weight_decay"] for g in optimizer.param_groups] == [0.05, 0.0]
     assert optimizer.defaults["fused"] or optimizer.defaults["foreach"]
+
+
+def test_a_model_scored_between_steps_sees_its_current_weights():
+    # the fused AdamW kernel writes parameters without bumping their versions, the prepared inference kernels'
+    # cue to rebuild: build_optimizer bumps them after each step (a reranker evaluated during training needs it)
+    model = bertkit.BERT(bertkit.BERTConfig(**TINY, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0))
+    bertkit.optimize_for_inference(model)  # attaches prepared kernels; the model still trains
+    model.train()
+    reference = copy.deepcopy(model)  # its own kernels, prepared anew
+    optimizer = build_optimizer(model, TrainingConfig(max_steps=1, learning_rate=0.1))
+    ids = torch.randint(5, TINY["vocab_size"], (2, 7))
+    with torch.no_grad():
+        model(ids)  # the kernels are prepared from the weights before the step
+    model(ids)[0].square().mean().backward()
+    optimizer.step()
+    with torch.no_grad():
+        after = model(ids)[0]
+        for p, q in zip(model.parameters(), reference.parameters()):
+            q.copy_(p)
+        expected = reference(ids)[0]
+    torch.testing.assert_close(after, expected, rtol=0, atol=0)
 
 
 @pytest.mark.parametrize(("schedule", "power", "end", "expected"), [

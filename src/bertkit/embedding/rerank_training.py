@@ -146,7 +146,6 @@ def finetune_reranker(model: str | os.PathLike, train_files: str | os.PathLike |
         torch.manual_seed(seed)  # a new head's initial weights are a function of the seed
         cross = CrossEncoder(model, num_labels=1, max_length=max_seq_length,
                              device=resolve_device(device, int(os.environ.get("LOCAL_RANK", 0))))
-        eager(cross.model)
         dataset = EmbeddingDataset(files, batch_size, columns=columns, sampling=sampling, seed=seed)
         settings = {"loss": loss, "mini_batch_size": mini_batch_size, "num_negatives": num_negatives,
                     "columns": columns, "sampling": sampling, "batch_size": batch_size,
@@ -176,14 +175,6 @@ def finetune_reranker(model: str | os.PathLike, train_files: str | os.PathLike |
 
 
 # ---------------------------------------------------------------------- evaluation during training
-def eager(model: nn.Module) -> None:
-    """Drop the prepared inference kernels (:func:`bertkit.optimize_for_inference`'s, which the cross-encoder
-    attaches) from ``model``: a fused AdamW step updates the weights in place without bumping their version, the
-    kernels' cue to rebuild, so scoring without gradients during training would use the weights of before."""
-    for module in model.modules():
-        if getattr(module, "packed", None) is not None:
-            module.packed = None
-
 def rerank_evaluators(rows, beir, first_stage, top_k: int, every: int | None, split: str,
                       k_values: Sequence[int]) -> tuple[dict[str, Any], dict[str, str]]:
     """``({"rerank": RowsRerankEvaluator, "beir": BeirRerankEvaluator}, {same keys: a line describing each})``

@@ -43,16 +43,31 @@ def build_optimizer(model: nn.Module, config: TrainingConfig) -> torch.optim.Ada
 
     Fused AdamW exists for CUDA and (torch >= 2.4) CPU and is ~3x faster than the foreach
     path on CPU for BERT-sized tensors; elsewhere (MPS, non-float parameters) foreach is used.
+    The fused kernel writes the parameters without bumping their version counters (foreach bumps them), the cue
+    every weight cache keys on (the prepared inference kernels of :func:`bertkit.optimize_for_inference`): after
+    each step a hook bumps them, so a model scored between steps sees its current weights.
     """
     groups = parameter_groups(model, config.weight_decay)
     kwargs = dict(lr=config.learning_rate, betas=(config.adam_beta1, config.adam_beta2), eps=config.adam_epsilon)
     params = [p for group in groups for p in group["params"]]
     if params and {p.device.type for p in params} <= {"cuda", "cpu"}:
         try:
-            return torch.optim.AdamW(groups, fused=True, **kwargs)
+            optimizer = torch.optim.AdamW(groups, fused=True, **kwargs)
         except (RuntimeError, ValueError):  # older torch (no CPU kernel) or unsupported dtypes
             pass
+        else:
+            optimizer.register_step_post_hook(_bump_versions)
+            return optimizer
     return torch.optim.AdamW(groups, foreach=True, **kwargs)
+
+
+def _bump_versions(optimizer: torch.optim.Optimizer, args, kwargs) -> None:
+    """Mark every parameter of ``optimizer`` as changed in place (see :func:`build_optimizer`)."""
+    from torch.autograd.graph import increment_version
+
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            increment_version(p)
 
 
 # ---------------------------------------------------------------------- schedules
