@@ -73,7 +73,9 @@ def add_run_flags(parser: argparse.ArgumentParser, *, batch_size: int, learning_
                       help="how batches of several files are mixed (default proportional)")
     group = parser.add_argument_group("training")
     group.add_argument("--max-seq-length", type=int, help="default: the model's")
-    group.add_argument("--batch-size", type=int, default=batch_size, help="rows per step (default %(default)s)")
+    group.add_argument("--batch-size", type=int, default=batch_size,
+                       help="rows per step and process (under torchrun a step reads batch size x processes rows; "
+                            "default %(default)s)")
     group.add_argument("--epochs", type=float, default=1.0, help="default: %(default)s")
     group.add_argument("--max-steps", type=int, help="steps to train (default: from --epochs)")
     group.add_argument("--learning-rate", type=float, default=learning_rate, help="default: %(default)s")
