@@ -3,7 +3,8 @@
 With ``batch_size`` B per process, a 2-process run reads global batches of 2B rows and each rank trains on its
 half; the losses gather the candidates (and their text ids) from both ranks. Checked end to end on a tiny BERT
 without dropout: the 2-process run logs the losses and saves the weights of a 1-process run with
-``batch_size`` 2B (MNRL and cached MNRL; the reranker with BCE). The training file repeats a few positives, so
+``batch_size`` 2B (MNRL and cached MNRL; the reranker with BCE), and a 2-process run cut after a checkpoint
+and resumed ends as the uninterrupted one. The training file repeats a few positives, so
 most global batches hold a text on rank 1 that duplicates one on rank 0: the 1-process run masks it out of the
 negatives, and so must the 2-process run (ids numbered over the global batch, gathered with the embeddings).
 
@@ -47,6 +48,29 @@ def train(base: Path, cross: Path, pairs: Path, out: Path, batch_size: int) -> N
     finetune_reranker(cross, pairs, out / "rerank", batch_size=batch_size, loss="bce", **COMMON)
 
 
+def cut_and_resume(base: Path, pairs: Path, out: Path, batch_size: int) -> None:
+    """The MNRL run into ``out/resumed``, stopped (on both ranks) after its checkpoint at step 2 and resumed."""
+    from bertkit.embedding.training import finetune_embeddings
+    from bertkit.training import Trainer
+
+    original = Trainer.save_checkpoint
+
+    def crash_after_saving(self):
+        original(self)
+        raise KeyboardInterrupt  # after the checkpoint's barrier: every rank stops at the same point
+
+    options = dict(batch_size=batch_size, save_every=2, **RUNS["mnrl"], **COMMON)
+    Trainer.save_checkpoint = crash_after_saving
+    try:
+        finetune_embeddings(base, pairs, out / "resumed", **options)
+        raise AssertionError("the run was not cut")
+    except KeyboardInterrupt:
+        assert len(losses(out / "resumed")) == 2  # rank 0 logged both steps before the checkpoint barrier
+    finally:
+        Trainer.save_checkpoint = original
+    finetune_embeddings(base, pairs, out / "resumed", resume=True, **options)
+
+
 def losses(run: Path) -> list[float]:
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     return [r["loss"] for r in records if r.get("split") == "train"]
@@ -87,6 +111,15 @@ def test_two_processes_train_as_one_with_the_combined_batch(runs, name):
     assert json.loads((two / "results.json").read_text())["steps"] == STEPS
 
 
+def test_a_run_cut_at_a_checkpoint_and_resumed_under_torchrun_ends_as_the_whole_run(runs):
+    """The checkpoint holds the global stream position: the resumed ranks read on from the next global batch."""
+    whole, resumed = runs / "two" / "mnrl", runs / "two" / "resumed"
+    assert losses(resumed) == losses(whole)
+    mine, theirs = weights(resumed / "model"), weights(whole / "model")
+    for key in mine:
+        torch.testing.assert_close(mine[key], theirs[key], rtol=0, atol=0, msg=key)
+
+
 def test_a_file_smaller_than_one_global_batch_names_the_flag(tmp_path):
     from bertkit.embedding.training import global_batches
     from test_embedding_training import write_pairs
@@ -100,3 +133,4 @@ def test_a_file_smaller_than_one_global_batch_names_the_flag(tmp_path):
 if __name__ == "__main__":
     base_dir, cross_dir, pairs_file, out_dir = map(Path, sys.argv[1:5])
     train(base_dir, cross_dir, pairs_file, out_dir, batch_size=PER_RANK)
+    cut_and_resume(base_dir, pairs_file, out_dir, batch_size=PER_RANK)
