@@ -108,7 +108,11 @@ def run_options(args: argparse.Namespace) -> dict:
 
 
 def report(result) -> None:
-    """Print the results and where the run's files are."""
+    """Print the results and where the run's files are (rank 0 alone under torchrun: it wrote them)."""
+    from bertkit.embedding.training import data_parallel
+
+    if data_parallel()[0] != 0:
+        return
     print(json.dumps(result.results, indent=2))
     print(f"model: {result.model_dir}\nresults: {result.output_dir / 'results.json'}\nmetrics: {result.metrics_path}")
     if result.plot_path:
