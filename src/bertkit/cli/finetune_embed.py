@@ -79,7 +79,9 @@ def add_run_flags(parser: argparse.ArgumentParser, *, batch_size: int, learning_
                       help="how batches of several files are mixed (default proportional)")
     group = parser.add_argument_group("training")
     group.add_argument("--max-seq-length", type=int, help="default: the model's")
-    group.add_argument("--batch-size", type=int, default=batch_size, help="rows per step (default %(default)s)")
+    group.add_argument("--batch-size", type=int, default=batch_size,
+                       help="rows per step and process (under torchrun a step reads batch size x processes rows; "
+                            "default %(default)s)")
     group.add_argument("--epochs", type=float, default=1.0, help="default: %(default)s")
     group.add_argument("--max-steps", type=int, help="steps to train (default: from --epochs)")
     group.add_argument("--learning-rate", type=float, default=learning_rate, help="default: %(default)s")
@@ -150,7 +152,11 @@ def run_options(args: argparse.Namespace) -> dict:
 
 
 def report(result) -> None:
-    """Print the results and where the run's files are."""
+    """Print the results and where the run's files are (rank 0 alone under torchrun: it wrote them)."""
+    from bertkit.embedding.training import data_parallel
+
+    if data_parallel()[0] != 0:
+        return
     print(json.dumps(result.results, indent=2))
     print(f"model: {result.model_dir}\nresults: {result.output_dir / 'results.json'}\nmetrics: {result.metrics_path}")
     if result.plot_path:

@@ -13,9 +13,12 @@ Contract: only one mini-batch's activations are alive at a time. The parameter g
 on, the plain loss's when its ``embed`` draws the same dropout masks, i.e. embeds each column in the same
 mini-batches in the same order (a whole-column forward draws different masks). The gradient reaching the
 returned tensor (gradient accumulation's ``1/k``, a loss scaler's factor) scales every replayed mini-batch.
-The replay calls ``embed`` inside ``backward()``; under DDP run it in the model's ``no_sync()`` and reduce
-the gradients after it, since the model runs several forwards per backward. Each backward replays every
-mini-batch again, so call backward once per forward.
+The replay calls ``embed`` inside ``backward()``; DDP's reducer refuses a parameter that receives its
+gradient several times in one backward, so under data parallelism run the model outside DDP (or in its
+``no_sync()``) and average the gradients over the ranks after the replay: ``on_replayed`` (an attribute of
+:class:`CachedMultipleNegativesRankingLoss`, called at the end of the replay, inside ``backward()``) is where
+:func:`~bertkit.embedding.training.train_batches` does it. Each backward replays every mini-batch again, so
+call backward once per forward.
 """
 
 from __future__ import annotations
@@ -70,8 +73,10 @@ class _ReplayOnBackward(torch.autograd.Function):
         return None, None, None
 
 
-def gradcache(embed: Embed, batch: PairBatch, objective: Objective, mini_batch_size: int) -> torch.Tensor:
-    """``objective`` on the embeddings of every column of ``batch``, computed as the module docstring says.
+def gradcache(embed: Embed, batch: PairBatch, objective: Objective, mini_batch_size: int,
+              on_replayed: Callable[[], None] | None = None) -> torch.Tensor:
+    """``objective`` on the embeddings of every column of ``batch``, computed as the module docstring says;
+    ``on_replayed()`` is called once the backward's replay has back-propagated every mini-batch.
 
     Without gradients enabled (evaluation) it only embeds in mini-batches and returns the objective.
     """
@@ -102,6 +107,8 @@ def gradcache(embed: Embed, batch: PairBatch, objective: Objective, mini_batch_s
                         part = embed(_rows(inputs, begin, end))
                     if part.requires_grad:  # a frozen encoder has nothing to back-propagate into
                         torch.autograd.backward(part, cached[begin:end] * grad)
+        if on_replayed is not None:
+            on_replayed()
 
     handle = torch.zeros((), requires_grad=True)  # gives the result a backward; never receives a gradient
     return _ReplayOnBackward.apply(handle, loss.detach(), replay)
@@ -112,6 +119,7 @@ class CachedMultipleNegativesRankingLoss(nn.Module):
     the same loss and gradients at the memory of ``mini_batch_size`` rows, for one more forward per row.
 
     ``mini_batch_size`` only bounds memory; the batch size (the number of in-batch negatives) is the batch's.
+    ``on_replayed``: None, or a function called at the end of each backward's replay (module docstring).
     """
 
     def __init__(self, scale: float = 20.0, similarity: str = "cosine", symmetric: bool = False,
@@ -121,13 +129,14 @@ class CachedMultipleNegativesRankingLoss(nn.Module):
             raise ValueError(f"--mini-batch-size must be a positive integer, got {mini_batch_size!r}")
         self.plain = MultipleNegativesRankingLoss(scale, similarity, symmetric, gather_across_ranks)
         self.mini_batch_size = mini_batch_size
+        self.on_replayed: Callable[[], None] | None = None
 
     def from_embeddings(self, embeddings: Sequence[torch.Tensor], batch: PairBatch) -> torch.Tensor:
         return self.plain.from_embeddings(embeddings, batch)
 
     def cached(self, embed: Embed, batch: PairBatch, objective: Objective) -> torch.Tensor:
         """Any ``objective`` on this loss's embeddings, cached (a wrapper such as Matryoshka passes its own)."""
-        return gradcache(embed, batch, objective, self.mini_batch_size)
+        return gradcache(embed, batch, objective, self.mini_batch_size, self.on_replayed)
 
     def forward(self, embed: Embed, batch: PairBatch) -> torch.Tensor:
         return self.cached(embed, batch, self.from_embeddings)

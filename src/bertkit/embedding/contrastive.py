@@ -6,8 +6,10 @@ cached (GradCache) form and the Matryoshka wrapper evaluate.
 
 Duplicates: a candidate whose text is identical (equal ``batch.text_ids``) to the row's own positive or to
 its anchor is masked out of that row's negatives (its logit set to ``-inf``), never the row's own positive.
-Masking is by text identity, not by comparing embeddings, so it holds under dropout. ``text_ids`` are only
-comparable within one rank's batch, so across ranks only the local rank's candidates are masked.
+Masking is by text identity, not by comparing embeddings, so it holds under dropout. Across ranks the
+candidates' text ids are gathered with their embeddings (:func:`~bertkit.embedding.gather.gather_ids`); the
+ids must then be comparable across ranks, as :class:`~bertkit.embedding.data.PairCollator` makes them (numbered
+over the global batch), so a duplicate held by another rank is masked too.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from bertkit.embedding.batch import Embed, PairBatch, same_text
-from bertkit.embedding.gather import gather_with_grad
+from bertkit.embedding.gather import gather_ids, gather_with_grad
 from bertkit.embedding.similarity import SIMILARITIES, pairwise
 
 
@@ -36,24 +38,21 @@ def check_ranking_columns(batch: PairBatch) -> None:
                          f"negative_1..k, in this order; the batch has {batch.columns}")
 
 
-def duplicate_mask(own: Sequence[torch.Tensor], candidates: Sequence[torch.Tensor], total: int, start: int,
+def duplicate_mask(own: Sequence[torch.Tensor], candidates: Sequence[torch.Tensor], start: int,
                    target_column: int = 0) -> torch.Tensor:
     """Bool ``[n, len(candidates) * total]``: True where a candidate must leave row i's negatives.
 
     ``own``: the text ids ``[n]`` a row's negatives must not repeat (its anchor and its positive).
-    ``candidates``: the local rank's text ids ``[n]`` of each candidate column; candidate column ``c`` holds
-    ``total`` rows (every rank's) of which this rank's are ``start .. start + n``, and the candidates are laid
-    out column by column, as ``torch.cat`` of the gathered columns lays them. Row i's own target, candidate
-    ``target_column * total + start + i``, is never masked.
+    ``candidates``: the text ids ``[total]`` of each candidate column, every rank's (gathered in rank order),
+    laid out column by column as ``torch.cat`` of the gathered columns lays them; this rank's rows are
+    ``start .. start + n`` of each. Row i's own target, candidate ``target_column * total + start + i``, is
+    never masked.
     """
-    n = own[0].shape[0]
+    n, total = own[0].shape[0], candidates[0].shape[0]
     rows = torch.arange(n, device=own[0].device)
-    ids = torch.stack(list(candidates))  # [C, n]
-    local = same_text(own, ids.reshape(-1)).view(n, len(candidates), n)  # [n, C, n]
-    local[rows, target_column, rows] = False
-    mask = torch.zeros(n, len(candidates), total, dtype=torch.bool, device=ids.device)
-    mask[:, :, start: start + n] = local
-    return mask.reshape(n, len(candidates) * total)
+    mask = same_text(own, torch.cat(list(candidates)))  # [n, C * total]
+    mask[rows, target_column * total + start + rows] = False
+    return mask
 
 
 class MultipleNegativesRankingLoss(nn.Module):
@@ -88,23 +87,28 @@ class MultipleNegativesRankingLoss(nn.Module):
     def _gather(self, tensor: torch.Tensor) -> tuple[torch.Tensor, int]:
         return gather_with_grad(tensor) if self.gather_across_ranks else (tensor, 0)
 
+    def _gather_ids(self, ids: torch.Tensor) -> torch.Tensor:
+        return gather_ids(ids) if self.gather_across_ranks else ids
+
     def from_embeddings(self, embeddings: Sequence[torch.Tensor], batch: PairBatch) -> torch.Tensor:
         """The loss on one embedding tensor ``[n, d]`` per column of ``batch`` (column order)."""
         check_ranking_columns(batch)
         anchors, positives = embeddings[0], embeddings[1]
         n = anchors.shape[0]
         gathered = [self._gather(column) for column in embeddings[1:]]  # each column on its own: no interleaving
-        start, total = gathered[0][1], gathered[0][0].shape[0]
-        candidates = torch.cat([column for column, _ in gathered])  # [C * total, d], column by column
+        start = gathered[0][1]
+        candidates = torch.cat([column for column, _ in gathered])  # [C * N, d] by column; N: all ranks' rows
         targets = start + torch.arange(n, device=anchors.device)
         own = [batch.text_ids[0], batch.text_ids[1]]
 
-        logits = pairwise(anchors, candidates, self.similarity) * self.scale  # [n, C * total]
-        logits = logits.masked_fill(duplicate_mask(own, batch.text_ids[1:], total, start), float("-inf"))
+        logits = pairwise(anchors, candidates, self.similarity) * self.scale  # [n, C * N]
+        candidate_ids = [self._gather_ids(ids) for ids in batch.text_ids[1:]]
+        logits = logits.masked_fill(duplicate_mask(own, candidate_ids, start), float("-inf"))
         loss = F.cross_entropy(logits, targets)
         if not self.symmetric:
             return loss
-        all_anchors, _ = self._gather(anchors)  # [total, d]
-        backward = pairwise(positives, all_anchors, self.similarity) * self.scale  # [n, total]
-        backward = backward.masked_fill(duplicate_mask(own, batch.text_ids[:1], total, start), float("-inf"))
+        all_anchors, _ = self._gather(anchors)  # [N, d]
+        backward = pairwise(positives, all_anchors, self.similarity) * self.scale  # [n, N]
+        backward = backward.masked_fill(duplicate_mask(own, [self._gather_ids(batch.text_ids[0])], start),
+                                        float("-inf"))
         return (loss + F.cross_entropy(backward, targets)) / 2

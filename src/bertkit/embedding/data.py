@@ -49,6 +49,17 @@ class RowBatch:
     rows: list[dict[str, Any]]
     where: list[str]
 
+    def part(self, rank: int, world_size: int) -> RowBatch:
+        """Rank ``rank`` 's contiguous share of this (global) batch under ``world_size`` data-parallel ranks:
+        rows ``rank * k .. (rank + 1) * k`` with ``k = len(rows) / world_size`` (ValueError if it does not divide).
+        Rank 0 holds the first rows, so the ranks' shares concatenated in rank order are the batch."""
+        k, rest = divmod(len(self.rows), world_size)
+        if rest:
+            raise ValueError(f"{self.source}: a batch of {len(self.rows)} rows does not split into {world_size} "
+                             "equal shares; train with drop_last so every batch is whole.")
+        share = slice(rank * k, (rank + 1) * k)
+        return RowBatch(self.source, self.rows[share], self.where[share])
+
 
 # ---------------------------------------------------------------------------- one file
 
@@ -148,8 +159,10 @@ class EmbeddingDataset:
         self.sizes = [sum(1 for _ in training_rows(f, layout, encoding)) for f, layout in zip(self.files, self.layouts)]
         whole = [n // batch_size if drop_last else -(-n // batch_size) for n in self.sizes]
         if min(whole) == 0:
-            raise ValueError(f"{self.files[whole.index(0)]} has {self.sizes[whole.index(0)]} rows, fewer than a batch "
-                             f"of {batch_size} with drop_last; lower the batch size or leave drop_last out.")
+            short = whole.index(0)
+            raise ValueError(f"{self.files[short]} has {self.sizes[short]} rows, fewer than one whole "
+                             f"batch of {batch_size} (drop_last; under torchrun a batch is --batch-size rows per "
+                             "process times the processes); lower --batch-size or add rows.")
         self.batches_per_file = whole
         self.epoch, self.taken = 0, 0
 
@@ -230,12 +243,19 @@ class PairCollator:
     column's texts. ``text_ids`` number the texts as in the file (before prompts): identical texts have one id
     in every column. Labels become float32 ``[n]`` (or ``[n, k]``).
 
+    Data parallel (``world_size`` ranks): the collator is given the *global* batch (every rank's rows, every
+    rank reading the same stream) and returns rank ``rank`` 's share (:meth:`RowBatch.part`), tokenizing only
+    that share. ``text_ids`` number the texts of the whole global batch, so ids are comparable across ranks: a
+    text on one rank and its duplicate on another have the same id, and the losses, which gather the ids with
+    the embeddings, mask it (exact, no hashing, and cheap: numbering is a dictionary over the batch's texts).
+
     A batch without labels (in-batch negatives) in which one query comes with two different positives is
-    refused (one of them would be the other's negative) unless ``allow_repeated_queries``.
+    refused (one of them would be the other's negative) unless ``allow_repeated_queries``; under DDP the
+    check covers the global batch, whose rows are all in-batch negatives of each other.
     """
 
     def __init__(self, tokenizer, *, max_length: int | None = None, prompts: Mapping[str, str] | None = None,
-                 allow_repeated_queries: bool = False):
+                 allow_repeated_queries: bool = False, rank: int = 0, world_size: int = 1):
         prompts = dict(prompts or {})
         for role, prompt in prompts.items():
             if not (role in ("anchor", "positive", "negative") or role.startswith("negative_")) \
@@ -244,6 +264,7 @@ class PairCollator:
                                  "negative_i) to a text, e.g. prompts={'anchor': 'query: '}.")
         self.tokenizer, self.max_length, self.prompts = tokenizer, max_length, prompts
         self.allow_repeated_queries = allow_repeated_queries
+        self.rank, self.world_size = rank, world_size
 
     def __call__(self, batch: RowBatch) -> PairBatch:
         columns = _columns(batch)
@@ -252,7 +273,12 @@ class PairCollator:
             _refuse_repeated_queries(batch)
         ids: dict[str, int] = {}
         text_ids = [torch.tensor([ids.setdefault(t, len(ids)) for t in texts], dtype=torch.int64)
-                    for texts in columns.values()]
+                    for texts in columns.values()]  # numbered over the global batch
+        if self.world_size > 1:
+            share = batch.part(self.rank, self.world_size)
+            columns, labels = _columns(share), _labels(share)
+            mine = slice(self.rank * len(share.rows), (self.rank + 1) * len(share.rows))
+            text_ids = [t[mine] for t in text_ids]
         inputs = [self._tokenize(role, texts) for role, texts in columns.items()]
         return PairBatch(list(columns), inputs, text_ids, labels)
 

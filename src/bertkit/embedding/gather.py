@@ -10,6 +10,10 @@ over all ranks, of each rank's loss gradient with respect to them. The backward 
 the gathered tensor (a sum) and keeps the local slice. After DDP averages the parameter gradients over the
 ranks, the result is the gradient of the mean of the ranks' losses, which is the single-process loss of
 the combined batch when every rank holds the same number of rows.
+
+:func:`gather_ids` gathers a column's text ids the same way (a plain all-gather, no gradient), so that a loss
+can mask a candidate from another rank that repeats a row's text (the ids are numbered over the global batch,
+see :class:`~bertkit.embedding.data.PairCollator`).
 """
 
 from __future__ import annotations
@@ -70,3 +74,12 @@ def gather_with_grad(tensor: torch.Tensor) -> tuple[torch.Tensor, int]:
     start = sum(counts[: dist.get_rank()])
     return _GatherWithGrad.apply(tensor, counts, start), start
 
+
+
+def gather_ids(ids: torch.Tensor) -> torch.Tensor:
+    """``[N]``: every rank's ``ids [n]`` (e.g. one column's text ids) concatenated in rank order, laid out as
+    :func:`gather_with_grad` lays out that column's embeddings; no gradient. Without a process group of more
+    than one rank: ``ids``. A collective, like :func:`gather_with_grad`."""
+    if not distributed():
+        return ids
+    return _gather(ids, _row_counts(ids.shape[0], ids.device))

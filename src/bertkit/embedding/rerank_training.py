@@ -33,9 +33,17 @@ from typing import Any
 import torch
 from torch import nn
 
-from bertkit.embedding.data import EmbeddingDataset, RowBatch
+from bertkit.embedding.data import RowBatch
 from bertkit.embedding.ir_metrics import DEFAULT_K
-from bertkit.embedding.training import MODEL_DIR, EmbeddingTrainingResult, finish, model_card, train_batches
+from bertkit.embedding.training import (
+    MODEL_DIR,
+    EmbeddingTrainingResult,
+    data_parallel,
+    finish,
+    global_batches,
+    model_card,
+    train_batches,
+)
 from bertkit.io import atomic_write_text
 
 RERANK_LOSSES = ("bce", "listnet", "lambda", "mnrl")
@@ -61,15 +69,19 @@ def build_rerank_loss(name: str, *, mini_batch_size: int | None = None,
 
 class RerankCollator:
     """The Trainer's ``collate_fn``: ``[RowBatch]`` -> ``{"rows": [n] int64, "rerank": RerankBatch}`` (see the
-    module docstring for the labels); ``labelled``: whether the loss reads labels."""
+    module docstring for the labels); ``labelled``: whether the loss reads labels. Under DDP it is given the
+    global batch and keeps rank ``rank`` 's share (:meth:`~bertkit.embedding.data.RowBatch.part`); the reranking
+    losses score each rank's rows on their own (mnrl's in-batch negatives come from the rank's share)."""
 
-    def __init__(self, tokenize, labelled: bool):
+    def __init__(self, tokenize, labelled: bool, rank: int = 0, world_size: int = 1):
         self.tokenize, self.labelled = tokenize, labelled
+        self.rank, self.world_size = rank, world_size
 
     def __call__(self, batches: list[RowBatch]) -> dict[str, Any]:
         from bertkit.embedding.rerank_losses import RerankBatch
 
         (batch,) = batches
+        batch = batch.part(self.rank, self.world_size)
         queries, documents, labels = [], [], []
         for place, row in zip(batch.where, batch.rows):
             negatives = row.get("negatives") or [row[k] for k in sorted(row, key=_number) if k.startswith("negative_")]
@@ -146,7 +158,8 @@ def finetune_reranker(model: str | os.PathLike, train_files: str | os.PathLike |
         torch.manual_seed(seed)  # a new head's initial weights are a function of the seed
         cross = CrossEncoder(model, num_labels=1, max_length=max_seq_length,
                              device=resolve_device(device, int(os.environ.get("LOCAL_RANK", 0))))
-        dataset = EmbeddingDataset(files, batch_size, columns=columns, sampling=sampling, seed=seed)
+        rank, world = data_parallel()
+        dataset = global_batches(files, batch_size, world, columns=columns, sampling=sampling, seed=seed)
         settings = {"loss": loss, "mini_batch_size": mini_batch_size, "num_negatives": num_negatives,
                     "columns": columns, "sampling": sampling, "batch_size": batch_size,
                     "max_seq_length": cross.max_length}
@@ -154,7 +167,7 @@ def finetune_reranker(model: str | os.PathLike, train_files: str | os.PathLike |
         run.check("data", {"train": file_fingerprint(files)})
         run.check("reranker", json.loads(json.dumps(settings)))
         run.save()
-        collate = RerankCollator(cross.tokenize, labelled=loss != "mnrl")
+        collate = RerankCollator(cross.tokenize, labelled=loss != "mnrl", rank=rank, world_size=world)
         evaluation = EvalSchedule(functools.partial(evaluate_reranker, cross, evaluators), eval_every) \
             if evaluators else None
         trainer, results = train_batches(run, Reranker(cross, objective), dataset, collate, epochs=epochs,
@@ -163,6 +176,8 @@ def finetune_reranker(model: str | os.PathLike, train_files: str | os.PathLike |
                                    learning_rate=learning_rate, warmup_ratio=warmup_ratio, weight_decay=weight_decay,
                                    max_grad_norm=max_grad_norm, seed=seed, precision=precision, device=device,
                                    progress_bar=progress, threads=threads)
+        if not trainer.ctx.is_main:
+            return EmbeddingTrainingResult(run.path, run.path / MODEL_DIR, results, run.path / "metrics.jsonl")
         cross.model.eval()
         cross.save(run.path / MODEL_DIR)
         card = model_card("A cross-encoder (reranker) fine-tuned with bertkit",

@@ -14,7 +14,14 @@ trainable :class:`~bertkit.sentence.SentenceTransformer`. This module adapts the
   micro-batch and stores in each checkpoint: a resumed run reads past the batches already taken (without
   tokenizing them) and continues with the next one, so a run interrupted at a checkpoint and resumed ends
   with the weights of an uninterrupted one, bit for bit on CPU in fp32 (tests/test_embedding_training.py).
-  It needs ``num_workers=0`` (the batch is handed over in-process), one process, no gradient accumulation.
+  It needs ``num_workers=0`` (the batch is handed over in-process) and no gradient accumulation.
+* Under torchrun (``W`` processes, :func:`data_parallel`) ``batch_size`` stays the rows per process per step:
+  the dataset yields *global* batches of ``W * batch_size`` rows (whole ones only: ``drop_last``), every rank
+  reads the same stream (same seed, same position, so a checkpoint's data state is the global stream
+  position), and the collate function hands rank ``r`` its contiguous share ``r`` of each global batch
+  (:meth:`~bertkit.embedding.data.RowBatch.part`). With the losses gathering their in-batch candidates (and
+  their text ids) from every rank, a ``W``-process run trains as one process with ``batch_size * W`` rows
+  would (without dropout: the ranks draw different dropout masks). Rank 0 alone writes the run directory.
 * :class:`BiEncoder` is the model the Trainer sees: ``training_step`` is the loss on the batch, nothing else.
 
 The run directory works as ``bertkit finetune``'s (:mod:`bertkit.tasks.finetuning`): ``OUT/run.json``,
@@ -194,9 +201,9 @@ def finetune_embeddings(model: str | os.PathLike, train_files: str | os.PathLike
     (:func:`trained_similarity`) as its ``similarity_fn_name``. ``columns``, ``sampling`` and
     ``allow_repeated_queries``: see :class:`~bertkit.embedding.data.EmbeddingDataset` and
     :class:`~bertkit.embedding.data.PairCollator`.
-    ``batch_size`` rows per step (one file's); ``max_steps`` (default: ``epochs`` times the batches per
-    epoch); ``save_every`` steps a checkpoint (default: every epoch). ``resume`` continues the run in
-    ``output_dir``, ``overwrite`` replaces it.
+    ``batch_size`` rows per step (one file's; per process under torchrun, module docstring); ``max_steps``
+    (default: ``epochs`` times the batches per epoch); ``save_every`` steps a checkpoint (default: every
+    epoch). ``resume`` continues the run in ``output_dir``, ``overwrite`` replaces it.
 
     ``eval_beir`` (a BEIR directory: its ``eval_split`` qrels, metrics at each of ``eval_k``, as ``bertkit
     evaluate --beir``) and ``eval_sts`` (pairs with gold scores, as ``--sts``) score the model being trained, in
@@ -223,9 +230,10 @@ def finetune_embeddings(model: str | os.PathLike, train_files: str | os.PathLike
         prompts = _prompts(query_prompt, document_prompt)
         if prompts:
             net.prompts = {**net.prompts, "query": query_prompt or "", "document": document_prompt or ""}
-        dataset = EmbeddingDataset(files, batch_size, columns=columns, sampling=sampling, seed=seed)
+        rank, world = data_parallel()
+        dataset = global_batches(files, batch_size, world, columns=columns, sampling=sampling, seed=seed)
         collator = PairCollator(net.tokenizer, max_length=net.max_seq_length, prompts=prompts,
-                                allow_repeated_queries=allow_repeated_queries)
+                                allow_repeated_queries=allow_repeated_queries, rank=rank, world_size=world)
         settings = {"loss": loss, "scale": scale, "symmetric": symmetric, "mini_batch_size": mini_batch_size,
                     "matryoshka_dims": list(matryoshka_dims or []), "pooling": list(net.pooling.modes),
                     "prompts": prompts, "columns": columns, "sampling": sampling, "batch_size": batch_size,
@@ -246,6 +254,8 @@ def finetune_embeddings(model: str | os.PathLike, train_files: str | os.PathLike
                                          warmup_ratio=warmup_ratio, weight_decay=weight_decay,
                                          max_grad_norm=max_grad_norm, seed=seed, precision=precision, device=device,
                                          progress_bar=progress, threads=threads)
+        if not trainer.ctx.is_main:
+            return EmbeddingTrainingResult(run.path, run.path / MODEL_DIR, results, run.path / "metrics.jsonl")
         details = [f"max sequence length: {net.max_seq_length}, pooling: {', '.join(net.pooling.modes)}, "
                    f"similarity: {net.similarity_fn_name}"]
         if prompts:
@@ -257,6 +267,23 @@ def finetune_embeddings(model: str | os.PathLike, train_files: str | os.PathLike
         net.eval()
         model_dir = net.save(run.path / MODEL_DIR, model_card=card)
         return finish(run.path, model_dir, results, start)
+
+
+def data_parallel() -> tuple[int, int]:
+    """``(rank, world_size)`` of this process under torchrun, ``(0, 1)`` otherwise (read from the environment,
+    as :func:`~bertkit.training.distributed.init_distributed` reads it, before the Trainer joins the group)."""
+    from bertkit.training.distributed import launched_by_torchrun
+
+    if not launched_by_torchrun():
+        return 0, 1
+    return int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+
+
+def global_batches(files: Sequence[str | os.PathLike], batch_size: int, world_size: int,
+                   **options: Any) -> EmbeddingDataset:
+    """The dataset of the global batches: ``batch_size`` rows per process times ``world_size`` processes, whole
+    batches only when ``world_size > 1`` (each rank then holds exactly ``batch_size`` rows; module docstring)."""
+    return EmbeddingDataset(files, batch_size * world_size, drop_last=world_size > 1, **options)
 
 
 def train_batches(run, module: nn.Module, dataset: EmbeddingDataset, collate_fn, *, epochs: float,
@@ -274,14 +301,19 @@ def train_batches(run, module: nn.Module, dataset: EmbeddingDataset, collate_fn,
 
     per_epoch = len(dataset)
     steps = max_steps if max_steps is not None else max(1, round(epochs * per_epoch))
-    config = TrainingConfig(max_steps=steps, batch_size=1, num_workers=0, log_every=max(1, min(50, per_epoch // 4)),
-                            save_every=save_every or per_epoch, keep_last=1, output_dir=str(run.path), **training)
+    world = data_parallel()[1]  # every rank's micro-batch is one global batch (its share of it, collated)
+    config = TrainingConfig(max_steps=steps, batch_size=world, num_workers=0, log_every=max(1, min(50, per_epoch // 4)),
+                            save_every=save_every or per_epoch, keep_last=1, output_dir=str(run.path),
+                            find_unused_parameters=world > 1, **training)  # e.g. a pooler no loss reads
     schedule = BatchSchedule(dataset)
     trainer = Trainer(module, schedule, config=config, collate_fn=collate_fn, sampler=schedule, callbacks=callbacks,
                       stateful={"gemm": GemmChoice()})  # a resumed run keeps its float32 product backend
-    if trainer.ctx.world_size != 1:
-        raise ValueError("embedding and reranker training runs in one process (in-batch negatives across ranks are "
-                         "not wired into the command yet); run it without torchrun.")
+    replayed = _gradcache_loss(getattr(module, "loss", None))
+    if trainer.ddp is not None and replayed is not None:
+        # the cached loss runs several forwards per backward, which DDP's reducer refuses: train outside DDP
+        # and average the gradients over the ranks once the replay has accumulated them
+        trainer.ddp = None
+        replayed.on_replayed = functools.partial(average_gradients, list(module.parameters()))
 
     if evaluation is not None:
         evaluation.attach(trainer, default_every=per_epoch)
@@ -298,6 +330,31 @@ def train_batches(run, module: nn.Module, dataset: EmbeddingDataset, collate_fn,
                                  else None, "final_step": evaluation.last["step"],
                                  "final": json_metrics(evaluation.last["metrics"])}
     return trainer, results
+
+
+def _gradcache_loss(loss: nn.Module | None) -> nn.Module | None:
+    """The cached (GradCache) loss in ``loss`` (itself, or the one a Matryoshka wrapper holds), else None."""
+    from bertkit.embedding.cached import CachedMultipleNegativesRankingLoss
+
+    for candidate in (loss, getattr(loss, "inner", None)):
+        if isinstance(candidate, CachedMultipleNegativesRankingLoss):
+            return candidate
+    return None
+
+
+def average_gradients(parameters: Sequence[torch.Tensor]) -> None:
+    """Replace each gradient by its mean over the ranks (what DDP does), in one all-reduce. Every rank must hold
+    gradients for the same parameters (the same model and loss do); a parameter without one is left alone."""
+    import torch.distributed as dist
+
+    grads = [p.grad for p in parameters if p.grad is not None]
+    if not grads:
+        return
+    flat = torch.cat([g.reshape(-1) for g in grads])
+    dist.all_reduce(flat)
+    flat /= dist.get_world_size()
+    for grad, mean in zip(grads, flat.split([g.numel() for g in grads])):
+        grad.copy_(mean.view_as(grad))
 
 
 def last_train_record(path: Path) -> dict[str, Any]:
