@@ -27,12 +27,12 @@ WORDS = [f"w{i}" for i in range(60)]
 COMMON = dict(batch_size=8, learning_rate=1e-3, precision="fp32", device="cpu", progress=False)
 
 
-def write_base(directory, dropout: float):
-    """A tiny HF BertModel with a vocab.txt: a plain checkpoint (mean pooling)."""
+def write_base(directory, dropout: float, words=WORDS, seed: int = 0):
+    """A tiny HF BertModel with a vocab.txt of ``words``: a plain checkpoint (mean pooling)."""
     from transformers import BertConfig, BertModel
 
-    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS]
-    torch.manual_seed(0)
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *words]
+    torch.manual_seed(seed)
     config = BertConfig(vocab_size=len(vocab), hidden_size=36, num_hidden_layers=2, num_attention_heads=3,
                         intermediate_size=37, max_position_embeddings=40, hidden_dropout_prob=dropout,
                         attention_probs_dropout_prob=dropout)

@@ -43,9 +43,12 @@ def main(argv: list[str]) -> int:
     add_run_flags(parser, batch_size=32, learning_rate=5e-5)
     loss = parser.add_argument_group("loss")
     loss.add_argument("--loss", default="mnrl", help=f"one of {', '.join(LOSSES)} (default mnrl)")
-    loss.add_argument("--scale", type=float, help="mnrl, cached-mnrl, cosent, angle: similarity scale (default 20)")
+    loss.add_argument("--scale", type=float, help="mnrl, cached-mnrl, cosent, angle: similarity scale (default 20); "
+                                                  "gist: 1 / temperature (default 100)")
     loss.add_argument("--symmetric", action="store_true", help="mnrl, cached-mnrl: also rank anchors per positive")
     loss.add_argument("--mini-batch-size", type=int, help="cached-mnrl: rows embedded at a time (default 32)")
+    loss.add_argument("--guide", metavar="MODEL", help="gist: the embedding model whose similarities drop false "
+                                                       "negatives (any tokenizer; frozen, not saved)")
     loss.add_argument("--matryoshka-dims", type=dims_list, help="train the embedding truncated to these too, "
                                                                 "e.g. 256,64")
     model = parser.add_argument_group("model")
@@ -59,11 +62,14 @@ def main(argv: list[str]) -> int:
 
     from bertkit.embedding.training import finetune_embeddings
 
+    if args.guide:
+        refuse_output_over_input(("-o", args.output), [], models=[("--guide", args.guide)])
     result = finetune_embeddings(
         args.model, args.train, args.output, loss=args.loss, scale=args.scale, symmetric=args.symmetric,
         mini_batch_size=args.mini_batch_size, matryoshka_dims=args.matryoshka_dims, pooling=args.pooling,
         query_prompt=args.query_prompt, document_prompt=args.document_prompt,
-        allow_repeated_queries=args.allow_repeated_queries, **evaluation_options(args), **run_options(args))
+        allow_repeated_queries=args.allow_repeated_queries, guide=args.guide, **evaluation_options(args),
+        **run_options(args))
     report(result)
     return 0
 

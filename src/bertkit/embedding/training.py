@@ -53,16 +53,18 @@ from bertkit.embedding.ir_metrics import DEFAULT_K
 
 #: the losses :func:`build_loss` builds, by their CLI names
 LOSSES = ("mnrl", "cached-mnrl", "cosent", "angle", "cosine", "triplet", "contrastive", "online-contrastive",
-          "margin-mse", "kl")
+          "margin-mse", "kl", "gist")
 MODEL_DIR = "model"
 RESULTS_FILE = "results.json"
 
 
 def build_loss(name: str, *, scale: float | None = None, symmetric: bool = False,
-               mini_batch_size: int | None = None, matryoshka_dims: Sequence[int] | None = None) -> nn.Module:
+               mini_batch_size: int | None = None, matryoshka_dims: Sequence[int] | None = None,
+               guide=None) -> nn.Module:
     """The loss ``name`` (one of :data:`LOSSES`) with its options; Matryoshka wraps it when ``matryoshka_dims``.
     An option the loss does not take (``scale`` for triplet, ``symmetric`` for CoSENT, ...) is a one-line
-    ``ValueError`` naming the flag."""
+    ``ValueError`` naming the flag. ``gist`` needs ``guide`` (an embed function:
+    :class:`~bertkit.embedding.guide.Guide`) and reads ``scale`` as 1 / its temperature."""
     from bertkit.embedding import distillation, pairwise
     from bertkit.embedding.cached import CachedMultipleNegativesRankingLoss
     from bertkit.embedding.contrastive import MultipleNegativesRankingLoss
@@ -71,11 +73,18 @@ def build_loss(name: str, *, scale: float | None = None, symmetric: bool = False
     if name not in LOSSES:
         raise ValueError(f"--loss {name!r} is not a loss bertkit trains with; choose one of {', '.join(LOSSES)}.")
     takes = _options(name)
-    given = {"scale": scale is not None, "symmetric": symmetric, "mini_batch_size": mini_batch_size is not None}
+    given = {"scale": scale is not None, "symmetric": symmetric, "mini_batch_size": mini_batch_size is not None,
+             "guide": guide is not None}
     for option, set_ in given.items():
         if set_ and option not in takes:
             raise ValueError(f"--{option.replace('_', '-')} does not apply to --loss {name}; it applies to "
                              f"{', '.join(n for n in LOSSES if option in _options(n))}.")
+    if name == "gist":
+        if guide is None:
+            raise ValueError("--loss gist needs --guide MODEL: the embedding model whose similarities filter the "
+                             "false negatives out of each row's candidates.")
+        loss = distillation.GISTEmbedLoss(guide, **({"temperature": 1 / scale} if scale is not None else {}))
+        return MatryoshkaLoss(loss, list(matryoshka_dims)) if matryoshka_dims else loss
     options = {"scale": scale} if scale is not None else {}
     if name in ("mnrl", "cached-mnrl"):
         options["symmetric"] = symmetric
@@ -92,7 +101,7 @@ def build_loss(name: str, *, scale: float | None = None, symmetric: bool = False
 def _options(name: str) -> set[str]:
     """The options (besides Matryoshka) the loss ``name`` takes."""
     return {"mnrl": {"scale", "symmetric"}, "cached-mnrl": {"scale", "symmetric", "mini_batch_size"},
-            "cosent": {"scale"}, "angle": {"scale"}}.get(name, set())
+            "cosent": {"scale"}, "angle": {"scale"}, "gist": {"scale", "guide"}}.get(name, set())
 
 
 class BatchSchedule:
@@ -191,7 +200,8 @@ def finetune_embeddings(model: str | os.PathLike, train_files: str | os.PathLike
                         overwrite: bool = False, progress: bool = True, threads: int | str | None = None,
                         callbacks: Mapping[str, Any] | None = None, eval_beir: str | os.PathLike | None = None,
                         eval_sts: str | os.PathLike | None = None, eval_every: int | None = None,
-                        eval_split: str = "test", eval_k: Sequence[int] = DEFAULT_K) -> EmbeddingTrainingResult:
+                        eval_split: str = "test", eval_k: Sequence[int] = DEFAULT_K,
+                        guide: str | os.PathLike | None = None) -> EmbeddingTrainingResult:
     """Fine-tune the sentence-transformers (or plain) checkpoint ``model`` on ``train_files`` with ``loss``
     (:func:`build_loss`) and write ``output_dir`` (module docstring).
 
@@ -209,14 +219,18 @@ def finetune_embeddings(model: str | os.PathLike, train_files: str | os.PathLike
     evaluate --beir``) and ``eval_sts`` (pairs with gold scores, as ``--sts``) score the model being trained, in
     fp32 with its current pooling and prompts, at step 0, every ``eval_every`` steps (default: every epoch) and
     at the last step, without changing what it learns; both are read and checked before training starts.
+
+    ``guide`` (``loss="gist"``): the embedding model that filters false negatives
+    (:class:`~bertkit.embedding.guide.Guide`; any tokenizer), frozen, not saved with the model.
     """
     from bertkit.sentence import SentenceTransformer
     from bertkit.training.rundir import file_fingerprint, open_run
 
     start = time.perf_counter()
     files = [train_files] if isinstance(train_files, (str, os.PathLike)) else list(train_files)
-    objective = build_loss(loss, scale=scale, symmetric=symmetric, mini_batch_size=mini_batch_size,
-                           matryoshka_dims=matryoshka_dims)
+    loss_options = dict(scale=scale, symmetric=symmetric, mini_batch_size=mini_batch_size,
+                        matryoshka_dims=matryoshka_dims)
+    objective = build_loss(loss, **loss_options, guide=guide)  # checks the options before anything loads
     for name, value in (("epochs", epochs), ("batch_size", batch_size)):
         if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
             raise ValueError(f"{name} must be a positive number, got {value!r}.")
@@ -226,6 +240,10 @@ def finetune_embeddings(model: str | os.PathLike, train_files: str | os.PathLike
         _check_model(net, model, matryoshka_dims, query_prompt, document_prompt, max_seq_length)
         if max_seq_length is not None:
             net.max_seq_length = max_seq_length
+        if guide is not None:
+            from bertkit.embedding.guide import load_guide
+
+            objective = build_loss(loss, **loss_options, guide=load_guide(guide, net.tokenizer))
         net.similarity_fn_name = trained_similarity(objective) or net.similarity_fn_name
         prompts = _prompts(query_prompt, document_prompt)
         if prompts:
@@ -238,7 +256,8 @@ def finetune_embeddings(model: str | os.PathLike, train_files: str | os.PathLike
                     "matryoshka_dims": list(matryoshka_dims or []), "pooling": list(net.pooling.modes),
                     "prompts": prompts, "columns": columns, "sampling": sampling, "batch_size": batch_size,
                     "max_seq_length": net.max_seq_length, "allow_repeated_queries": allow_repeated_queries,
-                    "similarity_fn_name": net.similarity_fn_name}
+                    "similarity_fn_name": net.similarity_fn_name,
+                    **({"guide": os.fspath(guide)} if guide is not None else {})}
         run.check("model", {"source": os.fspath(model)})
         run.check("data", {"train": file_fingerprint(files)})
         run.check("embedding", json.loads(json.dumps(settings)))
@@ -261,8 +280,8 @@ def finetune_embeddings(model: str | os.PathLike, train_files: str | os.PathLike
         if prompts:
             details.append(f"prompts: query {query_prompt or ''!r}, document {document_prompt or ''!r}")
         card = model_card("A bi-encoder fine-tuned with bertkit", ["sentence-transformers", "bertkit"], model, dataset,
-                          loss, objective, {k: settings[k] for k in ("scale", "symmetric", "mini_batch_size",
-                                                                     "matryoshka_dims")},
+                          loss, objective, {k: settings.get(k) for k in ("scale", "symmetric", "mini_batch_size",
+                                                                         "matryoshka_dims", "guide")},
                           details, trainer.config, results, evaluation=evaluation_card(eval_data, evaluation))
         net.eval()
         model_dir = net.save(run.path / MODEL_DIR, model_card=card)
