@@ -16,6 +16,7 @@ import random
 import numpy as np
 import pytest
 import torch
+from safetensors.torch import load_file
 
 from bertkit.cli import main as cli
 from bertkit.embedding.contrastive import MultipleNegativesRankingLoss
@@ -200,3 +201,24 @@ def test_the_saved_similarity_is_the_one_the_loss_trains(name, options, similari
     from bertkit.embedding.training import build_loss, trained_similarity
 
     assert trained_similarity(build_loss(name, **options)) == similarity
+
+
+def test_gradient_accumulation_of_a_per_row_loss_equals_the_larger_batch(base, tmp_path):
+    """cosine (a loss of each row alone): 2 accumulated batches of 4 rows train as 1 batch of 8 (same rows, same
+    order); an in-batch loss is told that its negatives stay each batch's own."""
+    rng = random.Random(1)
+    train = tmp_path / "scored.jsonl"
+    train.write_text("".join(json.dumps({"anchor": " ".join(rng.sample(WORDS, 3)),
+                                         "positive": " ".join(rng.sample(WORDS, 4)), "label": rng.random()}) + "\n"
+                             for _ in range(48)))
+    options = {**COMMON, "loss": "cosine", "max_steps": 3, "warmup_ratio": 0.0}
+    accumulated = finetune_embeddings(base, train, tmp_path / "acc", **{**options, "batch_size": 4},
+                                      gradient_accumulation_steps=2)
+    whole = finetune_embeddings(base, train, tmp_path / "whole", **{**options, "batch_size": 8})
+    assert accumulated.results["epochs"] == pytest.approx(whole.results["epochs"]) == pytest.approx(0.5)
+    ours, theirs = (load_file(r.model_dir / "model.safetensors") for r in (accumulated, whole))
+    for name in theirs:
+        torch.testing.assert_close(ours[name], theirs[name], rtol=1e-5, atol=1e-6, msg=name)
+    with pytest.raises(ValueError, match="--gradient-accumulation-steps 99 is more than the 12 batches"):
+        finetune_embeddings(base, train, tmp_path / "big", **{**options, "batch_size": 4},
+                            gradient_accumulation_steps=99)

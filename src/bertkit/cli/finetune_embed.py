@@ -93,6 +93,9 @@ def add_run_flags(parser: argparse.ArgumentParser, *, batch_size: int, learning_
     group.add_argument("--learning-rate", type=float, default=learning_rate, help="default: %(default)s")
     group.add_argument("--warmup-ratio", type=float, default=0.1, help="default: %(default)s")
     group.add_argument("--weight-decay", type=float, default=0.01, help="default: %(default)s")
+    group.add_argument("--gradient-accumulation-steps", type=int, default=1, metavar="K",
+                       help="batches per optimizer step (default 1); in-batch negatives stay each batch's own: "
+                            "cached-mnrl --mini-batch-size gives a large batch's negatives in less memory")
     group.add_argument("--save-every", type=int, help="steps between checkpoints (default: every epoch)")
     group.add_argument("--precision", choices=("auto", "fp32", "bf16", "fp16"), default="auto")
     group.add_argument("--seed", type=int, default=42, help="makes the run reproducible (default 42)")
@@ -154,7 +157,8 @@ def run_options(args: argparse.Namespace) -> dict:
                 max_steps=args.max_steps, learning_rate=args.learning_rate, warmup_ratio=args.warmup_ratio,
                 weight_decay=args.weight_decay, save_every=args.save_every, precision=args.precision,
                 seed=args.seed, device=args.device, resume=args.resume, overwrite=args.overwrite,
-                threads=parse_threads(args.threads, "--threads"))
+                threads=parse_threads(args.threads, "--threads"),
+                gradient_accumulation_steps=args.gradient_accumulation_steps)
 
 
 def report(result) -> None:

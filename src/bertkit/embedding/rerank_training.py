@@ -130,6 +130,7 @@ def finetune_reranker(model: str | os.PathLike, train_files: str | os.PathLike |
                       seed: int = 42, precision: str = "auto", device: str = "auto", save_every: int | None = None,
                       resume: bool = False, overwrite: bool = False, progress: bool = True,
                       threads: int | str | None = None, callbacks: Mapping[str, Any] | None = None,
+                      gradient_accumulation_steps: int = 1,
                       eval_rerank: str | os.PathLike | None = None, eval_beir: str | os.PathLike | None = None,
                       eval_first_stage: Any = None, eval_top_k: int = 100, eval_every: int | None = None,
                       eval_split: str = "test", eval_k: Sequence[int] = DEFAULT_K) -> EmbeddingTrainingResult:
@@ -175,7 +176,8 @@ def finetune_reranker(model: str | os.PathLike, train_files: str | os.PathLike |
                                    evaluation=evaluation,
                                    learning_rate=learning_rate, warmup_ratio=warmup_ratio, weight_decay=weight_decay,
                                    max_grad_norm=max_grad_norm, seed=seed, precision=precision, device=device,
-                                   progress_bar=progress, threads=threads)
+                                   progress_bar=progress, threads=threads,
+                                   gradient_accumulation_steps=gradient_accumulation_steps)
         if not trainer.ctx.is_main:
             return EmbeddingTrainingResult(run.path, run.path / MODEL_DIR, results, run.path / "metrics.jsonl")
         cross.model.eval()

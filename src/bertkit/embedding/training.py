@@ -14,7 +14,11 @@ trainable :class:`~bertkit.sentence.SentenceTransformer`. This module adapts the
   micro-batch and stores in each checkpoint: a resumed run reads past the batches already taken (without
   tokenizing them) and continues with the next one, so a run interrupted at a checkpoint and resumed ends
   with the weights of an uninterrupted one, bit for bit on CPU in fp32 (tests/test_embedding_training.py).
-  It needs ``num_workers=0`` (the batch is handed over in-process) and no gradient accumulation.
+  It needs ``num_workers=0`` (the batch is handed over in-process).
+* ``gradient_accumulation_steps`` k: a step is k batches in turn, each its own loss (the mean of the k losses'
+  gradients). For a loss of each row alone (cosine, triplet, contrastive, MarginMSE, KL) that is the gradient of
+  one batch of k times the rows; an in-batch loss (MNRL, CoSENT, GIST) still draws its negatives from one batch:
+  ``cached-mnrl`` with ``mini_batch_size`` gives the large batch's negatives in a small batch's memory.
 * Under torchrun (``W`` processes, :func:`data_parallel`) ``batch_size`` stays the rows per process per step:
   the dataset yields *global* batches of ``W * batch_size`` rows (whole ones only: ``drop_last``), every rank
   reads the same stream (same seed, same position, so a checkpoint's data state is the global stream
@@ -36,6 +40,7 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import os
 import time
 from collections.abc import Mapping, Sequence
@@ -50,6 +55,8 @@ from bertkit.embedding.batch import PairBatch
 from bertkit.embedding.data import EmbeddingDataset, PairCollator, RowBatch
 from bertkit.embedding.eval_schedule import EvalSchedule, check_every, evaluation_table, json_metrics
 from bertkit.embedding.ir_metrics import DEFAULT_K
+
+logger = logging.getLogger(__name__)
 
 #: the losses :func:`build_loss` builds, by their CLI names
 LOSSES = ("mnrl", "cached-mnrl", "cosent", "angle", "cosine", "triplet", "contrastive", "online-contrastive",
@@ -198,6 +205,7 @@ def finetune_embeddings(model: str | os.PathLike, train_files: str | os.PathLike
                         max_grad_norm: float | None = 1.0, seed: int = 42, precision: str = "auto",
                         device: str = "auto", save_every: int | None = None, resume: bool = False,
                         overwrite: bool = False, progress: bool = True, threads: int | str | None = None,
+                        gradient_accumulation_steps: int = 1,
                         callbacks: Mapping[str, Any] | None = None, eval_beir: str | os.PathLike | None = None,
                         eval_sts: str | os.PathLike | None = None, eval_every: int | None = None,
                         eval_split: str = "test", eval_k: Sequence[int] = DEFAULT_K,
@@ -272,7 +280,8 @@ def finetune_embeddings(model: str | os.PathLike, train_files: str | os.PathLike
                                          evaluation=evaluation, callbacks=callbacks, learning_rate=learning_rate,
                                          warmup_ratio=warmup_ratio, weight_decay=weight_decay,
                                          max_grad_norm=max_grad_norm, seed=seed, precision=precision, device=device,
-                                         progress_bar=progress, threads=threads)
+                                         progress_bar=progress, threads=threads,
+                                         gradient_accumulation_steps=gradient_accumulation_steps)
         if not trainer.ctx.is_main:
             return EmbeddingTrainingResult(run.path, run.path / MODEL_DIR, results, run.path / "metrics.jsonl")
         details = [f"max sequence length: {net.max_seq_length}, pooling: {', '.join(net.pooling.modes)}, "
@@ -318,11 +327,21 @@ def train_batches(run, module: nn.Module, dataset: EmbeddingDataset, collate_fn,
     from bertkit.tasks.run_settings import follow_run
     from bertkit.training import Trainer, TrainingConfig
 
-    per_epoch = len(dataset)
+    accumulation = training.get("gradient_accumulation_steps", 1)
+    if isinstance(accumulation, bool) or not isinstance(accumulation, int) or accumulation < 1:
+        raise ValueError(f"--gradient-accumulation-steps must be a positive integer, got {accumulation!r}.")
+    per_epoch = len(dataset) // accumulation  # optimizer steps per epoch
+    if per_epoch == 0:
+        raise ValueError(f"--gradient-accumulation-steps {accumulation} is more than the {len(dataset)} batches of an "
+                         "epoch; accumulate fewer batches, or give more rows.")
+    if accumulation > 1 and _in_batch(getattr(module, "loss", None)):
+        logger.warning("--gradient-accumulation-steps %d: each batch's in-batch negatives stay its own rows; for "
+                       "the negatives of the whole step use --loss cached-mnrl with --mini-batch-size", accumulation)
     steps = max_steps if max_steps is not None else max(1, round(epochs * per_epoch))
     world = data_parallel()[1]  # every rank's micro-batch is one global batch (its share of it, collated)
-    config = TrainingConfig(max_steps=steps, batch_size=world, num_workers=0, log_every=max(1, min(50, per_epoch // 4)),
-                            save_every=save_every or per_epoch, keep_last=1, output_dir=str(run.path),
+    config = TrainingConfig(max_steps=steps, batch_size=world * accumulation, num_workers=0,
+                            log_every=max(1, min(50, per_epoch // 4)), save_every=save_every or per_epoch,
+                            keep_last=1, output_dir=str(run.path),
                             find_unused_parameters=world > 1, **training)  # e.g. a pooler no loss reads
     schedule = BatchSchedule(dataset)
     trainer = Trainer(module, schedule, config=config, collate_fn=collate_fn, sampler=schedule, callbacks=callbacks,
@@ -349,6 +368,18 @@ def train_batches(run, module: nn.Module, dataset: EmbeddingDataset, collate_fn,
                                  else None, "final_step": evaluation.last["step"],
                                  "final": json_metrics(evaluation.last["metrics"])}
     return trainer, results
+
+
+def _in_batch(loss: nn.Module | None) -> bool:
+    """Whether ``loss`` (or the loss a wrapper holds) compares rows with other rows of the batch."""
+    from bertkit.embedding.contrastive import MultipleNegativesRankingLoss
+    from bertkit.embedding.distillation import GISTEmbedLoss
+    from bertkit.embedding.pairwise import CoSENTLoss
+
+    for candidate in (loss, getattr(loss, "inner", None), getattr(loss, "plain", None)):
+        if isinstance(candidate, MultipleNegativesRankingLoss | GISTEmbedLoss | CoSENTLoss):
+            return True
+    return False
 
 
 def _gradcache_loss(loss: nn.Module | None) -> nn.Module | None:
