@@ -312,9 +312,14 @@ def test_the_collator_tokenizes_each_column_with_its_prompt_and_numbers_texts(to
     assert batch.labels is None
     expected = {"anchor": ["query: a cat", "query: the dog sat"], "positive": ["the dog sat", "a bird ran"],
                 "negative_1": ["passage: fish", "passage: a cat"], "negative_2": ["passage: bird", "passage: fish"]}
+    prompts = {"anchor": "query: ", "positive": "", "negative_1": "passage: ", "negative_2": "passage: "}
     for column, inputs in zip(batch.columns, batch.inputs):
         reference = tokenizer(expected[column], padding=True, truncation=True, max_length=5, return_tensors="pt")
-        assert set(inputs) == set(reference)
+        # a prompted column says how many leading tokens are its prompt's ([CLS] and the prompt, no [SEP])
+        prompt = prompts[column]
+        assert set(inputs) == set(reference) | ({"prompt_length"} if prompt else set())
+        if prompt:
+            assert inputs.pop("prompt_length").tolist() == [len(tokenizer(prompt)["input_ids"]) - 1] * 2
         for key in reference:
             torch.testing.assert_close(inputs[key], reference[key])
     assert batch.inputs[0]["input_ids"].shape == (2, 5)  # "query: the dog sat" cut to 5 tokens

@@ -20,8 +20,8 @@ from safetensors.torch import load_file
 
 from bertkit.cli import main as cli
 from bertkit.embedding.contrastive import MultipleNegativesRankingLoss
-from bertkit.embedding.data import EmbeddingDataset, PairCollator
-from bertkit.embedding.training import finetune_embeddings
+from bertkit.embedding.data import EmbeddingDataset, PairCollator, RowBatch
+from bertkit.embedding.training import BiEncoder, finetune_embeddings
 from bertkit.sentence import SentenceTransformer
 
 WORDS = [f"w{i}" for i in range(60)]
@@ -222,3 +222,36 @@ def test_gradient_accumulation_of_a_per_row_loss_equals_the_larger_batch(base, t
     with pytest.raises(ValueError, match="--gradient-accumulation-steps 99 is more than the 12 batches"):
         finetune_embeddings(base, train, tmp_path / "big", **{**options, "batch_size": 4},
                             gradient_accumulation_steps=99)
+
+
+def test_a_pooling_without_the_prompt_trains_with_prompts_as_sentence_transformers_encodes(base, tmp_path):
+    """include_prompt false: the prompted column's embeddings in training leave the prompt's tokens out of the
+    mean exactly as sentence-transformers' encode(prompt=...) does; the command trains such a model with prompts
+    and the saved directory keeps both the prompts and include_prompt false."""
+    st = pytest.importorskip("sentence_transformers")
+    from sentence_transformers.sentence_transformer import modules
+
+    reference = st.SentenceTransformer(modules=[modules.Transformer(str(base), max_seq_length=32),
+                                                modules.Pooling(36, pooling_mode="mean", include_prompt=False)],
+                                       device="cpu")
+    reference.save(str(tmp_path / "st"))
+    net = SentenceTransformer(tmp_path / "st", optimize=False)
+    assert not net.pooling.include_prompt
+    rows = [{"anchor": "w1 w2 w3", "positive": "w4 w5"}, {"anchor": "w6", "positive": "w7 w8 w9 w10"}]
+    batch = PairCollator(net.tokenizer, prompts={"anchor": "w50 w51 ", "positive": "w52 "})(
+        RowBatch("rows", rows, ["row 1", "row 2"]))
+    module = BiEncoder(net, MultipleNegativesRankingLoss())
+    with torch.no_grad():
+        for column, prompt in (("anchor", "w50 w51 "), ("positive", "w52 ")):
+            ours = module.embed(batch.inputs[batch.columns.index(column)])
+            expected = reference.encode([r[column] for r in rows], prompt=prompt, convert_to_tensor=True)
+            torch.testing.assert_close(ours, expected, rtol=1e-5, atol=1e-6)
+            with_prompt = net(**{k: v for k, v in batch.inputs[batch.columns.index(column)].items()
+                                 if k != "prompt_length"})
+            assert not torch.allclose(with_prompt, expected, atol=1e-4)  # the prompt's tokens do count otherwise
+
+    train = write_pairs(tmp_path / "pairs.jsonl", 16)
+    result = finetune_embeddings(tmp_path / "st", train, tmp_path / "run", max_steps=2, query_prompt="w50 ",
+                                 document_prompt="w52 ", **COMMON)
+    saved = SentenceTransformer(result.model_dir)
+    assert saved.prompts["query"] == "w50 " and not saved.pooling.include_prompt

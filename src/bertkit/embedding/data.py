@@ -240,8 +240,9 @@ class PairCollator:
     """A :class:`RowBatch` -> :class:`~bertkit.embedding.batch.PairBatch`: each column tokenized by
     ``tokenizer`` (a bertkit tokenizer) to ``max_length`` tokens (default: the tokenizer's limit), padded to
     the column's longest; ``prompts`` (role -> text, ``"negative"`` for every negative) prefixed to the
-    column's texts. ``text_ids`` number the texts as in the file (before prompts): identical texts have one id
-    in every column. Labels become float32 ``[n]`` (or ``[n, k]``).
+    column's texts (a prompted column's inputs also hold ``prompt_length [n]``: its tokens, as
+    :func:`~bertkit.sentence.model.prompt_tokens` counts them). ``text_ids`` number the texts as in the file
+    (before prompts): identical texts have one id in every column. Labels become float32 ``[n]`` (or ``[n, k]``).
 
     Data parallel (``world_size`` ranks): the collator is given the *global* batch (every rank's rows, every
     rank reading the same stream) and returns rank ``rank`` 's share (:meth:`RowBatch.part`), tokenizing only
@@ -284,9 +285,13 @@ class PairCollator:
 
     def _tokenize(self, role: str, texts: list[str]) -> dict[str, torch.Tensor]:
         prompt = self.prompts.get(role, self.prompts.get("negative", "") if role.startswith("negative_") else "")
-        encoded = self.tokenizer([prompt + t for t in texts], padding=True, truncation=True,
-                                 max_length=self.max_length, return_tensors="pt")
-        return dict(encoded.items())
+        encoded = dict(self.tokenizer([prompt + t for t in texts], padding=True, truncation=True,
+                                      max_length=self.max_length, return_tensors="pt").items())
+        if prompt:  # for a pooling that leaves the prompt out (include_prompt false); one value per row
+            from bertkit.sentence.model import prompt_tokens
+
+            encoded["prompt_length"] = torch.full((len(texts),), prompt_tokens(self.tokenizer, prompt))
+        return encoded
 
 
 def _columns(batch: RowBatch) -> dict[str, list[str]]:

@@ -165,7 +165,9 @@ class BiEncoder(nn.Module):
         self.model, self.loss = model, loss
 
     def embed(self, inputs: Mapping[str, torch.Tensor]) -> torch.Tensor:
-        return self.model(inputs["input_ids"], inputs["attention_mask"], inputs.get("token_type_ids"))
+        prompt = inputs.get("prompt_length")  # the column's prompt, which a pooling may leave out
+        return self.model(inputs["input_ids"], inputs["attention_mask"], inputs.get("token_type_ids"),
+                          int(prompt[0]) if prompt is not None and len(prompt) else 0)
 
     def training_step(self, batch: Mapping[str, Any]) -> tuple[torch.Tensor, dict[str, Any]]:
         return self.loss(self.embed, on_device(batch["pairs"], self.model.device)), {}
@@ -245,7 +247,7 @@ def finetune_embeddings(model: str | os.PathLike, train_files: str | os.PathLike
     eval_data = check_evaluation_data(eval_beir, eval_sts, eval_every, eval_split, eval_k)
     with open_run(output_dir, resume=resume, overwrite=overwrite) as run:
         net = SentenceTransformer(model, optimize=False, pooling=pooling)
-        _check_model(net, model, matryoshka_dims, query_prompt, document_prompt, max_seq_length)
+        _check_model(net, model, matryoshka_dims, max_seq_length)
         if max_seq_length is not None:
             net.max_seq_length = max_seq_length
         if guide is not None:
@@ -448,16 +450,13 @@ def _prompts(query_prompt: str | None, document_prompt: str | None) -> dict[str,
     return prompts
 
 
-def _check_model(net, source, matryoshka_dims, query_prompt, document_prompt, max_seq_length) -> None:
+def _check_model(net, source, matryoshka_dims, max_seq_length) -> None:
     """Refuse, in one line each, what the model cannot train with."""
     dimension = net.get_sentence_embedding_dimension()
     above = [d for d in matryoshka_dims or [] if d > dimension]
     if above:
         raise ValueError(f"--matryoshka-dims {','.join(map(str, above))} is above the embedding dimension "
                          f"{dimension} of {os.fspath(source)}; use dimensions up to {dimension}.")
-    if (query_prompt or document_prompt) and not net.pooling.include_prompt:
-        raise ValueError(f"{os.fspath(source)} pools without its prompt tokens (include_prompt false), which "
-                         "training with --query-prompt/--document-prompt does not do yet; leave the prompts out.")
     limit = net.bert.config.max_tokens
     if max_seq_length is not None and not 0 < max_seq_length <= limit:
         raise ValueError(f"--max-seq-length {max_seq_length}: {os.fspath(source)} takes 1 to {limit} tokens.")

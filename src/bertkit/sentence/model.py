@@ -190,8 +190,7 @@ class SentenceTransformer(nn.Module):
                           description="encode")
 
     def _batch_runner(self, output_value: str | None, prefix: str):
-        # the prompt's tokens with [CLS], without its [SEP]: what include_prompt=False leaves out
-        prompt_length = len(self.tokenizer(prefix)["input_ids"]) - 1 if prefix else 0
+        prompt_length = prompt_tokens(self.tokenizer, prefix)
         pad_values = {"input_ids": self.tokenizer.pad_token_id, "token_type_ids": 0, "attention_mask": 0}
 
         @torch.inference_mode()
@@ -221,3 +220,10 @@ class SentenceTransformer(nn.Module):
             return embeddings[0] if single else embeddings
         rows = list(embeddings)
         return rows[0] if single else rows
+
+
+def prompt_tokens(tokenizer, prompt: str) -> int:
+    """The leading tokens of a text that starts with ``prompt``: the prompt's tokens with ``[CLS]``, without its
+    ``[SEP]`` (0 without a prompt): what pooling with ``include_prompt=False`` leaves out, as sentence-transformers
+    counts them."""
+    return len(tokenizer(prompt)["input_ids"]) - 1 if prompt else 0
