@@ -190,7 +190,8 @@ def main(argv: list[str] | None = None) -> dict[str, list[dict]]:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--memory-batch-sizes", type=int, nargs="+", default=[128, 512, 1024])
     parser.add_argument("--mini-batch-size", type=int, default=32)
-    parser.add_argument("--plain-batch-size", type=int, default=64, help="the plain loss's batch in the memory table (0: no plain row)")
+    parser.add_argument("--plain-batch-size", type=int, default=64,
+                        help="the plain loss's batch in the memory table (0: no plain row)")
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--json", type=Path, help="also write every row here")
     parser.add_argument("--probe", help=argparse.SUPPRESS)
