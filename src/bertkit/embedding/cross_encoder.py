@@ -78,18 +78,20 @@ class CrossEncoder:
     ``num_labels``: the classifier's outputs (default: the checkpoint's); ``max_length``: where a pair is cut
     (default: a sentence-transformers directory's ``max_seq_length``, else the tokenizer's ``model_max_length``,
     capped by the model's positions); ``device``: where it runs (default CPU); ``activation``: see the module doc.
+    ``from_bi_encoder``: a sentence-transformers bi-encoder directory gives its Transformer module (the encoder;
+    the head is new), where fine-tuning a reranker from an embedding model starts; otherwise it is refused.
     """
 
     def __init__(self, model_name_or_path: str | os.PathLike, num_labels: int | None = None,
                  max_length: int | None = None, device: str | torch.device | None = None,
-                 activation: str | nn.Module | None = None):
+                 activation: str | nn.Module | None = None, *, from_bi_encoder: bool = False):
         from bertkit.modeling.heads import BERTForSequenceClassification
         from bertkit.pipelines.classification import RerankPipeline
         from bertkit.tasks.sources import load_model_and_tokenizer
 
         check_int("num_labels", num_labels, 1, none_means="the checkpoint's")
         check_int("max_length", max_length, 1, none_means="the checkpoint's")
-        source, settings = _read_sentence_transformers(model_name_or_path)
+        source, settings = _read_sentence_transformers(model_name_or_path, bi_encoder=from_bi_encoder)
         overrides = {"num_labels": num_labels} if num_labels is not None else {}
         model, tokenizer = load_model_and_tokenizer(source, BERTForSequenceClassification, **overrides)
         length = max_length or _saved_length(settings, tokenizer)
@@ -186,16 +188,18 @@ class CrossEncoder:
         atomic_write_text(path / "config.json", json.dumps(config, indent=2, sort_keys=True) + "\n")
 
 
-def _read_sentence_transformers(source: str | os.PathLike) -> tuple[str | os.PathLike, dict[str, Any]]:
+def _read_sentence_transformers(source: str | os.PathLike,
+                                bi_encoder: bool = False) -> tuple[str | os.PathLike, dict[str, Any]]:
     """``(where the model is, settings)`` of a sentence-transformers 6 cross-encoder directory (``modules.json``):
     the Transformer module's folder, and its ``max_seq_length`` and ``activation_fn`` where recorded; any other
-    source as it is, with no settings."""
+    source as it is, with no settings. ``bi_encoder``: a bi-encoder directory (a Transformer, then pooling and
+    more) is read for its Transformer module too, instead of being refused."""
     root = Path(source)
     if not (root / "modules.json").is_file():
         return source, {}
     modules = json.loads((root / "modules.json").read_text(encoding="utf-8"))
     kinds = [str(m.get("type", "")).rsplit(".", 1)[-1] for m in modules]
-    if kinds != ["Transformer"]:
+    if kinds != ["Transformer"] and not (bi_encoder and kinds[:1] == ["Transformer"]):
         raise ValueError(f"{root}/modules.json holds the modules {kinds}; bertkit.CrossEncoder runs a cross-encoder "
                          "of one Transformer module (a sequence classifier).")
     folder = root / modules[0].get("path", "")

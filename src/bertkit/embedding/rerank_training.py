@@ -134,9 +134,9 @@ def finetune_reranker(model: str | os.PathLike, train_files: str | os.PathLike |
                       eval_rerank: str | os.PathLike | None = None, eval_beir: str | os.PathLike | None = None,
                       eval_first_stage: Any = None, eval_top_k: int = 100, eval_every: int | None = None,
                       eval_split: str = "test", eval_k: Sequence[int] = DEFAULT_K) -> EmbeddingTrainingResult:
-    """Fine-tune ``model`` (a cross-encoder, or a base checkpoint: a new one-label head, seeded by ``seed``) as a
-    reranker on ``train_files`` with ``loss`` (:func:`build_rerank_loss`) and write ``output_dir``; the other
-    arguments are :func:`~bertkit.embedding.training.finetune_embeddings`'.
+    """Fine-tune ``model`` (a cross-encoder, or a base checkpoint or bi-encoder directory: its encoder, a new
+    one-label head seeded by ``seed``) as a reranker on ``train_files`` with ``loss`` (:func:`build_rerank_loss`)
+    and write ``output_dir``; the other arguments are :func:`~bertkit.embedding.training.finetune_embeddings`'.
 
     ``eval_rerank`` (rows, as ``bertkit evaluate --rerank``) and ``eval_beir`` with ``eval_first_stage`` (an
     embedding model directory, encoding in fp32, or a run file, as ``--beir --first-stage``: its ``eval_top_k``
@@ -157,7 +157,7 @@ def finetune_reranker(model: str | os.PathLike, train_files: str | os.PathLike |
                                               eval_split, eval_k)
     with open_run(output_dir, resume=resume, overwrite=overwrite) as run:
         torch.manual_seed(seed)  # a new head's initial weights are a function of the seed
-        cross = CrossEncoder(model, num_labels=1, max_length=max_seq_length,
+        cross = CrossEncoder(model, num_labels=1, max_length=max_seq_length, from_bi_encoder=True,
                              device=resolve_device(device, int(os.environ.get("LOCAL_RANK", 0))))
         rank, world = data_parallel()
         dataset = global_batches(files, batch_size, world, columns=columns, sampling=sampling, seed=seed)
