@@ -255,3 +255,38 @@ def test_a_pooling_without_the_prompt_trains_with_prompts_as_sentence_transforme
                                  document_prompt="w52 ", **COMMON)
     saved = SentenceTransformer(result.model_dir)
     assert saved.prompts["query"] == "w50 " and not saved.pooling.include_prompt
+
+
+def test_sigkill_after_a_checkpoint_then_resume_is_bit_identical(tmp_path):
+    """``bertkit finetune embed`` in a subprocess, SIGKILLed once its first checkpoint is on disk, then run again
+    with --resume: the model equals the uninterrupted run's byte for byte (dropout on, so the RNG state counts)."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from conftest import HANG_GUARD_S
+    from test_cli_runs import bertkit
+
+    base = write_base(tmp_path / "base", dropout=0.1)
+    train = write_pairs(tmp_path / "pairs.jsonl", 96)
+    args = ["finetune", "embed", "--model", base, "--train", train, "--batch-size", 8, "--max-steps", 10,
+            "--save-every", 2, "--seed", 5, "--precision", "fp32", "--device", "cpu", "--loss", "cached-mnrl",
+            "--mini-batch-size", 3]
+    whole, killed = tmp_path / "whole", tmp_path / "killed"
+    bertkit(*args, "-o", whole)
+    process = subprocess.Popen([sys.executable, "-m", "bertkit.cli", *map(str, args), "-o", str(killed)],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    first = killed / "checkpoints" / "step-00000002"
+    deadline = time.monotonic() + HANG_GUARD_S
+    while not first.exists() and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.005)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    assert first.exists() and not (killed / "model").exists(), "the run ended before it could be killed"
+    resumed = bertkit(*args, "-o", killed, "--resume")
+    assert "resumed from" in resumed.stderr
+    assert (killed / "model" / "model.safetensors").read_bytes() == (whole / "model" / "model.safetensors").read_bytes()
+    logged = [json.loads(line)["step"] for line in (killed / "metrics.jsonl").read_text().splitlines()
+              if json.loads(line)["split"] == "train"]
+    assert logged == sorted(set(logged)) and logged[-1] == 10
