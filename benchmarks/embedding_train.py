@@ -46,7 +46,8 @@ def default_model() -> str:
 
 
 def training_pairs(rows: int) -> list[tuple[str, str]]:
-    """The first ``rows`` inverse-cloze pairs of *Emma*, then *Mansfield Park*, then the other novels."""
+    """The first ``rows`` inverse-cloze pairs of *Emma*, then *Mansfield Park*, then the other novels (a query
+    seen before is skipped)."""
     sys.path.insert(0, str(HERE))
     from embedding_quality import BOOKS, cloze_pairs
 
@@ -54,7 +55,11 @@ def training_pairs(rows: int) -> list[tuple[str, str]]:
 
     books = austen_novels()
     order = ["emma", "mansfieldpark", *(b for b in BOOKS if b not in ("emma", "mansfieldpark"))]
-    pairs = [pair for book in order for pair in cloze_pairs(books[book])]
+    first: dict[str, tuple[str, str]] = {}  # one pair per query across the books, as embedding_quality.py
+    for book in order:
+        for query, document in cloze_pairs(books[book]):
+            first.setdefault(query, (query, document))
+    pairs = list(first.values())
     if rows > len(pairs):
         raise SystemExit(f"only {len(pairs)} pairs in the novels; ask for at most that many rows")
     return pairs[:rows]
