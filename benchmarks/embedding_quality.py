@@ -166,7 +166,7 @@ def main(argv: list[str] | None = None) -> None:
                 if args.json:
                     with open(args.json, "a", encoding="utf-8") as f:
                         f.write(json.dumps({"trainer": name, "seed": seed, **metrics, "seconds": seconds}) + "\n")
-    print(table(rows, ["ndcg@10", "mrr@10", "recall@10", *rated.values()]))
+    print(table(rows, ["ndcg@10", "mrr@10", "recall@10", *rated]))
 
 
 def table(rows: list[tuple], metrics: list[str]) -> str:

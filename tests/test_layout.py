@@ -59,11 +59,12 @@ LAYERS: dict[str, set[str] | str] = {
 LAYERS["sentence"] = {*LAYERS["tasks"], "tasks"}
 LAYERS["pipelines"] = {*LAYERS["tasks"], "tasks", "sentence"}
 LAYERS["export"] = {*LAYERS["tasks"], "tasks", "sentence"}
-# serving reads what a model directory holds as export does (export.models.source_class)
-LAYERS["serving"] = {*LAYERS["pipelines"], "pipelines", "export"}
 # training embedding models and rerankers: losses, data, evaluation, mining over sentence models and the
 # reranking pipeline's scoring path
 LAYERS["embedding"] = {*LAYERS["pipelines"], "pipelines"}
+# serving reads what a model directory holds as export does (export.models.source_class), and what the
+# embedding trainers write (a cross-encoder directory, its saved length) as bertkit.embedding reads it
+LAYERS["serving"] = {*LAYERS["pipelines"], "pipelines", "export", "embedding"}
 
 #: Imports that break the table on purpose: (importing layer, imported layer) -> why. Keep it empty.
 DEVIATIONS: dict[tuple[str, str], str] = {}
