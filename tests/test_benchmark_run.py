@@ -41,7 +41,7 @@ def report(tmp_path_factory):
 def test_every_table_is_printed(report):
     stdout, _ = report
     for title in ("## GEMM", "## Inference, BERT", "## Inference, every encoder family", "## Training steps",
-                  "## Accuracy"):
+                  "## Accuracy", "## Training an embedding model", "| cached-mnrl | 16 | 64 | bertkit |"):
         assert title in stdout
     assert "| 8 x 128 | bertkit fp32 |" in stdout
 
