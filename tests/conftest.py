@@ -168,3 +168,18 @@ def run_torchrun(script: str, *arguments: str, processes: int = 2) -> subprocess
         if "EADDRINUSE" not in result.stderr:
             break
     return result
+
+
+def kill_when(command: list, marker: os.PathLike) -> None:
+    """Run ``command`` and SIGKILL it as soon as ``marker`` exists (or when it ends by itself, or after
+    :data:`HANG_GUARD_S`); returns once the process is gone. The caller checks the marker was reached."""
+    import signal
+    import subprocess
+    import time
+
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + HANG_GUARD_S
+    while not os.path.exists(marker) and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.005)
+    process.send_signal(signal.SIGKILL)
+    process.wait()

@@ -4,7 +4,6 @@ into one directory cannot both proceed, and errors are one line with the documen
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -13,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from bertkit.resources import austen_novels
-from conftest import HANG_GUARD_S, run_guarded
+from conftest import HANG_GUARD_S, kill_when, run_guarded
 
 TINY = dict(vocab_size=30522, num_hidden_layers=1, hidden_size=32, num_attention_heads=2, intermediate_size=37)
 
@@ -74,15 +73,8 @@ def test_sigkill_after_a_checkpoint_then_resume_is_bit_identical(inputs, preset)
     whole, killed = root / f"whole-{preset}", root / f"killed-{preset}"
     bertkit(*pretrain_args(book, config, whole, *steps))
 
-    process = subprocess.Popen([sys.executable, "-m", "bertkit.cli", *map(str, pretrain_args(book, config, killed,
-                                                                                             *steps))],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     first = killed / "checkpoints" / "step-00000005"
-    deadline = time.monotonic() + HANG_GUARD_S
-    while not first.exists() and process.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.005)
-    process.send_signal(signal.SIGKILL)
-    process.wait()
+    kill_when([sys.executable, "-m", "bertkit.cli", *map(str, pretrain_args(book, config, killed, *steps))], first)
     assert first.exists() and not (killed / "model").exists(), "the run ended before it could be killed"
     stamps = {p: p.stat().st_mtime_ns for p in (killed / "data").rglob("*") if p.is_file()}
 

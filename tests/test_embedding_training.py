@@ -260,12 +260,9 @@ def test_a_pooling_without_the_prompt_trains_with_prompts_as_sentence_transforme
 def test_sigkill_after_a_checkpoint_then_resume_is_bit_identical(tmp_path):
     """``bertkit finetune embed`` in a subprocess, SIGKILLed once its first checkpoint is on disk, then run again
     with --resume: the model equals the uninterrupted run's byte for byte (dropout on, so the RNG state counts)."""
-    import signal
-    import subprocess
     import sys
-    import time
 
-    from conftest import HANG_GUARD_S
+    from conftest import kill_when
     from test_cli_runs import bertkit
 
     base = write_base(tmp_path / "base", dropout=0.1)
@@ -275,14 +272,8 @@ def test_sigkill_after_a_checkpoint_then_resume_is_bit_identical(tmp_path):
             "--mini-batch-size", 3]
     whole, killed = tmp_path / "whole", tmp_path / "killed"
     bertkit(*args, "-o", whole)
-    process = subprocess.Popen([sys.executable, "-m", "bertkit.cli", *map(str, args), "-o", str(killed)],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     first = killed / "checkpoints" / "step-00000002"
-    deadline = time.monotonic() + HANG_GUARD_S
-    while not first.exists() and process.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.005)
-    process.send_signal(signal.SIGKILL)
-    process.wait()
+    kill_when([sys.executable, "-m", "bertkit.cli", *map(str, args), "-o", str(killed)], first)
     assert first.exists() and not (killed / "model").exists(), "the run ended before it could be killed"
     resumed = bertkit(*args, "-o", killed, "--resume")
     assert "resumed from" in resumed.stderr
