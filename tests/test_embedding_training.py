@@ -88,10 +88,9 @@ def test_training_lowers_the_loss_and_the_directory_loads_in_sentence_transforme
         assert fact in card
 
 
-def test_a_step_is_the_loss_called_directly_on_the_same_batch(base, tmp_path):
-    """The Trainer's first step (loss in metrics.jsonl, gradients seen before the optimizer steps) equals the
-    loss called on the dataset's first batch with the base model: the adapter adds nothing."""
-    train = write_pairs(tmp_path / "pairs.jsonl", 40)
+def first_step_gradients():
+    """``(seen, callback)``: the callback (``on_train_begin``) fills ``seen`` with each parameter's gradient (by
+    name, None without one) as the optimizer is about to take its first step."""
     seen = {}
 
     def capture(trainer):
@@ -102,6 +101,15 @@ def test_a_step_is_the_loss_called_directly_on_the_same_batch(base, tmp_path):
                 seen.update({named[id(p)]: None if p.grad is None else p.grad.clone()
                              for g in optimizer.param_groups for p in g["params"]})
         trainer.optimizer.register_step_pre_hook(grads)
+
+    return seen, capture
+
+
+def test_a_step_is_the_loss_called_directly_on_the_same_batch(base, tmp_path):
+    """The Trainer's first step (loss in metrics.jsonl, gradients seen before the optimizer steps) equals the
+    loss called on the dataset's first batch with the base model: the adapter adds nothing."""
+    train = write_pairs(tmp_path / "pairs.jsonl", 40)
+    seen, capture = first_step_gradients()
 
     finetune_embeddings(base, train, tmp_path / "run", max_steps=1, max_grad_norm=None, seed=7,
                         callbacks={"on_train_begin": capture}, **COMMON)

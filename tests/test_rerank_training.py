@@ -21,6 +21,7 @@ from bertkit.embedding.data import EmbeddingDataset
 from bertkit.embedding.rerank_losses import BinaryCrossEntropyLoss
 from bertkit.embedding.rerank_training import RerankCollator, finetune_reranker
 from bertkit.training import Trainer
+from test_embedding_training import first_step_gradients
 
 WORDS = [f"w{i}" for i in range(60)]
 COMMON = dict(batch_size=8, learning_rate=1e-3, precision="fp32", device="cpu", progress=False)
@@ -135,16 +136,7 @@ def test_a_step_is_the_loss_called_directly_on_the_same_batch(tmp_path):
 
     base = write_base(tmp_path / "base", dropout=0.0)
     train = write_rows(tmp_path / "rows.jsonl", 24)
-    seen = {}
-
-    def capture(trainer):
-        named = {id(p): name for name, p in trainer.model.model.named_parameters()}
-
-        def grads(optimizer, args, kwargs):
-            if not seen:
-                seen.update({named[id(p)]: None if p.grad is None else p.grad.clone()
-                             for g in optimizer.param_groups for p in g["params"]})
-        trainer.optimizer.register_step_pre_hook(grads)
+    seen, capture = first_step_gradients()
 
     finetune_reranker(base, train, tmp_path / "run", loss="listnet", max_steps=1, max_grad_norm=None, seed=5,
                       callbacks={"on_train_begin": capture}, **COMMON)
