@@ -378,20 +378,26 @@ def _in_batch(loss: nn.Module | None) -> bool:
     from bertkit.embedding.distillation import GISTEmbedLoss
     from bertkit.embedding.pairwise import CoSENTLoss
 
-    for candidate in (loss, getattr(loss, "inner", None), getattr(loss, "plain", None)):
-        if isinstance(candidate, MultipleNegativesRankingLoss | GISTEmbedLoss | CoSENTLoss):
-            return True
-    return False
+    return any(isinstance(candidate, MultipleNegativesRankingLoss | GISTEmbedLoss | CoSENTLoss)
+               for candidate in _nested(loss))
 
 
 def _gradcache_loss(loss: nn.Module | None) -> nn.Module | None:
-    """The cached (GradCache) loss in ``loss`` (itself, or the one a Matryoshka wrapper holds), else None."""
+    """The cached (GradCache) loss in ``loss`` (itself, or the one a wrapper holds), else None."""
     from bertkit.embedding.cached import CachedMultipleNegativesRankingLoss
 
-    for candidate in (loss, getattr(loss, "inner", None)):
-        if isinstance(candidate, CachedMultipleNegativesRankingLoss):
-            return candidate
-    return None
+    return next((c for c in _nested(loss) if isinstance(c, CachedMultipleNegativesRankingLoss)), None)
+
+
+def _nested(loss: nn.Module | None):
+    """``loss`` and, depth first, the losses its wrappers hold (Matryoshka's ``inner``, the cached loss's
+    ``plain``)."""
+    if loss is None:
+        return
+    yield loss
+    for attribute in ("inner", "plain"):
+        if isinstance(getattr(loss, attribute, None), nn.Module):
+            yield from _nested(getattr(loss, attribute))
 
 
 def average_gradients(parameters: Sequence[torch.Tensor]) -> None:
@@ -436,10 +442,8 @@ def finish(output: Path, model_dir: Path, results: dict[str, Any], start: float)
 def trained_similarity(loss: nn.Module) -> str | None:
     """The similarity function ``loss`` trains the embeddings for (cosine, dot, ...), None where it names none
     (distance-based losses): what the saved model records as its ``similarity_fn_name``."""
-    for attribute in ("inner", "plain"):  # Matryoshka's inner loss; the cached loss's plain one
-        if isinstance(getattr(loss, attribute, None), nn.Module):
-            return trained_similarity(getattr(loss, attribute))
-    return getattr(loss, "similarity", None)
+    *_, innermost = _nested(loss)  # past Matryoshka's inner loss and the cached loss's plain one
+    return getattr(innermost, "similarity", None)
 
 
 def _prompts(query_prompt: str | None, document_prompt: str | None) -> dict[str, str]:
