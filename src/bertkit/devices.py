@@ -42,7 +42,7 @@ def cpu_bf16() -> bool:
     """
     flags = _cpu_flags()
     if flags is not None:
-        supported = bool(flags & {"avx512_bf16", "amx_bf16", "bf16"})
+        supported = bool(flags & BF16_FLAGS)
     else:
         try:
             supported = bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
@@ -56,6 +56,15 @@ def cpu_bf16() -> bool:
         return probe.dtype == torch.bfloat16 and bool(probe[0, 0] == 4)
     except RuntimeError:
         return False
+
+
+#: CPU flags that mean native bf16 arithmetic (x86 AVX512-BF16 and AMX, Arm's BF16 extension)
+BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16", "bf16"})
+
+
+def bf16_flags() -> set[str]:
+    """Which of :data:`BF16_FLAGS` this CPU reports (empty where the flags cannot be read)."""
+    return (_cpu_flags() or set()) & BF16_FLAGS
 
 
 def _cpu_flags() -> set[str] | None:

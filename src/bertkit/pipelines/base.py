@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from bertkit.inference.batching import CHUNK_BATCHES, check_batch_size, chunks, pad, run_sorted
+from bertkit.inference.precision import DtypeChoice, announce, resolve
 
 #: call parameters every task takes, with their defaults: which end of a text truncation keeps
 #: (``"right"`` cuts the end, ``"left"`` the start)
@@ -53,8 +54,11 @@ class Pipeline:
     token_level: bool = False
 
     def __init__(self, model: torch.nn.Module, tokenizer: Any, *, device: str | torch.device | None = None,
-                 dtype: torch.dtype | None = None, batch_size: int = 32, batch_tokens: int | None = None,
+                 dtype: Any = "auto", batch_size: int = 32, batch_tokens: int | None = None,
                  max_length: int | None = None, **defaults: Any):
+        """``dtype``: ``"auto"`` (bf16 where the hardware computes it and this task's measured quality allows,
+        else fp32; :func:`bertkit.inference.precision.resolve`), ``"fp32"``, ``"bf16"``, ``"fp16"``, ``"int8"``,
+        a torch dtype, or None (the model's own). What it became, and why, is :attr:`dtype_choice`."""
         from bertkit.modeling.text import resolve_device
 
         self.batch_size = check_batch_size(batch_size)
@@ -65,10 +69,7 @@ class Pipeline:
         if device is not None:
             self.model.to(resolve_device(device))
         self.device = next(self.model.parameters()).device
-        if hasattr(self.model, "optimize_for_inference"):
-            self.model.optimize_for_inference(dtype=dtype)
-        elif dtype is not None:
-            self.model.to(dtype)
+        self.dtype_choice = prepare(self.model, dtype, self.task)
         limit = getattr(getattr(model, "config", None), "max_tokens", 512)
         self.max_length = min(max_length or limit, limit)
         self.pad_values = {"input_ids": tokenizer.pad_token_id, "token_type_ids": 0, "attention_mask": 0}
@@ -179,3 +180,23 @@ class Pipeline:
         options.setdefault("return_token_type_ids", True)  # every family's batch has them (ignored where unused)
         return dict(self.tokenizer(text, pair, **options))
 
+
+def prepare(model: torch.nn.Module, dtype: Any, task: str | None) -> DtypeChoice:
+    """Resolve ``dtype`` for ``model`` answering ``task`` (on the model's device) and put the model on the fast
+    inference path in that number format, in place; returns (and logs) the choice. One function for the
+    pipelines, :class:`bertkit.SentenceTransformer` and :class:`bertkit.CrossEncoder`."""
+    first = next(model.parameters())
+    choice = announce(resolve(dtype, first.device, task, saved=_saved_dtype(model), current=first.dtype))
+    if hasattr(model, "optimize_for_inference"):
+        model.optimize_for_inference(dtype=choice.torch_dtype, quantize=choice.quantize)
+    else:
+        model.to(choice.torch_dtype).eval()
+    return choice
+
+
+def _saved_dtype(model: torch.nn.Module) -> str | None:
+    try:
+        from bertkit.inference.quantized import checkpoint_dtype
+    except ImportError:
+        return None
+    return checkpoint_dtype(model)
