@@ -110,7 +110,7 @@ def test_explicit_names_torch_dtypes_none_and_bad_values(hardware):
     assert (kept.name, kept.requested) == ("bf16", "keep")
     with pytest.raises(ValueError, match=r"dtype='bf61' is not one of \('auto', 'fp32'"):
         precision.resolve("bf61")
-    with pytest.raises(ValueError, match="dtype=torch.float64 is not an inference dtype"):
+    with pytest.raises(ValueError, match=r"dtype=torch\.float64 is not an inference dtype"):
         precision.resolve(torch.float64)
     with pytest.raises(ValueError, match="int8 runs on CPU"):
         precision.resolve("int8", "cuda")

@@ -17,7 +17,7 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
 
     from bertkit import BERTForMaskedLM
-    from bertkit.pipelines.base import prepare
+    from bertkit.inference.precision import prepare
     from bertkit.tokenization import load_tokenizer
 
     tokenizer = load_tokenizer(args.model)

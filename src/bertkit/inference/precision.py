@@ -192,3 +192,24 @@ def announce(choice: DtypeChoice) -> DtypeChoice:
     """Log the choice once (logger ``bertkit``, INFO); returns it."""
     logger.info(choice.describe())
     return choice
+
+
+def prepare(model: torch.nn.Module, dtype: Any, task: str | None) -> DtypeChoice:
+    """Resolve ``dtype`` for ``model`` answering ``task`` (on the model's device) and put the model on the fast
+    inference path in that number format, in place; returns (and logs) the choice. One function for the
+    pipelines, :class:`bertkit.SentenceTransformer` and :class:`bertkit.CrossEncoder`."""
+    first = next(model.parameters())
+    choice = announce(resolve(dtype, first.device, task, saved=_saved_dtype(model), current=first.dtype))
+    if hasattr(model, "optimize_for_inference"):
+        model.optimize_for_inference(dtype=choice.torch_dtype, quantize=choice.quantize)
+    else:
+        model.to(choice.torch_dtype).eval()
+    return choice
+
+
+def _saved_dtype(model: torch.nn.Module) -> str | None:
+    try:
+        from bertkit.inference.quantized import checkpoint_dtype
+    except ImportError:
+        return None
+    return checkpoint_dtype(model)

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from bertkit.inference.batching import CHUNK_BATCHES, check_batch_size, chunks, pad, run_sorted
-from bertkit.inference.precision import DtypeChoice, announce, resolve
+from bertkit.inference.precision import prepare
 
 #: call parameters every task takes, with their defaults: which end of a text truncation keeps
 #: (``"right"`` cuts the end, ``"left"`` the start)
@@ -180,23 +180,3 @@ class Pipeline:
         options.setdefault("return_token_type_ids", True)  # every family's batch has them (ignored where unused)
         return dict(self.tokenizer(text, pair, **options))
 
-
-def prepare(model: torch.nn.Module, dtype: Any, task: str | None) -> DtypeChoice:
-    """Resolve ``dtype`` for ``model`` answering ``task`` (on the model's device) and put the model on the fast
-    inference path in that number format, in place; returns (and logs) the choice. One function for the
-    pipelines, :class:`bertkit.SentenceTransformer` and :class:`bertkit.CrossEncoder`."""
-    first = next(model.parameters())
-    choice = announce(resolve(dtype, first.device, task, saved=_saved_dtype(model), current=first.dtype))
-    if hasattr(model, "optimize_for_inference"):
-        model.optimize_for_inference(dtype=choice.torch_dtype, quantize=choice.quantize)
-    else:
-        model.to(choice.torch_dtype).eval()
-    return choice
-
-
-def _saved_dtype(model: torch.nn.Module) -> str | None:
-    try:
-        from bertkit.inference.quantized import checkpoint_dtype
-    except ImportError:
-        return None
-    return checkpoint_dtype(model)

@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from bertkit.inference.batching import CHUNK_BATCHES, check_batch_size, chunks, pad, run_sorted
-from bertkit.inference.precision import resolve
+from bertkit.inference.precision import prepare, resolve
 from bertkit.sentence.modules import Layout, Pooling, is_sentence_transformer, normalize, read_layout
 from bertkit.sentence.util import PRECISIONS, quantize_embeddings, similarity
 
@@ -65,8 +65,6 @@ class SentenceTransformer(nn.Module):
         self.to(resolve_device(device) if device is not None else "cpu").eval()
         self.dtype_choice = None
         if optimize:  # eval mode, prepared kernels, the number format dtype resolves to
-            from bertkit.pipelines.base import prepare
-
             self.dtype_choice = prepare(self, dtype, "embeddings")
         elif dtype not in (None, "auto"):
             self.to(resolve(dtype, next(self.parameters()).device, "embeddings").torch_dtype)
