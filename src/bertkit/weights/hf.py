@@ -192,11 +192,12 @@ def load_pretrained(self_or_cls, source: str | os.PathLike, config_overrides: di
                              f"is family {model.config.family!r}; build the model from the checkpoint with "
                              f"{type(model).__name__}.from_pretrained(...) on the class.")
     load_into(model, checkpoint.state_dict, strict=strict, warn=warn, source=source)
-    return _as_dtype(model.eval(), checkpoint.quantization, dtype, source, warn)
+    return apply_load_dtype(model.eval(), checkpoint.quantization, dtype, source, warn)
 
 
-def _as_dtype(model, quantization: dict | None, dtype: str | None, source, warn: bool):
-    """The loaded ``model`` in ``dtype``: None / ``"auto"``: int8 for an int8 checkpoint, as it is otherwise;
+def apply_load_dtype(model, quantization: dict | None, dtype: str | None, source, warn: bool = True):
+    """What every loader does last (``from_pretrained``, :func:`bertkit.tasks.sources.load_source`): the loaded
+    ``model`` in ``dtype``: None / ``"auto"``: int8 for an int8 checkpoint, as it is otherwise;
     ``"int8"``: int8 kernels; ``"fp32"``: the float32 weights (dequantized ones, with a warning, for an int8
     checkpoint). An int8 checkpoint's block is kept in ``model.quantization`` (saving keeps the format)."""
     if dtype not in LOAD_DTYPES:
@@ -205,7 +206,7 @@ def _as_dtype(model, quantization: dict | None, dtype: str | None, source, warn:
     if dtype == "int8" or (quantization is not None and dtype in (None, "auto")):
         model.optimize_for_inference(quantize="int8")
     elif quantization is not None and warn:
-        warnings.warn(dequantized_message(source), LoadWarning, stacklevel=4)
+        warnings.warn(dequantized_message(source), LoadWarning, stacklevel=3)
     return model
 
 
