@@ -125,8 +125,12 @@ def test_every_loader_runs_an_int8_checkpoint_int8(tmp_path):
     assert torch.equal(outputs(loaded, batch)[0], outputs(reference, batch)[0])
     from bertkit.sentence import SentenceTransformer
 
-    assert checkpoint_dtype(SentenceTransformer(source)) == "int8"
-    assert running_dtype(SentenceTransformer(source)) == "int8"
+    bi_encoder = SentenceTransformer(source)
+    assert checkpoint_dtype(bi_encoder) == "int8" and running_dtype(bi_encoder) == "int8"
+    bi_encoder.save(tmp_path / "st")  # saved as it was loaded: int8
+    assert "quantization" in json.loads((tmp_path / "st" / "config.json").read_text())
+    again = SentenceTransformer(tmp_path / "st")
+    assert torch.equal(again.encode(WORDS, convert_to_tensor=True), bi_encoder.encode(WORDS, convert_to_tensor=True))
 
 
 def test_int8_files_are_smaller(tmp_path):
