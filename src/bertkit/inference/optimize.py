@@ -103,7 +103,7 @@ def optimize_for_inference(model: nn.Module, *, dtype: torch.dtype | str | None 
 
     Args:
         dtype: None keeps the model's dtype (float32: exact to ~1e-6 relative of the eager model; int8 for a
-            model loaded from an int8 checkpoint, see :mod:`bertkit.inference.quantized`);
+            model loaded from an int8 checkpoint on the CPU, see :mod:`bertkit.inference.quantized`);
             ``torch.bfloat16`` (or ``"bf16"``) casts the model, for CPUs with native bf16 and GPUs (a
             warning where it would be emulated); ``torch.float16`` on GPUs. A dtype given for an int8
             checkpoint's model runs its dequantized weights in that dtype, with a warning.
@@ -122,15 +122,16 @@ def optimize_for_inference(model: nn.Module, *, dtype: torch.dtype | str | None 
     dtype = DTYPES.get(dtype, dtype)
     if quantize not in QUANTIZE:
         raise ValueError(f"quantize must be one of {QUANTIZE}, got {quantize!r}.")
-    if checkpoint_dtype(model) == "int8" and quantize is None:
-        if dtype is None:
-            quantize = "int8"  # an int8 checkpoint's model keeps its dtype: int8
-        else:
-            warnings.warn(dequantized_message(f"{type(model).__name__} (dtype={dtype})"), stacklevel=2)
     if device is not None:
         model.to(device)
     model.eval()
     target = next(model.parameters()).device
+    if checkpoint_dtype(model) == "int8" and quantize is None:
+        if dtype is None and target.type == "cpu":
+            quantize = "int8"  # an int8 checkpoint's model keeps its dtype: int8 (a CPU kernel)
+        else:
+            warnings.warn(dequantized_message(f"{type(model).__name__} (dtype={dtype}, on {target.type})"),
+                          stacklevel=2)
     if quantize == "int8":
         if target.type != "cpu":
             raise ValueError(f"quantize='int8' runs on CPU; the model is on {target}. Move it with device='cpu'.")

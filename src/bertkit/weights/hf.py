@@ -204,7 +204,7 @@ def apply_load_dtype(model, quantization: dict | None, dtype: str | None, source
         raise ValueError(f"dtype must be one of {LOAD_DTYPES}, got {dtype!r}.")
     model.quantization = quantization
     if dtype == "int8" or (quantization is not None and dtype in (None, "auto")):
-        model.optimize_for_inference(quantize="int8")
+        model.optimize_for_inference(quantize="int8")  # loaders build models on the CPU, where int8 runs
     elif quantization is not None and warn:
         warnings.warn(dequantized_message(source), LoadWarning, stacklevel=3)
     return model
