@@ -116,10 +116,20 @@ def test_explicit_names_torch_dtypes_none_and_bad_values(hardware):
         precision.resolve("int8", "cuda")
 
 
-def test_an_int8_checkpoint_runs_int8_under_auto(hardware):
+def test_an_int8_checkpoint_runs_int8_under_auto(hardware, monkeypatch, tmp_path):
     hardware(bf16=True)
+    monkeypatch.setenv(precision.ENV, "fp32")  # an int8 checkpoint has no exact float weights to pin
     assert precision.resolve("auto", "cpu", "embeddings", saved="int8").name == "int8"
     assert precision.resolve("fp32", "cpu", "embeddings", saved="int8").name == "fp32"
+    assert precision.resolve("auto", "cuda", "embeddings", saved="int8").name == "fp32"  # int8 runs on CPU only
+    from bertkit.cli import main
+
+    assert main(["convert", str(MINILM), "-o", str(tmp_path / "int8"), "--dtype", "int8"]) == 0
+    assert bertkit.pipeline("embeddings", model=tmp_path / "int8").dtype_choice.name == "int8"
+    kept = bertkit.SentenceTransformer(tmp_path / "int8", dtype=None).dtype_choice
+    assert (kept.requested, kept.name) == ("keep", "int8")
+    with pytest.warns(UserWarning, match="an int8 checkpoint running in float"):
+        assert bertkit.SentenceTransformer(tmp_path / "int8", dtype="fp32").dtype_choice.name == "fp32"
 
 
 def test_the_cli_choices_are_the_library_s():

@@ -3,9 +3,9 @@
 ``dtype`` is one of :data:`DTYPES` (or a torch dtype; None keeps the model's own). ``"auto"`` resolves, in
 this order, from facts that never change during a process (flags and files, never a timing):
 
-1. ``BERTKIT_DTYPE`` in the environment (``fp32``, ``bf16``, ``fp16``, ``int8``): what ``auto`` means for the
+1. a model saved as int8 runs int8 (on CPU: its float weights would only be the dequantized int8 values);
+2. ``BERTKIT_DTYPE`` in the environment (``fp32``, ``bf16``, ``fp16``, ``int8``): what ``auto`` means for the
    whole process (a service pinning its numbers, a test suite comparing against float32 references);
-2. a model saved as int8 runs int8 (on CPU);
 3. bf16 where the device computes it natively (:func:`bertkit.devices.native_bf16`: a CPU whose flags have
    AVX512-BF16, AMX-BF16 or Arm BF16; a CUDA GPU with bf16) **and** the task's row of the measured quality
    table (``resources/precision_quality.json``, written by ``benchmarks/precision_quality.py``) keeps bf16
@@ -141,11 +141,11 @@ def table_allows(task: str | None, name: str = "bf16") -> tuple[bool, str]:
 
 
 def resolve(dtype: Any = "auto", device: torch.device | str = "cpu", task: str | None = None, *,
-            saved: str | None = None, current: torch.dtype | None = None) -> DtypeChoice:
+            saved: str | None = None, current: str | torch.dtype | None = None) -> DtypeChoice:
     """The :class:`DtypeChoice` for running a ``task`` model on ``device`` (see the module docstring).
 
     ``saved``: the checkpoint's own number format (``"int8"`` for an int8 checkpoint, else None);
-    ``current``: the model's parameter dtype, which ``dtype=None`` keeps.
+    ``current``: how the model computes now (``"int8"`` or its parameters' dtype), which ``dtype=None`` keeps.
     """
     name = normalize(dtype)
     device = torch.device(device)
@@ -154,11 +154,11 @@ def resolve(dtype: Any = "auto", device: torch.device | str = "cpu", task: str |
         return DtypeChoice(kept, "keep", "dtype=None keeps the model's own")
     if name != "auto":
         return _check(DtypeChoice(name, name, "asked for"), device)
+    if saved == "int8" and device.type == "cpu":  # its float weights would only be the dequantized int8 ones
+        return DtypeChoice("int8", "auto", "the checkpoint is saved in int8")
     env = os.environ.get(ENV, "").strip()
     if env and env != "auto":
         return _check(DtypeChoice(normalize(env, ENV), "auto", f"{ENV}={env}"), device)
-    if saved == "int8" and device.type == "cpu":
-        return DtypeChoice("int8", "auto", "the checkpoint is saved in int8")
     if not devices.native_bf16(device):
         return DtypeChoice("fp32", "auto", _no_bf16(device))
     allowed, why = table_allows(task)
@@ -198,18 +198,13 @@ def prepare(model: torch.nn.Module, dtype: Any, task: str | None) -> DtypeChoice
     """Resolve ``dtype`` for ``model`` answering ``task`` (on the model's device) and put the model on the fast
     inference path in that number format, in place; returns (and logs) the choice. One function for the
     pipelines, :class:`bertkit.SentenceTransformer` and :class:`bertkit.CrossEncoder`."""
+    from bertkit.inference.quantized import checkpoint_dtype, running_dtype
+
     first = next(model.parameters())
-    choice = announce(resolve(dtype, first.device, task, saved=_saved_dtype(model), current=first.dtype))
+    choice = announce(resolve(dtype, first.device, task, saved=checkpoint_dtype(model), current=running_dtype(model)))
     if hasattr(model, "optimize_for_inference"):
         model.optimize_for_inference(dtype=choice.torch_dtype, quantize=choice.quantize)
     else:
         model.to(choice.torch_dtype).eval()
     return choice
 
-
-def _saved_dtype(model: torch.nn.Module) -> str | None:
-    try:
-        from bertkit.inference.quantized import checkpoint_dtype
-    except ImportError:
-        return None
-    return checkpoint_dtype(model)
