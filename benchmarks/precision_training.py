@@ -35,6 +35,7 @@ import argparse
 import json
 import os
 import random
+import shutil
 import statistics
 import subprocess
 import sys
@@ -360,6 +361,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
         parser.error("--seeds: give at least two (the spread needs them)")
     sizes = {task: Sizes(**{**asdict(s), **({"steps": args.steps} if args.steps else {})})
              for task, s in (QUICK if args.quick else FULL).items()}
+    shutil.rmtree(args.out / "work", ignore_errors=True)  # each run starts afresh
     args.out.mkdir(parents=True, exist_ok=True)
     print(f"{machine()}; tasks {', '.join(args.tasks)}; seeds {args.seeds}; {args.jobs} run(s) at a time, "
           f"{args.threads} thread(s) each", flush=True)
@@ -372,7 +374,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
     (args.out / "summary.jsonl").write_text("".join(json.dumps(s) + "\n" for s in summaries), encoding="utf-8")
     path = plot(summaries, args.out / "precision_training.png")
     print(table(summaries))
-    print(f"runs: {args.out / 'runs.jsonl'}\nsummary: {args.out / 'summary.jsonl'}" + (f"\nplot: {path}" if path else ""))
+    print(f"runs: {args.out / 'runs.jsonl'}\nsummary: {args.out / 'summary.jsonl'}")
+    if path:
+        print(f"plot: {path}")
     return summaries
 
 
