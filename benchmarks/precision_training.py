@@ -216,9 +216,12 @@ def launch(task: str, precision: str, seed: int, sizes: Sizes, workdir: Path, th
     return process
 
 
-def reap(process: subprocess.Popen) -> dict:
-    """Wait for a worker; its result with its peak RSS (this child's own ``ru_maxrss``, MB)."""
-    _, status, usage = os.wait4(process.pid, 0)
+def reap(running: list[subprocess.Popen]) -> dict:
+    """Wait for whichever worker of ``running`` ends first and take it out; its result with its peak RSS (that
+    child's own ``ru_maxrss``, MB)."""
+    pid, status, usage = os.wait4(-1, 0)  # the workers are this process's only children
+    process = next(p for p in running if p.pid == pid)
+    running.remove(process)
     process.returncode = os.waitstatus_to_exitcode(status)
     process.log.close()
     spec = process.spec
@@ -234,8 +237,8 @@ def reap(process: subprocess.Popen) -> dict:
 
 def run_all(tasks: list[str], seeds: list[int], sizes: dict[str, Sizes], workdir: Path, jobs: int,
             threads: int) -> list[dict]:
-    """Every (task, seed, precision), ``jobs`` processes at a time; fp32 and bf16 of one seed side by side, so
-    whatever else loads the machine loads both alike."""
+    """Every (task, seed, precision), ``jobs`` processes at a time, a new one as soon as one ends; a seed's fp32
+    and bf16 runs are queued one after the other, so they mostly run side by side, under the same load."""
     queue = [(task, precision, seed) for task in tasks for seed in seeds for precision in PRECISIONS]
     running: list[subprocess.Popen] = []
     done = []
@@ -243,7 +246,7 @@ def run_all(tasks: list[str], seeds: list[int], sizes: dict[str, Sizes], workdir
         while queue and len(running) < jobs:
             task, precision, seed = queue.pop(0)
             running.append(launch(task, precision, seed, sizes[task], workdir, threads))
-        result = reap(running.pop(0))
+        result = reap(running)
         done.append(result)
         print(f"  {result['task']:<8} {result['precision']} seed {result['seed']}: final loss "
               f"{result['losses'][-1]:.4f}, {METRIC[result['task']][0]} {result['metric']:.4f}, "
