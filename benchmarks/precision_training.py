@@ -16,7 +16,8 @@ Every run logs its training loss at every step. Per precision and step: the mean
 loss smoothed by a trailing window (``--window`` steps). bf16 counts as *within spread* of fp32 when at every
 logged step |mean bf16 - mean fp32| <= 2 * sd(fp32 seeds), and the same holds for the final training loss
 (the mean of the last window) and the final metric. Held-out metrics are computed in fp32 for both runs (the
-trained weights are compared, not the inference arithmetic).
+trained weights are compared, not the inference arithmetic). The table also gives the largest gap between the
+smoothed losses of a seed's bf16 and fp32 runs (same initial weights, same data order: bf16's own effect).
 
     python benchmarks/precision_training.py                        # the three tasks, seeds 1 2 3 (~50 min, 2 cores)
     python benchmarks/precision_training.py --tasks classify --seeds 1 2
@@ -24,9 +25,10 @@ trained weights are compared, not the inference arithmetic).
 
 Writes ``--out`` (default ``runs/precision-training``): ``runs.jsonl`` (one line per run: per-step losses,
 final metric, seconds, peak RSS), ``summary.jsonl`` (one line per task: the per-step bands and the verdict),
-``precision_training.png`` (per task, each precision's mean ± 2 sd band over the seeds; needs matplotlib, the
-``plot`` extra), and prints a table. On a CPU without native bf16 the bf16 runs fall back to fp32 (the
-Trainer warns); the table says which precision each run used. Nothing is asserted.
+``precision_training.png`` (per task, each precision's mean ± 2 sd band over the seeds, and bf16's mean minus
+fp32's against fp32's ± 2 sd; needs matplotlib, the ``plot`` extra), and prints a table. On a CPU without
+native bf16 the bf16 runs fall back to fp32 (the Trainer warns); the table says which precision each run used.
+Nothing is asserted.
 """
 
 from __future__ import annotations
@@ -265,13 +267,16 @@ def mean_sd(values: list[float]) -> tuple[float, float]:
 
 def summarize(runs: list[dict], task: str, window: int) -> dict:
     """One task's per-step bands per precision and the verdict (see the module doc)."""
-    by = {p: [r for r in runs if r["task"] == task and r["precision"] == p] for p in PRECISIONS}
+    by = {p: sorted((r for r in runs if r["task"] == task and r["precision"] == p), key=lambda r: r["seed"])
+          for p in PRECISIONS}
     steps = min(len(r["losses"]) for p in PRECISIONS for r in by[p])
     curves = {p: [smooth(r["losses"][:steps], window) for r in by[p]] for p in PRECISIONS}
     bands = {p: [mean_sd([c[i] for c in curves[p]]) for i in range(steps)] for p in PRECISIONS}
     gaps = [abs(b[0] - f[0]) / f[1] if f[1] > 0 else (0.0 if b[0] == f[0] else float("inf"))
             for f, b in zip(bands["fp32"], bands["bf16"])]
     worst = max(range(steps), key=gaps.__getitem__)
+    # the same seed in both precisions: same initial weights and data order, so their gap is bf16's own
+    paired = [abs(b - f) for seed_f, seed_b in zip(curves["fp32"], curves["bf16"]) for f, b in zip(seed_f, seed_b)]
     final = {p: mean_sd([c[-1] for c in curves[p]]) for p in PRECISIONS}
     metric = {p: mean_sd([r["metric"] for r in by[p]]) for p in PRECISIONS}
 
@@ -284,6 +289,7 @@ def summarize(runs: list[dict], task: str, window: int) -> dict:
             "mean": {p: [b[0] for b in bands[p]] for p in PRECISIONS},
             "sd": {p: [b[1] for b in bands[p]] for p in PRECISIONS},
             "steps_within": sum(g <= 2 for g in gaps), "worst_step": worst + 1, "worst_gap_sd": gaps[worst],
+            "paired_max_gap": max(paired),
             "final_loss": final, "final_metric": metric,
             "curve_within": all(g <= 2 for g in gaps), "final_loss_within": within(final),
             "metric_within": within(metric),
@@ -302,7 +308,8 @@ def table(summaries: list[dict]) -> str:
             if p == "bf16":
                 yes = s["curve_within"] and s["final_loss_within"] and s["metric_within"]
                 verdict = (f"{'yes' if yes else 'NO'}: curve {s['steps_within']}/{s['steps']} steps (worst "
-                           f"{s['worst_gap_sd']:.2f} sd at step {s['worst_step']}), final loss "
+                           f"{s['worst_gap_sd']:.2f} sd at step {s['worst_step']}; same-seed gap at most "
+                           f"{s['paired_max_gap']:.4f}), final loss "
                            f"{'yes' if s['final_loss_within'] else 'no'}, metric "
                            f"{'yes' if s['metric_within'] else 'no'}")
             lines.append(f"| {s['task']} | {p} (ran {'/'.join(s['used'][p])}) | {loss[0]:.4f} ± {loss[1]:.4f} | "
@@ -312,26 +319,35 @@ def table(summaries: list[dict]) -> str:
 
 
 def plot(summaries: list[dict], path: Path) -> Path | None:
-    """Per task: each precision's mean smoothed loss with its ± 2 sd band; None without matplotlib."""
+    """Per task, above: each precision's mean smoothed loss with its ± 2 sd band over the seeds; below: bf16's
+    mean minus fp32's against fp32's ± 2 sd (the verdict's test). None without matplotlib."""
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
     except ImportError:
         print("no plot: matplotlib is not installed (pip install 'bertkit[plot]')", file=sys.stderr)
         return None
-    figure = Figure(figsize=(5 * len(summaries), 4), layout="constrained")
+    figure = Figure(figsize=(5 * len(summaries), 7), layout="constrained")
     FigureCanvasAgg(figure)
     for i, s in enumerate(summaries):
-        axes = figure.add_subplot(1, len(summaries), i + 1)
+        curves, gaps = figure.add_subplot(2, len(summaries), i + 1), figure.add_subplot(2, len(summaries),
+                                                                                          len(summaries) + i + 1)
         steps = range(1, s["steps"] + 1)
-        for p, color in zip(PRECISIONS, ("tab:blue", "tab:orange")):
+        for p, color, style in zip(PRECISIONS, ("tab:blue", "tab:orange"), ("-", "--")):
             mean, sd = s["mean"][p], s["sd"][p]
-            axes.plot(steps, mean, color=color, label=f"{p} mean of {len(s['seeds'])} seeds")
-            axes.fill_between(steps, [m - 2 * d for m, d in zip(mean, sd)], [m + 2 * d for m, d in zip(mean, sd)],
-                              color=color, alpha=0.25, label=f"{p} ± 2 sd")
-        axes.set_title(f"{s['task']}: training loss ({s['window']}-step mean)")
-        axes.set_xlabel("step")
-        axes.legend()
+            curves.plot(steps, mean, style, color=color, label=f"{p}: mean of {len(s['seeds'])} seeds")
+            curves.fill_between(steps, [m - 2 * d for m, d in zip(mean, sd)], [m + 2 * d for m, d in zip(mean, sd)],
+                                color=color, alpha=0.2, label=f"{p} ± 2 sd")
+        curves.set_title(f"{s['task']}: training loss ({s['window']}-step mean)")
+        curves.legend()
+        band = [2 * d for d in s["sd"]["fp32"]]
+        gaps.fill_between(steps, [-b for b in band], band, color="tab:blue", alpha=0.2, label="± 2 sd of fp32's seeds")
+        gaps.plot(steps, [b - f for b, f in zip(s["mean"]["bf16"], s["mean"]["fp32"])], color="tab:orange",
+                  label="mean bf16 - mean fp32")
+        gaps.axhline(0, color="grey", linewidth=0.5)
+        gaps.set_title(f"{s['task']}: bf16 - fp32 ({s['steps_within']}/{s['steps']} steps within)")
+        gaps.set_xlabel("step")
+        gaps.legend()
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path)
     return path
@@ -355,6 +371,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--jobs", type=int, default=2, help="runs at a time (default 2: fp32 beside bf16)")
     parser.add_argument("--threads", type=int, default=1, help="threads per run (default 1)")
     parser.add_argument("--out", type=Path, default=Path("runs/precision-training"))
+    parser.add_argument("--summarize", action="store_true",
+                        help="run nothing: summarise, plot and tabulate --out's runs.jsonl again")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
@@ -364,15 +382,18 @@ def main(argv: list[str] | None = None) -> list[dict]:
         parser.error("--seeds: give at least two (the spread needs them)")
     sizes = {task: Sizes(**{**asdict(s), **({"steps": args.steps} if args.steps else {})})
              for task, s in (QUICK if args.quick else FULL).items()}
-    shutil.rmtree(args.out / "work", ignore_errors=True)  # each run starts afresh
-    args.out.mkdir(parents=True, exist_ok=True)
     print(f"{machine()}; tasks {', '.join(args.tasks)}; seeds {args.seeds}; {args.jobs} run(s) at a time, "
           f"{args.threads} thread(s) each", flush=True)
     for task in args.tasks:
         s = sizes[task]
         print(f"  {task}: {s.steps} steps, batch {s.batch_size} x {s.max_seq_length}, lr {s.learning_rate}", flush=True)
-    runs = run_all(args.tasks, args.seeds, sizes, args.out / "work", args.jobs, args.threads)
-    (args.out / "runs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in runs), encoding="utf-8")
+    if args.summarize:
+        runs = [json.loads(line) for line in (args.out / "runs.jsonl").read_text(encoding="utf-8").splitlines()]
+    else:
+        shutil.rmtree(args.out / "work", ignore_errors=True)  # each run starts afresh
+        args.out.mkdir(parents=True, exist_ok=True)
+        runs = run_all(args.tasks, args.seeds, sizes, args.out / "work", args.jobs, args.threads)
+        (args.out / "runs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in runs), encoding="utf-8")
     summaries = [summarize(runs, task, args.window or max(1, sizes[task].steps // 10)) for task in args.tasks]
     (args.out / "summary.jsonl").write_text("".join(json.dumps(s) + "\n" for s in summaries), encoding="utf-8")
     path = plot(summaries, args.out / "precision_training.png")
