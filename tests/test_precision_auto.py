@@ -37,7 +37,8 @@ def hardware(monkeypatch):
 
     def patch(bf16: bool = True, table: dict | None = None) -> None:
         monkeypatch.setattr(devices, "native_bf16", lambda device="cpu": bf16)
-        monkeypatch.setattr(devices, "bf16_flags", lambda: {"avx512_bf16"} if bf16 else set())
+        monkeypatch.setattr(devices, "bf16_reason", lambda device="cpu": "this CPU has avx512_bf16" if bf16
+                            else "this CPU has no amx_bf16, avx512_bf16 or Arm bf16")
         monkeypatch.setattr(precision, "quality_table", lambda: PASSING if table is None else table)
 
     return patch
@@ -63,7 +64,7 @@ def test_auto_is_bf16_where_the_cpu_has_it_and_the_table_allows(hardware, task, 
     assert "avx512_bf16" in choice.reason and row in choice.reason
     hardware(bf16=False)
     choice = precision.resolve("auto", "cpu", task)
-    assert choice.name == "fp32" and "no native bf16" in choice.reason
+    assert choice.name == "fp32" and "this CPU has no amx_bf16" in choice.reason
 
 
 def test_auto_stays_fp32_where_the_table_says_no(hardware):
@@ -202,7 +203,8 @@ def test_embed_command_says_its_choice_in_one_line(hardware, tmp_path, capsys):
     source.write_text("\n".join(paragraphs(6)) + "\n", encoding="utf-8")
     assert main(["embed", str(MINILM), "--input", str(source), "-o", str(tmp_path / "a.npy")]) == 0
     lines = [line for line in capsys.readouterr().err.splitlines() if "dtype" in line]
-    assert len(lines) == 1 and lines[0].startswith("bertkit: dtype auto -> bf16 (this CPU computes bf16 natively")
+    assert len(lines) == 1
+    assert lines[0].startswith("bertkit: dtype auto -> bf16 (this CPU has avx512_bf16; embeddings quality")
     assert main(["embed", str(MINILM), "--input", str(source), "-o", str(tmp_path / "b.npy"), "--dtype", "fp32"]) == 0
     assert "bertkit: dtype fp32 (asked for)" in capsys.readouterr().err
     assert cosines(np.load(tmp_path / "a.npy"), np.load(tmp_path / "b.npy")).min() >= 0.999

@@ -159,10 +159,10 @@ def resolve(dtype: Any = "auto", device: torch.device | str = "cpu", task: str |
     env = os.environ.get(ENV, "").strip()
     if env and env != "auto":
         return _check(DtypeChoice(normalize(env, ENV), "auto", f"{ENV}={env}"), device)
+    hardware = devices.bf16_reason(device)
     if not devices.native_bf16(device):
-        return DtypeChoice("fp32", "auto", _no_bf16(device))
+        return DtypeChoice("fp32", "auto", hardware)
     allowed, why = table_allows(task)
-    hardware = _has_bf16(device)
     if allowed:
         return DtypeChoice("bf16", "auto", f"{hardware}; {why}")
     return DtypeChoice("fp32", "auto", f"{hardware}, but {why}")
@@ -173,19 +173,6 @@ def _check(choice: DtypeChoice, device: torch.device) -> DtypeChoice:
         raise ValueError(f"dtype int8 runs on CPU (dynamic quantization); the model is on {device}. "
                          "Use bf16 or fp16 on a GPU, or --device cpu.")
     return choice
-
-
-def _has_bf16(device: torch.device) -> str:
-    if device.type == "cuda":
-        return f"{torch.cuda.get_device_name(device)} computes bf16"
-    flags = sorted(devices.bf16_flags())
-    return f"this CPU computes bf16 natively ({', '.join(flags) or 'oneDNN says so'})"
-
-
-def _no_bf16(device: torch.device) -> str:
-    if device.type == "cpu":
-        return "this CPU has no native bf16 (no avx512_bf16, amx_bf16 or Arm bf16 flag)"
-    return f"{device.type} has no native bf16 here"
 
 
 def announce(choice: DtypeChoice) -> DtypeChoice:
