@@ -15,6 +15,16 @@ import torch
 from bertkit import BERTConfig, BERTForPreTraining
 from bertkit.modeling import fast
 
+#: the suite compares against float32 references, so ``dtype="auto"`` means fp32 here (and in the commands the
+#: tests start) whatever the machine; tests of ``auto`` itself remove this (tests/test_precision_auto.py)
+os.environ["BERTKIT_DTYPE"] = "fp32"
+
+
+def without_dtype_line(err: str) -> str:
+    """A command's stderr less the one ``bertkit: dtype ...`` line the inference commands print when they load a
+    model (what an error test then holds to one line)."""
+    return "".join(line for line in err.splitlines(keepends=True) if not line.startswith("bertkit: dtype "))
+
 #: a subprocess of the suite that shows no progress for this long is called hung: a guard against a hang, far
 #: above the longest honest silence on a busy 2-core machine, never a time limit that decides a verdict. Progress
 #: is judged by a heartbeat (see run_guarded); a command given none is judged by its wall time

@@ -27,6 +27,7 @@ from fastapi.testclient import TestClient  # noqa: E402
 
 import bertkit  # noqa: E402
 from bertkit.serving import create_app  # noqa: E402
+from conftest import without_dtype_line  # noqa: E402
 from serve_helpers import error_of, nan_model, serving, tiny_models  # noqa: E402
 
 MINILM = pathlib.Path(minilm.__file__).parent / "model"
@@ -422,5 +423,5 @@ def test_the_command_refuses_a_blank_key_and_a_broken_model_in_one_line(tmp_path
     assert "API key is empty or blank" in capsys.readouterr().err
     monkeypatch.delenv("BERTKIT_API_KEY")
     assert main(["serve", str(nan_model(tmp_path / "nan")), "--port", "0"]) == 1
-    error = capsys.readouterr().err.strip()
+    error = without_dtype_line(capsys.readouterr().err).strip()
     assert error.startswith("bertkit: error:") and "non-finite" in error and "\n" not in error

@@ -27,10 +27,10 @@ def _load_pretrained(model_or_cls: Any, source: str | os.PathLike | Any | None, 
     return load_pretrained(model_or_cls, source, weights, config_overrides)
 
 
-def _save_pretrained(model: Any, directory: str | os.PathLike) -> None:
+def _save_pretrained(model: Any, directory: str | os.PathLike, **options: Any) -> None:
     from bertkit.weights import save_pretrained
 
-    save_pretrained(model, directory)
+    save_pretrained(model, directory, **options)
 
 
 def _optimize_for_inference(model: Any, **options: Any) -> Any:

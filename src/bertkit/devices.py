@@ -32,6 +32,10 @@ def native_bf16(device: torch.device | str = "cpu") -> bool:
     return device.type == "cpu" and cpu_bf16()
 
 
+#: CPU flags of native bf16 arithmetic: Intel AMX, AVX512-BF16, Arm's BF16 extension
+BF16_FLAGS = ("amx_bf16", "avx512_bf16", "bf16")
+
+
 @functools.cache
 def cpu_bf16() -> bool:
     """True when the CPU has native bf16 arithmetic and a bf16 autocast matmul runs (asked once per process).
@@ -42,7 +46,7 @@ def cpu_bf16() -> bool:
     """
     flags = _cpu_flags()
     if flags is not None:
-        supported = bool(flags & {"avx512_bf16", "amx_bf16", "bf16"})
+        supported = bool(flags & set(BF16_FLAGS))
     else:
         try:
             supported = bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
@@ -69,3 +73,23 @@ def _cpu_flags() -> set[str] | None:
     except OSError:
         return None
     return None
+
+
+def bf16_reason(device: torch.device | str = "cpu") -> str:
+    """Why :func:`native_bf16` says what it says about ``device``, in a few words for a log line: ``"this CPU has
+    avx512_bf16"``, ``"this CPU has no amx_bf16, avx512_bf16 or Arm bf16"``, ``"NVIDIA H100 supports bf16"``..."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        name = torch.cuda.get_device_name(device) if torch.cuda.is_available() else "this CUDA device"
+        return f"{name} {'supports' if native_bf16(device) else 'has no native'} bf16"
+    if device.type != "cpu":
+        return f"bf16 autocast is not used on {device.type}"
+    flags = _cpu_flags()
+    if flags is None:
+        return f"oneDNN reports {'' if cpu_bf16() else 'no '}bf16 support (the CPU flags are unreadable)"
+    found = [flag for flag in BF16_FLAGS if flag in flags]
+    if not found:
+        return "this CPU has no amx_bf16, avx512_bf16 or Arm bf16"
+    if not cpu_bf16():
+        return f"this CPU has {', '.join(found)} but this torch's bf16 autocast matmul fails"
+    return f"this CPU has {', '.join(found)}"

@@ -22,8 +22,8 @@ from typing import Any
 
 #: ``load(model_or_cls, source, weights, config_overrides) -> model``, as ``from_pretrained`` documents it.
 CheckpointLoader = Callable[[Any, Any, Any, dict[str, Any]], Any]
-#: ``save(model, directory) -> None``, as ``save_pretrained`` documents it.
-CheckpointSaver = Callable[[Any, Any], None]
+#: ``save(model, directory, **options) -> None``, as ``save_pretrained`` documents it.
+CheckpointSaver = Callable[..., None]
 
 _loader: CheckpointLoader | None = None
 _saver: CheckpointSaver | None = None
@@ -46,11 +46,11 @@ def load_pretrained(model_or_cls: Any, source: str | os.PathLike | Any | None, w
     return _loader(model_or_cls, source, weights, config_overrides)
 
 
-def save_pretrained(model: Any, directory: str | os.PathLike) -> None:
+def save_pretrained(model: Any, directory: str | os.PathLike, **options: Any) -> None:
     """Call the installed saver; ``RuntimeError`` if none is installed."""
     if _saver is None:
         raise RuntimeError("no checkpoint saver is installed; `import bertkit` installs bertkit.weights' one.")
-    _saver(model, directory)
+    _saver(model, directory, **options)
 
 
 _optimizer: Callable[..., Any] | None = None

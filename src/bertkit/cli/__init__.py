@@ -102,6 +102,19 @@ def add_threads_argument(group) -> None:
                             "it. The thread count changes the speed, never the numbers; run.json records it")
 
 
+#: ``--dtype`` of the inference commands (:data:`bertkit.inference.precision.DTYPES`, kept torch-free here)
+DTYPES = ("auto", "fp32", "bf16", "fp16", "int8")
+
+
+def add_dtype_argument(parser) -> None:
+    """``--dtype`` of the inference commands (embed, predict, fill-mask, serve, embed mine); the choice and why
+    is said in one ``bertkit: dtype ...`` line on stderr."""
+    parser.add_argument("--dtype", choices=DTYPES, default="auto",
+                        help="number format: auto (default) picks bf16 where the hardware computes it natively and "
+                             "the task's measured quality allows (the README's quality table), fp32 elsewhere; fp32 "
+                             "gives the exact reference numbers; int8: dense layers quantized (CPU)")
+
+
 def parse_size(value: str) -> int:
     """``"256M"``, ``"1G"``, ``"512k"``, ``"1000000"`` -> bytes (binary multiples); ArgumentTypeError otherwise."""
     units = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}

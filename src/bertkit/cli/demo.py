@@ -178,7 +178,7 @@ def run(output: str = "runs/demo", budget_s: float = 600.0, max_steps: int | Non
     from bertkit.presets import RECIPES, SIZES
     from bertkit.resources import austen_files
     from bertkit.tasks.pretraining import EVALUATION_FILE, pretrain_from_text
-    from bertkit.training import TrainingConfig, cpu_supports_bf16
+    from bertkit.training import TrainingConfig, resolve_precision
 
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}.")
@@ -187,8 +187,7 @@ def run(output: str = "runs/demo", budget_s: float = 600.0, max_steps: int | Non
     r, (layers, hidden, _) = RECIPES["tiny"], SIZES["tiny"]
     gpu = torch.cuda.is_available()
     device = torch.device("cuda" if gpu else "cpu")
-    if precision == "auto":
-        precision = "bf16" if gpu or cpu_supports_bf16() else "fp32"
+    asked, precision = precision, resolve_precision(precision, device)  # the Trainer resolves `asked` alike
     speeds: dict[int, float] = {}
     if device.type == "cpu":  # the thread count first: every later measurement and the run use it
         def recipe_speed() -> float:
@@ -221,7 +220,7 @@ def run(output: str = "runs/demo", budget_s: float = 600.0, max_steps: int | Non
         return lambda trainer: clock.__setitem__(event, time.perf_counter())
 
     training = TrainingConfig(max_steps=plan.steps, batch_size=plan.batch_size, learning_rate=r.learning_rate,
-                              warmup_ratio=r.warmup_ratio, precision=precision, log_every=100, device="auto")
+                              warmup_ratio=r.warmup_ratio, precision=asked, log_every=100, device="auto")
     result = pretrain_from_text(files, out, model="tiny", vocab_size=r.vocab_size, max_seq_length=r.max_seq_length,
                                 masked_lm_prob=r.masked_lm_prob, next_sentence_prediction=r.next_sentence_prediction,
                                 training=training, progress=False,

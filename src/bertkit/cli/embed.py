@@ -25,7 +25,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from bertkit.cli import ArgumentParser
+from bertkit.cli import ArgumentParser, add_dtype_argument
 from bertkit.io import refuse_output_over_input
 
 
@@ -43,20 +43,18 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--normalize", action="store_true", help="L2-normalise every vector")
     parser.add_argument("--device", help="cpu (default), cuda, gpu")
-    parser.add_argument("--dtype", choices=("fp32", "bf16"), default="fp32")
+    add_dtype_argument(parser)
     parser.add_argument("--encoding", default="utf-8", help="of the input file (default utf-8), e.g. utf-16, cp1252")
     args = parser.parse_args(argv)
     refuse_output_over_input(("-o", args.output), [("--input", args.input)], models=[("MODEL", args.model)])
     suffix = os.path.splitext(args.output)[1].lower()
     if suffix not in (".npy", ".jsonl"):
         raise ValueError(f"-o {args.output}: write .npy or .jsonl.")
-    import torch
-
     from bertkit.pipelines import pipeline
     from bertkit.pipelines.files import count_inputs, read_inputs
 
     pipe = pipeline("embeddings", model=args.model, device=args.device, batch_size=args.batch_size,
-                    dtype=torch.bfloat16 if args.dtype == "bf16" else None, normalize=args.normalize)
+                    dtype=args.dtype, normalize=args.normalize)
     texts, embedded = itertools.tee(_text(t) for t in read_inputs(args.input, args.encoding, keep_blank=True))
     vectors = (np.asarray(v, dtype=np.float32) for v in pipe.stream(embedded))
     if suffix == ".npy":

@@ -22,7 +22,7 @@ import argparse
 import json
 import sys
 
-from bertkit.cli import ArgumentParser
+from bertkit.cli import ArgumentParser, add_dtype_argument
 from bertkit.io import refuse_output_over_input
 
 ANCHORS = ("anchor", "query")
@@ -56,6 +56,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--chunk-size", type=int, default=8192, help="corpus texts scored at a time")
     parser.add_argument("--device", help="cpu (default), cuda, gpu")
     parser.add_argument("--encoding", default="utf-8", help="of the input files (default utf-8)")
+    add_dtype_argument(parser)
     args = parser.parse_args(argv)
     refuse_output_over_input(("-o", args.output), [("--data", args.data), ("--corpus", args.corpus)],
                              models=[("MODEL", args.model), ("--rescore", args.rescore)])
@@ -66,7 +67,7 @@ def main(argv: list[str]) -> int:
 
     queries, positives = read_pairs(args.data, args.anchor_column, args.positive_column, args.encoding)
     corpus = read_corpus(args.corpus, args.encoding) if args.corpus else []
-    model = SentenceTransformer(args.model, device=args.device)
+    model = SentenceTransformer(args.model, device=args.device, dtype=args.dtype)
     document_prompt = next((name for name in DOCUMENT_PROMPTS if name in model.prompts), None)
     query_prompt = "query" if "query" in model.prompts else None
     mined = mine_hard_negatives(
@@ -76,7 +77,7 @@ def main(argv: list[str]) -> int:
         range_min=args.range_min, range_max=args.range_max, num_negatives=args.num_negatives,
         absolute_margin=args.absolute_margin, relative_margin=args.relative_margin, max_score=args.max_score,
         min_score=args.min_score, similarity=_similarity(model), sampling=args.sampling, batch_size=args.batch_size,
-        chunk_size=args.chunk_size, rescore=cross_encoder(args.rescore, args.batch_size, args.device)
+        chunk_size=args.chunk_size, rescore=cross_encoder(args.rescore, args.batch_size, args.device, args.dtype)
         if args.rescore else None, use_faiss=args.faiss, seed=args.seed)
     write_rows(mined.rows, args.output)
     print(json.dumps(mined.summary))
@@ -125,11 +126,11 @@ def read_corpus(path: str, encoding: str) -> list[str]:
     return [text for text in (_text(item) for item in read_inputs(path, encoding)) if text.strip()]
 
 
-def cross_encoder(path: str, batch_size: int, device: str | None):
+def cross_encoder(path: str, batch_size: int, device: str | None, dtype: str = "auto"):
     """A ``(query, passage)`` pairs -> scores function of bertkit's reranker pipeline on ``path``."""
     from bertkit.pipelines import pipeline
 
-    pipe = pipeline("rerank", model=path, device=device, batch_size=batch_size)
+    pipe = pipeline("rerank", model=path, device=device, batch_size=batch_size, dtype=dtype)
 
     def rescore(pairs: list[tuple[str, str]]) -> list[float]:
         scores: list[float] = []

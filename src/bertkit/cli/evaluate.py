@@ -188,7 +188,7 @@ def rerank_main(args: argparse.Namespace) -> int:
     import bertkit
     from bertkit.embedding.reranking import BeirRerankEvaluator, RowsRerankEvaluator
 
-    reranker = bertkit.CrossEncoder(args.model, max_length=args.max_seq_length)
+    reranker = bertkit.CrossEncoder(args.model, max_length=args.max_seq_length, dtype="fp32")
     if args.rerank is not None:
         evaluator = RowsRerankEvaluator(args.rerank, k_values=args.k, batch_size=args.batch_size,
                                         always_rerank_positives=not args.rerank_documents_only)

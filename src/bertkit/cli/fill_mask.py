@@ -5,7 +5,7 @@ XLM-RoBERTa, MPNet (and ModernBERT's tokenizer names its own)."""
 
 from __future__ import annotations
 
-from bertkit.cli import ArgumentParser
+from bertkit.cli import ArgumentParser, add_dtype_argument
 
 
 def main(argv: list[str]) -> int:
@@ -13,13 +13,16 @@ def main(argv: list[str]) -> int:
     parser.add_argument("model", help="a directory holding a BERT with an MLM head and its tokenizer")
     parser.add_argument("text", nargs="+", help="texts containing the model's mask token ([MASK], <mask>, ...)")
     parser.add_argument("--top-k", type=int, default=5)
+    add_dtype_argument(parser)
     args = parser.parse_args(argv)
 
     from bertkit import BERTForMaskedLM
+    from bertkit.inference.precision import prepare
     from bertkit.tokenization import load_tokenizer
 
     tokenizer = load_tokenizer(args.model)
     model = BERTForMaskedLM.from_pretrained(args.model, warn=False)  # a pretraining run's NSP head drops, as meant
+    prepare(model, args.dtype, "fill-mask")
     for text in args.text:
         print(text)
         for i, candidates in enumerate(model.fill_mask(tokenizer, text, top_k=args.top_k)):

@@ -69,7 +69,7 @@ def numerics_lines(source: str) -> str:
     here = numerics.describe("cpu", "fp32")
     lines = [f"numerics here: float32 GEMM {here['gemm']} ({here['gemm_reason']}); CPU kernels {here['cpu_kernels']}; "
              f"{torch.get_num_threads()} threads; precision auto = {'bf16' if cpu_bf16() else 'fp32'} on this CPU"
-             + ("" if not torch.cuda.is_available() else ", bf16 on the GPU")]
+             + ("" if not torch.cuda.is_available() else ", bf16 on the GPU"), inference_dtype_line()]
     path = Path(source)
     for run_dir in (path, path.parent) if path.is_dir() else ():
         if (run_dir / RUN_FILE).is_file():
@@ -118,3 +118,12 @@ def main(argv: list[str]) -> int:
     print(describe(args.source))
     print(numerics_lines(args.source))
     return 0
+
+
+def inference_dtype_line() -> str:
+    """What ``--dtype auto`` picks on this CPU for each pipeline task (:func:`bertkit.inference.precision.resolve`)."""
+    from bertkit.inference.precision import TASK_ROW, resolve
+
+    rows = dict.fromkeys(TASK_ROW.values())
+    picks = {row: resolve("auto", "cpu", row).name for row in rows}
+    return "inference dtype auto here: " + ", ".join(f"{row} {name}" for row, name in picks.items())

@@ -28,7 +28,7 @@ import os
 import sys
 from collections.abc import Iterable, Iterator
 
-from bertkit.cli import ArgumentParser
+from bertkit.cli import ArgumentParser, add_dtype_argument
 from bertkit.io import refuse_output_over_input
 
 #: call parameters a flag sets: (flag, argparse keyword arguments)
@@ -68,7 +68,7 @@ def pipeline_parser() -> ArgumentParser:
     parser.add_argument("-o", "--output", help="a .jsonl file for the answers (default: stdout)")
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--device", help="cpu (default), cuda, gpu")
-    parser.add_argument("--dtype", choices=("fp32", "bf16"), default="fp32")
+    add_dtype_argument(parser)
     for flag, kwargs in PIPELINE_FLAGS:
         parser.add_argument(flag, **kwargs)
     return parser
@@ -79,16 +79,13 @@ def pipeline_main(argv: list[str]) -> int:
     refuse_output_over_input(("-o", args.output), [("--input", args.input)], models=[("MODEL", args.model)])
     if bool(args.texts) == bool(args.input):
         raise ValueError("give the inputs either as TEXT arguments or with --input FILE (one of the two).")
-    import torch
-
     from bertkit.pipelines import pipeline, pipeline_class
     from bertkit.pipelines.files import read_inputs
 
     task = pipeline_class(args.task).task
     params = {flag[2:].replace("-", "_"): getattr(args, flag[2:].replace("-", "_")) for flag, _ in PIPELINE_FLAGS}
     params = {k: v for k, v in params.items() if v is not None}
-    pipe = pipeline(task, model=args.model, device=args.device, batch_size=args.batch_size,
-                    dtype=torch.bfloat16 if args.dtype == "bf16" else None)
+    pipe = pipeline(task, model=args.model, device=args.device, batch_size=args.batch_size, dtype=args.dtype)
     if task == "rerank":
         items = ([{"query": args.texts[0], "passages": args.texts[1:]}] if args.texts
                  else read_inputs(args.input, args.encoding, keep_blank=True))

@@ -16,11 +16,11 @@ import argparse
 import json
 import os
 
-from bertkit.cli import ArgumentParser
+from bertkit.cli import ArgumentParser, add_dtype_argument
 
 
 def main(argv: list[str]) -> int:
-    from bertkit.serving.settings import DTYPES, MAX_RESPONSE_BYTES, POOLINGS, TASKS, ServeSettings
+    from bertkit.serving.settings import MAX_RESPONSE_BYTES, POOLINGS, TASKS, ServeSettings
 
     parser = ArgumentParser(prog="bertkit serve", description=__doc__,
                             formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -40,7 +40,7 @@ def main(argv: list[str]) -> int:
                         help="embeddings' pooling; splade: a masked-LM model's SPLADE vectors (/embed_sparse)")
     parser.add_argument("--served-model-name", help="the name /info and OpenAI's route give (default: the folder's)")
     parser.add_argument("--tokenization-workers", type=int, help="threads counting and cutting inputs")
-    parser.add_argument("--dtype", choices=DTYPES, default="fp32")
+    add_dtype_argument(parser)
     parser.add_argument("--api-key", help="require 'Authorization: Bearer KEY' (or set BERTKIT_API_KEY); an "
                                           "empty or blank key is refused")
     parser.add_argument("--workers", type=int, default=1, help="server processes on this port")

@@ -78,13 +78,16 @@ class CrossEncoder:
     ``num_labels``: the classifier's outputs (default: the checkpoint's); ``max_length``: where a pair is cut
     (default: a sentence-transformers directory's ``max_seq_length``, else the tokenizer's ``model_max_length``,
     capped by the model's positions); ``device``: where it runs (default CPU); ``activation``: see the module doc.
+    ``dtype``: ``"auto"`` (bf16 where the hardware computes it natively and the measured classification quality
+    allows, else fp32: :mod:`bertkit.inference.precision`), ``"fp32"`` (exact, and what training needs),
+    ``"bf16"``, ``"int8"``, a torch dtype or None; what it became is :attr:`dtype_choice`.
     ``from_bi_encoder``: a sentence-transformers bi-encoder directory gives its Transformer module (the encoder;
     the head is new), where fine-tuning a reranker from an embedding model starts; otherwise it is refused.
     """
 
     def __init__(self, model_name_or_path: str | os.PathLike, num_labels: int | None = None,
                  max_length: int | None = None, device: str | torch.device | None = None,
-                 activation: str | nn.Module | None = None, *, from_bi_encoder: bool = False):
+                 activation: str | nn.Module | None = None, *, from_bi_encoder: bool = False, dtype: Any = "auto"):
         from bertkit.modeling.heads import BERTForSequenceClassification
         from bertkit.pipelines.classification import RerankPipeline
         from bertkit.tasks.sources import load_model_and_tokenizer
@@ -95,8 +98,9 @@ class CrossEncoder:
         overrides = {"num_labels": num_labels} if num_labels is not None else {}
         model, tokenizer = load_model_and_tokenizer(source, BERTForSequenceClassification, **overrides)
         length = max_length or _saved_length(settings, tokenizer)
-        self.pipeline = RerankPipeline(model, tokenizer, device=device, max_length=length,
+        self.pipeline = RerankPipeline(model, tokenizer, device=device, dtype=dtype, max_length=length,
                                        truncation=_PAIR_CUT)
+        self.dtype_choice = self.pipeline.dtype_choice
         tokenizer.model_max_length = self.pipeline.max_length  # what save() records
         self.model, self.tokenizer = self.pipeline.model, tokenizer
         recorded = settings.get("activation_fn") or _config_activation(source)

@@ -157,7 +157,7 @@ def finetune_reranker(model: str | os.PathLike, train_files: str | os.PathLike |
                                               eval_split, eval_k)
     with open_run(output_dir, resume=resume, overwrite=overwrite) as run:
         torch.manual_seed(seed)  # a new head's initial weights are a function of the seed
-        cross = CrossEncoder(model, num_labels=1, max_length=max_seq_length, from_bi_encoder=True,
+        cross = CrossEncoder(model, num_labels=1, max_length=max_seq_length, from_bi_encoder=True, dtype="fp32",
                              device=resolve_device(device, int(os.environ.get("LOCAL_RANK", 0))))
         rank, world = data_parallel()
         dataset = global_batches(files, batch_size, world, columns=columns, sampling=sampling, seed=seed)

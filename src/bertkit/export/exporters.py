@@ -85,12 +85,15 @@ def _export_torchscript(module: nn.Module, names: tuple[str, ...], args: tuple[t
     return buffer.getvalue()
 
 
-def quantize_int8(source: Path, target: str) -> None:
+def quantize_int8(source: Path, target: str, *, products_only: bool = False) -> None:
     """ONNX Runtime's dynamic quantization of ``source`` into ``target``: int8 weights, MatMul's per output
-    channel (on all-MiniLM-L6-v2 half the error of one scale per matrix)."""
+    channel (on all-MiniLM-L6-v2 half the error of one scale per matrix); ``products_only``: only the
+    MatMul / Gemm weights (embedding tables stay float32, as in bertkit's int8 models)."""
     quantization = require("onnxruntime.quantization")
+    options = {"op_types_to_quantize": ["MatMul", "Gemm"]} if products_only else {}
     with _quiet():
-        quantization.quantize_dynamic(source, target, per_channel=True, weight_type=quantization.QuantType.QInt8)
+        quantization.quantize_dynamic(source, target, per_channel=True, weight_type=quantization.QuantType.QInt8,
+                                      **options)
 
 
 def require(module: str) -> Any:

@@ -5,7 +5,10 @@
 * ``model.onnx``: float32, inputs and outputs as :mod:`bertkit.export.models` lists them, the batch, sequence
   (and choices) axes dynamic;
 * ``model.int8.onnx`` with ``quantize="int8"``: ONNX Runtime's dynamic quantization (int8 MatMul weights per
-  output channel, int8 embedding tables; activations quantized per batch as it runs);
+  output channel, int8 embedding tables; activations quantized per batch as it runs). An int8 checkpoint's
+  model (:mod:`bertkit.weights.int8`) gets it without asking: its float graph holds the dequantized weights, which
+  ORT re-quantizes (products only: bertkit keeps embeddings float32), and the report compares it with bertkit's
+  own int8 kernels too;
 * the tokenizer files (``vocab.txt`` or ``tokenizer.json``, ``tokenizer_config.json``, ``special_tokens_map.json``)
   and ``config.json``;
   for a sentence-transformers model also its ``sentence_bert_config.json`` (``max_seq_length``, ``do_lower_case``),
@@ -50,6 +53,7 @@ from bertkit.export.models import (
     sample_batch,
     signature_of,
 )
+from bertkit.inference.quantized import checkpoint_dtype, running_dtype
 from bertkit.io import atomic_write, atomic_write_text
 from bertkit.modeling.fast import fast_path
 
@@ -71,7 +75,9 @@ class ExportReport:
 
     ``inputs`` / ``outputs``: name -> axes (a name for a dynamic axis, None for a fixed one).
     ``max_abs_diff``: per output, the largest ``|ONNX Runtime - PyTorch|`` over both verification batches;
-    ``int8_max_abs_diff`` the same for ``model.int8.onnx`` (None without it; held to no tolerance).
+    ``int8_max_abs_diff`` the same for ``model.int8.onnx`` (None without it; held to no tolerance);
+    ``int8_vs_bertkit_max_abs_diff``: ``model.int8.onnx`` against bertkit's own int8 kernels, for an int8 model
+    (an int8 checkpoint's; None otherwise).
     ``tolerance``: what float32 was held to. ``seconds``: the whole export, loading included.
     """
 
@@ -85,6 +91,7 @@ class ExportReport:
     int8_max_abs_diff: dict[str, float] | None
     tolerance: float
     seconds: float
+    int8_vs_bertkit_max_abs_diff: dict[str, float] | None = None
 
     @property
     def onnx_path(self) -> Path:
@@ -128,11 +135,17 @@ def export_onnx(model_or_source: nn.Module | str | os.PathLike, directory: str |
         model, loaded = load_for_export(model_or_source, task)
         tokenizer = loaded if tokenizer is None else tokenizer
     _check_exportable(model)
+    int8_model = running_dtype(model) == "int8"  # an int8 checkpoint's model (or one optimized to int8)
+    if quantize is None and checkpoint_dtype(model) == "int8":
+        quantize = "int8"  # an int8 checkpoint exports as one ORT runs int8
     signature, bert = signature_of(model), described_by(model)
     batches = _batches(bert.config, signature)
     module = ExportedModule(model)
     with _evaluating(module), fast_path(False), torch.no_grad():
         expected = [[t.numpy() for t in module(**batch)] for batch in batches]
+    with _evaluating(module), fast_path(True), torch.no_grad():  # bertkit's own int8 kernels run
+        expected_int8 = [[t.numpy() for t in module(**batch)] for batch in batches] if int8_model else None
+    with _evaluating(module), fast_path(False), torch.no_grad():
         graph, exporter = export_graph(module, batches[0], signature, opset, bert.config.max_position_embeddings)
     diffs = max_abs_diffs(graph, batches, expected, list(signature.outputs))
     bad = {name: diff for name, diff in diffs.items() if not diff <= tolerance}  # NaN fails too
@@ -142,10 +155,14 @@ def export_onnx(model_or_source: nn.Module | str | os.PathLike, directory: str |
 
     directory = Path(directory)
     atomic_write(directory / MODEL_FILE, lambda tmp: Path(tmp).write_bytes(graph))
-    int8_diffs = None
+    int8_diffs = bertkit_diffs = None
     if quantize == "int8":
-        atomic_write(directory / INT8_FILE, lambda tmp: quantize_int8(directory / MODEL_FILE, tmp))
+        # an int8 model keeps its embeddings float32 in bertkit; ORT then quantizes only the products
+        atomic_write(directory / INT8_FILE, lambda tmp: quantize_int8(directory / MODEL_FILE, tmp,
+                                                                      products_only=int8_model))
         int8_diffs = max_abs_diffs(directory / INT8_FILE, batches, expected, list(signature.outputs))
+        if expected_int8 is not None:
+            bertkit_diffs = max_abs_diffs(directory / INT8_FILE, batches, expected_int8, list(signature.outputs))
     elif (directory / INT8_FILE).exists():  # an earlier export's: it would not match this model.onnx
         (directory / INT8_FILE).unlink()
     _save_tokenizer(tokenizer, model, directory)
@@ -154,7 +171,7 @@ def export_onnx(model_or_source: nn.Module | str | os.PathLike, directory: str |
     report = ExportReport(directory, type(model).__name__, exporter, opset,
                           {name: list(signature.inputs) for name in input_names(bert.config)},
                           {name: list(axes) for name, axes in signature.outputs.items()}, diffs, int8_diffs,
-                          tolerance, round(time.perf_counter() - start, 3))
+                          tolerance, round(time.perf_counter() - start, 3), bertkit_diffs)
     atomic_write_text(directory / REPORT_FILE, json.dumps(report.to_json(), indent=2) + "\n")
     return report
 

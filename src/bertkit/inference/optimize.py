@@ -9,8 +9,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from bertkit.devices import native_bf16
+from bertkit.inference.quantized import checkpoint_dtype
 from bertkit.modeling import fast
 from bertkit.modeling.fast import Linear, activate, gemm_backend, onednn_available
+from bertkit.modeling.quantization import dequantized_message, quantize_weight
 
 DTYPES = {None: None, "float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16,
           "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16}
@@ -73,18 +75,21 @@ def _has_vnni() -> bool:
 class Int8Kernel(_Kernel):
     """int8 dynamic quantization: weights per output channel (symmetric) once, activations per call.
 
+    The weights are :func:`bertkit.modeling.quantization.quantize_weight`'s (float32 scales), which an int8
+    checkpoint stores: a model loaded from one prepares the very same int8 weights.
+
     ``reduce_range`` (7-bit activations) is used on CPUs without VNNI, where fbgemm's 8-bit products
     can saturate; with VNNI the full range is exact in the accumulator.
     """
 
     def prepare(self, layer: Linear):
-        w = layer.weight.detach().float()
-        scales = (w.abs().amax(dim=1) / 127.0).clamp(min=1e-12).double()
+        q, scales = quantize_weight(layer.weight)  # float32 scales: an int8 checkpoint stores exactly these
         with warnings.catch_warnings():  # torch marks the quantized tensor API deprecated; it is what fbgemm takes
             warnings.simplefilter("ignore", UserWarning)
-            q = torch.quantize_per_channel(w, scales, torch.zeros(w.shape[0], dtype=torch.long), 0, torch.qint8)
+            qweight = torch._make_per_channel_quantized_tensor(
+                q, scales.double(), torch.zeros(q.shape[0], dtype=torch.long), 0)
         bias = layer.bias.detach().float() if layer.bias is not None else None
-        return torch.ops.quantized.linear_prepack(q, bias)
+        return torch.ops.quantized.linear_prepack(qweight, bias)
 
     def __call__(self, x: torch.Tensor, layer: Linear, activation: str | None = None) -> torch.Tensor:
         if x.device.type != "cpu" or x.dtype != torch.float32 or not x.numel():
@@ -97,9 +102,11 @@ def optimize_for_inference(model: nn.Module, *, dtype: torch.dtype | str | None 
     """Prepare ``model`` (any bertkit model) for fast inference, in place; returns it, in eval mode.
 
     Args:
-        dtype: None keeps the model's dtype (float32: exact to ~1e-6 relative of the eager model);
+        dtype: None keeps the model's dtype (float32: exact to ~1e-6 relative of the eager model; int8 for a
+            model loaded from an int8 checkpoint on the CPU, see :mod:`bertkit.inference.quantized`);
             ``torch.bfloat16`` (or ``"bf16"``) casts the model, for CPUs with native bf16 and GPUs (a
-            warning where it would be emulated); ``torch.float16`` on GPUs.
+            warning where it would be emulated); ``torch.float16`` on GPUs. A dtype given for an int8
+            checkpoint's model runs its dequantized weights in that dtype, with a warning.
         quantize: ``"int8"``: dynamic quantization of every dense layer (CPU, float32 only); its
             accuracy cost on a fine-tuned classifier is measured in ``benchmarks/run.py``.
         device: move the model there first.
@@ -119,6 +126,12 @@ def optimize_for_inference(model: nn.Module, *, dtype: torch.dtype | str | None 
         model.to(device)
     model.eval()
     target = next(model.parameters()).device
+    if checkpoint_dtype(model) == "int8" and quantize is None:
+        if dtype is None and target.type == "cpu":
+            quantize = "int8"  # an int8 checkpoint's model keeps its dtype: int8 (a CPU kernel)
+        else:
+            warnings.warn(dequantized_message(f"{type(model).__name__} (dtype={dtype}, on {target.type})"),
+                          stacklevel=2)
     if quantize == "int8":
         if target.type != "cpu":
             raise ValueError(f"quantize='int8' runs on CPU; the model is on {target}. Move it with device='cpu'.")

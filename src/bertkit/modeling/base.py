@@ -48,6 +48,9 @@ class BERTPreTrainedModel(nn.Module):
             raise TypeError(f"config must be a bertkit.BERTConfig, got {type(config).__name__}.")
         self.config = config
         self.load_report = None
+        #: the ``"quantization"`` block of the int8 checkpoint this model was loaded from (None: not one);
+        #: ``bertkit.inference.quantized.checkpoint_dtype`` reads it
+        self.quantization = None
 
     # ------------------------------------------------------------------ init
     def post_init(self) -> None:
@@ -222,13 +225,18 @@ class BERTPreTrainedModel(nn.Module):
         """
         return hooks.load_pretrained(self_or_cls, source, weights, config_overrides)
 
-    def save_pretrained(self, directory: str | os.PathLike) -> None:
+    def save_pretrained(self, directory: str | os.PathLike, *, dtype: str | None = None) -> None:
         """Write ``config.json`` (HF's keys) and ``model.safetensors`` (HF's names) atomically.
 
         The directory loads in HF transformers' matching ``Bert*`` class (``Roberta*``, ``XLMRoberta*`` or
         ``Camembert*`` for a ``"roberta"`` family config, under those classes' names) and back in bertkit.
+        ``dtype="int8"`` writes an int8 checkpoint instead (dense weights int8 + float32 scales, marked in
+        config.json; bertkit loads it as the ``optimize_for_inference(quantize="int8")`` model of this one, bit
+        for bit; HF transformers does not read it); ``"fp32"`` the float weights; None (default) the format
+        the model was loaded from (float unless it came from an int8 checkpoint). See
+        :mod:`bertkit.weights.int8`.
         """
-        hooks.save_pretrained(self, directory)
+        hooks.save_pretrained(self, directory, dtype=dtype)
 
     def num_parameters(self, trainable_only: bool = False) -> int:
         """Number of (unique) parameters; tied weights count once."""

@@ -51,10 +51,12 @@ def pipeline_class(task: str) -> type:
 
 
 def pipeline(task: str, model: str | os.PathLike | Any = None, *, tokenizer: Any = None, device: Any = None,
-             dtype: Any = None, batch_size: int = 32, batch_tokens: int | None = None, **defaults: Any):
+             dtype: Any = "auto", batch_size: int = 32, batch_tokens: int | None = None, **defaults: Any):
     """A pipeline for ``task`` on ``model``: a source path or name (loaded with its own tokenizer), or a
     loaded bertkit model together with ``tokenizer``. ``device`` (``"cpu"``, ``"cuda"``, ``"gpu"``),
-    ``dtype`` (e.g. ``torch.bfloat16``: :func:`bertkit.optimize_for_inference`), ``batch_size`` and
+    ``dtype`` (``"auto"``: bf16 where the hardware computes it natively and the task's measured quality
+    allows, else fp32, see :mod:`bertkit.inference.precision`; ``"fp32"`` (exact), ``"bf16"``, ``"fp16"``,
+    ``"int8"``, a torch dtype; a loaded model passed in keeps its dtype under ``"auto"``), ``batch_size`` and
     ``batch_tokens`` (at most that many padded tokens per forward pass; None: no limit); any other
     keyword is a default of the task's call parameters (``top_k=3``, ``aggregation_strategy="simple"``)."""
     cls = pipeline_class(task)
@@ -67,6 +69,8 @@ def pipeline(task: str, model: str | os.PathLike | Any = None, *, tokenizer: Any
         return cls.from_source(model, **options)
     if tokenizer is None:
         raise ValueError("pipeline(model=<a loaded model>) needs tokenizer= too.")
+    if dtype == "auto":  # the caller's own model object is not cast behind their back
+        options["dtype"] = None
     return cls(model, tokenizer, **options)
 
 

@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from bertkit.inference.batching import CHUNK_BATCHES, check_batch_size, chunks, pad, run_sorted
+from bertkit.inference.precision import prepare
 
 #: call parameters every task takes, with their defaults: which end of a text truncation keeps
 #: (``"right"`` cuts the end, ``"left"`` the start)
@@ -53,8 +54,11 @@ class Pipeline:
     token_level: bool = False
 
     def __init__(self, model: torch.nn.Module, tokenizer: Any, *, device: str | torch.device | None = None,
-                 dtype: torch.dtype | None = None, batch_size: int = 32, batch_tokens: int | None = None,
+                 dtype: Any = "auto", batch_size: int = 32, batch_tokens: int | None = None,
                  max_length: int | None = None, **defaults: Any):
+        """``dtype``: ``"auto"`` (bf16 where the hardware computes it and this task's measured quality allows,
+        else fp32; :func:`bertkit.inference.precision.resolve`), ``"fp32"``, ``"bf16"``, ``"fp16"``, ``"int8"``,
+        a torch dtype, or None (the model's own). What it became, and why, is :attr:`dtype_choice`."""
         from bertkit.modeling.text import resolve_device
 
         self.batch_size = check_batch_size(batch_size)
@@ -65,10 +69,7 @@ class Pipeline:
         if device is not None:
             self.model.to(resolve_device(device))
         self.device = next(self.model.parameters()).device
-        if hasattr(self.model, "optimize_for_inference"):
-            self.model.optimize_for_inference(dtype=dtype)
-        elif dtype is not None:
-            self.model.to(dtype)
+        self.dtype_choice = prepare(self.model, dtype, self.task)
         limit = getattr(getattr(model, "config", None), "max_tokens", 512)
         self.max_length = min(max_length or limit, limit)
         self.pad_values = {"input_ids": tokenizer.pad_token_id, "token_type_ids": 0, "attention_mask": 0}

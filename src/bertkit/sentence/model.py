@@ -3,7 +3,9 @@
 The directory is read as it is (:mod:`.modules`); the BERT runs on bertkit's fast inference path (oneDNN
 products on prepared weights, unpadded execution), sentences run in length-sorted batches with dynamic
 padding (:mod:`bertkit.inference.batching`), and the results equal sentence-transformers' ``encode`` on
-the same directory (float32: within 1e-5) in input order.
+the same directory (``dtype="fp32"``: within 1e-5) in input order. The default ``dtype="auto"`` runs bf16
+where the hardware computes it natively and the measured embedding quality allows it
+(:mod:`bertkit.inference.precision`).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import torch
 from torch import nn
 
 from bertkit.inference.batching import CHUNK_BATCHES, check_batch_size, chunks, pad, run_sorted
+from bertkit.inference.precision import prepare, resolve
 from bertkit.sentence.modules import Layout, Pooling, is_sentence_transformer, normalize, read_layout
 from bertkit.sentence.util import PRECISIONS, quantize_embeddings, similarity
 
@@ -34,10 +37,13 @@ class SentenceTransformer(nn.Module):
     """
 
     def __init__(self, model_name_or_path: str | os.PathLike, device: str | torch.device | None = None, *,
-                 dtype: torch.dtype | None = None, optimize: bool = True, pooling: str | Sequence[str] | None = None):
-        """``pooling``: the pooling mode(s) (``mean``, ``cls``, ``max``, ``lasttoken``, ...) in place of the
+                 dtype: Any = "auto", optimize: bool = True, pooling: str | Sequence[str] | None = None):
+        """``dtype``: ``"auto"`` (bf16 where the hardware computes it natively and the measured embedding
+        quality allows, else fp32: :mod:`bertkit.inference.precision`), ``"fp32"`` (exact), ``"bf16"``,
+        ``"int8"``, a torch dtype, or None (as loaded); what it became is :attr:`dtype_choice`.
+        ``pooling``: the pooling mode(s) (``mean``, ``cls``, ``max``, ``lasttoken``, ...) in place of the
         directory's (a plain checkpoint has none: mean). ``optimize=False`` keeps the model trainable
-        (``model.train()``; ``model(**inputs)`` gives embeddings with gradients)."""
+        (``model.train()``; ``model(**inputs)`` gives embeddings with gradients), in float32 under ``"auto"``."""
         super().__init__()
         from bertkit.modeling.backbone import BERT
         from bertkit.modeling.text import resolve_device
@@ -57,14 +63,17 @@ class SentenceTransformer(nn.Module):
         self.prompts, self.default_prompt_name = layout.prompts, layout.default_prompt_name
         self.similarity_fn_name = layout.similarity_fn_name or "cosine"
         self.to(resolve_device(device) if device is not None else "cpu").eval()
-        if optimize:  # eval mode, prepared kernels; dtype=torch.bfloat16 where the hardware has it
-            self.optimize_for_inference(dtype=dtype)
-        elif dtype is not None:
-            self.to(dtype)
+        self.dtype_choice = None
+        if optimize:  # eval mode, prepared kernels, the number format dtype resolves to
+            self.dtype_choice = prepare(self, dtype, "embeddings")
+        elif dtype not in (None, "auto"):
+            self.to(resolve(dtype, next(self.parameters()).device, "embeddings").torch_dtype)
 
-    def optimize_for_inference(self, dtype: torch.dtype | None = None) -> SentenceTransformer:
-        """The BERT on bertkit's fast inference path (:func:`bertkit.optimize_for_inference`); returns self."""
-        self.bert.optimize_for_inference(dtype=dtype)
+    def optimize_for_inference(self, dtype: torch.dtype | str | None = None,
+                               quantize: str | None = None) -> SentenceTransformer:
+        """The BERT on bertkit's fast inference path (:func:`bertkit.optimize_for_inference`: ``dtype`` None
+        keeps the model's, ``quantize="int8"``); returns self."""
+        self.bert.optimize_for_inference(dtype=dtype, quantize=quantize)
         return self
 
     @classmethod

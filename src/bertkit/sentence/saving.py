@@ -32,15 +32,17 @@ SIMILARITY_FUNCTIONS = ("cosine", "dot", "euclidean", "manhattan")
 
 
 def save_sentence_transformer(model: SentenceTransformer, directory: str | os.PathLike, *,
-                              model_card: str | None = None) -> Path:
+                              model_card: str | None = None, dtype: str | None = None) -> Path:
     """Write ``model`` as a sentence-transformers directory at ``directory`` (created if missing); returns it.
 
-    ``model_card``: the text of a ``README.md`` to write beside (None: leave any README there alone)."""
+    ``model_card``: the text of a ``README.md`` to write beside (None: leave any README there alone).
+    ``dtype``: the BERT's checkpoint format, as ``save_pretrained`` takes it (``"int8"``: bertkit's int8
+    checkpoint, which sentence-transformers does not read; None: as the model was loaded)."""
     root = Path(directory)
     root.mkdir(parents=True, exist_ok=True)
     if model.similarity_fn_name not in SIMILARITY_FUNCTIONS:
         raise ValueError(f"similarity_fn_name must be one of {SIMILARITY_FUNCTIONS}, got {model.similarity_fn_name!r}")
-    model.bert.save_pretrained(root)
+    model.bert.save_pretrained(root, dtype=dtype)
     model.tokenizer.save_pretrained(root)
     modules = [_module(0, "", "Transformer")]
     _write_json(root / "sentence_bert_config.json", {"max_seq_length": model.max_seq_length,
@@ -108,3 +110,16 @@ def _bertkit_version() -> str:
 def _write_json(path: Path, value: Any) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(path, json.dumps(value, indent=2) + "\n")
+
+
+def convert_sentence_transformer(source: str | os.PathLike, dest: str | os.PathLike, *, dtype: str | None = None,
+                                 overwrite: bool = False) -> Path:
+    """The sentence-transformers directory ``source`` rewritten at ``dest`` with its BERT in ``dtype``
+    (``"int8"`` / ``"fp32"``; None: as it is); ``dest`` and ``overwrite`` as :func:`bertkit.weights.convert.convert`
+    takes them (a failure leaves ``dest`` as it was). Returns ``dest``."""
+    from bertkit.sentence.model import SentenceTransformer
+    from bertkit.weights.convert import replacing_folder
+
+    with replacing_folder(dest, overwrite) as staging:
+        save_sentence_transformer(SentenceTransformer(source, optimize=False), staging, dtype=dtype)
+    return Path(dest)

@@ -47,19 +47,18 @@ class Service:
         self.splade = settings.pooling == "splade"
         if settings.pooling is not None and self.task != "embeddings":
             raise ValueError(f"--pooling applies to embeddings; this server runs {self.task}.")
-        dtype = torch.bfloat16 if settings.dtype == "bf16" else None
         device = resolve_device(settings.device) if settings.device else torch.device("cpu")
         self.device = device
         name = "sparse-embeddings" if self.splade else PIPELINE_TASKS[self.task]
         defaults = {"pooling": settings.pooling} if self.task == "embeddings" and not self.splade \
             and settings.pooling else {}
-        self.pipe = pipeline(name, model=settings.model, device=device, dtype=dtype, batch_size=FORWARD_BATCH,
+        self.pipe = pipeline(name, model=settings.model, device=device, dtype=settings.dtype, batch_size=FORWARD_BATCH,
                              batch_tokens=FORWARD_TOKENS.get(device.type), **defaults)
         self.pipes = {"main": self.pipe}
         if self.splade:
             self.pipes["sparse"] = self.pipe
         elif self.task == "fill-mask":  # the same masked-LM head gives SPLADE vectors
-            self.pipes["sparse"] = SparseEmbeddingsPipeline(self.pipe.model, self.pipe.tokenizer,
+            self.pipes["sparse"] = SparseEmbeddingsPipeline(self.pipe.model, self.pipe.tokenizer, dtype=None,
                                                             batch_size=FORWARD_BATCH,
                                                             batch_tokens=FORWARD_TOKENS.get(device.type))
         self.max_input_length = self._input_limit()
@@ -176,7 +175,8 @@ class Service:
     # ----------------------------------------------------------------------------------------------- /info
     def info(self) -> dict[str, Any]:
         """text-embeddings-inference's ``/info`` (every field of its schema), and bertkit's ``task`` / ``labels``
-        and ``numerics`` (device, dtype, float32 GEMM backend and why, threads: the numbers' provenance)."""
+        ``dtype`` (what ``--dtype`` asked, what runs and why) and ``numerics`` (device, precision, float32 GEMM
+        backend and why, threads: the numbers' provenance)."""
         from importlib.metadata import PackageNotFoundError, version
 
         from bertkit.modeling import numerics
@@ -195,15 +195,16 @@ class Service:
                       "classify": lambda: {"classifier": labels}, "rerank": lambda: {"reranker": labels},
                       "ner": lambda: {"token_classifier": labels}, "qa": lambda: {"question_answering": {}},
                       "fill-mask": lambda: {"fill_mask": {}}}[self.task]()
-        return {"model_id": self.settings.name, "model_sha": None, "model_dtype": {"fp32": "float32",
-                "bf16": "bfloat16"}[self.settings.dtype], "served_model_name": self.settings.name,
+        choice = self.pipe.dtype_choice
+        return {"model_id": self.settings.name, "model_sha": None, "model_dtype": choice.torch_name,
+                "served_model_name": self.settings.name,
                 "model_type": model_type, "max_concurrent_requests": self.settings.max_concurrent_requests,
                 "max_input_length": self.max_input_length, "max_batch_tokens": self.settings.max_batch_tokens,
                 "max_batch_requests": None, "max_client_batch_size": self.settings.max_client_batch_size,
                 "auto_truncate": self.settings.auto_truncate, "tokenization_workers": self.settings.tokenizers,
                 "version": installed, "sha": None, "docker_label": None, "task": self.task,
                 "labels": list(labels["id2label"].values()) if labels and self.task != "rerank" else None,
-                "numerics": numerics.describe(self.device, self.settings.dtype)}
+                "dtype": choice.as_dict(), "numerics": numerics.describe(self.device, choice.name)}
 
     def pooling(self) -> str:
         """TEI's name of the embedding pooling: ``splade``, the sentence-transformers module's mode, or mean."""

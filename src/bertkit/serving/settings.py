@@ -15,7 +15,8 @@ PIPELINE_TASKS = {"embeddings": "embeddings", "classify": "text-classification",
 TASKS = ("auto", *PIPELINE_TASKS)
 #: the heaviest answer by default: 64 MiB of JSON (32 inputs of /embed_all at 256 tokens x 384 dimensions take ~62)
 MAX_RESPONSE_BYTES = 64 * 1024 * 1024
-DTYPES = ("fp32", "bf16")
+#: ``--dtype``: see :mod:`bertkit.inference.precision` (auto: bf16 where the hardware and the quality table allow)
+DTYPES = ("auto", "fp32", "bf16", "fp16", "int8")
 #: ``--pooling``: sentence-transformers' modes, and ``splade`` (a masked-LM head's sparse vectors)
 POOLINGS = ("cls", "mean", "max", "lasttoken", "splade")
 
@@ -48,7 +49,7 @@ class ServeSettings:
     pooling: str | None = None
     served_model_name: str | None = None
     tokenization_workers: int | None = None
-    dtype: str = "fp32"
+    dtype: str = "auto"
     api_key: str | None = None
     workers: int = 1
     device: str | None = None

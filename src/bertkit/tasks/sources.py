@@ -56,7 +56,7 @@ def load_model_and_tokenizer(source: str | os.PathLike, model_class: type[M], *,
 
     ``source``: anything bertkit loads (see the module doc; a registered name is downloaded once).
     The model is built from the checkpoint's config with ``config_overrides`` applied (e.g.
-    ``num_labels=3``; ``strict=False`` is passed to the loader instead) and loaded as
+    ``num_labels=3``; ``strict=False`` and ``dtype`` are passed to the loader instead) and loaded as
     ``from_pretrained`` loads: strictly, with a fresh head where the checkpoint has none (an
     MLM-only checkpoint in :class:`~bertkit.BERTForPreTraining` gets a new NSP head) and each
     such adaptation in ``model.load_report`` and, unless ``warn=False``, a
@@ -83,9 +83,11 @@ def load_source(source: str | os.PathLike, model_class: type[M], *, warn: bool =
     from bertkit.weights.adapt import load_into
     from bertkit.weights.download import resolve_source
     from bertkit.weights.formats import read_checkpoint
+    from bertkit.weights.hf import apply_load_dtype
 
     overrides = dict(config_overrides)
     strict = overrides.pop("strict", True)
+    dtype = overrides.pop("dtype", None)
     resolved = Path(resolve_source(source))
     checkpoint = read_checkpoint(resolved)
     tokenizer = _checkpoint_tokenizer(checkpoint, resolved, source)
@@ -96,6 +98,7 @@ def load_source(source: str | os.PathLike, model_class: type[M], *, warn: bool =
                          "to another checkpoint. Put the checkpoint's own vocabulary there.")
     model = model_class(config)
     load_into(model, checkpoint.state_dict, strict=strict, warn=warn, source=resolved)
+    apply_load_dtype(model.eval(), checkpoint.quantization, dtype, resolved, warn)  # an int8 checkpoint runs int8
     named = os.path.abspath(source) if isinstance(source, str | os.PathLike) and os.path.exists(source) \
         else str(source)  # a registered name
     return LoadedSource(model.eval(), tokenizer, named, resolved, _fingerprint(checkpoint))

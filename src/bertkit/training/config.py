@@ -3,7 +3,8 @@
 Invalid values raise ``ValueError`` naming the field and what is allowed, as
 :class:`bertkit.config.BERTConfig` does. Where the loop runs (device, precision) is
 settled at run time by :func:`resolve_device` and :func:`resolve_precision`, since
-``"auto"`` and bf16 support depend on the machine.
+``"auto"`` and bf16 support depend on the machine; :func:`describe_precision` is the line a run says
+about it.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any
 import torch
 
 from bertkit.checks import check_int
-from bertkit.devices import cpu_bf16, gpu, native_bf16
+from bertkit.devices import bf16_reason, cpu_bf16, gpu, native_bf16
 
 SCHEDULES = ("linear", "polynomial", "constant")
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
@@ -209,6 +210,18 @@ def resolve_precision(precision: str, device: torch.device) -> str:
                       f"(capability {torch.backends.cpu.get_cpu_capability()}); training in fp32.", stacklevel=2)
         return "fp32"
     return precision
+
+
+def describe_precision(requested: str, used: str, device: torch.device, resumed: bool = False) -> str:
+    """The one line a run says at its start about its precision: ``requested`` (the config's), ``used`` (what it
+    computes in) and why, e.g. ``"precision auto -> bf16 autocast, fp32 weights (this CPU has avx512_bf16)"``.
+    ``resumed``: ``used`` is the resumed run's own precision rather than this machine's choice."""
+    shown = {"bf16": "bf16 autocast, fp32 weights", "fp16": "fp16 autocast, fp32 weights, loss scaling"}.get(used, used)
+    why = ["the resumed run's"] if resumed else ["as requested"] if requested == used else []
+    if requested in ("auto", "bf16") or used == "bf16":
+        why.append(bf16_reason(device))
+    head = f"precision {requested} -> {shown}" if requested != used else f"precision {shown}"
+    return head + (f" ({'; '.join(why)})" if why else "")
 
 
 #: True when the CPU has native bf16 arithmetic and a bf16 autocast matmul runs (:func:`bertkit.devices.cpu_bf16`)

@@ -11,7 +11,12 @@ loop pretrains (``BERTForPreTraining``) and fine-tunes (a task model with a head
   over token weighting because one generic loop cannot split a model's summed MLM + NSP
   loss into per-token and per-example parts;
 * global gradient-norm clipping, autocast per :func:`~bertkit.training.config.resolve_precision`
-  (fp16 with a GradScaler on CUDA), AdamW and a LambdaLR schedule;
+  (fp16 with a GradScaler on CUDA), AdamW and a LambdaLR schedule. Under autocast the parameters, their
+  gradients and the optimizer state stay float32 (the master weights): only the products inside the
+  ``autocast`` context compute in bf16 / fp16. The run says its precision in one line when training starts
+  (:func:`~bertkit.training.config.describe_precision`, an INFO record of ``bertkit.training``), and a
+  checkpoint records it: a resumed run with ``precision="auto"`` keeps the precision the run used (chosen
+  on the machine where it started), wherever it resumes;
 * a step whose loss (or, without fp16, gradient norm) is non-finite on any rank applies
   no update: gradients are zeroed, the step is counted and logged, and
   ``max_nonfinite_steps`` such steps in a row raise :class:`NonFiniteLossError`. Skipped
@@ -58,7 +63,7 @@ from tqdm.auto import tqdm
 
 from bertkit.training import allocator
 from bertkit.training import checkpoint as ckpt
-from bertkit.training.config import TrainingConfig, resolve_device, resolve_precision
+from bertkit.training.config import TrainingConfig, describe_precision, resolve_device, resolve_precision
 from bertkit.training.distributed import (
     all_reduce_,
     barrier,
@@ -201,6 +206,7 @@ class Trainer:
         self._saved_step = -1
         self._started = False
         self._last_lr = config.learning_rate
+        self._precision_resumed = False
         self.apply_changes = apply_changes
 
     # ------------------------------------------------------------------ public API
@@ -222,6 +228,9 @@ class Trainer:
             self._restore(checkpoint)
         elif not self._started:
             self._start_fresh()
+        if self.ctx.is_main and not self._started:
+            logger.info("%s", describe_precision(self.config.precision, self.precision, self.device,
+                                                 resumed=self._precision_resumed))
         self._started, self.should_stop = True, False
         self.model.train()
         t0 = time.perf_counter() - self.state.elapsed_s
@@ -291,7 +300,8 @@ class Trainer:
         path = None
         if self.ctx.is_main:
             state = {"format": 1, "world_size": self.ctx.world_size, "trainer": asdict(self.state),
-                     "config": self.config.to_dict(), "optimizer": self.optimizer.state_dict(),
+                     "config": self.config.to_dict(), "precision": self.precision,
+                     "optimizer": self.optimizer.state_dict(),
                      "scheduler": self.scheduler.state_dict(),
                      "scaler": self.scaler.state_dict() if self.scaler is not None else None,
                      "metrics": {"last_log": self.last_log, "last_eval": self.last_eval}, "ranks": gathered}
@@ -418,6 +428,8 @@ class Trainer:
                              f"{old['batch_size']}, gradient_accumulation_steps {old['gradient_accumulation_steps']}"
                              f" and seed {old['seed']}; resume with the same values (the data position depends "
                              "on them).")
+        if self.config.precision == "auto":  # "auto" continues in the run's precision, whatever it was
+            self._keep_precision(old["precision"], saved.get("precision", old["precision"]))
         changed = hyperparameter_changes(old, self.config.to_dict())
         if changed and not self.apply_changes:
             raise ValueError(f"{path} was trained with other hyperparameters: {'; '.join(changed)}. Resume with "
@@ -444,6 +456,25 @@ class Trainer:
         if self.ctx.is_main:
             truncate_metrics(self.metrics_path, self.state.step)
         logger.info("resumed from %s at step %d (epoch %d)", path, self.state.step, self.state.epoch)
+
+    def _keep_precision(self, run_config: str, run_precision: str) -> None:
+        """Continue a run whose config said ``run_config`` in ``run_precision``, what it computed in (``"auto"``
+        from checkpoints that did not record it: this machine's choice then), where this device runs it; else in
+        this machine's ``auto`` choice, with a warning."""
+        if run_precision not in ("auto", self.precision):
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("error")  # bf16 on a CPU without it falls back to fp32: not the run's
+                    used = resolve_precision(run_precision, self.device)
+            except (ValueError, UserWarning):
+                warnings.warn(f"the resumed run trained in {run_precision}, which {self.device} does not compute "
+                              f"natively; it continues in {self.precision} (precision='auto' here), so its numbers "
+                              "drift from the run's own.", stacklevel=4)
+                return
+            self.precision = used
+            self.scaler = _grad_scaler() if used == "fp16" else None
+        self.config = self.config.replace(precision=run_config)
+        self._precision_resumed = run_precision != "auto"
 
     def _apply_hyperparameters(self) -> None:
         """After loading a checkpoint's optimizer and scheduler: use this config's optimizer settings and peak

@@ -38,11 +38,11 @@ def load_pretrained(model_or_cls: Any, source: str | os.PathLike | Any | None, w
     return load_directory(model_or_cls, resolve_source(source, weights), config_overrides)
 
 
-def save_pretrained(model: Any, directory: str | os.PathLike) -> None:
+def save_pretrained(model: Any, directory: str | os.PathLike, dtype: str | None = None) -> None:
     """``BERTPreTrainedModel.save_pretrained``: :func:`bertkit.weights.hf.save_pretrained`."""
     from bertkit.weights.hf import save_pretrained as save_directory
 
-    save_directory(model, directory)
+    save_directory(model, directory, dtype=dtype)
 
 
 __all__ = [

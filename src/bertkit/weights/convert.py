@@ -39,6 +39,7 @@ from bertkit.modeling.base import BERTPreTrainedModel
 from bertkit.modeling.electra import ELECTRAForPreTraining
 from bertkit.weights.adapt import load_into, tied_aliases
 from bertkit.weights.formats import Checkpoint, read_checkpoint
+from bertkit.weights.int8 import check_dtype
 from bertkit.weights.tables import hf_to_tf
 
 #: HF architecture name -> bertkit class (BERT's names stand for every family's: ``bert_architecture_name``)
@@ -88,35 +89,53 @@ def _guess_class(checkpoint: Checkpoint) -> type[BERTPreTrainedModel]:
 
 
 def convert(source: str | os.PathLike, dest: str | os.PathLike, *, to: str = "hf",
-            do_lower_case: bool | None = None, overwrite: bool = False) -> Path:
+            do_lower_case: bool | None = None, overwrite: bool = False, dtype: str | None = None) -> Path:
     """Read ``source`` in any supported format and write it to the folder ``dest`` as ``to`` ("hf" or "tf").
 
     The tokenizer files travel along: the source's own, or a ``vocab.txt`` with
     ``do_lower_case`` taken from the argument, the source's tokenizer config, or the vocabulary itself
     (capitalised word pieces: cased; see :func:`guess_do_lower_case`), in that order.
 
+    ``dtype`` (``to="hf"``): ``"int8"`` writes an int8 checkpoint (:mod:`bertkit.weights.int8`), ``"fp32"`` float
+    weights (an int8 source's dequantized ones), None the source's format. ``to="tf"`` is float32 only.
+
     ``dest`` must not exist or be empty; with ``overwrite=True`` a non-empty ``dest`` has its whole
     content replaced (``source`` may then be ``dest`` itself: it is read before anything is written).
     The output is complete before it replaces ``dest``; if reading or writing fails ``dest`` is left
-    as it was. Returns ``dest``. Raises ``ValueError`` for a bad ``to``, a ``dest`` that is a file
+    as it was. Returns ``dest``. Raises ``ValueError`` for a bad ``to`` or ``dtype``, a ``dest`` that is a file
     or not empty (without ``overwrite``), and an unreadable or ill-fitting checkpoint (a
     ``FileNotFoundError`` when ``source`` holds none).
     """
     if to not in ("hf", "tf"):
         raise ValueError(f"to must be 'hf' or 'tf', got {to!r}.")
+    dtype = check_dtype(dtype)
+    if to == "tf" and dtype == "int8":
+        raise ValueError("dtype='int8' writes bertkit's int8 format, an HF-style folder; Google's TF format holds "
+                         "float32 only. Use to='hf' (bertkit convert: --to hf) for int8.")
+    with replacing_folder(dest, overwrite) as staging:
+        checkpoint = read_checkpoint(source)
+        model = model_for_checkpoint(checkpoint, source=source)
+        model.quantization = checkpoint.quantization  # saved as it came unless dtype says otherwise
+        if to == "hf":
+            model.save_pretrained(staging, dtype=dtype)
+        else:
+            write_tf_checkpoint(model, staging)
+        _write_tokenizer(checkpoint, staging, source, do_lower_case, to)
+    return Path(dest)
+
+
+@contextlib.contextmanager
+def replacing_folder(dest: str | os.PathLike, overwrite: bool) -> Iterator[Path]:
+    """Yield an empty folder to write a checkpoint into; when the block succeeds it becomes ``dest``.
+
+    ``dest`` must be new or empty unless ``overwrite=True`` (:func:`convert`'s rules); a failing block
+    leaves ``dest`` as it was."""
     if not isinstance(overwrite, bool):
         raise TypeError(f"overwrite must be True or False, got {overwrite!r}.")
     dest = Path(dest)
     _check_destination(dest, overwrite)
-    checkpoint = read_checkpoint(source)
-    model = model_for_checkpoint(checkpoint, source=source)
     with _replacing(dest) as staging:
-        if to == "hf":
-            model.save_pretrained(staging)
-        else:
-            write_tf_checkpoint(model, staging)
-        _write_tokenizer(checkpoint, staging, source, do_lower_case, to)
-    return dest
+        yield staging
 
 
 def _check_destination(dest: Path, overwrite: bool) -> None:

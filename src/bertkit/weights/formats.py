@@ -12,7 +12,8 @@ lucid 2.x, NVIDIA      safetensors / ``.pt`` with their own names (``layernorm``
 =====================  ========================================================================
 
 Renames other than TF's are applied when the state dict is fitted to a model
-(:mod:`bertkit.weights.adapt`). Pickles are only ever read with ``weights_only=True``.
+(:mod:`bertkit.weights.adapt`). Pickles are only ever read with ``weights_only=True``. An int8 checkpoint
+(:mod:`bertkit.weights.int8`) is dequantized on reading; ``Checkpoint.quantization`` says it was one.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import torch
 
 from bertkit.config import BERTConfig
 from bertkit.io import check_link, read_json_object
-from bertkit.weights import hf
+from bertkit.weights import hf, int8
 from bertkit.weights.archive import safe_extract
 from bertkit.weights.tables import hf_family_to_bertkit, tf_to_hf
 
@@ -47,6 +48,8 @@ class Checkpoint:
     architecture: str | None = None  # the HF class named in config.json, if any
     tokenizer_files: dict[str, bytes] = field(default_factory=dict)
     vocab_file: Path | None = None  # set when the source is a directory or file on disk
+    #: an int8 checkpoint's ``"quantization"`` block (:mod:`bertkit.weights.int8`); its weights are dequantized
+    quantization: dict | None = None
 
 
 def read_checkpoint(source: str | os.PathLike, *, verify: bool = True) -> Checkpoint:
@@ -132,13 +135,17 @@ def _with_config(state: dict[str, torch.Tensor], directory: Path, fmt: str) -> C
                                 "bertkit needs the architecture to build the model.")
     raw = read_json_object(config_path, "a model config")
     config = BERTConfig.from_json_file(config_path)
+    quantization = int8.read_block(raw, directory)
+    if quantization is not None:  # float32 weights from here on; the model is made int8 again when loaded
+        state = int8.dequantize_state(state, quantization, directory)
     state = hf_family_to_bertkit(state, config.family)  # RoBERTa's roberta.* / lm_head.* -> bertkit's names
     if "classifier.weight" in state and "id2label" not in raw and "num_labels" not in raw:
         config = config.replace(num_labels=state["classifier.weight"].shape[0])  # TF classifiers record it nowhere
     architectures = raw.get("architectures") or [None]
     tokenizer_files = {n: (directory / n).read_bytes() for n in TOKENIZER_FILES if (directory / n).is_file()}
     vocab = directory / "vocab.txt"
-    return Checkpoint(config, state, fmt, architectures[0], tokenizer_files, vocab if vocab.is_file() else None)
+    return Checkpoint(config, state, fmt, architectures[0], tokenizer_files, vocab if vocab.is_file() else None,
+                      quantization)
 
 
 def is_archive(path: Path) -> bool:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import warnings
 from collections.abc import Callable
 from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Any
@@ -22,7 +23,10 @@ from safetensors.torch import load_file, save_file
 
 from bertkit.config import BERTConfig
 from bertkit.io import atomic_write, atomic_write_text, check_link, read_json
-from bertkit.weights.adapt import load_into, tied_aliases
+from bertkit.modeling.fast import Linear
+from bertkit.modeling.quantization import dequantized_message
+from bertkit.weights import int8
+from bertkit.weights.adapt import LoadWarning, load_into, tied_aliases
 from bertkit.weights.tables import bertkit_to_hf_family, separate_decoder_bias
 
 CONFIG_NAME = "config.json"
@@ -32,6 +36,8 @@ TORCH_NAME = "pytorch_model.bin"
 TORCH_INDEX_NAME = "pytorch_model.bin.index.json"
 #: the weight files of an HF directory, in the order they are looked for
 WEIGHT_NAMES = (SAFETENSORS_NAME, SAFETENSORS_INDEX_NAME, TORCH_NAME, TORCH_INDEX_NAME)
+#: ``from_pretrained(dtype=...)``
+LOAD_DTYPES = (None, "auto", "fp32", "int8")
 
 
 def read_config(directory: str | os.PathLike) -> BERTConfig:
@@ -158,7 +164,10 @@ def load_pretrained(self_or_cls, source: str | os.PathLike, config_overrides: di
     ``strict`` and ``warn`` are :func:`bertkit.weights.adapt.load_into`'s: ``strict=False`` also
     drops an unexpected head that matches no known BERT head (``score.*``) instead of refusing
     it; ``warn=False`` silences the :class:`~bertkit.weights.adapt.LoadWarning` s (the report
-    is still in ``model.load_report``). They may also arrive inside ``config_overrides``
+    is still in ``model.load_report``). ``dtype`` (None / ``"auto"``, ``"fp32"``, ``"int8"``): an int8
+    checkpoint (:mod:`bertkit.weights.int8`) loads with int8 kernels unless ``"fp32"`` asks for its
+    dequantized float weights (a warning says so); ``"int8"`` quantizes any checkpoint; a float checkpoint
+    otherwise loads as it is. They may also arrive inside ``config_overrides``
     (``from_pretrained`` forwards its keyword arguments there): they are taken out before the
     rest overrides the config.
     """
@@ -167,6 +176,7 @@ def load_pretrained(self_or_cls, source: str | os.PathLike, config_overrides: di
     config_overrides = dict(config_overrides)
     strict = config_overrides.pop("strict", strict)
     warn = config_overrides.pop("warn", warn)
+    dtype = config_overrides.pop("dtype", None)
     checkpoint = read_checkpoint(source)
     if isinstance(self_or_cls, type):
         config = checkpoint.config.replace(**config_overrides) if config_overrides else checkpoint.config
@@ -182,11 +192,35 @@ def load_pretrained(self_or_cls, source: str | os.PathLike, config_overrides: di
                              f"is family {model.config.family!r}; build the model from the checkpoint with "
                              f"{type(model).__name__}.from_pretrained(...) on the class.")
     load_into(model, checkpoint.state_dict, strict=strict, warn=warn, source=source)
-    return model.eval()
+    return apply_load_dtype(model.eval(), checkpoint.quantization, dtype, source, warn)
 
 
-def save_pretrained(model, directory: str | os.PathLike) -> None:
-    """Write ``config.json`` and ``model.safetensors`` into ``directory`` (created if needed)."""
+def apply_load_dtype(model, quantization: dict | None, dtype: str | None, source, warn: bool = True):
+    """What every loader does last (``from_pretrained``, :func:`bertkit.tasks.sources.load_source`): the loaded
+    ``model`` in ``dtype``: None / ``"auto"``: int8 for an int8 checkpoint, as it is otherwise;
+    ``"int8"``: int8 kernels; ``"fp32"``: the float32 weights (dequantized ones, with a warning, for an int8
+    checkpoint). An int8 checkpoint's block is kept in ``model.quantization`` (saving keeps the format)."""
+    if dtype not in LOAD_DTYPES:
+        raise ValueError(f"dtype must be one of {LOAD_DTYPES}, got {dtype!r}.")
+    model.quantization = quantization
+    if dtype == "int8" or (quantization is not None and dtype in (None, "auto")):
+        model.optimize_for_inference(quantize="int8")  # loaders build models on the CPU, where int8 runs
+    elif quantization is not None and warn:
+        warnings.warn(dequantized_message(source), LoadWarning, stacklevel=3)
+    return model
+
+
+def save_pretrained(model, directory: str | os.PathLike, dtype: str | None = None) -> None:
+    """Write ``config.json`` and ``model.safetensors`` into ``directory`` (created if needed).
+
+    ``dtype``: ``"fp32"`` writes the float weights; ``"int8"`` an int8 checkpoint (:mod:`bertkit.weights.int8`:
+    every dense layer's weight int8 with its float32 scales, the rest float32), which loads as the model that
+    ``optimize_for_inference(quantize="int8")`` makes of this one, bit for bit; None writes what the model was
+    loaded from (int8 for an int8 checkpoint's model, float otherwise).
+    """
+    dtype = int8.check_dtype(dtype)
+    if dtype is None:
+        dtype = "int8" if getattr(model, "quantization", None) is not None else "fp32"
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True)
     aliases = tied_aliases(model)
@@ -195,12 +229,17 @@ def save_pretrained(model, directory: str | os.PathLike) -> None:
         # HF (v5) unties decoder.bias with the weight and reads it
         state.update({k: v.detach().cpu().clone() for k, v in model.state_dict().items()
                       if k in aliases and k.endswith("predictions.decoder.bias")})
+    dense = [f"{name}.weight" for name, module in model.named_modules()
+             if isinstance(module, Linear) and f"{name}.weight" in state]
     state = bertkit_to_hf_family(state, model.config.family)  # RoBERTa: roberta.* / lm_head.*
     if not model.config.tie_word_embedding:  # HF (v5) unties decoder.bias with the weight and reads it
         untied = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()
                   if k in aliases and k.endswith("predictions.decoder.bias")}
         for name, tensor in bertkit_to_hf_family(untied, model.config.family).items():
             state.setdefault(name, tensor)  # unless the family's HF names hold one bias (ModernBERT's decoder.bias)
-    atomic_write(d / SAFETENSORS_NAME, lambda tmp: save_file(state, tmp, metadata={"format": "pt"}))
     config = model.config.to_hf_dict(architecture=model.hf_architecture)
+    if dtype == "int8":
+        hf_dense = bertkit_to_hf_family(dict.fromkeys(dense), model.config.family)
+        state, config[int8.KEY] = int8.quantize_state(state, [name.removesuffix(".weight") for name in hf_dense])
+    atomic_write(d / SAFETENSORS_NAME, lambda tmp: save_file(state, tmp, metadata={"format": "pt"}))
     atomic_write_text(d / CONFIG_NAME, json.dumps(config, indent=2, sort_keys=True) + "\n")

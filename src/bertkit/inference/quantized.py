@@ -1,0 +1,36 @@
+"""What an int8 checkpoint made of a model: :func:`checkpoint_dtype` (where it came from) and
+:func:`running_dtype` (what its dense layers run now).
+
+A model loaded from an int8 checkpoint (``save_pretrained(dir, dtype="int8")``, ``bertkit convert SRC OUT
+--dtype int8``; format in :mod:`bertkit.weights.int8`) keeps the checkpoint's ``"quantization"`` block in
+``model.quantization`` and runs int8 kernels; ``optimize_for_inference(model)`` without a dtype keeps them.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from bertkit.modeling.fast import Linear
+
+NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
+
+
+def checkpoint_dtype(model: nn.Module) -> str | None:
+    """``"int8"`` when ``model`` (a bertkit model, or any module holding one: a SentenceTransformer, a
+    CrossEncoder) was loaded from an int8 checkpoint, else None. It says where the weights came from, not how
+    they run now (:func:`running_dtype`): a ``dtype="auto"`` should resolve to int8 for such a model."""
+    quantized = any(getattr(m, "quantization", None) is not None for m in model.modules())
+    return "int8" if quantized else None
+
+
+def running_dtype(model: nn.Module) -> str:
+    """How ``model``'s dense layers compute now: ``"int8"`` when any has an int8 kernel
+    (``optimize_for_inference(quantize="int8")`` or an int8 checkpoint), else its parameters' dtype
+    (``"fp32"``, ``"bf16"``, ``"fp16"``)."""
+    from bertkit.inference.optimize import Int8Kernel
+
+    if any(isinstance(m, Linear) and isinstance(m.packed, Int8Kernel) for m in model.modules()):
+        return "int8"
+    dtype = next(model.parameters()).dtype
+    return NAMES.get(dtype, str(dtype).removeprefix("torch."))

