@@ -80,6 +80,22 @@ def test_auto_stays_fp32_where_the_table_says_no(hardware):
     assert precision.resolve("auto", "cpu", "embeddings").name == "fp32"
 
 
+def test_the_bundled_table_decides_each_task(monkeypatch):
+    """The measured table ships with the package (pyproject's package data) and auto follows it row by row."""
+    monkeypatch.delenv(precision.ENV, raising=False)
+    monkeypatch.setattr(devices, "native_bf16", lambda device="cpu": True)
+    precision.quality_table.cache_clear()
+    table = precision.quality_table()["tasks"]
+    assert set(table) == set(precision.BOUNDS)
+    for task, row in precision.TASK_ROW.items():
+        allowed = precision.passes(row, table[row]["fp32"], table[row]["bf16"])[0]
+        assert precision.resolve("auto", "cpu", task).name == ("bf16" if allowed else "fp32"), task
+    import tomllib
+
+    data = tomllib.loads((pathlib.Path(__file__).parents[1] / "pyproject.toml").read_text())
+    assert "resources/*.json" in data["tool"]["setuptools"]["package-data"]["bertkit"]
+
+
 def test_passes_applies_the_issue_bounds():
     assert precision.passes("embeddings", {}, {"min_cosine": 0.999})[0]
     assert not precision.passes("embeddings", {}, {"min_cosine": 0.99899})[0]
