@@ -199,19 +199,21 @@ def serving(args, workdir: Path) -> tuple[list[dict], dict]:
     from run import markdown
     from serve_load import main as serve_load
 
-    rows = []
+    rows, ceilings = [], {}
     for dtype in ("bf16", "fp32"):
         out = workdir / f"serve-{dtype}.json"
         options = ["--servers", "bertkit,naive-bertkit", "--clients", str(args.clients), "--requests",
                    str(args.requests), "--max-seconds", str(args.serve_seconds), "--threads", str(args.threads),
-                   "--dtype", dtype, "--offline-texts", "0", "--json", str(out)]
+                   "--dtype", dtype, "--offline-texts", str(args.offline_texts), "--json", str(out)]
         if args.quick:
             options += ["--max-tokens", "40"]
         print(flush=True)
         status = serve_load(options)
         if status != 0:
             raise RuntimeError(f"serve_load.py {' '.join(options)} failed (exit {status})")
-        for row in json.loads(out.read_text())["load"]:
+        result = json.loads(out.read_text())
+        ceilings[dtype] = result.get("offline")
+        for row in result["load"]:
             rows.append({"dtype": dtype, **{k: row[k] for k in ("server", "ok", "requests", "requests/s", "p50 ms",
                                                                     "p95 ms")}})
     rate = {(r["dtype"], r["server"]): r["requests/s"] for r in rows}
@@ -224,6 +226,11 @@ def serving(args, workdir: Path) -> tuple[list[dict], dict]:
     checks = {"serving x naive": auto / rate[("bf16", "naive bertkit")]}
     print("\n" + verdict("serving x naive", checks["serving x naive"]) + " (naive bertkit in bf16; against naive "
           f"bertkit fp32: {auto / rate[('fp32', 'naive bertkit')]:.2f}x)")
+    for dtype, ceiling in ceilings.items():
+        if ceiling:  # the model alone: how much batching can buy over one text per forward on this machine
+            print(f"The model alone in {dtype}: batched {ceiling['ceiling']:.2f}x one text per forward; against "
+                  f"naive bertkit {dtype} under load, no server passes "
+                  f"{ceiling['batched texts/s'] / rate[(dtype, 'naive bertkit')]:.2f}x here.")
     return rows, checks
 
 
@@ -269,12 +276,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--clients", type=int, default=48)
     parser.add_argument("--requests", type=int, default=600, help="per server")
     parser.add_argument("--serve-seconds", type=float, default=120, help="per server; the rest are cancelled")
+    parser.add_argument("--offline-texts", type=int, default=200,
+                        help="texts for the model-alone ceiling of batching over one text per forward (0: skip)")
     parser.add_argument("--no-serving", action="store_true", help="skip the serving table")
     parser.add_argument("--quick", action="store_true", help="tiny sizes, one round: a check that it all runs")
     parser.add_argument("--json", type=Path, help="also write every row here")
     args = parser.parse_args(argv)
     if args.quick:
         args.rounds, args.paragraphs, args.clients, args.requests, args.serve_seconds = 1, 24, 2, 4, 60
+        args.offline_texts = 0
     return args
 
 
