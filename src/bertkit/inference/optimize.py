@@ -11,7 +11,6 @@ from torch import nn
 from bertkit.devices import native_bf16
 from bertkit.modeling import fast
 from bertkit.modeling.fast import Linear, activate, gemm_backend, onednn_available
-from bertkit.modeling.layers import BERTSelfAttention
 
 DTYPES = {None: None, "float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16,
           "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16}
@@ -192,6 +191,6 @@ def optimize_for_inference(model: nn.Module, *, dtype: torch.dtype | str | None 
     for module in model.modules():
         if isinstance(module, Linear):
             module.packed = kernel() if kernel is not None else None
-        elif isinstance(module, BERTSelfAttention):
+        elif hasattr(module, "fused_packed"):  # a self-attention whose projections can run as one product
             module.fused_packed = FusedPackedKernel() if fuse else None
     return model
