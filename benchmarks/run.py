@@ -14,6 +14,7 @@ kind (fp32, bf16 or int8) measured at the start of the run.
     python benchmarks/run.py --only inference --rounds 9
     python benchmarks/run.py --only families # one row per family (RoBERTa, MPNet, ...), HF vs bertkit vs ORT
     python benchmarks/run.py --only embedding  # all-MiniLM-L6-v2 vs sentence-transformers: step, cached-loss memory
+    python benchmarks/run.py --only precision  # bf16 / int8 speed targets: embeddings, pretraining, serving
     python benchmarks/run.py --quick         # a tiny model, one round: checks that it all runs
 
 Needs the test extras (transformers) and onnxruntime, onnx, onnxscript (``pip install -e '.[test]'``).
@@ -378,20 +379,22 @@ def make_step(variant: str, kind: str, model, batch: dict) -> Callable[..., floa
     """One optimizer step (forward, backward, AdamW) of ``variant`` on ``model``; returns the loss.
 
     HF: ``model(**inputs).loss`` and torch's AdamW (HF Trainer's default). bertkit: ``training_step``
-    (the sparse MLM head in pretraining) and bertkit's optimizer (fused AdamW), bf16 autocast if named.
+    (the sparse MLM head in pretraining) and bertkit's optimizer (fused AdamW). Either under bf16 autocast
+    (fp32 master weights, as HF Trainer's ``bf16=True`` and bertkit's ``precision="bf16"``) if named.
     """
     inputs = {k: batch[k] for k in ("input_ids", "attention_mask", "token_type_ids")}
+    bf16 = "bf16" in variant
     if variant.startswith("HF"):
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)
         labels = (dict(labels=batch["mlm_labels"], next_sentence_label=batch["nsp_labels"]) if kind == "pretraining"
                   else dict(labels=batch["nsp_labels"]))
 
         def loss_fn():
-            return model(**inputs, **labels).loss
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+                return model(**inputs, **labels).loss
     else:
         optimizer = build_optimizer(model, TrainingConfig(max_steps=1, learning_rate=1e-5))
         ours_batch = batch if kind == "pretraining" else inputs | {"labels": batch["nsp_labels"]}
-        bf16 = "bf16" in variant
 
         def loss_fn():
             with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
@@ -566,7 +569,7 @@ def markdown(rows: list[dict], columns: list[str]) -> str:
     return "\n".join(lines)
 
 
-SECTIONS = ("inference", "families", "pretraining", "finetuning", "accuracy", "embedding")
+SECTIONS = ("inference", "families", "pretraining", "finetuning", "accuracy", "embedding", "precision")
 
 
 def main() -> None:
@@ -631,6 +634,8 @@ def main() -> None:
             print(markdown(rows, ["variant", "test accuracy %", "agreement with fp32 %", "seconds", "examples"]))
         if "embedding" in sections:
             results["embedding"] = embedding(args)
+        if "precision" in sections:
+            results["precision"] = precision(args, peaks)
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))
 
@@ -644,6 +649,16 @@ def embedding(args) -> dict[str, list[dict]]:
     sizes = ["--batch-sizes", "8", "--memory-batch-sizes", "32", "64", "--mini-batch-size", "16",
                  "--plain-batch-size", "16"] if args.quick else []
     return embedding_train(["--rounds", str(args.rounds), "--threads", str(args.threads), *sizes])
+
+
+def precision(args, peaks: dict[str, float]) -> dict:
+    """``precision_speed.py``'s tables (printed there): the machine's flags, embeddings, pretraining, serving in
+    bf16 / int8 against fp32 and the reference libraries, with the issue's speed targets."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import precision_speed
+
+    options = ["--rounds", str(args.rounds), "--threads", str(args.threads)] + (["--quick"] if args.quick else [])
+    return precision_speed.report(precision_speed.parse_args(options), peaks)
 
 
 if __name__ == "__main__":

