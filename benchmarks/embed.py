@@ -86,7 +86,7 @@ def main() -> None:
 
     texts = sentences(args.sentences)
     directory = minilm()
-    ours = SentenceTransformer(directory)
+    ours = SentenceTransformer(directory, dtype="fp32")
     theirs = sentence_transformers.SentenceTransformer(str(directory), device="cpu")
     runs = {"sentence-transformers encode": lambda: theirs.encode(texts, batch_size=args.batch_size),
             "bertkit encode": lambda: ours.encode(texts, batch_size=args.batch_size, show_progress_bar=False)}

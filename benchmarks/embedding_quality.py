@@ -149,7 +149,7 @@ def main(argv: list[str] | None = None) -> None:
           f"({args.eval_book}); batch {args.batch_size}, lr {args.learning_rate}, 1 epoch, fp32", flush=True)
     rated = rated_sets()
     print(f"human-rated similarity sets: {', '.join(rated) or 'none (install gensim: the bench extra)'}", flush=True)
-    base = SentenceTransformer(args.model)
+    base = SentenceTransformer(args.model, dtype="fp32")
     rows = [("base model", None, evaluate(base.encode, held_out, rated), float("nan"))]
     print(f"base: {rows[0][2]}", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
@@ -159,7 +159,7 @@ def main(argv: list[str] | None = None) -> None:
             for name, run in (("bertkit", train_bertkit), ("sentence-transformers", train_st)):
                 out = Path(tmp) / f"{name}-{seed}"
                 seconds = run(args.model, train, out, args, seed)
-                trained = SentenceTransformer(out / "model")
+                trained = SentenceTransformer(out / "model", dtype="fp32")
                 metrics = evaluate(trained.encode, held_out, rated)
                 rows.append((name, seed, metrics, seconds))
                 print(f"{name} seed {seed}: {metrics}, {seconds:.1f} s/epoch", flush=True)
