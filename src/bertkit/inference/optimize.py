@@ -20,16 +20,17 @@ QUANTIZE = (None, "int8")
 
 
 class _Kernel:
-    """A weight prepared once from ``layer.weight`` and rebuilt when the parameter changes (new storage,
-    an in-place update, another dtype). Never pickled or deep-copied: a copy prepares its own."""
+    """A weight prepared once from ``layer.weight`` (or from the weights of a tuple of layers) and rebuilt when a
+    parameter changes (new storage, an in-place update, another dtype). Never pickled or deep-copied: a copy
+    prepares its own."""
 
     def __init__(self):
         self._key = None
         self._prepared = None
 
-    def prepared(self, layer: Linear):
-        w = layer.weight
-        key = (w.data_ptr(), w._version, w.dtype, w.device)
+    def prepared(self, layer: Linear | tuple[Linear, ...]):
+        weights = [m.weight for m in (layer if isinstance(layer, tuple) else (layer,))]
+        key = tuple((w.data_ptr(), w._version, w.dtype, w.device) for w in weights)
         if key != self._key:
             with torch.no_grad():
                 self._prepared = self.prepare(layer)
@@ -65,30 +66,18 @@ class PackedKernel(_Kernel):
         return fast.onednn_linear(x, self.prepared(layer), layer.bias, activation)
 
 
-class FusedPackedKernel:
+class FusedPackedKernel(_Kernel):
     """oneDNN's inner product on several layers' weights (and biases) concatenated along the output and reordered
     once: the query, key and value projections of a self-attention as one product three times wider (~1.4x
     faster than three on a 2-core AVX512-BF16 CPU). Attached for bfloat16 only, where the sum order of a
-    product is not part of the contract; float32 keeps its three products and their exact numbers.
+    product is not part of the contract; float32 keeps its three products and their exact numbers."""
 
-    Rebuilt when any weight changes; never pickled or deep-copied (a copy prepares its own)."""
-
-    def __init__(self):
-        self._key = None
-        self._prepared = None
-
-    def prepared(self, layers: tuple[Linear, ...]):
-        key = tuple((m.weight.data_ptr(), m.weight._version, m.weight.dtype, m.weight.device) for m in layers)
-        if key != self._key:
-            with torch.no_grad():
-                biased = [m.bias is not None for m in layers]
-                if any(biased) and not all(biased):
-                    self._prepared = None
-                else:
-                    bias = torch.cat([m.bias.detach() for m in layers]) if all(biased) else None
-                    self._prepared = (torch.cat([m.weight.detach() for m in layers]).to_mkldnn(), bias)
-            self._key = key
-        return self._prepared
+    def prepare(self, layers: tuple[Linear, ...]):
+        biased = [m.bias is not None for m in layers]
+        if any(biased) and not all(biased):
+            return None
+        bias = torch.cat([m.bias.detach() for m in layers]) if all(biased) else None
+        return torch.cat([m.weight.detach() for m in layers]).to_mkldnn(), bias
 
     def __call__(self, x: torch.Tensor, layers: tuple[Linear, ...]) -> torch.Tensor | None:
         """``[..., sum of out_features]``: the layers' outputs side by side, or None where the kernel does not apply
@@ -99,18 +88,6 @@ class FusedPackedKernel:
             return None
         prepared = self.prepared(layers)
         return None if prepared is None else fast.onednn_linear(x, *prepared)
-
-    def __deepcopy__(self, memo):
-        return type(self)()
-
-    def __getstate__(self):
-        return {}
-
-    def __setstate__(self, state):
-        self.__init__()
-
-    def __repr__(self):
-        return f"{type(self).__name__}()"
 
 
 def _has_vnni() -> bool:
