@@ -21,6 +21,7 @@ from bertkit.embedding import reranking  # noqa: E402
 from bertkit.embedding.beir import load_beir  # noqa: E402
 from bertkit.embedding.ir_metrics import rank  # noqa: E402
 from bertkit.embedding.retrieval import retrieve  # noqa: E402
+from conftest import without_dtype_line  # noqa: E402
 from test_embedding_eval import WORDS, pytrec_eval, tiny_sentence_transformer, write_beir  # noqa: E402
 
 K_VALUES = (1, 3, 10)
@@ -331,7 +332,7 @@ def test_cli_refuses_the_wrong_kind_of_model_and_bad_flags(reranker_dir, tmp_pat
     capsys.readouterr()
     for argv, message in cases:
         assert main(argv) == 1, argv
-        err = capsys.readouterr().err.strip()
+        err = without_dtype_line(capsys.readouterr().err).strip()
         assert len(err.splitlines()) == 1 and re.search(message, err), (argv, err)
     assert not (tmp_path / "evaluation_rerank.json").exists()
 
