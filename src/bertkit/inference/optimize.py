@@ -9,13 +9,14 @@ import torch.nn.functional as F
 from torch import nn
 
 from bertkit.devices import native_bf16
+from bertkit.inference.precision import ALIASES, FLOATS
 from bertkit.inference.quantized import checkpoint_dtype
 from bertkit.modeling import fast
 from bertkit.modeling.fast import Linear, activate, gemm_backend, onednn_available
 from bertkit.modeling.quantization import dequantized_message, quantize_weight
 
-DTYPES = {None: None, "float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16,
-          "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16}
+#: ``dtype=``'s names (None keeps the model's)
+DTYPES = {None: None, **FLOATS, **{alias: FLOATS[name] for alias, name in ALIASES.items()}}
 QUANTIZE = (None, "int8")
 
 
@@ -28,9 +29,14 @@ class _Kernel:
         self._key = None
         self._prepared = None
 
+    @staticmethod
+    def key(layer: Linear) -> tuple:
+        """What identifies the weight's current value: storage, in-place version, dtype, device."""
+        w = layer.weight
+        return w.data_ptr(), w._version, w.dtype, w.device
+
     def prepared(self, layer: Linear | tuple[Linear, ...]):
-        weights = [m.weight for m in (layer if isinstance(layer, tuple) else (layer,))]
-        key = tuple((w.data_ptr(), w._version, w.dtype, w.device) for w in weights)
+        key = self.key(layer)
         if key != self._key:
             with torch.no_grad():
                 self._prepared = self.prepare(layer)
@@ -71,6 +77,10 @@ class FusedPackedKernel(_Kernel):
     once: the query, key and value projections of a self-attention as one product three times wider (~1.4x
     faster than three on a 2-core AVX512-BF16 CPU). Attached for bfloat16 only, where the sum order of a
     product is not part of the contract; float32 keeps its three products and their exact numbers."""
+
+    @staticmethod
+    def key(layers: tuple[Linear, ...]) -> tuple:
+        return tuple(_Kernel.key(m) for m in layers)
 
     def prepare(self, layers: tuple[Linear, ...]):
         biased = [m.bias is not None for m in layers]

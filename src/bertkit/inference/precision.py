@@ -33,7 +33,11 @@ from bertkit import devices
 #: what ``dtype=`` takes (a torch dtype also works; None keeps the model's dtype)
 DTYPES = ("auto", "fp32", "bf16", "fp16", "int8")
 ALIASES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16", "half": "fp16"}
-TORCH = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16, "int8": torch.float32}
+#: the float formats' torch dtypes (one table for this module, ``optimize_for_inference`` and ``running_dtype``)
+FLOATS = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+#: torch dtype -> its short name
+FLOAT_NAMES = {value: name for name, value in FLOATS.items()}
+TORCH = {**FLOATS, "int8": torch.float32}
 ENV = "BERTKIT_DTYPE"
 QUALITY_FILE = "precision_quality.json"
 
@@ -91,9 +95,8 @@ def normalize(dtype: Any, argument: str = "dtype") -> str | None:
     if dtype is None:
         return None
     if isinstance(dtype, torch.dtype):
-        for name, value in TORCH.items():
-            if value == dtype and name != "int8":
-                return name
+        if dtype in FLOAT_NAMES:
+            return FLOAT_NAMES[dtype]
         raise ValueError(f"{argument}={dtype} is not an inference dtype; use one of {DTYPES}.")
     name = ALIASES.get(dtype, dtype) if isinstance(dtype, str) else dtype
     if name not in DTYPES:

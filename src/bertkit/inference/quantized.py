@@ -8,12 +8,10 @@ A model loaded from an int8 checkpoint (``save_pretrained(dir, dtype="int8")``, 
 
 from __future__ import annotations
 
-import torch
 from torch import nn
 
+from bertkit.inference.precision import FLOAT_NAMES
 from bertkit.modeling.fast import Linear
-
-NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
 
 
 def checkpoint_dtype(model: nn.Module) -> str | None:
@@ -33,4 +31,4 @@ def running_dtype(model: nn.Module) -> str:
     if any(isinstance(m, Linear) and isinstance(m.packed, Int8Kernel) for m in model.modules()):
         return "int8"
     dtype = next(model.parameters()).dtype
-    return NAMES.get(dtype, str(dtype).removeprefix("torch."))
+    return FLOAT_NAMES.get(dtype, str(dtype).removeprefix("torch."))
