@@ -1,6 +1,7 @@
 # Two entry points, each setting up what it needs in .venv first:
 #   make demo   -- install bertkit and run the demo
 #   make test   -- install bertkit with its test extras, lint, run the test suite
+#   make docs   -- build the docs site into site/ (mkdocs build --strict); make docs-serve serves it
 VENV ?= .venv
 PY := $(VENV)/bin/python
 # torch first and pinned: 2.13.0 is the CPU wheel; an open range would pull the CUDA build.
@@ -22,7 +23,12 @@ $(VENV)/.test-installed: pyproject.toml | $(PY)
 	$(PY) -m pip install -q --no-deps d2l==1.0.3
 	touch $@
 
-.PHONY: demo test test-slow lint bench bench-data
+$(VENV)/.docs-installed: pyproject.toml | $(PY)
+	$(PY) -m pip install -q $(TORCH)
+	$(PY) -m pip install -q -e '.[docs]'
+	touch $@
+
+.PHONY: demo test test-slow lint bench bench-data docs docs-serve
 demo: $(VENV)/.demo-installed
 	$(VENV)/bin/bertkit demo
 
@@ -46,3 +52,10 @@ bench: $(VENV)/.test-installed
 # benchmarks/data.py; every run's numbers are appended to runs/bench-data.jsonl
 bench-data: $(VENV)/.test-installed
 	$(PY) benchmarks/data.py --out runs/bench-data.jsonl
+
+# the docs site (MkDocs Material + mkdocstrings; the reference pages are generated from the code at build time)
+docs: $(VENV)/.docs-installed
+	$(VENV)/bin/mkdocs build --strict
+
+docs-serve: $(VENV)/.docs-installed
+	$(VENV)/bin/mkdocs serve --dev-addr 127.0.0.1:8000
