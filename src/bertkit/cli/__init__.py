@@ -102,6 +102,33 @@ def add_threads_argument(group) -> None:
                             "it. The thread count changes the speed, never the numbers; run.json records it")
 
 
+#: ``--report-to`` choices (:data:`bertkit.training.reporting.CHOICES`, kept torch-free here)
+TRACKERS = ("tensorboard", "mlflow", "trackio", "none")
+
+
+def add_report_to_argument(group) -> None:
+    """``--report-to TRACKER ...`` of the training commands: ``args.report_to``, a tuple of tracker names
+    (``()``: none, the default). Unknown names are a usage error; a tracker whose extra is missing is an
+    ImportError saying what to install, raised while the arguments are read (before anything trains)."""
+    group.add_argument("--report-to", nargs="+", default=(), metavar="TRACKER", action=_ReportTo,
+                       help=f"also report the run to {', '.join(TRACKERS[:-1])} (several: --report-to tensorboard "
+                            "mlflow, or a comma list; each needs its extra, e.g. pip install 'bertkit[mlflow]'): "
+                            "the metrics.jsonl scalars, the hyperparameters, the final metrics; a resumed run "
+                            "continues the same tracker run. Default none")
+
+
+class _ReportTo(argparse.Action):
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        from bertkit.training.reporting import parse_report_to, require
+
+        try:
+            names = parse_report_to(values, "--report-to")
+        except ValueError as error:
+            parser.error(str(error))
+        require(names)
+        setattr(namespace, self.dest, names)
+
+
 #: ``--dtype`` of the inference commands (:data:`bertkit.inference.precision.DTYPES`, kept torch-free here)
 DTYPES = ("auto", "fp32", "bf16", "fp16", "int8")
 

@@ -20,7 +20,7 @@ import argparse
 import json
 from typing import Any
 
-from bertkit.cli import ArgumentParser, add_threads_argument
+from bertkit.cli import ArgumentParser, add_report_to_argument, add_threads_argument
 from bertkit.io import refuse_output_over_input
 
 
@@ -127,7 +127,7 @@ def main(argv: list[str]) -> int:
                       group_by_length=args.group_by_length, eval_batch_size=args.eval_batch_size,
                       device=args.device, resume=args.resume, overwrite=args.overwrite,
                       apply_changes=args.apply_changes, strict=args.strict, **task_options(args, args.task),
-                      threads=parse_threads(args.threads, "--threads"))
+                      threads=parse_threads(args.threads, "--threads"), report_to=args.report_to)
     print(json.dumps(result.results, indent=2))
     print(f"model: {result.model_dir}\nresults: {result.output_dir / 'results.json'}\nmetrics: {result.metrics_path}")
     for split, path in result.predictions.items():
@@ -169,6 +169,7 @@ def _add_common(parser: argparse.ArgumentParser, task: str) -> None:
                             "(default: shuffled batches, as HF's Trainer)")
     group.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda", "gpu"))
     add_threads_argument(group)
+    add_report_to_argument(group)
     owner = parser.add_argument_group("the output directory").add_mutually_exclusive_group()
     owner.add_argument("--resume", action="store_true", help="continue the run in -o from its latest checkpoint")
     owner.add_argument("--overwrite", action="store_true", help="replace what -o holds")

@@ -19,7 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from bertkit.cli import ArgumentParser, add_threads_argument
+from bertkit.cli import ArgumentParser, add_report_to_argument, add_threads_argument
 from bertkit.cli.evaluate import k_list
 from bertkit.embedding.ir_metrics import DEFAULT_K
 from bertkit.embedding.training import LOSSES
@@ -101,6 +101,7 @@ def add_run_flags(parser: argparse.ArgumentParser, *, batch_size: int, learning_
     group.add_argument("--seed", type=int, default=42, help="makes the run reproducible (default 42)")
     group.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda", "gpu"))
     add_threads_argument(group)
+    add_report_to_argument(group)
     owner = parser.add_argument_group("the output directory").add_mutually_exclusive_group()
     owner.add_argument("--resume", action="store_true", help="continue the run in -o from its latest checkpoint")
     owner.add_argument("--overwrite", action="store_true", help="replace what -o holds")
@@ -157,7 +158,7 @@ def run_options(args: argparse.Namespace) -> dict:
                 max_steps=args.max_steps, learning_rate=args.learning_rate, warmup_ratio=args.warmup_ratio,
                 weight_decay=args.weight_decay, save_every=args.save_every, precision=args.precision,
                 seed=args.seed, device=args.device, resume=args.resume, overwrite=args.overwrite,
-                threads=parse_threads(args.threads, "--threads"),
+                threads=parse_threads(args.threads, "--threads"), report_to=args.report_to,
                 gradient_accumulation_steps=args.gradient_accumulation_steps)
 
 

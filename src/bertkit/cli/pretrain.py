@@ -57,7 +57,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from bertkit.cli import ArgumentParser, add_threads_argument, cores, parse_size
+from bertkit.cli import ArgumentParser, add_report_to_argument, add_threads_argument, cores, parse_size
 from bertkit.io import refuse_output_over_input
 
 
@@ -80,6 +80,7 @@ def add_training_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--device", default="auto")
     group.add_argument("--gradient-checkpointing", action="store_true")
     add_threads_argument(group)
+    add_report_to_argument(group)
     run = parser.add_argument_group("the output directory")
     owner = run.add_mutually_exclusive_group()
     owner.add_argument("--resume", action="store_true", help="continue the run in -o from its latest checkpoint")
@@ -181,7 +182,7 @@ def training_config(args: argparse.Namespace):
         warmup_ratio=args.warmup_ratio, weight_decay=args.weight_decay, precision=precision,
         log_every=args.log_every, eval_every=args.eval_every, save_every=args.save_every, keep_last=args.keep_last,
         seed=args.seed, device=args.device, gradient_checkpointing=args.gradient_checkpointing,
-        output_dir=args.output, threads=parse_threads(args.threads, "--threads"))
+        output_dir=args.output, threads=parse_threads(args.threads, "--threads"), report_to=args.report_to)
 
 
 def main(argv: list[str]) -> int:

@@ -130,7 +130,7 @@ def finetune_reranker(model: str | os.PathLike, train_files: str | os.PathLike |
                       seed: int = 42, precision: str = "auto", device: str = "auto", save_every: int | None = None,
                       resume: bool = False, overwrite: bool = False, progress: bool = True,
                       threads: int | str | None = None, callbacks: Mapping[str, Any] | None = None,
-                      gradient_accumulation_steps: int = 1,
+                      gradient_accumulation_steps: int = 1, report_to: Any = None,
                       eval_rerank: str | os.PathLike | None = None, eval_beir: str | os.PathLike | None = None,
                       eval_first_stage: Any = None, eval_top_k: int = 100, eval_every: int | None = None,
                       eval_split: str = "test", eval_k: Sequence[int] = DEFAULT_K) -> EmbeddingTrainingResult:
@@ -176,7 +176,7 @@ def finetune_reranker(model: str | os.PathLike, train_files: str | os.PathLike |
                                    evaluation=evaluation,
                                    learning_rate=learning_rate, warmup_ratio=warmup_ratio, weight_decay=weight_decay,
                                    max_grad_norm=max_grad_norm, seed=seed, precision=precision, device=device,
-                                   progress_bar=progress, threads=threads,
+                                   progress_bar=progress, threads=threads, report_to=report_to,
                                    gradient_accumulation_steps=gradient_accumulation_steps)
         if not trainer.ctx.is_main:
             return EmbeddingTrainingResult(run.path, run.path / MODEL_DIR, results, run.path / "metrics.jsonl")
@@ -188,7 +188,7 @@ def finetune_reranker(model: str | os.PathLike, train_files: str | os.PathLike |
                           [f"max sequence length: {cross.max_length}"], trainer.config, results,
                           evaluation=evaluation_card(described, evaluation))
         atomic_write_text(run.path / MODEL_DIR / "README.md", card)
-        return finish(run.path, run.path / MODEL_DIR, results, start)
+        return finish(trainer, run.path / MODEL_DIR, results, start)
 
 
 # ---------------------------------------------------------------------- evaluation during training

@@ -207,7 +207,7 @@ def finetune_embeddings(model: str | os.PathLike, train_files: str | os.PathLike
                         max_grad_norm: float | None = 1.0, seed: int = 42, precision: str = "auto",
                         device: str = "auto", save_every: int | None = None, resume: bool = False,
                         overwrite: bool = False, progress: bool = True, threads: int | str | None = None,
-                        gradient_accumulation_steps: int = 1,
+                        gradient_accumulation_steps: int = 1, report_to: Any = None,
                         callbacks: Mapping[str, Any] | None = None, eval_beir: str | os.PathLike | None = None,
                         eval_sts: str | os.PathLike | None = None, eval_every: int | None = None,
                         eval_split: str = "test", eval_k: Sequence[int] = DEFAULT_K,
@@ -223,7 +223,8 @@ def finetune_embeddings(model: str | os.PathLike, train_files: str | os.PathLike
     :class:`~bertkit.embedding.data.PairCollator`.
     ``batch_size`` rows per step (one file's; per process under torchrun, module docstring); ``max_steps``
     (default: ``epochs`` times the batches per epoch); ``save_every`` steps a checkpoint (default: every
-    epoch). ``resume`` continues the run in ``output_dir``, ``overwrite`` replaces it.
+    epoch). ``resume`` continues the run in ``output_dir``, ``overwrite`` replaces it. ``report_to``: experiment
+    trackers (:mod:`bertkit.training.reporting`), which get the metrics, the settings and ``results.json``'s.
 
     ``eval_beir`` (a BEIR directory: its ``eval_split`` qrels, metrics at each of ``eval_k``, as ``bertkit
     evaluate --beir``) and ``eval_sts`` (pairs with gold scores, as ``--sts``) score the model being trained, in
@@ -282,7 +283,7 @@ def finetune_embeddings(model: str | os.PathLike, train_files: str | os.PathLike
                                          evaluation=evaluation, callbacks=callbacks, learning_rate=learning_rate,
                                          warmup_ratio=warmup_ratio, weight_decay=weight_decay,
                                          max_grad_norm=max_grad_norm, seed=seed, precision=precision, device=device,
-                                         progress_bar=progress, threads=threads,
+                                         progress_bar=progress, threads=threads, report_to=report_to,
                                          gradient_accumulation_steps=gradient_accumulation_steps)
         if not trainer.ctx.is_main:
             return EmbeddingTrainingResult(run.path, run.path / MODEL_DIR, results, run.path / "metrics.jsonl")
@@ -296,7 +297,7 @@ def finetune_embeddings(model: str | os.PathLike, train_files: str | os.PathLike
                           details, trainer.config, results, evaluation=evaluation_card(eval_data, evaluation))
         net.eval()
         model_dir = net.save(run.path / MODEL_DIR, model_card=card)
-        return finish(run.path, model_dir, results, start)
+        return finish(trainer, model_dir, results, start)
 
 
 def data_parallel() -> tuple[int, int]:
@@ -427,12 +428,16 @@ def last_train_record(path: Path) -> dict[str, Any]:
     return last
 
 
-def finish(output: Path, model_dir: Path, results: dict[str, Any], start: float) -> EmbeddingTrainingResult:
-    """Write ``results.json`` and the plot beside the saved model; the run's result."""
+def finish(trainer, model_dir: Path, results: dict[str, Any], start: float) -> EmbeddingTrainingResult:
+    """Write ``results.json`` and the plot beside the saved model in ``trainer`` 's run directory, hand the
+    results to its trackers (:func:`~bertkit.training.reporting.report_final`); the run's result."""
     from bertkit.io import atomic_write_text
     from bertkit.training.metrics import plot_metrics
+    from bertkit.training.reporting import report_final
 
+    output = trainer.output_dir
     atomic_write_text(output / RESULTS_FILE, json.dumps(results, indent=2) + "\n")
+    report_final(trainer, results)
     result = EmbeddingTrainingResult(output, Path(model_dir), results, output / "metrics.jsonl")
     result.plot_path = plot_metrics(result.metrics_path, output / "metrics.png")
     result.seconds = time.perf_counter() - start

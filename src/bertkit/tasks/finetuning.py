@@ -49,6 +49,7 @@ from bertkit.training import LengthGroupedSampler, Trainer, TrainingConfig
 from bertkit.training.distributed import DistributedContext, gather_to_all
 from bertkit.training.evaluation import forward_inputs, predict_batches
 from bertkit.training.metrics import plot_metrics
+from bertkit.training.reporting import report_final
 from bertkit.training.rundir import file_fingerprint, open_run
 
 logger = logging.getLogger("bertkit.finetune")
@@ -134,7 +135,8 @@ def finetune(task: str | Task, model: str | os.PathLike, train: str | os.PathLik
              early_stopping_patience: int | None = None, metric_for_best: str | None = None,
              group_by_length: bool = False, device: str = "auto", resume: bool = False, overwrite: bool = False,
              apply_changes: bool = False, progress: bool = True, callbacks: Mapping[str, Any] | None = None,
-             strict: bool = False, threads: int | str | None = None, **task_options: Any) -> FinetuneResult:
+             strict: bool = False, threads: int | str | None = None, report_to: Any = None,
+             **task_options: Any) -> FinetuneResult:
     """Fine-tune ``model`` (anything bertkit loads) on ``task`` and write ``output_dir`` (see the module doc).
 
     ``task``: ``"classify"``, ``"tag"``, ``"qa"``, ``"choice"`` (its options as keyword
@@ -152,7 +154,9 @@ def finetune(task: str | Task, model: str | os.PathLike, train: str | os.PathLik
     warns about (a :class:`~bertkit.tasks.readers.DataWarning`, e.g. SQuAD answers that contradict
     ``is_impossible``) is an error with ``strict``; training and validation data without gold labels
     always are, before anything is trained. ``threads``: CPU threads (``"auto"``: measured on the first steps,
-    the CLI's default; None: torch's as it is; see :class:`~bertkit.training.TrainingConfig`).
+    the CLI's default; None: torch's as it is; see :class:`~bertkit.training.TrainingConfig`). ``report_to``:
+    experiment trackers (``"tensorboard"``, ``"mlflow"``, ``"trackio"``; :mod:`bertkit.training.reporting`),
+    which get the metrics, the settings and ``results.json``'s scores.
     """
     start = time.perf_counter()
     task = make_task(task, **task_options)
@@ -187,7 +191,7 @@ def finetune(task: str | Task, model: str | os.PathLike, train: str | os.PathLik
             warmup_ratio=warmup_ratio, batch_size=batch_size, gradient_accumulation_steps=gradient_accumulation_steps,
             eval_batch_size=eval_batch_size, precision=precision, seed=seed, device=device,
             log_every=max(1, min(50, steps_per_epoch // 4)), save_every=steps_per_epoch, keep_last=1,
-            output_dir=str(run.path), progress_bar=progress, threads=threads)
+            output_dir=str(run.path), progress_bar=progress, threads=threads, report_to=report_to)
         best = BestModel(metric_for_best or task.primary_metric, (metric_for_best or "") != "loss",
                          early_stopping_patience)
         sampler_factory = None
@@ -239,6 +243,7 @@ def finetune(task: str | Task, model: str | os.PathLike, train: str | os.PathLik
                                                                eval_batch_size, trainer.precision)
         _write_task_file(model_dir, task, max_seq_length)  # with what calibration learned
         atomic_write_text(output / RESULTS_FILE, json.dumps(result.results, indent=2) + "\n")
+        report_final(trainer, result.results)
         result.plot_path = plot_metrics(result.metrics_path, output / "metrics.png")
         result.seconds = time.perf_counter() - start
         return result

@@ -66,6 +66,7 @@ from bertkit.training import Trainer, TrainingConfig
 from bertkit.training.distributed import launched_by_torchrun
 from bertkit.training.evaluation import predict_batches
 from bertkit.training.metrics import plot_metrics
+from bertkit.training.reporting import report_final
 from bertkit.training.rundir import FollowerRun, RunDirectory, RunDirectoryError, file_fingerprint, open_run
 from bertkit.training.sampler import MixtureSampler
 from bertkit.weights.adapt import LoadWarning
@@ -526,6 +527,7 @@ def _train(run: RunDirectory, dataset: PretrainingData, *, model, init: LoadedSo
             if before is not None:  # the flat keys stay "after", for readers of from-scratch runs
                 result.evaluation = {**result.evaluation, "before": before, "after": result.evaluation}
             atomic_write_text(output_dir / EVALUATION_FILE, json.dumps(result.evaluation, indent=2) + "\n")
+            report_final(trainer, result.evaluation)
     result.seconds = time.perf_counter() - start
     return result
 

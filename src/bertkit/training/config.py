@@ -41,7 +41,9 @@ class TrainingConfig:
     ``max_grad_norm=None`` disables clipping. ``device="gpu"`` means CUDA (or MPS).
     ``threads``: CPU threads, ``"auto"`` (measured on the run's first steps: all or one, the faster; see
     :mod:`bertkit.training.threads`), a number, or None (leave torch's count as it is); it changes the
-    speed, never the numbers, and may change on resume.
+    speed, never the numbers, and may change on resume. ``report_to``: the experiment trackers the run also
+    reports to, a tuple of ``"tensorboard"``, ``"mlflow"``, ``"trackio"`` (given as a name, a comma list or a
+    sequence; ``"none"`` or empty: none; see :mod:`bertkit.training.reporting`); it may change on resume.
     """
 
     max_steps: int
@@ -73,6 +75,7 @@ class TrainingConfig:
     progress_bar: bool = True
     find_unused_parameters: bool = False
     threads: int | str | None = None
+    report_to: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if isinstance(self.output_dir, os.PathLike):
@@ -126,6 +129,9 @@ class TrainingConfig:
         from bertkit.training.threads import parse_threads
 
         self.threads = parse_threads(self.threads, "TrainingConfig.threads")
+        from bertkit.training.reporting import parse_report_to
+
+        self.report_to = parse_report_to(self.report_to)
         if not isinstance(self.output_dir, str) or not self.output_dir:
             raise ValueError(f"TrainingConfig.output_dir must be a non-empty path, got {self.output_dir!r}.")
 

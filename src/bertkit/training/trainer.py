@@ -61,7 +61,7 @@ from torch import nn
 from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
-from bertkit.training import allocator
+from bertkit.training import allocator, reporting
 from bertkit.training import checkpoint as ckpt
 from bertkit.training.config import TrainingConfig, describe_precision, resolve_device, resolve_precision
 from bertkit.training.distributed import (
@@ -85,7 +85,7 @@ FIXED_ON_RESUME = ("batch_size", "gradient_accumulation_steps", "seed")
 #: fields that change where and how a run reports or runs, not what it learns: free to change on resume
 BOOKKEEPING = frozenset({"output_dir", "progress_bar", "num_workers", "device", "log_every", "eval_every",
                          "save_every", "keep_last", "eval_batch_size", "gradient_checkpointing",
-                         "find_unused_parameters", "threads"})
+                         "find_unused_parameters", "threads", "report_to"})
 
 
 def hyperparameter_changes(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
@@ -94,7 +94,7 @@ def hyperparameter_changes(old: Mapping[str, Any], new: Mapping[str, Any]) -> li
             if name in old and name not in BOOKKEEPING and name not in FIXED_ON_RESUME and old[name] != new[name]]
 
 
-EVENTS = ("on_train_begin", "on_step_end", "on_log", "on_evaluate", "on_save", "on_train_end")
+EVENTS = ("on_train_begin", "on_step_end", "on_log", "on_evaluate", "on_metrics", "on_save", "on_train_end")
 SAMPLER_METHODS = ("set_epoch", "state_dict", "load_state_dict", "__iter__", "__len__")
 METRICS_FILE = "metrics.jsonl"
 
@@ -127,7 +127,10 @@ class Trainer:
     ``state_dict``/``load_state_dict``, or ``torch.Generator``) to checkpoint per rank.
     ``callbacks`` maps an event of :data:`EVENTS` to functions called with the trainer; a
     callback may set ``trainer.should_stop = True`` (identically on every rank) to end the
-    run after the current step, with a checkpoint. ``config.threads`` sets the CPU thread count
+    run after the current step, with a checkpoint. ``on_metrics`` follows every line written to
+    metrics.jsonl (rank 0; the record is ``trainer.last_record``): through it the trackers of
+    ``config.report_to`` (:mod:`.reporting`, attached here; ``trainer.reporting``) get the same numbers.
+    ``config.threads`` sets the CPU thread count
     (:class:`~bertkit.training.threads.ThreadChoice`, reported as ``trainer.threads.report()``).
     """
 
@@ -202,6 +205,8 @@ class Trainer:
         self.should_stop = False
         self.last_log: dict[str, Any] = {}
         self.last_eval: dict[str, Any] = {}
+        self.last_record: dict[str, Any] = {}
+        self.reporting = reporting.attach(self)
         self._sampler_snapshot: Any = None
         self._saved_step = -1
         self._started = False
@@ -509,11 +514,14 @@ class Trainer:
 
     def write_metrics(self, record: dict[str, Any]) -> None:
         """Append ``record`` as one line to metrics.jsonl (rank 0); opened per line, so a crash never loses a
-        written one. Callbacks use it for what they measure (e.g. a task's validation scores)."""
+        written one. Callbacks use it for what they measure (e.g. a task's validation scores); then
+        ``on_metrics`` fires (rank 0)."""
         if self.ctx.is_main:
             self.output_dir.mkdir(parents=True, exist_ok=True)
             with open(self.metrics_path, "a", encoding="utf-8") as f:
                 f.write(json.dumps(record) + "\n")
+            self.last_record = record
+            self._trigger("on_metrics")
 
     # ------------------------------------------------------------------ helpers
     def _autocast(self):

@@ -1,0 +1,383 @@
+"""Experiment tracking: a training run reports to TensorBoard, MLflow or trackio as well as to metrics.jsonl.
+
+``TrainingConfig.report_to`` (CLI: ``--report-to tensorboard mlflow``) names the trackers; the
+:class:`~bertkit.training.Trainer` attaches them on rank 0 through its callbacks (:func:`attach`). What each
+gets, from one source of numbers:
+
+* scalars: every record the trainer writes to ``metrics.jsonl`` (its ``on_metrics`` event), at that record's
+  step, each numeric field but ``step`` named ``train/<field>`` or ``eval/<field>`` by the record's split
+  (``train/loss``, ``train/lr``, ``train/tokens_per_s``, ``train/grad_norm``, ``eval/accuracy``, ...);
+* hyperparameters, once, when the tracker's run is created: the :class:`TrainingConfig` (``training.*``) and
+  what the run directory's ``run.json`` records (model, task, data settings), flattened to dotted names;
+* the final model's metrics (what a task writes to ``results.json`` / ``evaluation.json``), handed over by the
+  task with :func:`report_final`, as ``final/<path>`` scalars at the last step.
+
+A tracker opens at the run's first record (so a run that fails before logging anything leaves no tracker files)
+and keeps the identity of its run in the run directory's ``tracking.json``, so a resumed run continues it:
+TensorBoard's event files in ``<run>/tensorboard/`` are reopened with ``purge_step`` just past the resumed
+checkpoint (the points an interrupted run logged after it are dropped: one continuous curve); MLflow continues
+the same run id; trackio resumes its run by name. A tracker added to a run only on resume first replays the
+run's ``metrics.jsonl``, so its history is the whole run's. Events are flushed at every checkpoint.
+
+Each tracker is imported lazily, its extra checked by :func:`require` before training starts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import json
+import math
+import os
+import re
+import sys
+import time
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from bertkit.io import atomic_write_text
+
+TRACKING_FILE = "tracking.json"
+TENSORBOARD_DIR = "tensorboard"
+MLFLOW_DIR = "mlruns"
+#: the longest hyperparameter value passed on (a data fingerprint of many shards is long); longer ones are cut
+MAX_PARAM_CHARS = 500
+
+
+def parse_report_to(value: str | Iterable[str] | None, name: str = "TrainingConfig.report_to") -> tuple[str, ...]:
+    """The trackers named by ``value``: None, ``"none"``, a name, a comma list (``"tensorboard,mlflow"``) or a
+    sequence of those; returns them in order without repeats (``()`` for none). ``ValueError`` naming ``name``
+    for an unknown tracker, or for ``none`` next to a tracker."""
+    if value is None:
+        return ()
+    items = [value] if isinstance(value, str) else list(value)
+    names = []
+    for item in items:
+        if not isinstance(item, str):
+            raise ValueError(f"{name} takes tracker names ({', '.join(CHOICES)}), got {item!r}.")
+        names += [part.strip().lower() for part in item.split(",") if part.strip()]
+    unknown = [n for n in names if n not in CHOICES]
+    if unknown:
+        raise ValueError(f"{name}: unknown tracker {unknown[0]!r}; choose from {', '.join(CHOICES)} (several "
+                         "allowed, e.g. 'tensorboard mlflow').")
+    if "none" in names and len(set(names)) > 1:
+        raise ValueError(f"{name}: 'none' means no tracker; do not combine it with {sorted(set(names) - {'none'})}.")
+    return tuple(dict.fromkeys(n for n in names if n != "none"))
+
+
+def require(names: Iterable[str]) -> None:
+    """Import each tracker's package now (before training starts); ``ImportError`` with the one line saying
+    which extra to install when one is missing."""
+    for name in names:
+        REPORTERS[name].load()
+
+
+def attach(trainer: Any) -> Reporting | None:
+    """Register ``trainer.config.report_to``'s trackers on ``trainer`` (rank 0 only) and return them; None when
+    there are none (or on other ranks). The :class:`~bertkit.training.Trainer` calls this itself."""
+    names = trainer.config.report_to
+    if not names or not trainer.ctx.is_main:
+        return None
+    require(names)
+    reporting = Reporting([REPORTERS[name]() for name in names])
+    trainer.add_callback("on_train_begin", reporting.on_train_begin)
+    trainer.add_callback("on_metrics", reporting.on_metrics)
+    trainer.add_callback("on_save", reporting.on_save)
+    trainer.add_callback("on_train_end", reporting.on_train_end)
+    return reporting
+
+
+def report_final(trainer: Any, metrics: Mapping[str, Any]) -> None:
+    """Hand the final model's ``metrics`` (a task's results: nested dicts of numbers; other values are skipped)
+    to ``trainer``'s trackers, as ``final/<key>/<key>`` scalars at the last step. Every task calls this once
+    after training, with what it writes to its results file; a no-op without trackers."""
+    reporting = getattr(trainer, "reporting", None)
+    if reporting is not None:
+        reporting.final(trainer, metrics)
+
+
+# ---------------------------------------------------------------------- what is reported
+def record_scalars(record: Mapping[str, Any]) -> dict[str, float]:
+    """A metrics.jsonl record's scalars: each finite number but ``step``, as ``<split>/<field>``."""
+    split = record.get("split", "train")
+    return {f"{split}/{key}": float(value) for key, value in record.items()
+            if key not in ("split", "step") and _is_number(value) and math.isfinite(value)}
+
+
+def flatten(values: Mapping[str, Any], prefix: str = "", sep: str = "/") -> dict[str, Any]:
+    """``{"a": {"b": 1}}`` -> ``{"a/b": 1}`` (``prefix`` before every name)."""
+    flat: dict[str, Any] = {}
+    for key, value in values.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            flat |= flatten(value, name + sep, sep)
+        else:
+            flat[name] = value
+    return flat
+
+
+def hyperparameters(trainer: Any) -> dict[str, str | int | float | bool]:
+    """The run's settings as flat ``section.field`` names: ``run.json`` (what defines the run) and the
+    trainer's config (``training.*``); values that are not numbers or strings become JSON text."""
+    run_file = Path(trainer.output_dir) / "run.json"
+    info: dict[str, Any] = {}
+    with contextlib.suppress(OSError, ValueError):
+        info = json.loads(run_file.read_text(encoding="utf-8"))
+    info = {k: v for k, v in info.items() if isinstance(v, Mapping)} | {"training": trainer.config.to_dict()}
+    params = {}
+    for name, value in flatten(info, sep=".").items():
+        if not (_is_number(value) or isinstance(value, str | bool)):
+            value = json.dumps(value)
+        params[name] = value[:MAX_PARAM_CHARS] if isinstance(value, str) else value
+    return params
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+# ---------------------------------------------------------------------- the trackers of one run
+class Reporting:
+    """The trackers of one trainer (rank 0): opened at the first record, flushed at each checkpoint, closed when
+    training ends; they follow the trainer when its run directory moves (an ``--overwrite`` run's commit)."""
+
+    def __init__(self, reporters: list[Reporter]):
+        self.reporters = reporters
+        self.run_dir: Path | None = None
+        self.start_step = 0
+        self.unopened = set(range(len(reporters)))  # not opened since training (re)started
+
+    def on_train_begin(self, trainer: Any) -> None:
+        self.start_step = trainer.state.step  # a resumed run's checkpoint step (0: a fresh run)
+        self.unopened = set(range(len(self.reporters)))
+
+    def on_metrics(self, trainer: Any) -> None:
+        self._open(trainer)
+        record = trainer.last_record
+        for reporter in self.reporters:
+            for earlier in reporter.pending:  # a tracker new to a resumed run: the run's history first
+                reporter.log_scalars(record_scalars(earlier), int(earlier["step"]))
+            reporter.pending = []
+            reporter.log_scalars(record_scalars(record), int(record["step"]))
+
+    def on_save(self, trainer: Any) -> None:
+        for reporter in self.reporters:
+            if reporter.is_open:
+                reporter.flush()
+
+    def on_train_end(self, trainer: Any) -> None:
+        self.close()
+
+    def final(self, trainer: Any, metrics: Mapping[str, Any]) -> None:
+        scalars = {name: float(value) for name, value in flatten(metrics, "final/").items()
+                   if _is_number(value) and math.isfinite(value)}
+        if not scalars:
+            return
+        self._open(trainer)
+        for reporter in self.reporters:
+            reporter.log_scalars(scalars, trainer.state.step)
+        self.close()
+
+    def close(self) -> None:
+        for reporter in self.reporters:
+            if reporter.is_open:
+                reporter.close()
+
+    def _open(self, trainer: Any) -> None:
+        run_dir = Path(trainer.output_dir)
+        if run_dir != self.run_dir:  # first record, or the run directory was moved into place: reopen there
+            self.close()
+            self.run_dir = run_dir
+        for i, reporter in enumerate(self.reporters):
+            if reporter.is_open:
+                continue
+            tracking = _read_tracking(run_dir)
+            first = i in self.unopened
+            self.unopened.discard(i)
+            # a fresh start never continues a tracker run (one left by a run that failed before its checkpoint)
+            saved = tracking.get(reporter.name) if not (first and self.start_step == 0) else None
+            params = hyperparameters(trainer) if saved is None else None
+            state = reporter.open(run_dir, saved, self.start_step if first and saved is not None else None, params)
+            if saved is None:  # a new run on this tracker: it gets the history it missed
+                tracking[reporter.name] = state
+                atomic_write_text(run_dir / TRACKING_FILE, json.dumps(tracking, indent=2) + "\n")
+                reporter.pending = _earlier_records(trainer)
+
+
+def _read_tracking(run_dir: Path) -> dict[str, Any]:
+    path = run_dir / TRACKING_FILE
+    if not path.exists():
+        return {}
+    from bertkit.io import read_json_object
+
+    return read_json_object(path, "the trackers' run identities bertkit writes ({\"mlflow\": {\"run_id\": ...}})")
+
+
+def _earlier_records(trainer: Any) -> list[dict[str, Any]]:
+    """metrics.jsonl's records before the one just written (a resumed run's history)."""
+    path = Path(trainer.metrics_path)
+    lines = path.read_text(encoding="utf-8").splitlines() if path.exists() else []
+    return [json.loads(line) for line in lines[:-1] if line.strip()]
+
+
+# ---------------------------------------------------------------------- one tracker each
+class Reporter:
+    """One tracker. :meth:`open` starts a run on it (``saved`` None; ``params``: the hyperparameters, logged
+    once) or continues one (``saved``: what an earlier :meth:`open` returned, kept in tracking.json), dropping
+    what the tracker holds past step ``resumed_at`` (the checkpoint a resumed run continues) where it can;
+    it returns what identifies the run."""
+
+    name = ""
+    module = ""  # what must import; the extra of the same name installs it
+
+    def __init__(self):
+        self.is_open = False
+        self.pending: list[dict[str, Any]] = []
+
+    @classmethod
+    def load(cls):
+        try:
+            return importlib.import_module(cls.module)
+        except ImportError:
+            raise ImportError(f"--report-to {cls.name} needs the {cls.name} extra: "
+                              f"pip install 'bertkit[{cls.name}]'") from None
+
+    def open(self, run_dir: Path, saved: dict[str, Any] | None, resumed_at: int | None,
+             params: dict[str, Any] | None) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def log_scalars(self, scalars: Mapping[str, float], step: int) -> None:
+        raise NotImplementedError
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        self.is_open = False
+
+
+class TensorBoardReporter(Reporter):
+    """Event files in ``<run>/tensorboard/`` (``torch.utils.tensorboard``); hyperparameters in the HPARAMS
+    tab of the same run."""
+
+    name, module = "tensorboard", "torch.utils.tensorboard"
+
+    def open(self, run_dir, saved, resumed_at, params):
+        tensorboard = self.load()
+        log_dir = run_dir / TENSORBOARD_DIR
+        if saved is None:  # a new run: drop whatever an earlier attempt left there
+            purge = 0 if log_dir.is_dir() and any(log_dir.iterdir()) else None
+        else:  # continuing: events past the checkpoint (an interrupted run's) are dropped by TensorBoard
+            purge = resumed_at + 1 if resumed_at else None
+        self.writer = tensorboard.SummaryWriter(log_dir=str(log_dir), purge_step=purge)
+        self.is_open = True
+        if params is not None:
+            from torch.utils.tensorboard.summary import hparams
+
+            shown = {k: v if _is_number(v) or isinstance(v, bool) else str(v) for k, v in params.items()}
+            for summary in hparams(shown, {"train/loss": 0.0}):  # into this run, not a new sub-run
+                self.writer.file_writer.add_summary(summary)
+        return {"log_dir": TENSORBOARD_DIR}
+
+    def log_scalars(self, scalars, step):
+        for name, value in scalars.items():
+            self.writer.add_scalar(name, value, step)
+
+    def flush(self):
+        self.writer.flush()
+
+    def close(self):
+        self.writer.close()
+        self.is_open = False
+
+
+class MLflowReporter(Reporter):
+    """One MLflow run: at ``MLFLOW_TRACKING_URI``, else in a local file store ``<run>/mlruns``; experiment
+    ``MLFLOW_EXPERIMENT_NAME``, else the run directory's name. The run id is kept in tracking.json. MLflow
+    cannot delete points: after a crash, the steps between the last checkpoint and the crash are logged twice
+    (the lost attempt's values and the resumed run's)."""
+
+    name, module = "mlflow", "mlflow"
+
+    def open(self, run_dir, saved, resumed_at, params):
+        self.load()
+        from mlflow.entities import Param
+        from mlflow.tracking import MlflowClient
+
+        uri = os.environ.get("MLFLOW_TRACKING_URI")
+        if not uri:
+            uri = (run_dir / MLFLOW_DIR).as_uri()
+            # MLflow 3 keeps the file store only on request; it is what works without a server or a database
+            os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
+        self.client = MlflowClient(tracking_uri=uri)
+        if saved is not None:
+            self.run_id = saved["run_id"]
+            self.client.update_run(self.run_id, status="RUNNING")
+        else:
+            experiment = os.environ.get("MLFLOW_EXPERIMENT_NAME") or _run_name(run_dir)
+            found = self.client.get_experiment_by_name(experiment)
+            experiment_id = found.experiment_id if found is not None else self.client.create_experiment(experiment)
+            self.run_id = self.client.create_run(experiment_id, run_name=_run_name(run_dir)).info.run_id
+        self.is_open = True
+        items = [Param(mlflow_name(k), str(v)) for k, v in (params or {}).items()]
+        for i in range(0, len(items), 100):  # MLflow takes at most 100 params per batch
+            self.client.log_batch(self.run_id, params=items[i:i + 100])
+        return {"run_id": self.run_id}
+
+    def log_scalars(self, scalars, step):
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        self.client.log_batch(self.run_id, metrics=[Metric(mlflow_name(k), v, now, step) for k, v in scalars.items()])
+
+    def close(self):
+        self.client.set_terminated(self.run_id, "FINISHED")
+        self.is_open = False
+
+
+class TrackioReporter(Reporter):
+    """A trackio run: project the run directory's parent's name, run name the directory's, hyperparameters its
+    config. trackio keeps it in its own store (``TRACKIO_DIR``, default ``~/.cache/huggingface/trackio``) and
+    cannot delete points: after a crash, the steps between the last checkpoint and the crash appear twice."""
+
+    name, module = "trackio", "trackio"
+
+    def open(self, run_dir, saved, resumed_at, params):
+        self.trackio = self.load()
+        project, name = (saved["project"], saved["name"]) if saved is not None else \
+            (_run_name(run_dir.parent) or "bertkit", _run_name(run_dir))
+        with contextlib.redirect_stdout(sys.stderr):  # stdout is the command's output
+            self.trackio.init(project=project, name=name, config=params, resume="must" if saved else "never",
+                              embed=False, auto_log_cpu=False, auto_log_gpu=False)
+        self.is_open = True
+        return {"project": project, "name": name}
+
+    def log_scalars(self, scalars, step):
+        self.trackio.log(dict(scalars), step=step)
+
+    def close(self):
+        with contextlib.redirect_stdout(sys.stderr):
+            self.trackio.finish()
+        self.is_open = False
+
+
+def mlflow_name(name: str) -> str:
+    """``name`` as MLflow takes it (letters, digits and ``_-. /``): ``ndcg@10`` -> ``ndcg_at_10``, any other
+    character -> ``_``."""
+    return re.sub(r"[^/\w.\- ]", "_", name.replace("@", "_at_"))
+
+
+def _run_name(path: Path) -> str:
+    """A run directory's name; an ``--overwrite`` run's staging directory (``.NAME.overwrite``, see
+    :mod:`.rundir`) is named as the directory it becomes."""
+    name = path.name
+    if name.startswith(".") and name.endswith(".overwrite"):
+        name = name[1:-len(".overwrite")]
+    return name
+
+
+#: tracker name -> its reporter (``--report-to`` choices, besides ``none``)
+REPORTERS: dict[str, type[Reporter]] = {"tensorboard": TensorBoardReporter, "mlflow": MLflowReporter,
+                                        "trackio": TrackioReporter}
+CHOICES = (*REPORTERS, "none")

@@ -1,0 +1,256 @@
+"""``--report-to tensorboard|mlflow|trackio``: each tracker read back with its own reader holds metrics.jsonl.
+
+Tiny odd-sized models (hidden 36, 3 heads): a pretraining run from a few hundred lines of Persuasion, a
+classify fine-tune and a bi-encoder run. Checked: TensorBoard's ``EventAccumulator`` reads the scalars of
+metrics.jsonl (same steps, values to float32) and the hyperparameters in the run's own directory; MLflow's
+client reads, from the local file store, the same metric history, the parameters logged once and the final
+metrics; a run that crashed after a checkpoint (its later points already on disk) and was resumed is one
+continuous TensorBoard curve (no step twice, one event directory) and one MLflow run holding the whole history;
+trackio's store (read with its SQLiteStorage: trackio has no public reader of logged values) holds the history
+of a resumed run in one run; a missing extra and an unknown tracker are one-line errors; ``none`` writes nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from bertkit.cli import TRACKERS
+from bertkit.cli import main as cli
+from bertkit.resources import austen_novels
+from bertkit.tasks.pretraining import pretrain_from_text
+from bertkit.training import TrainingConfig
+from bertkit.training.reporting import CHOICES, TRACKING_FILE, mlflow_name, parse_report_to, record_scalars, require
+
+TINY = dict(num_hidden_layers=2, hidden_size=36, num_attention_heads=3, intermediate_size=37)
+WORDS = [f"w{i}" for i in range(40)]
+
+
+@pytest.fixture(scope="module")
+def book(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("book") / "book.txt"
+    lines = [line for line in austen_novels()["persuasion"].splitlines() if line.strip()]
+    path.write_text("\n".join(lines[:700]) + "\n", encoding="utf-8")
+    return path
+
+
+@pytest.fixture(autouse=True)
+def local_stores(monkeypatch):
+    """MLflow's local file store in the run directory (as without MLFLOW_TRACKING_URI), readable here."""
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.delenv("MLFLOW_EXPERIMENT_NAME", raising=False)
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+
+
+def pretrain(book: Path, out: Path, steps: int, report_to, callbacks=None, resume: bool = False):
+    training = TrainingConfig(max_steps=steps, batch_size=8, learning_rate=1e-3, log_every=1, eval_every=2,
+                              save_every=2, progress_bar=False, precision="fp32", device="cpu", threads=1,
+                              report_to=report_to)
+    return pretrain_from_text([book], out, vocab_size=300, max_seq_length=32, training=training,
+                              model_overrides=TINY, callbacks=callbacks, resume=resume, apply_changes=resume)
+
+
+def expected(run: Path) -> dict[str, list[tuple[int, float]]]:
+    """metrics.jsonl as tag -> [(step, value)], the way the trackers are given it."""
+    series: dict[str, list[tuple[int, float]]] = {}
+    for line in (run / "metrics.jsonl").read_text().splitlines():
+        record = json.loads(line)
+        for tag, value in record_scalars(record).items():
+            series.setdefault(tag, []).append((record["step"], value))
+    return series
+
+
+def tensorboard_scalars(run: Path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(run / "tensorboard"), size_guidance={"scalars": 0})
+    events.Reload()
+    scalars = {tag: [(e.step, e.value) for e in events.Scalars(tag)] for tag in events.Tags()["scalars"]}
+    return scalars, events
+
+
+def mlflow_run(run: Path):
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=(run / "mlruns").as_uri())
+    experiments = client.search_experiments()
+    runs = [r for e in experiments for r in client.search_runs([e.experiment_id])]
+    assert len(runs) == 1, [r.info.run_id for r in runs]
+    return client, runs[0]
+
+
+def assert_same_series(got: dict, want: dict) -> None:
+    for tag, points in want.items():
+        assert [s for s, _ in got[tag]] == [s for s, _ in points], tag
+        np.testing.assert_array_equal(np.float32([v for _, v in got[tag]]), np.float32([v for _, v in points]),
+                                      err_msg=tag)
+
+
+def test_a_crashed_and_resumed_pretraining_run_is_one_tensorboard_curve_and_one_mlflow_run(book, tmp_path):
+    run = tmp_path / "run"
+
+    def crash(trainer):  # after step 5's records reached the trackers' files, past the checkpoint at step 4
+        if trainer.state.step == 5:
+            trainer.reporting.on_save(trainer)
+            raise RuntimeError("crash")
+
+    with pytest.raises(RuntimeError, match="crash"):
+        pretrain(book, run, 6, ("tensorboard", "mlflow"), callbacks={"on_step_end": crash})
+    crashed, _ = tensorboard_scalars(run)
+    assert max(step for step, _ in crashed["train/loss"]) == 5
+    result = pretrain(book, run, 8, "tensorboard,mlflow", resume=True)
+
+    want = expected(run)
+    assert [s for s, _ in want["train/loss"]] == list(range(1, 9)) and "eval/loss" in want
+    assert {"train/lr", "train/tokens_per_s", "train/examples_per_s", "train/grad_norm"} <= set(want)
+    scalars, events = tensorboard_scalars(run)
+    assert_same_series(scalars, want)  # step 5 once: the crashed attempt's point was purged
+    final = {f"final/{k}": v for k, v in result.evaluation.items() if isinstance(v, int | float)}
+    for tag, value in final.items():
+        assert scalars[tag] == [(8, pytest.approx(value, rel=1e-6))]
+    assert "_hparams_/session_start_info" in events.PluginTagToContent("hparams")
+    assert all(p.is_file() for p in (run / "tensorboard").iterdir())  # one run: no sub-directories
+
+    client, found = mlflow_run(run)
+    assert found.info.run_id == json.loads((run / TRACKING_FILE).read_text())["mlflow"]["run_id"]
+    assert found.info.status == "FINISHED"
+    for tag, points in want.items():
+        history = client.get_metric_history(found.info.run_id, mlflow_name(tag))
+        latest: dict[int, float] = {}
+        for metric in sorted(history, key=lambda m: m.timestamp):  # step 5: the lost attempt's, then the rerun's
+            latest[metric.step] = metric.value
+        assert sorted(latest) == [s for s, _ in points], tag
+        np.testing.assert_array_equal(np.float32([latest[s] for s, _ in points]), np.float32([v for _, v in points]))
+        assert len(history) == len(points) + (tag.startswith("train/") and 5 in latest)
+    params = found.data.params
+    assert params["training.batch_size"] == "8" and params["training.log_every"] == "1"
+    assert params["model.hidden_size"] == "36" and params["task.name"] == "pretraining"
+    for tag, value in final.items():
+        assert found.data.metrics[mlflow_name(tag)] == pytest.approx(value, rel=1e-6)
+
+
+def test_finetune_classify_through_the_cli_reports_its_epochs_and_results(tmp_path, capsys):
+    base = write_base(tmp_path / "base")
+    rng = np.random.default_rng(0)
+    for split, n in (("train", 48), ("validation", 16)):
+        rows = [{"text": " ".join(rng.choice(WORDS[:20] if y else WORDS[20:], 5)), "label": ["neg", "pos"][y]}
+                for y in rng.integers(0, 2, n)]
+        (tmp_path / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    run = tmp_path / "run"
+    assert cli(["finetune", "classify", "--model", str(base), "--train", str(tmp_path / "train.jsonl"),
+                "--validation", str(tmp_path / "validation.jsonl"), "-o", str(run), "--epochs", "2",
+                "--batch-size", "8", "--max-seq-length", "16", "--learning-rate", "1e-3", "--threads", "1",
+                "--device", "cpu", "--precision", "fp32", "--report-to", "mlflow", "tensorboard"]) == 0
+    capsys.readouterr()
+    want = expected(run)
+    assert [s for s, _ in want["eval/accuracy"]] == [6, 12]  # each epoch's validation (written by the task)
+    scalars, _ = tensorboard_scalars(run)
+    assert_same_series(scalars, want)
+    results = json.loads((run / "results.json").read_text())
+    assert scalars["final/validation/accuracy"] == [(12, pytest.approx(results["validation"]["accuracy"]))]
+    _, found = mlflow_run(run)
+    assert found.data.params["task.name"] == "classify" and found.data.params["training.report_to"] == \
+        json.dumps(["mlflow", "tensorboard"])
+    assert found.data.metrics["final/validation/accuracy"] == pytest.approx(results["validation"]["accuracy"])
+
+
+def test_the_embedding_trainer_reports_to_tensorboard(tmp_path):
+    from bertkit.embedding.training import finetune_embeddings
+
+    base = write_base(tmp_path / "base")
+    rng = np.random.default_rng(1)
+    pairs = tmp_path / "pairs.jsonl"
+    with open(pairs, "w") as f:
+        for _ in range(24):
+            query = " ".join(rng.choice(WORDS, 4))
+            f.write(json.dumps({"anchor": query, "positive": f"{query} {rng.choice(WORDS)}"}) + "\n")
+    result = finetune_embeddings(base, [pairs], tmp_path / "run", epochs=2, batch_size=8, learning_rate=1e-3,
+                                 precision="fp32", device="cpu", progress=False, threads=1,
+                                 report_to=["tensorboard"])
+    want = expected(result.output_dir)
+    assert [s for s, _ in want["train/loss"]] == [1, 2, 3, 4, 5, 6]
+    scalars, _ = tensorboard_scalars(result.output_dir)
+    assert_same_series(scalars, want)
+    assert scalars["final/final_train_loss"][0][1] == pytest.approx(result.results["final_train_loss"], rel=1e-6)
+
+
+def test_trackio_continues_its_run_on_resume(book, tmp_path):
+    """In subprocesses: trackio reads TRACKIO_DIR when imported, and must never write to the user's home."""
+    pytest.importorskip("trackio")
+    env = {**os.environ, "TRACKIO_DIR": str(tmp_path / "trackio"), "HF_HOME": str(tmp_path / "hf")}
+    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).parents[1] / "src"), env.get("PYTHONPATH", "")])
+    run = tmp_path / "runs" / "first"
+    config = tmp_path / "tiny.json"
+    config.write_text(json.dumps(TINY))
+    flags = ["--text", str(book), "--model", str(config), "-o", str(run), "--vocab-size", "300", "--max-seq-length",
+             "32", "--batch-size", "8", "--log-every", "1", "--threads", "1", "--device", "cpu", "--precision",
+             "fp32", "--report-to", "trackio"]
+    for extra in (["--max-steps", "3"], ["--max-steps", "5", "--resume", "--apply-changes"]):
+        done = subprocess.run([sys.executable, "-m", "bertkit.cli", "pretrain", *flags, *extra], env=env,
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert "* Created new run" not in done.stdout and "* Resumed" not in done.stdout  # trackio talks on stderr
+    read = ("import json, sys\nfrom trackio.sqlite_storage import SQLiteStorage\n"
+            "print(json.dumps([SQLiteStorage.get_runs('runs'), SQLiteStorage.get_logs('runs', 'first')]))")
+    done = subprocess.run([sys.executable, "-c", read], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    runs, logs = json.loads(done.stdout.splitlines()[-1])
+    assert runs == ["first"]
+    assert json.loads((run / TRACKING_FILE).read_text())["trackio"] == {"project": "runs", "name": "first"}
+    losses = [(log["step"], log["train/loss"]) for log in logs if "train/loss" in log]
+    want = expected(run)["train/loss"]
+    assert [s for s, _ in losses] == [s for s, _ in want] == [1, 2, 3, 4, 5]
+    np.testing.assert_allclose([v for _, v in losses], [v for _, v in want], rtol=1e-6)
+    assert any((tmp_path / "trackio").glob("runs*"))  # the store TRACKIO_DIR names
+
+
+def test_a_missing_extra_and_an_unknown_tracker_are_one_line_errors(book, tmp_path, monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "mlflow", None)  # as if mlflow-skinny were not installed
+    args = ["pretrain", "--text", str(book), "--model", "tiny", "-o", str(tmp_path / "run")]
+    assert cli([*args, "--report-to", "tensorboard", "mlflow"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("bertkit: error: --report-to mlflow needs the mlflow extra: pip install 'bertkit[mlflow]'")
+    assert len(err.splitlines()) == 1 and not (tmp_path / "run").exists()  # before anything ran
+    with pytest.raises(ImportError, match=r"pip install 'bertkit\[mlflow\]'"):
+        require(["tensorboard", "mlflow"])  # what the Trainer checks when it is built
+
+    with pytest.raises(SystemExit) as usage:
+        cli([*args, "--report-to", "wandb"])
+    assert usage.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert "--report-to: unknown tracker 'wandb'; choose from tensorboard, mlflow, trackio, none" in err
+    assert len(err.splitlines()) == 1
+    for bad, message in (("wandb", "unknown tracker 'wandb'"), (["none", "mlflow"], "'none' means no tracker"),
+                         ([3], "takes tracker names")):
+        with pytest.raises(ValueError, match=rf"TrainingConfig\.report_to.*{message}"):
+            TrainingConfig(max_steps=1, report_to=bad)
+    assert parse_report_to(["tensorboard,mlflow", "tensorboard"]) == ("tensorboard", "mlflow")
+    assert parse_report_to("none") == parse_report_to(None) == ()
+    assert TRACKERS == CHOICES  # the CLI's torch-free copy of the choices
+
+
+def test_none_writes_nothing_extra(book, tmp_path):
+    pretrain(book, tmp_path / "run", 2, "none")
+    written = {p.name for p in (tmp_path / "run").iterdir()}
+    assert not written & {"tensorboard", "mlruns", TRACKING_FILE}
+
+
+def write_base(directory: Path) -> Path:
+    """A tiny HF BertModel (hidden 36, 3 heads) with a vocab.txt of :data:`WORDS`."""
+    from transformers import BertConfig, BertModel
+
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS]
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=len(vocab), max_position_embeddings=40, hidden_dropout_prob=0.0,
+                        attention_probs_dropout_prob=0.0, **TINY)
+    BertModel(config).save_pretrained(directory)
+    (directory / "vocab.txt").write_text("\n".join(vocab) + "\n")
+    (directory / "tokenizer_config.json").write_text(json.dumps({"do_lower_case": True}))
+    return directory
