@@ -49,12 +49,14 @@ def local_stores(monkeypatch):
     monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
 
 
-def pretrain(book: Path, out: Path, steps: int, report_to, callbacks=None, resume: bool = False):
+def pretrain(book: Path, out: Path, steps: int, report_to, callbacks=None, resume: bool = False,
+             overwrite: bool = False):
     training = TrainingConfig(max_steps=steps, batch_size=8, learning_rate=1e-3, log_every=1, eval_every=2,
                               save_every=2, progress_bar=False, precision="fp32", device="cpu", threads=1,
                               report_to=report_to)
     return pretrain_from_text([book], out, vocab_size=300, max_seq_length=32, training=training,
-                              model_overrides=TINY, callbacks=callbacks, resume=resume, apply_changes=resume)
+                              model_overrides=TINY, callbacks=callbacks, resume=resume, apply_changes=resume,
+                              overwrite=overwrite)
 
 
 def expected(run: Path) -> dict[str, list[tuple[int, float]]]:
@@ -134,6 +136,32 @@ def test_a_crashed_and_resumed_pretraining_run_is_one_tensorboard_curve_and_one_
     assert params["model.hidden_size"] == "36" and params["task.name"] == "pretraining"
     for tag, value in final.items():
         assert found.data.metrics[mlflow_name(tag)] == pytest.approx(value, rel=1e-6)
+
+
+def test_a_tracker_added_on_resume_gets_the_whole_history_and_overwrite_replaces_the_trackers_runs(book, tmp_path):
+    run = tmp_path / "run"
+    pretrain(book, run, 3, "tensorboard")
+    pretrain(book, run, 5, ["tensorboard", "mlflow"], resume=True)
+    want = expected(run)
+    assert [s for s, _ in want["train/loss"]] == [1, 2, 3, 4, 5]
+    client, found = mlflow_run(run)
+    history = {tag: [(m.step, m.value) for m in client.get_metric_history(found.info.run_id, mlflow_name(tag))]
+               for tag in want}
+    assert_same_series(history, want)  # steps 1-3 replayed from metrics.jsonl, then 4-5 as they came
+    assert_same_series(tensorboard_scalars(run)[0], want)
+
+    # --overwrite builds the new run beside the old one and moves it into place at its first checkpoint (step
+    # 2): the trackers follow it there, and the old run's tracker files go with the old run
+    pretrain(book, run, 4, "mlflow,tensorboard", overwrite=True)
+    want = expected(run)
+    assert [s for s, _ in want["train/loss"]] == [1, 2, 3, 4]
+    assert_same_series(tensorboard_scalars(run)[0], want)
+    client, found = mlflow_run(run)
+    assert found.info.status == "FINISHED" and found.info.run_name == "run"
+    history = {tag: [(m.step, m.value) for m in client.get_metric_history(found.info.run_id, mlflow_name(tag))]
+               for tag in want}
+    assert_same_series(history, want)
+    assert not list(tmp_path.glob(".run.overwrite*"))
 
 
 def test_finetune_classify_through_the_cli_reports_its_epochs_and_results(tmp_path, capsys):

@@ -36,7 +36,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from bertkit.io import atomic_write_text
+from bertkit.io import atomic_write_text, read_json_object
+from bertkit.training.rundir import RUN_FILE
 
 TRACKING_FILE = "tracking.json"
 TENSORBOARD_DIR = "tensorboard"
@@ -90,7 +91,7 @@ def attach(trainer: Any) -> Reporting | None:
 
 def report_final(trainer: Any, metrics: Mapping[str, Any]) -> None:
     """Hand the final model's ``metrics`` (a task's results: nested dicts of numbers; other values are skipped)
-    to ``trainer``'s trackers, as ``final/<key>/<key>`` scalars at the last step. Every task calls this once
+    to ``trainer``'s trackers, as ``final/<key>/<key>...`` scalars at the last step. Every task calls this once
     after training, with what it writes to its results file; a no-op without trackers."""
     reporting = getattr(trainer, "reporting", None)
     if reporting is not None:
@@ -120,7 +121,7 @@ def flatten(values: Mapping[str, Any], prefix: str = "", sep: str = "/") -> dict
 def hyperparameters(trainer: Any) -> dict[str, str | int | float | bool]:
     """The run's settings as flat ``section.field`` names: ``run.json`` (what defines the run) and the
     trainer's config (``training.*``); values that are not numbers or strings become JSON text."""
-    run_file = Path(trainer.output_dir) / "run.json"
+    run_file = Path(trainer.output_dir) / RUN_FILE
     info: dict[str, Any] = {}
     with contextlib.suppress(OSError, ValueError):
         info = json.loads(run_file.read_text(encoding="utf-8"))
@@ -153,12 +154,9 @@ class Reporting:
         self.unopened = set(range(len(self.reporters)))
 
     def on_metrics(self, trainer: Any) -> None:
-        self._open(trainer)
         record = trainer.last_record
+        self._open(trainer, written=[record])
         for reporter in self.reporters:
-            for earlier in reporter.pending:  # a tracker new to a resumed run: the run's history first
-                reporter.log_scalars(record_scalars(earlier), int(earlier["step"]))
-            reporter.pending = []
             reporter.log_scalars(record_scalars(record), int(record["step"]))
 
     def on_save(self, trainer: Any) -> None:
@@ -174,7 +172,7 @@ class Reporting:
                    if _is_number(value) and math.isfinite(value)}
         if not scalars:
             return
-        self._open(trainer)
+        self._open(trainer, written=[])
         for reporter in self.reporters:
             reporter.log_scalars(scalars, trainer.state.step)
         self.close()
@@ -184,41 +182,54 @@ class Reporting:
             if reporter.is_open:
                 reporter.close()
 
-    def _open(self, trainer: Any) -> None:
+    def _open(self, trainer: Any, written: list[dict[str, Any]]) -> None:
+        """Open the trackers that are not; ``written``: the records about to be logged (the end of
+        metrics.jsonl), which a tracker new to a resumed run gets after the run's earlier records."""
         run_dir = Path(trainer.output_dir)
-        if run_dir != self.run_dir:  # first record, or the run directory was moved into place: reopen there
-            self.close()
-            self.run_dir = run_dir
-        for i, reporter in enumerate(self.reporters):
-            if reporter.is_open:
-                continue
-            tracking = _read_tracking(run_dir)
-            first = i in self.unopened
+        if self.run_dir is not None and run_dir != self.run_dir:  # the run directory was moved into place
+            for reporter in self.reporters:
+                if reporter.is_open:
+                    reporter.moved(run_dir)
+        self.run_dir = run_dir
+        closed = [i for i, reporter in enumerate(self.reporters) if not reporter.is_open]
+        if not closed:
+            return
+        tracking = _read_tracking(run_dir)
+        for i in closed:
+            reporter, first = self.reporters[i], i in self.unopened
             self.unopened.discard(i)
             # a fresh start never continues a tracker run (one left by a run that failed before its checkpoint)
             saved = tracking.get(reporter.name) if not (first and self.start_step == 0) else None
-            params = hyperparameters(trainer) if saved is None else None
-            state = reporter.open(run_dir, saved, self.start_step if first and saved is not None else None, params)
-            if saved is None:  # a new run on this tracker: it gets the history it missed
+            try:
+                state = reporter.open(run_dir, saved, self.start_step if first and saved is not None else None,
+                                      hyperparameters(trainer) if saved is None else None)
+            except Exception as error:
+                if saved is None:
+                    raise
+                raise ValueError(f"{run_dir / TRACKING_FILE} names the {reporter.name} run {saved}, which "
+                                 f"{reporter.name} cannot continue ({error}); was its location changed (see "
+                                 f"{reporter.where})? Point it back there, or delete the {reporter.name!r} entry "
+                                 "of the file to start a new run (it gets the history from metrics.jsonl).") \
+                    from error
+            if saved is None:  # a new run on this tracker: the history it missed first
                 tracking[reporter.name] = state
                 atomic_write_text(run_dir / TRACKING_FILE, json.dumps(tracking, indent=2) + "\n")
-                reporter.pending = _earlier_records(trainer)
+                for record in _records(trainer)[:-len(written) or None]:
+                    reporter.log_scalars(record_scalars(record), int(record["step"]))
 
 
 def _read_tracking(run_dir: Path) -> dict[str, Any]:
     path = run_dir / TRACKING_FILE
     if not path.exists():
         return {}
-    from bertkit.io import read_json_object
-
     return read_json_object(path, "the trackers' run identities bertkit writes ({\"mlflow\": {\"run_id\": ...}})")
 
 
-def _earlier_records(trainer: Any) -> list[dict[str, Any]]:
-    """metrics.jsonl's records before the one just written (a resumed run's history)."""
+def _records(trainer: Any) -> list[dict[str, Any]]:
+    """metrics.jsonl's records (a resumed run's file holds its whole history up to now)."""
     path = Path(trainer.metrics_path)
     lines = path.read_text(encoding="utf-8").splitlines() if path.exists() else []
-    return [json.loads(line) for line in lines[:-1] if line.strip()]
+    return [json.loads(line) for line in lines if line.strip()]
 
 
 # ---------------------------------------------------------------------- one tracker each
@@ -231,9 +242,10 @@ class Reporter:
     name = ""
     module = ""  # what must import; the extra of the same name installs it
 
+    where = ""  # what decides where the tracker's runs are (for errors)
+
     def __init__(self):
         self.is_open = False
-        self.pending: list[dict[str, Any]] = []
 
     @classmethod
     def load(cls):
@@ -253,6 +265,11 @@ class Reporter:
     def flush(self) -> None:
         pass
 
+    def moved(self, run_dir: Path) -> None:
+        """The run directory was moved to ``run_dir`` (with what the tracker wrote inside): by default the
+        tracker is closed, to reopen there at the next record."""
+        self.close()
+
     def close(self) -> None:
         self.is_open = False
 
@@ -261,7 +278,7 @@ class TensorBoardReporter(Reporter):
     """Event files in ``<run>/tensorboard/`` (``torch.utils.tensorboard``); hyperparameters in the HPARAMS
     tab of the same run."""
 
-    name, module = "tensorboard", "torch.utils.tensorboard"
+    name, module, where = "tensorboard", "torch.utils.tensorboard", "the run directory"
 
     def open(self, run_dir, saved, resumed_at, params):
         tensorboard = self.load()
@@ -298,19 +315,14 @@ class MLflowReporter(Reporter):
     cannot delete points: after a crash, the steps between the last checkpoint and the crash are logged twice
     (the lost attempt's values and the resumed run's)."""
 
-    name, module = "mlflow", "mlflow"
+    name, module, where = "mlflow", "mlflow", "MLFLOW_TRACKING_URI"
 
     def open(self, run_dir, saved, resumed_at, params):
         self.load()
         from mlflow.entities import Param
         from mlflow.tracking import MlflowClient
 
-        uri = os.environ.get("MLFLOW_TRACKING_URI")
-        if not uri:
-            uri = (run_dir / MLFLOW_DIR).as_uri()
-            # MLflow 3 keeps the file store only on request; it is what works without a server or a database
-            os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
-        self.client = MlflowClient(tracking_uri=uri)
+        self.client = MlflowClient(tracking_uri=self._uri(run_dir))
         if saved is not None:
             self.run_id = saved["run_id"]
             self.client.update_run(self.run_id, status="RUNNING")
@@ -324,6 +336,20 @@ class MLflowReporter(Reporter):
         for i in range(0, len(items), 100):  # MLflow takes at most 100 params per batch
             self.client.log_batch(self.run_id, params=items[i:i + 100])
         return {"run_id": self.run_id}
+
+    def moved(self, run_dir):  # the local store moved with the run directory; the run goes on there
+        from mlflow.tracking import MlflowClient
+
+        self.client = MlflowClient(tracking_uri=self._uri(run_dir))
+
+    @staticmethod
+    def _uri(run_dir: Path) -> str:
+        uri = os.environ.get("MLFLOW_TRACKING_URI")
+        if uri:
+            return uri
+        # MLflow 3 keeps the file store only on request; it is what works without a server or a database
+        os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
+        return (run_dir / MLFLOW_DIR).as_uri()
 
     def log_scalars(self, scalars, step):
         from mlflow.entities import Metric
@@ -341,7 +367,7 @@ class TrackioReporter(Reporter):
     config. trackio keeps it in its own store (``TRACKIO_DIR``, default ``~/.cache/huggingface/trackio``) and
     cannot delete points: after a crash, the steps between the last checkpoint and the crash appear twice."""
 
-    name, module = "trackio", "trackio"
+    name, module, where = "trackio", "trackio", "TRACKIO_DIR"
 
     def open(self, run_dir, saved, resumed_at, params):
         self.trackio = self.load()
@@ -355,6 +381,9 @@ class TrackioReporter(Reporter):
 
     def log_scalars(self, scalars, step):
         self.trackio.log(dict(scalars), step=step)
+
+    def moved(self, run_dir):  # trackio's store is its own: nothing moved
+        pass
 
     def close(self):
         with contextlib.redirect_stdout(sys.stderr):
