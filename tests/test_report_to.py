@@ -219,8 +219,9 @@ def test_trackio_continues_its_run_on_resume(book, tmp_path):
     config.write_text(json.dumps(TINY))
     flags = ["--text", str(book), "--model", str(config), "-o", str(run), "--vocab-size", "300", "--max-seq-length",
              "32", "--batch-size", "8", "--log-every", "1", "--threads", "1", "--device", "cpu", "--precision",
-             "fp32", "--report-to", "trackio"]
-    for extra in (["--max-steps", "3"], ["--max-steps", "5", "--resume", "--apply-changes"]):
+             "fp32"]
+    # `pretrain --resume` takes the run's own settings: its trackers too
+    for extra in (["--max-steps", "3", "--report-to", "trackio"], ["--max-steps", "5", "--resume", "--apply-changes"]):
         done = subprocess.run([sys.executable, "-m", "bertkit.cli", "pretrain", *flags, *extra], env=env,
                               capture_output=True, text=True, timeout=300)
         assert done.returncode == 0, done.stderr[-2000:]

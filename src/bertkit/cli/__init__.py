@@ -106,15 +106,17 @@ def add_threads_argument(group) -> None:
 TRACKERS = ("tensorboard", "mlflow", "trackio", "none")
 
 
-def add_report_to_argument(group) -> None:
+def add_report_to_argument(group, default: tuple[str, ...] | None = ()) -> None:
     """``--report-to TRACKER ...`` of the training commands: ``args.report_to``, a tuple of tracker names
-    (``()``: none, the default). Unknown names are a usage error; a tracker whose extra is missing is an
-    ImportError saying what to install, raised while the arguments are read (before anything trains)."""
-    group.add_argument("--report-to", nargs="+", default=(), metavar="TRACKER", action=_ReportTo,
+    (``()``: none; ``default`` when the flag is not given: none, or None for a command that fills it from the
+    resumed run). Unknown names are a usage error; a tracker whose extra is missing is an ImportError saying
+    what to install, raised while the arguments are read (before anything trains)."""
+    resumed = " (with --resume: the run's own)" if default is None else ""
+    group.add_argument("--report-to", nargs="+", default=default, metavar="TRACKER", action=_ReportTo,
                        help=f"also report the run to {', '.join(TRACKERS[:-1])} (several: --report-to tensorboard "
                             "mlflow, or a comma list; each needs its extra, e.g. pip install 'bertkit[mlflow]'): "
                             "the metrics.jsonl scalars, the hyperparameters, the final metrics; a resumed run "
-                            "continues the same tracker run. Default none")
+                            f"continues the same tracker runs. Default none{resumed}")
 
 
 class _ReportTo(argparse.Action):

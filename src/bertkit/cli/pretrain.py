@@ -80,7 +80,7 @@ def add_training_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--device", default="auto")
     group.add_argument("--gradient-checkpointing", action="store_true")
     add_threads_argument(group)
-    add_report_to_argument(group)
+    add_report_to_argument(group, default=None)
     run = parser.add_argument_group("the output directory")
     owner = run.add_mutually_exclusive_group()
     owner.add_argument("--resume", action="store_true", help="continue the run in -o from its latest checkpoint")
@@ -95,7 +95,8 @@ def add_training_arguments(parser: argparse.ArgumentParser) -> None:
 TRAINING_FLAGS = {"max_steps": "max_steps", "batch_size": "batch_size", "learning_rate": "learning_rate",
                   "warmup_ratio": "warmup_ratio", "weight_decay": "weight_decay", "precision": "precision",
                   "gradient_accumulation_steps": "gradient_accumulation_steps", "log_every": "log_every",
-                  "eval_every": "eval_every", "save_every": "save_every", "keep_last": "keep_last", "seed": "seed"}
+                  "eval_every": "eval_every", "save_every": "save_every", "keep_last": "keep_last", "seed": "seed",
+                  "report_to": "report_to"}
 #: data setting (run.json "text.settings") -> CLI attribute
 #: continuing a checkpoint: a fifth of the from-scratch learning rate of its size, at most this
 CONTINUE_MAX_LEARNING_RATE = 1e-4
@@ -144,7 +145,8 @@ def defaults(args: argparse.Namespace) -> dict[str, Any]:
         recipe = recipe_for(BERTConfig.from_json_file(args.model).hidden_size)
     base = dict(max_steps=recipe.max_steps, batch_size=recipe.batch_size, learning_rate=recipe.learning_rate,
                 warmup_ratio=recipe.warmup_ratio, weight_decay=0.01, precision="auto", gradient_accumulation_steps=1,
-                log_every=25, eval_every=None, save_every=None, keep_last=2, seed=42, vocab_size=recipe.vocab_size,
+                log_every=25, eval_every=None, save_every=None, keep_last=2, seed=42, report_to=(),
+                vocab_size=recipe.vocab_size,
                 max_seq_length=recipe.max_seq_length, masked_lm_prob=recipe.masked_lm_prob, encoding="utf-8",
                 format="auto", cased=False, text_field="text", tokenizer_sample_bytes=TOKENIZER_SAMPLE_BYTES,
                 nsp=recipe.next_sentence_prediction and args.objective == "mlm" and args.recipe == "bert")

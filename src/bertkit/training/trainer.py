@@ -22,7 +22,8 @@ loop pretrains (``BERTForPreTraining``) and fine-tunes (a task model with a head
   ``max_nonfinite_steps`` such steps in a row raise :class:`NonFiniteLossError`. Skipped
   steps still advance ``step`` and the schedule (they consumed their batches);
 * every ``log_every`` steps one JSON line goes to ``output_dir/metrics.jsonl`` (rank 0;
-  format in :mod:`.metrics`); every ``eval_every`` steps (and at ``max_steps``) the eval
+  format in :mod:`.metrics`), and from there to the experiment trackers of ``config.report_to``
+  (:mod:`.reporting`); every ``eval_every`` steps (and at ``max_steps``) the eval
   set is scored; every ``save_every`` steps (and at the end) a checkpoint is written
   (:mod:`.checkpoint`);
 * on glibc, malloc's free pages are given back to the system every :data:`~.allocator.TRIM_EVERY`
