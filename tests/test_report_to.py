@@ -1,7 +1,7 @@
 """``--report-to tensorboard|mlflow|trackio``: each tracker read back with its own reader holds metrics.jsonl.
 
 Tiny odd-sized models (hidden 36, 3 heads): a pretraining run from a few hundred lines of Persuasion, a
-classify fine-tune and a bi-encoder run. Checked: TensorBoard's ``EventAccumulator`` reads the scalars of
+classify fine-tune, a bi-encoder and a reranker run. Checked: TensorBoard's ``EventAccumulator`` reads the scalars of
 metrics.jsonl (same steps, values to float32) and the hyperparameters in the run's own directory; MLflow's
 client reads, from the local file store, the same metric history, the parameters logged once and the final
 metrics; a run that crashed after a checkpoint (its later points already on disk) and was resumed is one
@@ -189,24 +189,28 @@ def test_finetune_classify_through_the_cli_reports_its_epochs_and_results(tmp_pa
     assert found.data.metrics["final/validation/accuracy"] == pytest.approx(results["validation"]["accuracy"])
 
 
-def test_the_embedding_trainer_reports_to_tensorboard(tmp_path):
-    from bertkit.embedding.training import finetune_embeddings
-
+@pytest.mark.parametrize("command", ["embed", "rerank"])
+def test_the_embedding_and_reranker_trainers_report_through_the_cli(command, tmp_path, capsys):
     base = write_base(tmp_path / "base")
     rng = np.random.default_rng(1)
-    pairs = tmp_path / "pairs.jsonl"
-    with open(pairs, "w") as f:
+    rows = tmp_path / "rows.jsonl"
+    with open(rows, "w") as f:
         for _ in range(24):
             query = " ".join(rng.choice(WORDS, 4))
-            f.write(json.dumps({"anchor": query, "positive": f"{query} {rng.choice(WORDS)}"}) + "\n")
-    result = finetune_embeddings(base, [pairs], tmp_path / "run", epochs=2, batch_size=8, learning_rate=1e-3,
-                                 precision="fp32", device="cpu", progress=False, threads=1,
-                                 report_to=["tensorboard"])
-    want = expected(result.output_dir)
+            f.write(json.dumps({"anchor": query, "positive": f"{query} {rng.choice(WORDS)}"} if command == "embed"
+                               else {"query": query, "positive": query, "negative": " ".join(rng.choice(WORDS, 5))})
+                    + "\n")
+    run = tmp_path / "run"
+    assert cli(["finetune", command, "--model", str(base), "--train", str(rows), "-o", str(run), "--epochs", "2",
+                "--batch-size", "8", "--learning-rate", "1e-3", "--precision", "fp32", "--device", "cpu",
+                "--threads", "1", "--report-to", "tensorboard"]) == 0
+    capsys.readouterr()
+    want = expected(run)
     assert [s for s, _ in want["train/loss"]] == [1, 2, 3, 4, 5, 6]
-    scalars, _ = tensorboard_scalars(result.output_dir)
+    scalars, _ = tensorboard_scalars(run)
     assert_same_series(scalars, want)
-    assert scalars["final/final_train_loss"][0][1] == pytest.approx(result.results["final_train_loss"], rel=1e-6)
+    results = json.loads((run / "results.json").read_text())
+    assert scalars["final/final_train_loss"] == [(6, pytest.approx(results["final_train_loss"], rel=1e-6))]
 
 
 def test_trackio_continues_its_run_on_resume(book, tmp_path):

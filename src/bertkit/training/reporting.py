@@ -241,8 +241,7 @@ class Reporter:
 
     name = ""
     module = ""  # what must import; the extra of the same name installs it
-
-    where = ""  # what decides where the tracker's runs are (for errors)
+    where = ""  # what decides where the tracker's runs are (named in errors)
 
     def __init__(self):
         self.is_open = False
