@@ -6,8 +6,9 @@ metrics.jsonl (same steps, values to float32) and the hyperparameters in the run
 client reads, from the local file store, the same metric history, the parameters logged once and the final
 metrics; a run that crashed after a checkpoint (its later points already on disk) and was resumed is one
 continuous TensorBoard curve (no step twice, one event directory) and one MLflow run holding the whole history;
-trackio's store (read with its SQLiteStorage: trackio has no public reader of logged values) holds the history
-of a resumed run in one run; a missing extra and an unknown tracker are one-line errors; ``none`` writes nothing.
+trackio's store, read with its own command line (``trackio get metric``), holds the history of a resumed run in
+one run, and its config the settings; a missing extra and an unknown tracker are one-line errors; ``none`` writes
+nothing.
 """
 
 from __future__ import annotations
@@ -230,17 +231,21 @@ def test_trackio_continues_its_run_on_resume(book, tmp_path):
                               capture_output=True, text=True, timeout=300)
         assert done.returncode == 0, done.stderr[-2000:]
         assert "* Created new run" not in done.stdout and "* Resumed" not in done.stdout  # trackio talks on stderr
-    read = ("import json, sys\nfrom trackio.sqlite_storage import SQLiteStorage\n"
-            "print(json.dumps([SQLiteStorage.get_runs('runs'), SQLiteStorage.get_logs('runs', 'first')]))")
-    done = subprocess.run([sys.executable, "-c", read], env=env, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr[-2000:]
-    runs, logs = json.loads(done.stdout.splitlines()[-1])
-    assert runs == ["first"]
+    def trackio(*args) -> dict:  # trackio's own reader: its command line
+        done = subprocess.run([str(Path(sys.executable).parent / "trackio"), *args, "--json"], env=env,
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr[-2000:]
+        return json.loads(done.stdout)
+
+    assert trackio("list", "runs", "--project", "runs")["runs"] == ["first"]
     assert json.loads((run / TRACKING_FILE).read_text())["trackio"] == {"project": "runs", "name": "first"}
-    losses = [(log["step"], log["train/loss"]) for log in logs if "train/loss" in log]
+    info = trackio("get", "run", "--project", "runs", "--run", "first")
+    assert info["config"]["training.batch_size"] == 8 and info["config"]["task.name"] == "pretraining"
+    assert "final/mlm_accuracy_masked" in info["metrics"]
+    losses = trackio("get", "metric", "--project", "runs", "--run", "first", "--metric", "train/loss")["values"]
     want = expected(run)["train/loss"]
-    assert [s for s, _ in losses] == [s for s, _ in want] == [1, 2, 3, 4, 5]
-    np.testing.assert_allclose([v for _, v in losses], [v for _, v in want], rtol=1e-6)
+    assert [v["step"] for v in losses] == [s for s, _ in want] == [1, 2, 3, 4, 5]
+    np.testing.assert_array_equal(np.float32([v["value"] for v in losses]), np.float32([v for _, v in want]))
     assert any((tmp_path / "trackio").glob("runs*"))  # the store TRACKIO_DIR names
 
 

@@ -202,7 +202,7 @@ class Reporting:
             saved = tracking.get(reporter.name) if not (first and self.start_step == 0) else None
             try:
                 state = reporter.open(run_dir, saved, self.start_step if first and saved is not None else None,
-                                      hyperparameters(trainer) if saved is None else None)
+                                      hyperparameters(trainer))
             except Exception as error:
                 if saved is None:
                     raise
@@ -234,10 +234,11 @@ def _records(trainer: Any) -> list[dict[str, Any]]:
 
 # ---------------------------------------------------------------------- one tracker each
 class Reporter:
-    """One tracker. :meth:`open` starts a run on it (``saved`` None; ``params``: the hyperparameters, logged
-    once) or continues one (``saved``: what an earlier :meth:`open` returned, kept in tracking.json), dropping
-    what the tracker holds past step ``resumed_at`` (the checkpoint a resumed run continues) where it can;
-    it returns what identifies the run."""
+    """One tracker. :meth:`open` starts a run on it (``saved`` None) or continues one (``saved``: what an
+    earlier :meth:`open` returned, kept in tracking.json), dropping what the tracker holds past step
+    ``resumed_at`` (the checkpoint a resumed run continues) where it can, and returns what identifies the run.
+    ``params``: the run's hyperparameters, logged once, when the run is created (trackio's config: at each
+    open, since trackio keeps the config of the run's latest ``init``)."""
 
     name = ""
     module = ""  # what must import; the extra of the same name installs it
@@ -288,7 +289,7 @@ class TensorBoardReporter(Reporter):
             purge = resumed_at + 1 if resumed_at else None
         self.writer = tensorboard.SummaryWriter(log_dir=str(log_dir), purge_step=purge)
         self.is_open = True
-        if params is not None:
+        if saved is None:
             from torch.utils.tensorboard.summary import hparams
 
             shown = {k: v if _is_number(v) or isinstance(v, bool) else str(v) for k, v in params.items()}
@@ -331,7 +332,7 @@ class MLflowReporter(Reporter):
             experiment_id = found.experiment_id if found is not None else self.client.create_experiment(experiment)
             self.run_id = self.client.create_run(experiment_id, run_name=_run_name(run_dir)).info.run_id
         self.is_open = True
-        items = [Param(mlflow_name(k), str(v)) for k, v in (params or {}).items()]
+        items = [Param(mlflow_name(k), str(v)) for k, v in params.items()] if saved is None else []
         for i in range(0, len(items), 100):  # MLflow takes at most 100 params per batch
             self.client.log_batch(self.run_id, params=items[i:i + 100])
         return {"run_id": self.run_id}
