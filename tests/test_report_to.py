@@ -204,7 +204,7 @@ def test_the_embedding_and_reranker_trainers_report_through_the_cli(command, tmp
     run = tmp_path / "run"
     assert cli(["finetune", command, "--model", str(base), "--train", str(rows), "-o", str(run), "--epochs", "2",
                 "--batch-size", "8", "--learning-rate", "1e-3", "--precision", "fp32", "--device", "cpu",
-                "--threads", "1", "--report-to", "tensorboard"]) == 0
+                "--threads", "1", "--report-to", "tensorboard,mlflow"]) == 0
     capsys.readouterr()
     want = expected(run)
     assert [s for s, _ in want["train/loss"]] == [1, 2, 3, 4, 5, 6]
@@ -212,6 +212,12 @@ def test_the_embedding_and_reranker_trainers_report_through_the_cli(command, tmp
     assert_same_series(scalars, want)
     results = json.loads((run / "results.json").read_text())
     assert scalars["final/final_train_loss"] == [(6, pytest.approx(results["final_train_loss"], rel=1e-6))]
+    client, found = mlflow_run(run)
+    history = {tag: [(m.step, m.value) for m in client.get_metric_history(found.info.run_id, mlflow_name(tag))]
+               for tag in want}
+    assert_same_series(history, want)
+    section = {"embed": "embedding", "rerank": "reranker"}[command]
+    assert found.data.params[f"{section}.batch_size"] == "8" and found.data.params["training.max_steps"] == "6"
 
 
 def test_trackio_continues_its_run_on_resume(book, tmp_path):
@@ -272,6 +278,7 @@ def test_a_missing_extra_and_an_unknown_tracker_are_one_line_errors(book, tmp_pa
     assert parse_report_to(["tensorboard,mlflow", "tensorboard"]) == ("tensorboard", "mlflow")
     assert parse_report_to("none") == parse_report_to(None) == ()
     assert TRACKERS == CHOICES  # the CLI's torch-free copy of the choices
+    assert mlflow_name("eval/ndcg@10") == "eval/ndcg_at_10" and mlflow_name("eval/a+b") == "eval/a_b"
 
 
 def test_none_writes_nothing_extra(book, tmp_path):
