@@ -281,6 +281,15 @@ def test_a_missing_extra_and_an_unknown_tracker_are_one_line_errors(book, tmp_pa
     assert mlflow_name("eval/ndcg@10") == "eval/ndcg_at_10" and mlflow_name("eval/a+b") == "eval/a_b"
 
 
+def test_the_trackers_are_imported_only_when_a_run_reports_to_them():
+    code = ("import sys\nfrom bertkit.cli import main\nfrom bertkit.training import Trainer, TrainingConfig\n"
+            "TrainingConfig(max_steps=1, report_to='none')\n"
+            "print([m for m in ('tensorboard', 'torch.utils.tensorboard', 'mlflow', 'trackio') if m in sys.modules])")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1] / "src")})
+    assert done.stdout.strip() == "[]", done.stderr[-2000:]
+
+
 def test_none_writes_nothing_extra(book, tmp_path):
     pretrain(book, tmp_path / "run", 2, "none")
     written = {p.name for p in (tmp_path / "run").iterdir()}

@@ -130,7 +130,7 @@ def finetune_reranker(model: str | os.PathLike, train_files: str | os.PathLike |
                       seed: int = 42, precision: str = "auto", device: str = "auto", save_every: int | None = None,
                       resume: bool = False, overwrite: bool = False, progress: bool = True,
                       threads: int | str | None = None, callbacks: Mapping[str, Any] | None = None,
-                      gradient_accumulation_steps: int = 1, report_to: Any = None,
+                      gradient_accumulation_steps: int = 1, report_to: str | Sequence[str] | None = None,
                       eval_rerank: str | os.PathLike | None = None, eval_beir: str | os.PathLike | None = None,
                       eval_first_stage: Any = None, eval_top_k: int = 100, eval_every: int | None = None,
                       eval_split: str = "test", eval_k: Sequence[int] = DEFAULT_K) -> EmbeddingTrainingResult:

@@ -207,7 +207,7 @@ def finetune_embeddings(model: str | os.PathLike, train_files: str | os.PathLike
                         max_grad_norm: float | None = 1.0, seed: int = 42, precision: str = "auto",
                         device: str = "auto", save_every: int | None = None, resume: bool = False,
                         overwrite: bool = False, progress: bool = True, threads: int | str | None = None,
-                        gradient_accumulation_steps: int = 1, report_to: Any = None,
+                        gradient_accumulation_steps: int = 1, report_to: str | Sequence[str] | None = None,
                         callbacks: Mapping[str, Any] | None = None, eval_beir: str | os.PathLike | None = None,
                         eval_sts: str | os.PathLike | None = None, eval_every: int | None = None,
                         eval_split: str = "test", eval_k: Sequence[int] = DEFAULT_K,

@@ -135,7 +135,7 @@ def finetune(task: str | Task, model: str | os.PathLike, train: str | os.PathLik
              early_stopping_patience: int | None = None, metric_for_best: str | None = None,
              group_by_length: bool = False, device: str = "auto", resume: bool = False, overwrite: bool = False,
              apply_changes: bool = False, progress: bool = True, callbacks: Mapping[str, Any] | None = None,
-             strict: bool = False, threads: int | str | None = None, report_to: Any = None,
+             strict: bool = False, threads: int | str | None = None, report_to: str | Sequence[str] | None = None,
              **task_options: Any) -> FinetuneResult:
     """Fine-tune ``model`` (anything bertkit loads) on ``task`` and write ``output_dir`` (see the module doc).
 

@@ -7,8 +7,9 @@ gets, from one source of numbers:
 * scalars: every record the trainer writes to ``metrics.jsonl`` (its ``on_metrics`` event), at that record's
   step, each numeric field but ``step`` named ``train/<field>`` or ``eval/<field>`` by the record's split
   (``train/loss``, ``train/lr``, ``train/tokens_per_s``, ``train/grad_norm``, ``eval/accuracy``, ...);
-* hyperparameters, once, when the tracker's run is created: the :class:`TrainingConfig` (``training.*``) and
-  what the run directory's ``run.json`` records (model, task, data settings), flattened to dotted names;
+* hyperparameters, once, when the tracker's run is created (trackio: its config): the :class:`TrainingConfig`
+  (``training.*``) and what the run directory's ``run.json`` records (model, task, data settings), flattened
+  to dotted names;
 * the final model's metrics (what a task writes to ``results.json`` / ``evaluation.json``), handed over by the
   task with :func:`report_final`, as ``final/<path>`` scalars at the last step.
 
