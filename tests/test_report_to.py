@@ -159,6 +159,7 @@ def test_a_tracker_added_on_resume_gets_the_whole_history_and_overwrite_replaces
     assert_same_series(tensorboard_scalars(run)[0], want)
     client, found = mlflow_run(run)
     assert found.info.status == "FINISHED" and found.info.run_name == "run"
+    assert found.data.tags["bertkit.run_dir"] == str(run.absolute())
     history = {tag: [(m.step, m.value) for m in client.get_metric_history(found.info.run_id, mlflow_name(tag))]
                for tag in want}
     assert_same_series(history, want)

@@ -331,7 +331,9 @@ class MLflowReporter(Reporter):
             experiment = os.environ.get("MLFLOW_EXPERIMENT_NAME") or _run_name(run_dir)
             found = self.client.get_experiment_by_name(experiment)
             experiment_id = found.experiment_id if found is not None else self.client.create_experiment(experiment)
-            self.run_id = self.client.create_run(experiment_id, run_name=_run_name(run_dir)).info.run_id
+            final_dir = run_dir.parent / _run_name(run_dir)  # where the run lives (once an overwrite commits)
+            self.run_id = self.client.create_run(experiment_id, run_name=final_dir.name,
+                                                 tags={"bertkit.run_dir": str(final_dir)}).info.run_id
         self.is_open = True
         items = [Param(mlflow_name(k), str(v)) for k, v in params.items()] if saved is None else []
         for i in range(0, len(items), 100):  # MLflow takes at most 100 params per batch
