@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import inspect
 import json
 import math
 import os
@@ -376,9 +377,12 @@ class TrackioReporter(Reporter):
         self.trackio = self.load()
         project, name = (saved["project"], saved["name"]) if saved is not None else \
             (_run_name(run_dir.parent) or "bertkit", _run_name(run_dir))
+        # no dashboard in a notebook, no system metrics (where this trackio has those switches)
+        quiet = {k: False for k in ("embed", "auto_log_cpu", "auto_log_gpu")
+                 if k in inspect.signature(self.trackio.init).parameters}
         with contextlib.redirect_stdout(sys.stderr):  # stdout is the command's output
             self.trackio.init(project=project, name=name, config=params, resume="must" if saved else "never",
-                              embed=False, auto_log_cpu=False, auto_log_gpu=False)
+                              **quiet)
         self.is_open = True
         return {"project": project, "name": name}
 
