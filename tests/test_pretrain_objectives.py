@@ -241,3 +241,20 @@ def test_mlm_refuses_an_electra_checkpoint_and_nsp_on_a_roberta(electra_run, tmp
     assert main(["pretrain", "--data", str(data), "--model", str(roberta), "--nsp", "-o", str(tmp_path / "b"),
                  "--max-steps", "1"]) == 1
     assert "a family without a next-sentence head; pass --no-nsp" in capsys.readouterr().err
+
+
+def test_a_resumed_run_keeps_its_generator_size(inputs, electra_run, tmp_path):
+    """--generator-size left unset on --resume: the run's own (run.json's task), not the recipe's default."""
+    import argparse
+
+    from bertkit.cli.pretrain import defaults
+
+    _, _, config = inputs
+    run = tmp_path / "run"
+    shutil.copytree(electra_run, run)
+    info = json.loads((run / "run.json").read_text())
+    info["task"]["generator_size"] = 0.5
+    (run / "run.json").write_text(json.dumps(info))
+    args = argparse.Namespace(resume=True, output=str(run), init_from=None, model=str(config), objective="electra",
+                              recipe="bert")
+    assert defaults(args)["generator_size"] == 0.5

@@ -121,9 +121,9 @@ def defaults(args: argparse.Namespace) -> dict[str, Any]:
     stored: dict[str, Any] = {}
     if args.resume and holds_run(args.output):
         info = read_run_info(args.output)
+        stored = {attr: info["training"][k] for k, attr in TRAINING_FLAGS.items() if k in info.get("training", {})}
         if info.get("task", {}).get("generator_size") is not None:
             stored["generator_size"] = info["task"]["generator_size"]
-        stored = {attr: info["training"][k] for k, attr in TRAINING_FLAGS.items() if k in info.get("training", {})}
         settings = info.get("text", {}).get("settings", {})
         stored |= {attr: settings[k] for k, attr in TEXT_FLAGS.items() if k in settings}
         if "next_sentence_prediction" in info.get("data", {}):
