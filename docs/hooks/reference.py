@@ -65,7 +65,10 @@ class SphinxComments(griffe.Extension):
     def on_attribute_instance(self, *, node, attr, agent, **kwargs) -> None:
         if attr.docstring is not None or attr.lineno is None:
             return
-        lines = attr.parent.lines if attr.parent is not None else []
+        try:
+            lines = agent.lines_collection[agent.filepath]
+        except (AttributeError, KeyError):  # inspected, not visited: no source lines
+            return
         comment = []
         index = attr.lineno - 2
         while 0 <= index < len(lines) and lines[index].strip().startswith("#:"):
@@ -225,7 +228,7 @@ def python_page(module: str) -> str:
         if homes[module, name] != module or path in public_modules():
             continue
         (static if griffe_object(path) is not None else generated).append((name, path))
-    for name, path in static:
+    for _, path in static:
         parts.append(f"::: {path}\n    options:\n      show_root_full_path: false\n      heading_level: 2")
     if generated:
         rows = ["| Function | Summary |", "| --- | --- |"]
@@ -294,7 +297,7 @@ def http_page() -> str:
     """The serving contract (``src/bertkit/serving/CONTRACT.md``) as it stands: the table the server is
     tested against (tests/test_docs_reference.py)."""
     text = CONTRACT.read_text(encoding="utf-8")
-    title, _, body = text.partition("\n")
+    _, _, body = text.partition("\n")
     return "\n\n".join([HEADER, "# HTTP API", (
         "What `bertkit serve MODEL` answers, route by route, and where it differs from text-embeddings-inference "
         "(TEI) and OpenAI. This page is the server's contract file, `src/bertkit/serving/CONTRACT.md`, included "

@@ -94,6 +94,8 @@ def hyperparameter_changes(old: Mapping[str, Any], new: Mapping[str, Any]) -> li
             if name in old and name not in BOOKKEEPING and name not in FIXED_ON_RESUME and old[name] != new[name]]
 
 
+#: The callback events of the Trainer, in the order a run meets them; a callback object implements any of these
+#: methods.
 EVENTS = ("on_train_begin", "on_step_end", "on_log", "on_evaluate", "on_save", "on_train_end")
 SAMPLER_METHODS = ("set_epoch", "state_dict", "load_state_dict", "__iter__", "__len__")
 METRICS_FILE = "metrics.jsonl"
