@@ -38,6 +38,8 @@ if str(SRC) not in sys.path:  # document the code of this checkout
 
 import griffe  # noqa: E402
 
+from bertkit.cli.reference import roles_as_code  # noqa: E402
+
 #: the dataclasses of reference/config.md: (title, "module:Class", what it configures)
 CONFIG_CLASSES = [
     ("Model: BERTConfig", "bertkit.config:BERTConfig",
@@ -77,18 +79,12 @@ class SphinxComments(griffe.Extension):
         if comment:
             attr.docstring = griffe.Docstring("\n".join(comment), parent=attr)
 
-    def on_instance(self, *, node, obj, agent, **kwargs) -> None:
+    def on_object(self, *, obj, loader, **kwargs) -> None:  # once the tree is built: the ``#:`` ones too
         if obj.docstring is not None:
             obj.docstring.value = roles_as_code(obj.docstring.value)
 
-
-def roles_as_code(text: str) -> str:
-    """``:class:`~bertkit.x.C``` -> ```C```, ``:func:`f``` -> ```f```: Sphinx roles as Markdown code spans."""
-    def code(match: re.Match) -> str:
-        target = match.group(1)
-        return f"`{target[1:].rsplit('.', 1)[-1]}`" if target.startswith("~") else f"`{target}`"
-
-    return re.sub(r":(?:py:)?[a-z]+:`([^`]+)`", code, text)
+    def on_package(self, *, pkg, loader, **kwargs) -> None:  # the top package is no on_object
+        self.on_object(obj=pkg, loader=loader)
 
 
 @functools.lru_cache(maxsize=1)
@@ -195,7 +191,7 @@ def page_path(module: str) -> str:
 
 
 def _summary(text: str) -> str:
-    first = text.strip().split("\n\n")[0]
+    first = roles_as_code(text).strip().split("\n\n")[0]
     return html.escape(" ".join(first.split()), quote=False).replace("|", r"\|")
 
 

@@ -139,7 +139,8 @@ class BERTConfig:
     num_hidden_layers: int = 12
     #: Width of each block's feed-forward layer (4 H in the released sizes).
     intermediate_size: int = 3072
-    #: The feed-forward activation (and the MLM head's): a name or a callable, see above.
+    #: The feed-forward activation (and the MLM head's): a name from ``ACTIVATIONS``, an HF alias such as
+    #: ``gelu_new``, or a callable.
     hidden_act: str | Callable = "gelu"
     #: Dropout on the embeddings and on every block's sublayer outputs.
     hidden_dropout_prob: float = 0.1

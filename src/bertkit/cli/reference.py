@@ -131,7 +131,7 @@ def prose(text: str) -> str:
     """A docstring-style description as Markdown: paragraphs stay paragraphs; an indented paragraph (command
     examples) becomes a code block; ``<`` / ``>`` / ``&`` outside code spans are escaped."""
     blocks = []
-    for paragraph in re.split(r"\n\s*\n", text.strip("\n")):
+    for paragraph in re.split(r"\n\s*\n", roles_as_code(text).strip("\n")):
         lines = paragraph.split("\n")
         if all(line.startswith("    ") or not line.strip() for line in lines):
             body = "\n".join(line[4:] for line in lines)
@@ -139,6 +139,15 @@ def prose(text: str) -> str:
         else:
             blocks.append(_escape(" ".join(line.strip() for line in lines)))
     return "\n\n".join(blocks)
+
+
+def roles_as_code(text: str) -> str:
+    """``:class:`~bertkit.x.C``` -> ```C```, ``:func:`f``` -> ```f```: Sphinx roles as Markdown code spans."""
+    def code(match: re.Match) -> str:
+        target = match.group(1)
+        return f"`{target[1:].rsplit('.', 1)[-1]}`" if target.startswith("~") else f"`{target}`"
+
+    return re.sub(r":(?:py:)?[a-z]+:`([^`]+)`", code, text)
 
 
 def _escape(text: str) -> str:
