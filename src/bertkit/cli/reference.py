@@ -181,7 +181,8 @@ def _value(action: argparse.Action) -> str:
 
 
 def _default(action: argparse.Action) -> str:
-    if action.required:
+    optional_positional = not action.option_strings and action.nargs in ("?", "*")
+    if action.required and not optional_positional:  # argparse marks a "*" positional required
         return "required"
     default = action.default
     if default is None or default is argparse.SUPPRESS or action.nargs == 0 or default == []:
