@@ -293,22 +293,12 @@ def http_page() -> str:
     """The serving contract (``src/bertkit/serving/CONTRACT.md``) as it stands: the table the server is
     tested against (tests/test_docs_reference.py)."""
     text = CONTRACT.read_text(encoding="utf-8")
-    _, _, body = text.partition("\n")
+    _, _, body = text.partition("\n")  # its own title gives way to the page's; its ## sections stay
     return "\n\n".join([HEADER, "# HTTP API", (
         "What `bertkit serve MODEL` answers, route by route, and where it differs from text-embeddings-inference "
         "(TEI) and OpenAI. This page is the server's contract file, `src/bertkit/serving/CONTRACT.md`, included "
         "at build time; the test suite checks its route table against the routes the app registers. See "
-        "[Serve](../how-to/serve.md) for recipes."), _demote(body.strip())]) + "\n"
-
-
-def _demote(markdown: str) -> str:
-    """One more ``#`` on every heading outside code blocks (the included file's ``#`` sections become ``##``)."""
-    out, fenced = [], False
-    for line in markdown.split("\n"):
-        if line.startswith("```"):
-            fenced = not fenced
-        out.append("#" + line if not fenced and re.match(r"#+ ", line) else line)
-    return "\n".join(out)
+        "[Serve](../how-to/serve.md) for recipes."), body.strip()]) + "\n"
 
 
 def config_fields(spec: str) -> list[tuple[str, str, str, str]]:
