@@ -1,0 +1,220 @@
+"""Benchmark result files: what a run measured, on which machine, when, at which commit; and their Markdown.
+
+A benchmark script writes its results with :func:`write_result` into one JSON object (committed ones live in
+``benchmarks/results/<name>.json``)::
+
+    {"benchmark": "run-inference",          # the name (the file's stem for committed results)
+     "title": "Inference: ...",             # the heading of its section on the docs' Benchmarks page
+     "header": {"machine": {...}, "date": "2026-11-28T09:01:02Z", "finished": "...", "commit": "6a61bbc",
+                "command": "python benchmarks/run.py --only inference --json ...", "load": [1.31, 2.95]},
+     "tables": [{"title": ..., "columns": [...], "rows": [{...}, ...], "notes": ["...", ...]}, ...],
+     ...}                                   # the script's own keys beside these (its tests read them)
+
+``header.machine``: the CPU model, the flags that decide the fast precisions (avx512_bf16, AMX, VNNI), the cores
+this process may use and the CPU's, the threads torch uses, RAM, the torch version and the device. ``load`` is
+the one-minute load average when this module was imported (a script imports it at its start) and when the file
+was written: these machines are shared, and a high load means noisier times (the ratios, measured interleaved,
+suffer less than the absolute times).
+
+The docs site renders every ``benchmarks/results/*.json`` with :func:`render_page` (``docs/hooks/benchmarks.py``);
+a table's cells are formatted by :func:`cell`, the function the scripts print theirs with, so the page shows the
+numbers as the run printed them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "benchmarks" / "results"
+FLAGS = ("avx512_bf16", "amx_bf16", "amx_int8", "avx512_vnni", "avx_vnni")
+_STARTED = (datetime.now(UTC), round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None)
+
+
+# ---------------------------------------------------------------------------- the machine
+def cpu() -> dict:
+    """The CPU's model name and which of :data:`FLAGS` it has (Linux's /proc/cpuinfo; "unknown" and None
+    elsewhere)."""
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        return {"model": "unknown", "flags": {f: None for f in FLAGS}}
+    fields = {k.strip(): v.strip() for k, v in (line.split(":", 1) for line in lines if ":" in line)}
+    flags = set(fields.get("flags", "").split())
+    return {"model": fields.get("model name", "unknown"), "flags": {f: f in flags for f in FLAGS}}
+
+
+def _ram_gb() -> float | None:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                return round(int(line.split()[1]) / 1024**2, 1)
+    except OSError:
+        pass
+    return None
+
+
+def machine(device: str = "cpu") -> dict:
+    """This machine as a result's header shows it: CPU, flags, cores (usable / in the machine), torch's threads,
+    RAM in GB, torch's version and ``device`` (a CUDA device is named by its model)."""
+    import torch
+
+    info = cpu()
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    if device.startswith("cuda") and torch.cuda.is_available():
+        device = f"{device} ({torch.cuda.get_device_name(torch.device(device))})"
+    return {"cpu": info["model"], "flags": info["flags"], "cores": usable, "cpu_count": os.cpu_count(),
+            "threads": torch.get_num_threads(), "ram_gb": _ram_gb(), "torch": torch.__version__, "device": device}
+
+
+def commit() -> str | None:
+    """The repository's short commit, with ``+dirty`` when tracked files differ from it; None outside git."""
+    try:
+        run = dict(cwd=ROOT, capture_output=True, text=True, check=True, timeout=30)
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], **run).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], **run).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return head + ("+dirty" if dirty else "")
+
+
+def command(argv: Sequence[str] | None = None) -> str:
+    """The command line that ran (``sys.argv``), the script's path relative to the repository when inside it."""
+    argv = list(sys.argv if argv is None else argv)
+    script = Path(argv[0]).resolve() if argv and argv[0] else None
+    if script is not None and script.is_relative_to(ROOT):
+        argv[0] = script.relative_to(ROOT).as_posix()
+    return shlex.join(["python", *argv])
+
+
+def _utc(t: datetime) -> str:
+    return t.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+# ---------------------------------------------------------------------------- writing
+def table(title: str, rows: list[dict], columns: Sequence[str] | None = None, notes: Iterable[str] = ()) -> dict:
+    """One table of a result: its rows (dicts), the columns shown in that order (default: the first row's keys)
+    and notes printed under it."""
+    columns = list(columns if columns is not None else (rows[0] if rows else []))
+    return {"title": title, "columns": columns, "rows": rows, "notes": list(notes)}
+
+
+def write_result(path: str | os.PathLike, name: str, tables: list[dict], *, title: str | None = None,
+                 data: dict | None = None, device: str = "cpu", argv: Sequence[str] | None = None) -> dict:
+    """Write a result file to ``path`` (atomically; its folder is created) and return what was written:
+    ``name``, ``title`` (default: the name), the header (machine on ``device``, start date and load taken at this
+    module's import, end date and load now, commit, command line ``argv``: default ``sys.argv``), ``tables``
+    (made with :func:`table`) and ``data``'s keys (the script's raw results) beside them."""
+    data = dict(data or {})
+    clash = {"benchmark", "title", "header", "tables"} & set(data)
+    if clash:
+        raise ValueError(f"write_result: data must not have the keys {sorted(clash)}: they are the file's own")
+    started, load_start = _STARTED
+    load_end = round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None
+    result = {"benchmark": name, "title": title or name,
+              "header": {"machine": machine(device), "date": _utc(started), "finished": _utc(datetime.now(UTC)),
+                         "commit": commit(), "command": command(argv), "load": [load_start, load_end]},
+              "tables": tables, **data}
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(result, indent=1, default=str) + "\n")
+    os.replace(tmp, path)
+    return result
+
+
+# ---------------------------------------------------------------------------- reading and rendering
+def cell(v) -> str:
+    """A table cell as the benchmarks print it: — for missing, floats to 2 decimals (3 significant digits in
+    scientific notation below 0.01, thousands separators and no decimals from 100)."""
+    if v is None:
+        return "—"
+    if isinstance(v, float):
+        return f"{v:.2e}" if 0 < abs(v) < 1e-2 else f"{v:,.2f}" if abs(v) < 100 else f"{v:,.0f}"
+    return str(v).replace("|", "\\|")
+
+
+def markdown(rows: list[dict], columns: Sequence[str]) -> str:
+    """``rows`` as a Markdown table of ``columns`` (a row without a column shows —)."""
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(cell(r.get(c)) for c in columns) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def load_result(path: str | os.PathLike) -> dict:
+    """A result file, checked: ValueError naming ``path`` and what is wrong when it is not JSON or lacks the
+    header's machine, date, commit, command or load, or a table's title, columns or rows."""
+    path = Path(path)
+
+    def bad(what: str) -> ValueError:
+        return ValueError(f"{path}: {what}; rewrite it with benchmarks/record.py's write_result (run the benchmark "
+                          f"again with --json {path})")
+
+    try:
+        result = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise bad(f"not a readable JSON file ({e})") from None
+    if not isinstance(result, dict):
+        raise bad("not a JSON object")
+    header = result.get("header")
+    if not isinstance(result.get("benchmark"), str) or not isinstance(header, dict):
+        raise bad("no 'benchmark' name or no 'header' object")
+    missing = [k for k in ("machine", "date", "commit", "command", "load") if k not in header]
+    if missing or not isinstance(header["machine"], dict) or "cpu" not in header["machine"]:
+        raise bad(f"the header lacks {missing or ['machine.cpu']}")
+    if not (isinstance(header["load"], list) and len(header["load"]) == 2):
+        raise bad("the header's 'load' is not [at start, at end]")
+    tables = result.get("tables")
+    if not isinstance(tables, list) or not tables:
+        raise bad("no 'tables' list (or an empty one)")
+    for i, t in enumerate(tables):
+        if not (isinstance(t, dict) and isinstance(t.get("title"), str) and isinstance(t.get("columns"), list)
+                and isinstance(t.get("rows"), list) and all(isinstance(r, dict) for r in t["rows"])):
+            raise bad(f"table {i} needs a 'title' string, a 'columns' list and a 'rows' list of objects")
+    return result
+
+
+def _load(value) -> str:
+    return "?" if value is None else f"{value:.2f}"
+
+
+def header_line(header: dict) -> str:
+    """The line under a result's heading: machine, date, commit, command, load."""
+    m = header["machine"]
+    flags = ", ".join(f"{f} {'yes' if v else 'no'}" for f, v in m.get("flags", {}).items() if v is not None)
+    cores = f"{m.get('cores', '?')} cores" + (f" of {m['cpu_count']}" if m.get("cpu_count") not in (None,
+                                                                                                    m.get("cores"))
+                                              else "")
+    ram = f", {m['ram_gb']:g} GB RAM" if m.get("ram_gb") else ""
+    start, end = header["load"]
+    date = header["date"].replace("T", " ").replace("Z", " UTC")
+    return (f"**Machine:** {m['cpu']}, {cores} ({m.get('threads', '?')} torch threads){ram}"
+            + (f"; {flags}" if flags else "") + f"; torch {m.get('torch', '?')} on {m.get('device', 'cpu')}.  \n"
+            f"**Date:** {date} · **commit** `{header['commit'] or 'unknown'}` · "
+            f"**load average** {_load(start)} at start, {_load(end)} at end.  \n"
+            f"**Command:** `{header['command']}`")
+
+
+def render_result(result: dict) -> str:
+    """One result as a section of the Benchmarks page: heading, the header line, then each table and its notes."""
+    parts = [f"## {result.get('title') or result['benchmark']}", header_line(result["header"])]
+    for t in result["tables"]:
+        parts += [f"### {t['title']}", markdown(t["rows"], t["columns"])]
+        parts += [note for note in t.get("notes", [])]
+    return "\n\n".join(parts)
+
+
+def render_page(paths: Iterable[str | os.PathLike], order: Sequence[str] = ()) -> str:
+    """The body of the Benchmarks page: every result file of ``paths`` checked (:func:`load_result`) and rendered,
+    those named in ``order`` first in that order, then the others by name."""
+    results = [load_result(p) for p in paths]
+    rank = {name: i for i, name in enumerate(order)}
+    results.sort(key=lambda r: (rank.get(r["benchmark"], len(rank)), r["benchmark"]))
+    return "\n\n".join(render_result(r) for r in results)
