@@ -29,13 +29,13 @@ import shlex
 import subprocess
 import sys
 from collections.abc import Iterable, Sequence
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
 FLAGS = ("avx512_bf16", "amx_bf16", "amx_int8", "avx512_vnni", "avx_vnni")
-_STARTED = (datetime.now(UTC), round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None)
+_STARTED = (datetime.now(timezone.utc), round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None)
 
 
 # ---------------------------------------------------------------------------- the machine
@@ -118,8 +118,9 @@ def write_result(path: str | os.PathLike, name: str, tables: list[dict], *, titl
         raise ValueError(f"write_result: data must not have the keys {sorted(clash)}: they are the file's own")
     started, load_start = _STARTED
     load_end = round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None
+    finished = datetime.now(timezone.utc)
     result = {"benchmark": name, "title": title or name,
-              "header": {"machine": machine(device), "date": _utc(started), "finished": _utc(datetime.now(UTC)),
+              "header": {"machine": machine(device), "date": _utc(started), "finished": _utc(finished),
                          "commit": commit(), "command": command(argv), "load": [load_start, load_end]},
               "tables": tables, **data}
     path = Path(path)
@@ -194,7 +195,7 @@ def header_line(header: dict) -> str:
                                               else "")
     ram = f", {m['ram_gb']:g} GB RAM" if m.get("ram_gb") else ""
     start, end = header["load"]
-    date = header["date"].replace("T", " ").replace("Z", " UTC")
+    date = header["date"][:16].replace("T", " ") + " UTC"
     return (f"**Machine:** {m['cpu']}, {cores} ({m.get('threads', '?')} torch threads){ram}"
             + (f"; {flags}" if flags else "") + f"; torch {m.get('torch', '?')} on {m.get('device', 'cpu')}.  \n"
             f"**Date:** {date} · **commit** `{header['commit'] or 'unknown'}` · "
@@ -211,10 +212,50 @@ def render_result(result: dict) -> str:
     return "\n\n".join(parts)
 
 
-def render_page(paths: Iterable[str | os.PathLike], order: Sequence[str] = ()) -> str:
-    """The body of the Benchmarks page: every result file of ``paths`` checked (:func:`load_result`) and rendered,
-    those named in ``order`` first in that order, then the others by name."""
+#: the order of the Benchmarks page (other results follow by name)
+ORDER = ("run-inference", "run-families", "run-pretraining", "run-finetuning", "run-accuracy", "precision-speed",
+         "tokenizer", "embed")
+
+INTRO = """# Benchmarks
+
+Every table on this page is generated when the site is built, from the JSON files in `benchmarks/results/`
+that the scripts in `benchmarks/` write with `--json`. So each number is the one a run printed, shown with the
+machine it ran on, the date (UTC), the commit and the exact command.
+
+How to read them: the variants of a table are timed in one process, interleaved round by round (times are
+medians), so the ratios (`x HF fp32`, `x ST fp32`, `vs HF __call__`) survive a busy machine much better than
+the absolute times do. The load average at the start and end of each run says how busy the machine was: the
+committed runs were made on a shared 2-core machine while other jobs ran, so their milliseconds are
+pessimistic. For your hardware, run them yourself (below)."""
+
+
+def reproduce(results: list[dict]) -> str:
+    """The page's last section: how to rerun each result (its own command) and rebuild the page."""
+    commands = "\n".join(dict.fromkeys(r["header"]["command"] for r in results))
+    return f"""## Reproduce
+
+From a clone with the test extras (`pip install -e '.[test]'`: transformers, sentence-transformers, ONNX
+Runtime), each result above comes from its command:
+
+```bash
+{commands}
+```
+
+`make bench` runs every section of `benchmarks/run.py` (BERT-base, about 10 minutes on 2 cores) and prints the
+tables; `python benchmarks/run.py --only SECTION --json benchmarks/results/run-SECTION.json` measures one
+(`inference`, `families`, `pretraining`, `finetuning`, `accuracy`, `embedding`, `precision`) and writes its file.
+`--quick` checks that a script runs (tiny model, one round): its numbers are not measurements. `make docs` then
+rebuilds this page from every `benchmarks/results/*.json`."""
+
+
+def render_page(results_dir: str | os.PathLike = RESULTS, order: Sequence[str] = ORDER) -> str:
+    """The Benchmarks page (Markdown): the introduction, every ``*.json`` of ``results_dir`` checked
+    (:func:`load_result`, whose ValueError names a bad file) and rendered, those named in ``order`` first in that
+    order and the others by name, then how to reproduce them. ValueError when the folder holds no result."""
+    paths = sorted(Path(results_dir).glob("*.json"))
+    if not paths:
+        raise ValueError(f"{results_dir}: no benchmark results (*.json); write one with a benchmark's --json")
     results = [load_result(p) for p in paths]
     rank = {name: i for i, name in enumerate(order)}
     results.sort(key=lambda r: (rank.get(r["benchmark"], len(rank)), r["benchmark"]))
-    return "\n\n".join(render_result(r) for r in results)
+    return "\n\n".join([INTRO, *(render_result(r) for r in results), reproduce(results)]) + "\n"
