@@ -196,11 +196,15 @@ def header_line(header: dict) -> str:
     ram = f", {m['ram_gb']:g} GB RAM" if m.get("ram_gb") else ""
     start, end = header["load"]
     date = header["date"][:16].replace("T", " ") + " UTC"
+    busy = max((x for x in (start, end) if x is not None), default=0) > (m.get("cpu_count") or m.get("cores") or 1)
     return (f"**Machine:** {m['cpu']}, {cores} ({m.get('threads', '?')} torch threads){ram}"
             + (f"; {flags}" if flags else "") + f"; torch {m.get('torch', '?')} on {m.get('device', 'cpu')}.  \n"
             f"**Date:** {date} · **commit** `{header['commit'] or 'unknown'}` · "
             f"**load average** {_load(start)} at start, {_load(end)} at end.  \n"
-            f"**Command:** `{header['command']}`")
+            f"**Command:** `{header['command']}`"
+            + ("\n\n!!! warning \"A busy machine\"\n    The load average was above the machine's core count during "
+               "this run: other jobs shared the cores, so the times are inflated and even the ratios are less "
+               "reliable than on a quiet machine." if busy else ""))
 
 
 def render_result(result: dict) -> str:

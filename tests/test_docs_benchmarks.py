@@ -70,6 +70,15 @@ def test_a_written_result_reads_back_with_its_header(tmp_path):
     assert "| HF fp32 | 12.35 | 1.00 | 0.00 |" in text and "a note" in text
 
 
+def test_a_busy_run_is_marked(tmp_path):
+    result = record.load_result(_result(tmp_path))
+    cores = result["header"]["machine"]["cpu_count"]
+    result["header"]["load"] = [cores - 0.5, cores - 0.5]
+    assert "A busy machine" not in record.render_result(result)
+    result["header"]["load"] = [cores - 0.5, cores + 1.5]
+    assert "A busy machine" in record.render_result(result)
+
+
 def test_write_result_refuses_data_that_would_hide_the_header(tmp_path):
     with pytest.raises(ValueError, match="header"):
         record.write_result(tmp_path / "x.json", "x", [], data={"header": {}})
