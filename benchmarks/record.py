@@ -123,11 +123,10 @@ def write_result(path: str | os.PathLike, name: str, tables: list[dict], *, titl
               "header": {"machine": machine(device), "date": _utc(started), "finished": _utc(finished),
                          "commit": commit(), "command": command(argv), "load": [load_start, load_end]},
               "tables": tables, **data}
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(result, indent=1, default=str) + "\n")
-    os.replace(tmp, path)
+    from bertkit.io import atomic_write_text
+
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(path, json.dumps(result, indent=1, default=str) + "\n")
     return result
 
 
