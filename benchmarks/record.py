@@ -186,24 +186,25 @@ def _load(value) -> str:
 
 
 def header_line(header: dict) -> str:
-    """The line under a result's heading: machine, date, commit, command, load."""
+    """The lines under a result's heading: machine, date, commit, command, load; a warning admonition when the load
+    average passed the core count by more than one (more threads wanted the cores than there were)."""
     m = header["machine"]
     flags = ", ".join(f"{f} {'yes' if v else 'no'}" for f, v in m.get("flags", {}).items() if v is not None)
-    cores = f"{m.get('cores', '?')} cores" + (f" of {m['cpu_count']}" if m.get("cpu_count") not in (None,
-                                                                                                    m.get("cores"))
-                                              else "")
+    total = m.get("cpu_count") or m.get("cores") or 1
+    cores = f"{m.get('cores', '?')} cores" + (f" of {total}" if total != m.get("cores") else "")
     ram = f", {m['ram_gb']:g} GB RAM" if m.get("ram_gb") else ""
     start, end = header["load"]
     date = header["date"][:16].replace("T", " ") + " UTC"
-    busy = max((x for x in (start, end) if x is not None), default=0) > (m.get("cpu_count") or m.get("cores") or 1)
+    busy = max((x for x in (start, end) if x is not None), default=0) > total + 1
+    warning = ("\n\n!!! warning \"A busy machine\"\n    The load average passed the core count by more than one in "
+               "this run: more threads wanted the cores than there were (other jobs', or the benchmark's own "
+               "servers and clients), so the times are inflated and even the ratios less reliable than on a quiet "
+               "machine.") if busy else ""
     return (f"**Machine:** {m['cpu']}, {cores} ({m.get('threads', '?')} torch threads){ram}"
             + (f"; {flags}" if flags else "") + f"; torch {m.get('torch', '?')} on {m.get('device', 'cpu')}.  \n"
             f"**Date:** {date} · **commit** `{header['commit'] or 'unknown'}` · "
             f"**load average** {_load(start)} at start, {_load(end)} at end.  \n"
-            f"**Command:** `{header['command']}`"
-            + ("\n\n!!! warning \"A busy machine\"\n    The load average was above the machine's core count during "
-               "this run: other jobs shared the cores, so the times are inflated and even the ratios are less "
-               "reliable than on a quiet machine." if busy else ""))
+            f"**Command:** `{header['command']}`" + warning)
 
 
 def render_result(result: dict) -> str:
