@@ -129,36 +129,71 @@ class BERTConfig:
     :func:`bertkit.presets.ModernBERTConfig` gives HF's ModernBERT defaults.
     """
 
+    #: Rows of the word-embedding table: the tokenizer's vocabulary size.
     vocab_size: int = 30522
+    #: Width H of every layer (the embeddings and each block's output).
     hidden_size: int = 768
+    #: Attention heads per layer; must divide ``hidden_size``.
     num_attention_heads: int = 12
+    #: Transformer blocks L.
     num_hidden_layers: int = 12
+    #: Width of each block's feed-forward layer (4 H in the released sizes).
     intermediate_size: int = 3072
+    #: The feed-forward activation (and the MLM head's): a name from ``ACTIVATIONS``, an HF alias such as
+    #: ``gelu_new``, or a callable.
     hidden_act: str | Callable = "gelu"
+    #: Dropout on the embeddings and on every block's sublayer outputs.
     hidden_dropout_prob: float = 0.1
+    #: Dropout on the attention probabilities.
     attention_probs_dropout_prob: float = 0.1
+    #: Rows of the learned position table: the longest input in tokens (512 for BERT).
     max_position_embeddings: int = 512
+    #: The MLM decoder shares the word-embedding matrix (HF's ``tie_word_embeddings``).
     tie_word_embedding: bool = True
+    #: Token types (segments): 2 for sentence pairs; 1 for RoBERTa-style models.
     type_vocab_size: int = 2
+    #: Standard deviation of the truncated-normal initialisation of new weights.
     initializer_range: float = 0.02
+    #: Epsilon of every LayerNorm.
     layer_norm_eps: float = 1e-12
+    #: Apply LayerNorm (and dropout) after the embedding sum; False for d2l's BERT.
     embedding_layer_norm: bool = True
+    #: Biases on the query, key, value and attention-output projections; False for d2l's BERT.
     attention_bias: bool = True
+    #: A decoder returns its keys and values for incremental decoding.
     use_cache: bool = False
+    #: Causal (left-to-right) self-attention, as ``BERTForCausalLM`` needs.
     is_decoder: bool = False
+    #: Each block attends to an encoder's output as well (needs ``is_decoder``).
     add_cross_attention: bool = False
+    #: Run the feed-forward layer over this many positions at a time to save memory; 0: all at once.
     chunk_size_feed_forward: int = 0
+    #: Id of the padding token; None: the family's (0 for BERT, 1 for RoBERTa).
     pad_token_id: int | None = None
+    #: Id of the unknown token; None: bert-base-uncased's where the vocabulary is that large.
     unk_token_id: int | None = None
+    #: Id of the first token ([CLS] / <s>); None: as ``unk_token_id``.
     cls_token_id: int | None = None
+    #: Id of the separator ([SEP] / </s>); None: as ``unk_token_id``.
     sep_token_id: int | None = None
+    #: Id of the mask token; None: as ``unk_token_id``.
     mask_token_id: int | None = None
+    #: Dropout before a task head's classifier; None: ``hidden_dropout_prob``.
     classifier_dropout: float | None = None
+    #: Outputs of a classification or tagging head (1 for regression and rerankers).
     num_labels: int = 2
+    #: Loss of a sequence classifier: regression, single_label_classification or multi_label_classification; None:
+    #: decided from ``num_labels`` and the labels' dtype, as HF does.
     problem_type: str | None = None
+    #: Attention kernel: ``sdpa`` (PyTorch's fused scaled-dot-product attention) or ``eager`` (the matmuls written
+    #: out; returns attention probabilities).
     attn_implementation: str = "sdpa"
+    #: Label id -> name of a classification or tagging head; saved in config.json, used by pipelines and ``bertkit
+    #: serve``.
     id2label: dict[int, str] | None = field(default=None, repr=False)
+    #: The encoder family of the same engine: bert, roberta, mpnet, distilbert, electra or modernbert.
     family: str = "bert"
+    #: The HF model type this config came from (xlm-roberta, camembert); None: the family's name.
     model_type: str | None = None
     relative_attention_num_buckets: int = 32
     embedding_size: int | None = None

@@ -19,7 +19,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("source", help="checkpoint directory, weights file, TF checkpoint prefix, or .zip/.tar.gz")
     parser.add_argument("dest", nargs="?", help="output directory")
     parser.add_argument("-o", "--output", help="output directory (instead of DST)")
-    parser.add_argument("--to", choices=("hf", "tf"), default="hf")
+    parser.add_argument("--to", choices=("hf", "tf"), default="hf",
+                        help="hf: an HF transformers folder (default); tf: a Google TF1 checkpoint folder")
     parser.add_argument("--dtype", choices=("fp32", "int8"),
                         help="weights format: int8 (bertkit's int8 checkpoint) or fp32 (default: the source's)")
     parser.add_argument("--overwrite", action="store_true",
@@ -27,7 +28,8 @@ def main(argv: list[str]) -> int:
     casing = parser.add_mutually_exclusive_group()
     casing.add_argument("--uncased", dest="do_lower_case", action="store_true", default=None,
                         help="the tokenizer lower-cases (default: from the source, else from its name)")
-    casing.add_argument("--cased", dest="do_lower_case", action="store_false")
+    casing.add_argument("--cased", dest="do_lower_case", action="store_false",
+                        help="the tokenizer keeps case (default: from the source, else from its name)")
     args = parser.parse_args(argv)
     if (args.dest is None) == (args.output is None):
         parser.error("give the output directory once: as DST or as -o DST.")

@@ -29,14 +29,20 @@ def main(argv: list[str]) -> int:
                              "line), .jsonl, .parquet, a datasets.save_to_disk directory; .gz/.bz2/.xz/.zst")
     create.add_argument("--tokenizer", required=True, help="tokenizer directory or vocab.txt")
     create.add_argument("-o", "--output", required=True, help="output data directory")
-    create.add_argument("--max-seq-length", type=int, default=128)
+    create.add_argument("--max-seq-length", type=int, default=128, help="tokens per instance, [CLS] and [SEP]s "
+                                                                           "included (default 128)")
     create.add_argument("--dupe-factor", type=int, default=1, help="passes over the corpus, each paired anew")
-    create.add_argument("--short-seq-prob", type=float, default=0.1)
-    create.add_argument("--masked-lm-prob", type=float, default=0.15)
-    create.add_argument("--max-predictions-per-seq", type=int, default=20)
-    create.add_argument("--whole-word-masking", action="store_true")
+    create.add_argument("--short-seq-prob", type=float, default=0.1,
+                        help="share of instances given a shorter random target length (default 0.1)")
+    create.add_argument("--masked-lm-prob", type=float, default=0.15, help="share of tokens masked (default 0.15)")
+    create.add_argument("--max-predictions-per-seq", type=int, default=20,
+                        help="masked tokens per instance at most (default 20)")
+    create.add_argument("--whole-word-masking", action="store_true",
+                        help="mask every piece of a chosen word together")
     create.add_argument("--static-masking", action="store_true", help="mask once here (Google) instead of per batch")
-    create.add_argument("--seed", type=int, default=12345)
+    create.add_argument("--seed", type=int, default=12345,
+                        help="of the pairing (and of --static-masking): the same seed and arguments give the same "
+                             "files (default 12345)")
     create.add_argument("--shard-size", type=int, default=100_000, help="instances per shard at most")
     create.add_argument("--format", choices=("auto", "google", "prose", "paragraphs"), default="auto",
                         help="layout of text files (default: decided per file)")
@@ -58,7 +64,7 @@ def main(argv: list[str]) -> int:
     create.add_argument("--overwrite", action="store_true", help="replace data created with other arguments")
     create.add_argument("--quiet", action="store_true", help="no progress bar")
     info = sub.add_parser("info", help="what a data directory holds")
-    info.add_argument("directory")
+    info.add_argument("directory", help="a data directory written by data create")
     args = parser.parse_args(argv)
     if args.action == "info":
         return _info(args.directory)

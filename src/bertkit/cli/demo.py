@@ -278,7 +278,7 @@ def _fresh(path: Path) -> Path:
 
 def main(argv: list[str]) -> int:
     parser = ArgumentParser(prog="bertkit demo", description=__doc__)
-    parser.add_argument("-o", "--output", default="runs/demo")
+    parser.add_argument("-o", "--output", default="runs/demo", help="the run directory (default runs/demo)")
     parser.add_argument("--budget", type=float, default=600.0,
                         help="seconds of wall time the run is planned to fit (default 600)")
     parser.add_argument("--precision", choices=PRECISIONS, default="auto",

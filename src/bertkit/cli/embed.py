@@ -40,7 +40,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--input", required=True, help="a .txt, .jsonl or .csv file of texts; a blank line "
                                                        "gets a row too (the empty text's embedding)")
     parser.add_argument("-o", "--output", required=True, help="OUT.npy or OUT.jsonl (one row per input line)")
-    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--batch-size", type=int, default=32, help="texts per forward pass (default 32)")
     parser.add_argument("--normalize", action="store_true", help="L2-normalise every vector")
     parser.add_argument("--device", help="cpu (default), cuda, gpu")
     add_dtype_argument(parser)

@@ -40,7 +40,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--anchor-column", help="the query column of --data (default: anchor/query, else the first)")
     parser.add_argument("--positive-column", help="the positive column (default: positive/document/passage, "
                                                   "else the second)")
-    parser.add_argument("--num-negatives", type=int, default=3)
+    parser.add_argument("--num-negatives", type=int, default=3, help="negatives per row (default 3); a row with "
+                                                                      "fewer survivors is dropped")
     parser.add_argument("--range-min", type=int, default=0, help="survivors to skip (the very closest)")
     parser.add_argument("--range-max", type=int, default=100, help="candidates retrieved per query")
     parser.add_argument("--absolute-margin", type=float, help="keep a negative scoring <= positive - margin")
@@ -48,11 +49,12 @@ def main(argv: list[str]) -> int:
                                                                "margin")
     parser.add_argument("--max-score", type=float, help="drop candidates scoring above this")
     parser.add_argument("--min-score", type=float, help="drop candidates scoring below this")
-    parser.add_argument("--sampling", choices=("top", "random"), default="top")
+    parser.add_argument("--sampling", choices=("top", "random"), default="top",
+                        help="top: the best-scoring survivors; random: a seeded draw from them (default top)")
     parser.add_argument("--seed", type=int, default=0, help="of --sampling random")
     parser.add_argument("--rescore", metavar="CROSS_ENCODER", help="a reranker directory to rescore candidates with")
     parser.add_argument("--faiss", action="store_true", help="search a flat FAISS index (pip install faiss-cpu)")
-    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--batch-size", type=int, default=32, help="texts per forward pass (default 32)")
     parser.add_argument("--chunk-size", type=int, default=8192, help="corpus texts scored at a time")
     parser.add_argument("--device", help="cpu (default), cuda, gpu")
     parser.add_argument("--encoding", default="utf-8", help="of the input files (default utf-8)")

@@ -52,7 +52,7 @@ def parser_for(prog: str, doc: str, embedding: bool = False) -> ArgumentParser:
         add_embedding_arguments(parser, inputs)
     else:
         parser.add_argument("--data", required=True, help=data_help)
-    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--batch-size", type=int, default=64, help="inputs per forward pass (default 64)")
     parser.add_argument("--max-seq-length", type=int, help="default: the fine-tuning run's (--beir, --sts: the "
                                                            "model's max_seq_length)")
     parser.add_argument("--precision", choices=("auto", "fp32", "bf16", "fp16"), default="auto",

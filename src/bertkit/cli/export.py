@@ -23,7 +23,7 @@ def main(argv: list[str]) -> int:
     parser = ArgumentParser(prog="bertkit export", description=__doc__)
     parser.add_argument("model", help="a checkpoint directory, file or registry name")
     parser.add_argument("-o", "--output", required=True, help="the directory to write into")
-    parser.add_argument("--format", choices=("onnx",), default="onnx")
+    parser.add_argument("--format", choices=("onnx",), default="onnx", help="the export format (ONNX only)")
     parser.add_argument("--quantize", choices=("int8",), help="also write model.int8.onnx (dynamic quantization)")
     parser.add_argument("--task", help=TASK_HELP)
     parser.add_argument("--opset", type=int, default=18,

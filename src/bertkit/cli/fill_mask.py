@@ -12,7 +12,7 @@ def main(argv: list[str]) -> int:
     parser = ArgumentParser(prog="bertkit fill-mask", description=__doc__)
     parser.add_argument("model", help="a directory holding a BERT with an MLM head and its tokenizer")
     parser.add_argument("text", nargs="+", help="texts containing the model's mask token ([MASK], <mask>, ...)")
-    parser.add_argument("--top-k", type=int, default=5)
+    parser.add_argument("--top-k", type=int, default=5, help="predictions per mask token (default 5)")
     add_dtype_argument(parser)
     args = parser.parse_args(argv)
 

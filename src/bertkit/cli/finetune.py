@@ -152,11 +152,12 @@ def _add_common(parser: argparse.ArgumentParser, task: str) -> None:
     group.add_argument("--epochs", type=float, default=defaults["epochs"], help="default: %(default)s")
     group.add_argument("--learning-rate", type=float, default=defaults["learning_rate"], help="default: %(default)s")
     group.add_argument("--batch-size", type=int, default=32, help="examples per optimizer step (default 32)")
-    group.add_argument("--eval-batch-size", type=int, default=64)
+    group.add_argument("--eval-batch-size", type=int, default=64, help="examples per evaluation batch (default 64)")
     group.add_argument("--max-seq-length", type=int, default=defaults["max_seq_length"], help="default: %(default)s")
     group.add_argument("--warmup-ratio", type=float, default=0.1, help="default: %(default)s")
     group.add_argument("--weight-decay", type=float, default=0.01, help="default: %(default)s")
-    group.add_argument("--gradient-accumulation-steps", type=int, default=1)
+    group.add_argument("--gradient-accumulation-steps", type=int, default=1,
+                       help="micro-batches per step: the same batch in less memory (default 1)")
     group.add_argument("--precision", choices=("auto", "fp32", "bf16", "fp16"), default="auto",
                        help="auto (default): bf16 autocast where the CPU/GPU has it natively, else fp32")
     group.add_argument("--seed", type=int, default=42, help="makes the run reproducible (default 42)")
@@ -167,7 +168,8 @@ def _add_common(parser: argparse.ArgumentParser, task: str) -> None:
     group.add_argument("--group-by-length", action=argparse.BooleanOptionalAction, default=False,
                        help="batches of similar length: less padding, but they learned worse on held-out NER "
                             "(default: shuffled batches, as HF's Trainer)")
-    group.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda", "gpu"))
+    group.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda", "gpu"),
+                       help="auto (default): CUDA when there is a GPU, else the CPU")
     add_threads_argument(group)
     add_report_to_argument(group)
     owner = parser.add_argument_group("the output directory").add_mutually_exclusive_group()

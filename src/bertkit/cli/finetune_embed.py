@@ -97,9 +97,11 @@ def add_run_flags(parser: argparse.ArgumentParser, *, batch_size: int, learning_
                        help="batches per optimizer step (default 1); in-batch negatives stay each batch's own: "
                             "cached-mnrl --mini-batch-size gives a large batch's negatives in less memory")
     group.add_argument("--save-every", type=int, help="steps between checkpoints (default: every epoch)")
-    group.add_argument("--precision", choices=("auto", "fp32", "bf16", "fp16"), default="auto")
+    group.add_argument("--precision", choices=("auto", "fp32", "bf16", "fp16"), default="auto",
+                       help="auto (default): bf16 autocast where the CPU/GPU has it natively, else fp32")
     group.add_argument("--seed", type=int, default=42, help="makes the run reproducible (default 42)")
-    group.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda", "gpu"))
+    group.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda", "gpu"),
+                       help="auto (default): CUDA when there is a GPU, else the CPU")
     add_threads_argument(group)
     add_report_to_argument(group)
     owner = parser.add_argument_group("the output directory").add_mutually_exclusive_group()

@@ -33,13 +33,19 @@ from bertkit.io import refuse_output_over_input
 
 #: call parameters a flag sets: (flag, argparse keyword arguments)
 PIPELINE_FLAGS = [
-    ("--top-k", {"type": int}),
+    ("--top-k", {"type": int, "help": "fill-mask: predictions per mask (default 5); text-classification: labels "
+                                      "per input (default: the best); question-answering: answers (default 1)"}),
     ("--targets", {"nargs": "+", "help": "fill-mask: candidate tokens"}),
-    ("--function-to-apply", {"choices": ("softmax", "sigmoid", "none")}),
-    ("--aggregation-strategy", {"choices": ("none", "simple", "first", "average", "max")}),
-    ("--doc-stride", {"type": int}),
-    ("--max-answer-len", {"type": int}),
-    ("--handle-impossible-answer", {"action": "store_true", "default": None}),
+    ("--function-to-apply", {"choices": ("softmax", "sigmoid", "none"),
+                             "help": "text-classification: scores from the logits (default: by the model's "
+                                     "problem type)"}),
+    ("--aggregation-strategy", {"choices": ("none", "simple", "first", "average", "max"),
+                                "help": "token-classification: how word pieces join into entities (default none)"}),
+    ("--doc-stride", {"type": int, "help": "question-answering: tokens shared by consecutive windows of a long "
+                                           "context (default 128, or less to fit)"}),
+    ("--max-answer-len", {"type": int, "help": "question-answering: the longest answer in tokens (default 15)"}),
+    ("--handle-impossible-answer", {"action": "store_true", "default": None,
+                                    "help": "question-answering: an empty answer may win (SQuAD 2.0)"}),
     ("--normalize", {"action": "store_true", "default": None, "help": "embeddings: L2-normalise"}),
     ("--pooling", {"help": "embeddings: cls, mean, max, ... (default: the model's own, else mean)"}),
 ]
@@ -66,7 +72,7 @@ def pipeline_parser() -> ArgumentParser:
     parser.add_argument("--input", help="a .txt, .jsonl or .csv file of inputs")
     parser.add_argument("--encoding", default="utf-8", help="of the --input file (default utf-8), e.g. utf-16, cp1252")
     parser.add_argument("-o", "--output", help="a .jsonl file for the answers (default: stdout)")
-    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--batch-size", type=int, default=32, help="inputs per forward pass (default 32)")
     parser.add_argument("--device", help="cpu (default), cuda, gpu")
     add_dtype_argument(parser)
     for flag, kwargs in PIPELINE_FLAGS:

@@ -64,21 +64,25 @@ from bertkit.io import refuse_output_over_input
 def add_training_arguments(parser: argparse.ArgumentParser) -> None:
     """Training flags; those left at None are filled from the recipe or the resumed run."""
     group = parser.add_argument_group("training (defaults: the size's recipe, or the resumed run's values)")
-    group.add_argument("--max-steps", type=int)
+    group.add_argument("--max-steps", type=int, help="optimizer steps to train")
     group.add_argument("--batch-size", type=int, help="global batch (examples per optimizer step)")
-    group.add_argument("--gradient-accumulation-steps", type=int)
-    group.add_argument("--learning-rate", type=float)
-    group.add_argument("--warmup-ratio", type=float)
-    group.add_argument("--weight-decay", type=float)
+    group.add_argument("--gradient-accumulation-steps", type=int,
+                       help="micro-batches per step: the same global batch in less memory (default 1)")
+    group.add_argument("--learning-rate", type=float, help="peak learning rate of AdamW")
+    group.add_argument("--warmup-ratio", type=float,
+                       help="share of the steps warming the learning rate up linearly, then a linear decay")
+    group.add_argument("--weight-decay", type=float, help="AdamW's decoupled weight decay (default 0.01)")
     group.add_argument("--precision", choices=("auto", "fp32", "bf16", "fp16"),
                        help="auto (default): bf16 where the hardware has it, else fp32")
-    group.add_argument("--log-every", type=int)
-    group.add_argument("--eval-every", type=int)
+    group.add_argument("--log-every", type=int, help="steps between lines of metrics.jsonl (default 25)")
+    group.add_argument("--eval-every", type=int,
+                       help="steps between held-out evaluations (default: only at the end)")
     group.add_argument("--save-every", type=int, help="steps between checkpoints (default: only at the end)")
-    group.add_argument("--keep-last", type=int)
+    group.add_argument("--keep-last", type=int, help="checkpoints kept on disk, newest first (default 2)")
     group.add_argument("--seed", type=int, help="makes the whole run reproducible (default 42)")
-    group.add_argument("--device", default="auto")
-    group.add_argument("--gradient-checkpointing", action="store_true")
+    group.add_argument("--device", default="auto", help="auto (default): CUDA when there is a GPU, else the CPU")
+    group.add_argument("--gradient-checkpointing", action="store_true",
+                       help="recompute activations in the backward pass: less memory, about a third slower")
     add_threads_argument(group)
     add_report_to_argument(group, default=None)
     run = parser.add_argument_group("the output directory")
@@ -208,7 +212,7 @@ def main(argv: list[str]) -> int:
     text = parser.add_argument_group("with --text")
     text.add_argument("--vocab-size", type=int, help="of the WordPiece vocabulary learnt from the text "
                                                      "(not with --init-from)")
-    text.add_argument("--max-seq-length", type=int)
+    text.add_argument("--max-seq-length", type=int, help="tokens per training sequence")
     text.add_argument("--masked-lm-prob", type=float, help="share of tokens selected for prediction in training")
     text.add_argument("--encoding", help="of the text files (default utf-8), e.g. latin-1, cp1252")
     text.add_argument("--format", choices=("auto", "google", "prose", "paragraphs"),

@@ -25,9 +25,10 @@ def main(argv: list[str]) -> int:
     parser = ArgumentParser(prog="bertkit serve", description=__doc__,
                             formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("model", help="anything bertkit loads: a directory, a checkpoint, a registered name")
-    parser.add_argument("--task", choices=TASKS, default="auto")
+    parser.add_argument("--task", choices=TASKS, default="auto",
+                        help="what to serve (default auto: what the model holds, e.g. a classifier's head)")
     parser.add_argument("--host", default="127.0.0.1", help="default 127.0.0.1 (this machine only)")
-    parser.add_argument("--port", type=int, default=8080)
+    parser.add_argument("--port", type=int, default=8080, help="TCP port (default 8080)")
     parser.add_argument("--max-batch-tokens", type=int, default=16384, help="tokens per model batch")
     parser.add_argument("--max-concurrent-requests", type=int, default=512, help="beyond: 429 Retry-After")
     parser.add_argument("--max-client-batch-size", type=int, default=32, help="inputs per request; beyond: 413")

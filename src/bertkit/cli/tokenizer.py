@@ -21,14 +21,16 @@ def main(argv: list[str]) -> int:
     train.add_argument("--encoding", default="utf-8", help="of the files (default utf-8)")
     train.add_argument("--tokenizer-sample-bytes", type=parse_size, default=None, metavar="SIZE",
                        help="learn from at most this much text, spread over the corpus (default 256M)")
-    train.add_argument("--vocab-size", type=int, default=30522)
-    train.add_argument("--min-frequency", type=int, default=2)
+    train.add_argument("--vocab-size", type=int, default=30522,
+                       help="entries of the vocabulary, special tokens included (default 30522)")
+    train.add_argument("--min-frequency", type=int, default=2,
+                       help="a merged piece must occur at least this often (default 2)")
     train.add_argument("--cased", action="store_true", help="keep case and accents (default: lower-case)")
     train.add_argument("-o", "--output", required=True, help="directory for vocab.txt and tokenizer_config.json")
     encode = sub.add_parser("encode", help="print the tokens and ids of a text")
     encode.add_argument("tokenizer", help="tokenizer directory or vocab.txt")
-    encode.add_argument("text")
-    encode.add_argument("text_pair", nargs="?")
+    encode.add_argument("text", help="the text to tokenize")
+    encode.add_argument("text_pair", nargs="?", help="a second text, encoded as a pair with TEXT")
     args = parser.parse_args(argv)
     if args.action == "train":
         refuse_output_over_input(("-o", args.output), [("FILES", args.files)])

@@ -35,6 +35,7 @@ TASKS = {
     "question-answering": ("question_answering", "QuestionAnsweringPipeline"),
     "rerank": ("classification", "RerankPipeline"),
 }
+#: Other names of the tasks (HF's and bertkit's): alias -> task.
 ALIASES = {"ner": "token-classification", "sentiment-analysis": "text-classification", "qa": "question-answering",
            "sentence-embeddings": "embeddings", "classify": "text-classification", "tag": "token-classification",
            "splade": "sparse-embeddings"}

@@ -28,11 +28,15 @@ def as_tensor(x: Any) -> torch.Tensor:
 
 
 def cos_sim(a: Any, b: Any) -> torch.Tensor:
+    """Cosine similarity of every row of ``a`` ``[n, d]`` with every row of ``b`` ``[m, d]``: a float tensor
+    ``[n, m]``. Tensors, arrays or lists of vectors; a single vector counts as one row."""
     a, b = as_tensor(a), as_tensor(b)
     return F.normalize(a, p=2, dim=1) @ F.normalize(b, p=2, dim=1).T
 
 
 def dot_score(a: Any, b: Any) -> torch.Tensor:
+    """Dot product of every row of ``a`` ``[n, d]`` with every row of ``b`` ``[m, d]``: a float tensor ``[n, m]``
+    (equal to :func:`cos_sim` on normalized embeddings). Inputs as for :func:`cos_sim`."""
     a, b = as_tensor(a), as_tensor(b)
     return a @ b.T
 

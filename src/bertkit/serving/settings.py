@@ -37,21 +37,35 @@ class ServeSettings:
     take to send its request body; ``max_response_bytes`` what one answer may weigh as JSON (beyond: 413).
     """
 
+    #: What to serve: a directory, a checkpoint file or a registered name (anything bertkit loads).
     model: str
+    #: auto (what the model holds), embeddings, classify, ner, qa, fill-mask or rerank.
     task: str = "auto"
+    #: Interface to listen on; 127.0.0.1 is this machine only, 0.0.0.0 every interface.
     host: str = "127.0.0.1"
+    #: TCP port to listen on.
     port: int = 8080
+    #: Padded tokens per model batch; requests are batched together up to it.
     max_batch_tokens: int = 16384
+    #: Requests in flight at once; beyond, 429 with Retry-After.
     max_concurrent_requests: int = 512
+    #: Inputs in one request; beyond, 413.
     max_client_batch_size: int = 32
     max_input_length: int | None = None
+    #: Truncate inputs past ``max_input_length`` when a request does not say (its ``truncate`` is null); else 422.
     auto_truncate: bool = False
+    #: Pooling of the embeddings (cls, mean, max, lasttoken) or splade; None: the model's own, else mean.
     pooling: str | None = None
+    #: The model name /info and the OpenAI route give; None: the model folder's name.
     served_model_name: str | None = None
+    #: Threads that count and cut the inputs' tokens; None: the cores per worker process, 1 to 4.
     tokenization_workers: int | None = None
+    #: auto, fp32, bf16, fp16 or int8: the number format the model runs in (``--dtype``).
     dtype: str = "auto"
     api_key: str | None = None
+    #: Server processes sharing the port, each with its own copy of the model.
     workers: int = 1
+    #: cpu (default), cuda or gpu.
     device: str | None = None
     max_connections: int = 1024
     timeout_keep_alive: float = 5.0

@@ -46,33 +46,53 @@ class TrainingConfig:
     sequence; ``"none"`` or empty: none; see :mod:`bertkit.training.reporting`); it may change on resume.
     """
 
+    #: Optimizer steps to train for (required).
     max_steps: int
+    #: Peak learning rate, reached after the warmup.
     learning_rate: float = 1e-4
+    #: AdamW weight decay; not applied to biases and LayerNorm weights.
     weight_decay: float = 0.01
+    #: AdamW's beta1.
     adam_beta1: float = 0.9
+    #: AdamW's beta2.
     adam_beta2: float = 0.999
+    #: AdamW's epsilon.
     adam_epsilon: float = 1e-6
     warmup_steps: int = 0
+    #: Warmup as a share of ``max_steps`` (``ceil(warmup_ratio * max_steps)`` steps), instead of ``warmup_steps``.
     warmup_ratio: float | None = None
     schedule: str = "linear"
     power: float = 1.0
     end_learning_rate: float = 0.0
     batch_size: int = 32
     gradient_accumulation_steps: int = 1
+    #: Examples per evaluation batch; None: the training micro-batch size.
     eval_batch_size: int | None = None
+    #: Clip the gradients' global norm to this; None: no clipping.
     max_grad_norm: float | None = 1.0
+    #: auto (bf16 where the device computes it natively, else fp32), fp32, bf16 or fp16 (CUDA, with loss scaling).
     precision: str = "auto"
     eval_every: int | None = None
+    #: Write a training record to metrics.jsonl every this many steps.
     log_every: int = 10
     save_every: int | None = None
+    #: Checkpoints kept in the run directory (older ones are deleted); None: all.
     keep_last: int | None = 3
+    #: The run directory: checkpoints, metrics.jsonl, run.json and the final model.
     output_dir: str = "output"
+    #: Seed of the initialisation, the data order and dropout.
     seed: int = 42
+    #: Consecutive steps with a non-finite loss (skipped) before the run stops with NonFiniteLossError.
     max_nonfinite_steps: int = 10
+    #: Recompute activations in the backward pass: less memory, more time.
     gradient_checkpointing: bool = False
+    #: DataLoader worker processes (0: load in the training process).
     num_workers: int = 0
+    #: auto (CUDA when present, else CPU), cpu, cuda or gpu.
     device: str = "auto"
+    #: Show a progress bar on stderr (the main process only).
     progress_bar: bool = True
+    #: DDP's flag of the same name, for models with parameters a step may not use.
     find_unused_parameters: bool = False
     threads: int | str | None = None
     report_to: tuple[str, ...] = ()

@@ -95,6 +95,8 @@ def hyperparameter_changes(old: Mapping[str, Any], new: Mapping[str, Any]) -> li
             if name in old and name not in BOOKKEEPING and name not in FIXED_ON_RESUME and old[name] != new[name]]
 
 
+#: The Trainer's callback events, in the order a run meets them (``callbacks`` maps each to functions of the
+#: trainer; ``on_metrics`` follows every line written to metrics.jsonl).
 EVENTS = ("on_train_begin", "on_step_end", "on_log", "on_evaluate", "on_metrics", "on_save", "on_train_end")
 SAMPLER_METHODS = ("set_epoch", "state_dict", "load_state_dict", "__iter__", "__len__")
 METRICS_FILE = "metrics.jsonl"

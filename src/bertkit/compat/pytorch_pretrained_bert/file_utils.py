@@ -43,9 +43,12 @@ from bertkit.weights.registry import entries
 
 logger = logging.getLogger(__name__)
 
+#: Where downloads are cached: ``$PYTORCH_PRETRAINED_BERT_CACHE``, else ``~/.pytorch_pretrained_bert``.
 PYTORCH_PRETRAINED_BERT_CACHE = Path(os.getenv("PYTORCH_PRETRAINED_BERT_CACHE",
                                                Path.home() / ".pytorch_pretrained_bert"))
+#: The config file of a saved model directory (``save_pretrained`` / ``from_pretrained``).
 CONFIG_NAME = "config.json"
+#: The weights file of a saved model directory (a ``torch.save`` state dict).
 WEIGHTS_NAME = "pytorch_model.bin"
 
 #: URL schemes downloaded here (``file`` serves local mirrors and tests).

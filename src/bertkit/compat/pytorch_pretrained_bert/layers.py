@@ -58,6 +58,7 @@ from bertkit.modeling.layers import (
 
 #: 0.6.2's activation functions: the exact erf GELU and x * sigmoid(x), as the engine computes them.
 gelu = ACT_FNS["gelu"]
+#: ``x * sigmoid(x)``, 0.6.2's activation of that name.
 swish = ACT_FNS["swish"]
 #: 0.6.2's table of ``hidden_act`` names (the engine accepts more: see :data:`bertkit.config.ACTIVATIONS`).
 ACT2FN = {name: ACT_FNS[name] for name in ("gelu", "relu", "swish")}

@@ -62,7 +62,9 @@ from bertkit.modeling.base import BERTPreTrainedModel
 
 logger = logging.getLogger(__name__)
 
+#: The config file of a Google TF checkpoint directory.
 BERT_CONFIG_NAME = "bert_config.json"
+#: The checkpoint prefix of a Google TF checkpoint directory.
 TF_WEIGHTS_NAME = "model.ckpt"
 
 #: 0.6.2's shortcut names, each with its checkpoint's URL in bertkit's weights registry (see

@@ -71,6 +71,8 @@ class _LRSchedule(abc.ABC):
 
 
 class ConstantLR(_LRSchedule):
+    """No schedule: the learning-rate multiplier is 1 at every step (``BertAdam(schedule=None)``)."""
+
     def get_lr_(self, progress):
         return 1.
 
@@ -142,6 +144,7 @@ class WarmupLinearSchedule(_LRSchedule):
         return max((progress - 1.) / (self.warmup - 1.), 0.)
 
 
+#: ``BertAdam(schedule=NAME)`` -> its learning-rate schedule class (None and none: constant).
 SCHEDULES = {
     None: ConstantLR,
     "none": ConstantLR,

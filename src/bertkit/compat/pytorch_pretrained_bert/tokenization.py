@@ -36,7 +36,9 @@ from bertkit.tokenization.unicode import char_classes, final_sigma_positions, is
 
 logger = logging.getLogger(__name__)
 
+#: The vocabulary file of a saved tokenizer directory.
 VOCAB_NAME = "vocab.txt"
+#: Tokens the basic tokenizer keeps whole (the special tokens).
 NEVER_SPLIT = ("[UNK]", "[SEP]", "[PAD]", "[CLS]", "[MASK]")
 
 #: 0.6.2's shortcut names, each with the URL of its checkpoint in bertkit's weights registry (0.6.2 pointed at
