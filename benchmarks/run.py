@@ -16,6 +16,10 @@ kind (fp32, bf16 or int8) measured at the start of the run.
     python benchmarks/run.py --only embedding  # all-MiniLM-L6-v2 vs sentence-transformers: step, cached-loss memory
     python benchmarks/run.py --only precision  # bf16 / int8 speed targets: embeddings, pretraining, serving
     python benchmarks/run.py --quick         # a tiny model, one round: checks that it all runs
+    python benchmarks/run.py --only inference --json benchmarks/results/run-inference.json  # the docs' tables
+
+``--json PATH`` writes every table and row with the machine, date, commit, command and load average
+(``benchmarks/record.py``); the docs' Benchmarks page shows the files in ``benchmarks/results/``.
 
 Needs the test extras (transformers) and onnxruntime, onnx, onnxscript (``pip install -e '.[test]'``).
 """
@@ -45,6 +49,9 @@ from bertkit.modeling import fast
 from bertkit.modeling.fast import Linear
 from bertkit.training import TrainingConfig
 from bertkit.training.optim import build_optimizer
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import record
 
 transformers.logging.set_verbosity_error()
 transformers.utils.logging.disable_progress_bar()
@@ -486,17 +493,16 @@ def memory_probe(spec: dict) -> None:
 
 
 # ---------------------------------------------------------------------------- report
-def markdown(rows: list[dict], columns: list[str]) -> str:
-    def cell(v):
-        if v is None:
-            return "—"
-        if isinstance(v, float):
-            return f"{v:.2e}" if 0 < abs(v) < 1e-2 else f"{v:,.2f}" if abs(v) < 100 else f"{v:,.0f}"
-        return str(v)
+markdown = record.markdown  # the scripts' tables and the docs' Benchmarks page format cells alike
 
-    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    lines += ["| " + " | ".join(cell(r.get(c)) for c in columns) + " |" for r in rows]
-    return "\n".join(lines)
+
+def show(tables: list[dict], title: str, rows: list[dict], columns: list[str], notes: list[str] = ()) -> None:
+    """Print a table under its ``## title`` (and its notes) and keep it in ``tables`` for the result file."""
+    print(f"\n## {title}\n")
+    print(markdown(rows, columns))
+    if notes:
+        print("\n" + "\n".join(notes))
+    tables.append(record.table(title, rows, columns, notes))
 
 
 SECTIONS = ("inference", "families", "pretraining", "finetuning", "accuracy", "embedding", "precision")
@@ -524,26 +530,24 @@ def main() -> None:
           f"CPU capability {torch.backends.cpu.get_cpu_capability()}, native bf16: {native_bf16()}, "
           f"GEMM backend chosen: {fast.gemm_backend()}")
     peaks = gemm_peaks(args.rounds)
-    print("\n## GEMM, [1024, 768] x [768, 3072], GFLOP/s\n")
-    print(markdown([{"backend": k, "GFLOP/s": v} for k, v in peaks.items()], ["backend", "GFLOP/s"]))
+    tables: list[dict] = []
+    show(tables, "GEMM, [1024, 768] x [768, 3072], GFLOP/s", [{"backend": k, "GFLOP/s": v} for k, v in peaks.items()],
+         ["backend", "GFLOP/s"])
     results: dict[str, list[dict]] = {"gemm": [{"backend": k, "gflops": v} for k, v in peaks.items()]}
     with tempfile.TemporaryDirectory() as d:
         workdir = Path(d)
         if "inference" in sections:
             rows = inference(big, args, peaks, workdir)
             results["inference"] = rows
-            print(f"\n## Inference, BERT {'base' if big is BASE else 'tiny'} encoder\n")
-            print(markdown(rows, ["workload", "variant", "ms", "real tokens/s", "x HF fp32", "x ORT fp32",
-                                  "max diff", "% GEMM peak"]))
+            show(tables, f"Inference, BERT {'base' if big is BASE else 'tiny'} encoder", rows,
+                 ["workload", "variant", "ms", "real tokens/s", "x HF fp32", "x ORT fp32", "max diff", "% GEMM peak"])
         if "families" in sections:
             rows, notes = families(big, args, workdir)
             results["families"] = rows
-            print(f"\n## Inference, every encoder family at the BERT-{'base' if big is BASE else 'tiny'} size "
-                  f"(L{big['num_hidden_layers']}/H{big['hidden_size']}), random weights\n")
-            print(markdown(rows, ["family", "workload", "variant", "ms", "real tokens/s", "x HF fp32", "x ORT fp32",
-                                  "max diff"]))
-            if notes:
-                print("\nNot in this bertkit yet:\n" + "\n".join(f"- {note}" for note in notes))
+            show(tables, f"Inference, every encoder family at the BERT-{'base' if big is BASE else 'tiny'} size "
+                 f"(L{big['num_hidden_layers']}/H{big['hidden_size']}), random weights", rows,
+                 ["family", "workload", "variant", "ms", "real tokens/s", "x HF fp32", "x ORT fp32", "max diff"],
+                 ["Not in this bertkit yet:\n" + "\n".join(f"- {note}" for note in notes)] if notes else [])
         training_workloads = []
         if "pretraining" in sections:
             training_workloads += [_workload("pretraining", small, 32, 128, 1.0),
@@ -553,23 +557,24 @@ def main() -> None:
         if training_workloads:
             rows = training(training_workloads, args, peaks, workdir)
             results["training"] = rows
-            print("\n## Training steps (forward, backward, AdamW) vs HF + torch AdamW\n")
-            print(markdown(rows, ["workload", "variant", "ms", "x HF fp32", "loss diff", "peak MB", "x HF memory",
-                                  "% GEMM peak"]))
+            show(tables, "Training steps (forward, backward, AdamW) vs HF + torch AdamW", rows,
+                 ["workload", "variant", "ms", "x HF fp32", "loss diff", "peak MB", "x HF memory", "% GEMM peak"])
         if "accuracy" in sections:
             from format_accuracy import accuracy  # benchmarks/format_accuracy.py
 
             rows = accuracy(args, workdir)
             results["accuracy"] = rows
             name = "SPLADE-tiny" if args.quick else "all-MiniLM-L6-v2"
-            print(f"\n## Accuracy of the fast variants: {name} fine-tuned on VADER Amazon (1 epoch), test set\n")
-            print(markdown(rows, ["variant", "test accuracy %", "agreement with fp32 %", "seconds", "examples"]))
+            show(tables, f"Accuracy of the fast variants: {name} fine-tuned on VADER Amazon (1 epoch), test set",
+                 rows, ["variant", "test accuracy %", "agreement with fp32 %", "seconds", "examples"])
         if "embedding" in sections:
             results["embedding"] = embedding(args)
         if "precision" in sections:
-            results["precision"] = precision(args, peaks)
+            results["precision"] = precision(args, peaks, tables)
     if args.json:
-        args.json.write_text(json.dumps(results, indent=1))
+        name = "run" + "".join(f"-{s}" for s in sections if args.only)
+        record.write_result(args.json, name, tables, data=results, title=f"run.py: {', '.join(sections)}"
+                            + (" (--quick)" if args.quick else ""))
 
 
 def embedding(args) -> dict[str, list[dict]]:
@@ -583,14 +588,14 @@ def embedding(args) -> dict[str, list[dict]]:
     return embedding_train(["--rounds", str(args.rounds), "--threads", str(args.threads), *sizes])
 
 
-def precision(args, peaks: dict[str, float]) -> dict:
+def precision(args, peaks: dict[str, float], tables: list[dict]) -> dict:
     """``precision_speed.py``'s tables (printed there): the machine's flags, embeddings, pretraining, serving in
     bf16 / int8 against fp32 and the reference libraries, with the issue's speed targets."""
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import precision_speed
 
     options = ["--rounds", str(args.rounds), "--threads", str(args.threads)] + (["--quick"] if args.quick else [])
-    return precision_speed.report(precision_speed.parse_args(options), peaks)
+    return precision_speed.report(precision_speed.parse_args(options), peaks, tables)
 
 
 if __name__ == "__main__":

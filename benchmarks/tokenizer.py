@@ -19,7 +19,10 @@ Variants are interleaved round by round (so machine drift hits all alike) and th
 reports medians. bertkit's ids must equal HF's on both workloads (checked, printed and
 asserted); the bare library's and the pure-Python reference's are compared too.
 
-    python benchmarks/tokenizer.py [--rounds 5] [--python-every 20]
+    python benchmarks/tokenizer.py [--rounds 5] [--python-every 20] [--json benchmarks/results/tokenizer.json]
+
+``--json PATH`` writes both tables with the machine, date, commit, command and load average
+(``benchmarks/record.py``), as the docs' Benchmarks page shows them.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ import os
 import re
 import shutil
 import statistics
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -42,6 +46,9 @@ from transformers.models.bert.tokenization_bert_legacy import BertTokenizerLegac
 
 from bertkit.resources import BERT_BASE_UNCASED_VOCAB, austen_novels
 from bertkit.tokenization import BERTTokenizerFast
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import record  # (benchmarks/record.py: result files; imported early, it takes the start's load)
 
 transformers.logging.set_verbosity_error()
 
@@ -77,8 +84,9 @@ Variant = tuple[Callable[[list], Any], Callable[[Any], list[list[int]]]]
 
 
 def run_workload(title: str, inputs: list, every: int, rounds: int, variants: dict[str, Variant],
-                 unit: str = "texts") -> bool:
-    """Time ``variants`` round by round, print the table and the id comparison; True if bertkit's ids are HF's."""
+                 unit: str = "texts") -> tuple[bool, dict]:
+    """Time ``variants`` round by round, print the table and the id comparison; return whether bertkit's ids are
+    HF's and the table (:func:`record.table`: a row per variant, its rates, ratio to HF and ids check)."""
     subset = inputs[::every]
     data = {name: subset if name == PYTHON else inputs for name in variants}
     ids = {name: to_ids(run(data[name])) for name, (run, to_ids) in variants.items()}  # also the warm-up
@@ -90,8 +98,9 @@ def run_workload(title: str, inputs: list, every: int, rounds: int, variants: di
             variants[name][0](data[name])
             times[name].append(time.perf_counter() - start)
 
-    print(f"\n{title}: {len(inputs)} {unit}, {size_mb(inputs):.2f} MB (pure Python: every {every}th, "
-          f"{len(subset)} {unit}, {size_mb(subset):.2f} MB); median of {rounds} rounds")
+    heading = (f"{title}: {len(inputs)} {unit}, {size_mb(inputs):.2f} MB (pure Python: every {every}th, "
+               f"{len(subset)} {unit}, {size_mb(subset):.2f} MB); median of {rounds} rounds")
+    print(f"\n{heading}")
     print(f"{'variant':<48}{'MB/s':>9}{unit + '/s':>11}{'vs HF __call__':>16}")
     rates = {name: size_mb(data[name]) / statistics.median(times[name]) for name in variants}
     for name in variants:
@@ -101,7 +110,10 @@ def run_workload(title: str, inputs: list, every: int, rounds: int, variants: di
     for name in variants:
         if name != HF:
             print(f"  input_ids identical to HF's: {name}: {same[name]}")
-    return same[BERTKIT]
+    rows = [{"variant": name, "MB/s": rates[name], f"{unit}/s": round(len(data[name]) / statistics.median(times[name])),
+             "vs HF __call__": rates[name] / rates[HF], "input_ids = HF's": "—" if name == HF else same[name]}
+            for name in variants]
+    return same[BERTKIT], record.table(heading, rows)
 
 
 def variants(ours, hf, bare, legacy, **call: Any) -> dict[str, Variant]:
@@ -126,6 +138,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--python-every", type=int, default=20, help="pure Python on every n-th text")
+    parser.add_argument("--json", type=Path, help="also write both tables here (benchmarks/record.py's format)")
     args = parser.parse_args()
 
     texts = paragraphs()
@@ -135,17 +148,23 @@ def main() -> None:
     print(f"cpus={os.cpu_count()} RAYON_NUM_THREADS={os.environ.get('RAYON_NUM_THREADS', '-')} "
           f"tokenizers={tokenizers.__version__} transformers={transformers.__version__}")
 
-    ok_single = run_workload("single texts, truncation=True, max_length=512", texts, args.python_every, args.rounds,
-                             variants(*tokenizers_, truncation=True, max_length=512))
+    ok_single, single = run_workload("single texts, truncation=True, max_length=512", texts, args.python_every,
+                                     args.rounds, variants(*tokenizers_, truncation=True, max_length=512))
 
     lengths = [len(ids) for ids in tokenizers_[0](texts, add_special_tokens=False)["input_ids"]]
     pairs = [(texts[i], texts[i + 1]) for i in range(len(texts) - 1) if lengths[i] <= 64]
-    ok_pairs = run_workload("pairs (paragraph i of <= 64 tokens, paragraph i+1), truncation='only_second', "
-                            "max_length=128", pairs, args.python_every, args.rounds,
-                            variants(*tokenizers_, truncation="only_second", max_length=128), unit="pairs")
+    ok_pairs, pair_table = run_workload("pairs (paragraph i of <= 64 tokens, paragraph i+1), "
+                                        "truncation='only_second', max_length=128", pairs, args.python_every,
+                                        args.rounds, variants(*tokenizers_, truncation="only_second", max_length=128),
+                                        unit="pairs")
 
     print(f"\nbertkit input_ids == HF input_ids: single texts {ok_single}, pairs {ok_pairs}")
     assert ok_single and ok_pairs, "bertkit's input_ids differ from HF BertTokenizerFast's"
+    if args.json:
+        record.write_result(args.json, "tokenizer", [single, pair_table],
+                            title="Tokenizer: batch encoding, bertkit vs HF, tokenizers and pure Python",
+                            data={"versions": {"tokenizers": tokenizers.__version__,
+                                               "transformers": transformers.__version__}})
 
 
 if __name__ == "__main__":

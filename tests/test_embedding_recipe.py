@@ -1,6 +1,7 @@
-"""The README's embedding recipe, line by line as written there (``$BASE`` a tiny sentence-transformers model,
-``pairs.jsonl`` and ``beir`` made here): mine -> train a bi-encoder and a reranker -> evaluate both; the serve
-line is checked to name a directory the server loads (serving itself is tested in tests/test_serve*.py)."""
+"""The embedding recipe of docs/how-to/train-embeddings.md, line by line as written there (``$BASE`` a tiny
+sentence-transformers model, ``pairs.jsonl`` and ``beir`` made here): mine -> train a bi-encoder and a reranker ->
+evaluate both; the serve line is checked to name a directory the server loads (serving itself is tested in
+tests/test_serve*.py)."""
 
 from __future__ import annotations
 
@@ -15,17 +16,17 @@ import pytest
 from bertkit.cli import main as cli
 from test_embedding_eval import WORDS, tiny_sentence_transformer, write_beir
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+PAGE = Path(__file__).resolve().parent.parent / "docs" / "how-to" / "train-embeddings.md"
 
 
 def recipe_lines() -> list[str]:
-    text = README.read_text(encoding="utf-8")
+    text = PAGE.read_text(encoding="utf-8")
     start = text.index("The recipe end to end, as it runs")
     block = re.search(r"```bash\n(.*?)```", text[start:], re.S).group(1)
     return [line.split("#")[0].strip() for line in block.splitlines() if line.strip()]
 
 
-def test_the_readme_recipe_runs_as_written(tmp_path, monkeypatch, capsys):
+def test_the_docs_recipe_runs_as_written(tmp_path, monkeypatch, capsys):
     base = tiny_sentence_transformer(tmp_path / "base")
     write_beir(tmp_path / "beir", documents=30, queries=8)
     rng = random.Random(0)

