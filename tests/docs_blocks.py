@@ -35,6 +35,8 @@ from pathlib import Path
 MARKERS = ("slow", "server")
 REQUIREMENTS = ("cuda",)
 SERVER_URL = "http://127.0.0.1:8080"
+#: other names of Python a fence could use to slip past the runner: refused, with the fix
+NOT_PYTHON = ("py", "python3", "pycon", "ipython", "py3")
 
 _FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>```+|~~~+)\s*(?P<info>[^\n`]*)$")
 _MARKER = re.compile(r"^\s*<!--\s*docs-test:\s*(?P<value>.*?)\s*-->\s*$")
@@ -94,6 +96,9 @@ def parse(text: str, path: Path | str = "<page>") -> Page:
             end = _closing(lines, i + 1, lambda s, m=mark: s.strip().startswith(m) and not s.strip()[len(m):].strip(),
                            path, i, mark)
             body = "\n".join(s[len(indent):] if s.startswith(indent) else s.lstrip() for s in lines[i + 1:end])
+            if language in NOT_PYTHON:
+                raise DocsFormatError(f"{path}:{i + 1}: a ```{language} fence: write ```python, so the block runs "
+                                      "in the tests (or ```text / ```bash for what is not Python)")
             if language == "python":
                 block = Block(body, i + 2)
                 for value in pending:

@@ -108,3 +108,9 @@ def test_printed_output_must_match_the_shown_output():
 ])
 def test_output_wildcards(shown, printed, ok):
     assert output_matches(shown, printed) is ok
+
+
+@pytest.mark.parametrize("language", ["py", "python3", "pycon"])
+def test_python_under_another_fence_name_is_refused(language):
+    with pytest.raises(DocsFormatError, match=f"p.md:2: a ```{language} fence: write ```python"):
+        parse(f"text\n```{language}\nx = 1\n```\n", "p.md")
