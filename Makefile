@@ -55,7 +55,7 @@ bench-data: $(VENV)/.test-installed
 
 # the docs site (MkDocs Material + mkdocstrings; the reference pages are generated from the code at build time)
 docs: $(VENV)/.docs-installed
-	$(VENV)/bin/mkdocs build --strict
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 
 docs-serve: $(VENV)/.docs-installed
-	$(VENV)/bin/mkdocs serve --dev-addr 127.0.0.1:8000
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs serve --dev-addr 127.0.0.1:8000
