@@ -9,6 +9,7 @@ nothing to average (e.g. accuracy over no labelled token) is ``null``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 from collections.abc import Mapping
@@ -54,6 +55,19 @@ class MetricWindow:
         return means, int(flat[-1]), flat[-2]
 
 
+def read_metrics(path: str | Path) -> list[dict]:
+    """metrics.jsonl's records in order (``[]`` when there is no file); a torn line (a crash mid-write) is
+    left out."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    records = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        with contextlib.suppress(json.JSONDecodeError):
+            records.append(json.loads(line))
+    return records
+
+
 def truncate_metrics(path: Path, step: int) -> None:
     """Drop metric lines after ``step`` (written by the interrupted run after its checkpoint) and torn lines."""
     if not path.exists():
@@ -94,7 +108,7 @@ def plot_metrics(metrics_path: str | Path, png_path: str | Path) -> Path | None:
         print("plot_metrics: matplotlib is not installed (pip install 'bertkit[plot]'); no plot written.",
               file=sys.stderr)
         return None
-    records = [json.loads(line) for line in Path(metrics_path).read_text(encoding="utf-8").splitlines() if line]
+    records = read_metrics(metrics_path)
     score_keys = sorted({k for r in records for k in r if is_score(k)})
     panels = [("loss", ["loss"]), *([("scores", score_keys)] if score_keys else [])]
     figure = Figure(figsize=(6 * len(panels), 4), layout="constrained")

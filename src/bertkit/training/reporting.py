@@ -39,7 +39,8 @@ from pathlib import Path
 from typing import Any
 
 from bertkit.io import atomic_write_text, read_json_object
-from bertkit.training.rundir import RUN_FILE
+from bertkit.training.metrics import read_metrics
+from bertkit.training.rundir import RUN_FILE, final_name
 
 TRACKING_FILE = "tracking.json"
 TENSORBOARD_DIR = "tensorboard"
@@ -216,7 +217,7 @@ class Reporting:
             if saved is None:  # a new run on this tracker: the history it missed first
                 tracking[reporter.name] = state
                 atomic_write_text(run_dir / TRACKING_FILE, json.dumps(tracking, indent=2) + "\n")
-                for record in _records(trainer)[:-len(written) or None]:
+                for record in read_metrics(trainer.metrics_path)[:-len(written) or None]:
                     reporter.log_scalars(record_scalars(record), int(record["step"]))
 
 
@@ -225,13 +226,6 @@ def _read_tracking(run_dir: Path) -> dict[str, Any]:
     if not path.exists():
         return {}
     return read_json_object(path, "the trackers' run identities bertkit writes ({\"mlflow\": {\"run_id\": ...}})")
-
-
-def _records(trainer: Any) -> list[dict[str, Any]]:
-    """metrics.jsonl's records (a resumed run's file holds its whole history up to now)."""
-    path = Path(trainer.metrics_path)
-    lines = path.read_text(encoding="utf-8").splitlines() if path.exists() else []
-    return [json.loads(line) for line in lines if line.strip()]
 
 
 # ---------------------------------------------------------------------- one tracker each
@@ -329,10 +323,10 @@ class MLflowReporter(Reporter):
             self.run_id = saved["run_id"]
             self.client.update_run(self.run_id, status="RUNNING")
         else:
-            experiment = os.environ.get("MLFLOW_EXPERIMENT_NAME") or _run_name(run_dir)
+            experiment = os.environ.get("MLFLOW_EXPERIMENT_NAME") or final_name(run_dir)
             found = self.client.get_experiment_by_name(experiment)
             experiment_id = found.experiment_id if found is not None else self.client.create_experiment(experiment)
-            final_dir = run_dir.parent / _run_name(run_dir)  # where the run lives (once an overwrite commits)
+            final_dir = run_dir.parent / final_name(run_dir)  # where the run lives (once an overwrite commits)
             self.run_id = self.client.create_run(experiment_id, run_name=final_dir.name,
                                                  tags={"bertkit.run_dir": str(final_dir)}).info.run_id
         self.is_open = True
@@ -376,7 +370,7 @@ class TrackioReporter(Reporter):
     def open(self, run_dir, saved, resumed_at, params):
         self.trackio = self.load()
         project, name = (saved["project"], saved["name"]) if saved is not None else \
-            (_run_name(run_dir.parent) or "bertkit", _run_name(run_dir))
+            (final_name(run_dir.parent) or "bertkit", final_name(run_dir))
         # no dashboard in a notebook, no system metrics (where this trackio has those switches)
         quiet = {k: False for k in ("embed", "auto_log_cpu", "auto_log_gpu")
                  if k in inspect.signature(self.trackio.init).parameters}
@@ -402,15 +396,6 @@ def mlflow_name(name: str) -> str:
     """``name`` as MLflow takes it (letters, digits and ``_-. /``): ``ndcg@10`` -> ``ndcg_at_10``, any other
     character -> ``_``."""
     return re.sub(r"[^/\w.\- ]", "_", name.replace("@", "_at_"))
-
-
-def _run_name(path: Path) -> str:
-    """A run directory's name; an ``--overwrite`` run's staging directory (``.NAME.overwrite``, see
-    :mod:`.rundir`) is named as the directory it becomes."""
-    name = path.name
-    if name.startswith(".") and name.endswith(".overwrite"):
-        name = name[1:-len(".overwrite")]
-    return name
 
 
 #: tracker name -> its reporter (``--report-to`` choices, besides ``none``)

@@ -34,6 +34,8 @@ from bertkit.io import DirectoryInUse, atomic_write_text, lock_directory
 
 RUN_FILE = "run.json"
 LOCK_FILE = ".lock"
+#: the suffix of the hidden sibling an ``overwrite`` run is built in (:func:`staging_path`)
+STAGING_SUFFIX = ".overwrite"
 #: what marks a directory as holding a run (older runs have no run.json)
 RUN_MARKERS = (RUN_FILE, "checkpoints", "model", "metrics.jsonl")
 #: all that a run which never took a step may have written: it leaves nothing to continue or protect
@@ -85,7 +87,7 @@ class RunDirectory:
                 self.resumed = True
                 self.info = read_run_info(final)
             elif self.overwrite:
-                self._staging = final.parent / f".{final.name}.overwrite"
+                self._staging = staging_path(final)
                 shutil.rmtree(self._staging, ignore_errors=True)  # left by an overwrite that never committed
                 self._staging.mkdir(parents=True)
                 self._locks.append(_lock(self._staging))
@@ -175,6 +177,19 @@ class FollowerRun:
 
     def commit(self) -> None:
         pass
+
+
+def staging_path(final: Path) -> Path:
+    """Where an ``overwrite`` run is built before it replaces ``final``: the hidden sibling ``.NAME.overwrite``."""
+    return final.parent / f".{final.name}{STAGING_SUFFIX}"
+
+
+def final_name(path: Path) -> str:
+    """The name of the run directory ``path`` is or becomes (a staging directory's: the one it replaces)."""
+    name = path.name
+    if name.startswith(".") and name.endswith(STAGING_SUFFIX):
+        return name[1:-len(STAGING_SUFFIX)]
+    return name
 
 
 def holds_run(path: str | os.PathLike) -> bool:
