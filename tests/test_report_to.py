@@ -17,6 +17,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -164,6 +165,32 @@ def test_a_tracker_added_on_resume_gets_the_whole_history_and_overwrite_replaces
                for tag in want}
     assert_same_series(history, want)
     assert not list(tmp_path.glob(".run.overwrite*"))
+
+
+def test_a_reopened_tensorboard_run_sorts_after_its_earlier_event_file_begun_the_same_second(tmp_path):
+    """TensorBoard reads event files in name order; a name begun in the same second sorts by pid and counter as
+    strings. An earlier file whose name sorts late (here: host and pid fields past any name) must still be read
+    first: the reporter begins its file only in a later second."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    from bertkit.training.reporting import TENSORBOARD_DIR, TensorBoardReporter
+
+    log_dir = tmp_path / TENSORBOARD_DIR
+    earlier = SummaryWriter(log_dir=str(log_dir))
+    for step in (1, 2):
+        earlier.add_scalar("train/loss", float(step), step)
+    earlier.close()
+    (old,) = log_dir.iterdir()
+    late = log_dir / f"events.out.tfevents.{int(time.time()):010d}.~.~.9"
+    old.rename(late)
+    reporter = TensorBoardReporter()
+    reporter.open(tmp_path, {"log_dir": TENSORBOARD_DIR}, None, {})
+    for step in (3, 4):
+        reporter.log_scalars({"train/loss": float(step)}, step)
+    reporter.close()
+    assert sorted(p.name for p in log_dir.iterdir())[0] == late.name
+    scalars, _ = tensorboard_scalars(tmp_path)
+    assert [step for step, _ in scalars["train/loss"]] == [1, 2, 3, 4]
 
 
 def test_finetune_classify_through_the_cli_reports_its_epochs_and_results(tmp_path, capsys):

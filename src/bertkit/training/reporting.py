@@ -283,6 +283,7 @@ class TensorBoardReporter(Reporter):
             purge = 0 if log_dir.is_dir() and any(log_dir.iterdir()) else None
         else:  # continuing: events past the checkpoint (an interrupted run's) are dropped by TensorBoard
             purge = resumed_at + 1 if resumed_at else None
+        _wait_to_sort_last(log_dir)
         self.writer = tensorboard.SummaryWriter(log_dir=str(log_dir), purge_step=purge)
         self.is_open = True
         if saved is None:
@@ -303,6 +304,22 @@ class TensorBoardReporter(Reporter):
     def close(self):
         self.writer.close()
         self.is_open = False
+
+
+_EVENT_FILE = re.compile(r"events\.out\.tfevents\.(\d+)\.")
+
+
+def _wait_to_sort_last(log_dir: Path) -> None:
+    """TensorBoard reads a run's event files in name order, and a name is ``events.out.tfevents.<unix second>.
+    <host>.<pid>.<counter>``: two files begun in the same second sort by pid and counter as strings (counter
+    10 before 9), which would put a continued run's points before the ones they continue. So a new file is
+    begun only once the clock is past the second of the newest one there (a wait under a second, met only by
+    a run reopened within a second of its previous file: the move of an --overwrite run, a quick resume)."""
+    if not log_dir.is_dir():
+        return
+    seconds = [int(m.group(1)) for p in log_dir.iterdir() if (m := _EVENT_FILE.match(p.name))]
+    if seconds and (wait := max(seconds) + 1 - time.time()) > 0:
+        time.sleep(wait)
 
 
 class MLflowReporter(Reporter):
