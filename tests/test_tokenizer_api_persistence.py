@@ -298,3 +298,17 @@ def test_training_list_means_files_and_a_missing_file_is_an_error(novel_files, t
     texts = ["emma woodhouse handsome clever", "and rich with a comfortable home"] * 50
     trained = BERTTokenizerFast.train(iter(texts), vocab_size=200, min_frequency=1, show_progress=False)
     assert trained.tokenize("emma woodhouse") == ["emma", "woodhouse"]
+
+
+def test_training_progress_leaves_standard_output_to_the_caller(capfd):
+    """tokenizers' trainer ends each stage of its progress bar with a newline on standard output; those go to
+    standard error with the bars, so a CLI's output (a file, a pipe into jq) starts with its own first line."""
+    texts = ["emma woodhouse handsome clever", "and rich with a comfortable home"] * 50
+    print("before")
+    shown = BERTTokenizerFast.train(iter(texts), vocab_size=200, min_frequency=1, show_progress=True)
+    print("after")
+    out, err = capfd.readouterr()
+    assert out == "before\nafter\n"
+    assert "\n" in err
+    quiet = BERTTokenizerFast.train(iter(texts), vocab_size=200, min_frequency=1, show_progress=False)
+    assert shown.get_vocab() == quiet.get_vocab()

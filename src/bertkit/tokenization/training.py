@@ -17,8 +17,10 @@ deleted), so the chunks hold the same words as the text, at a fraction of the co
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import sys
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
@@ -90,9 +92,32 @@ def train_tokenizer(cls, files_or_iterator: Iterable[str] | Sequence[str | os.Pa
         vocab_size=vocab_size, min_frequency=min_frequency, show_progress=show_progress, special_tokens=base,
         limit_alphabet=len(characters), initial_alphabet=characters, continuing_subword_prefix=_PREFIX)
     tokenizer = backend()
-    tokenizer.train_from_iterator(iter(corpus), trainer)
+    with _stdout_to_stderr(show_progress):
+        tokenizer.train_from_iterator(iter(corpus), trainer)
     return cls(vocab=tokenizer.get_vocab(), do_lower_case=do_lower_case, strip_accents=strip_accents,
                tokenize_chinese_chars=tokenize_chinese_chars, **special, **tokenizer_kwargs)
+
+
+@contextlib.contextmanager
+def _stdout_to_stderr(active: bool) -> Iterator[None]:
+    """The trainer's progress bars end each stage with a newline printed to standard output (three blank lines
+    before a CLI's own output, in a file or a pipe it feeds); while ``active``, file descriptor 1 points at
+    standard error, where the bars are drawn. Without real descriptors (a notebook's streams) nothing moves."""
+    try:
+        out, err = sys.__stdout__.fileno(), sys.__stderr__.fileno()
+    except (AttributeError, ValueError, OSError):
+        active = False
+    if not active:
+        yield
+        return
+    sys.stdout.flush()
+    saved = os.dup(out)
+    os.dup2(err, out)
+    try:
+        yield
+    finally:
+        os.dup2(saved, out)
+        os.close(saved)
 
 
 def _base_pieces(scout: Tokenizer, corpus: _Corpus, limit_alphabet: int) -> tuple[list[str], list[str]]:
