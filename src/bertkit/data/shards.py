@@ -5,10 +5,11 @@ A data directory written by :func:`bertkit.data.create.create_pretraining_data` 
 - ``index.json``: counts, ``max_seq_length``, vocabulary size, dtypes, the creation
   settings, the tokenizer settings, the inputs and partitions, and the list of shards
   (written last: its presence means the directory is complete);
-- ``creation.json`` (the settings a creation run claimed the directory with) and one
-  ``part-NNNNN.json`` marker per finished partition;
+- ``creation.json`` (the settings a creation run claimed the directory with), one
+  ``part-NNNNN.json`` marker per tokenized partition and one ``block-NNNNN.json`` per paired
+  block (:mod:`bertkit.data.blocks`);
 - ``tokenizer/``: a copy of the tokenizer (``save_pretrained``);
-- per shard ``shard-PPPPP-KKK.<field>.npy`` (partition ``P``, its shard ``K``), in the layout
+- per shard ``shard-BBBBB-KKK.<field>.npy`` (pairing block ``B``, its shard ``K``), in the layout
   :mod:`bertkit.data.writing` describes.
 
 :class:`PretrainingDataset` maps shards with ``np.load(mmap_mode="r")`` on first use, so a
