@@ -22,21 +22,20 @@ special ids' defaults, HF's class names) that the modeling and weights code read
 :data:`FAMILIES`.
 
 This module imports nothing from torch: activations are validated by name here and
-resolved to functions in :mod:`bertkit.modeling.layers`.
+resolved to functions in :mod:`bertkit.modeling.layers`. The fields' type checks, read from their annotations,
+are the private ``bertkit._config_types``.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
 import os
-import types
-import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
+from bertkit._config_types import describe, type_problem
 from bertkit.families import _FAMILY_OF_MODEL_TYPE, FAMILIES, FAMILY_FIELDS, Family
 from bertkit.io import atomic_write_text
 
@@ -68,8 +67,6 @@ _HF_RENAMES = {"tie_word_embeddings": "tie_word_embedding"}
 
 #: Our architecture options that HF's BertModel lacks (always True in an HF config).
 _NON_HF_OPTIONS = ("embedding_layer_norm", "attention_bias")
-
-
 
 
 @dataclass
@@ -235,7 +232,7 @@ class BERTConfig:
     # ------------------------------------------------------------------ validation
     def _check_types(self) -> None:
         for f in fields(self):
-            problem = _type_problem(type(self), f.name, getattr(self, f.name))
+            problem = type_problem(type(self), f.name, getattr(self, f.name))
             if problem:
                 raise ValueError(f"BERTConfig.{f.name} {problem}.")
 
@@ -590,7 +587,7 @@ class BERTConfig:
                         "BERT's absolute position embeddings."
                     )
             elif key in known and value is not None:
-                problem = _type_problem(cls, key, value)
+                problem = type_problem(cls, key, value)
                 if problem:
                     raise ValueError(f"{given_key} {problem}.")
                 kwargs[key] = value
@@ -606,7 +603,7 @@ class BERTConfig:
             kwargs.update(_rotary_fields(cls, d, kwargs.get("num_hidden_layers", 12)))
         for hf_key, ours in (spec.hf_token_keys if spec is not None else {}).items():
             if d.get(hf_key) is not None and ours not in kwargs:
-                problem = _type_problem(cls, ours, d[hf_key])
+                problem = type_problem(cls, ours, d[hf_key])
                 if problem:
                     raise ValueError(f"{hf_key} {problem}.")
                 kwargs[ours] = d[hf_key]
@@ -653,77 +650,6 @@ def bert_architecture_name(architecture: str) -> str:
     return architecture
 
 
-# ---------------------------------------------------------------------------- type checks
-
-#: What a field annotated with each type accepts, and how an error message names it.
-#: A bool is no integer here (JSON's true is not 1) and an int is a number (0 is a fine dropout).
-_KINDS: dict[Any, tuple[str, Callable[[Any], bool]]] = {
-    bool: ("true or false", lambda v: isinstance(v, bool)),
-    int: ("an integer", lambda v: isinstance(v, int) and not isinstance(v, bool)),
-    float: ("a number", lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)),
-    str: ("a string", lambda v: isinstance(v, str)),
-    dict: ("a mapping", lambda v: isinstance(v, Mapping)),
-    Callable: ("a callable", callable),
-}
-_JSON_NAMES = {str: "string", bool: "boolean", int: "integer", float: "number", list: "list", dict: "object",
-               type(None): "null"}
-
-
-@functools.cache
-def _field_types(config_class: type) -> dict[str, tuple[Any, ...]]:
-    """Each field's accepted types, read from the class's annotations (``int | None`` -> ``(int, None)``)."""
-    hints = typing.get_type_hints(config_class)
-    return {name: tuple(typing.get_origin(t) or t for t in
-                        (typing.get_args(hint) if isinstance(hint, types.UnionType) else (hint,)))
-            for name, hint in hints.items()}
-
-
-def _type_problem(config_class: type, name: str, value: Any) -> str | None:
-    """Why ``value`` has the wrong type for field ``name`` (``"must be ..., got ..."``), or None if it fits."""
-    accepted = _field_types(config_class)[name]
-    if (value is None and type(None) in accepted) or any(_KINDS[t][1](value) for t in accepted if t in _KINDS):
-        return _id2label_problem(value) if name == "id2label" and value is not None else None
-    expected = " or ".join(_KINDS[t][0] for t in accepted if t in _KINDS)
-    if type(None) in accepted:
-        expected += " (or null/None for the default)"
-    return f"must be {expected}, got {_describe(value)}{_fix_hint(accepted, value)}"
-
-
-def _id2label_problem(mapping: Mapping) -> str | None:
-    for key in mapping:
-        if isinstance(key, bool) or not (isinstance(key, int) or (isinstance(key, str) and key.lstrip("-").isdigit())):
-            return f"must map label ids (integers) to names, got the key {key!r}"
-    return None
-
-
-def _describe(value: Any) -> str:
-    """``the string '0.1'``, ``the boolean True``, ``the list [1, 2]``..."""
-    text = repr(value)
-    text = text if len(text) <= 60 else text[:57] + "..."
-    if value is None:
-        return "None (null)"
-    kind = _JSON_NAMES.get(type(value))
-    return f"the {kind} {text}" if kind else f"{text} (a {type(value).__name__})"
-
-
-def _fix_hint(accepted: tuple[Any, ...], value: Any) -> str:
-    """How to write ``value`` so that it fits, when the intent is clear."""
-    if isinstance(value, str) and (int in accepted or float in accepted):
-        try:
-            number = float(value)
-        except ValueError:
-            return ""
-        return f"; write the number without quotes ({value.strip()})" if number == number else ""
-    if isinstance(value, float) and int in accepted and value.is_integer():
-        return f"; write it as the integer {int(value)}"
-    if bool in accepted:
-        flag = {"true": True, "false": False}.get(value.lower()) if isinstance(value, str) \
-            else bool(value) if isinstance(value, int) and value in (0, 1) else None
-        if flag is not None:
-            return f"; write {str(flag).lower()} (JSON) or {flag} (Python)"
-    return ""
-
-
 def _family_fields(d: Mapping[str, Any]) -> dict[str, Any]:
     """``family`` / ``model_type`` of a config dict (HF's ``model_type``, or bertkit's own two keys)."""
     family, model_type = d.get("family"), d.get("model_type")
@@ -754,16 +680,16 @@ def _rotary_fields(config_class: type, d: Mapping[str, Any], num_layers: Any) ->
     rope = d.get("rope_parameters")
     if rope is not None:
         if not isinstance(rope, Mapping):
-            raise ValueError(f"rope_parameters must be an object keyed by layer type, got {_describe(rope)}.")
+            raise ValueError(f"rope_parameters must be an object keyed by layer type, got {describe(rope)}.")
         for layer_type, name in zip(_LAYER_TYPES, ("global_rope_theta", "local_rope_theta"), strict=True):
             params = rope.get(layer_type) or {}
             if not isinstance(params, Mapping):
-                raise ValueError(f"rope_parameters.{layer_type} must be an object, got {_describe(params)}.")
+                raise ValueError(f"rope_parameters.{layer_type} must be an object, got {describe(params)}.")
             if params.get("rope_type", "default") != "default":
                 raise ValueError(f"rope_parameters.{layer_type}.rope_type={params['rope_type']!r} is not supported; "
                                  "bertkit implements the default rotary embeddings.")
             if params.get("rope_theta") is not None:
-                problem = _type_problem(config_class, name, params["rope_theta"])
+                problem = type_problem(config_class, name, params["rope_theta"])
                 if problem:
                     raise ValueError(f"rope_parameters.{layer_type}.rope_theta {problem}.")
                 out[name] = params["rope_theta"]
@@ -778,7 +704,7 @@ def _global_every(layer_types: Any, num_layers: Any) -> int:
     builds); ``ValueError`` otherwise."""
     if not isinstance(layer_types, list) or not all(t in _LAYER_TYPES for t in layer_types):
         raise ValueError(f"layer_types must be a list of {' / '.join(map(repr, _LAYER_TYPES))}, "
-                         f"got {_describe(layer_types)}.")
+                         f"got {describe(layer_types)}.")
     if len(layer_types) != num_layers:
         raise ValueError(f"layer_types names {len(layer_types)} layers but num_hidden_layers is {num_layers!r}.")
     n = next((i for i, t in enumerate(layer_types) if i and t == _LAYER_TYPES[0]), len(layer_types)) or 1
