@@ -35,7 +35,9 @@ LAYERS: dict[str, set[str] | str] = {
     "checks": set(),
     "devices": set(),  # torch only: the GPU behind "gpu", native bf16
     "families": set(),  # part of the config layer: the encoder families' records
-    "config": {"families"},
+    "_config_types": set(),  # part of the config layer: the fields' type checks, read from their annotations
+    "_config_hf": {"families", "_config_types"},  # part of the config layer: BERTConfig's HF config.json dialect
+    "config": {"families", "_config_types", "_config_hf"},
     "tokenization": set(),  # and no torch: test_tokenization_imports_no_torch
     "masking": set(),  # BERT's MLM corruption, a leaf so modeling and data share one implementation
     "hooks": set(),  # slots through which modeling's from_pretrained reaches weights, filled by the root
@@ -261,7 +263,7 @@ def test_no_runtime_dependency_on_reference_libraries():
 
 
 def test_config_needs_no_torch():
-    for module in ("config.py", "io.py", "presets.py", "hooks.py"):
+    for module in ("config.py", "_config_types.py", "_config_hf.py", "io.py", "presets.py", "hooks.py"):
         assert not any(name.startswith("torch") for name in _all_imports(SRC / module)), module
 
 

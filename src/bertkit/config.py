@@ -22,21 +22,22 @@ special ids' defaults, HF's class names) that the modeling and weights code read
 :data:`FAMILIES`.
 
 This module imports nothing from torch: activations are validated by name here and
-resolved to functions in :mod:`bertkit.modeling.layers`.
+resolved to functions in :mod:`bertkit.modeling.layers`. Two private modules hold the parts that read apart:
+``bertkit._config_types`` (the fields' type checks, read from their annotations) and ``bertkit._config_hf`` (the
+HF ``config.json`` dialect behind ``to_hf_dict`` / ``from_hf_dict``).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
 import os
-import types
-import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
+import bertkit._config_hf as _config_hf  # not `from bertkit import`: the package's lazy __getattr__ imports modeling
+from bertkit._config_types import type_problem
 from bertkit.families import _FAMILY_OF_MODEL_TYPE, FAMILIES, FAMILY_FIELDS, Family
 from bertkit.io import atomic_write_text
 
@@ -52,9 +53,6 @@ ACTIVATION_ALIASES = {
     "gelu_python": "gelu",
 }
 
-#: How our activation names are written into an HF config.json (HF has no "gelu_tanh").
-_HF_ACTIVATION_NAMES = {"gelu_tanh": "gelu_pytorch_tanh"}
-
 ATTN_IMPLEMENTATIONS = ("sdpa", "eager")
 
 #: ``classifier_pooling``: the sentence representation of a ``shared_head`` family's classifiers (ModernBERT) is
@@ -62,14 +60,6 @@ ATTN_IMPLEMENTATIONS = ("sdpa", "eager")
 CLASSIFIER_POOLINGS = ("cls", "mean")
 
 PROBLEM_TYPES = ("regression", "single_label_classification", "multi_label_classification")
-
-#: HF config.json keys whose name differs from ours.
-_HF_RENAMES = {"tie_word_embeddings": "tie_word_embedding"}
-
-#: Our architecture options that HF's BertModel lacks (always True in an HF config).
-_NON_HF_OPTIONS = ("embedding_layer_norm", "attention_bias")
-
-
 
 
 @dataclass
@@ -235,7 +225,7 @@ class BERTConfig:
     # ------------------------------------------------------------------ validation
     def _check_types(self) -> None:
         for f in fields(self):
-            problem = _type_problem(type(self), f.name, getattr(self, f.name))
+            problem = type_problem(type(self), f.name, getattr(self, f.name))
             if problem:
                 raise ValueError(f"BERTConfig.{f.name} {problem}.")
 
@@ -474,68 +464,7 @@ class BERTConfig:
         family's HF classes lack (``embedding_layer_norm`` or ``attention_bias`` set to False, a value of
         :attr:`Family.fixed_fields` changed, a :data:`FAMILY_FIELDS` option of another family).
         """
-        spec = self.family_spec
-        d = self.to_dict()
-        d.pop("family", None)
-        for name in _NON_HF_OPTIONS:
-            if name not in spec.hf_config_keys.values() and not d.pop(name):
-                raise ValueError(f"BERTConfig.{name}=False has no HF transformers equivalent, so this model "
-                                 "cannot be written as an HF checkpoint; save its state_dict with torch.save.")
-        d["tie_word_embeddings"] = d.pop("tie_word_embedding")
-        d["hidden_act"] = _HF_ACTIVATION_NAMES.get(d["hidden_act"], d["hidden_act"])
-        id2label = self.id2label or {i: f"LABEL_{i}" for i in range(self.num_labels)}
-        d["id2label"] = {str(k): v for k, v in id2label.items()}
-        d["label2id"] = {v: k for k, v in id2label.items()}
-        if spec.position_embeddings:
-            d["position_embedding_type"] = "absolute"
-        d["model_type"] = self.hf_model_type
-        if not spec.hf_sdpa:
-            del d["attn_implementation"]
-        for hf_key, ours in spec.hf_token_keys.items():
-            d[hf_key] = d[ours]
-        if spec.rotary:
-            d.update(self._hf_rotary_keys())
-        if architecture is not None:
-            d["architectures"] = [self.hf_architecture_name(architecture)]
-        return self._family_hf_keys(d)
-
-    def _family_hf_keys(self, d: dict[str, Any]) -> dict[str, Any]:
-        """``d`` (an HF dict under BERT's keys) with the family's own keys: see :meth:`to_hf_dict`."""
-        spec = self.family_spec
-        prefix = spec.class_prefixes[spec.model_types.index(self.hf_model_type)]
-        for name, value in spec.fixed_fields.items():
-            if getattr(self, name) != value:
-                raise ValueError(f"BERTConfig.{name}={getattr(self, name)!r}: HF's {prefix} models fix it at "
-                                 f"{value!r}, so this model cannot be written as an HF checkpoint; set it to that "
-                                 "value, or save its state_dict with torch.save.")
-            d.pop(name, None)
-        supported = set(spec.hf_config_keys.values())
-        for name, default in FAMILY_FIELDS.items():
-            if name not in supported and getattr(self, name) != default:
-                raise ValueError(f"BERTConfig.{name}={getattr(self, name)!r} has no equivalent in HF's {prefix} "
-                                 f"config, so this model cannot be written as an HF checkpoint; leave it at "
-                                 f"{default!r} or save its state_dict with torch.save.")
-        stands_for = {"embedding_size": self.embedding_width,  # what None means, for HF configs taking no null
-                      "classifier_dropout": self.hidden_dropout_prob,
-                      "classifier_activation": spec.mlm_activation or self.activation_name()}
-        for hf_key, name in spec.hf_config_keys.items():
-            if name not in d and name not in FAMILY_FIELDS and hf_key != name:
-                continue  # a second HF key for one field (DistilBERT's old tie_weights_) is only read
-            # written explicitly, at their defaults too: HF's defaults for them are not bertkit's
-            value = d.pop(name) if name in d else getattr(self, name)
-            d[hf_key] = stands_for[name] if value is None and name in stands_for else value
-            if name == "classifier_activation":
-                d[hf_key] = _HF_ACTIVATION_NAMES.get(d[hf_key], d[hf_key])
-        d.update(spec.hf_constants)
-        return d
-
-    def _hf_rotary_keys(self) -> dict[str, Any]:
-        """HF's ``rope_parameters`` and ``layer_types`` (transformers 5; the flat keys, which older versions read,
-        are written beside them)."""
-        n = self.global_attn_every_n_layers
-        return {"rope_parameters": {"full_attention": {"rope_type": "default", "rope_theta": self.global_rope_theta},
-                                    "sliding_attention": {"rope_type": "default", "rope_theta": self.local_rope_theta}},
-                "layer_types": [_LAYER_TYPES[bool(i % n)] for i in range(self.num_hidden_layers)]}
+        return _config_hf.to_hf_dict(self, architecture)
 
     @classmethod
     def from_hf_dict(cls, d: Mapping[str, Any]) -> BERTConfig:
@@ -557,60 +486,7 @@ class BERTConfig:
         is read as None (the same model).
         """
         _require_mapping("BERTConfig.from_hf_dict", d)
-        known = {f.name for f in fields(cls)} - {"model_type", "family"}
-        kwargs: dict[str, Any] = _family_fields(d)
-        family = kwargs.get("family", "bert")
-        spec = FAMILIES.get(family) if isinstance(family, str) else None  # else the constructor's error
-        own = spec if spec is not None and "family" not in d else None  # HF's spelling (bertkit's dict names a family)
-        if own is not None:
-            kwargs = {**own.hf_defaults, **kwargs}
-        renames = {**_HF_RENAMES, **(spec.hf_config_keys if spec is not None else {})}
-        # our name of a field that the family's HF config spells otherwise is no key of that config (HF ignores
-        # ModernBERT's layer_norm_eps beside its norm_eps)
-        shadowed = {ours for hf_key, ours in own.hf_config_keys.items() if hf_key != ours} if own is not None else set()
-        given_as: dict[str, str] = {}
-        for given_key, value in d.items():
-            key = renames.get(given_key, given_key)
-            if given_key in shadowed and given_key not in renames:
-                continue
-            if spec is not None and key in spec.hf_constants:
-                if value is not None and value != spec.hf_constants[key]:
-                    raise ValueError(f"{key}={value!r} is not supported; bertkit implements {spec.name}'s "
-                                     f"{key}={spec.hf_constants[key]!r}.")
-            elif key in given_as and value is not None and kwargs.get(key) != value:
-                raise ValueError(f"{given_as[key]}={kwargs[key]!r} and {given_key}={value!r} both give "
-                                 f"BERTConfig.{key}; keep one of them.")
-            elif key == "decoder_bias" and value is False:
-                raise ValueError("decoder_bias=false (an MLM decoder without a bias) is not supported: bertkit's MLM "
-                                 "head always has one.")
-            elif key == "position_embedding_type":
-                if value not in (None, "absolute"):
-                    raise ValueError(
-                        f"position_embedding_type={value!r} is not supported; bertkit implements "
-                        "BERT's absolute position embeddings."
-                    )
-            elif key in known and value is not None:
-                problem = _type_problem(cls, key, value)
-                if problem:
-                    raise ValueError(f"{given_key} {problem}.")
-                kwargs[key] = value
-                given_as[key] = given_key
-        if kwargs.get("embedding_size") is not None and kwargs["embedding_size"] == kwargs.get("hidden_size", 768):
-            del kwargs["embedding_size"]  # HF's ELECTRA always writes it; equal to hidden_size it is our None
-        id2label = kwargs.get("id2label")
-        if id2label is not None:
-            kwargs.setdefault("num_labels", len(id2label))
-            if all(str(v) == f"LABEL_{k}" for k, v in id2label.items()):
-                del kwargs["id2label"]  # HF's placeholder names carry no information
-        if own is not None and own.rotary:
-            kwargs.update(_rotary_fields(cls, d, kwargs.get("num_hidden_layers", 12)))
-        for hf_key, ours in (spec.hf_token_keys if spec is not None else {}).items():
-            if d.get(hf_key) is not None and ours not in kwargs:
-                problem = _type_problem(cls, ours, d[hf_key])
-                if problem:
-                    raise ValueError(f"{hf_key} {problem}.")
-                kwargs[ours] = d[hf_key]
-        return cls(**kwargs)
+        return _config_hf.from_hf_dict(cls, d)
 
     def to_google_dict(self) -> dict[str, Any]:
         """Google's ``bert_config.json`` (the keys its TensorFlow code reads); BERT only (``ValueError`` otherwise)."""
@@ -651,141 +527,6 @@ def bert_architecture_name(architecture: str) -> str:
                 rest = FAMILIES["bert"].causal_lm_class
             return "Bert" + rest
     return architecture
-
-
-# ---------------------------------------------------------------------------- type checks
-
-#: What a field annotated with each type accepts, and how an error message names it.
-#: A bool is no integer here (JSON's true is not 1) and an int is a number (0 is a fine dropout).
-_KINDS: dict[Any, tuple[str, Callable[[Any], bool]]] = {
-    bool: ("true or false", lambda v: isinstance(v, bool)),
-    int: ("an integer", lambda v: isinstance(v, int) and not isinstance(v, bool)),
-    float: ("a number", lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)),
-    str: ("a string", lambda v: isinstance(v, str)),
-    dict: ("a mapping", lambda v: isinstance(v, Mapping)),
-    Callable: ("a callable", callable),
-}
-_JSON_NAMES = {str: "string", bool: "boolean", int: "integer", float: "number", list: "list", dict: "object",
-               type(None): "null"}
-
-
-@functools.cache
-def _field_types(config_class: type) -> dict[str, tuple[Any, ...]]:
-    """Each field's accepted types, read from the class's annotations (``int | None`` -> ``(int, None)``)."""
-    hints = typing.get_type_hints(config_class)
-    return {name: tuple(typing.get_origin(t) or t for t in
-                        (typing.get_args(hint) if isinstance(hint, types.UnionType) else (hint,)))
-            for name, hint in hints.items()}
-
-
-def _type_problem(config_class: type, name: str, value: Any) -> str | None:
-    """Why ``value`` has the wrong type for field ``name`` (``"must be ..., got ..."``), or None if it fits."""
-    accepted = _field_types(config_class)[name]
-    if (value is None and type(None) in accepted) or any(_KINDS[t][1](value) for t in accepted if t in _KINDS):
-        return _id2label_problem(value) if name == "id2label" and value is not None else None
-    expected = " or ".join(_KINDS[t][0] for t in accepted if t in _KINDS)
-    if type(None) in accepted:
-        expected += " (or null/None for the default)"
-    return f"must be {expected}, got {_describe(value)}{_fix_hint(accepted, value)}"
-
-
-def _id2label_problem(mapping: Mapping) -> str | None:
-    for key in mapping:
-        if isinstance(key, bool) or not (isinstance(key, int) or (isinstance(key, str) and key.lstrip("-").isdigit())):
-            return f"must map label ids (integers) to names, got the key {key!r}"
-    return None
-
-
-def _describe(value: Any) -> str:
-    """``the string '0.1'``, ``the boolean True``, ``the list [1, 2]``..."""
-    text = repr(value)
-    text = text if len(text) <= 60 else text[:57] + "..."
-    if value is None:
-        return "None (null)"
-    kind = _JSON_NAMES.get(type(value))
-    return f"the {kind} {text}" if kind else f"{text} (a {type(value).__name__})"
-
-
-def _fix_hint(accepted: tuple[Any, ...], value: Any) -> str:
-    """How to write ``value`` so that it fits, when the intent is clear."""
-    if isinstance(value, str) and (int in accepted or float in accepted):
-        try:
-            number = float(value)
-        except ValueError:
-            return ""
-        return f"; write the number without quotes ({value.strip()})" if number == number else ""
-    if isinstance(value, float) and int in accepted and value.is_integer():
-        return f"; write it as the integer {int(value)}"
-    if bool in accepted:
-        flag = {"true": True, "false": False}.get(value.lower()) if isinstance(value, str) \
-            else bool(value) if isinstance(value, int) and value in (0, 1) else None
-        if flag is not None:
-            return f"; write {str(flag).lower()} (JSON) or {flag} (Python)"
-    return ""
-
-
-def _family_fields(d: Mapping[str, Any]) -> dict[str, Any]:
-    """``family`` / ``model_type`` of a config dict (HF's ``model_type``, or bertkit's own two keys)."""
-    family, model_type = d.get("family"), d.get("model_type")
-    out: dict[str, Any] = {}
-    if family is not None:
-        out["family"] = family  # checked by the constructor, with model_type against it
-    if model_type is not None:
-        if not isinstance(model_type, str) or model_type not in _FAMILY_OF_MODEL_TYPE:
-            raise ValueError(f"config model_type is {model_type!r}; bertkit loads model_type "
-                             f"{', '.join(repr(t) for t in _FAMILY_OF_MODEL_TYPE)}.")
-        out.setdefault("family", _FAMILY_OF_MODEL_TYPE[model_type])
-        if model_type != out["family"]:
-            out["model_type"] = model_type
-    return out
-
-
-#: HF's ``layer_types`` names: global attention, sliding-window attention
-_LAYER_TYPES = ("full_attention", "sliding_attention")
-
-
-def _rotary_fields(config_class: type, d: Mapping[str, Any], num_layers: Any) -> dict[str, Any]:
-    """``global_rope_theta`` / ``local_rope_theta`` / ``global_attn_every_n_layers`` from HF's ``rope_parameters``
-    and ``layer_types`` (transformers 5), which win over the flat keys older versions wrote, as in HF."""
-    out: dict[str, Any] = {}
-    if d.get("rope_scaling") is not None:
-        raise ValueError(f"rope_scaling={d['rope_scaling']!r} is not supported; bertkit implements the default "
-                         "rotary embeddings.")
-    rope = d.get("rope_parameters")
-    if rope is not None:
-        if not isinstance(rope, Mapping):
-            raise ValueError(f"rope_parameters must be an object keyed by layer type, got {_describe(rope)}.")
-        for layer_type, name in zip(_LAYER_TYPES, ("global_rope_theta", "local_rope_theta"), strict=True):
-            params = rope.get(layer_type) or {}
-            if not isinstance(params, Mapping):
-                raise ValueError(f"rope_parameters.{layer_type} must be an object, got {_describe(params)}.")
-            if params.get("rope_type", "default") != "default":
-                raise ValueError(f"rope_parameters.{layer_type}.rope_type={params['rope_type']!r} is not supported; "
-                                 "bertkit implements the default rotary embeddings.")
-            if params.get("rope_theta") is not None:
-                problem = _type_problem(config_class, name, params["rope_theta"])
-                if problem:
-                    raise ValueError(f"rope_parameters.{layer_type}.rope_theta {problem}.")
-                out[name] = params["rope_theta"]
-    layer_types = d.get("layer_types")
-    if layer_types is not None:
-        out["global_attn_every_n_layers"] = _global_every(layer_types, num_layers)
-    return out
-
-
-def _global_every(layer_types: Any, num_layers: Any) -> int:
-    """n of HF's ``layer_types`` when they are global every n layers from the first (the only pattern bertkit
-    builds); ``ValueError`` otherwise."""
-    if not isinstance(layer_types, list) or not all(t in _LAYER_TYPES for t in layer_types):
-        raise ValueError(f"layer_types must be a list of {' / '.join(map(repr, _LAYER_TYPES))}, "
-                         f"got {_describe(layer_types)}.")
-    if len(layer_types) != num_layers:
-        raise ValueError(f"layer_types names {len(layer_types)} layers but num_hidden_layers is {num_layers!r}.")
-    n = next((i for i, t in enumerate(layer_types) if i and t == _LAYER_TYPES[0]), len(layer_types)) or 1
-    if layer_types != [_LAYER_TYPES[bool(i % n)] for i in range(len(layer_types))]:
-        raise ValueError(f"layer_types {layer_types} are not global attention every n layers from the first, the "
-                         "pattern bertkit builds (global_attn_every_n_layers).")
-    return n
 
 
 def _require_mapping(where: str, d: Any) -> None:
