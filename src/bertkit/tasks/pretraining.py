@@ -7,12 +7,12 @@ does everything from text files: it holds part of the text out (whole documents,
 of sentences when there are too few), learns a WordPiece vocabulary, builds both data
 directories and pretrains. Both own their output directory and resume exactly.
 With ``init_from`` both continue pretraining a checkpoint instead (domain adaptation): any
-source :func:`bertkit.tasks.sources.load_source` reads, trained further with its own tokenizer,
-the held-out set scored before and after.
+source :func:`bertkit.tasks.sources.load_source` reads, trained further with its own tokenizer
+(loaded and checked by :mod:`bertkit.tasks.pretraining_init`), the held-out set scored before and after.
 :func:`evaluate_pretraining` scores held-out data the way Google reports it — MLM accuracy at
 all selected positions — and also at the positions actually replaced by ``[MASK]``, each beside
 the unigram baseline (always predicting the most frequent token), and NSP accuracy beside chance
-(:mod:`bertkit.tasks.pretraining_eval`, whose public names are importable from here too).
+(:mod:`bertkit.tasks.pretraining_eval`). Both modules' public names are importable from here too.
 
 Two other ways to pretrain run through the same loop, data and run directory:
 
@@ -31,11 +31,9 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-import logging
 import os
 import time
-import warnings
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -53,7 +51,7 @@ from bertkit.data.partitions import expand_inputs
 from bertkit.data.shards import INDEX_NAME, PretrainingDataset
 from bertkit.io import atomic_write_text
 from bertkit.modeling import BERTForMaskedLM, BERTForPreTraining
-from bertkit.modeling.electra import ELECTRAForPreTraining, ELECTRAForPretrainingRTD, generator_config
+from bertkit.modeling.electra import ELECTRAForPretrainingRTD, generator_config
 from bertkit.modeling.fast import GemmChoice
 from bertkit.presets import FAMILY_PRESETS, SIZES, preset_fields
 from bertkit.tasks.pretraining_eval import _evaluate, _evaluate_before, _seeded_collator
@@ -64,24 +62,32 @@ from bertkit.tasks.pretraining_eval import evaluate_replaced_token_detection as 
 from bertkit.tasks.pretraining_eval import most_frequent_token as most_frequent_token
 from bertkit.tasks.pretraining_eval import token_counts as token_counts
 from bertkit.tasks.pretraining_eval import unigram_surprisal as unigram_surprisal
+from bertkit.tasks.pretraining_init import (
+    GENERATOR_DIR,
+    MODEL_DIR,
+    _check_data_fits,
+    _check_init_source,
+    _check_positions,
+    _model_config,
+    continue_electra_from,
+    continue_from,
+    default_generator_size,
+    electra_checkpoints,
+)
 from bertkit.tasks.run_settings import follow_run
-from bertkit.tasks.sources import LoadedSource, load_source
+from bertkit.tasks.sources import LoadedSource
 from bertkit.tasks.text_data import TOKENIZER_SAMPLE_BYTES, build_text_data
 from bertkit.tokenization import BERTTokenizerFast
-from bertkit.tokenization.files import tokenizer_differences, tokenizer_fingerprint
+from bertkit.tokenization.files import tokenizer_fingerprint
 from bertkit.training import Trainer, TrainingConfig
 from bertkit.training.distributed import launched_by_torchrun
 from bertkit.training.metrics import plot_metrics
 from bertkit.training.reporting import report_final
-from bertkit.training.rundir import FollowerRun, RunDirectory, RunDirectoryError, file_fingerprint, open_run
+from bertkit.training.rundir import RunDirectory, file_fingerprint, open_run
 from bertkit.training.sampler import MixtureSampler
-from bertkit.weights.adapt import LoadWarning
 
-logger = logging.getLogger("bertkit.pretraining")
-
-MODEL_DIR = "model"
-#: where an ELECTRA run puts its generator, beside the discriminator in MODEL_DIR
-GENERATOR_DIR = "generator"
+#: the held-out scores a run writes, beside its MODEL_DIR (that and an ELECTRA run's GENERATOR_DIR:
+#: :mod:`bertkit.tasks.pretraining_init`)
 EVALUATION_FILE = "evaluation.json"
 
 #: ``objective``: masked-LM (BERT, RoBERTa) or ELECTRA's replaced-token detection with a generator
@@ -99,10 +105,6 @@ SIZE_FIELDS = ("num_hidden_layers", "hidden_size", "num_attention_heads", "inter
                "hidden_dropout_prob", "attention_probs_dropout_prob", "initializer_range")
 #: ELECTRA's masking of the batches it is fed (where the data is masked per batch): no random tokens
 ELECTRA_MASKING = {"mask_replace_prob": ELECTRAForPretrainingRTD.MASK_REPLACE_PROB, "random_replace_prob": 0.0}
-
-
-#: what a continued run keeps of a checkpoint without NSP when NSP is off: initialised, never trained or used
-_UNUSED_WITHOUT_NSP = ("cls.seq_relationship.", "bert.pooler.")
 
 
 @dataclass
@@ -286,38 +288,6 @@ def pretraining_setup(objective: str = "mlm", recipe: str = "bert", nsp: bool | 
                             spec.get("short_seq_prob"), generator_size)
 
 
-def default_generator_size(hidden_size: int) -> float:
-    """ELECTRA's generator width over the discriminator's: 1/3 for the base size (hidden 768), 1/4 otherwise
-    (Small, Large), as the paper trained them."""
-    return 1 / 3 if hidden_size == 768 else 0.25
-
-
-def continue_from(source: str | os.PathLike, *, model: Any = None, seed: int = 42, nsp: bool = False,
-                  model_overrides: dict[str, Any] | None = None) -> LoadedSource:
-    """The checkpoint ``source`` as a :class:`BERTForPreTraining` with its tokenizer, ready to pretrain further.
-
-    ``source`` is anything :func:`bertkit.tasks.sources.load_source` reads. A head the checkpoint
-    lacks is initialised (from ``seed``): a fresh MLM head for a bare encoder, a fresh NSP head and
-    pooler for an MLM-only checkpoint; each is a :class:`~bertkit.LoadWarning`, except the NSP head
-    and pooler when ``nsp`` is off (never trained nor used then: logged instead). ``model_overrides``
-    change the checkpoint's config (e.g. dropout); ``model`` must be None (``ValueError``: a size and
-    a checkpoint are alternatives).
-    """
-    if model is not None:
-        raise ValueError(f"model={model!r} (--model) and init_from={os.fspath(source)!r} (--init-from) are "
-                         "alternatives: a size trains from scratch, a checkpoint brings its own size. Pass one.")
-    torch.manual_seed(seed)  # the heads the checkpoint lacks are a function of the seed
-    init = load_source(source, BERTForPreTraining, warn=False, **(model_overrides or {}))
-    report = init.model.load_report
-    unused = [k for k in report.initialized if k.startswith(_UNUSED_WITHOUT_NSP)] if not nsp else []
-    if unused:
-        logger.info("%s has no NSP head: it gets a fresh one (unused: next-sentence prediction is off)", init.source)
-    kept = replace(report, initialized=[k for k in report.initialized if k not in unused])
-    for message in kept.adaptations(type(init.model).__name__):
-        warnings.warn(f"{init.source}: {message}", LoadWarning, stacklevel=3)
-    return init
-
-
 def _load_init(source, model, seed: int, how: PretrainingSetup, model_overrides) -> LoadedSource:
     from bertkit.tasks.sources import source_config
 
@@ -329,123 +299,6 @@ def _load_init(source, model, seed: int, how: PretrainingSetup, model_overrides)
         raise ValueError(f"{os.fspath(source)} (--init-from) is an ELECTRA checkpoint: continue it with its own "
                          "objective, objective='electra' (--objective electra).")
     return continue_from(source, model=model, seed=seed, nsp=how.nsp, model_overrides=model_overrides)
-
-
-def electra_checkpoints(source: str | os.PathLike) -> tuple[str | os.PathLike, Path | None]:
-    """Where an ELECTRA source's discriminator and generator lie: ``discriminator/`` and ``generator/`` inside it
-    (:meth:`ELECTRAForPretrainingRTD.save_pretrained`, Google's pair), a run of ``pretrain --objective electra``
-    (``model/`` and ``generator/``), or the discriminator itself (any source :func:`load_source` reads), its
-    generator the ``generator/`` beside it when it is such a pair's ``discriminator/`` or ``model/`` (else None)."""
-    path = Path(source)
-    for name in ("discriminator", MODEL_DIR):
-        if (path / name).is_dir() and (path / GENERATOR_DIR).is_dir():
-            return path / name, path / GENERATOR_DIR
-    if path.name in ("discriminator", MODEL_DIR) and (path.parent / GENERATOR_DIR).is_dir():
-        return path, path.parent / GENERATOR_DIR
-    return source, None
-
-
-def continue_electra_from(source: str | os.PathLike, *, model: Any = None, seed: int = 42,
-                          generator_size: float | None = None,
-                          model_overrides: dict[str, Any] | None = None) -> LoadedSource:
-    """An ELECTRA discriminator and generator (:func:`electra_checkpoints`) as :class:`ELECTRAForPretrainingRTD`,
-    with the discriminator's tokenizer, ready to pretrain further: a ``LoadedSource`` whose ``model`` is the pair.
-
-    Without a generator a fresh one is built (``generator_size``, default :func:`default_generator_size`) over the
-    discriminator's embeddings; with one, ``generator_size`` is a ``ValueError``. The two share embeddings when
-    theirs are equal (ELECTRA's pairs). ``ValueError`` when the discriminator is not an ELECTRA checkpoint, or
-    ``model`` is given (a size and a checkpoint are alternatives). ``model_overrides`` apply to both.
-    """
-    from bertkit.tasks.sources import source_config
-
-    if model is not None:
-        raise ValueError(f"model={model!r} (--model) and init_from={os.fspath(source)!r} (--init-from) are "
-                         "alternatives: a size trains from scratch, a checkpoint brings its own size. Pass one.")
-    discriminator_source, generator_source = electra_checkpoints(source)
-    family = source_config(discriminator_source).family
-    if family != "electra":
-        raise ValueError(f"objective='electra' (--objective electra) continues an ELECTRA discriminator, but "
-                         f"{os.fspath(discriminator_source)} (--init-from) is a {family!r} checkpoint; pretrain it "
-                         "with the masked-LM objective, or start ELECTRA from a size (--model).")
-    torch.manual_seed(seed)  # a missing head or generator is a function of the seed
-    overrides = model_overrides or {}
-    discriminator = load_source(discriminator_source, ELECTRAForPreTraining, **overrides)
-    if generator_source is None:
-        ratio = generator_size or default_generator_size(discriminator.model.config.hidden_size)
-        logger.warning("%s has no generator beside it: training a new one %.3g as wide, over its embeddings",
-                       discriminator.source, ratio)
-        pair = ELECTRAForPretrainingRTD(discriminator.model, generator_config(discriminator.model.config, ratio))
-        generator_fingerprint: dict[str, Any] = {"new": ratio}
-    else:
-        if generator_size is not None:
-            raise ValueError(f"generator_size={generator_size!r} (--generator-size) sizes a new generator, but "
-                             f"{generator_source} holds {discriminator.source}'s own; leave --generator-size out.")
-        generator = load_source(generator_source, BERTForMaskedLM, **overrides)
-        differ = tokenizer_differences(tokenizer_fingerprint(generator.tokenizer),
-                                       tokenizer_fingerprint(discriminator.tokenizer), "generator", "discriminator")
-        if differ:
-            raise ValueError(f"{generator_source}'s tokenizer is not {discriminator.source}'s: {'; '.join(differ)}.")
-        ours, theirs = discriminator.model.bert.embeddings, generator.model.bert.embeddings
-        equal = [a.shape == b.shape and torch.equal(a, b) for a, b in zip(
-            ours.state_dict().values(), theirs.state_dict().values(), strict=True)]
-        if not all(equal):
-            logger.warning("%s: the generator's embeddings differ from the discriminator's: each keeps its own",
-                           generator_source)
-        pair = ELECTRAForPretrainingRTD(discriminator.model, generator.model, share_embeddings=all(equal))
-        generator_fingerprint = generator.fingerprint
-    named = os.path.abspath(source) if os.path.exists(source) else str(source)
-    return LoadedSource(pair, discriminator.tokenizer, named, discriminator.path,
-                        {"discriminator": discriminator.fingerprint, "generator": generator_fingerprint})
-
-
-def _model_config(model: torch.nn.Module) -> BERTConfig:
-    """The config of a pretraining model: ELECTRA's pair answers with its discriminator's."""
-    return model.discriminator.config if isinstance(model, ELECTRAForPretrainingRTD) else model.config
-
-
-def _check_data_fits(init: LoadedSource, data: PretrainingData) -> None:
-    """``ValueError`` unless ``data`` was built with ``init``'s tokenizer and fits its position embeddings."""
-    for dataset in data_parts(data):
-        _check_directory_fits(init, dataset)
-
-
-def _check_directory_fits(init: LoadedSource, dataset: PretrainingDataset) -> None:
-    ours, theirs = tokenizer_fingerprint(init.tokenizer), tokenizer_fingerprint(dataset.load_tokenizer())
-    differ = tokenizer_differences(theirs, ours, "data", "checkpoint")
-    if differ:
-        raise ValueError(f"{dataset.data_dir} (--data / --eval-data) was built with another tokenizer than "
-                         f"{init.source}'s (--init-from): {'; '.join(differ)}. Build the data with the checkpoint's "
-                         "tokenizer (bertkit data create FILES --tokenizer DIR_WITH_ITS_VOCAB ...), or pass the "
-                         "text itself with --text.")
-    _check_positions(init, dataset.max_seq_length, f"{dataset.data_dir} (--data) was built with max_seq_length",
-                     "rebuild it with bertkit data create ... --max-seq-length")
-
-
-def _check_positions(init: LoadedSource, length: int, what: str, fix: str) -> None:
-    positions = _model_config(init.model).max_tokens
-    if length > positions:
-        raise ValueError(f"{what} {length}, more than the {positions} position embeddings of {init.source} "
-                         f"(--init-from): it has no positions beyond {positions}; {fix} {positions} or less.")
-
-
-def _check_init_source(run: RunDirectory | FollowerRun, init: LoadedSource | None) -> None:
-    """Record where a run starts from; a resumed run must start from the same checkpoint (same content)."""
-    stored = getattr(run, "info", {}).get("init_from") if run.resumed else None
-    if init is None:
-        if stored is not None:
-            raise RunDirectoryError(f"cannot resume {run.path}: it continues pretraining from {stored['source']}; "
-                                    f"pass --init-from {stored['source']} (Python: init_from=...) to resume it.")
-        return
-    if run.resumed and stored is None and "model" in getattr(run, "info", {}):
-        raise RunDirectoryError(f"cannot resume {run.path}: it pretrains a model from scratch, not from a "
-                                f"checkpoint; resume it without --init-from, or start a new run from {init.source} "
-                                "(another -o, or --overwrite).")
-    new = {"source": init.source, **init.fingerprint}
-    if stored is not None and {k: v for k, v in stored.items() if k != "source"} != init.fingerprint:
-        raise RunDirectoryError(f"cannot resume {run.path}: it continues pretraining from {stored['source']}, and "
-                                f"--init-from {init.source} holds other weights or another config. Resume with "
-                                f"--init-from {stored['source']}, or start a new run (another -o, or --overwrite).")
-    run.record("init_from", new)  # the same content, possibly moved: keep its current path
 
 
 def _train(run: RunDirectory, dataset: PretrainingData, *, model, init: LoadedSource | None,
