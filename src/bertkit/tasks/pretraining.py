@@ -7,11 +7,12 @@ does everything from text files: it holds part of the text out (whole documents,
 of sentences when there are too few), learns a WordPiece vocabulary, builds both data
 directories and pretrains. Both own their output directory and resume exactly.
 With ``init_from`` both continue pretraining a checkpoint instead (domain adaptation): any
-source :func:`bertkit.tasks.sources.load_source` reads, trained further with its own tokenizer,
-the held-out set scored before and after.
+source :func:`bertkit.tasks.sources.load_source` reads, trained further with its own tokenizer
+(loaded and checked by :mod:`bertkit.tasks.pretraining_init`), the held-out set scored before and after.
 :func:`evaluate_pretraining` scores held-out data the way Google reports it — MLM accuracy at
 all selected positions — and also at the positions actually replaced by ``[MASK]``, each beside
-the unigram baseline (always predicting the most frequent token), and NSP accuracy beside chance.
+the unigram baseline (always predicting the most frequent token), and NSP accuracy beside chance
+(:mod:`bertkit.tasks.pretraining_eval`). Both modules' public names are importable from here too.
 
 Two other ways to pretrain run through the same loop, data and run directory:
 
@@ -30,17 +31,13 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-import logging
 import os
 import time
-import warnings
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
-import torch.nn.functional as F
 
 from bertkit.config import BERTConfig
 from bertkit.data.mixture import (
@@ -54,28 +51,43 @@ from bertkit.data.partitions import expand_inputs
 from bertkit.data.shards import INDEX_NAME, PretrainingDataset
 from bertkit.io import atomic_write_text
 from bertkit.modeling import BERTForMaskedLM, BERTForPreTraining
-from bertkit.modeling.electra import ELECTRAForPreTraining, ELECTRAForPretrainingRTD, generator_config
+from bertkit.modeling.electra import ELECTRAForPretrainingRTD, generator_config
 from bertkit.modeling.fast import GemmChoice
 from bertkit.presets import FAMILY_PRESETS, SIZES, preset_fields
+from bertkit.tasks.pretraining_eval import _evaluate, _evaluate_before, _seeded_collator
+
+# the evaluation's public functions, re-exported: callers import them from here
+from bertkit.tasks.pretraining_eval import evaluate_pretraining as evaluate_pretraining
+from bertkit.tasks.pretraining_eval import evaluate_replaced_token_detection as evaluate_replaced_token_detection
+from bertkit.tasks.pretraining_eval import most_frequent_token as most_frequent_token
+from bertkit.tasks.pretraining_eval import token_counts as token_counts
+from bertkit.tasks.pretraining_eval import unigram_surprisal as unigram_surprisal
+from bertkit.tasks.pretraining_init import (
+    GENERATOR_DIR,
+    MODEL_DIR,
+    _check_data_fits,
+    _check_init_source,
+    _check_positions,
+    _model_config,
+    continue_electra_from,
+    continue_from,
+    default_generator_size,
+    electra_checkpoints,
+)
 from bertkit.tasks.run_settings import follow_run
-from bertkit.tasks.sources import LoadedSource, load_source
+from bertkit.tasks.sources import LoadedSource
 from bertkit.tasks.text_data import TOKENIZER_SAMPLE_BYTES, build_text_data
 from bertkit.tokenization import BERTTokenizerFast
-from bertkit.tokenization.files import tokenizer_differences, tokenizer_fingerprint
+from bertkit.tokenization.files import tokenizer_fingerprint
 from bertkit.training import Trainer, TrainingConfig
 from bertkit.training.distributed import launched_by_torchrun
-from bertkit.training.evaluation import predict_batches
 from bertkit.training.metrics import plot_metrics
 from bertkit.training.reporting import report_final
-from bertkit.training.rundir import FollowerRun, RunDirectory, RunDirectoryError, file_fingerprint, open_run
+from bertkit.training.rundir import RunDirectory, file_fingerprint, open_run
 from bertkit.training.sampler import MixtureSampler
-from bertkit.weights.adapt import LoadWarning
 
-logger = logging.getLogger("bertkit.pretraining")
-
-MODEL_DIR = "model"
-#: where an ELECTRA run puts its generator, beside the discriminator in MODEL_DIR
-GENERATOR_DIR = "generator"
+#: the held-out scores a run writes, beside its MODEL_DIR (that and an ELECTRA run's GENERATOR_DIR:
+#: :mod:`bertkit.tasks.pretraining_init`)
 EVALUATION_FILE = "evaluation.json"
 
 #: ``objective``: masked-LM (BERT, RoBERTa) or ELECTRA's replaced-token detection with a generator
@@ -93,10 +105,6 @@ SIZE_FIELDS = ("num_hidden_layers", "hidden_size", "num_attention_heads", "inter
                "hidden_dropout_prob", "attention_probs_dropout_prob", "initializer_range")
 #: ELECTRA's masking of the batches it is fed (where the data is masked per batch): no random tokens
 ELECTRA_MASKING = {"mask_replace_prob": ELECTRAForPretrainingRTD.MASK_REPLACE_PROB, "random_replace_prob": 0.0}
-
-
-#: what a continued run keeps of a checkpoint without NSP when NSP is off: initialised, never trained or used
-_UNUSED_WITHOUT_NSP = ("cls.seq_relationship.", "bert.pooler.")
 
 
 @dataclass
@@ -280,38 +288,6 @@ def pretraining_setup(objective: str = "mlm", recipe: str = "bert", nsp: bool | 
                             spec.get("short_seq_prob"), generator_size)
 
 
-def default_generator_size(hidden_size: int) -> float:
-    """ELECTRA's generator width over the discriminator's: 1/3 for the base size (hidden 768), 1/4 otherwise
-    (Small, Large), as the paper trained them."""
-    return 1 / 3 if hidden_size == 768 else 0.25
-
-
-def continue_from(source: str | os.PathLike, *, model: Any = None, seed: int = 42, nsp: bool = False,
-                  model_overrides: dict[str, Any] | None = None) -> LoadedSource:
-    """The checkpoint ``source`` as a :class:`BERTForPreTraining` with its tokenizer, ready to pretrain further.
-
-    ``source`` is anything :func:`bertkit.tasks.sources.load_source` reads. A head the checkpoint
-    lacks is initialised (from ``seed``): a fresh MLM head for a bare encoder, a fresh NSP head and
-    pooler for an MLM-only checkpoint; each is a :class:`~bertkit.LoadWarning`, except the NSP head
-    and pooler when ``nsp`` is off (never trained nor used then: logged instead). ``model_overrides``
-    change the checkpoint's config (e.g. dropout); ``model`` must be None (``ValueError``: a size and
-    a checkpoint are alternatives).
-    """
-    if model is not None:
-        raise ValueError(f"model={model!r} (--model) and init_from={os.fspath(source)!r} (--init-from) are "
-                         "alternatives: a size trains from scratch, a checkpoint brings its own size. Pass one.")
-    torch.manual_seed(seed)  # the heads the checkpoint lacks are a function of the seed
-    init = load_source(source, BERTForPreTraining, warn=False, **(model_overrides or {}))
-    report = init.model.load_report
-    unused = [k for k in report.initialized if k.startswith(_UNUSED_WITHOUT_NSP)] if not nsp else []
-    if unused:
-        logger.info("%s has no NSP head: it gets a fresh one (unused: next-sentence prediction is off)", init.source)
-    kept = replace(report, initialized=[k for k in report.initialized if k not in unused])
-    for message in kept.adaptations(type(init.model).__name__):
-        warnings.warn(f"{init.source}: {message}", LoadWarning, stacklevel=3)
-    return init
-
-
 def _load_init(source, model, seed: int, how: PretrainingSetup, model_overrides) -> LoadedSource:
     from bertkit.tasks.sources import source_config
 
@@ -323,123 +299,6 @@ def _load_init(source, model, seed: int, how: PretrainingSetup, model_overrides)
         raise ValueError(f"{os.fspath(source)} (--init-from) is an ELECTRA checkpoint: continue it with its own "
                          "objective, objective='electra' (--objective electra).")
     return continue_from(source, model=model, seed=seed, nsp=how.nsp, model_overrides=model_overrides)
-
-
-def electra_checkpoints(source: str | os.PathLike) -> tuple[str | os.PathLike, Path | None]:
-    """Where an ELECTRA source's discriminator and generator lie: ``discriminator/`` and ``generator/`` inside it
-    (:meth:`ELECTRAForPretrainingRTD.save_pretrained`, Google's pair), a run of ``pretrain --objective electra``
-    (``model/`` and ``generator/``), or the discriminator itself (any source :func:`load_source` reads), its
-    generator the ``generator/`` beside it when it is such a pair's ``discriminator/`` or ``model/`` (else None)."""
-    path = Path(source)
-    for name in ("discriminator", MODEL_DIR):
-        if (path / name).is_dir() and (path / GENERATOR_DIR).is_dir():
-            return path / name, path / GENERATOR_DIR
-    if path.name in ("discriminator", MODEL_DIR) and (path.parent / GENERATOR_DIR).is_dir():
-        return path, path.parent / GENERATOR_DIR
-    return source, None
-
-
-def continue_electra_from(source: str | os.PathLike, *, model: Any = None, seed: int = 42,
-                          generator_size: float | None = None,
-                          model_overrides: dict[str, Any] | None = None) -> LoadedSource:
-    """An ELECTRA discriminator and generator (:func:`electra_checkpoints`) as :class:`ELECTRAForPretrainingRTD`,
-    with the discriminator's tokenizer, ready to pretrain further: a ``LoadedSource`` whose ``model`` is the pair.
-
-    Without a generator a fresh one is built (``generator_size``, default :func:`default_generator_size`) over the
-    discriminator's embeddings; with one, ``generator_size`` is a ``ValueError``. The two share embeddings when
-    theirs are equal (ELECTRA's pairs). ``ValueError`` when the discriminator is not an ELECTRA checkpoint, or
-    ``model`` is given (a size and a checkpoint are alternatives). ``model_overrides`` apply to both.
-    """
-    from bertkit.tasks.sources import source_config
-
-    if model is not None:
-        raise ValueError(f"model={model!r} (--model) and init_from={os.fspath(source)!r} (--init-from) are "
-                         "alternatives: a size trains from scratch, a checkpoint brings its own size. Pass one.")
-    discriminator_source, generator_source = electra_checkpoints(source)
-    family = source_config(discriminator_source).family
-    if family != "electra":
-        raise ValueError(f"objective='electra' (--objective electra) continues an ELECTRA discriminator, but "
-                         f"{os.fspath(discriminator_source)} (--init-from) is a {family!r} checkpoint; pretrain it "
-                         "with the masked-LM objective, or start ELECTRA from a size (--model).")
-    torch.manual_seed(seed)  # a missing head or generator is a function of the seed
-    overrides = model_overrides or {}
-    discriminator = load_source(discriminator_source, ELECTRAForPreTraining, **overrides)
-    if generator_source is None:
-        ratio = generator_size or default_generator_size(discriminator.model.config.hidden_size)
-        logger.warning("%s has no generator beside it: training a new one %.3g as wide, over its embeddings",
-                       discriminator.source, ratio)
-        pair = ELECTRAForPretrainingRTD(discriminator.model, generator_config(discriminator.model.config, ratio))
-        generator_fingerprint: dict[str, Any] = {"new": ratio}
-    else:
-        if generator_size is not None:
-            raise ValueError(f"generator_size={generator_size!r} (--generator-size) sizes a new generator, but "
-                             f"{generator_source} holds {discriminator.source}'s own; leave --generator-size out.")
-        generator = load_source(generator_source, BERTForMaskedLM, **overrides)
-        differ = tokenizer_differences(tokenizer_fingerprint(generator.tokenizer),
-                                       tokenizer_fingerprint(discriminator.tokenizer), "generator", "discriminator")
-        if differ:
-            raise ValueError(f"{generator_source}'s tokenizer is not {discriminator.source}'s: {'; '.join(differ)}.")
-        ours, theirs = discriminator.model.bert.embeddings, generator.model.bert.embeddings
-        equal = [a.shape == b.shape and torch.equal(a, b) for a, b in zip(
-            ours.state_dict().values(), theirs.state_dict().values(), strict=True)]
-        if not all(equal):
-            logger.warning("%s: the generator's embeddings differ from the discriminator's: each keeps its own",
-                           generator_source)
-        pair = ELECTRAForPretrainingRTD(discriminator.model, generator.model, share_embeddings=all(equal))
-        generator_fingerprint = generator.fingerprint
-    named = os.path.abspath(source) if os.path.exists(source) else str(source)
-    return LoadedSource(pair, discriminator.tokenizer, named, discriminator.path,
-                        {"discriminator": discriminator.fingerprint, "generator": generator_fingerprint})
-
-
-def _model_config(model: torch.nn.Module) -> BERTConfig:
-    """The config of a pretraining model: ELECTRA's pair answers with its discriminator's."""
-    return model.discriminator.config if isinstance(model, ELECTRAForPretrainingRTD) else model.config
-
-
-def _check_data_fits(init: LoadedSource, data: PretrainingData) -> None:
-    """``ValueError`` unless ``data`` was built with ``init``'s tokenizer and fits its position embeddings."""
-    for dataset in data_parts(data):
-        _check_directory_fits(init, dataset)
-
-
-def _check_directory_fits(init: LoadedSource, dataset: PretrainingDataset) -> None:
-    ours, theirs = tokenizer_fingerprint(init.tokenizer), tokenizer_fingerprint(dataset.load_tokenizer())
-    differ = tokenizer_differences(theirs, ours, "data", "checkpoint")
-    if differ:
-        raise ValueError(f"{dataset.data_dir} (--data / --eval-data) was built with another tokenizer than "
-                         f"{init.source}'s (--init-from): {'; '.join(differ)}. Build the data with the checkpoint's "
-                         "tokenizer (bertkit data create FILES --tokenizer DIR_WITH_ITS_VOCAB ...), or pass the "
-                         "text itself with --text.")
-    _check_positions(init, dataset.max_seq_length, f"{dataset.data_dir} (--data) was built with max_seq_length",
-                     "rebuild it with bertkit data create ... --max-seq-length")
-
-
-def _check_positions(init: LoadedSource, length: int, what: str, fix: str) -> None:
-    positions = _model_config(init.model).max_tokens
-    if length > positions:
-        raise ValueError(f"{what} {length}, more than the {positions} position embeddings of {init.source} "
-                         f"(--init-from): it has no positions beyond {positions}; {fix} {positions} or less.")
-
-
-def _check_init_source(run: RunDirectory | FollowerRun, init: LoadedSource | None) -> None:
-    """Record where a run starts from; a resumed run must start from the same checkpoint (same content)."""
-    stored = getattr(run, "info", {}).get("init_from") if run.resumed else None
-    if init is None:
-        if stored is not None:
-            raise RunDirectoryError(f"cannot resume {run.path}: it continues pretraining from {stored['source']}; "
-                                    f"pass --init-from {stored['source']} (Python: init_from=...) to resume it.")
-        return
-    if run.resumed and stored is None and "model" in getattr(run, "info", {}):
-        raise RunDirectoryError(f"cannot resume {run.path}: it pretrains a model from scratch, not from a "
-                                f"checkpoint; resume it without --init-from, or start a new run from {init.source} "
-                                "(another -o, or --overwrite).")
-    new = {"source": init.source, **init.fingerprint}
-    if stored is not None and {k: v for k, v in stored.items() if k != "source"} != init.fingerprint:
-        raise RunDirectoryError(f"cannot resume {run.path}: it continues pretraining from {stored['source']}, and "
-                                f"--init-from {init.source} holds other weights or another config. Resume with "
-                                f"--init-from {stored['source']}, or start a new run (another -o, or --overwrite).")
-    run.record("init_from", new)  # the same content, possibly moved: keep its current path
 
 
 def _train(run: RunDirectory, dataset: PretrainingData, *, model, init: LoadedSource | None,
@@ -532,35 +391,6 @@ def _train(run: RunDirectory, dataset: PretrainingData, *, model, init: LoadedSo
     return result
 
 
-def _evaluate(net: torch.nn.Module, eval_dataset: PretrainingDataset, dataset: PretrainingData,
-              device: torch.device, seed: int, nsp: bool, electra_masking: dict[str, Any] | None) -> dict[str, Any]:
-    """Held-out scores of a pretraining model: :func:`evaluate_pretraining`; for ELECTRA's pair its generator's,
-    beside :func:`evaluate_replaced_token_detection` of the pair (masked as it trained)."""
-    if not isinstance(net, ELECTRAForPretrainingRTD):
-        return evaluate_pretraining(net, eval_dataset, frequencies_from=dataset, device=device, seed=seed, nsp=nsp)
-    generator = evaluate_pretraining(net.generator, eval_dataset, frequencies_from=dataset, device=device, seed=seed,
-                                     nsp=False)
-    return {**generator, **evaluate_replaced_token_detection(net, eval_dataset, device=device, seed=seed,
-                                                             masking=electra_masking)}
-
-
-def _evaluate_before(run: RunDirectory, evaluate) -> dict[str, Any]:
-    """The loaded checkpoint's held-out scores, measured once per run (a resumed run keeps the first run's)."""
-    stored = run.info.get("evaluation_before") if run.resumed else None
-    if stored is not None:
-        return stored
-    before = evaluate()
-    logger.info("held-out [MASK] accuracy before training: %s (unigram %s)",
-                _percent(before["mlm_accuracy_masked"]), _percent(before["unigram_accuracy_masked"]))
-    run.record("evaluation_before", before)
-    run.save()
-    return before
-
-
-def _percent(value: float) -> str:
-    return f"{100 * value:.1f}%"
-
-
 def check_enough_data(dataset: PretrainingData, training: TrainingConfig) -> None:
     """``ValueError`` saying how much more text is needed when ``dataset`` cannot fill one optimizer step."""
     have, need = len(dataset), training.batch_size
@@ -592,162 +422,6 @@ def data_fingerprint(dataset: PretrainingData) -> dict[str, Any]:
     index = {k: v for k, v in dataset.index.items() if k != "tokenizer"}
     return {"num_instances": len(dataset),
             "index_sha256": hashlib.sha256(json.dumps(index, sort_keys=True).encode()).hexdigest()}
-
-
-@torch.no_grad()
-def evaluate_pretraining(model: BERTForPreTraining | BERTForMaskedLM, dataset: PretrainingDataset, *,
-                         frequencies_from: PretrainingData | None = None, batch_size: int = 64,
-                         device: torch.device | str = "cpu", seed: int = 0, nsp: bool = True) -> dict[str, Any]:
-    """Held-out MLM and NSP accuracy beside their baselines (masks drawn with ``seed``, reproducible).
-
-    ``mlm_accuracy_selected`` is Google's metric (every position chosen for prediction);
-    ``mlm_accuracy_masked`` counts only positions replaced by ``[MASK]``. The unigram baseline
-    predicts the most frequent non-special token of ``frequencies_from`` (default: ``dataset``)
-    at the same positions; NSP's baseline is the majority label's share (NSP is left out of
-    the result with ``nsp=False``, for a model trained without it: a :class:`~bertkit.BERTForMaskedLM` needs it).
-    ``mlm_loss_masked`` / ``mlm_loss_selected`` are the mean cross-entropy (nats) at those positions, beside
-    ``unigram_loss_*``, the add-one smoothed unigram model's (:func:`unigram_surprisal`): every position
-    counts there, so the loss tells learning from chance on far fewer positions than the accuracy does.
-    """
-    tokenizer = dataset.load_tokenizer()
-    frequencies = token_counts(frequencies_from or dataset, tokenizer.all_special_ids)
-    unigram = int(frequencies.argmax())
-    unigram_nats = unigram_surprisal(frequencies)
-    collator = _seeded_collator(dataset, seed, **({} if model.config.type_vocab_size > 1 else {"token_types": False}))
-    counts = dict.fromkeys(("selected", "selected_hits", "selected_unigram", "masked", "masked_hits",
-                            "masked_unigram", "nsp", "nsp_hits", "nsp_ones"), 0)
-    nats = dict.fromkeys(("selected", "masked", "selected_unigram", "masked_unigram"), 0.0)
-
-    def predictions(model: BERTForPreTraining, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...]:
-        seq, pooled = model.bert(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
-        labelled = batch["mlm_labels"] != -100
-        scores = model.cls.predictions(seq[labelled]).float()
-        surprisal = F.cross_entropy(scores, batch["mlm_labels"][labelled], reduction="none")
-        nsp_predicted = model.cls.seq_relationship(pooled).argmax(-1) if nsp else labelled.new_zeros(0)
-        return scores.argmax(-1), surprisal, nsp_predicted
-
-    model.to(device)
-    for batch, (predicted, surprisal, nsp_predicted) in predict_batches(model, dataset, collate_fn=collator,
-                                                                        batch_size=batch_size, forward=predictions):
-        selected = batch["mlm_labels"] != -100
-        targets = batch["mlm_labels"][selected]
-        was_mask = batch["input_ids"][selected] == tokenizer.mask_token_id
-        counts["selected"] += int(targets.numel())
-        counts["selected_hits"] += int((predicted == targets).sum())
-        counts["selected_unigram"] += int((targets == unigram).sum())
-        counts["masked"] += int(was_mask.sum())
-        counts["masked_hits"] += int((predicted == targets)[was_mask].sum())
-        counts["masked_unigram"] += int((targets == unigram)[was_mask].sum())
-        baseline = unigram_nats[targets]
-        nats["selected"] += float(surprisal.double().sum())
-        nats["masked"] += float(surprisal[was_mask].double().sum())
-        nats["selected_unigram"] += float(baseline.sum())
-        nats["masked_unigram"] += float(baseline[was_mask].sum())
-        nsp_labels = batch["nsp_labels"] if nsp else nsp_predicted
-        counts["nsp"] += int(nsp_labels.numel())
-        counts["nsp_hits"] += int((nsp_predicted == nsp_labels).sum())
-        counts["nsp_ones"] += int(nsp_labels.sum())
-
-    def ratio(a: str, b: str) -> float:
-        return counts[a] / counts[b] if counts[b] else float("nan")
-
-    ones = ratio("nsp_ones", "nsp")
-    result = {
-        "mlm_accuracy_masked": ratio("masked_hits", "masked"),
-        "unigram_accuracy_masked": ratio("masked_unigram", "masked"),
-        "mlm_accuracy_selected": ratio("selected_hits", "selected"),
-        "unigram_accuracy_selected": ratio("selected_unigram", "selected"),
-        "mlm_loss_masked": nats["masked"] / counts["masked"] if counts["masked"] else float("nan"),
-        "unigram_loss_masked": nats["masked_unigram"] / counts["masked"] if counts["masked"] else float("nan"),
-        "mlm_loss_selected": nats["selected"] / counts["selected"] if counts["selected"] else float("nan"),
-        "unigram_loss_selected": (nats["selected_unigram"] / counts["selected"] if counts["selected"]
-                                  else float("nan")),
-        "nsp_accuracy": ratio("nsp_hits", "nsp"),
-        "nsp_chance": max(ones, 1 - ones),
-        "masked_positions": counts["masked"],
-        "selected_positions": counts["selected"],
-        "nsp_examples": counts["nsp"],
-        "unigram_token": tokenizer.convert_ids_to_tokens(unigram),
-    }
-    if not nsp:
-        for key in ("nsp_accuracy", "nsp_chance", "nsp_examples"):
-            del result[key]
-    return result
-
-
-def _seeded_collator(dataset: PretrainingDataset, seed: int, nsp: bool = True, **options: Any):
-    """A collator whose masks depend only on ``seed`` (evaluation is then reproducible); ``options`` are the
-    collator's (``token_types``, masking)."""
-    return dataset.collator(generator=torch.Generator().manual_seed(seed), nsp=nsp, **options)
-
-
-@torch.no_grad()
-def evaluate_replaced_token_detection(model: ELECTRAForPretrainingRTD, dataset: PretrainingDataset, *,
-                                      batch_size: int = 64, device: torch.device | str = "cpu", seed: int = 0,
-                                      masking: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Held-out scores of ELECTRA's discriminator on the generator's replacements (masks and samples drawn from
-    ``seed``: reproducible; ``masking``: the collator's, e.g. :data:`ELECTRA_MASKING`).
-
-    ``discriminator_accuracy`` over every real token, beside ``all_original_accuracy`` (calling every token
-    original, the baseline), and separately on the ``replaced`` and the ``original`` tokens; ``replaced_share``:
-    of the masked tokens, those the generator's sample changed; ``replaced_tokens`` / ``real_tokens``: counts.
-    """
-    model.to(device)
-    collator = _seeded_collator(dataset, seed, nsp=False, **(masking or {}))
-    samples = torch.Generator(device=torch.device(device)).manual_seed(seed)
-    counts = dict.fromkeys(("real", "replaced", "masked", "hits", "replaced_hits", "original_hits"), 0)
-
-    def forward(model: ELECTRAForPretrainingRTD, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...]:
-        out = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], batch["mlm_labels"],
-                    generator=samples)
-        return out.discriminator_logits > 0, out.replaced.bool()
-
-    for batch, (said_replaced, replaced) in predict_batches(model, dataset, collate_fn=collator,
-                                                            batch_size=batch_size, forward=forward):
-        real = batch["attention_mask"].bool()
-        right = (said_replaced == replaced) & real
-        counts["real"] += int(real.sum())
-        counts["replaced"] += int((replaced & real).sum())
-        counts["masked"] += int((batch["mlm_labels"] != -100).sum())
-        counts["hits"] += int(right.sum())
-        counts["replaced_hits"] += int((right & replaced).sum())
-        counts["original_hits"] += int((right & ~replaced).sum())
-
-    def ratio(a: int, b: int) -> float:
-        return a / b if b else float("nan")
-
-    original = counts["real"] - counts["replaced"]
-    return {
-        "discriminator_accuracy": ratio(counts["hits"], counts["real"]),
-        "all_original_accuracy": ratio(original, counts["real"]),
-        "discriminator_accuracy_replaced": ratio(counts["replaced_hits"], counts["replaced"]),
-        "discriminator_accuracy_original": ratio(counts["original_hits"], original),
-        "replaced_share": ratio(counts["replaced"], counts["masked"]),
-        "replaced_tokens": counts["replaced"],
-        "real_tokens": counts["real"],
-    }
-
-
-def token_counts(dataset: PretrainingData, exclude: list[int]) -> torch.Tensor:
-    """How often each token id occurs in ``dataset``'s shards (int64 ``[vocab_size]``); ``exclude`` (the special
-    tokens) count 0."""
-    counts = np.zeros(dataset.load_tokenizer().vocab_size, dtype=np.int64)
-    for tokens in dataset.token_arrays():
-        counts += np.bincount(np.asarray(tokens, dtype=np.int64), minlength=len(counts))[:len(counts)]
-    counts[exclude] = 0
-    return torch.from_numpy(counts)
-
-
-def unigram_surprisal(counts: torch.Tensor) -> torch.Tensor:
-    """``-log p(token)`` in nats (float64 ``[vocab_size]``) of the add-one smoothed unigram model of ``counts``:
-    what a model that ignores the context scores at best, on average, on text like the one counted."""
-    counts = counts.double() + 1.0
-    return counts.sum().log() - counts.log()
-
-
-def most_frequent_token(dataset: PretrainingData, exclude: list[int]) -> int:
-    """The most frequent token id in ``dataset``'s shards, special tokens excluded."""
-    return int(token_counts(dataset, exclude).argmax())
 
 
 def pretrain_from_text(files: list[str | os.PathLike] | str | os.PathLike, output_dir: str | os.PathLike, *,
