@@ -7,11 +7,14 @@ The numbers are the script's to print; what is asserted is that it ran: exit 0, 
 
 from __future__ import annotations
 
+import functools
 import importlib.util
+import re
 import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from conftest import run_guarded
 
@@ -47,8 +50,9 @@ def smoke(tmp_path: Path, *only: str) -> str:
     return report
 
 
-def test_the_sections_are_the_modules_and_the_docstrings():
+def test_the_sections_are_the_modules_and_the_docstrings(monkeypatch):
     """Importing the entry point imports every section's module; each section is named in the script's docstring."""
+    monkeypatch.setattr(sys, "path", list(sys.path))  # the script puts benchmarks/ first: not for the later tests
     spec = importlib.util.spec_from_file_location("cuda_check_script", SCRIPT)
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
@@ -58,6 +62,17 @@ def test_the_sections_are_the_modules_and_the_docstrings():
         assert function.__module__.startswith("cuda_checks."), name
     args = script.parse_args(["--device", "cpu"])
     assert (args.smoke, args.quick, args.rounds, args.iters) == (True, True, 1, 1)
+
+
+def test_the_cuda_only_names_exist_in_torch():
+    """What the smoke run cannot reach (CUDA's branches) still names real functions: every ``torch.cuda.X``,
+    ``torch.backends.cuda.X`` and ``torch.backends.cudnn.X`` the script's files mention resolves (on the CPU build)."""
+    files = [SCRIPT, *sorted((SCRIPT.parent / "cuda_checks").glob("*.py"))]
+    pattern = r"\btorch\.(?:cuda|backends\.cuda|backends\.cudnn)(?:\.\w+)+"
+    names = {name for f in files for name in re.findall(pattern, f.read_text())}
+    assert "torch.cuda.synchronize" in names and "torch.cuda.nccl.version" in names
+    for name in names:
+        functools.reduce(getattr, name.split(".")[1:], torch)  # AttributeError names the typo
 
 
 def test_smoke_run_of_the_cheapest_section(tmp_path):
