@@ -54,6 +54,7 @@ The sections are the modules of ``benchmarks/cuda_checks/``.
 Needs transformers (the test extra). Exits with status 2 and a message where CUDA is absent (unless
 ``--device cpu`` or ``--allow-cpu``), 1 where a section failed.
 """
+
 from __future__ import annotations
 
 import argparse
