@@ -51,7 +51,8 @@ TARGETS = {"embeddings x ST fp32": 4.0, "embeddings x ST bf16": 1.2, "pretrainin
 # ---------------------------------------------------------------------------- the machine
 def machine(rounds: int, peaks: dict[str, float] | None = None) -> dict:
     """The CPU, its flags and GEMM rates (``peaks``: those already measured in this run; None: measured now)."""
-    from run import gemm_peaks, markdown
+    from run import markdown
+    from timing import gemm_peaks
 
     from bertkit.devices import native_bf16
 
@@ -179,7 +180,8 @@ PRETRAIN_VARIANTS = ("HF fp32 + AdamW", "HF bf16 autocast + AdamW", "bertkit fp3
 def pretraining(cfg: dict, batch: int, length: int, rounds: int, workdir: Path) -> tuple[list[dict], dict]:
     import copy
 
-    from run import _training_models, interleaved, make_step, markdown, mlm_batch
+    from run import _training_models, make_step, markdown, mlm_batch
+    from timing import interleaved
 
     hf, ours = _training_models("pretraining", cfg, workdir)
     models = {"HF fp32 + AdamW": hf, "HF bf16 autocast + AdamW": copy.deepcopy(hf), "bertkit fp32": ours,
