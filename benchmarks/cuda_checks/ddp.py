@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import torch
+
 from cuda_checks.common import QUICK_PRETRAIN, SMALL_PRETRAIN, skip, table
 from cuda_checks.training import pretraining_model, synthetic_pretraining, train_once
 

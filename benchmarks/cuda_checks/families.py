@@ -11,8 +11,9 @@ from functools import partial
 from pathlib import Path
 
 import torch
-from cuda_checks.common import DTYPES, hf_last_hidden, padded_inputs, record, run_ours, sdpa_ops, sync, table
 from timing import interleaved
+
+from cuda_checks.common import DTYPES, hf_last_hidden, padded_inputs, record, run_ours, sdpa_ops, sync, table
 
 #: the families bertkit reads besides BERT, each as HF's masked-LM class at tiny odd sizes (hidden 36, 3 heads x 12,
 #: inner 52, vocab 99), dropout 0.1 (off in eval mode); rows of ``length`` tokens (MPNet: 140, so every relative

@@ -7,6 +7,8 @@ from functools import partial
 from pathlib import Path
 
 import torch
+from timing import interleaved
+
 from cuda_checks.common import (
     BASE,
     DTYPES,
@@ -18,7 +20,6 @@ from cuda_checks.common import (
     sync,
     table,
 )
-from timing import interleaved
 
 
 def plain_path(model, ids, mask, types):

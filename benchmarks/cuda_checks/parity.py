@@ -9,6 +9,7 @@ from functools import partial
 from pathlib import Path
 
 import torch
+
 from cuda_checks.common import (
     BASE,
     DTYPES,

@@ -13,6 +13,7 @@ import traceback
 from pathlib import Path
 
 import torch
+
 from cuda_checks.common import record, table
 
 #: bertkit's CLI in a fresh process; ``deterministic`` first: torch.use_deterministic_algorithms(True) (bertkit has no

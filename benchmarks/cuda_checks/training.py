@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import torch
+
 from cuda_checks.common import QUICK_PRETRAIN, SMALL_PRETRAIN, SPECIAL, sync, table
 
 
