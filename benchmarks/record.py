@@ -141,8 +141,10 @@ def cell(v) -> str:
     return str(v).replace("|", "\\|")
 
 
-def markdown(rows: list[dict], columns: Sequence[str]) -> str:
-    """``rows`` as a Markdown table of ``columns`` (a row without a column shows —)."""
+def markdown(rows: list[dict], columns: Sequence[str] | None = None) -> str:
+    """``rows`` as a Markdown table of ``columns`` (default: every row's keys, in order of first appearance; a row
+    without a column shows —)."""
+    columns = list(columns or dict.fromkeys(k for r in rows for k in r))
     lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     lines += ["| " + " | ".join(cell(r.get(c)) for c in columns) + " |" for r in rows]
     return "\n".join(lines)

@@ -79,21 +79,27 @@ def forward_flops(cfg: dict, tokens: int, lengths: list[int]) -> float:
     return layers * (dense + attention)
 
 
-
 # ---------------------------------------------------------------------------- encoder variants on random batches
 #: BERT's inputs, in the order of its forward (and of the ONNX graphs exported from HF's model)
 BERT_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
 
+def spread_mask(batch: int, length: int, real: float, minimum: int = 1) -> torch.Tensor:
+    """A ``[batch, length]`` padding mask whose rows hold ``real`` of the tokens on average: lengths spread evenly
+    from ``2 * real - 1`` to all of ``length`` (one row: ``real`` of it), each at least ``minimum``."""
+    if real >= 1.0:
+        return torch.ones(batch, length, dtype=torch.long)
+    share = torch.linspace(2 * real - 1, 1.0, batch) if batch > 1 else torch.tensor([real])
+    lengths = share.mul(length).round().long().clamp(min=minimum, max=length)
+    return (torch.arange(length)[None] < lengths[:, None]).long()
+
+
 def make_batch(batch: int, length: int, real: float, vocab: int, seed: int = 0, pad_id: int | None = None):
-    """Random ids, a padding mask with ``real`` of the tokens real (rows of spread lengths), zero token types.
+    """Random ids, a padding mask with ``real`` of the tokens real (:func:`spread_mask`), zero token types.
     ``pad_id``: the id at padded positions (None: random ids there too)."""
     g = torch.Generator().manual_seed(seed)
     ids = torch.randint(1000, vocab, (batch, length), generator=g)
-    mask = torch.ones_like(ids)
-    if real < 1.0:
-        lengths = torch.linspace(2 * real - 1, 1.0, batch).mul(length).round().long().clamp(min=1, max=length)
-        mask = (torch.arange(length)[None] < lengths[:, None]).long()
+    mask = spread_mask(batch, length, real)
     if pad_id is not None:
         ids = ids.masked_fill(mask == 0, pad_id)
     return ids, mask, torch.zeros_like(ids)
@@ -107,8 +113,6 @@ def model_inputs(batch: int, length: int, real: float, vocab: int, names=BERT_IN
 
 
 Runner = Callable[[dict[str, torch.Tensor]], torch.Tensor]  # keyword inputs -> last hidden state
-
-
 
 
 @dataclass(frozen=True)

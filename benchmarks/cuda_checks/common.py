@@ -7,16 +7,20 @@ where a check fails (:func:`section` records the traceback and goes on with the 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
+from record import markdown  # the benchmarks' one table format
+from timing import spread_mask
+
 from conftest import randomize_  # the suite's: every parameter random, LayerNorms near 1
 
 BASE = dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072)
@@ -35,25 +39,6 @@ SPECIAL = dict(pad_token_id=0, unk_token_id=1, cls_token_id=2, sep_token_id=3, m
 
 
 # ---------------------------------------------------------------------------- the report
-def markdown(rows: list[dict], columns: list[str] | None = None) -> str:
-    columns = columns or list(dict.fromkeys(k for r in rows for k in r))  # every row's, in order of appearance
-
-    def cell(v):
-        if v is None:
-            return "-"
-        if isinstance(v, bool):
-            return str(v)
-        if isinstance(v, float):
-            if v != v:
-                return "nan"
-            return f"{v:.2e}" if 0 < abs(v) < 1e-2 else f"{v:,.3f}" if abs(v) < 10 else f"{v:,.1f}"
-        return str(v)
-
-    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    lines += ["| " + " | ".join(cell(r.get(c)) for c in columns) + " |" for r in rows]
-    return "\n".join(lines)
-
-
 #: what :func:`record` printed, rewritten to ``REPORT_FILE`` (``--out DIR``) after each addition
 REPORT: list[str] = []
 REPORT_FILE: Path | None = None
@@ -93,6 +78,21 @@ def skip(what: str, why: str) -> None:
     record(f"skipped: {what} ({why})")
 
 
+#: a failed run's cell (its traceback is in the report)
+FAILED = "FAILED (see its traceback)"
+
+
+@contextlib.contextmanager
+def failure_noted(row: dict, column: str, what: str) -> Iterator[None]:
+    """Run one row's measurement; where it raises, ``row[column]`` says :data:`FAILED` and the report gets the
+    traceback under ``what``, and the section goes on (one run's failure must not hide the others')."""
+    try:
+        yield
+    except Exception:
+        row[column] = FAILED
+        record(f"{what} FAILED:\n{traceback.format_exc()}")
+
+
 def section(name: str, fn: Callable[[], None], failures: list[str]) -> None:
     record(f"\n## {name}\n")
     start = time.perf_counter()
@@ -115,13 +115,7 @@ def padded_inputs(batch: int, length: int, vocab: int, types: int, real: float, 
     g = torch.Generator().manual_seed(seed)
     ids = torch.randint(5, vocab, (batch, length), generator=g)
     token_types = torch.randint(0, types, (batch, length), generator=g)
-    if real < 1.0 and batch > 1:
-        lengths = torch.linspace(2 * real - 1, 1.0, batch).mul(length).round().long().clamp(min=2, max=length)
-    elif real < 1.0:
-        lengths = torch.tensor([max(2, round(real * length))])
-    else:
-        lengths = torch.full((batch,), length)
-    mask = (torch.arange(length)[None] < lengths[:, None]).long()
+    mask = spread_mask(batch, length, real, minimum=2)
     ids[mask == 0] = 0
     token_types[mask == 0] = 0
     return ids, mask, token_types

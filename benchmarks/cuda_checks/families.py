@@ -5,7 +5,6 @@ BERTForMaskedLM's loss and gradients in fp32 vs bf16 autocast; a BERT-base-sized
 
 from __future__ import annotations
 
-import traceback
 import warnings
 from functools import partial
 from pathlib import Path
@@ -13,7 +12,17 @@ from pathlib import Path
 import torch
 from timing import interleaved
 
-from cuda_checks.common import DTYPES, hf_last_hidden, padded_inputs, record, run_ours, sdpa_ops, sync, table
+from cuda_checks.common import (
+    DTYPES,
+    FAILED,
+    failure_noted,
+    hf_last_hidden,
+    padded_inputs,
+    run_ours,
+    sdpa_ops,
+    sync,
+    table,
+)
 
 #: the families bertkit reads besides BERT, each as HF's masked-LM class at tiny odd sizes (hidden 36, 3 heads x 12,
 #: inner 52, vocab 99), dropout 0.1 (off in eval mode); rows of ``length`` tokens (MPNet: 140, so every relative
@@ -221,17 +230,17 @@ def families(args, device: torch.device, workdir: Path) -> None:
               "dropout 0.1 under bf16 autocast)")
     parity_rows, backward_rows, failed = [], [], []
     for family in FAMILY_LENGTH:
-        try:
+        status = {"family": family}
+        with failure_noted(status, "dtype", f"FAMILY {family}"):
             directory = workdir / f"family-{family}"
             torch.manual_seed(0)
             model = transformers.AutoModelForMaskedLM.from_config(family_config(family, FAMILY_LENGTH[family]))
             randomized(model, seed=0).save_pretrained(directory)
             parity_rows += family_parity(family, directory, device, ["fp32", "bf16"])
             backward_rows += family_backward(family, directory, device)
-        except Exception:  # one family's failure must not hide the others'
+        if status.get("dtype") == FAILED:
             failed.append(family)
-            record(f"FAMILY {family} FAILED:\n{traceback.format_exc()}")
-            parity_rows.append({"family": family, "dtype": "FAILED (see its traceback)"})
+            parity_rows.append(status)
         if device.type == "cuda":
             torch.cuda.empty_cache()
         table(titles[0], parity_rows, partial=True)

@@ -9,12 +9,11 @@ import os
 import subprocess
 import sys
 import time
-import traceback
 from pathlib import Path
 
 import torch
 
-from cuda_checks.common import record, table
+from cuda_checks.common import FAILED, failure_noted, record, table
 
 #: bertkit's CLI in a fresh process; ``deterministic`` first: torch.use_deterministic_algorithms(True) (bertkit has no
 #: switch of its own for it)
@@ -108,7 +107,7 @@ def pretrain_objectives(args, device: torch.device, workdir: Path) -> None:
             row = {"run": label, "precision": precision}
             rows.append(row)
             out = workdir / f"pretrain-{flags[1]}-{precision}"
-            try:
+            with failure_noted(row, "steps", f"{label} {precision}"):
                 result = pretrain_command(args, device, workdir, out, *flags, "--precision", precision,
                                           "--log-every", "5", "--seed", "0")
                 train = result["train"]
@@ -118,12 +117,9 @@ def pretrain_objectives(args, device: torch.device, workdir: Path) -> None:
                             "steps/s (after 1st log)": steps_per_s(train), "process s": result["seconds"],
                             "device": result["run"]["training"]["device"],
                             "bertkit vs HF logits (fp32)": load_check(flags[1], out, device)})
-            except Exception:  # one run's failure must not hide the others'
-                row["steps"] = "FAILED (see its traceback)"
-                record(f"{label} {precision} FAILED:\n{traceback.format_exc()}")
             table(title, rows, partial=True)
     table(title, rows)
-    if any(isinstance(r.get("steps"), str) for r in rows):
+    if any(r.get("steps") == FAILED for r in rows):
         raise RuntimeError("a pretrain run failed (see their tracebacks)")
 
 
@@ -141,7 +137,7 @@ def determinism(args, device: torch.device, workdir: Path) -> None:
             row = {"precision": precision, "mode": "deterministic algorithms + CUBLAS_WORKSPACE_CONFIG"
                    if deterministic else "default"}
             rows.append(row)
-            try:
+            with failure_noted(row, "files bit-identical", f"determinism {precision} {row['mode']}"):
                 runs = [pretrain_command(args, device, workdir, workdir / f"seeded-{precision}-{deterministic}-{i}",
                                          "--seed", "3", "--precision", precision, deterministic=deterministic)
                         for i in range(2)]
@@ -155,10 +151,7 @@ def determinism(args, device: torch.device, workdir: Path) -> None:
                                                        for k in a),
                             "final loss (run 1, run 2)": ", ".join(f"{r['train'][-1]['loss']:.6f}" for r in runs),
                             "process s (each)": ", ".join(f"{r['seconds']:.1f}" for r in runs)})
-            except Exception:
-                row["files bit-identical"] = "FAILED (see its traceback)"
-                record(f"determinism {precision} {row['mode']} FAILED:\n{traceback.format_exc()}")
             table(title, rows, partial=True)
     table(title, rows)
-    if any(isinstance(r.get("files bit-identical"), str) for r in rows):
+    if any(r.get("files bit-identical") == FAILED for r in rows):
         raise RuntimeError("a pair of runs failed (see their tracebacks)")
