@@ -118,6 +118,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "traceback) to DIR/cuda_check.md, rewritten after each table")
     parser.add_argument("--ddp-worker", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.out is not None and args.out.exists() and not args.out.is_dir():
+        parser.error(f"--out {args.out} is a file; --out names a directory (created if missing) that gets "
+                     "cuda_check.md and the runs' files")
     args.smoke = args.device == "cpu"
     if args.smoke:
         args.quick, args.rounds, args.iters = True, 1, 1

@@ -90,3 +90,12 @@ def test_smoke_run_of_every_section(tmp_path):
         assert what in skipped, what
     assert "| fp32 | 8 x 128 full rows | flash | flash |" in report  # the CPU's flash kernel, seen by the probe
     assert "| DDP (gloo, world 1, forced distributed path) vs plain run |" in report
+
+
+def test_an_out_path_that_is_a_file_is_refused_before_anything_runs(tmp_path):
+    report = tmp_path / "notes.md"
+    report.write_text("mine\n")
+    run = run_guarded([sys.executable, str(SCRIPT), "--device", "cpu", "--out", str(report)],
+                      capture_output=True, text=True)
+    assert run.returncode == 2 and "--out" in run.stderr and "is a file" in run.stderr, run.stderr
+    assert report.read_text() == "mine\n"
