@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from bertkit.data.sniff import format_error, sniff_format
 from bertkit.tasks.readers import open_text, where
 
 #: how many unknown ids an error names before giving only their count
@@ -54,6 +55,10 @@ def load_beir(directory: str | os.PathLike, split: str = "test") -> BeirData:
 
 def _records(path: Path) -> Iterator[tuple[Path, int, str, dict]]:
     """``(path, line, id, object)`` per non-blank line of a BEIR .jsonl file, each checked."""
+    found = sniff_format(path)
+    if found != "jsonl":
+        raise format_error(path, found, f"BEIR's {path.name} holds JSON lines",
+                           'write one {"_id": ..., "text": ...} object per line')
     seen: dict[str, int] = {}
     with open_text(path) as f:
         for number, line in enumerate(f, 1):
@@ -85,16 +90,22 @@ def _document_text(path: Path, number: int, record: dict) -> str:
 
 
 def read_qrels(path: str | os.PathLike) -> dict[str, dict[str, int]]:
-    """``{query id: {doc id: relevance}}`` of a BEIR qrels .tsv (``query-id corpus-id score``; the first row is
-    skipped when it is a header). A row without three fields or with a score that is not an integer raises."""
+    """``{query id: {doc id: relevance}}`` of a BEIR qrels .tsv (``query-id corpus-id score``, tab-separated, or
+    comma-separated where the content is; the first row is skipped when it is a header). A row without three
+    fields or with a score that is not an integer raises."""
+    found = sniff_format(path)
+    if found not in ("tsv", "csv", "text"):
+        raise format_error(path, found, "qrels are a table of query-id, corpus-id and score",
+                           "write one 'query-id<TAB>corpus-id<TAB>score' row per judged document")
+    delimiter, said = (",", "comma") if found == "csv" else ("\t", "tab")
     qrels: dict[str, dict[str, int]] = {}
     with open_text(path) as f:
         for number, line in enumerate(f, 1):
             if not line.strip():
                 continue
-            fields = line.rstrip("\r\n").split("\t")
+            fields = line.rstrip("\r\n").split(delimiter)
             if len(fields) != 3:
-                raise ValueError(f"{where(path, number)}: expected 3 tab-separated fields (query-id corpus-id "
+                raise ValueError(f"{where(path, number)}: expected 3 {said}-separated fields (query-id corpus-id "
                                  f"score), got {len(fields)}: {line.strip()[:80]!r}.")
             try:
                 score = int(fields[2])

@@ -1,7 +1,8 @@
 """Training files for embedding models and rerankers, read as a stream of batches of one file's rows.
 
 A training file is JSON lines (or one JSON list), CSV, TSV (read by :mod:`bertkit.tasks.readers`, possibly
-compressed), Parquet, an Arrow stream, or a ``datasets.save_to_disk`` directory (its Arrow files, found by
+compressed), Parquet, an Arrow stream (each told by its content whatever its name: :mod:`bertkit.data.sniff`),
+or a ``datasets.save_to_disk`` directory (its Arrow files, found by
 :func:`bertkit.data.partitions.expand_inputs`). Its columns take roles (anchor, positive, negatives, label)
 as :mod:`bertkit.embedding.data_layout` decides from the names or positions. :func:`training_rows` reads
 one file row by row; nothing holds a whole file.
@@ -25,12 +26,12 @@ import os
 import random
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import torch
 
 from bertkit.data.partitions import expand_inputs, pyarrow_module
+from bertkit.data.sniff import sniff_format
 from bertkit.embedding.batch import PairBatch
 from bertkit.embedding.data_layout import Layout, check_row, resolve_columns
 from bertkit.tasks.readers import iter_rows, where
@@ -75,25 +76,26 @@ def table_records(path: str | os.PathLike, encoding: str = "utf-8") -> Iterator[
                              "its training files instead.")
         numbers = itertools.count(1)
         for arrow in arrows:
-            yield from _arrow_records(arrow, path, numbers)
+            yield from _arrow_records(arrow, path, numbers, "arrow")
         return
-    suffixes = [s.lower() for s in Path(path).suffixes]
-    if suffixes[-1:] in ([".parquet"], [".arrow"]):
-        yield from _arrow_records(path, path, itertools.count(1))
+    kind = sniff_format(path, encoding)
+    if kind in ("parquet", "arrow"):
+        yield from _arrow_records(path, path, itertools.count(1), kind)
         return
     for row in iter_rows(path, encoding=encoding):
         yield where(path, row.line), row.values
 
 
-def _arrow_records(path: str, name: str, numbers: Iterator[int]) -> Iterator[tuple[str, dict[str, Any]]]:
-    """Records of a Parquet file (a batch of rows at a time) or an Arrow stream, named ``"{name}, row N"``."""
-    if path.lower().endswith(".parquet"):
+def _arrow_records(path: str, name: str, numbers: Iterator[int], kind: str) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Records of a Parquet file (``kind`` "parquet", a batch of rows at a time) or an Arrow stream (``"arrow"``),
+    named ``"{name}, row N"``."""
+    if kind == "parquet":
         pq = pyarrow_module("parquet", path)
         try:
             batches = pq.ParquetFile(path).iter_batches(batch_size=1024)
         except Exception as error:  # pyarrow.ArrowInvalid: not Parquet, or cut short
-            raise ValueError(f"{path} is not a readable Parquet file ({error}): truncated, or another format "
-                             "named .parquet?") from None
+            raise ValueError(f"{path} is not a readable Parquet file ({error}): truncated or damaged? Write "
+                             "it again.") from None
         for batch in batches:
             yield from ((f"{name}, row {n}", record) for record, n in zip(batch.to_pylist(), numbers))
         return

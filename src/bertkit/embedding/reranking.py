@@ -104,10 +104,11 @@ def score_lists(cross_encoder, lists: Sequence[tuple[str, Sequence[str]]], batch
 # ------------------------------------------------------------------------------------ BEIR + first stage
 
 def read_run(path: str | os.PathLike, queries: Iterable[str], corpus: Mapping[str, Any]) -> dict[str, dict[str, float]]:
-    """``{query id: {doc id: score}}`` of a run file: JSON (``.json``: ``{qid: {docid: score}}``) or TREC lines
-    (``qid Q0 docid rank score tag``). A malformed line, a score that is not a finite number, a repeated
-    (query, document), or a query or document id that ``queries`` / ``corpus`` lack is a one-line ``ValueError``
-    naming the file and line (or query)."""
+    """``{query id: {doc id: score}}`` of a run file: JSON (``{qid: {docid: score}}``) or TREC lines (``qid Q0
+    docid rank score tag``), told by its content whatever its name. A malformed line, a score that is not a
+    finite number, a repeated (query, document), or a query or document id that ``queries`` / ``corpus`` lack
+    is a one-line ``ValueError`` naming the file and line (or query)."""
+    from bertkit.data.sniff import format_error, sniff_format
     from bertkit.tasks.readers import open_text, where
 
     known = set(queries)
@@ -132,7 +133,12 @@ def read_run(path: str | os.PathLike, queries: Iterable[str], corpus: Mapping[st
         run[query][doc] = value
 
     path = Path(path)
-    if path.suffix.lower() == ".json":
+    found = sniff_format(path)
+    if found in ("parquet", "arrow"):
+        raise format_error(path, found, "a run file holds TREC lines or JSON",
+                           "write one 'qid Q0 docid rank score tag' line per retrieved document (or JSON {qid: "
+                           "{docid: score}})")
+    if found in ("json", "jsonl"):  # one JSON object, on one line or several
         from bertkit.io import read_json_object
 
         for query, scores in read_json_object(path, "a run: {query id: {doc id: score}}").items():

@@ -1,30 +1,35 @@
 """Pipeline inputs from files, read lazily, and answers written as JSON lines.
 
-``.txt``: one text per line (blank lines skipped, or read as the empty text with ``keep_blank=True`` so that
-inputs stay aligned with lines; the same holds for a ``.jsonl`` file's blank lines). ``.jsonl``: one input per
-line, a JSON string or an object (``{"text", "text_pair"}`` for pairs, ``{"question", "context"}`` for question
-answering, ``{"query", "passages"}`` for rerank; an object with only ``"text"`` is that text). ``.csv``: a
-header row naming the same fields. Nothing is read before it is needed, so a file larger than memory streams.
+A file's format is what it holds, whatever its name (:func:`bertkit.data.sniff.sniff_format`). Text lines: one
+text per line (blank lines skipped, or read as the empty text with ``keep_blank=True`` so that inputs stay
+aligned with lines; the same holds for JSON lines' blank lines). JSON lines: one input per line, a JSON string
+or an object (``{"text", "text_pair"}`` for pairs, ``{"question", "context"}`` for question answering,
+``{"query", "passages"}`` for rerank; an object with only ``"text"`` is that text). CSV / TSV: a header row
+naming the same fields. Nothing is read before it is needed, so a file larger than memory streams.
 """
 
 from __future__ import annotations
 
 import codecs
-import csv
 import json
 import os
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
-FORMATS = (".txt", ".jsonl", ".csv")
+from bertkit.data.sniff import format_error, sniff_format
+
+#: the formats an input file may hold (a ``.txt``, ``.jsonl``, ``.csv`` or ``.tsv`` file)
+FORMATS = ("text", "jsonl", "csv", "tsv")
 
 
-def input_format(path: str | os.PathLike) -> str:
-    suffix = Path(path).suffix.lower()
-    if suffix not in FORMATS:
-        raise ValueError(f"--input {path}: expected a {', '.join(FORMATS)} file, got {suffix or 'no suffix'!r}.")
-    return suffix
+def input_format(path: str | os.PathLike, encoding: str = "utf-8") -> str:
+    """One of :data:`FORMATS`: what ``path`` holds; a file holding anything else (Parquet, one JSON document) is
+    refused naming what it holds."""
+    found = sniff_format(path, encoding)
+    if found not in FORMATS:
+        raise format_error(path, found, "an input file holds text lines, JSON lines, CSV or TSV",
+                           "write one input per line (a .txt or .jsonl file) or a table with a header row (.csv)")
+    return found
 
 
 def read_inputs(path: str | os.PathLike, encoding: str = "utf-8", *, keep_blank: bool = False) -> Iterator[Any]:
@@ -46,19 +51,21 @@ def read_inputs(path: str | os.PathLike, encoding: str = "utf-8", *, keep_blank:
 
 
 def _inputs(path: str | os.PathLike, codec: str, keep_blank: bool) -> Iterator[Any]:
-    fmt = input_format(path)
+    fmt = input_format(path, codec)
+    if fmt in ("csv", "tsv"):
+        from bertkit.tasks.readers import iter_rows
+
+        for row in iter_rows(path, encoding=codec):
+            yield _item(row.values, path, row.line)
+        return
     with open(path, encoding=codec, newline="") as handle:
-        if fmt == ".csv":
-            for number, row in enumerate(csv.DictReader(handle), start=2):
-                yield _item({k: v for k, v in row.items() if k is not None}, path, number)
-            return
         for number, line in enumerate(handle, start=1):
             line = line.rstrip("\r\n")
             if not line.strip():
                 if keep_blank:
                     yield ""
                 continue
-            if fmt == ".txt":
+            if fmt == "text":
                 yield line
                 continue
             try:

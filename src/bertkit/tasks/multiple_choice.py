@@ -1,6 +1,6 @@
 """Multiple choice: pick the right ending (SWAG) or answer among any number of choices.
 
-Two layouts, by file name (:mod:`bertkit.tasks.readers`):
+Two layouts, by what the file holds, whatever its name (:mod:`bertkit.tasks.readers`):
 
 * SWAG's CSV: ``sent1`` (the context), ``sent2`` (the start of every ending) and ``ending0`` ...
   ``endingN``, ``label`` (the right ending's index); each choice is read as the pair
@@ -64,7 +64,7 @@ class MultipleChoice(Task):
         rows = read_rows(path, encoding=self.encoding)
         if not rows:
             raise ValueError(f"{path} holds no examples.")
-        read = _json_example if table_format(path) == "jsonl" else _swag_example
+        read = _json_example if table_format(path, self.encoding) == "jsonl" else _swag_example
         examples = [read(path, row) for row in rows]
         for example in examples:
             count = len(example.choices)

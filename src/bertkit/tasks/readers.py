@@ -2,10 +2,11 @@
 
 :func:`read_rows` is what the classification and multiple-choice tasks read their files with;
 :func:`iter_rows` yields the same rows as the file is read (the embedding trainers' files can be large).
-The format follows the file name: ``.jsonl`` / ``.json`` (one JSON object per line, or one JSON
-list of objects), ``.tsv`` (tab-separated, no quoting, as GLUE and Google's readers do: a field
-may begin with ``"``), anything else CSV (comma-separated, ``"``-quoted). Text files may be
-gzip/bz2/xz compressed (by suffix) and start with a byte-order mark. A CSV/TSV field may hold up to
+The format is what the file holds, whatever its name (:func:`bertkit.data.sniff.sniff_format`): JSON
+(one JSON object per line, or one JSON list of objects), TSV (tab-separated, no quoting, as GLUE and
+Google's readers do: a field may begin with ``"``) or CSV (comma-separated, ``"``-quoted); the name
+decides only a one-column table (``.tsv``: TSV, else CSV). Text files may be gzip/bz2/xz compressed
+(by suffix) and start with a byte-order mark. A CSV/TSV field may hold up to
 :data:`FIELD_LIMIT` characters (Python's csv module stops at 128 KiB).
 
 Errors name the file and line, ``"{path}, line {n}: what is wrong; what to do"``. What a reader
@@ -28,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from bertkit.data.corpus import COMPRESSION, decoding_error, unreadable_error
+from bertkit.data.sniff import format_error, sniff_format
 
 #: the longest CSV/TSV field read, in characters (a long document in one cell is fine; a file with an
 #: unclosed quote is caught well before its end swallows memory)
@@ -70,11 +72,11 @@ def where(path: str | os.PathLike | None, line: int) -> str:
     return f"{path}, line {line}" if path else f"line {line}"
 
 
-def table_format(path: str | os.PathLike) -> str:
-    """``"jsonl"``, ``"tsv"`` or ``"csv"``, from the file name (a compression suffix is looked through)."""
-    suffixes = [s.lower() for s in Path(path).suffixes if s.lower() not in COMPRESSION]
-    last = suffixes[-1] if suffixes else ""
-    return {".jsonl": "jsonl", ".json": "jsonl", ".ndjson": "jsonl", ".tsv": "tsv"}.get(last, "csv")
+def table_format(path: str | os.PathLike, encoding: str = "utf-8") -> str:
+    """``"jsonl"`` (JSON lines or a JSON list), ``"tsv"``, ``"csv"``, ``"parquet"`` or ``"arrow"``: what ``path``
+    holds (:func:`~bertkit.data.sniff.sniff_format`); plain text lines are a one-column CSV table."""
+    found = sniff_format(path, encoding)
+    return {"json": "jsonl", "text": "csv"}.get(found, found)
 
 
 @contextlib.contextmanager
@@ -111,7 +113,10 @@ def iter_rows(path: str | os.PathLike, *, header: Sequence[str] | None = None,
     """The records of ``path`` one at a time, as :func:`read_rows` reads them (same rows, same errors, raised
     when the bad record is reached): the file is read as it is iterated, never held whole, except a JSON file
     holding one list of objects (``[...]``), which has to be parsed at once."""
-    kind = table_format(path)
+    kind = table_format(path, encoding)
+    if kind in ("parquet", "arrow"):
+        raise format_error(path, kind, "this reader takes CSV, TSV or JSON lines", "convert it to one of those (e.g. "
+                           "pandas.read_parquet(...).to_json(lines=True, orient='records'))")
     with open_text(path, encoding) as f:
         yield from (_json_rows(path, f) if kind == "jsonl" else _delimited_rows(path, f, kind, header))
 
@@ -146,8 +151,8 @@ def _json_lines(path, lines: Iterator[str]) -> Iterator[tuple[int, Any]]:
         try:
             yield number, json.loads(line)
         except json.JSONDecodeError as error:
-            raise ValueError(f"{path}, line {number}: not valid JSON ({error.msg}); a .jsonl file holds one "
-                             "JSON object per line.") from None
+            raise ValueError(f"{path}, line {number}: not valid JSON ({error.msg}); a JSON-lines file holds "
+                             "one JSON object per line.") from None
 
 
 def _delimited_rows(path, f, kind: str, header: Sequence[str] | None) -> Iterator[Row]:
@@ -163,7 +168,7 @@ def _delimited_rows(path, f, kind: str, header: Sequence[str] | None) -> Iterato
         if len(fields) != len(columns):
             raise ValueError(f"{path}, line {number}: {len(fields)} fields, but the header has {len(columns)} "
                              f"({columns}); check the delimiter ({'tab' if kind == 'tsv' else 'comma'}, from the "
-                             "file name) and quoting.")
+                             "header row) and quoting.")
         yield Row(dict(zip(columns, fields)), number)
     if columns is None:
         raise ValueError(f"{path} is empty: it has no header row and no records.")

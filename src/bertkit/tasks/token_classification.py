@@ -1,8 +1,8 @@
 """Token classification (``bertkit finetune tag``): one tag per word — NER, POS tagging, chunking.
 
-Data, by file name:
+Data, by what the file holds (:func:`bertkit.data.sniff.sniff_format`, whatever its name):
 
-* CoNLL (``.conll``, ``.txt``, ``.tsv``, anything but ``.jsonl`` / ``.json``): one token per
+* CoNLL (``.conll``, ``.txt``, ``.tsv``, anything but JSON lines): one token per
   line, columns separated by tabs or spaces, a blank line between sentences, ``-DOCSTART-``
   lines skipped. ``tag_column`` picks the tag's column (CoNLL-2003 is ``token POS chunk NER``:
   -1 = NER, 1 = POS, 2 = chunk). A file whose lines all hold just the token is untagged (a test set).
@@ -200,7 +200,8 @@ class TokenClassification(Task):
         Raises ValueError naming the file and line for a line without the tag column, a JSON
         record without ``tokens`` or with a different number of tags, or integer tags without ``labels``.
         """
-        sentences = self._read_jsonl(path) if table_format(path) == "jsonl" else self._read_conll(path)
+        jsonl = table_format(path, self.encoding) == "jsonl"
+        sentences = self._read_jsonl(path) if jsonl else self._read_conll(path)
         if not sentences:
             raise ValueError(f"{path} holds no sentences.")
         return sentences
