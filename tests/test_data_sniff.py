@@ -71,8 +71,8 @@ def test_magic_numbers_and_compressed_data_under_a_plain_name(tmp_path):
     pq = pytest.importorskip("pyarrow.parquet")
     pq.write_table(pa.Table.from_pylist(PAIRS), tmp_path / "pairs.csv")
     assert sniff_format(tmp_path / "pairs.csv") == "parquet"
-    assert [row for _, row in training_rows(tmp_path / "pairs.csv", file_layout(tmp_path / "pairs.csv"))][0] == \
-        {"anchor": PAIRS[0]["anchor"], "positive": PAIRS[0]["positive"], "label": 0.0}
+    rows = [row for _, row in training_rows(tmp_path / "pairs.csv", file_layout(tmp_path / "pairs.csv"))]
+    assert rows == [{"anchor": r["anchor"], "positive": r["positive"], "label": r["score"]} for r in PAIRS]
     with pytest.raises(ValueError, match=r"pairs\.csv holds a Parquet file \(by its content\), but this reader takes "
                                          r"CSV, TSV or JSON lines; convert it"):
         read_rows(tmp_path / "pairs.csv")
