@@ -155,3 +155,21 @@ def test_run_files_qrels_and_beir_files(tmp_path):
     with pytest.raises(ValueError, match=r"corpus\.jsonl holds a comma-separated table \(by its content\), but "
                                          r"BEIR's corpus\.jsonl holds JSON lines; write one"):
         load_beir(beir)
+
+
+def test_pretraining_corpora(tmp_path):
+    from bertkit.data.corpus import read_documents
+    from bertkit.data.partitions import ReadSettings, expand_inputs, plan_partitions
+    from bertkit.data.reading import partition_documents
+
+    texts = ["The river runs. It is wide.", "A second document, with a comma. And more."]
+    corpus = jsonl(tmp_path / "corpus.txt", [{"id": i, "text": t} for i, t in enumerate(texts)])
+    expected = [["The river runs.", "It is wide."], ["A second document, with a comma.", "And more."]]
+    assert list(read_documents(corpus)) == expected
+    settings = ReadSettings()
+    assert [d for p in plan_partitions(expand_inputs([str(corpus)]), 1 << 20, settings)
+            for d in partition_documents(p, settings)] == expected
+    listed = tmp_path / "corpus.json"
+    listed.write_text(json.dumps([{"text": t} for t in texts], indent=1), encoding="utf-8")
+    with pytest.raises(ValueError, match=r"corpus\.json holds one JSON document .* but a corpus is text, JSON lines"):
+        list(plan_partitions(expand_inputs([str(listed)]), 1 << 20, settings))

@@ -162,7 +162,8 @@ def test_a_last_column_of_numbers_and_text_is_refused():
                                                    "the row."),
     ({"query": "", "positive": "p", "label": 1}, "line 3: 'query' (the anchor) is empty; fill it in or drop the row."),
     ({"query": "q", "positive": "p", "label": "high"}, "line 3: the label 'label' is 'high', not a finite number."),
-    ({"query": "q", "positive": "p", "label": math.nan}, "line 3: the label 'label' is nan, not a finite number."),
+    ({"query": "q", "positive": "p", "label": math.nan}, "line 3: the label 'label' is nan, which is not finite; "
+                                                         "write a finite number or drop the row."),
     ({"query": 7, "positive": "p", "label": 1}, "line 3: 'query' (the anchor) holds int (7), not text."),
 ])
 def test_a_bad_row_is_refused_naming_file_and_row(tmp_path, bad, message):

@@ -112,7 +112,7 @@ def read_documents(sources: str | os.PathLike | Iterable[str | os.PathLike],
         sources = [sources]
     for source in sources:
         lines = _lines_of(source, encoding, max_line_bytes)
-        if _is_jsonl(source):
+        if _is_jsonl(source, encoding):
             yield from _jsonl_documents(lines, source, text_field)
             continue
         head = list(itertools.islice(lines, HEAD_LINES))
@@ -373,14 +373,11 @@ def _google_documents(lines: Iterable[str]) -> Iterator[list[str]]:
         yield document
 
 
-def _is_jsonl(source: str | os.PathLike) -> bool:
-    """Whether ``source`` is a file named ``*.jsonl`` (before a compression suffix)."""
-    if not is_file(source):
-        return False
-    suffixes = [suffix.lower() for suffix in Path(source).suffixes]
-    if suffixes and suffixes[-1] in COMPRESSION:
-        suffixes.pop()
-    return bool(suffixes) and suffixes[-1] == ".jsonl"
+def _is_jsonl(source: str | os.PathLike, encoding: str) -> bool:
+    """Whether ``source`` is a file holding JSON lines, whatever its name (:func:`bertkit.data.sniff.sniff_format`)."""
+    from bertkit.data.sniff import sniff_format  # sniff reads files through this module: imported when used
+
+    return is_file(source) and sniff_format(source, encoding) == "jsonl"
 
 
 def _jsonl_documents(lines: Iterable[str], source: str | os.PathLike, text_field: str) -> Iterator[list[str]]:

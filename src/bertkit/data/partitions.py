@@ -46,6 +46,7 @@ from bertkit.data.corpus import (
     is_file,
     refuse_noise,
 )
+from bertkit.data.sniff import format_error, sniff_format
 
 logger = logging.getLogger("bertkit.data")
 
@@ -196,8 +197,14 @@ def _base_suffix(path: str | os.PathLike) -> str:
     return suffixes[-1] if suffixes else ""
 
 
-def _kind(path: str) -> str:
-    return {".jsonl": "jsonl", ".parquet": "parquet", ".arrow": "arrow"}.get(_base_suffix(path), "text")
+def _kind(path: str, encoding: str) -> str:
+    """``"jsonl"``, ``"parquet"``, ``"arrow"`` or ``"text"``: what the file holds, whatever its name
+    (:func:`~bertkit.data.sniff.sniff_format`; a table is text); one JSON document is refused."""
+    found = sniff_format(path, encoding)
+    if found == "json":
+        raise format_error(path, found, "a corpus is text, JSON lines, Parquet or Arrow",
+                           "write one JSON object per line (JSON lines)")
+    return found if found in ("jsonl", "parquet", "arrow") else "text"
 
 
 # ---------------------------------------------------------------------------- planning
@@ -248,7 +255,7 @@ def _pieces(source: str, read: ReadSettings, max_line_bytes: int | None = None) 
     if not is_file(source):  # a text in memory
         yield Piece("memory", items=(source,), layout=read.format, size=len(source.encode())), False
         return
-    size, kind = os.path.getsize(source), _kind(source)
+    size, kind = os.path.getsize(source), _kind(source, read.encoding)
     if size == 0:
         raise ValueError(f"{source} is empty (0 bytes): a truncated download or copy? Remove it from the inputs or "
                          "fetch it again.")

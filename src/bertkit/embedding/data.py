@@ -24,7 +24,7 @@ from __future__ import annotations
 import itertools
 import os
 import random
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -121,12 +121,17 @@ def file_layout(path: str | os.PathLike, columns: Mapping[str, Any] | None = Non
     return resolve_columns(names, sample, columns, path=os.fspath(path))
 
 
-def training_rows(path: str | os.PathLike, layout: Layout,
-                  encoding: str = "utf-8") -> Iterator[tuple[str, dict[str, Any]]]:
+def training_rows(path: str | os.PathLike, layout: Layout, encoding: str = "utf-8",
+                  check: Callable[[dict[str, Any], str], None] | None = None) -> Iterator[tuple[str, dict[str, Any]]]:
     """``(where, row)`` per row of ``path``, each checked against ``layout``
-    (:func:`~bertkit.embedding.data_layout.check_row`: the first bad row raises, naming the file and row)."""
+    (:func:`~bertkit.embedding.data_layout.check_row`: the first bad row raises, naming the file and row) and by
+    ``check(row, where)`` (what the loss needs of a row, e.g. a
+    :class:`~bertkit.embedding.data_layout.LabelRule`)."""
     for place, values in table_records(path, encoding):
-        yield place, check_row(values, layout, place)
+        row = check_row(values, layout, place)
+        if check is not None:
+            check(row, place)
+        yield place, row
 
 
 # ---------------------------------------------------------------------------- several files
@@ -137,7 +142,8 @@ class EmbeddingDataset:
     ``columns``: role -> column for every file (default: each file's names or positions). ``sampling``:
     ``"proportional"`` or ``"round_robin"``. ``shuffle_buffer``: rows held to shuffle a file's rows (1:
     file order). ``drop_last``: leave out a file's last, short batch. Opening the dataset reads every file
-    once, checking each row and counting them, so bad data fails before training starts.
+    once, checking each row (against its layout, and by ``check(row, where)``: what the loss needs of a row, e.g. a
+    :class:`~bertkit.embedding.data_layout.LabelRule`) and counting them, so bad data fails before training starts.
 
     Iterating yields the current epoch's batches from the current position; at its end the position moves
     to the next epoch's start. ``len()`` is the number of batches per epoch.
@@ -145,7 +151,8 @@ class EmbeddingDataset:
 
     def __init__(self, files: str | os.PathLike | Sequence[str | os.PathLike], batch_size: int, *,
                  columns: Mapping[str, Any] | None = None, sampling: str = "proportional", seed: int = 0,
-                 shuffle_buffer: int = 10_000, drop_last: bool = False, encoding: str = "utf-8"):
+                 shuffle_buffer: int = 10_000, drop_last: bool = False, encoding: str = "utf-8",
+                 check: Callable[[dict[str, Any], str], None] | None = None):
         if sampling not in SAMPLINGS:
             raise ValueError(f"sampling must be one of {SAMPLINGS}, got {sampling!r}.")
         for name, value in (("batch_size", batch_size), ("shuffle_buffer", shuffle_buffer)):
@@ -158,7 +165,8 @@ class EmbeddingDataset:
         self.batch_size, self.sampling, self.seed = batch_size, sampling, seed
         self.shuffle_buffer, self.drop_last, self.encoding = shuffle_buffer, drop_last, encoding
         self.layouts = [file_layout(f, columns, encoding) for f in self.files]
-        self.sizes = [sum(1 for _ in training_rows(f, layout, encoding)) for f, layout in zip(self.files, self.layouts)]
+        self.sizes = [sum(1 for _ in training_rows(f, layout, encoding, check))
+                      for f, layout in zip(self.files, self.layouts)]
         whole = [n // batch_size if drop_last else -(-n // batch_size) for n in self.sizes]
         if min(whole) == 0:
             short = whole.index(0)

@@ -10,14 +10,15 @@ the caller then renames the columns or passes ``columns={"anchor": "q", "positiv
 
 A row (:func:`check_row`) becomes ``{role: value}``: ``"anchor"``, ``"positive"`` and ``"negative_i"`` hold
 non-blank text, ``"negatives"`` a list of such texts, ``"label"`` a finite float (or a list of them: teacher
-scores). Anything else is a one-line ``ValueError`` naming the file and row.
+scores). Anything else is a one-line ``ValueError`` naming the file and row. A loss that needs more of its
+labels (0 or 1, within [0, 1]) checks every row as it is read with a :class:`LabelRule`.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -79,7 +80,8 @@ def _kind(rows: Sequence[Mapping[str, Any]], name: str) -> str:
 
 
 def _number(value: Any) -> float | None:
-    """``value`` as a finite float (a number, or text such as ``"0.8"``), else None."""
+    """``value`` as a float (a number, or text such as ``"0.8"``; NaN and infinities too: they are numbers, refused
+    as labels by :func:`check_row`), else None."""
     if isinstance(value, bool):
         return None
     if isinstance(value, str):
@@ -87,7 +89,7 @@ def _number(value: Any) -> float | None:
             value = float(value)
         except ValueError:
             return None
-    return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
+    return float(value) if isinstance(value, (int, float)) else None
 
 
 def _role_by_name(name: str, kind: str) -> str | None:
@@ -246,4 +248,30 @@ def _label(value: Any, column: str, where: str) -> float | list[float]:
     number = _number(value)
     if number is None:
         raise ValueError(f"{where}: the label {column!r} is {value!r}, not a finite number.")
+    if not math.isfinite(number):
+        raise ValueError(f"{where}: the label {column!r} is {value!r}, which is not finite; write a finite number "
+                         "or drop the row.")
     return number
+
+
+@dataclass(frozen=True)
+class LabelRule:
+    """What a loss needs of every label value (each score of a list too): ``allowed(value)``, said as ``needs``
+    (``"0 or 1"``) for ``who`` (``"--loss contrastive"``). Called on a checked row (:func:`check_row`) with its
+    place, it raises a one-line ``ValueError`` naming the place, the value and both."""
+
+    who: str
+    needs: str
+    allowed: Callable[[float], bool]
+
+    def __call__(self, row: Mapping[str, Any], where: str) -> None:
+        label = row.get("label")
+        for value in label if isinstance(label, list) else [] if label is None else [label]:
+            if not self.allowed(value):
+                raise ValueError(f"{where}: the label {value!r} is not {self.needs}, which {self.who} needs; fix "
+                                 "the label or choose another loss.")
+
+
+#: the rules of the losses that need more of a label than a finite number
+BINARY = ("0 or 1", lambda value: value in (0.0, 1.0))
+UNIT = ("in [0, 1]", lambda value: 0.0 <= value <= 1.0)

@@ -34,6 +34,7 @@ import torch
 from torch import nn
 
 from bertkit.embedding.data import RowBatch
+from bertkit.embedding.data_layout import UNIT, LabelRule
 from bertkit.embedding.ir_metrics import DEFAULT_K
 from bertkit.embedding.training import (
     MODEL_DIR,
@@ -84,8 +85,7 @@ class RerankCollator:
         batch = batch.part(self.rank, self.world_size)
         queries, documents, labels = [], [], []
         for place, row in zip(batch.where, batch.rows):
-            negatives = row.get("negatives") or [row[k] for k in sorted(row, key=_number) if k.startswith("negative_")]
-            passages = [row["positive"], *negatives]
+            passages = _passages(row)
             queries.append(row["anchor"])
             documents.append(passages)
             labels.append(_row_labels(row.get("label"), len(passages), place))
@@ -93,8 +93,24 @@ class RerankCollator:
                 "rerank": RerankBatch(queries, documents, self.tokenize, labels if self.labelled else None)}
 
 
+def _passages(row: Mapping[str, Any]) -> list[str]:
+    """A row's passages: its positive, then its negatives (a list, or ``negative_1..k`` in order)."""
+    negatives = row.get("negatives") or [row[k] for k in sorted(row, key=_number) if k.startswith("negative_")]
+    return [row["positive"], *negatives]
+
+
 def _number(role: str) -> int:
     return int(role.split("_")[1]) if role.startswith("negative_") else 0
+
+
+def check_rerank_row(loss: str, row: Mapping[str, Any], place: str) -> None:
+    """What ``--loss loss`` needs of a training row, checked as the data is read (``place``: the file and line):
+    one label per passage (or none), each in [0, 1] for ``bce``; mnrl reads no labels."""
+    if loss == "mnrl":
+        return
+    _row_labels(row.get("label"), len(_passages(row)), place)
+    if loss == "bce":
+        LabelRule(f"--loss {loss}", *UNIT)(row, place)
 
 
 def _row_labels(label: Any, passages: int, place: str) -> list[float]:
@@ -155,12 +171,13 @@ def finetune_reranker(model: str | os.PathLike, train_files: str | os.PathLike |
     objective = build_rerank_loss(loss, mini_batch_size=mini_batch_size, num_negatives=num_negatives)
     evaluators, described = rerank_evaluators(eval_rerank, eval_beir, eval_first_stage, eval_top_k, eval_every,
                                               eval_split, eval_k)
+    rank, world = data_parallel()  # the data is read and every row checked before the run directory opens
+    dataset = global_batches(files, batch_size, world, columns=columns, sampling=sampling, seed=seed,
+                             check=functools.partial(check_rerank_row, loss))
     with open_run(output_dir, resume=resume, overwrite=overwrite) as run:
         torch.manual_seed(seed)  # a new head's initial weights are a function of the seed
         cross = CrossEncoder(model, num_labels=1, max_length=max_seq_length, from_bi_encoder=True, dtype="fp32",
                              device=resolve_device(device, int(os.environ.get("LOCAL_RANK", 0))))
-        rank, world = data_parallel()
-        dataset = global_batches(files, batch_size, world, columns=columns, sampling=sampling, seed=seed)
         settings = {"loss": loss, "mini_batch_size": mini_batch_size, "num_negatives": num_negatives,
                     "columns": columns, "sampling": sampling, "batch_size": batch_size,
                     "max_seq_length": cross.max_length}

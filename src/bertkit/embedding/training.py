@@ -53,6 +53,7 @@ from torch import nn
 
 from bertkit.embedding.batch import PairBatch
 from bertkit.embedding.data import EmbeddingDataset, PairCollator, RowBatch
+from bertkit.embedding.data_layout import BINARY, LabelRule
 from bertkit.embedding.eval_schedule import EvalSchedule, check_every, evaluation_table, json_metrics
 from bertkit.embedding.ir_metrics import DEFAULT_K
 
@@ -103,6 +104,12 @@ def build_loss(name: str, *, scale: float | None = None, symmetric: bool = False
             "online-contrastive": pairwise.OnlineContrastiveLoss, "margin-mse": distillation.MarginMSELoss,
             "kl": distillation.DistillKLDivLoss}[name](**options)
     return MatryoshkaLoss(loss, list(matryoshka_dims)) if matryoshka_dims else loss
+
+
+def label_rule(name: str) -> LabelRule | None:
+    """What the loss ``name`` needs of every label beyond a finite number, checked as the training data is read
+    (:class:`~bertkit.embedding.data_layout.LabelRule`); None when nothing more."""
+    return LabelRule(f"--loss {name}", *BINARY) if name in ("contrastive", "online-contrastive") else None
 
 
 def _options(name: str) -> set[str]:
@@ -246,6 +253,9 @@ def finetune_embeddings(model: str | os.PathLike, train_files: str | os.PathLike
         if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
             raise ValueError(f"{name} must be a positive number, got {value!r}.")
     eval_data = check_evaluation_data(eval_beir, eval_sts, eval_every, eval_split, eval_k)
+    rank, world = data_parallel()  # the data is read and every row checked before the run directory opens
+    dataset = global_batches(files, batch_size, world, columns=columns, sampling=sampling, seed=seed,
+                             check=label_rule(loss))
     with open_run(output_dir, resume=resume, overwrite=overwrite) as run:
         net = SentenceTransformer(model, optimize=False, pooling=pooling)
         _check_model(net, model, matryoshka_dims, max_seq_length)
@@ -259,8 +269,6 @@ def finetune_embeddings(model: str | os.PathLike, train_files: str | os.PathLike
         prompts = _prompts(query_prompt, document_prompt)
         if prompts:
             net.prompts = {**net.prompts, "query": query_prompt or "", "document": document_prompt or ""}
-        rank, world = data_parallel()
-        dataset = global_batches(files, batch_size, world, columns=columns, sampling=sampling, seed=seed)
         collator = PairCollator(net.tokenizer, max_length=net.max_seq_length, prompts=prompts,
                                 allow_repeated_queries=allow_repeated_queries, rank=rank, world_size=world)
         settings = {"loss": loss, "scale": scale, "symmetric": symmetric, "mini_batch_size": mini_batch_size,

@@ -168,6 +168,8 @@ class Classification(Task):
         if self.problem_type is None:
             self.problem_type = _infer_problem_type([e.label for e in labelled])
         if self.problem_type == REGRESSION:
+            for example in labelled:  # every training label a finite number, said before anything is trained
+                _number(example)
             self.labels = None
             if not self.glue:
                 self.primary_metric = "pearson"
@@ -309,10 +311,9 @@ def _maybe_number(label: Any) -> float | None:
     if isinstance(label, int | float):
         return float(label)
     try:
-        value = float(label)
+        return float(label)  # NaN and infinities too: numbers, refused as regression labels by _number
     except (TypeError, ValueError):
         return None
-    return value if math.isfinite(value) else None
 
 
 def _number(example: TextExample) -> float:
@@ -320,6 +321,9 @@ def _number(example: TextExample) -> float:
     if value is None:
         raise ValueError(f"{where(example.path, example.line)}: regression needs a number as label, got "
                          f"{example.label!r}.")
+    if not math.isfinite(value):
+        raise ValueError(f"{where(example.path, example.line)}: the label {example.label!r} is not finite; "
+                         "regression needs a finite number: fix the label or drop the row.")
     return value
 
 

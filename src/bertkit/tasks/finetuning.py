@@ -164,13 +164,13 @@ def finetune(task: str | Task, model: str | os.PathLike, train: str | os.PathLik
     for name, value in (("epochs", epochs), ("max_seq_length", max_seq_length)):
         if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
             raise ValueError(f"{name} must be a positive number, got {value!r}.")
+    with strict_data(strict):  # the data is read and its labels checked before the run directory opens
+        examples = {name: task.read(path) for name, path in splits.items()}
+    for name in ("train", "validation"):  # test data may be unlabelled: it is only predicted
+        if name in examples:
+            task.check_labelled(splits[name], examples[name])
+    task.fit(examples["train"])
     with open_run(output_dir, resume=resume, overwrite=overwrite) as run:
-        with strict_data(strict):
-            examples = {name: task.read(path) for name, path in splits.items()}
-        for name in ("train", "validation"):  # test data may be unlabelled: it is only predicted
-            if name in examples:
-                task.check_labelled(splits[name], examples[name])
-        task.fit(examples["train"])
         torch.manual_seed(seed)  # the new head's initial weights are a function of the seed
         net, tokenizer = _load(model, task, max_seq_length)
         tokenizer = task.tokenizer_for(tokenizer)  # what the task encodes with is what is saved with the model
