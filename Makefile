@@ -23,10 +23,18 @@ $(VENV)/.test-installed: pyproject.toml | $(PY)
 	$(PY) -m pip install -q --no-deps d2l==1.0.3
 	touch $@
 
+# The test extra holds the docs extra: in a .venv that `make test` set up, `make docs` installs nothing (a second
+# `pip install -e` would reinstall bertkit under a `make test` running from the same .venv); it only brings that
+# install up to date, as `make test` would
+ifneq ($(wildcard $(VENV)/.test-installed),)
+$(VENV)/.docs-installed: $(VENV)/.test-installed
+	touch $@
+else
 $(VENV)/.docs-installed: pyproject.toml | $(PY)
 	$(PY) -m pip install -q $(TORCH)
 	$(PY) -m pip install -q -e '.[docs]'
 	touch $@
+endif
 
 .PHONY: demo test test-slow lint bench bench-data docs docs-serve
 demo: $(VENV)/.demo-installed
