@@ -43,12 +43,14 @@ demo: $(VENV)/.demo-installed
 lint: $(VENV)/.test-installed
 	$(PY) -m ruff check src tests benchmarks
 
+# one line per test file, its dots as its tests finish and its tests' time at the end (a CI log shows which file
+# runs and how long each took); pytest -q gives the plain dots
 test: lint
-	$(PY) -m pytest -q
+	$(PY) -m pytest -o console_output_style=times
 
 # the tests marked slow (a recipe's full claim, 10+ minutes each), which `make test` leaves out
 test-slow: $(VENV)/.test-installed
-	$(PY) -m pytest -q -m slow
+	$(PY) -m pytest -o console_output_style=times -m slow
 
 # bertkit vs HF transformers vs ONNX Runtime, one run (~6 min on 2 cores, and the families table, one
 # BERT-base-sized model per family: 6.5 min for three families on a loaded machine): benchmarks/run.py;
