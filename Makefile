@@ -48,7 +48,8 @@ lint: $(VENV)/.test-installed
 test: lint
 	$(PY) -m pytest -o console_output_style=times
 
-# the tests marked slow (a recipe's full claim, 10+ minutes each), which `make test` leaves out
+# the tests marked slow (a recipe's full claim, a benchmark script run whole: 10+ minutes each), which `make test`
+# leaves out
 test-slow: $(VENV)/.test-installed
 	$(PY) -m pytest -o console_output_style=times -m slow
 
