@@ -23,10 +23,18 @@ $(VENV)/.test-installed: pyproject.toml | $(PY)
 	$(PY) -m pip install -q --no-deps d2l==1.0.3
 	touch $@
 
+# The test extra holds the docs extra: in a .venv that `make test` set up, `make docs` installs nothing (a second
+# `pip install -e` would reinstall bertkit under a `make test` running from the same .venv); it only brings that
+# install up to date, as `make test` would
+ifneq ($(wildcard $(VENV)/.test-installed),)
+$(VENV)/.docs-installed: $(VENV)/.test-installed
+	touch $@
+else
 $(VENV)/.docs-installed: pyproject.toml | $(PY)
 	$(PY) -m pip install -q $(TORCH)
 	$(PY) -m pip install -q -e '.[docs]'
 	touch $@
+endif
 
 .PHONY: demo test test-slow lint bench bench-data docs docs-serve
 demo: $(VENV)/.demo-installed
@@ -35,12 +43,15 @@ demo: $(VENV)/.demo-installed
 lint: $(VENV)/.test-installed
 	$(PY) -m ruff check src tests benchmarks
 
+# one line per test file, its dots as its tests finish and its tests' time at the end (a CI log shows which file
+# runs and how long each took); pytest -q gives the plain dots
 test: lint
-	$(PY) -m pytest -q
+	$(PY) -m pytest -o console_output_style=times
 
-# the tests marked slow (a recipe's full claim, 10+ minutes each), which `make test` leaves out
+# the tests marked slow (a recipe's full claim, a benchmark script run whole: 10+ minutes each), which `make test`
+# leaves out
 test-slow: $(VENV)/.test-installed
-	$(PY) -m pytest -q -m slow
+	$(PY) -m pytest -o console_output_style=times -m slow
 
 # bertkit vs HF transformers vs ONNX Runtime, one run (~6 min on 2 cores, and the families table, one
 # BERT-base-sized model per family: 6.5 min for three families on a loaded machine): benchmarks/run.py;

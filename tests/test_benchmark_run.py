@@ -2,6 +2,9 @@
 
 Timings are printed by the script, never asserted here; what is asserted is what could be wrong
 without anyone noticing in a table: the fast path, bf16, int8 and ONNX Runtime against HF fp32.
+The fast lane runs the inference and training sections without ONNX Runtime (``quick``); the whole ``--quick``
+run (HF's models exported to ONNX, every family, a fine-tuning epoch, an embedding model's training: more than 25
+minutes on a busy 2-core machine) is ``make test-slow``'s, and so are the exports of HF's models to ONNX.
 """
 
 from __future__ import annotations
@@ -28,16 +31,33 @@ def load_script(path: Path = SCRIPT, name: str = "run_bench"):
     return module
 
 
-@pytest.fixture(scope="module")
-def report(tmp_path_factory):
-    pytest.importorskip("onnxruntime")
+def _quick_run(tmp_path_factory, *only: str, onnx: bool = True) -> tuple[str, dict]:
+    """``run.py --quick`` (each of ``only`` as ``--only``; without ``onnx``, ``--no-onnx``): its stdout and rows."""
+    if onnx:
+        pytest.importorskip("onnxruntime")
     pytest.importorskip("transformers")
     out = tmp_path_factory.mktemp("bench") / "rows.json"
-    run = run_guarded([sys.executable, str(SCRIPT), "--quick", "--json", str(out)], capture_output=True, text=True)
+    command = [sys.executable, str(SCRIPT), "--quick", "--json", str(out)] + ([] if onnx else ["--no-onnx"])
+    for section in only:
+        command += ["--only", section]
+    run = run_guarded(command, capture_output=True, text=True)
     assert run.returncode == 0, run.stderr[-3000:]
     return run.stdout, json.loads(out.read_text())
 
 
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    """Every section, as ``run.py --quick`` runs them (the precision section has its own tests)."""
+    return _quick_run(tmp_path_factory, "inference", "families", "pretraining", "finetuning", "accuracy", "embedding")
+
+
+@pytest.fixture(scope="module")
+def quick(tmp_path_factory):
+    """The inference and training sections, bertkit's variants (fast path, bf16, int8) against HF."""
+    return _quick_run(tmp_path_factory, "inference", "pretraining", "finetuning", onnx=False)
+
+
+@pytest.mark.slow
 def test_every_table_is_printed(report):
     stdout, _ = report
     for title in ("## GEMM", "## Inference, BERT", "## Inference, every encoder family", "## Training steps",
@@ -46,18 +66,31 @@ def test_every_table_is_printed(report):
     assert "| 8 x 128 | bertkit fp32 |" in stdout
 
 
-def test_variants_agree_with_hf(report):
-    _, rows = report
+def _variants_agree_with_hf(rows: dict) -> set:
+    """Every inference and training row within its bound of HF fp32; the (workload, variant) pairs seen."""
     inference = {(r["workload"], r["variant"]): r for r in rows["inference"]}
     for (workload, variant), row in inference.items():
         bound = 1e-4 if "fp32" in variant else 0.2  # bf16 / int8 are approximate by nature
         assert row["max diff"] <= bound, (workload, variant, row["max diff"])
-    assert ("8 x 128, 30 % padding", "ONNX Runtime fp32") in inference
     for row in rows["training"]:
         bound = 1e-4 if "fp32" in row["variant"] else 5e-2
         assert row["loss diff"] <= bound, row
+    return set(inference)
 
 
+def test_variants_agree_with_hf(quick):
+    stdout, rows = quick
+    assert "| 8 x 128 | bertkit fp32 |" in stdout
+    assert ("8 x 128, 30 % padding", "bertkit int8") in _variants_agree_with_hf(rows)
+
+
+@pytest.mark.slow
+def test_variants_and_onnx_runtime_agree_with_hf(report):
+    _, rows = report
+    assert ("8 x 128, 30 % padding", "ONNX Runtime fp32") in _variants_agree_with_hf(rows)
+
+
+@pytest.mark.slow
 def test_every_family_bertkit_runs_has_its_rows_and_agrees_with_hf(report):
     """One row per family and variant on each family workload, bertkit and ONNX Runtime equal to HF fp32 on the
     same weights; the families this bertkit lacks are named as skipped (the table grows as families land)."""
@@ -102,6 +135,7 @@ def test_family_table_builds_each_hf_model_at_the_benchmark_size(family):
         assert model(**inputs).last_hidden_state.shape == (2, 12, bench.TINY["hidden_size"])
 
 
+@pytest.mark.slow
 def test_fast_variants_keep_the_fine_tuned_models_predictions(report):
     _, rows = report
     by_variant = {r["variant"]: r for r in rows["accuracy"]}
@@ -127,13 +161,16 @@ def test_attention_variants_compute_the_same_attention():
     torch.testing.assert_close(reference[: lengths[0]], alone)
 
 
-def test_embedding_benchmark_runs_and_agrees_with_sentence_transformers():
+@pytest.mark.parametrize("onnx", [False, pytest.param(True, marks=pytest.mark.slow)], ids=["encode", "onnx"])
+def test_embedding_benchmark_runs_and_agrees_with_sentence_transformers(onnx):
+    """bertkit's encode (and, in the slow lane, its ONNX export in ONNX Runtime) equal to sentence-transformers'."""
     pytest.importorskip("sentence_transformers")
-    pytest.importorskip("onnxruntime")
+    if onnx:
+        pytest.importorskip("onnxruntime")
     run = run_guarded([sys.executable, str(SCRIPT.parent / "embed.py"), "--sentences", "40", "--rounds", "1",
-                       "--batch-size", "8", "--onnx"], capture_output=True, text=True)
+                       "--batch-size", "8"] + (["--onnx"] if onnx else []), capture_output=True, text=True)
     assert run.returncode == 0, run.stderr[-3000:]
     rows = [line.split("|") for line in run.stdout.splitlines() if line.startswith("| bertkit")]
-    assert len(rows) == 2  # bertkit encode, and its ONNX export in ONNX Runtime
+    assert len(rows) == (2 if onnx else 1)  # bertkit encode, and its ONNX export in ONNX Runtime
     for row in rows:
         assert float(row[5]) >= 0.99999 and float(row[6]) < 1e-4  # min cosine, max abs diff to ST

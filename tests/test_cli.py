@@ -117,3 +117,19 @@ def test_the_demo_picks_the_faster_thread_count():
         assert torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(before)
+
+
+def test_no_help_shows_rest_markup(capsys):
+    """``--help`` of every subcommand (the descriptions are module docstrings) shows the names Sphinx roles point
+    at, never the markup (``:func:`...```)."""
+    import re
+
+    from bertkit.cli.reference import commands
+
+    role = re.compile(r":[a-z]+:`")
+    for command in commands():
+        assert not role.search(command.parser.format_help()), command.name
+    with pytest.raises(SystemExit):
+        main(["finetune", "embed", "--help"])
+    out = capsys.readouterr().out
+    assert "See bertkit.embedding.training.finetune_embeddings." in " ".join(out.split())

@@ -86,3 +86,33 @@ def test_search_finds_the_page_that_answers(browser, url, query, page):
     wait.until(lambda driver: page in driver.current_url)
     body = browser.find_element(By.CSS_SELECTOR, "article.md-content__inner").text
     assert query.split()[0].lower() in body.lower(), f"{browser.current_url} does not mention {query!r}"
+
+
+#: a common laptop window, where most bash blocks were cut off before the docs' stylesheet wrapped them
+LAPTOP_WINDOW = (1280, 900)
+#: the blocks that wrap (docs/stylesheets/extra.css); ```text outputs keep their columns and scroll
+WRAPPED = ".language-bash pre > code, .language-python pre > code"
+
+
+def test_no_command_or_code_line_runs_out_of_sight(browser, url):
+    """In a 1280 px window every bash and Python block of every written page fits its column: each line wraps
+    instead of running past the block's edge."""
+    pages = sorted(p.relative_to(ROOT / "docs").with_suffix("") for p in (ROOT / "docs").rglob("*.md")
+                   if "hooks" not in p.parts)
+    size = browser.get_window_size()
+    browser.set_window_size(*LAPTOP_WINDOW)
+    measure = ("return Array.from(document.querySelectorAll(arguments[0]))"
+               ".map(c => [c.scrollWidth, c.clientWidth, c.textContent.split('\\n')[0]])")
+    blocks, cut = 0, []
+    try:
+        for page in pages:
+            path = "".join(f"{part}/" for part in (page.parts[:-1] if page.name == "index" else page.parts))
+            browser.get(url + path)
+            found = browser.execute_script(measure, WRAPPED)
+            blocks += len(found)
+            cut += [f"{path or '/'}: {first[:60]!r} ({scroll} px in {client} px)"
+                    for scroll, client, first in found if scroll > client]
+    finally:
+        browser.set_window_size(size["width"], size["height"])
+    assert blocks >= 50, f"found {blocks} bash/python blocks: is pymdownx.highlight's pygments_lang_class still on?"
+    assert not cut, "cut off at 1280 px:\n" + "\n".join(cut)

@@ -503,6 +503,25 @@ def test_plot_metrics_writes_a_png(tmp_path):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_plot_names_what_each_accuracy_is_measured_on(tmp_path, monkeypatch):
+    """The demo's plot: a pretraining run's training-batch and held-out MLM accuracy are two numbers, neither the
+    evaluation's accuracy at [MASK] positions: each curve says where it is measured and on what."""
+    pytest.importorskip("matplotlib")
+    from matplotlib.figure import Figure
+
+    records = [{"split": "train", "step": 10, "loss": 7.0, "mlm_accuracy": 0.05},
+               {"split": "train", "step": 20, "loss": 6.5, "mlm_accuracy": 0.07},
+               {"split": "eval", "step": 20, "loss": 6.3, "mlm_accuracy": 0.06}]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    drawn = []
+    monkeypatch.setattr(Figure, "savefig", lambda figure, path, **kwargs: drawn.append(figure))
+    plot_metrics(tmp_path / "metrics.jsonl", tmp_path / "metrics.png")
+    legends = [[text.get_text() for text in axes.get_legend().get_texts()] for axes in drawn[0].axes]
+    assert legends == [["loss, training batches", "loss, held-out"],
+                       ["mlm_accuracy at all selected positions, training batches",
+                        "mlm_accuracy at all selected positions, held-out"]]
+
+
 def test_plot_metrics_without_matplotlib_says_so(tmp_path, monkeypatch, capsys):
     (tmp_path / "metrics.jsonl").write_text('{"split": "train", "step": 1, "loss": 1.0}\n')
     for name in [m for m in sys.modules if m.startswith("matplotlib.")] + ["matplotlib", "matplotlib.figure",

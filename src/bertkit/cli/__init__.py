@@ -13,6 +13,7 @@ import argparse
 import contextlib
 import logging
 import os
+import re
 import signal
 import sys
 from collections.abc import Iterator
@@ -158,8 +159,26 @@ def parse_size(value: str) -> int:
     return size
 
 
+#: a Sphinx role (``:func:`~bertkit.x.f```): the descriptions are module docstrings, which the docs site reads as reST
+ROLE = re.compile(r":(?:py:)?[a-z]+:`([^`]+)`")
+
+
+def without_roles(text: str, quote: str = "") -> str:
+    """``text`` with each Sphinx role as the name it points at, in ``quote``: ``:class:`~bertkit.x.C``` -> ``C``
+    (``~`` keeps the last part, as Sphinx shows it), ``:func:`bertkit.f``` -> ``bertkit.f``."""
+    def name(match: re.Match) -> str:
+        target = match.group(1)
+        return quote + (target[1:].rsplit(".", 1)[-1] if target.startswith("~") else target) + quote
+
+    return ROLE.sub(name, text)
+
+
 class ArgumentParser(argparse.ArgumentParser):
-    """argparse with bertkit's one-line usage errors: ``bertkit: error: ... (see PROG --help)``, exit 2."""
+    """argparse with bertkit's one-line usage errors: ``bertkit: error: ... (see PROG --help)``, exit 2, and a
+    ``--help`` that shows the names a description's Sphinx roles point at, not the reST markup."""
+
+    def format_help(self) -> str:
+        return without_roles(super().format_help())
 
     def error(self, message: str):
         print(f"bertkit: error: {message} (see {self.prog} --help)", file=sys.stderr)

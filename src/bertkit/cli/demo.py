@@ -248,9 +248,10 @@ def run(output: str = "runs/demo", budget_s: float = 600.0, max_steps: int | Non
     ev = {**ev, "demo": report}
     atomic_write_text(result.output_dir / EVALUATION_FILE, json.dumps(ev, indent=2) + "\n")
     print(f"\n{_timing(report, clock['train_begin'] - start)}")
-    print(f"model + tokenizer: {result.model_dir}\nmetrics: {result.metrics_path}"
-          + (f"\nplot: {result.plot_path}" if result.plot_path else "\nplot: install matplotlib (pip install "
-             "'bertkit[plot]') for metrics.png"))
+    plot = (f"{result.plot_path} (loss, and MLM accuracy at all selected positions as in the second row above, on "
+            "training batches and held-out, averaged over batches)" if result.plot_path
+            else "install matplotlib (pip install 'bertkit[plot]') for metrics.png")
+    print(f"model + tokenizer: {result.model_dir}\nmetrics: {result.metrics_path}\nplot: {plot}")
     print(f"next: bertkit predict fill-mask {result.model_dir} \"Emma was [MASK].\"   or   "
           f"bertkit serve {result.model_dir}   (then open http://127.0.0.1:8080/)")
     return ev

@@ -19,7 +19,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from bertkit.cli import COMMANDS, ArgumentParser
+from bertkit.cli import COMMANDS, ArgumentParser, without_roles
 
 #: the usage lines are wrapped at this width, whatever the terminal
 WIDTH = 88
@@ -143,11 +143,7 @@ def prose(text: str) -> str:
 
 def roles_as_code(text: str) -> str:
     """``:class:`~bertkit.x.C``` -> ```C```, ``:func:`f``` -> ```f```: Sphinx roles as Markdown code spans."""
-    def code(match: re.Match) -> str:
-        target = match.group(1)
-        return f"`{target[1:].rsplit('.', 1)[-1]}`" if target.startswith("~") else f"`{target}`"
-
-    return re.sub(r":(?:py:)?[a-z]+:`([^`]+)`", code, text)
+    return without_roles(text, quote="`")
 
 
 def _escape(text: str) -> str:

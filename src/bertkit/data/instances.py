@@ -102,7 +102,7 @@ class InstanceBatch:
 def tokenize_documents(documents: Iterable[Sequence[str]], tokenizer, *, batch_size: int = 8192,
                        progress: bool = False) -> TokenizedCorpus:
     """Tokenize every sentence (no special tokens), ``batch_size`` sentences per tokenizer call."""
-    from tqdm.auto import tqdm
+    from bertkit.progress import progress_bar
 
     pieces: list[np.ndarray] = []
     lengths: list[np.ndarray] = []
@@ -121,7 +121,7 @@ def tokenize_documents(documents: Iterable[Sequence[str]], tokenizer, *, batch_s
         pending.clear()
         pending_owner.clear()
 
-    for d, document in enumerate(tqdm(documents, desc="tokenizing", unit=" documents", disable=not progress)):
+    for d, document in enumerate(progress_bar(documents, desc="tokenizing", unit=" documents", disable=not progress)):
         pending.extend(document)
         pending_owner.extend([d] * len(document))
         if len(pending) >= batch_size:

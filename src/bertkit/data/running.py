@@ -47,11 +47,11 @@ def run_all(executor: cf.Executor, window: int, fn: Callable, jobs: Iterator, ou
     jobs are held (planned, queued) at once; the progress bar advances by ``amount(marker)`` ``unit``. A job's
     ValueError is raised as it is; a worker that died (killed, out of memory, crashed) ends the run with an
     error naming what it was doing (:func:`worker_died`)."""
-    from tqdm.auto import tqdm
+    from bertkit.progress import progress_bar
 
     results: list[dict[str, Any]] = []
-    with tqdm(total=total, unit=unit, unit_scale=unit == "B", unit_divisor=1024, desc=desc,
-              disable=not progress) as bar:
+    with progress_bar(total=total, unit=unit, unit_scale=unit == "B", unit_divisor=1024, desc=desc,
+                      disable=not progress) as bar:
         pending: dict[cf.Future, Any] = {}
 
         def collect(done: Iterable[cf.Future]) -> None:

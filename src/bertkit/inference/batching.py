@@ -16,9 +16,9 @@ from typing import Any, TypeVar
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
 from bertkit.checks import check_int
+from bertkit.progress import progress_bar
 
 T = TypeVar("T")
 
@@ -75,7 +75,7 @@ def run_sorted(rows: Sequence[T], lengths: Sequence[int], batch_size: int,
     """``run`` over length-sorted batches of ``rows`` (:func:`sorted_batches`); its per-row results come back
     in ``rows``' order."""
     results: list[Any] = [None] * len(rows)
-    for batch in tqdm(sorted_batches(lengths, batch_size, max_tokens), desc=description, disable=not progress):
+    for batch in progress_bar(sorted_batches(lengths, batch_size, max_tokens), desc=description, disable=not progress):
         for index, result in zip(batch, run([rows[i] for i in batch]), strict=True):
             results[index] = result
     return results

@@ -90,6 +90,19 @@ SCORE_KEYS = frozenset({"exact_match", "matthews_correlation", "pearson", "spear
 EMBEDDING_SCORES = ("ndcg@10", "mrr@10", "map@100", "recall@100", "spearman_cosine")
 
 
+#: what each split's curve is measured on, in the legend: "train" and "eval" alone read as the same number twice
+SPLIT_NAMES = {"train": "training batches", "eval": "held-out"}
+#: where a metric is measured, in the legend, for the metrics whose name does not say it (the pretraining
+#: evaluation reports MLM accuracy at [MASK] positions as well: the plot's is every position chosen for prediction)
+WHERE = {"mlm_accuracy": "all selected positions"}
+
+
+def curve_label(split: str, key: str) -> str:
+    """The legend of ``key``'s curve on ``split``: ``"mlm_accuracy at all selected positions, held-out"``."""
+    where = f" at {WHERE[key]}" if key in WHERE else ""
+    return f"{key}{where}, {SPLIT_NAMES.get(split, split)}"
+
+
 def is_score(key: str) -> bool:
     """Whether the metric ``key`` is drawn in the plot's scores panel."""
     return key.endswith(("accuracy", "f1", *EMBEDDING_SCORES)) or key in SCORE_KEYS
@@ -120,7 +133,7 @@ def plot_metrics(metrics_path: str | Path, png_path: str | Path) -> Path | None:
                 points = [(r["step"], r[key]) for r in records if r.get("split", "train") == split
                           and r.get(key) is not None]
                 if points:
-                    axes.plot(*zip(*points), label=f"{split} {key}", marker="o" if split == "eval" else None)
+                    axes.plot(*zip(*points), label=curve_label(split, key), marker="o" if split == "eval" else None)
         axes.set_xlabel("step")
         axes.set_title(title)
         axes.legend()

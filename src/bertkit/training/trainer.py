@@ -60,8 +60,8 @@ import numpy as np
 import torch
 from torch import nn
 from torch.utils.data import DataLoader
-from tqdm.auto import tqdm
 
+from bertkit.progress import progress_bar
 from bertkit.training import allocator, reporting
 from bertkit.training import checkpoint as ckpt
 from bertkit.training.config import TrainingConfig, describe_precision, resolve_device, resolve_precision
@@ -243,8 +243,8 @@ class Trainer:
         self.model.train()
         t0 = time.perf_counter() - self.state.elapsed_s
         batches, window = self._micro_batches(), MetricWindow()
-        bar = tqdm(total=cfg.max_steps, initial=self.state.step, desc="train", unit="step", dynamic_ncols=True,
-                   disable=not (self.ctx.is_main and cfg.progress_bar))
+        bar = progress_bar(total=cfg.max_steps, initial=self.state.step, desc="train", unit="step", dynamic_ncols=True,
+                           disable=not (self.ctx.is_main and cfg.progress_bar))
         self._trigger("on_train_begin")
         try:
             while self.state.step < cfg.max_steps and not self.should_stop:

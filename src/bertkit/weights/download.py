@@ -230,10 +230,11 @@ def _download_to_part(url: str, part: Path, *, progress: bool, timeout: float, d
         else:  # a fresh download, or a server that ignored Range and sends everything
             offset, mode = 0, "wb"
             total = int(length) if length is not None else None
-        from tqdm.auto import tqdm
+        from bertkit.progress import progress_bar
 
-        with open(part, mode) as f, tqdm(total=total, initial=offset, unit="B", unit_scale=True, unit_divisor=1024,
-                                         desc=desc, disable=not progress, leave=True) as bar:
+        with open(part, mode) as f, progress_bar(total=total, initial=offset, unit="B", unit_scale=True,
+                                                 unit_divisor=1024, desc=desc, disable=not progress,
+                                                 leave=True) as bar:
             while chunk := response.read(CHUNK_SIZE):
                 f.write(chunk)
                 bar.update(len(chunk))
