@@ -36,6 +36,7 @@ import numpy as np
 import torch
 
 from bertkit.inference.batching import sorted_batches
+from bertkit.inference.finite import check_rows
 from bertkit.io import atomic_write_text, read_json_object
 from bertkit.modeling.fast import GemmChoice
 from bertkit.tasks.base import Task
@@ -353,6 +354,13 @@ def _row(logits: Any, row: int, length: int | None) -> Any:
     return (values[:length] if length is not None else values).numpy()
 
 
+def check_outputs(task: Task, path: str | os.PathLike, examples: Sequence[Any], features: Sequence[dict[str, Any]],
+                  outputs: Sequence[Any]) -> None:
+    """:class:`~bertkit.inference.finite.NonFiniteOutput` naming the example (file and line) of the first feature
+    whose outputs hold NaN or infinity, before anything is decoded, scored or written."""
+    check_rows(outputs, lambda i: task.locate(path, examples[features[i]["example"]]))
+
+
 def score_split(model, task: Task, examples: Sequence[Any], features: Sequence[dict[str, Any]], *,
                 batch_size: int = 64, precision: str = "auto",
                 ctx: DistributedContext | None = None) -> tuple[list[dict[str, Any]], dict[str, Any], list]:
@@ -452,8 +460,9 @@ def evaluate(model_dir: str | os.PathLike, data: str | os.PathLike, *, task: str
         raise ValueError(f"{data} has no gold labels to evaluate against; use `bertkit predict` for unlabelled data.")
     warn_if_run_differs(model_dir, next(net.parameters()).device, precision, "this evaluation")
     features = task_object.featurize(examples, tokenizer, max_seq_length or saved_length)
-    predictions, scores, _ = score_split(net, task_object, examples, features, batch_size=batch_size,
-                                         precision=precision)
+    predictions, scores, outputs = score_split(net, task_object, examples, features, batch_size=batch_size,
+                                               precision=precision)
+    check_outputs(task_object, data, examples, features, outputs)
     if output is not None:
         write_jsonl(output, [{k: v for k, v in p.items() if k not in BULKY_KEYS} for p in predictions])
     return scores
@@ -467,6 +476,7 @@ def predict(model_dir: str | os.PathLike, data: str | os.PathLike, output: str |
     examples = task_object.read(data)
     features = task_object.featurize(examples, tokenizer, max_seq_length or saved_length)
     outputs, _ = run_model(net, task_object, features, batch_size=batch_size, precision=precision)
+    check_outputs(task_object, data, examples, features, outputs)
     predictions = task_object.decode(examples, features, outputs)
     write_jsonl(output, [{k: v for k, v in p.items() if k not in BULKY_KEYS} for p in predictions])
     return predictions
