@@ -47,6 +47,7 @@ from bertkit.tasks.readers import strict_data
 from bertkit.tasks.run_settings import follow_run, warn_if_run_differs
 from bertkit.tasks.token_classification import TokenClassification
 from bertkit.training import LengthGroupedSampler, Trainer, TrainingConfig
+from bertkit.training.config import describe_precision, resolve_precision
 from bertkit.training.distributed import DistributedContext, gather_to_all
 from bertkit.training.evaluation import forward_inputs, predict_batches
 from bertkit.training.metrics import plot_metrics
@@ -450,6 +451,14 @@ def load_finetuned(model_dir: str | os.PathLike, task: str | None = None, **task
     return net, tokenizer, task_object, max_seq_length or min(512, net.config.max_tokens)
 
 
+def say_precision(net: torch.nn.Module, precision: str) -> str:
+    """The precision ``net`` runs in on its device, said once (logger ``bertkit``): what ``auto`` chose and why."""
+    device = next(net.parameters()).device
+    used = resolve_precision(precision, device)
+    logger.info(describe_precision(precision, used, device))
+    return used
+
+
 def evaluate(model_dir: str | os.PathLike, data: str | os.PathLike, *, task: str | None = None,
              batch_size: int = 64, precision: str = "auto", max_seq_length: int | None = None,
              output: str | os.PathLike | None = None, **task_options: Any) -> dict[str, Any]:
@@ -459,6 +468,7 @@ def evaluate(model_dir: str | os.PathLike, data: str | os.PathLike, *, task: str
     if not task_object.has_labels(examples):
         raise ValueError(f"{data} has no gold labels to evaluate against; use `bertkit predict` for unlabelled data.")
     warn_if_run_differs(model_dir, next(net.parameters()).device, precision, "this evaluation")
+    precision = say_precision(net, precision)
     features = task_object.featurize(examples, tokenizer, max_seq_length or saved_length)
     predictions, scores, outputs = score_split(net, task_object, examples, features, batch_size=batch_size,
                                                precision=precision)
@@ -475,7 +485,7 @@ def predict(model_dir: str | os.PathLike, data: str | os.PathLike, output: str |
     net, tokenizer, task_object, saved_length = load_finetuned(model_dir, task, **task_options)
     examples = task_object.read(data)
     features = task_object.featurize(examples, tokenizer, max_seq_length or saved_length)
-    outputs, _ = run_model(net, task_object, features, batch_size=batch_size, precision=precision)
+    outputs, _ = run_model(net, task_object, features, batch_size=batch_size, precision=say_precision(net, precision))
     check_outputs(task_object, data, examples, features, outputs)
     predictions = task_object.decode(examples, features, outputs)
     write_jsonl(output, [{k: v for k, v in p.items() if k not in BULKY_KEYS} for p in predictions])
