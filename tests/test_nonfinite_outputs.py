@@ -175,3 +175,13 @@ def test_evaluate_beir_and_sts_name_the_document_or_sentence(encoder, tmp_path, 
     assert main(["evaluate", str(encoder), "--sts", str(sts), "-o", str(out)]) == 1
     assert f"the sentences, text 1 ('another {POISON}')" in error_line(capsys)  # each sentence once, in order
     untouched(out)
+
+
+def test_fill_mask_names_the_text(tmp_path, capsys):
+    directory = tiny(tmp_path / "mlm", bertkit.BERTForMaskedLM, poison=False)
+    model = bertkit.BERTForMaskedLM.from_pretrained(directory)
+    with torch.no_grad():  # (a NaN word would reach every text: the output layer shares the word embeddings)
+        model.bert.embeddings.position_embeddings.weight[6] = float("nan")  # texts of 7 tokens or more
+    model.save_pretrained(directory)
+    assert main(["fill-mask", str(directory), "the [MASK] square", "a long text that ends in [MASK]"]) == 1
+    assert "output for TEXT 2 is non-finite" in error_line(capsys)
