@@ -65,7 +65,7 @@ def error_line(capsys) -> str:
 def test_first_nonfinite_finds_the_first_bad_row_of_any_shape():
     from bertkit.inference.finite import NonFiniteOutput, check_rows, first_nonfinite
 
-    assert first_nonfinite(np.ones((3, 4))) is None
+    assert first_nonfinite(np.ones((3, 4))) is None and first_nonfinite(torch.empty(0, 5)) is None
     assert first_nonfinite(torch.tensor([[1.0, 2.0], [3.0, float("inf")], [float("nan"), 0.0]])) == 1
     assert first_nonfinite(torch.ones(4, dtype=torch.bfloat16).index_fill(0, torch.tensor([2]), float("nan"))) == 2
     answers = [{"label": "pos", "score": 0.5}, [{"score": 1.0}], ({"start": 3, "score": float("nan")},)]

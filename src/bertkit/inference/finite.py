@@ -49,6 +49,8 @@ def first_nonfinite(rows: Any) -> int | None:
     if isinstance(rows, torch.Tensor):
         rows = rows.detach().float().cpu().numpy()
     if isinstance(rows, np.ndarray) and rows.ndim and rows.dtype.kind in "fc":
+        if not rows.size:
+            return None
         bad = ~np.isfinite(rows.reshape(len(rows), -1)).all(axis=1)
         return int(bad.argmax()) if bad.any() else None
     return next((i for i, row in enumerate(rows) if not is_finite(row)), None)
@@ -56,7 +58,7 @@ def first_nonfinite(rows: Any) -> int | None:
 
 def check_rows(rows: T, name: Callable[[int], str]) -> T:
     """``rows`` when every row is finite; else :class:`NonFiniteOutput` naming the first bad one as
-    ``name(index)`` (``"--input texts.txt, line 7"``)."""
+    ``name(index)`` (``"texts.txt, line 7"``)."""
     bad = first_nonfinite(rows)
     if bad is not None:
         raise NonFiniteOutput(message(name(bad)))
