@@ -185,3 +185,15 @@ def test_fill_mask_names_the_text(tmp_path, capsys):
     model.save_pretrained(directory)
     assert main(["fill-mask", str(directory), "the [MASK] square", "a long text that ends in [MASK]"]) == 1
     assert "output for TEXT 2 is non-finite" in error_line(capsys)
+
+
+def test_evaluate_rerank_names_the_query(tmp_path, capsys):
+    reranker = tiny(tmp_path / "ce", bertkit.BERTForSequenceClassification, num_labels=1)
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text("".join(json.dumps({"query": q, "positive": p, "negative": [n]}) + "\n" for q, p, n in
+                            [("the town", "the town square", "a quiet morning"), ("water", f"a {POISON}", "fire")]))
+    out = tmp_path / "report.json"
+    out.write_text("precious\n")
+    assert main(["evaluate", str(reranker), "--rerank", str(rows), "-o", str(out)]) == 1
+    assert "the query 'water' (one of its documents) is non-finite" in error_line(capsys)
+    untouched(out)
