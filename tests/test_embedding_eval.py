@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import random
+import warnings
 import zlib
 
 import numpy as np
@@ -105,6 +106,28 @@ def test_load_beir_joins_titles_and_keeps_the_judged_queries(tmp_path):
     assert data.qrels["q1"] == {"doc3": 2, "doc4": 1, "doc5": 0}
     (tmp_path / "beir" / "qrels" / "dev.tsv").write_text("query-id\tcorpus-id\tscore\nq7\tdoc2\t1\n")
     assert load_beir(tmp_path / "beir", split="dev").qrels == {"q7": {"doc2": 1}}
+
+
+def test_qrels_that_mark_nothing_relevant_are_said(tmp_path):
+    """All-zero qrels give all-zero metrics whatever the ranking: said once, at load, as are queries without a
+    relevant document (each scores 0); qrels with a relevant document per query load silently."""
+    directory = write_beir(tmp_path / "beir")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        load_beir(directory)
+    qrels = directory / "qrels" / "test.tsv"
+    header, *rows = qrels.read_text().splitlines()
+    zeroed = [row.rsplit("\t", 1)[0] + "\t0" for row in rows]
+    qrels.write_text("\n".join([header, *zeroed]) + "\n")
+    with pytest.warns(UserWarning, match=r"test.tsv: no judgement marks a document relevant \(every score is 0 or "
+                                         r"less\), so every metric will be 0"):
+        data = load_beir(directory)
+    assert evaluate_run({q: {d: 1.0 for d in judged} for q, judged in data.qrels.items()}, data.qrels)["metrics"][
+        "ndcg@10"] == 0.0
+    qrels.write_text("\n".join([header, *zeroed[:6], *rows[6:]]) + "\n")  # q0 and q1 judged, nothing relevant
+    with pytest.warns(UserWarning, match=r"2 of 6 judged queries have no relevant document \(every score 0 or less: "
+                                         r"'q0', 'q1'\)"):
+        load_beir(directory)
 
 
 @pytest.mark.parametrize("damage, message", [

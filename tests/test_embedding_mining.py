@@ -19,6 +19,7 @@ import torch
 
 import bertkit
 from bertkit.embedding.mining import mine_hard_negatives, top_k
+from bertkit.inference.finite import NonFiniteOutput
 from conftest import randomize_
 
 VOCAB = [f"w{i}" for i in range(40)]
@@ -255,7 +256,7 @@ def test_bad_pairs_and_encoders_are_named():
         mine_hard_negatives(["a"], ["b"], ["c", 7], bag_of_words)
     with pytest.raises(ValueError, match="one row per text"):
         mine_hard_negatives(["a"], ["b"], ["c"], lambda batch: np.zeros((1, 3)), range_max=2, num_negatives=1)
-    with pytest.raises(ValueError, match="NaN or infinite"):
+    with pytest.raises(NonFiniteOutput, match=r"the corpus, text 0 \('c'\) is non-finite"):
         mine_hard_negatives(["a"], ["b"], ["c"], lambda batch: np.full((len(batch), 3), np.nan), range_max=2,
                             num_negatives=1)
 

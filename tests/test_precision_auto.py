@@ -236,6 +236,69 @@ def test_predict_and_fill_mask_commands_take_dtype(hardware, capsys):
     assert "bertkit: dtype int8 (asked for)" in capsys.readouterr().err
 
 
+def test_a_format_chosen_without_the_table_says_its_measured_quality(capsys):
+    """int8 (asked for, or an int8 checkpoint's) is said with the bundled table's numbers: here all-MiniLM's worst
+    cosine to fp32, below the bound that keeps auto from picking it."""
+    embeddings = precision.quality_table()["tasks"]["embeddings"]["int8"]["min_cosine"]
+    note = f"embeddings quality measured against fp32: min_cosine {embeddings:.5f} < 0.999, below the bound auto keeps"
+    assert precision.resolve("int8", "cpu", "embeddings").describe() == f"dtype int8 (asked for; {note})"
+    assert note in precision.resolve("auto", "cpu", "embeddings", saved="int8").reason
+    assert precision.resolve("fp32", "cpu", "embeddings").reason == "asked for"  # the reference needs no note
+    assert "label_agreement" in precision.resolve("int8", "cpu", "rerank").reason
+
+
+def test_dtype_help_points_to_the_page_that_has_the_quality_table(capsys):
+    from bertkit.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["embed", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "README" not in text and "docs/concepts/fast-path-and-precision.md" in text
+    page = pathlib.Path(__file__).parents[1] / "docs" / "concepts" / "fast-path-and-precision.md"
+    assert "### The quality table" in page.read_text(encoding="utf-8")
+
+
+def test_evaluate_says_what_auto_chose_and_why_never_asked_for(hardware, tmp_path, capsys):
+    """--precision auto (nothing asked): each evaluation says what it chose and why, as the inference commands
+    do; a cross-encoder evaluated in fp32 says that evaluate decided it."""
+    import json
+
+    from bertkit.cli import main
+    from conftest import randomize_
+
+    hardware(bf16=False)  # (a bf16 run here would be emulated where the CPU lacks it: slow, or refused by oneDNN)
+    beir = tmp_path / "beir"
+    (beir / "qrels").mkdir(parents=True)
+    (beir / "corpus.jsonl").write_text("".join(json.dumps({"_id": f"d{i}", "text": t}) + "\n"
+                                               for i, t in enumerate(["the town square", "a quiet morning"])))
+    (beir / "queries.jsonl").write_text(json.dumps({"_id": "q0", "text": "the town"}) + "\n")
+    (beir / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq0\td0\t1\n")
+    assert main(["evaluate", str(MINILM), "--beir", str(beir), "-o", str(tmp_path / "r.json")]) == 0
+    lines = [line for line in capsys.readouterr().err.splitlines() if "dtype" in line]
+    assert lines == ["bertkit: dtype auto -> fp32 (this CPU has no amx_bf16, avx512_bf16 or Arm bf16)"]
+    assert json.loads((tmp_path / "r.json").read_text())["precision"] == "fp32"
+
+    tokenizer = bertkit.BERTTokenizerFast.from_pretrained(MINILM)
+    config = bertkit.BERTConfig(vocab_size=tokenizer.vocab_size, hidden_size=24, num_hidden_layers=1,
+                                num_attention_heads=2, intermediate_size=30, num_labels=1)
+    randomize_(bertkit.BERTForSequenceClassification(config)).save_pretrained(tmp_path / "ce")
+    tokenizer.save_pretrained(tmp_path / "ce")
+    assert main(["evaluate", str(tmp_path / "ce"), "--beir", str(beir), "--first-stage", str(MINILM), "--precision",
+                 "fp32", "-o", str(tmp_path / "r2.json")]) == 0
+    err = capsys.readouterr().err
+    assert "bertkit: dtype fp32 (evaluate scores a cross-encoder in fp32; --precision applies to an embedding " \
+           "first stage)" in err and "asked for)" in err  # the first stage's fp32 was asked for
+
+    config = bertkit.BERTConfig(vocab_size=tokenizer.vocab_size, hidden_size=24, num_hidden_layers=1,
+                                num_attention_heads=2, intermediate_size=30, id2label={0: "neg", 1: "pos"})
+    randomize_(bertkit.BERTForSequenceClassification(config)).save_pretrained(tmp_path / "clf")
+    tokenizer.save_pretrained(tmp_path / "clf")
+    dev = tmp_path / "dev.csv"
+    dev.write_text("text,label\nthe town square,pos\na quiet morning,neg\n")
+    assert main(["evaluate", str(tmp_path / "clf"), "--task", "classify", "--data", str(dev)]) == 0
+    assert "bertkit: precision auto -> " in capsys.readouterr().err
+
+
 def test_serve_info_reports_the_choice(hardware):
     pytest.importorskip("fastapi")
     from fastapi.testclient import TestClient

@@ -141,8 +141,10 @@ def add_dtype_argument(parser) -> None:
     is said in one ``bertkit: dtype ...`` line on stderr."""
     parser.add_argument("--dtype", choices=DTYPES, default="auto",
                         help="number format: auto (default) picks bf16 where the hardware computes it natively and "
-                             "the task's measured quality allows (the README's quality table), fp32 elsewhere; fp32 "
-                             "gives the exact reference numbers; int8: dense layers quantized (CPU)")
+                             "the task's measured quality allows (the quality table of "
+                             "docs/concepts/fast-path-and-precision.md), fp32 elsewhere; fp32 gives the exact "
+                             "reference numbers; int8: dense layers quantized (CPU; its measured quality is said "
+                             "when chosen)")
 
 
 def parse_size(value: str) -> int:

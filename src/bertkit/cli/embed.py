@@ -50,13 +50,16 @@ def main(argv: list[str]) -> int:
     suffix = os.path.splitext(args.output)[1].lower()
     if suffix not in (".npy", ".jsonl"):
         raise ValueError(f"-o {args.output}: write .npy or .jsonl.")
+    from bertkit.inference.finite import check_value
     from bertkit.pipelines import pipeline
-    from bertkit.pipelines.files import count_inputs, read_inputs
+    from bertkit.pipelines.files import count_inputs, locate_input, read_inputs
 
     pipe = pipeline("embeddings", model=args.model, device=args.device, batch_size=args.batch_size,
                     dtype=args.dtype, normalize=args.normalize)
     texts, embedded = itertools.tee(_text(t) for t in read_inputs(args.input, args.encoding, keep_blank=True))
-    vectors = (np.asarray(v, dtype=np.float32) for v in pipe.stream(embedded))
+    # a NaN vector stops the write (the output file is left as it was), naming its line
+    vectors = (check_value(np.asarray(v, dtype=np.float32), locate_input(args.input, i))
+               for i, v in enumerate(pipe.stream(embedded)))
     if suffix == ".npy":
         count = write_npy(vectors, count_inputs(args.input, args.encoding, keep_blank=True), args.output)
     else:

@@ -56,7 +56,9 @@ def parser_for(prog: str, doc: str, embedding: bool = False) -> ArgumentParser:
     parser.add_argument("--max-seq-length", type=int, help="default: the fine-tuning run's (--beir, --sts: the "
                                                            "model's max_seq_length)")
     parser.add_argument("--precision", choices=("auto", "fp32", "bf16", "fp16"), default="auto",
-                        help="auto (default): bf16 where the CPU/GPU has it natively, else fp32")
+                        help="auto (default): bf16 where the CPU/GPU computes it natively, else fp32 (an "
+                             "embedding model: also as its measured quality allows, and int8 for an int8 checkpoint, "
+                             "as the inference commands pick); what it chose and why is said on stderr")
     seen: set[str] = set()
     for task in TASK_FLAGS:  # --encoding is shared by two tasks: add each flag once
         flags = [(flag, kwargs) for flag, kwargs in TASK_FLAGS[task] if flag not in seen]
@@ -187,8 +189,11 @@ def rerank_main(args: argparse.Namespace) -> int:
                              models=[("MODEL_DIR", args.model), ("--first-stage", args.first_stage)])
     import bertkit
     from bertkit.embedding.reranking import BeirRerankEvaluator, RowsRerankEvaluator
+    from bertkit.inference.precision import DtypeChoice
 
-    reranker = bertkit.CrossEncoder(args.model, max_length=args.max_seq_length, dtype="fp32")
+    fp32 = DtypeChoice("fp32", "fp32", "evaluate scores a cross-encoder in fp32; --precision applies to an embedding "
+                                       "first stage")
+    reranker = bertkit.CrossEncoder(args.model, max_length=args.max_seq_length, dtype=fp32)
     if args.rerank is not None:
         evaluator = RowsRerankEvaluator(args.rerank, k_values=args.k, batch_size=args.batch_size,
                                         always_rerank_positives=not args.rerank_documents_only)

@@ -17,15 +17,17 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
 
     from bertkit import BERTForMaskedLM
+    from bertkit.inference.finite import check_value
     from bertkit.inference.precision import prepare
     from bertkit.tokenization import load_tokenizer
 
     tokenizer = load_tokenizer(args.model)
     model = BERTForMaskedLM.from_pretrained(args.model, warn=False)  # a pretraining run's NSP head drops, as meant
     prepare(model, args.dtype, "fill-mask")
-    for text in args.text:
+    for number, text in enumerate(args.text, 1):
+        masks = check_value(model.fill_mask(tokenizer, text, top_k=args.top_k), f"TEXT {number}")
         print(text)
-        for i, candidates in enumerate(model.fill_mask(tokenizer, text, top_k=args.top_k)):
+        for i, candidates in enumerate(masks):
             shown = "  ".join(f"{token} {probability:.3f}" for token, probability in candidates)
             print(f"  {tokenizer.mask_token} {i + 1}: {shown}")
     return 0

@@ -85,8 +85,9 @@ def pipeline_main(argv: list[str]) -> int:
     refuse_output_over_input(("-o", args.output), [("--input", args.input)], models=[("MODEL", args.model)])
     if bool(args.texts) == bool(args.input):
         raise ValueError("give the inputs either as TEXT arguments or with --input FILE (one of the two).")
+    from bertkit.inference.finite import check_value
     from bertkit.pipelines import pipeline, pipeline_class
-    from bertkit.pipelines.files import read_inputs
+    from bertkit.pipelines.files import locate_input, read_inputs
 
     task = pipeline_class(args.task).task
     params = {flag[2:].replace("-", "_"): getattr(args, flag[2:].replace("-", "_")) for flag, _ in PIPELINE_FLAGS}
@@ -99,7 +100,12 @@ def pipeline_main(argv: list[str]) -> int:
     else:
         answers = answer_lines(pipe, args.texts if args.texts else read_inputs(args.input, args.encoding,
                                                                                keep_blank=True), params)
-    written = write_jsonl((_record(item, answer) for item, answer in answers), args.output)
+    def where(index: int) -> str:
+        return locate_input(args.input, index) if args.input else f"the command line's input {index + 1}"
+
+    # a NaN answer stops the write (an -o file is left as it was), naming its input
+    written = write_jsonl((_record(item, check_value(answer, where(i))) for i, (item, answer) in enumerate(answers)),
+                          args.output)
     if args.output:
         print(f"{written} answers: {args.output}", file=sys.stderr)
     return 0

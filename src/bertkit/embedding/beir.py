@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,7 +35,8 @@ class BeirData:
 def load_beir(directory: str | os.PathLike, split: str = "test") -> BeirData:
     """The ``split`` of the BEIR directory ``directory``; ``ValueError`` for a missing file, a line that is not
     a JSON object with ``_id`` and ``text``, a repeated id, an empty corpus, a qrels row that is malformed or
-    names an unknown query or document id, and a split without judgements."""
+    names an unknown query or document id, and a split without judgements; a warning when judged queries have no
+    relevant document (every metric of theirs is 0)."""
     directory = Path(directory)
     if not directory.is_dir():
         raise ValueError(f"--beir {directory}: not a directory; a BEIR directory holds corpus.jsonl, queries.jsonl "
@@ -50,6 +52,7 @@ def load_beir(directory: str | os.PathLike, split: str = "test") -> BeirData:
     queries = {query: record["text"] for _, _, query, record in _records(paths[1])}
     qrels = read_qrels(paths[2])
     _check_known(paths[2], qrels, queries, corpus)
+    _warn_if_nothing_relevant(paths[2], qrels)
     return BeirData(corpus=corpus, queries={q: queries[q] for q in qrels}, qrels=qrels)
 
 
@@ -119,6 +122,19 @@ def read_qrels(path: str | os.PathLike) -> dict[str, dict[str, int]]:
         raise ValueError(f"{path}: no judgements; write one 'query-id<TAB>corpus-id<TAB>score' row per judged "
                          "document after the header.")
     return qrels
+
+
+def _warn_if_nothing_relevant(path: Path, qrels: dict[str, dict[str, int]]) -> None:
+    """A warning when judged queries have no relevant document (every score <= 0): each of them scores 0 on every
+    metric, so qrels that mark nothing relevant give all-zero metrics, however good the ranking."""
+    empty = [q for q, judged in qrels.items() if not any(score > 0 for score in judged.values())]
+    if len(empty) == len(qrels):
+        warnings.warn(f"{path}: no judgement marks a document relevant (every score is 0 or less), so every metric "
+                      "will be 0 whatever the ranking; relevant documents need a score of 1 or more.", stacklevel=3)
+    elif empty:
+        named = ", ".join(repr(q) for q in empty[:NAMED]) + (", ..." if len(empty) > NAMED else "")
+        warnings.warn(f"{path}: {len(empty)} of {len(qrels)} judged queries have no relevant document (every score "
+                      f"0 or less: {named}); they score 0 on every metric and pull the means down.", stacklevel=3)
 
 
 def _check_known(path: Path, qrels: dict[str, dict[str, int]], queries: dict, corpus: dict) -> None:

@@ -20,16 +20,17 @@ DOCUMENT_PROMPTS = ("document", "passage", "corpus")
 
 def load_encoder(model_dir: str | os.PathLike, *, precision: str = "auto",
                  max_seq_length: int | None = None) -> tuple[Any, str]:
-    """``(model, precision used)``: the :class:`~bertkit.sentence.SentenceTransformer` of ``model_dir`` on the CPU,
-    in bf16 where ``precision`` (``auto``: where the CPU has native bf16) asks for it, else fp32; its sequences
-    cut at ``max_seq_length`` if given."""
-    import torch
-
+    """``(model, precision used)``: the :class:`~bertkit.sentence.SentenceTransformer` of ``model_dir`` on the CPU
+    in ``precision``: ``auto`` picks as the inference commands do (:func:`bertkit.inference.precision.resolve`:
+    an int8 checkpoint runs int8, else bf16 where the CPU computes it natively and the measured embedding quality
+    allows, else fp32) and logs what it chose and why; ``fp32`` / ``bf16`` are taken as given, ``fp16`` (a GPU
+    format) is refused. Its sequences are cut at ``max_seq_length`` if given."""
     from bertkit.sentence import SentenceTransformer
-    from bertkit.training.config import resolve_precision
 
-    used = resolve_precision(precision, torch.device("cpu"))
-    model = SentenceTransformer(model_dir, dtype=torch.bfloat16 if used == "bf16" else None)
+    if precision not in ("auto", "fp32", "bf16"):
+        raise ValueError(f"--precision {precision}: an embedding model is evaluated on the CPU, in auto, fp32 or bf16.")
+    model = SentenceTransformer(model_dir, dtype=precision)
+    used = model.dtype_choice.name
     if max_seq_length is not None:
         if max_seq_length < 1:
             raise ValueError(f"--max-seq-length must be at least 1, got {max_seq_length}.")

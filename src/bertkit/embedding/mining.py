@@ -40,6 +40,7 @@ import torch
 import torch.nn.functional as F
 
 from bertkit.embedding.similarity import SIMILARITIES, pairwise, rowwise
+from bertkit.inference.finite import check_rows
 
 Encoder = Callable[[list[str]], Any]
 Rescorer = Callable[[list[tuple[str, str]]], Any]
@@ -208,7 +209,8 @@ def _check(queries, positives, range_min, range_max, num_negatives, similarity, 
 
 
 def _embeddings(encode: Encoder, texts: list[str], name: str, what: str) -> torch.Tensor:
-    """``encode(texts)`` as a float32 ``[n, d]`` CPU tensor; a wrong shape or a non-finite value raises."""
+    """``encode(texts)`` as a float32 ``[n, d]`` CPU tensor; a wrong shape raises ``ValueError``, a non-finite
+    row :class:`~bertkit.inference.finite.NonFiniteOutput` naming its text."""
     out = encode(texts)
     if torch.is_tensor(out):
         vectors = out.detach().to("cpu", torch.float32)
@@ -217,9 +219,7 @@ def _embeddings(encode: Encoder, texts: list[str], name: str, what: str) -> torc
     if vectors.ndim != 2 or len(vectors) != len(texts):
         raise ValueError(f"{name} returned shape {tuple(vectors.shape)} for the {len(texts)} texts of {what}; it "
                          "must return one row per text, [n, d].")
-    if not torch.isfinite(vectors).all():
-        raise ValueError(f"{name} returned NaN or infinite embeddings for {what}; check the model.")
-    return vectors
+    return check_rows(vectors, lambda i: f"{what}, text {i} ({texts[i]!r:.60})")
 
 
 def _rescored(rescore: Rescorer, batch_size: int, queries: list[str], pool: list[str], indices: torch.Tensor,
@@ -237,9 +237,7 @@ def _rescored(rescore: Rescorer, batch_size: int, queries: list[str], pool: list
             raise ValueError(f"rescore returned {len(scores)} scores for {len(batch)} (query, passage) pairs; it "
                              "must return one score per pair.")
         values.append(scores)
-    values = torch.cat(values)
-    if not torch.isfinite(values).all():
-        raise ValueError("rescore returned NaN or infinite scores; check the cross-encoder.")
+    values = check_rows(torch.cat(values), lambda i: f"the rescored pair ({pairs[i][0]!r:.40}, {pairs[i][1]!r:.40})")
     count = indices.numel()
     return values[:count].view(indices.shape), list(values[count:].split([len(p) for p in positives]))
 

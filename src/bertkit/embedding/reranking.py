@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from bertkit.embedding.ir_metrics import DEFAULT_K, check_k_values, evaluate_rankings, query_metrics, rank
+from bertkit.inference.finite import check_rows
 
 #: pairs scored by one ``predict`` call (a block of whole queries): bounds the tokenized pairs held at once
 PAIR_CHUNK = 16_384
@@ -98,7 +99,7 @@ def score_lists(cross_encoder, lists: Sequence[tuple[str, Sequence[str]]], batch
                 scores.append(flat[offset:offset + len(documents)])
                 offset += len(documents)
             start = end
-    return scores
+    return check_rows(scores, lambda i: f"the query {lists[i][0]!r:.80} (one of its documents)")
 
 
 # ------------------------------------------------------------------------------------ BEIR + first stage

@@ -18,15 +18,18 @@ import torch.nn.functional as F
 
 from bertkit.embedding.ir_metrics import DEFAULT_K, check_k_values, evaluate_rankings
 from bertkit.embedding.similarity import SIMILARITIES, pairwise
+from bertkit.inference.finite import check_rows
 
 #: an encoder: a list of texts -> their float32 vectors ``[n, d]`` (a numpy array or a torch tensor)
 Encode = Callable[[list[str]], Any]
 
 
-def encode_sorted(encode: Encode, texts: Sequence[str], batch_size: int, what: str = "texts") -> torch.Tensor:
+def encode_sorted(encode: Encode, texts: Sequence[str], batch_size: int, what: str = "texts",
+                  ids: Sequence[str] | None = None) -> torch.Tensor:
     """``[len(texts), d]`` float32 vectors of ``texts`` in input order, ``encode`` called on batches of at most
     ``batch_size`` texts sorted by length, longest first. ``ValueError`` naming ``what`` if ``encode`` returns
-    something other than one finite row per text of one width."""
+    something other than one row per text of one width; :class:`~bertkit.inference.finite.NonFiniteOutput`
+    naming the text (by its id in ``ids``, else its position) if a row holds NaN or infinity."""
     if batch_size < 1:
         raise ValueError(f"batch_size must be at least 1, got {batch_size}.")
     order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
@@ -39,12 +42,16 @@ def encode_sorted(encode: Encode, texts: Sequence[str], batch_size: int, what: s
             width = "" if vectors is None else f" x {vectors.shape[1]}"
             raise ValueError(f"encoding {what}: the encoder returned shape {tuple(batch.shape)} for {len(rows)} texts; "
                              f"it must return one vector per text, [{len(rows)}{width}].")
-        if not torch.isfinite(batch).all():
-            raise ValueError(f"encoding {what}: the encoder returned NaN or infinite values.")
         if vectors is None:
             vectors = torch.empty(len(texts), batch.shape[1])
         vectors[rows] = batch
-    return vectors if vectors is not None else torch.empty(0, 0)
+    if vectors is None:
+        return torch.empty(0, 0)
+
+    def name(index: int) -> str:
+        return f"{what}, {'id ' + repr(ids[index]) if ids else f'text {index}'} ({texts[index]!r:.60})"
+
+    return check_rows(vectors, name)
 
 
 @torch.no_grad()
@@ -121,8 +128,9 @@ def retrieve(encode_queries: Encode, encode_corpus: Encode, corpus: Mapping[str,
         raise ValueError("the corpus is empty: retrieval needs at least one document.")
     doc_ids = sorted(corpus, reverse=True)  # the lower index is the greater id: search's ties become trec_eval's
     query_ids = list(queries)
-    corpus_vectors = encode_sorted(encode_corpus, [corpus[d] for d in doc_ids], batch_size, "the corpus")
-    query_vectors = encode_sorted(encode_queries, [queries[q] for q in query_ids], batch_size, "the queries")
+    corpus_vectors = encode_sorted(encode_corpus, [corpus[d] for d in doc_ids], batch_size, "the corpus", doc_ids)
+    query_vectors = encode_sorted(encode_queries, [queries[q] for q in query_ids], batch_size, "the queries",
+                                  query_ids)
     if query_ids and query_vectors.shape[1] != corpus_vectors.shape[1]:
         raise ValueError(f"the queries are encoded to {query_vectors.shape[1]} dimensions but the corpus to "
                          f"{corpus_vectors.shape[1]}; encode both with the same model.")

@@ -9,6 +9,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from bertkit.devices import native_bf16
+from bertkit.inference.finite import CAUSES, NonFiniteOutput
 from bertkit.inference.precision import ALIASES, FLOATS
 from bertkit.inference.quantized import checkpoint_dtype
 from bertkit.modeling import fast
@@ -23,9 +24,10 @@ QUANTIZE = (None, "int8")
 class _Kernel:
     """A weight prepared once from ``layer.weight`` (or from the weights of a tuple of layers) and rebuilt when a
     parameter changes (new storage, an in-place update, another dtype). Never pickled or deep-copied: a copy
-    prepares its own."""
+    prepares its own. ``name``: the layer's name in the model, for error messages."""
 
-    def __init__(self):
+    def __init__(self, name: str = ""):
+        self.name = name
         self._key = None
         self._prepared = None
 
@@ -47,13 +49,13 @@ class _Kernel:
         raise NotImplementedError
 
     def __deepcopy__(self, memo):
-        return type(self)()
+        return type(self)(self.name)
 
     def __getstate__(self):
-        return {}
+        return {"name": self.name}
 
     def __setstate__(self, state):
-        self.__init__()
+        self.__init__(state.get("name", ""))
 
     def __repr__(self):
         return f"{type(self).__name__}()"
@@ -129,7 +131,16 @@ class Int8Kernel(_Kernel):
     def __call__(self, x: torch.Tensor, layer: Linear, activation: str | None = None) -> torch.Tensor:
         if x.device.type != "cpu" or x.dtype != torch.float32 or not x.numel():
             return activate(F.linear(x, layer.weight, layer.bias), activation)
-        return activate(torch.ops.quantized.linear_dynamic(x, self.prepared(layer), not _has_vnni()), activation)
+        try:
+            out = torch.ops.quantized.linear_dynamic(x, self.prepared(layer), not _has_vnni())
+        except RuntimeError:
+            if bool(torch.isfinite(x).all()):
+                raise
+            # torch's own words ("In ChooseQuantizationParams, min should be less than or equal to max") say
+            # nothing of the cause: a NaN or infinity from an earlier layer reached this one's activations
+            raise NonFiniteOutput(f"the input of the int8 layer {self.name or 'dense'} is non-finite (NaN or "
+                                  f"infinity): a layer before it overflowed; {CAUSES}.") from None
+        return activate(out, activation)
 
 
 def optimize_for_inference(model: nn.Module, *, dtype: torch.dtype | str | None = None, quantize: str | None = None,
@@ -188,9 +199,9 @@ def optimize_for_inference(model: nn.Module, *, dtype: torch.dtype | str | None 
         elif model_dtype == torch.bfloat16 or (model_dtype == torch.float32 and gemm_backend() == "onednn"):
             kernel = PackedKernel
     fuse = kernel is PackedKernel and model_dtype == torch.bfloat16
-    for module in model.modules():
+    for name, module in model.named_modules():
         if isinstance(module, Linear):
-            module.packed = kernel() if kernel is not None else None
+            module.packed = kernel(name) if kernel is not None else None
         elif hasattr(module, "fused_packed"):  # a self-attention whose projections can run as one product
             module.fused_packed = FusedPackedKernel() if fuse else None
     return model

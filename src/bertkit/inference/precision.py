@@ -81,8 +81,8 @@ class DtypeChoice:
         return "int8" if self.name == "int8" else str(self.torch_dtype).removeprefix("torch.")
 
     def describe(self) -> str:
-        """One line: ``dtype auto -> bf16 (this CPU computes bf16 natively (avx512_bf16); ...)``, or
-        ``dtype fp32 (asked for)``."""
+        """One line: ``dtype auto -> bf16 (this CPU computes bf16 natively (avx512_bf16); ...)``, ``dtype fp32
+        (asked for)``, or ``dtype int8 (asked for; embeddings quality measured against fp32: ...)``."""
         arrow = f"{self.requested} -> {self.name}" if self.requested != self.name else self.name
         return f"dtype {arrow} ({self.reason})"
 
@@ -143,25 +143,41 @@ def table_allows(task: str | None, name: str = "bf16") -> tuple[bool, str]:
     return ok, f"{row} quality: {why}"
 
 
+def quality_note(task: str | None, name: str) -> str:
+    """``"; embeddings quality measured against fp32: min_cosine 0.98026 < 0.999, below the bound auto keeps"``:
+    what the quality table measured for ``name`` on ``task``'s row, for a format chosen without it (asked for,
+    set by the environment, saved in the checkpoint); ``""`` for fp32 and where the table has no such row."""
+    row = TASK_ROW.get(task or "")
+    measured = quality_table().get("tasks", {}).get(row) or {}
+    if name == "fp32" or name not in measured or "fp32" not in measured:
+        return ""
+    ok, why = passes(row, measured["fp32"], measured[name])
+    return f"; {row} quality measured against fp32: {why}{'' if ok else ', below the bound auto keeps'}"
+
+
 def resolve(dtype: Any = "auto", device: torch.device | str = "cpu", task: str | None = None, *,
             saved: str | None = None, current: str | torch.dtype | None = None) -> DtypeChoice:
     """The :class:`DtypeChoice` for running a ``task`` model on ``device`` (see the module docstring).
 
     ``saved``: the checkpoint's own number format (``"int8"`` for an int8 checkpoint, else None);
     ``current``: how the model computes now (``"int8"`` or its parameters' dtype), which ``dtype=None`` keeps.
+    A :class:`DtypeChoice` is taken as it stands: a caller that decided for the user says why in its reason.
     """
+    if isinstance(dtype, DtypeChoice):
+        return _check(DtypeChoice(normalize(dtype.name), dtype.requested, dtype.reason), torch.device(device))
     name = normalize(dtype)
     device = torch.device(device)
     if name is None:
         kept = normalize(current or torch.float32)
         return DtypeChoice(kept, "keep", "dtype=None keeps the model's own")
     if name != "auto":
-        return _check(DtypeChoice(name, name, "asked for"), device)
+        return _check(DtypeChoice(name, name, "asked for" + quality_note(task, name)), device)
     if saved == "int8" and device.type == "cpu":  # its float weights would only be the dequantized int8 ones
-        return DtypeChoice("int8", "auto", "the checkpoint is saved in int8")
+        return DtypeChoice("int8", "auto", "the checkpoint is saved in int8" + quality_note(task, "int8"))
     env = os.environ.get(ENV, "").strip()
     if env and env != "auto":
-        return _check(DtypeChoice(normalize(env, ENV), "auto", f"{ENV}={env}"), device)
+        chosen = normalize(env, ENV)
+        return _check(DtypeChoice(chosen, "auto", f"{ENV}={env}" + quality_note(task, chosen)), device)
     hardware = devices.bf16_reason(device)
     if not devices.native_bf16(device):
         return DtypeChoice("fp32", "auto", hardware)

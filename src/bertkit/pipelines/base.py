@@ -21,19 +21,15 @@ import warnings
 from collections.abc import Iterable, Iterator
 from typing import Any, ClassVar
 
-import numpy as np
 import torch
 
 from bertkit.inference.batching import CHUNK_BATCHES, check_batch_size, chunks, pad, run_sorted
+from bertkit.inference.finite import CAUSES, NonFiniteOutput, is_finite
 from bertkit.inference.precision import prepare
 
 #: call parameters every task takes, with their defaults: which end of a text truncation keeps
 #: (``"right"`` cuts the end, ``"left"`` the start)
 COMMON: dict[str, Any] = {"truncation_side": "right"}
-
-
-class NonFiniteOutput(RuntimeError):  # not a ValueError: not the input's fault
-    """The model answered NaN or infinity (a broken checkpoint, or an overflow in low precision)."""
 
 
 class Pipeline:
@@ -166,9 +162,9 @@ class Pipeline:
 
     def finite(self, *arrays: Any) -> None:
         """Raise :class:`NonFiniteOutput` if :attr:`check_finite` is set and an array holds NaN or infinity."""
-        if self.check_finite and not all(np.isfinite(np.asarray(a)).all() for a in arrays):
+        if self.check_finite and not is_finite(arrays):
             raise NonFiniteOutput(f"the model {self.check_finite} produced non-finite outputs (NaN or infinity): "
-                                  "its weights are broken, or its numbers overflow in this precision (try fp32).")
+                                  f"{CAUSES}.")
 
     def encode(self, text: str, pair: str | None = None, params: dict[str, Any] | None = None,
                **options: Any) -> dict[str, list]:

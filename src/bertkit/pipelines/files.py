@@ -89,6 +89,14 @@ def _item(value: Any, path: Any, number: int) -> Any:
                      f"query / passages, got {str(value)[:80]!r}.")
 
 
+def locate_input(path: str | os.PathLike, index: int) -> str:
+    """Where input ``index`` (0-based) of ``read_inputs(path, keep_blank=True)`` is, to name it in a message:
+    ``"texts.txt, line 7"`` (.txt, .jsonl), ``"texts.csv, record 7"`` (.csv: its records after the header)."""
+    if Path(path).suffix.lower() == ".csv":
+        return f"{path}, record {index + 1}"
+    return f"{path}, line {index + 1}"
+
+
 def count_inputs(path: str | os.PathLike, encoding: str = "utf-8", *, keep_blank: bool = False) -> int:
     """How many inputs :func:`read_inputs` will yield (one pass over the file, nothing kept)."""
     return sum(1 for _ in read_inputs(path, encoding, keep_blank=keep_blank))

@@ -36,6 +36,7 @@ import numpy as np
 import torch
 
 from bertkit.inference.batching import sorted_batches
+from bertkit.inference.finite import check_rows
 from bertkit.io import atomic_write_text, read_json_object
 from bertkit.modeling.fast import GemmChoice
 from bertkit.tasks.base import Task
@@ -46,6 +47,7 @@ from bertkit.tasks.readers import strict_data
 from bertkit.tasks.run_settings import follow_run, warn_if_run_differs
 from bertkit.tasks.token_classification import TokenClassification
 from bertkit.training import LengthGroupedSampler, Trainer, TrainingConfig
+from bertkit.training.config import describe_precision, resolve_precision
 from bertkit.training.distributed import DistributedContext, gather_to_all
 from bertkit.training.evaluation import forward_inputs, predict_batches
 from bertkit.training.metrics import plot_metrics
@@ -353,6 +355,13 @@ def _row(logits: Any, row: int, length: int | None) -> Any:
     return (values[:length] if length is not None else values).numpy()
 
 
+def check_outputs(task: Task, path: str | os.PathLike, examples: Sequence[Any], features: Sequence[dict[str, Any]],
+                  outputs: Sequence[Any]) -> None:
+    """:class:`~bertkit.inference.finite.NonFiniteOutput` naming the example (file and line) of the first feature
+    whose outputs hold NaN or infinity, before anything is decoded, scored or written."""
+    check_rows(outputs, lambda i: task.locate(path, examples[features[i]["example"]]))
+
+
 def score_split(model, task: Task, examples: Sequence[Any], features: Sequence[dict[str, Any]], *,
                 batch_size: int = 64, precision: str = "auto",
                 ctx: DistributedContext | None = None) -> tuple[list[dict[str, Any]], dict[str, Any], list]:
@@ -442,6 +451,14 @@ def load_finetuned(model_dir: str | os.PathLike, task: str | None = None, **task
     return net, tokenizer, task_object, max_seq_length or min(512, net.config.max_tokens)
 
 
+def say_precision(net: torch.nn.Module, precision: str) -> str:
+    """The precision ``net`` runs in on its device, said once (logger ``bertkit``): what ``auto`` chose and why."""
+    device = next(net.parameters()).device
+    used = resolve_precision(precision, device)
+    logger.info(describe_precision(precision, used, device))
+    return used
+
+
 def evaluate(model_dir: str | os.PathLike, data: str | os.PathLike, *, task: str | None = None,
              batch_size: int = 64, precision: str = "auto", max_seq_length: int | None = None,
              output: str | os.PathLike | None = None, **task_options: Any) -> dict[str, Any]:
@@ -451,9 +468,11 @@ def evaluate(model_dir: str | os.PathLike, data: str | os.PathLike, *, task: str
     if not task_object.has_labels(examples):
         raise ValueError(f"{data} has no gold labels to evaluate against; use `bertkit predict` for unlabelled data.")
     warn_if_run_differs(model_dir, next(net.parameters()).device, precision, "this evaluation")
+    precision = say_precision(net, precision)
     features = task_object.featurize(examples, tokenizer, max_seq_length or saved_length)
-    predictions, scores, _ = score_split(net, task_object, examples, features, batch_size=batch_size,
-                                         precision=precision)
+    predictions, scores, outputs = score_split(net, task_object, examples, features, batch_size=batch_size,
+                                               precision=precision)
+    check_outputs(task_object, data, examples, features, outputs)
     if output is not None:
         write_jsonl(output, [{k: v for k, v in p.items() if k not in BULKY_KEYS} for p in predictions])
     return scores
@@ -466,7 +485,8 @@ def predict(model_dir: str | os.PathLike, data: str | os.PathLike, output: str |
     net, tokenizer, task_object, saved_length = load_finetuned(model_dir, task, **task_options)
     examples = task_object.read(data)
     features = task_object.featurize(examples, tokenizer, max_seq_length or saved_length)
-    outputs, _ = run_model(net, task_object, features, batch_size=batch_size, precision=precision)
+    outputs, _ = run_model(net, task_object, features, batch_size=batch_size, precision=say_precision(net, precision))
+    check_outputs(task_object, data, examples, features, outputs)
     predictions = task_object.decode(examples, features, outputs)
     write_jsonl(output, [{k: v for k, v in p.items() if k not in BULKY_KEYS} for p in predictions])
     return predictions

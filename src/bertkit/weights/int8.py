@@ -14,23 +14,27 @@ Everything else (embeddings, LayerNorms, biases, tied weights) stays float32. Th
                      "activations": "dynamic", "modules": ["bert.encoder.layer.0.attention.self.query", ...]}
 
 Reading (:func:`dequantize_state`) checks every listed tensor and its scale (present, dtype, shape, finite
-positive scales that the quantizer makes) and gives the float32 weights; a damaged file is a ``ValueError``
-naming the tensor. HF transformers does not read this format: ``bertkit convert DIR OUT --dtype fp32`` writes
-the dequantized float checkpoint.
+positive scales at most :data:`MAX_SCALE` that the quantizer makes) and gives the float32 weights; a damaged
+file is a ``ValueError`` naming the tensor (and a bad scale's channel). HF transformers does not read this
+format: ``bertkit convert DIR OUT --dtype fp32`` writes the dequantized float checkpoint.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
 
-from bertkit.modeling.quantization import dequantize_weight, quantize_weight
+from bertkit.modeling.quantization import QMAX, dequantize_weight, quantize_weight
 
 KEY = "quantization"
 METHOD = "bertkit-int8"
 SCALE_SUFFIX = "_scale"
 DTYPES = ("fp32", "int8")
+#: the largest scale read: a weight ``127 * scale`` above sqrt(float32 max) ~ 1.8e19 overflows float32 as soon as
+#: it multiplies another such number (an attention score, a LayerNorm's variance), so no working model has one
+MAX_SCALE = math.sqrt(torch.finfo(torch.float32).max) / QMAX
 #: the block's fixed fields (``modules`` is added per checkpoint)
 FIELDS: dict[str, Any] = {"method": METHOD, "bits": 8, "granularity": "per-output-channel", "symmetric": True,
                           "scale_dtype": "float32", "scale_suffix": SCALE_SUFFIX, "activations": "dynamic"}
@@ -73,11 +77,27 @@ def read_block(raw_config: dict, source: Any) -> dict | None:
     return block
 
 
+def _check_scale_values(scale: torch.Tensor, scale_name: str, source: Any) -> None:
+    """ValueError naming ``scale_name`` and its first bad channel unless every scale is finite, positive and at
+    most :data:`MAX_SCALE`."""
+    bad = ~torch.isfinite(scale) | (scale <= 0) | (scale > MAX_SCALE)
+    if not bad.any():
+        return
+    channel = int(bad.nonzero()[0, 0])
+    value = float(scale[channel])
+    why = (f"its weights reach {QMAX * value:.3g}, whose products overflow float32 (a weight of an int8 checkpoint "
+           f"is at most {QMAX * MAX_SCALE:.3g})" if math.isfinite(value) and value > 0 else
+           "a scale must be a finite positive number")
+    raise ValueError(f"{source}: {scale_name!r} is {value:.6g} at channel {channel} ({int(bad.sum())} bad of "
+                     f"{scale.numel()}): {why}. The weights file is damaged; write it again (bertkit convert SRC "
+                     "OUT --dtype int8).")
+
+
 def dequantize_state(state: dict[str, torch.Tensor], block: dict, source: Any) -> dict[str, torch.Tensor]:
     """``state`` (an int8 checkpoint's tensors) with every listed weight dequantized to float32 and the scales
     removed. Raises ValueError naming the tensor when one is missing, of the wrong dtype or shape, when a scale
-    is not finite and positive or not one bertkit's quantizer makes, or when an int8 or scale tensor is not
-    listed in the block."""
+    is not finite and positive (or above :data:`MAX_SCALE`) or not one bertkit's quantizer makes, or when an
+    int8 or scale tensor is not listed in the block."""
     listed = set(block["modules"])
     out = dict(state)
     for module in sorted(listed):
@@ -95,13 +115,13 @@ def dequantize_state(state: dict[str, torch.Tensor], block: dict, source: Any) -
             raise ValueError(f"{source}: {scale_name!r} is {scale.dtype} {list(scale.shape)}; expected float32 "
                              f"[{q.shape[0]}] (one scale per output channel of {name!r}). The weights file is "
                              "damaged or not bertkit's int8 format.")
+        _check_scale_values(scale, scale_name, source)
         weight = dequantize_weight(q, scale)
         again_q, again_scale = quantize_weight(weight)
-        if not (torch.isfinite(scale).all() and (scale > 0).all()) or not torch.equal(again_scale, scale) \
-                or not torch.equal(again_q, q):
+        if not torch.equal(again_scale, scale) or not torch.equal(again_q, q):
             raise ValueError(f"{source}: {scale_name!r} holds scales bertkit's int8 quantizer does not make (not "
-                             "finite and positive, or not the row's largest |weight| / 127), so the stored int8 "
-                             f"values of {name!r} would not be the ones that run. The weights file is damaged.")
+                             "the row's largest |weight| / 127), so the stored int8 values of "
+                             f"{name!r} would not be the ones that run. The weights file is damaged.")
         out[name] = weight
         del out[scale_name]
     stray = sorted(n for n, t in out.items() if t.dtype == torch.int8 or n.endswith(f".weight{SCALE_SUFFIX}"))
