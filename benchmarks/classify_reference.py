@@ -16,10 +16,13 @@ movie reviews). Sides (``--sides``):
 Every side of a seed starts from the same checkpoint with the same seed (each library initialises the new head
 after ``torch.manual_seed(seed)``); every side's predictions are scored by the same call (accuracy, macro-F1).
 Prints one line per run and a table per metric (per seed, mean, sample sd); ``--json`` writes the tables with
-``benchmarks/record.py`` (the committed run: ``benchmarks/results/classify-reference.json``). ::
+``benchmarks/record.py`` (named ``classify-reference``, plus ``-<datasets>`` for other sets than the default: the
+committed runs are ``benchmarks/results/<that name>.json``). ::
 
-    .venv/bin/python benchmarks/classify_reference.py --seeds 7 1 13 --json benchmarks/results/classify-reference.json
-    .venv/bin/python benchmarks/classify_reference.py --datasets vader_nyt --sides trainer bertkit-hf
+    .venv/bin/python benchmarks/classify_reference.py --seeds 7 1 13 42 2 \
+        --json benchmarks/results/classify-reference.json
+    .venv/bin/python benchmarks/classify_reference.py --datasets vader_nyt --seeds 7 1 13 42 2 \
+        --json benchmarks/results/classify-reference-vader_nyt.json
 """
 
 from __future__ import annotations
@@ -87,7 +90,8 @@ def main() -> None:
                 print(f"\n{name}, test {metric}\n" + bench.seed_table(scores[metric], args.seeds), flush=True)
                 tables.append(record.table(f"{name}: test {metric}", rows(scores[metric], args.seeds)))
     if args.json is not None:
-        record.write_result(args.json, "classify-reference", tables, data={"runs": runs, "recipe": {
+        name = "classify-reference" + ("" if args.datasets == ["vader_amazon"] else "-" + "-".join(args.datasets))
+        record.write_result(args.json, name, tables, data={"runs": runs, "recipe": {
             "model": "splade-tiny", "epochs": args.epochs, "learning_rate": args.learning_rate,
             "batch_size": args.batch_size, "max_seq_length": 64, "precision": args.precision}},
             title="Fine-tuning: bertkit's classify beside HF's Trainer, per seed")
