@@ -36,7 +36,9 @@ the task's max length (``--max-seq-length``; defaults: classify 64, tag 256, qa 
   default (``--hf-padding dynamic``: per batch); the other tasks pad per batch. tag features are
   HF's run_ner ones (the word's first piece labelled, the others -100); qa and choice use bertkit's
   featurization, which is run_qa's windows and run_swag's pairs, and bertkit's span decoding, so
-  only the training differs there. Each epoch is timed with ``time.perf_counter``.
+  only the training differs there. Each epoch is timed with ``time.perf_counter``. HF's ``Trainer`` itself, at its
+  own defaults, is :func:`run_hf_trainer` (the per-seed comparisons ``classify_reference.py`` and
+  ``ner_reference.py`` run it).
 * bertkit: ``bertkit.tasks.finetune(task, ...)`` with the recipe and its defaults otherwise
   (``--bertkit-option KEY=VALUE`` overrides one, e.g. ``group_by_length=true``). Each epoch is timed
   by the training loop's own clock (a callback reads ``trainer.state.elapsed_s``), which includes
