@@ -36,7 +36,9 @@ the task's max length (``--max-seq-length``; defaults: classify 64, tag 256, qa 
   default (``--hf-padding dynamic``: per batch); the other tasks pad per batch. tag features are
   HF's run_ner ones (the word's first piece labelled, the others -100); qa and choice use bertkit's
   featurization, which is run_qa's windows and run_swag's pairs, and bertkit's span decoding, so
-  only the training differs there. Each epoch is timed with ``time.perf_counter``.
+  only the training differs there. Each epoch is timed with ``time.perf_counter``. HF's ``Trainer`` itself, at its
+  own defaults, is :func:`run_hf_trainer` (the per-seed comparisons ``classify_reference.py`` and
+  ``ner_reference.py`` run it).
 * bertkit: ``bertkit.tasks.finetune(task, ...)`` with the recipe and its defaults otherwise
   (``--bertkit-option KEY=VALUE`` overrides one, e.g. ``group_by_length=true``). Each epoch is timed
   by the training loop's own clock (a callback reads ``trainer.state.elapsed_s``), which includes
@@ -68,6 +70,7 @@ from seqeval.metrics import f1_score as seqeval_f1
 from bertkit import LoadWarning
 from bertkit.tasks import finetune
 from bertkit.tasks.finetuning import make_task
+from bertkit.tasks.metrics import f1_score
 from bertkit.tasks.token_classification import word_predictions
 from bertkit.training import TrainingConfig
 from bertkit.training.config import cpu_supports_bf16
@@ -222,6 +225,41 @@ def run_hf(job: Job, model_dir: Path, seed: int, args: argparse.Namespace, devic
             "seconds_per_epoch": sum(epoch_seconds) / len(epoch_seconds), "epoch_seconds": epoch_seconds}
 
 
+def run_hf_trainer(job: Job, model_dir: Path, seed: int, args: argparse.Namespace,
+                   device: torch.device) -> dict[str, Any]:
+    """HF's ``Trainer`` as run_glue.py / run_ner.py use it: ``TrainingArguments`` at their defaults (no warmup, no
+    weight decay, AdamW eps 1e-8, linear decay, clipping 1.0, the last partial batch kept, its own seeded order
+    and dropout) but the recipe's epochs, learning rate, batch size and seed; the final model (no best-epoch
+    pick) scored as :func:`hf_scores` scores the plain loop's. The head is initialised after
+    ``torch.manual_seed(seed)``, as on the other sides."""
+    tokenizer = transformers.AutoTokenizer.from_pretrained(model_dir)
+    train_features, task = hf_features(job, tokenizer, "train")
+    test_features, _ = hf_features(job, tokenizer, "test")
+    collate = hf_collate(job, tokenizer, task)
+    head = {"num_labels": len(task.labels)} if job.task in ("classify", "tag") else {}
+    torch.manual_seed(seed)
+    model = HF_HEADS[job.task].from_pretrained(model_dir, **head)
+    with tempfile.TemporaryDirectory(prefix="bertkit-hf-trainer-") as tmp:
+        training = transformers.TrainingArguments(
+            output_dir=tmp, num_train_epochs=args.epochs, learning_rate=args.learning_rate,
+            per_device_train_batch_size=args.batch_size, seed=seed, use_cpu=device.type == "cpu",
+            save_strategy="no", logging_strategy="no", report_to="none", disable_tqdm=True)
+        trainer = transformers.Trainer(model=model, args=training, data_collator=collate,
+                                       train_dataset=train_features)
+        start = time.perf_counter()
+        trainer.train()
+        seconds = time.perf_counter() - start  # includes the Trainer's setup, not only the steps
+    return {**hf_scores(job, model.to(device), task, test_features, collate, device),
+            "seconds_per_epoch": seconds / args.epochs, "epoch_seconds": [seconds / args.epochs] * args.epochs}
+
+
+def classify_scores(predicted: list[int], gold: list[int]) -> dict[str, float]:
+    """Accuracy, F1 of label 1 and macro-F1 of class ids (both libraries' predictions scored by this one call)."""
+    return {"accuracy": sum(p == g for p, g in zip(predicted, gold)) / len(gold),
+            "positive_f1": positive_f1(predicted, gold),
+            "macro_f1": f1_score(predicted, gold, average="macro")}
+
+
 def hf_scores(job: Job, model, task, features, collate, device) -> dict[str, float]:
     """Test scores of the HF model: its outputs decoded and scored as bertkit decodes and scores its own."""
     model.eval()
@@ -241,10 +279,8 @@ def hf_scores(job: Job, model, task, features, collate, device) -> dict[str, flo
                 outputs += list(out.logits.float().cpu().numpy())
     examples = job.test_examples
     if job.task == "classify":
-        predicted = [int(np.argmax(o)) for o in outputs]
         gold = [task._label_index()[str(e.label)] for e in examples]
-        return {"accuracy": sum(p == g for p, g in zip(predicted, gold)) / len(gold),
-                "positive_f1": positive_f1(predicted, gold)}
+        return classify_scores([int(np.argmax(o)) for o in outputs], gold)
     if job.task == "tag":
         tags = []
         for feature, logits, example in zip(features, outputs, examples):
@@ -270,14 +306,15 @@ def run_bertkit(job: Job, model_dir: Path, seed: int, args: argparse.Namespace, 
     """``bertkit.tasks.finetune``; test scores, and per-epoch training seconds from the Trainer's own clock
     (``state.elapsed_s`` after each step, read by a callback; the per-epoch checkpoint is included)."""
     clock: list[float] = []
-    options = {**job.options, "precision": precision, **args.bertkit_option}
+    options = {"warmup_ratio": WARMUP_RATIO, "weight_decay": WEIGHT_DECAY, **job.options, "precision": precision,
+               **args.bertkit_option}  # an option may replace the recipe's warmup and weight decay
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", LoadWarning)  # "new head": expected when fine-tuning
         result = finetune(job.task, model_dir, job.train, test=job.test,
                           output_dir=workdir / f"bertkit-{job.name}-{seed}-{precision}", epochs=args.epochs,
                           learning_rate=args.learning_rate, batch_size=args.batch_size,
                           eval_batch_size=EVAL_BATCH_SIZE, max_seq_length=job.max_seq_length,
-                          warmup_ratio=WARMUP_RATIO, weight_decay=WEIGHT_DECAY, seed=seed, device=device.type,
+                          seed=seed, device=device.type,
                           progress=False, callbacks={"on_step_end": lambda trainer: clock.append(
                               trainer.state.elapsed_s)}, **options)
     per_epoch = len(clock) // args.epochs
@@ -285,7 +322,14 @@ def run_bertkit(job: Job, model_dir: Path, seed: int, args: argparse.Namespace, 
     epoch_seconds = [end - start for start, end in zip([0.0, *ends], ends)]
     test = result.results["test"]
     if job.task == "classify":
-        scores = {"accuracy": test["accuracy"], "positive_f1": test["f1"]}
+        task = make_task(job.task, **job.options)
+        task.fit(job.train_examples)
+        index = task._label_index()
+        lines = result.predictions["test"].read_text(encoding="utf-8").splitlines()
+        scores = classify_scores([index[str(json.loads(line)["label"])] for line in lines],
+                                 [index[str(e.label)] for e in job.test_examples])
+        if abs(scores["accuracy"] - test["accuracy"]) > 1e-9:  # the two scorings must agree
+            raise RuntimeError(f"accuracy {scores['accuracy']} from the predictions, {test['accuracy']} in results")
     elif job.task == "tag":
         lines = result.predictions["test"].read_text(encoding="utf-8").splitlines()
         scores = tag_scores(job.test_examples, [json.loads(line)["tags"] for line in lines])
@@ -300,6 +344,16 @@ def run_bertkit(job: Job, model_dir: Path, seed: int, args: argparse.Namespace, 
 def spread(values: list[float]) -> tuple[float, float]:
     """Mean and sample standard deviation (0 for one value)."""
     return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else 0.0
+
+
+def seed_table(scores: dict[str, dict[int, float]], seeds: list[int]) -> str:
+    """One row per side: its score at each seed, then the mean and the sample sd over the seeds."""
+    width = max(10, *(len(side) + 2 for side in scores))
+    lines = [f"{'side':<{width}}" + "".join(f"{'seed ' + str(s):>9}" for s in seeds) + f"{'mean':>8}{'sd':>8}"]
+    for side, per_seed in scores.items():
+        mean, sd = spread([per_seed[s] for s in seeds])
+        lines.append(f"{side:<{width}}" + "".join(f"{per_seed[s]:>9.3f}" for s in seeds) + f"{mean:>8.3f}{sd:>8.3f}")
+    return "\n".join(lines)
 
 
 def summarize(runs: dict[str, list[dict[str, Any]]], metric: str) -> dict[str, dict[str, float]]:

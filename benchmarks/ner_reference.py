@@ -9,6 +9,8 @@ sentences entity-free, test chapters held out), written into ``--data`` when it 
   ``benchmarks/finetune.py`` (:func:`finetune.run_hf`: shuffled batches from a seeded
   ``DataLoader``, AdamW with weight decay except biases and LayerNorm weights, linear warmup then
   decay, run_ner's features);
+* ``trainer``: the same model trained by HF's ``Trainer`` at its own defaults (:func:`finetune.run_hf_trainer`:
+  no warmup, no weight decay; the recipe's epochs, learning rate, batch size and seed);
 * ``bertkit``: ``bertkit.tasks.finetune("tag", ...)`` with its defaults (precision ``auto``, its
   sampler); ``grouped`` / ``shuffled``: the same with ``group_by_length`` set to true / false;
 * ``grouped-tokens`` (a diagnostic, not a library option): ``grouped`` with each batch's loss
@@ -44,7 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import finetune as bench  # benchmarks/finetune.py: the reference loop and bertkit's runner
 import ner_set
 
-SIDES = {"reference": None, "bertkit": {}, "grouped": {"group_by_length": True},
+SIDES = {"reference": None, "trainer": None, "bertkit": {}, "grouped": {"group_by_length": True},
          "shuffled": {"group_by_length": False}, "grouped-tokens": {"group_by_length": True}}
 
 
@@ -80,6 +82,8 @@ def run(side: str, job: bench.Job, seed: int, args: argparse.Namespace, workdir:
     device = torch.device("cpu")
     if side == "reference":
         return bench.run_hf(job, args.model_dir, seed, args, device)["f1"]
+    if side == "trainer":
+        return bench.run_hf_trainer(job, args.model_dir, seed, args, device)["f1"]
     args.bertkit_option = SIDES[side]
     out = workdir / side
     out.mkdir(exist_ok=True)
@@ -113,10 +117,7 @@ def main() -> None:
             for side in args.sides:
                 scores[side][seed] = run(side, job, seed, args, Path(tmp))
                 print(f"seed {seed} {side}: f1 {scores[side][seed]:.3f}", flush=True)
-    print(f"\n{'side':<10}" + "".join(f"{'seed ' + str(s):>9}" for s in args.seeds) + f"{'mean':>8}{'sd':>8}")
-    for side, per_seed in scores.items():
-        mean, sd = bench.spread(list(per_seed.values()))
-        print(f"{side:<10}" + "".join(f"{per_seed[s]:>9.3f}" for s in args.seeds) + f"{mean:>8.3f}{sd:>8.3f}")
+    print("\n" + bench.seed_table(scores, args.seeds))
     if args.json is not None:
         atomic_write_text(args.json, json.dumps({"train": len(job.train_examples), "seeds": args.seeds,
                                                  "precision": args.precision, "scores": scores}, indent=2) + "\n")
