@@ -22,6 +22,7 @@ tagging, the answer text for QA) with its score / probabilities.
 from __future__ import annotations
 
 import argparse
+import functools
 import itertools
 import json
 import os
@@ -100,11 +101,12 @@ def pipeline_main(argv: list[str]) -> int:
     else:
         answers = answer_lines(pipe, args.texts if args.texts else read_inputs(args.input, args.encoding,
                                                                                keep_blank=True), params)
+
     def where(index: int) -> str:
-        return locate_input(args.input, index) if args.input else f"the command line's input {index + 1}"
+        return locate_input(args.input, index, args.encoding) if args.input else f"the command line's input {index + 1}"
 
     # a NaN answer stops the write (an -o file is left as it was), naming its input
-    written = write_jsonl((_record(item, check_value(answer, where(i))) for i, (item, answer) in enumerate(answers)),
+    written = write_jsonl((_record(item, check_value(answer, functools.partial(where, i))) for i, (item, answer) in enumerate(answers)),
                           args.output)
     if args.output:
         print(f"{written} answers: {args.output}", file=sys.stderr)

@@ -65,10 +65,11 @@ def check_rows(rows: T, name: Callable[[int], str]) -> T:
     return rows
 
 
-def check_value(value: T, where: str) -> T:
-    """``value`` (one row: an answer, a vector) when it is finite; else :class:`NonFiniteOutput` naming ``where``."""
+def check_value(value: T, where: str | Callable[[], str]) -> T:
+    """``value`` (one row: an answer, a vector) when it is finite; else :class:`NonFiniteOutput` naming ``where``
+    (or ``where()``: a place worked out only when it is needed)."""
     if not is_finite(value):
-        raise NonFiniteOutput(message(where))
+        raise NonFiniteOutput(message(where() if callable(where) else where))
     return value
 
 

@@ -89,10 +89,11 @@ def _item(value: Any, path: Any, number: int) -> Any:
                      f"query / passages, got {str(value)[:80]!r}.")
 
 
-def locate_input(path: str | os.PathLike, index: int) -> str:
+def locate_input(path: str | os.PathLike, index: int, encoding: str = "utf-8") -> str:
     """Where input ``index`` (0-based) of ``read_inputs(path, keep_blank=True)`` is, to name it in a message:
-    ``"texts.txt, line 7"`` (.txt, .jsonl), ``"texts.csv, record 7"`` (.csv: its records after the header)."""
-    if Path(path).suffix.lower() == ".csv":
+    ``"texts.txt, line 7"`` (text or JSON lines), ``"texts.csv, record 7"`` (a table: its records after the
+    header)."""
+    if input_format(path, encoding) in ("csv", "tsv"):
         return f"{path}, record {index + 1}"
     return f"{path}, line {index + 1}"
 
