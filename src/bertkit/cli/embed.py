@@ -59,7 +59,8 @@ def main(argv: list[str]) -> int:
                     dtype=args.dtype, normalize=args.normalize)
     texts, embedded = itertools.tee(_text(t) for t in read_inputs(args.input, args.encoding, keep_blank=True))
     # a NaN vector stops the write (the output file is left as it was), naming its line
-    vectors = (check_value(np.asarray(v, dtype=np.float32), functools.partial(locate_input, args.input, i, args.encoding))
+    place = functools.partial(locate_input, args.input, encoding=args.encoding)
+    vectors = (check_value(np.asarray(v, dtype=np.float32), functools.partial(place, index=i))
                for i, v in enumerate(pipe.stream(embedded)))
     if suffix == ".npy":
         count = write_npy(vectors, count_inputs(args.input, args.encoding, keep_blank=True), args.output)

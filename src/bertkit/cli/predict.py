@@ -106,8 +106,9 @@ def pipeline_main(argv: list[str]) -> int:
         return locate_input(args.input, index, args.encoding) if args.input else f"the command line's input {index + 1}"
 
     # a NaN answer stops the write (an -o file is left as it was), naming its input
-    written = write_jsonl((_record(item, check_value(answer, functools.partial(where, i))) for i, (item, answer) in enumerate(answers)),
-                          args.output)
+    checked = (_record(item, check_value(answer, functools.partial(where, i)))
+               for i, (item, answer) in enumerate(answers))
+    written = write_jsonl(checked, args.output)
     if args.output:
         print(f"{written} answers: {args.output}", file=sys.stderr)
     return 0
