@@ -12,6 +12,7 @@ import random
 import subprocess
 import sys
 import textwrap
+import tracemalloc
 
 import numpy as np
 import pytest
@@ -21,6 +22,7 @@ import bertkit
 from bertkit.embedding.data import PairCollator, RowBatch
 from bertkit.pipelines import pipeline
 from bertkit.sentence import SentenceTransformer
+from bertkit.tasks.readers import read_rows
 from bertkit.tokenization.cut import CHARS_PER_TOKEN
 from conftest import randomize_
 
@@ -158,3 +160,20 @@ def test_the_training_collate_tokenizes_a_bounded_window(tiny, monkeypatch):
     assert torch.equal(anchor["input_ids"], want["input_ids"])
     want = tokenizer(["emma", huge], padding=True, truncation=True, max_length=32, return_tensors="pt")
     assert torch.equal(positive["input_ids"], want["input_ids"])
+
+
+def test_a_json_lines_file_holds_few_copies_of_a_huge_first_line(tmp_path):
+    """Reading a JSON-lines file (training pairs, mining pairs) costs about the line twice (the line, its text),
+    not six times (io.StringIO held the first line at 4 bytes a character)."""
+    line = words(200_000, 8)
+    path = tmp_path / "pairs.jsonl"
+    path.write_text(json.dumps({"anchor": line, "positive": "emma"}) + "\n{\"anchor\": \"a\", \"positive\": \"b\"}\n",
+                    encoding="utf-8")
+    tracemalloc.start()
+    try:
+        rows = read_rows(path)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert rows[0].values["anchor"] == line and len(rows) == 2
+    assert peak < 3 * len(line), f"{peak / len(line):.1f} bytes per character of the line"
