@@ -194,8 +194,11 @@ class Pipeline:
         feature = dict(encoding)
         skipped = [len(t) - len(c) for t, c in zip(texts, cut)]  # characters a left cut took off each text's start
         if "offset_mapping" in feature and any(skipped):
-            feature["offset_mapping"] = [(start, end) if s is None else (start + skipped[s], end + skipped[s])
-                                         for (start, end), s in zip(feature["offset_mapping"],
-                                                                    encoding.sequence_ids(0))]
+            feature["offset_mapping"] = _shifted(feature["offset_mapping"], encoding.sequence_ids(0), skipped)
         return feature
 
+
+def _shifted(offsets: list[tuple[int, int]], sequence_ids: list[int | None], skipped: list[int]) -> list:
+    """``offsets`` of the tokens of text ``i`` moved ``skipped[i]`` characters on (special tokens' stay)."""
+    return [(start, end) if i is None else (start + skipped[i], end + skipped[i])
+            for (start, end), i in zip(offsets, sequence_ids)]
