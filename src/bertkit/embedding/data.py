@@ -35,6 +35,7 @@ from bertkit.data.sniff import sniff_format
 from bertkit.embedding.batch import PairBatch
 from bertkit.embedding.data_layout import Layout, check_row, resolve_columns
 from bertkit.tasks.readers import iter_rows, where
+from bertkit.tokenization.cut import cut_texts
 
 #: rows read from a file's start to decide its layout (numbers or text, lists or texts)
 SAMPLE_ROWS = 100
@@ -295,6 +296,9 @@ class PairCollator:
 
     def _tokenize(self, role: str, texts: list[str]) -> dict[str, torch.Tensor]:
         prompt = self.prompts.get(role, self.prompts.get("negative", "") if role.startswith("negative_") else "")
+        # cut to what truncation keeps: the whole texts' tokens, at a cost bounded by the limit, not the texts
+        texts = cut_texts(self.tokenizer, texts, self.max_length or self.tokenizer.model_max_length,
+                          self.tokenizer.truncation_side, prefix=prompt)
         encoded = dict(self.tokenizer([prompt + t for t in texts], padding=True, truncation=True,
                                       max_length=self.max_length, return_tensors="pt").items())
         if prompt:  # for a pooling that leaves the prompt out (include_prompt false); one value per row

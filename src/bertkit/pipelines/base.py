@@ -26,6 +26,7 @@ import torch
 from bertkit.inference.batching import CHUNK_BATCHES, check_batch_size, chunks, pad, run_sorted
 from bertkit.inference.finite import CAUSES, NonFiniteOutput, is_finite
 from bertkit.inference.precision import prepare
+from bertkit.tokenization.cut import cut_pairs, cut_texts
 
 #: call parameters every task takes, with their defaults: which end of a text truncation keeps
 #: (``"right"`` cuts the end, ``"left"`` the start)
@@ -166,13 +167,34 @@ class Pipeline:
             raise NonFiniteOutput(f"the model {self.check_finite} produced non-finite outputs (NaN or infinity): "
                                   f"{CAUSES}.")
 
-    def encode(self, text: str, pair: str | None = None, params: dict[str, Any] | None = None,
+    def encode(self, text: str, pair: str | None = None, params: dict[str, Any] | None = None, prefix: str = "",
                **options: Any) -> dict[str, list]:
-        """One unpadded feature: the tokenizer's lists for ``text`` (and ``pair``), truncated to the model at the
-        side ``params["truncation_side"]`` names."""
+        """One unpadded feature: the tokenizer's lists for ``prefix + text`` (and ``pair``), truncated to the model
+        at the side ``params["truncation_side"]`` names. The texts are cut first to the part truncation keeps
+        (:func:`~bertkit.tokenization.cut.cut_texts`: the same tokens, at a cost bounded by the model's limit);
+        offsets still index the texts given."""
         options.setdefault("truncation", True)
         options.setdefault("max_length", self.max_length)
-        options.setdefault("truncation_side", (params or self.params).get("truncation_side", "right"))
+        side = options.setdefault("truncation_side", (params or self.params).get("truncation_side", "right"))
         options.setdefault("return_token_type_ids", True)  # every family's batch has them (ignored where unused)
-        return dict(self.tokenizer(text, pair, **options))
+        texts = [text] if pair is None else [text, pair]
+        cut = texts
+        if options["truncation"] and not options.get("return_overflowing_tokens"):
+            if pair is None:
+                cut = cut_texts(self.tokenizer, texts, options["max_length"], side, prefix=prefix)
+            else:
+                (first,), (second,) = cut_pairs(self.tokenizer, [text], [pair], options["max_length"], side,
+                                                options["truncation"], prefix=prefix)
+                cut = [first, second]
+        encoding = self.tokenizer(prefix + cut[0], None if pair is None else cut[1], **options)
+        feature = dict(encoding)
+        skipped = [len(t) - len(c) for t, c in zip(texts, cut)]  # characters a left cut took off each text's start
+        if "offset_mapping" in feature and any(skipped):
+            feature["offset_mapping"] = _shifted(feature["offset_mapping"], encoding.sequence_ids(0), skipped)
+        return feature
 
+
+def _shifted(offsets: list[tuple[int, int]], sequence_ids: list[int | None], skipped: list[int]) -> list:
+    """``offsets`` of the tokens of text ``i`` moved ``skipped[i]`` characters on (special tokens' stay)."""
+    return [(start, end) if i is None else (start + skipped[i], end + skipped[i])
+            for (start, end), i in zip(offsets, sequence_ids)]

@@ -51,7 +51,7 @@ class _TextsOrIds(Pipeline):
 
     def preprocess(self, item: str | list[int], params: dict[str, Any]) -> list[dict[str, Any]]:
         if isinstance(item, str):
-            return [self.encode(self.prompt(params.get("prompt_name")) + item, params=params)]
+            return [self.encode(item, params=params, prefix=self.prompt(params.get("prompt_name")))]
         return [self.id_row(item)]
 
     def id_row(self, ids: Any) -> dict[str, list]:

@@ -23,6 +23,7 @@ from bertkit.inference.batching import CHUNK_BATCHES, check_batch_size, chunks, 
 from bertkit.inference.precision import prepare, resolve
 from bertkit.sentence.modules import Layout, Pooling, is_sentence_transformer, normalize, read_layout
 from bertkit.sentence.util import PRECISIONS, quantize_embeddings, similarity
+from bertkit.tokenization.cut import cut_texts
 
 OUTPUT_VALUES = ("sentence_embedding", "token_embeddings", None)
 
@@ -181,9 +182,12 @@ class SentenceTransformer(nn.Module):
     def features(self, texts: list[str], prefix: str = "", truncation_side: str = "right") -> list[dict]:
         """The model's token rows (``input_ids``, ``token_type_ids``, ``attention_mask`` lists) for ``texts``, each
         after ``prefix`` (a prompt), lower-cased where the model says so, truncated to ``max_seq_length`` at
-        ``truncation_side``."""
+        ``truncation_side``; each text is first cut to the part truncation keeps (the same tokens, at a cost
+        bounded by ``max_seq_length``: :func:`~bertkit.tokenization.cut.cut_texts`)."""
+        lower = self.layout.do_lower_case
+        texts = cut_texts(self.tokenizer, texts, self.max_seq_length, truncation_side, prefix=prefix, lower=lower)
         texts = [prefix + t for t in texts]
-        if self.layout.do_lower_case:
+        if lower:
             texts = [t.lower() for t in texts]
         encoding = self.tokenizer(texts, truncation=True, max_length=self.max_seq_length,
                                   truncation_side=truncation_side, return_token_type_ids=True) if texts else {}

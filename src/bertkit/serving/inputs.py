@@ -7,46 +7,21 @@ refused (422 naming it and the limit) unless truncation is asked for (``truncate
 a pair is cut longest-first (the longer text loses tokens first, as text-embeddings-inference cuts it), and a
 refused pair names the longer of its two texts.
 
-A huge text that will be truncated is first cut to the part that can matter: the first (``left``: last)
-``4 x limit + 16`` whitespace-separated words, at a space. That cut never changes a token inside the kept part
-(BERT's normaliser and pre-tokenizer treat words separately), and the cut text is accepted only if it still
-holds more than ``limit + 3`` tokens, so the model sees exactly what truncating the whole text would give.
-Like text-embeddings-inference, a text longer than ``250 x limit`` characters is refused without truncation
-and cut to that many characters with it.
+A text that will be truncated is first cut to the part that can matter (:func:`bertkit.tokenization.cut.cut_texts`,
+as every reader of bertkit cuts): the model sees exactly what truncating the whole text would give, and a huge
+text costs what its kept part costs. Like text-embeddings-inference, a text longer than ``250 x limit``
+characters is refused without truncation (and cut to at most that many characters with it).
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from typing import Any
 
 from bertkit.serving.errors import ServeError
-
-#: text-embeddings-inference's bound: characters per token of the input limit
-CHARS_PER_TOKEN = 250
-#: texts longer than this many characters per token of the limit are cut to words before counting
-CUT_CHARS_PER_TOKEN = 8
-_WORD = re.compile(r"\S+")
+from bertkit.tokenization.cut import CHARS_PER_TOKEN, cut_pairs, cut_texts
 
 Text = str | tuple[str, str]
-
-
-def cut_words(text: str, words: int, side: str) -> str:
-    """The first (``side="right"``) or last (``"left"``) ``words`` whitespace-separated words of ``text``, cut at
-    whitespace; ``text`` itself when it has no more words than that."""
-    source = text if side == "right" else text[::-1]
-    for count, match in enumerate(_WORD.finditer(source), 1):
-        if count == words:
-            end = match.end()
-            if end >= len(source):
-                return text
-            return text[:end] if side == "right" else text[len(text) - end:]
-    return text
-
-
-def chars_cut(text: str, chars: int, side: str) -> str:
-    return text[:chars] if side == "right" else text[-chars:]
 
 
 class Prepared:
@@ -74,8 +49,11 @@ def prepare(inputs: Sequence[Any], *, tokenizer: Any, limit: int, truncate: bool
             counts[i] = _ids(item, i, limit, truncate, field)
             items[i] = item[:limit] if side == "right" else item[-limit:]
         else:
-            items[i] = _shortened(item, _names(item, i, field, first), limit, truncate, side, tokenizer)
+            if not truncate:
+                _check_characters(item, _names(item, i, field, first), limit)
             texts.append(i)
+    if texts and truncate:
+        _cut(items, texts, tokenizer, limit, side, prefix)
     if texts:
         for i, n in zip(texts, count_tokens(tokenizer, [items[i] for i in texts], prefix)):
             counts[i] = n
@@ -116,24 +94,26 @@ def _ids(ids: list, index: int, limit: int, truncate: bool, field: str) -> int:
     return len(ids)
 
 
-def _shortened(item: Text, names: tuple[str, ...], limit: int, truncate: bool, side: str, tokenizer: Any) -> Text:
-    """``item`` with each huge text cut to what truncation keeps (see the module doc); ``names``: its texts'."""
-    def one(text: str, name: str) -> str:
-        if len(text) <= CUT_CHARS_PER_TOKEN * limit:
-            return text
-        cap = CHARS_PER_TOKEN * limit
-        if not truncate:
-            if len(text) > cap:
-                raise ServeError(422, f"{name} has {len(text)} characters; without truncation the limit is {cap} ("
-                                      f"{CHARS_PER_TOKEN} per token of max_input_length {limit}). Shorten it, or "
-                                      f"{ADVICE}.", param=name.split("[")[0], code="context_length_exceeded")
-            return text
-        cut = cut_words(text, 4 * limit + 16, side)
-        if cut is text or count_tokens(tokenizer, [cut], "")[0] > limit + 3:
-            return cut if len(cut) <= cap else chars_cut(cut, cap, side)
-        return chars_cut(text, cap, side)  # the words held too few tokens (control characters, say)
+def _check_characters(item: Text, names: tuple[str, ...], limit: int) -> None:
+    """The 422 of a text past :data:`CHARS_PER_TOKEN` characters per token of ``limit``, not to be truncated."""
+    cap = CHARS_PER_TOKEN * limit
+    for text, name in zip((item,) if isinstance(item, str) else item, names):
+        if len(text) > cap:
+            raise ServeError(422, f"{name} has {len(text)} characters; without truncation the limit is {cap} ("
+                                  f"{CHARS_PER_TOKEN} per token of max_input_length {limit}). Shorten it, or "
+                                  f"{ADVICE}.", param=name.split("[")[0], code="context_length_exceeded")
 
-    return one(item, names[0]) if isinstance(item, str) else (one(item[0], names[0]), one(item[1], names[1]))
+
+def _cut(items: list[Any], texts: list[int], tokenizer: Any, limit: int, side: str, prefix: str) -> None:
+    """Cut ``items[i]`` for ``i`` in ``texts`` (texts after ``prefix``, pairs as longest-first cuts them: the
+    server's pair truncation) to the part truncation keeps, in place."""
+    singles = [i for i in texts if isinstance(items[i], str)]
+    for i, text in zip(singles, cut_texts(tokenizer, [items[i] for i in singles], limit, side, prefix=prefix)):
+        items[i] = text
+    pairs = [i for i in texts if not isinstance(items[i], str)]
+    firsts, seconds = cut_pairs(tokenizer, [items[i][0] for i in pairs], [items[i][1] for i in pairs], limit, side)
+    for i, a, b in zip(pairs, firsts, seconds):
+        items[i] = (a, b)
 
 
 def count_tokens(tokenizer: Any, texts: list[Text], prefix: str = "") -> list[int]:

@@ -33,6 +33,7 @@ from bertkit.modeling.heads import BERTForSequenceClassification
 from bertkit.tasks import metrics
 from bertkit.tasks.base import Task, softmax
 from bertkit.tasks.readers import Row, column, guess_column, read_rows, where
+from bertkit.tokenization.cut import cut_pairs, cut_texts
 
 SINGLE, MULTI, REGRESSION = "single_label_classification", "multi_label_classification", "regression"
 PROBLEM_TYPES = {SINGLE: SINGLE, MULTI: MULTI, REGRESSION: REGRESSION,
@@ -226,8 +227,12 @@ class Classification(Task):
     # ------------------------------------------------------------------ features
     def featurize(self, examples: Sequence[TextExample], tokenizer: Any, max_seq_length: int) -> list[dict]:
         self.prepare(tokenizer)
-        texts = [e.text for e in examples]
-        pairs = [e.text_pair or "" for e in examples] if self.text_pair_column else None
+        # texts cut to what truncation keeps: the same tokens, at a cost bounded by max_seq_length
+        texts, side = [e.text for e in examples], tokenizer.truncation_side
+        if self.text_pair_column:
+            texts, pairs = cut_pairs(tokenizer, texts, [e.text_pair or "" for e in examples], max_seq_length, side)
+        else:
+            texts, pairs = cut_texts(tokenizer, texts, max_seq_length, side), None
         encoded = tokenizer(texts, pairs, truncation=True, max_length=max_seq_length, return_token_type_ids=True)
         features = []
         for i, example in enumerate(examples):

@@ -31,6 +31,7 @@ from bertkit.modeling.heads import BERTForMultipleChoice
 from bertkit.tasks import metrics
 from bertkit.tasks.base import Task, softmax
 from bertkit.tasks.readers import Row, read_rows, table_format
+from bertkit.tokenization.cut import cut_pairs
 
 _ENDING = re.compile(r"^ending(\d+)$")
 
@@ -79,6 +80,8 @@ class MultipleChoice(Task):
         self.prepare(tokenizer)
         contexts = [e.context for e in examples for _ in e.choices]
         endings = [choice for e in examples for choice in e.choices]
+        # cut to what truncation keeps: the same tokens, at a cost bounded by max_seq_length
+        contexts, endings = cut_pairs(tokenizer, contexts, endings, max_seq_length, tokenizer.truncation_side)
         encoded = tokenizer(contexts, endings, truncation=True, max_length=max_seq_length, return_token_type_ids=True)
         features, start = [], 0
         for i, example in enumerate(examples):
