@@ -380,6 +380,7 @@ class MLflowReporter(Reporter):
         self.store = MLFLOW_DIR if saved is not None and (run_dir / MLFLOW_DIR).is_dir() and \
             not (run_dir / MLFLOW_DB).exists() else MLFLOW_DB
         self.client = MlflowClient(tracking_uri=self._uri(run_dir))
+        self.pending: list[Any] = []  # metrics handed to MLflow's logging thread, waited for by flush()
         if saved is not None:
             self.run_id = saved["run_id"]
             self.client.update_run(self.run_id, status="RUNNING")
@@ -421,9 +422,18 @@ class MLflowReporter(Reporter):
         from mlflow.entities import Metric
 
         now = int(time.time() * 1000)
-        self.client.log_batch(self.run_id, metrics=[Metric(mlflow_name(k), v, now, step) for k, v in scalars.items()])
+        metrics = [Metric(mlflow_name(k), v, now, step) for k, v in scalars.items()]
+        # on MLflow's logging thread: a write to SQLite costs tens of ms (several fsyncs), the training step none
+        self.pending.append(self.client.log_batch(self.run_id, metrics=metrics, synchronous=False))
+
+    def flush(self):  # at each checkpoint (before an --overwrite run's directory moves) and at the end
+        pending, self.pending = self.pending, []
+        for operation in pending:
+            if operation is not None:
+                operation.wait()
 
     def close(self):
+        self.flush()
         self.client.set_terminated(self.run_id, "FINISHED")
         self.is_open = False
 
