@@ -393,6 +393,10 @@ def test_a_missing_extra_and_an_unknown_tracker_are_one_line_errors(book, tmp_pa
     assert len(err.splitlines()) == 1 and not (tmp_path / "run").exists()  # before anything ran
     with pytest.raises(ImportError, match=r"pip install 'bertkit\[mlflow\]'"):
         require(["tensorboard", "mlflow"])  # what the Trainer checks when it is built
+    monkeypatch.delitem(sys.modules, "mlflow")
+    monkeypatch.setitem(sys.modules, "alembic", None)  # mlflow-skinny alone: no database support for mlflow.db
+    with pytest.raises(ImportError, match=r"run directory's mlflow.db.*alembic is missing.*'bertkit\[mlflow\]'"):
+        require(["mlflow"])
 
     with pytest.raises(SystemExit) as usage:
         cli([*args, "--report-to", "wandb"])
