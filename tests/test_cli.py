@@ -26,6 +26,27 @@ def test_info_on_a_size_and_a_directory(capsys, tmp_path, tiny_config):
     assert "H=36" in capsys.readouterr().out
 
 
+def test_info_without_an_argument_describes_this_machine_and_what_auto_picks(capsys, monkeypatch):
+    import torch
+
+    from bertkit import devices
+    from bertkit.inference.precision import TASK_ROW
+    from bertkit.training.config import describe_precision, resolve_device, resolve_precision
+
+    monkeypatch.setenv("BERTKIT_DTYPE", "int8")  # what --dtype auto follows first: the lines say so
+    monkeypatch.setattr(devices, "_cpu_flags", lambda: {"avx2", "avx512f", "avx512_vnni", "sse4_2"})
+    assert main(["info"]) == 0
+    out = capsys.readouterr().out
+    assert f"torch {torch.__version__}" in out and f"torch uses {torch.get_num_threads()} threads" in out
+    assert "features: avx2, avx512f, avx512_vnni;" in out  # the flags that matter, not every flag
+    device = resolve_device("auto")
+    assert f"--device auto -> {device.type} (" in out
+    assert f"training --{describe_precision('auto', resolve_precision('auto', device), device)}\n" in out
+    for row in set(TASK_ROW.values()):
+        assert f"  {row}: int8 (BERTKIT_DTYPE=int8)\n" in out
+    assert ("GPU cuda:0: " in out) == torch.cuda.is_available()
+
+
 def test_demo_pretrains_and_reports_against_baselines(capsys, tmp_path):
     from bertkit.cli import demo
 

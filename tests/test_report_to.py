@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -30,6 +31,7 @@ from bertkit.resources import austen_novels
 from bertkit.tasks.pretraining import pretrain_from_text
 from bertkit.training import TrainingConfig
 from bertkit.training.reporting import CHOICES, TRACKING_FILE, mlflow_name, parse_report_to, record_scalars, require
+from conftest import HANG_GUARD_S
 
 TINY = dict(num_hidden_layers=2, hidden_size=36, num_attention_heads=3, intermediate_size=37)
 WORDS = [f"w{i}" for i in range(40)]
@@ -45,10 +47,12 @@ def book(tmp_path_factory) -> Path:
 
 @pytest.fixture(autouse=True)
 def local_stores(monkeypatch):
-    """MLflow's local file store in the run directory (as without MLFLOW_TRACKING_URI), readable here."""
-    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    monkeypatch.delenv("MLFLOW_EXPERIMENT_NAME", raising=False)
-    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    """MLflow's store in the run directory (as without MLFLOW_TRACKING_URI); none of MLflow's variables set (what
+    a run sets for itself is undone after each test)."""
+    for name in ("MLFLOW_TRACKING_URI", "MLFLOW_EXPERIMENT_NAME", "MLFLOW_ALLOW_FILE_STORE",
+                 "MLFLOW_SQLALCHEMYSTORE_POOLCLASS"):
+        monkeypatch.setenv(name, "")
+        monkeypatch.delenv(name)
 
 
 def pretrain(book: Path, out: Path, steps: int, report_to, callbacks=None, resume: bool = False,
@@ -80,10 +84,11 @@ def tensorboard_scalars(run: Path):
     return scalars, events
 
 
-def mlflow_run(run: Path):
+def mlflow_run(run: Path, uri: str | None = None):
+    """The one MLflow run in the run directory's store (``uri``: another store)."""
     from mlflow.tracking import MlflowClient
 
-    client = MlflowClient(tracking_uri=(run / "mlruns").as_uri())
+    client = MlflowClient(tracking_uri=uri or f"sqlite:///{run / 'mlflow.db'}")
     experiments = client.search_experiments()
     runs = [r for e in experiments for r in client.search_runs([e.experiment_id])]
     assert len(runs) == 1, [r.info.run_id for r in runs]
@@ -138,6 +143,102 @@ def test_a_crashed_and_resumed_pretraining_run_is_one_tensorboard_curve_and_one_
     assert params["model.hidden_size"] == "36" and params["task.name"] == "pretraining"
     for tag, value in final.items():
         assert found.data.metrics[mlflow_name(tag)] == pytest.approx(value, rel=1e-6)
+
+
+def test_mlflows_own_client_opens_the_run_directorys_store_with_no_variable_set(book, tmp_path):
+    """The store is a SQLite database in the run directory: a user's ``MlflowClient`` (the docs' URI, from the
+    directory that holds ``runs/``) opens it without ``MLFLOW_ALLOW_FILE_STORE`` or any other MLflow variable."""
+    run = tmp_path / "runs" / "emma"
+    pretrain(book, run, 2, "mlflow")
+    assert (run / "mlflow.db").is_file() and not (run / "mlruns").exists() and not (tmp_path / "mlruns").exists()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
+    read = ("from mlflow.tracking import MlflowClient\n"
+            "client = MlflowClient(tracking_uri='sqlite:///runs/emma/mlflow.db')\n"
+            "run = client.search_runs([client.get_experiment_by_name('emma').experiment_id])[0]\n"
+            "print(run.info.run_name, run.info.status, run.data.params['training.batch_size'])")
+    done = subprocess.run([sys.executable, "-c", read], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0 and done.stdout.split() == ["emma", "FINISHED", "8"], done.stderr[-2000:]
+
+
+@pytest.mark.slow  # MLflow's UI server takes minutes to start on a busy 2-core machine
+def test_the_docs_mlflow_ui_line_serves_the_run_as_printed(book, tmp_path):
+    """The page's ``mlflow ui`` line, run as printed (plus a free port) from the directory that holds ``runs/``,
+    serves the run over MLflow's REST API with no MLflow variable set."""
+    import httpx
+
+    run = tmp_path / "runs" / "emma"
+    pretrain(book, run, 2, "mlflow")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
+
+    from serve_helpers import free_port
+
+    page = (Path(__file__).parents[1] / "docs" / "how-to" / "track-experiments.md").read_text(encoding="utf-8")
+    (line,) = [ln.split("#")[0].split() for ln in page.splitlines() if ln.startswith("mlflow ui ")]
+    port = free_port()
+    server = subprocess.Popen([str(Path(sys.executable).parent / line[0]), *line[1:], "--host", "127.0.0.1",
+                               "--port", str(port)], cwd=tmp_path, env=env, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE, text=True, start_new_session=True)
+    api = f"http://127.0.0.1:{port}/api/2.0/mlflow"
+    try:
+        deadline = time.monotonic() + HANG_GUARD_S  # a guard: a loaded machine starts slowly
+        while True:
+            assert server.poll() is None and time.monotonic() < deadline, server.stderr.read()[-2000:]
+            try:
+                experiment = httpx.get(f"{api}/experiments/get-by-name", params={"experiment_name": "emma"},
+                                       timeout=10)
+                break
+            except httpx.HTTPError:
+                time.sleep(0.5)
+        assert experiment.status_code == 200, experiment.text
+        found = httpx.post(f"{api}/runs/search", json={"experiment_ids": [experiment.json()["experiment"]
+                                                                          ["experiment_id"]]}, timeout=30).json()
+        (served,) = found["runs"]
+        assert served["info"]["run_name"] == "emma" and served["info"]["status"] == "FINISHED"
+        assert {m["key"] for m in served["data"]["metrics"]} >= {"train/loss", "final/mlm_accuracy_masked"}
+    finally:  # the UI's server runs worker processes of its own: its whole process group goes
+        os.killpg(server.pid, signal.SIGTERM)
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.pid, signal.SIGKILL)
+            server.wait(timeout=30)
+
+
+def test_a_run_begun_in_the_old_mlruns_file_store_resumes_there(book, tmp_path, monkeypatch):
+    """A run an older bertkit logged to ``<run>/mlruns`` (MLflow's file store) goes on in that store."""
+    run = tmp_path / "run"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", (run / "mlruns").as_uri())  # where an older bertkit logged
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    pretrain(book, run, 3, "mlflow")
+    monkeypatch.delenv("MLFLOW_TRACKING_URI")
+    monkeypatch.delenv("MLFLOW_ALLOW_FILE_STORE")
+    pretrain(book, run, 5, "mlflow", resume=True)
+    assert not (run / "mlflow.db").exists()
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # what reading a file store takes
+    client, found = mlflow_run(run, (run / "mlruns").as_uri())
+    assert found.info.run_id == json.loads((run / TRACKING_FILE).read_text())["mlflow"]["run_id"]
+    losses = client.get_metric_history(found.info.run_id, "train/loss")
+    assert sorted(m.step for m in losses) == [1, 2, 3, 4, 5] and found.info.status == "FINISHED"
+
+
+@pytest.mark.parametrize("uri", ["bogus://nowhere", "http://127.0.0.1:{port}", "{tmp}/mlruns"])
+def test_an_mlflow_tracking_uri_that_cannot_be_used_stops_the_command_before_anything_runs(uri, book, tmp_path,
+                                                                                          monkeypatch, capsys):
+    from serve_helpers import free_port
+
+    uri = uri.format(port=free_port(), tmp=tmp_path)  # a closed port; a file store, which MLflow 3 refuses
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    run = tmp_path / "run"
+    assert cli(["pretrain", "--text", str(book), "--model", "tiny", "-o", str(run), "--max-steps", "2",
+                "--report-to", "mlflow"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"bertkit: error: MLFLOW_TRACKING_URI={uri!r} (--report-to mlflow) cannot be used: "), err
+    assert "unset it to log into the run directory's mlflow.db" in err and len(err.splitlines()) == 1
+    assert ("MLFLOW_ALLOW_FILE_STORE=true" in err) == uri.endswith("mlruns")
+    assert not run.exists()  # before anything ran
+    with pytest.raises(ValueError, match="MLFLOW_TRACKING_URI"):
+        require(["mlflow"])  # what the Trainer checks when it is built
 
 
 def test_a_tracker_added_on_resume_gets_the_whole_history_and_overwrite_replaces_the_trackers_runs(book, tmp_path):
@@ -292,6 +393,10 @@ def test_a_missing_extra_and_an_unknown_tracker_are_one_line_errors(book, tmp_pa
     assert len(err.splitlines()) == 1 and not (tmp_path / "run").exists()  # before anything ran
     with pytest.raises(ImportError, match=r"pip install 'bertkit\[mlflow\]'"):
         require(["tensorboard", "mlflow"])  # what the Trainer checks when it is built
+    monkeypatch.delitem(sys.modules, "mlflow")
+    monkeypatch.setitem(sys.modules, "alembic", None)  # mlflow-skinny alone: no database support for mlflow.db
+    with pytest.raises(ImportError, match=r"run directory's mlflow.db.*alembic is missing.*'bertkit\[mlflow\]'"):
+        require(["mlflow"])
 
     with pytest.raises(SystemExit) as usage:
         cli([*args, "--report-to", "wandb"])
@@ -321,7 +426,7 @@ def test_the_trackers_are_imported_only_when_a_run_reports_to_them():
 def test_none_writes_nothing_extra(book, tmp_path):
     pretrain(book, tmp_path / "run", 2, "none")
     written = {p.name for p in (tmp_path / "run").iterdir()}
-    assert not written & {"tensorboard", "mlruns", TRACKING_FILE}
+    assert not written & {"tensorboard", "mlruns", "mlflow.db", TRACKING_FILE}
 
 
 def write_base(directory: Path) -> Path:

@@ -11,6 +11,7 @@ clients: test_serve_abuse.py.
 from __future__ import annotations
 
 import base64
+import json
 import pathlib
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -258,6 +259,24 @@ def test_classify_predict_pairs_batches_and_its_trained_length(tmp_path, dirs):
     assert served[0]["score"] != pytest.approx(pipe(text)[0]["score"], rel=1e-3)
 
 
+def test_a_runs_model_is_served_under_the_runs_name(tmp_path, dirs):
+    """``runs/sentiment/model`` (a folder of a bertkit run directory) is served as ``sentiment``, not ``model``;
+    another folder of the run as ``sentiment/<folder>``; ``--served-model-name`` wins over both."""
+    import shutil
+
+    from bertkit.serving.settings import ServeSettings
+
+    run = tmp_path / "runs" / "sentiment"
+    shutil.copytree(dirs["classify"], run / "model")
+    (run / "run.json").write_text(json.dumps({"task": {"name": "classify"}}), encoding="utf-8")
+    with TestClient(create_app(run / "model")) as client:
+        info = client.get("/info").json()
+    assert info["model_id"] == info["served_model_name"] == "sentiment"
+    assert ServeSettings(model=str(run / "checkpoint-500")).name == "sentiment/checkpoint-500"
+    assert ServeSettings(model=str(run / "model"), served_model_name="clf").name == "clf"
+    assert ServeSettings(model=str(dirs["classify"])).name == "cls"  # not in a run: the folder's own name
+
+
 def test_rerank_ner_qa_fill_mask_sparse(dirs):
     with TestClient(create_app(dirs["rerank"])) as client:  # a one-label classifier: auto is rerank
         info = client.get("/info").json()
@@ -392,7 +411,10 @@ def test_shutdown_finishes_requests_in_flight():
     _slow(app, 1.0)
     with serving(app) as (url, server), ThreadPoolExecutor(4) as pool:
         futures = [pool.submit(httpx.post, f"{url}/embed", json={"inputs": f"t{i}"}, timeout=60) for i in range(4)]
-        time.sleep(0.3)  # the requests are in, the model is busy
+        deadline = time.monotonic() + 600  # a guard: a loaded machine sends them slowly
+        while app.state.service.metrics.in_progress < 4:  # the requests are in, the model is busy
+            assert time.monotonic() < deadline and not any(f.done() for f in futures)
+            time.sleep(0.05)
         server.should_exit = True
         assert [f.result().status_code for f in futures] == [200] * 4
 

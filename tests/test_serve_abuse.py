@@ -10,6 +10,7 @@ script with server RSS per case: ``benchmarks/serve_abuse.py``.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import pathlib
 import signal
@@ -157,11 +158,13 @@ def test_sigterm_answers_the_requests_in_flight(tmp_path):
                 if httpx.get(f"{url}/health", timeout=2).status_code == 200:
                     break
             time.sleep(0.2)
-        texts = [" ".join(["word"] * 200)] * 32
+        texts = [" ".join(["word"] * 200)] * 8  # the gauge says when all six are in flight, whatever their length
         with ThreadPoolExecutor(6) as pool:
             futures = [pool.submit(httpx.post, f"{url}/embed", json={"inputs": texts, "truncate": True}, timeout=120)
                        for _ in range(6)]
-            time.sleep(0.5)
+            while "bertkit_requests_in_progress 6" not in httpx.get(f"{url}/metrics", timeout=30).text:
+                assert time.monotonic() < deadline and not any(f.done() for f in futures)
+                time.sleep(0.05)  # all six in flight (a busy machine takes its time to send them)
             process.send_signal(signal.SIGTERM)
             assert [f.result().status_code for f in futures] == [200] * 6
         # uvicorn re-raises the signal once it has shut down gracefully: the status says SIGTERM ended it
@@ -171,3 +174,69 @@ def test_sigterm_answers_the_requests_in_flight(tmp_path):
         if process.poll() is None:
             process.kill()
         log.close()
+
+
+def test_sigterm_drains_new_requests_get_503_with_retry_after_while_those_in_flight_finish(tmp_path):
+    """The drain, on the wire: a request whose body is still arriving holds it open; meanwhile /health, /embed and
+    OpenAI's route answer 503 with Retry-After (bounded load: 4 clients x 8 requests, each on a new connection),
+    then the held request completes with its vector, the process exits and the port refuses."""
+    port = free_port()
+    log = (tmp_path / "serve.log").open("w")
+    process = subprocess.Popen([sys.executable, "-m", "bertkit.cli", "serve", str(MINILM), "--port", str(port)],
+                               stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + HANG_GUARD_S  # a guard: a loaded machine starts slowly
+
+    def waiting(condition) -> None:
+        while not condition():
+            assert process.poll() is None and time.monotonic() < deadline, (tmp_path / "serve.log").read_text()
+            time.sleep(0.1)
+
+    def status(method: str, path: str, **kwargs) -> int:
+        with contextlib.suppress(httpx.HTTPError):
+            return httpx.request(method, f"{url}{path}", timeout=10, **kwargs).status_code
+        return 0
+
+    try:
+        waiting(lambda: status("GET", "/health") == 200)
+        known = httpx.post(f"{url}/embed", json=KNOWN, timeout=30).json()
+        body = json.dumps(KNOWN).encode()
+        held = socket.create_connection(("127.0.0.1", port), timeout=30)
+        held.sendall(f"POST /embed HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                     f"Content-Length: {len(body)}\r\n\r\n".encode() + body[:10])
+        waiting(lambda: "bertkit_requests_in_progress 1" in httpx.get(f"{url}/metrics", timeout=10).text)
+        process.send_signal(signal.SIGTERM)
+
+        waiting(lambda: status("GET", "/health") == 503)
+        refused = httpx.post(f"{url}/embed", json=KNOWN, timeout=10)
+        assert refused.status_code == 503 and refused.headers["Retry-After"] == "5", refused.text
+        assert refused.headers["Connection"] == "close" and refused.json()["error_type"] == "Unhealthy"
+        openai = httpx.post(f"{url}/v1/embeddings", json={"input": "x", "model": "m"}, timeout=10)
+        assert openai.status_code == 503 and openai.headers["Retry-After"] == "5"
+        assert openai.json()["error"]["type"] == "server_error"
+        with ThreadPoolExecutor(4) as pool:
+            answers = list(pool.map(lambda _: httpx.post(f"{url}/embed", json=KNOWN, timeout=10), range(32)))
+        assert {(a.status_code, a.headers.get("Retry-After")) for a in answers} == {(503, "5")}
+
+        held.sendall(body[10:])
+        answer = raw_request_rest(held)
+        assert status_of(answer) == 200 and b"connection: close" in answer.lower()
+        assert json.loads(answer.split(b"\r\n\r\n", 1)[1]) == known
+        assert process.wait(timeout=60) in (0, -signal.SIGTERM)
+        with pytest.raises(httpx.ConnectError):
+            httpx.get(f"{url}/health", timeout=10)
+        assert "Traceback" not in (tmp_path / "serve.log").read_text()
+    finally:
+        if process.poll() is None:
+            process.kill()
+        log.close()
+
+
+def raw_request_rest(s: socket.socket) -> bytes:
+    """What the server answers on ``s`` until it closes the connection."""
+    chunks = []
+    with contextlib.suppress(OSError):
+        while chunk := s.recv(65536):
+            chunks.append(chunk)
+    s.close()
+    return b"".join(chunks)

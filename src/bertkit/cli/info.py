@@ -1,11 +1,16 @@
-"""``bertkit info SIZE|DIR|CONFIG``: the family, architecture and parameter count of a preset or a checkpoint.
+"""``bertkit info [SIZE|DIR|CONFIG]``: the family, architecture and parameter count of a preset or a checkpoint;
+without an argument, this machine and what ``auto`` picks on it.
 
 Parameters are counted from the config alone (:func:`bertkit.modeling.counting.count_parameters`), so
-nothing is built or allocated: a config of any size is described at once.
+nothing is built or allocated: a config of any size is described at once. The machine's description asks the
+same functions the commands ask (:func:`bertkit.training.config.resolve_device` and ``resolve_precision``,
+:func:`bertkit.inference.precision.resolve`), so what it says ``auto`` picks is what a command picks.
 """
 
 from __future__ import annotations
 
+import os
+import platform
 from pathlib import Path
 
 from bertkit.cli import ArgumentParser
@@ -14,6 +19,67 @@ TAKES = ("info takes a size (tiny, mini, small, medium, base, large), a checkpoi
          "model/), or its config.json")
 #: the fields every model config gives (a family may spell them otherwise: DistilBERT's dim, n_layers)
 SIZE_FIELDS = ("hidden_size", "num_hidden_layers")
+#: CPU flags that decide the speed of bf16 (native arithmetic) and int8 (dynamic quantization's kernels)
+CPU_FEATURES = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "avx512_vnni", "avx_vnni", "amx_int8", "bf16", "asimd",
+                "i8mm")
+
+
+def describe_machine() -> str:
+    """This machine as the commands see it: torch, the CPU (cores, threads, the flags that matter for bf16 and
+    int8), the GPUs, and what ``--device auto``, ``--precision auto`` (training) and ``--dtype auto``
+    (inference, per task) pick here, with why."""
+    import torch
+
+    from bertkit import devices
+    from bertkit.inference.precision import TASK_ROW, resolve
+    from bertkit.modeling import numerics
+    from bertkit.training.config import describe_precision, resolve_device, resolve_precision
+
+    flags = devices._cpu_flags()  # through the module: tests set the flags there
+    features = "unreadable" if flags is None else ", ".join(f for f in CPU_FEATURES if f in flags) or "none of " + \
+        ", ".join(CPU_FEATURES)
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    lines = [f"this machine: {platform.system()} {platform.machine()}, Python {platform.python_version()}, "
+             f"torch {torch.__version__}",
+             f"CPU: {_cpu_name()}; {usable} of {os.cpu_count()} cores usable here, torch uses "
+             f"{torch.get_num_threads()} threads; kernels {torch.backends.cpu.get_cpu_capability()}; features: "
+             f"{features}; int8 engine {torch.backends.quantized.engine}"]
+    if torch.cuda.is_available():
+        for i in range(torch.cuda.device_count()):
+            props = torch.cuda.get_device_properties(i)
+            lines.append(f"GPU cuda:{i}: {props.name}, compute {props.major}.{props.minor}, "
+                         f"{props.total_memory / 2**30:.1f} GiB; {devices.bf16_reason(torch.device('cuda', i))}")
+    else:
+        cuda = f"torch built with CUDA {torch.version.cuda}, none visible" if torch.version.cuda else \
+            "this torch is built without CUDA"
+        mps = getattr(torch.backends, "mps", None)
+        lines.append(f"GPU: none ({cuda}" + ("; Apple MPS available: --device gpu uses it" if mps is not None and
+                                             mps.is_available() else "") + ")")
+    device = resolve_device("auto")
+    why = "a CUDA GPU is visible" if device.type == "cuda" else "no CUDA GPU"
+    lines.append(f"--device auto -> {device.type} ({why})")
+    lines.append(f"training --{describe_precision('auto', resolve_precision('auto', device), device)}")
+    here = numerics.describe(device, "fp32")
+    lines.append(f"float32 GEMM here: {here['gemm']} ({here['gemm_reason']})")
+    lines.append("inference --dtype auto (embed, predict, serve, evaluate; on the CPU):")
+    for row in dict.fromkeys(TASK_ROW.values()):
+        choice = resolve("auto", "cpu", row)
+        lines.append(f"  {row}: {choice.name} ({choice.reason})")
+    lines.append("--threads auto (training): times the first steps with all threads and with one, keeps the faster")
+    return "\n".join(lines)
+
+
+def _cpu_name() -> str:
+    """The CPU's model name (/proc/cpuinfo's, else what the platform says)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() in ("model name", "Model", "Hardware") and value.strip():
+                    return value.strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown"
 
 
 def describe(source: str) -> str:
@@ -112,9 +178,13 @@ def _check_is_config(data: dict, path: Path) -> None:
 
 def main(argv: list[str]) -> int:
     parser = ArgumentParser(prog="bertkit info", description=__doc__)
-    parser.add_argument("source", help="a size (tiny, mini, small, medium, base, large), a checkpoint directory or "
-                                       "its config.json")
+    parser.add_argument("source", nargs="?", help="a size (tiny, mini, small, medium, base, large), a checkpoint "
+                                                  "directory or its config.json; none: this machine and what auto "
+                                                  "picks on it")
     args = parser.parse_args(argv)
+    if args.source is None:
+        print(describe_machine())
+        return 0
     print(describe(args.source))
     print(numerics_lines(args.source))
     return 0

@@ -39,7 +39,9 @@ def main(argv: list[str]) -> int:
                         help="truncate inputs past --max-input-length when a request sends no \"truncate\"")
     parser.add_argument("--pooling", choices=POOLINGS,
                         help="embeddings' pooling; splade: a masked-LM model's SPLADE vectors (/embed_sparse)")
-    parser.add_argument("--served-model-name", help="the name /info and OpenAI's route give (default: the folder's)")
+    parser.add_argument("--served-model-name",
+                        help="the name /info and OpenAI's /v1/models give (default: a run's model, runs/NAME/model, "
+                             "is NAME; any other model its folder's name)")
     parser.add_argument("--tokenization-workers", type=int, help="threads counting and cutting inputs")
     add_dtype_argument(parser)
     parser.add_argument("--api-key", help="require 'Authorization: Bearer KEY' (or set BERTKIT_API_KEY); an "

@@ -11,6 +11,7 @@ a client sends stops the server.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -26,6 +27,7 @@ from starlette.exceptions import HTTPException
 from bertkit.serving import errors
 from bertkit.serving.batcher import Overloaded, ShuttingDown
 from bertkit.serving.bodies import BodyRoute, first_field, problems
+from bertkit.serving.drain import RETRY_AFTER_S, Drain
 from bertkit.serving.errors import ServeError
 from bertkit.serving.gate import MAX_BODY_BYTES, Gate
 from bertkit.serving.routes import add_routes
@@ -35,6 +37,8 @@ from bertkit.serving.settings import ServeSettings
 logger = logging.getLogger("bertkit.serve")
 STATIC = Path(__file__).parent / "static"
 ENVIRONMENT = "BERTKIT_SERVE_SETTINGS"
+#: seconds a stopping server gives the requests in flight: the drain (:mod:`.drain`), then uvicorn's own wait
+GRACE_S = 30
 
 __all__ = ["ENVIRONMENT", "MAX_BODY_BYTES", "ServeError", "app_from_environment", "create_app", "uvicorn_config"]
 
@@ -45,16 +49,25 @@ def create_app(model: str | os.PathLike, task: str = "auto", **settings: Any) ->
     fails its probe (e.g. NaN weights)."""
     checked = ServeSettings(model=os.fspath(model), task=task, **settings).check()
     service = Service(checked)
-    app = FastAPI(title="bertkit serve", summary=f"{service.task}: {checked.name}", lifespan=service.lifespan)
+    drain = Drain(timeout=GRACE_S, active=lambda: service.metrics.in_progress)
+    app = FastAPI(title="bertkit serve", summary=f"{service.task}: {checked.name}",
+                  lifespan=lambda app: _lifespan(app, service, drain))
     app.state.service = service
     app.router.route_class = BodyRoute  # bodies validated off the loop when big (bertkit.serving.bodies)
     _handlers(app)
     app.add_middleware(Gate, metrics=service.metrics, api_key=checked.api_key, routes=lambda: app.routes,
-                       offload=service.offload, body_timeout=checked.body_timeout)
+                       offload=service.offload, body_timeout=checked.body_timeout, drain=drain)
     add_routes(app, service, STATIC)
     if STATIC.is_dir():
         app.mount("/static", StaticFiles(directory=STATIC), name="static")
     return app
+
+
+@contextlib.asynccontextmanager
+async def _lifespan(app: FastAPI, service: Service, drain: Drain):
+    """The model's queue runs while the app does; a signal drains the server first (:mod:`.drain`)."""
+    async with service.lifespan(app), drain.signals():
+        yield
 
 
 def app_from_environment() -> FastAPI:
@@ -70,7 +83,7 @@ def uvicorn_config(app: Any, settings: ServeSettings, **options: Any) -> dict[st
 
     return dict(app=app, host=settings.host, port=settings.port, http=GuardedH11Protocol,
                 limit_concurrency=settings.max_connections, timeout_keep_alive=settings.timeout_keep_alive,
-                timeout_graceful_shutdown=30, log_level="warning", **options)
+                timeout_graceful_shutdown=GRACE_S, log_level="warning", **options)
 
 
 def _handlers(app: FastAPI) -> None:
@@ -92,7 +105,7 @@ def _handlers(app: FastAPI) -> None:
 
     @app.exception_handler(ShuttingDown)
     async def stopping(request: Request, error: ShuttingDown):
-        return answer(request, ServeError(503, str(error), headers={"Retry-After": "5"}))
+        return answer(request, ServeError(503, str(error), headers={"Retry-After": str(RETRY_AFTER_S)}))
 
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, error: HTTPException):

@@ -14,6 +14,9 @@ A plain ASGI middleware (Starlette's ``BaseHTTPMiddleware`` costs a task group a
   the system (:func:`bertkit.serving.bodies.give_back`, on a thread): one big request's peak is not kept.
 * **Metrics** -- each answer is counted under its route's template from the routing table (any other path under
   ``other``): a client cannot add labels.
+* **Drain** -- while the server stops (:mod:`bertkit.serving.drain`), a new request is answered 503 with
+  ``Retry-After`` at the door, and the answers of those already in say ``Connection: close``; the requests past
+  the door are counted (``Metrics.in_progress``), so the drain knows when the last one is answered.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from bertkit.serving.drain import RETRY_AFTER_S, Drain
 from bertkit.serving.errors import ServeError, send_error
 from bertkit.serving.metrics import Metrics
 
@@ -148,8 +152,9 @@ class Gate:
 
     def __init__(self, app: Any, *, metrics: Metrics, api_key: str | None, routes: Any,
                  offload: Callable[[Callable[[], Any]], Awaitable[Any]], max_body: int = MAX_BODY_BYTES,
-                 body_timeout: float = 60.0):
+                 body_timeout: float = 60.0, drain: Drain | None = None):
         self.app, self.metrics, self.routes, self.offload = app, metrics, routes, offload
+        self.drain = drain or Drain(timeout=0.0, active=lambda: metrics.in_progress)
         self.max_body, self.body_timeout = max_body, body_timeout
         self.authorization = None if api_key is None else f"Bearer {api_key}".encode()
         self._known: set[str] | None = None
@@ -171,9 +176,19 @@ class Gate:
             nonlocal status, sent
             if message["type"] == "http.response.start":
                 status = message["status"]
+                if self.drain.draining:  # the connection ends with this answer: the client reconnects elsewhere
+                    message = {**message, "headers": [*message.get("headers", []), (b"connection", b"close")]}
             sent += len(message.get("body", b""))
             await send(message)
 
+        if self.drain.draining:
+            await send_error(sending, path, ServeError(503, "the server is shutting down: retry in a few seconds "
+                                                            "(or on another replica)", "Unhealthy",
+                                                       headers={"Retry-After": str(RETRY_AFTER_S)}))
+            self.metrics.request(self.label(path), status, time.perf_counter() - start)
+            return
+        counted = path != "/metrics"  # a scrape does not hold the drain (nor count itself in progress)
+        self.metrics.in_progress += counted
         try:
             replay = await self._admit(scope, receive)
         except ServeError as error:
@@ -181,6 +196,7 @@ class Gate:
         else:
             await self.app(scope, replay or receive, sending)
         finally:
+            self.metrics.in_progress -= counted
             if path != "/metrics":
                 self.metrics.request(self.label(path), status, time.perf_counter() - start)
             received = scope.pop(PARSED, None)

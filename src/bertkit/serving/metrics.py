@@ -42,7 +42,7 @@ class Histogram:
 
 
 class Metrics:
-    """Requests by route and status, batch sizes, queue depth, request latency; thread-safe."""
+    """Requests by route and status and in progress, batch sizes, queue depth, request latency; thread-safe."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -52,6 +52,7 @@ class Metrics:
         self.batch_tokens = Histogram(tuple(2 ** i for i in range(6, 16)))
         self.queue_depth = 0
         self.inputs = 0
+        self.in_progress = 0  # requests being answered (the Gate counts them), /metrics scrapes aside
 
     def request(self, route: str, status: int, seconds: float) -> None:
         with self._lock:
@@ -81,5 +82,7 @@ class Metrics:
             lines += ["# HELP bertkit_queue_depth Inputs waiting for the model.", "# TYPE bertkit_queue_depth gauge",
                       f"bertkit_queue_depth {self.queue_depth}",
                       "# HELP bertkit_inputs_total Inputs the model has run.", "# TYPE bertkit_inputs_total counter",
-                      f"bertkit_inputs_total {self.inputs}"]
+                      f"bertkit_inputs_total {self.inputs}",
+                      "# HELP bertkit_requests_in_progress Requests being answered (scrapes of /metrics aside).",
+                      "# TYPE bertkit_requests_in_progress gauge", f"bertkit_requests_in_progress {self.in_progress}"]
         return "\n".join(lines) + "\n"

@@ -97,9 +97,18 @@ class ServeSettings:
 
     @property
     def name(self) -> str:
-        """The model's public name: ``served_model_name``, else the model folder's or file's own name (never the
-        absolute path, which ``/info`` would show to every client)."""
-        return self.served_model_name or Path(self.model).name or str(self.model)
+        """The model's public name (never the absolute path, which ``/info`` would show to every client):
+        ``served_model_name``, else for a folder inside a bertkit run directory the run's name (``runs/emb1/model``
+        -> ``emb1``; another folder of the run: ``emb1/checkpoint-500``), else the model folder's or file's own
+        name."""
+        from bertkit.training.rundir import RUN_FILE  # torch comes with it: not at import (--help stays quick)
+
+        if self.served_model_name:
+            return self.served_model_name
+        path = Path(self.model).absolute()
+        if (path.parent / RUN_FILE).is_file():  # every run's model is its folder "model": the run names it
+            return path.parent.name if path.name == "model" else f"{path.parent.name}/{path.name}"
+        return Path(self.model).name or str(self.model)
 
     @property
     def tokenizers(self) -> int:

@@ -20,7 +20,7 @@ checkpoint (the points an interrupted run logged after it are dropped: one conti
 the same run id; trackio resumes its run by name. A tracker added to a run only on resume first replays the
 run's ``metrics.jsonl``, so its history is the whole run's. Events are flushed at every checkpoint.
 
-Each tracker is imported lazily, its extra checked by :func:`require` before training starts.
+Each tracker is imported lazily, its extra and settings checked by :func:`require` before training starts.
 """
 
 from __future__ import annotations
@@ -44,7 +44,11 @@ from bertkit.training.rundir import RUN_FILE, final_name
 
 TRACKING_FILE = "tracking.json"
 TENSORBOARD_DIR = "tensorboard"
-MLFLOW_DIR = "mlruns"
+MLFLOW_DB = "mlflow.db"  # MLflow's store in the run directory: the SQLite database MLflow recommends
+MLFLOW_DIR = "mlruns"  # the file store that older runs hold (MLflow 3 keeps it in maintenance mode)
+MLFLOW_ARTIFACTS = "mlflow-artifacts"  # the artifact root MLflow records (bertkit logs no artifacts)
+#: the MLFLOW_TRACKING_URI check gives a server one try of 10 s (MLflow's default retries for minutes)
+MLFLOW_CHECK_ENVIRONMENT = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "10"}
 #: the longest hyperparameter value passed on (a data fingerprint of many shards is long); longer ones are cut
 MAX_PARAM_CHARS = 500
 
@@ -71,10 +75,11 @@ def parse_report_to(value: str | Iterable[str] | None, name: str = "TrainingConf
 
 
 def require(names: Iterable[str]) -> None:
-    """Import each tracker's package now (before training starts); ``ImportError`` with the one line saying
-    which extra to install when one is missing."""
+    """Check each tracker now, before training starts: its package imports (``ImportError`` with the one line
+    saying which extra to install) and its settings work (``ValueError`` naming the variable, e.g.
+    ``MLFLOW_TRACKING_URI``)."""
     for name in names:
-        REPORTERS[name].load()
+        REPORTERS[name].check()
 
 
 def attach(trainer: Any) -> Reporting | None:
@@ -251,6 +256,11 @@ class Reporter:
             raise ImportError(f"--report-to {cls.name} needs the {cls.name} extra: "
                               f"pip install 'bertkit[{cls.name}]'") from None
 
+    @classmethod
+    def check(cls) -> None:
+        """Raise unless a run can be reported (by default: the package imports); :func:`require` calls it."""
+        cls.load()
+
     def open(self, run_dir: Path, saved: dict[str, Any] | None, resumed_at: int | None,
              params: dict[str, Any] | None) -> dict[str, Any]:
         raise NotImplementedError
@@ -323,27 +333,66 @@ def _wait_to_sort_last(log_dir: Path) -> None:
 
 
 class MLflowReporter(Reporter):
-    """One MLflow run: at ``MLFLOW_TRACKING_URI``, else in a local file store ``<run>/mlruns``; experiment
+    """One MLflow run: at ``MLFLOW_TRACKING_URI``, else in a SQLite database ``<run>/mlflow.db`` (the store MLflow
+    recommends; a run begun by an older bertkit in the file store ``<run>/mlruns`` continues there); experiment
     ``MLFLOW_EXPERIMENT_NAME``, else the run directory's name. The run id is kept in tracking.json. MLflow
     cannot delete points: after a crash, the steps between the last checkpoint and the crash are logged twice
     (the lost attempt's values and the resumed run's)."""
 
     name, module, where = "mlflow", "mlflow", "MLFLOW_TRACKING_URI"
 
+    @classmethod
+    def check(cls):
+        """The database support the run directory's store needs, or the ``MLFLOW_TRACKING_URI`` store answering
+        (one quick try): a ``ValueError`` naming the variable otherwise."""
+        cls.load()
+        uri = os.environ.get("MLFLOW_TRACKING_URI")
+        if not uri:
+            for module in ("sqlalchemy", "alembic"):
+                try:
+                    importlib.import_module(module)
+                except ImportError:
+                    raise ImportError(f"--report-to mlflow logs into the run directory's {MLFLOW_DB}, which needs "
+                                      f"MLflow's database support ({module} is missing): pip install "
+                                      "'bertkit[mlflow]' (or point MLFLOW_TRACKING_URI at a tracking server)") \
+                        from None
+            return
+        from mlflow.tracking import MlflowClient
+
+        try:
+            with _environment_defaults(MLFLOW_CHECK_ENVIRONMENT):
+                MlflowClient(tracking_uri=uri).search_experiments(max_results=1)
+        except Exception as error:
+            said = " ".join(str(error).split())
+            file_store = " (or set MLFLOW_ALLOW_FILE_STORE=true to keep MLflow's file store)" \
+                if "MLFLOW_ALLOW_FILE_STORE" in said else ""
+            raise ValueError(f"MLFLOW_TRACKING_URI={uri!r} (--report-to mlflow) cannot be used: "
+                             f"{said[:400]}{'...' if len(said) > 400 else ''} -- point it at a running tracking "
+                             "server (http://HOST:5000) or a database (sqlite:///PATH/mlflow.db), or unset it to "
+                             f"log into the run directory's {MLFLOW_DB}{file_store}.") from None
+
     def open(self, run_dir, saved, resumed_at, params):
         self.load()
         from mlflow.entities import Param
         from mlflow.tracking import MlflowClient
 
+        # an older bertkit's run continues in its file store; every new run gets the SQLite database
+        self.store = MLFLOW_DIR if saved is not None and (run_dir / MLFLOW_DIR).is_dir() and \
+            not (run_dir / MLFLOW_DB).exists() else MLFLOW_DB
         self.client = MlflowClient(tracking_uri=self._uri(run_dir))
+        self.pending: list[Any] = []  # metrics handed to MLflow's logging thread, waited for by flush()
         if saved is not None:
             self.run_id = saved["run_id"]
             self.client.update_run(self.run_id, status="RUNNING")
         else:
             experiment = os.environ.get("MLFLOW_EXPERIMENT_NAME") or final_name(run_dir)
-            found = self.client.get_experiment_by_name(experiment)
-            experiment_id = found.experiment_id if found is not None else self.client.create_experiment(experiment)
             final_dir = run_dir.parent / final_name(run_dir)  # where the run lives (once an overwrite commits)
+            found = self.client.get_experiment_by_name(experiment)
+            # in the run's own database, the experiment's artifact root is the run directory's (MLflow's default
+            # is ./mlruns under whatever directory the process started in); bertkit logs no artifacts
+            artifacts = None if os.environ.get("MLFLOW_TRACKING_URI") else (final_dir / MLFLOW_ARTIFACTS).as_uri()
+            experiment_id = found.experiment_id if found is not None else \
+                self.client.create_experiment(experiment, artifact_location=artifacts)
             self.run_id = self.client.create_run(experiment_id, run_name=final_dir.name,
                                                  tags={"bertkit.run_dir": str(final_dir)}).info.run_id
         self.is_open = True
@@ -357,24 +406,48 @@ class MLflowReporter(Reporter):
 
         self.client = MlflowClient(tracking_uri=self._uri(run_dir))
 
-    @staticmethod
-    def _uri(run_dir: Path) -> str:
+    def _uri(self, run_dir: Path) -> str:
         uri = os.environ.get("MLFLOW_TRACKING_URI")
         if uri:
             return uri
-        # MLflow 3 keeps the file store only on request; it is what works without a server or a database
-        os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
-        return (run_dir / MLFLOW_DIR).as_uri()
+        if self.store == MLFLOW_DIR:  # MLflow 3 opens its file store only on request
+            os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
+            return (run_dir / MLFLOW_DIR).as_uri()
+        # a connection per use: MLflow keeps one engine per database path, and a pooled connection would go on
+        # writing to the file an --overwrite moved away (or deleted) from that path
+        os.environ.setdefault("MLFLOW_SQLALCHEMYSTORE_POOLCLASS", "NullPool")
+        return f"sqlite:///{(run_dir / MLFLOW_DB).absolute()}"
 
     def log_scalars(self, scalars, step):
         from mlflow.entities import Metric
 
         now = int(time.time() * 1000)
-        self.client.log_batch(self.run_id, metrics=[Metric(mlflow_name(k), v, now, step) for k, v in scalars.items()])
+        metrics = [Metric(mlflow_name(k), v, now, step) for k, v in scalars.items()]
+        # on MLflow's logging thread: a write to SQLite costs tens of ms (several fsyncs), the training step none
+        self.pending.append(self.client.log_batch(self.run_id, metrics=metrics, synchronous=False))
+
+    def flush(self):  # at each checkpoint (before an --overwrite run's directory moves) and at the end
+        pending, self.pending = self.pending, []
+        for operation in pending:
+            if operation is not None:
+                operation.wait()
 
     def close(self):
+        self.flush()
         self.client.set_terminated(self.run_id, "FINISHED")
         self.is_open = False
+
+
+@contextlib.contextmanager
+def _environment_defaults(values: Mapping[str, str]):
+    """``values`` in ``os.environ`` for the block, where the user set none of them."""
+    added = {k: v for k, v in values.items() if k not in os.environ}
+    os.environ.update(added)
+    try:
+        yield
+    finally:
+        for name in added:
+            os.environ.pop(name, None)
 
 
 class TrackioReporter(Reporter):
