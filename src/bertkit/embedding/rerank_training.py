@@ -35,6 +35,7 @@ from torch import nn
 
 from bertkit.embedding.data import RowBatch
 from bertkit.embedding.ir_metrics import DEFAULT_K
+from bertkit.embedding.ranking_checks import check_reranker_data
 from bertkit.embedding.training import (
     MODEL_DIR,
     EmbeddingTrainingResult,
@@ -155,12 +156,13 @@ def finetune_reranker(model: str | os.PathLike, train_files: str | os.PathLike |
     objective = build_rerank_loss(loss, mini_batch_size=mini_batch_size, num_negatives=num_negatives)
     evaluators, described = rerank_evaluators(eval_rerank, eval_beir, eval_first_stage, eval_top_k, eval_every,
                                               eval_split, eval_k)
+    rank, world = data_parallel()
+    dataset = global_batches(files, batch_size, world, columns=columns, sampling=sampling, seed=seed)
+    check_reranker_data(dataset, objective, loss, world)  # before the run directory: a refused run leaves nothing
     with open_run(output_dir, resume=resume, overwrite=overwrite) as run:
         torch.manual_seed(seed)  # a new head's initial weights are a function of the seed
         cross = CrossEncoder(model, num_labels=1, max_length=max_seq_length, from_bi_encoder=True, dtype="fp32",
                              device=resolve_device(device, int(os.environ.get("LOCAL_RANK", 0))))
-        rank, world = data_parallel()
-        dataset = global_batches(files, batch_size, world, columns=columns, sampling=sampling, seed=seed)
         settings = {"loss": loss, "mini_batch_size": mini_batch_size, "num_negatives": num_negatives,
                     "columns": columns, "sampling": sampling, "batch_size": batch_size,
                     "max_seq_length": cross.max_length}
