@@ -419,7 +419,7 @@ class Trainer:
         reasons = [f"{n} with learning rate 0" for n in [state.zero_lr_steps] if n] \
             + [f"{n} with an exactly zero gradient" for n in [state.zero_gradient_steps] if n] \
             + [f"{n} skipped as non-finite" for n in [state.nonfinite_steps] if n]
-        hint = (" A warm-up over every step keeps the rate at 0: train more steps or warm up less."
+        hint = (" A step at learning rate 0 is the warm-up's first: train more steps, or warm up less."
                 if state.zero_lr_steps else "")
         self._warn(f"trained nothing: none of the run's {state.step} step(s) changed what the model computes "
                    f"({', '.join(reasons)}); the saved weights are the ones it started from (up to weight "
