@@ -47,6 +47,11 @@ class PairBatch:
     def rows(self) -> int:
         return int(self.text_ids[0].shape[0])
 
+    @property
+    def num_tokens(self) -> torch.Tensor:
+        """The real (unpadded) tokens of every column: what the model reads (the Trainer's tokens per second)."""
+        return sum(inputs["attention_mask"].sum() for inputs in self.inputs if "attention_mask" in inputs)
+
     def column(self, name: str) -> int:
         """The index of the column named ``name`` (``ValueError`` naming the columns there are)."""
         try:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
@@ -44,6 +44,8 @@ class RerankBatch:
     documents: list[list[str]]
     tokenize: Tokenize
     labels: torch.Tensor | Sequence[Sequence[float]] | None = None
+    #: the real (unpadded) tokens of every pair :meth:`encode` tokenized so far (the Trainer's tokens per second)
+    num_tokens: int | torch.Tensor = field(default=0, init=False, repr=False, compare=False)
 
     def __post_init__(self):
         if len(self.documents) != len(self.queries) or not self.queries:
@@ -69,6 +71,13 @@ class RerankBatch:
                                  "per document")
             padded[i, :len(docs)] = values
         return padded
+
+    def encode(self, pairs: Sequence[tuple[str, str]]) -> Mapping[str, torch.Tensor]:
+        """``tokenize(pairs)``, counting their real tokens into :attr:`num_tokens` (on the inputs' device)."""
+        inputs = self.tokenize(pairs)
+        if isinstance(inputs.get("attention_mask"), torch.Tensor):
+            self.num_tokens = self.num_tokens + inputs["attention_mask"].sum()
+        return inputs
 
     @property
     def rows(self) -> int:
@@ -108,7 +117,7 @@ def score_pairs(score: Score, tokenize: Tokenize, pairs: Sequence[tuple[str, str
 def listed_scores(score: Score, batch: RerankBatch, mini_batch_size: int | None = None) -> torch.Tensor:
     """float32 ``[n, k]``: the logit of every (query, listed document) pair, 0 in the padding."""
     pairs = [(q, d) for q, docs in zip(batch.queries, batch.documents) for d in docs]
-    logits = score_pairs(score, batch.tokenize, pairs, mini_batch_size)
+    logits = score_pairs(score, batch.encode, pairs, mini_batch_size)
     mask = batch.mask(logits.device)
     return torch.zeros(mask.shape, dtype=logits.dtype, device=logits.device).masked_scatter(mask, logits)
 
@@ -266,7 +275,7 @@ class MultipleNegativesRankingLoss(nn.Module):
         pairs = [(q, d) for q, docs in zip(batch.queries, batch.documents) for d in docs[:1]]
         pairs += [(batch.queries[i], pool[j]) for i in range(n) for j in negatives[i].tolist()]
         pairs += [(q, d) for q, docs in zip(batch.queries, batch.documents) for d in docs[1:]]
-        logits = score_pairs(score, batch.tokenize, pairs, self.mini_batch_size)
+        logits = score_pairs(score, batch.encode, pairs, self.mini_batch_size)
         s = negatives.shape[1]
         positive, in_batch, hard = logits.split([n, n * s, n * (columns - 1)])
         table = torch.cat([positive[:, None], in_batch.view(n, s), hard.view(n, columns - 1)], dim=1)

@@ -36,6 +36,7 @@ from torch import nn
 from bertkit.embedding.data import RowBatch
 from bertkit.embedding.data_layout import UNIT, LabelRule
 from bertkit.embedding.ir_metrics import DEFAULT_K
+from bertkit.embedding.ranking_checks import check_reranker_data
 from bertkit.embedding.training import (
     MODEL_DIR,
     EmbeddingTrainingResult,
@@ -174,6 +175,7 @@ def finetune_reranker(model: str | os.PathLike, train_files: str | os.PathLike |
     rank, world = data_parallel()  # the data is read and every row checked before the run directory opens
     dataset = global_batches(files, batch_size, world, columns=columns, sampling=sampling, seed=seed,
                              check=functools.partial(check_rerank_row, loss))
+    check_reranker_data(dataset, objective, loss, world)  # before the run directory: a refused run leaves nothing
     with open_run(output_dir, resume=resume, overwrite=overwrite) as run:
         torch.manual_seed(seed)  # a new head's initial weights are a function of the seed
         cross = CrossEncoder(model, num_labels=1, max_length=max_seq_length, from_bi_encoder=True, dtype="fp32",

@@ -56,6 +56,7 @@ from bertkit.embedding.data import EmbeddingDataset, PairCollator, RowBatch
 from bertkit.embedding.data_layout import BINARY, LabelRule
 from bertkit.embedding.eval_schedule import EvalSchedule, check_every, evaluation_table, json_metrics
 from bertkit.embedding.ir_metrics import DEFAULT_K
+from bertkit.embedding.ranking_checks import check_bi_encoder_data
 
 logger = logging.getLogger(__name__)
 
@@ -256,6 +257,7 @@ def finetune_embeddings(model: str | os.PathLike, train_files: str | os.PathLike
     rank, world = data_parallel()  # the data is read and every row checked before the run directory opens
     dataset = global_batches(files, batch_size, world, columns=columns, sampling=sampling, seed=seed,
                              check=label_rule(loss))
+    check_bi_encoder_data(dataset, objective, loss)  # before the run directory: a refused run leaves nothing
     with open_run(output_dir, resume=resume, overwrite=overwrite) as run:
         net = SentenceTransformer(model, optimize=False, pooling=pooling)
         _check_model(net, model, matryoshka_dims, max_seq_length)
@@ -373,6 +375,8 @@ def train_batches(run, module: nn.Module, dataset: EmbeddingDataset, collate_fn,
                "final_train_loss": last.get("loss"), "final_train_loss_step": last.get("step"),
                "log_every": config.log_every,
                "data": [{"file": f, "rows": n} for f, n in zip(dataset.files, dataset.sizes)]}
+    if trainer.warnings:  # e.g. zero gradients, a run that trained nothing
+        results["warnings"] = list(trainer.warnings)
     if evaluation is not None and evaluation.history:
         results["evaluation"] = {"every": evaluation.every, "steps": [h["step"] for h in evaluation.history],
                                  "base": json_metrics(evaluation.first["metrics"]) if evaluation.first["step"] == 0
@@ -452,11 +456,17 @@ def finish(trainer, model_dir: Path, results: dict[str, Any], start: float) -> E
     return result
 
 
+def innermost_loss(loss: nn.Module) -> nn.Module:
+    """The loss that compares the embeddings: ``loss`` past Matryoshka's inner loss and the cached loss's plain
+    one."""
+    *_, innermost = _nested(loss)
+    return innermost
+
+
 def trained_similarity(loss: nn.Module) -> str | None:
     """The similarity function ``loss`` trains the embeddings for (cosine, dot, ...), None where it names none
     (distance-based losses): what the saved model records as its ``similarity_fn_name``."""
-    *_, innermost = _nested(loss)  # past Matryoshka's inner loss and the cached loss's plain one
-    return getattr(innermost, "similarity", None)
+    return getattr(innermost_loss(loss), "similarity", None)
 
 
 def _prompts(query_prompt: str | None, document_prompt: str | None) -> dict[str, str]:

@@ -244,6 +244,8 @@ def finetune(task: str | Task, model: str | os.PathLike, train: str | os.PathLik
         result.results, result.predictions = _final_evaluation(net, task, examples, features, output,
                                                                eval_batch_size, trainer.precision)
         _write_task_file(model_dir, task, max_seq_length)  # with what calibration learned
+        if trainer.warnings:  # e.g. zero gradients, a run that trained nothing
+            result.results["warnings"] = list(trainer.warnings)
         atomic_write_text(output / RESULTS_FILE, json.dumps(result.results, indent=2) + "\n")
         report_final(trainer, result.results)
         result.plot_path = plot_metrics(result.metrics_path, output / "metrics.png")

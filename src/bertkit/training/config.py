@@ -34,7 +34,7 @@ class TrainingConfig:
     ``gradient_accumulation_steps`` micro-batches and over all DDP ranks; it must divide
     evenly (micro-batch = batch_size / (accumulation × world size)). ``max_steps`` counts
     optimizer steps, skipped (non-finite) ones included. Learning rate: linear warmup
-    over ``warmup_steps`` (or ``ceil(warmup_ratio * max_steps)``), then ``schedule``
+    over ``warmup_steps`` (or ``ceil(warmup_ratio * max_steps)``; none in a one-step run), then ``schedule``
     decays to ``end_learning_rate`` at ``max_steps`` (``"polynomial"`` with ``power``;
     ``"linear"`` is power 1; ``"constant"`` stays). ``eval_every`` / ``save_every`` of
     ``None`` mean "only at the end"; ``keep_last=None`` keeps every checkpoint.
@@ -158,7 +158,12 @@ class TrainingConfig:
     # ------------------------------------------------------------------ derived
     @property
     def num_warmup_steps(self) -> int:
-        """``warmup_steps``, or ``ceil(warmup_ratio * max_steps)`` when a ratio is given."""
+        """``warmup_steps``, or ``ceil(warmup_ratio * max_steps)`` when a ratio is given; 0 for a one-step run.
+
+        The warm-up's first step has rate 0 (as HF's and Google's schedules, which the fine-tuning benchmarks
+        match step for step), so a one-step run that warmed up would train nothing: it trains at the peak rate."""
+        if self.max_steps == 1:
+            return 0
         if self.warmup_ratio is not None:
             return math.ceil(self.warmup_ratio * self.max_steps)
         return self.warmup_steps

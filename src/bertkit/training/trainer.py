@@ -21,6 +21,11 @@ loop pretrains (``BERTForPreTraining``) and fine-tunes (a task model with a head
   no update: gradients are zeroed, the step is counted and logged, and
   ``max_nonfinite_steps`` such steps in a row raise :class:`NonFiniteLossError`. Skipped
   steps still advance ``step`` and the schedule (they consumed their batches);
+* a step that cannot change what the model computes (learning rate 0, a gradient of exactly zero, or
+  skipped) is counted: :data:`ZERO_GRADIENT_STEPS` steps in a row with an exactly zero gradient (a loss
+  that does not depend on the weights: nothing to rank, a frozen model) give one warning, in the log and as
+  the ``"warning"`` of the next train record of metrics.jsonl; a run whose every step was such a step ends
+  with a warning that it trained nothing. Both are kept in ``trainer.warnings`` for the task's results;
 * every ``log_every`` steps one JSON line goes to ``output_dir/metrics.jsonl`` (rank 0;
   format in :mod:`.metrics`), and from there to the experiment trackers of ``config.report_to``
   (:mod:`.reporting`); every ``eval_every`` steps (and at ``max_steps``) the eval
@@ -95,6 +100,9 @@ def hyperparameter_changes(old: Mapping[str, Any], new: Mapping[str, Any]) -> li
             if name in old and name not in BOOKKEEPING and name not in FIXED_ON_RESUME and old[name] != new[name]]
 
 
+#: steps in a row with an exactly zero gradient after which the run warns (once) that it is not learning
+ZERO_GRADIENT_STEPS = 3
+
 #: The Trainer's callback events, in the order a run meets them (``callbacks`` maps each to functions of the
 #: trainer; ``on_metrics`` follows every line written to metrics.jsonl).
 EVENTS = ("on_train_begin", "on_step_end", "on_log", "on_evaluate", "on_metrics", "on_save", "on_train_end")
@@ -117,6 +125,11 @@ class TrainState:
     nonfinite_steps: int = 0
     consecutive_nonfinite: int = 0
     elapsed_s: float = 0.0
+    #: steps that could not change the model: learning rate 0, an exactly zero gradient, or skipped (non-finite)
+    idle_steps: int = 0
+    zero_lr_steps: int = 0
+    zero_gradient_steps: int = 0
+    consecutive_zero_gradient: int = 0
 
 
 class Trainer:
@@ -216,6 +229,9 @@ class Trainer:
         self._last_lr = config.learning_rate
         self._precision_resumed = False
         self.apply_changes = apply_changes
+        #: what the run warned about that a task's results should carry (zero gradients, a run that trained nothing)
+        self.warnings: list[str] = []
+        self._pending_warning: str | None = None  # for the next train record of metrics.jsonl
 
     # ------------------------------------------------------------------ public API
     def add_callback(self, event: str, fn: Callable[[Trainer], None]) -> None:
@@ -267,6 +283,7 @@ class Trainer:
                 self.save_checkpoint()
         finally:
             bar.close()
+        self._warn_if_idle()
         self._trigger("on_train_end")
         return self.state
 
@@ -346,11 +363,16 @@ class Trainer:
             grad_norm = clip_grad_norm(self._params, cfg.max_grad_norm).to(self.device)
             window.add({"grad_norm": grad_norm}, weight=1)
         norm = grad_norm.float() if grad_norm is not None else torch.zeros((), device=self.device)
-        any_bad_loss, norm = torch.stack([all_reduce_(nonfinite.float(), self.ctx, op="max"), norm]).tolist()
+        # the largest gradient entry (after DDP's all-reduce: the same on every rank) tells an exactly zero gradient
+        largest = norm if grad_norm is not None else _largest_gradient(self._params, self.device)
+        any_bad_loss, norm, largest = torch.stack(
+            [all_reduce_(nonfinite.float(), self.ctx, op="max"), norm, largest]).tolist()
         # with fp16 an overflowing gradient is the GradScaler's business (it skips and backs off)
         bad_grad = self.scaler is None and not math.isfinite(norm)
         self._last_lr = self.optimizer.param_groups[0]["lr"]
-        if any_bad_loss or bad_grad:
+        skipped = bool(any_bad_loss or bad_grad)
+        self._count_idle(skipped, zero_gradient=largest == 0.0)
+        if skipped:
             self._skip_step()
         else:
             self.state.consecutive_nonfinite = 0
@@ -370,6 +392,46 @@ class Trainer:
         seconds = time.perf_counter() - started
         window.seconds += seconds
         self.threads.step_done(seconds)
+
+    def _count_idle(self, skipped: bool, zero_gradient: bool) -> None:
+        """Count a step that cannot change the model (rate 0, exactly zero gradient, skipped); warn once when
+        :data:`ZERO_GRADIENT_STEPS` steps in a row had an exactly zero gradient."""
+        state = self.state
+        zero_gradient = zero_gradient and not skipped
+        state.zero_lr_steps += self._last_lr == 0.0
+        state.zero_gradient_steps += zero_gradient
+        state.idle_steps += skipped or zero_gradient or self._last_lr == 0.0
+        state.consecutive_zero_gradient = state.consecutive_zero_gradient + 1 if zero_gradient else 0
+        if state.consecutive_zero_gradient == ZERO_GRADIENT_STEPS and not any(
+                w.startswith("zero gradient") for w in self.warnings):
+            first = state.step + 2 - ZERO_GRADIENT_STEPS
+            self._warn(f"zero gradient: steps {first}-{state.step + 1} gave an exactly zero gradient, so they "
+                       "changed nothing; the loss does not depend on the weights (does every row have "
+                       "candidates to rank: a batch of more than one row, hard negatives, different texts or "
+                       "labels? is the model frozen?).", pending=True)
+
+    def _warn_if_idle(self) -> None:
+        """Warn, once per run, when every step of the run could not change the model."""
+        state = self.state
+        if not state.step or state.idle_steps < state.step or any(w.startswith("trained nothing")
+                                                                 for w in self.warnings):
+            return
+        reasons = [f"{n} with learning rate 0" for n in [state.zero_lr_steps] if n] \
+            + [f"{n} with an exactly zero gradient" for n in [state.zero_gradient_steps] if n] \
+            + [f"{n} skipped as non-finite" for n in [state.nonfinite_steps] if n]
+        hint = (" A step at learning rate 0 is the warm-up's first: train more steps, or warm up less."
+                if state.zero_lr_steps else "")
+        self._warn(f"trained nothing: none of the run's {state.step} step(s) changed what the model computes "
+                   f"({', '.join(reasons)}); the saved weights are the ones it started from (up to weight "
+                   f"decay).{hint}")
+
+    def _warn(self, message: str, pending: bool = False) -> None:
+        """Log ``message`` (rank 0) and keep it in :attr:`warnings`; ``pending``: also the next train record's."""
+        self.warnings.append(message)
+        if self.ctx.is_main:
+            logger.warning("%s", message)
+        if pending:
+            self._pending_warning = message
 
     def _skip_step(self) -> None:
         self.optimizer.zero_grad(set_to_none=True)
@@ -508,6 +570,8 @@ class Trainer:
         record = {"split": "train", "step": self.state.step, "epoch": self.state.epoch, "lr": self._last_lr,
                   **values, "tokens_per_s": round(tokens / seconds, 2), "examples_per_s": round(examples / seconds, 2),
                   "elapsed_s": round(self.state.elapsed_s, 3), "nonfinite_steps": self.state.nonfinite_steps}
+        if self._pending_warning is not None:
+            record["warning"], self._pending_warning = self._pending_warning, None
         self.last_log = record
         self.write_metrics(record)
         if values.get("loss") is not None:
@@ -572,9 +636,18 @@ def _num_examples(batch: Mapping[str, Any]) -> int:
 
 
 def _num_tokens(batch: Mapping[str, Any]) -> torch.Tensor | int:
-    """Real tokens: ``attention_mask.sum()`` (stays on device), else ``input_ids.numel()``, else 0."""
+    """Real tokens: ``attention_mask.sum()`` (stays on device), else ``input_ids.numel()``, else the sum of the
+    ``num_tokens`` of the batch's objects that count their own (the embedding and reranking batches), else 0.
+    Called after ``training_step``, so a batch may count what its loss tokenized."""
     if isinstance(batch.get("attention_mask"), torch.Tensor):
         return batch["attention_mask"].sum()
     if isinstance(batch.get("input_ids"), torch.Tensor):
         return batch["input_ids"].numel()
-    return 0
+    counts = [getattr(value, "num_tokens", None) for value in batch.values() if not isinstance(value, torch.Tensor)]
+    return sum(n for n in counts if isinstance(n, int | torch.Tensor))
+
+
+def _largest_gradient(params: list[torch.Tensor], device: torch.device) -> torch.Tensor:
+    """The largest absolute gradient entry of ``params`` on ``device`` (0 when no parameter has a gradient)."""
+    grads = [p.grad.detach().abs().max().float().to(device) for p in params if p.grad is not None and p.grad.numel()]
+    return torch.stack(grads).max() if grads else torch.zeros((), device=device)
