@@ -124,11 +124,12 @@ class Reranker(nn.Module):
 def finetune_reranker(model: str | os.PathLike, train_files: str | os.PathLike | Sequence[str | os.PathLike],
                       output_dir: str | os.PathLike, *, loss: str = "bce", mini_batch_size: int | None = None,
                       num_negatives: int | None = None, columns: Mapping[str, Any] | None = None,
-                      sampling: str = "proportional", max_seq_length: int | None = None, batch_size: int = 16,
+                      sampling: str = "proportional", encoding: str = "utf-8", max_seq_length: int | None = None,
+                      batch_size: int = 16,
                       epochs: float = 1.0, max_steps: int | None = None, learning_rate: float = 2e-5,
                       warmup_ratio: float = 0.1, weight_decay: float = 0.01, max_grad_norm: float | None = 1.0,
                       seed: int = 42, precision: str = "auto", device: str = "auto", save_every: int | None = None,
-                      resume: bool = False, overwrite: bool = False, progress: bool = True,
+                      resume: bool = False, overwrite: bool = False, apply_changes: bool = False, progress: bool = True,
                       threads: int | str | None = None, callbacks: Mapping[str, Any] | None = None,
                       gradient_accumulation_steps: int = 1, report_to: str | Sequence[str] | None = None,
                       eval_rerank: str | os.PathLike | None = None, eval_beir: str | os.PathLike | None = None,
@@ -160,10 +161,12 @@ def finetune_reranker(model: str | os.PathLike, train_files: str | os.PathLike |
         cross = CrossEncoder(model, num_labels=1, max_length=max_seq_length, from_bi_encoder=True, dtype="fp32",
                              device=resolve_device(device, int(os.environ.get("LOCAL_RANK", 0))))
         rank, world = data_parallel()
-        dataset = global_batches(files, batch_size, world, columns=columns, sampling=sampling, seed=seed)
+        dataset = global_batches(files, batch_size, world, columns=columns, sampling=sampling, seed=seed,
+                                 encoding=encoding)
         settings = {"loss": loss, "mini_batch_size": mini_batch_size, "num_negatives": num_negatives,
                     "columns": columns, "sampling": sampling, "batch_size": batch_size,
-                    "max_seq_length": cross.max_length}
+                    "max_seq_length": cross.max_length,
+                    **({"encoding": encoding} if encoding != "utf-8" else {})}  # older runs still resume
         run.check("model", {"source": os.fspath(model)})
         run.check("data", {"train": file_fingerprint(files)})
         run.check("reranker", json.loads(json.dumps(settings)))
@@ -177,7 +180,8 @@ def finetune_reranker(model: str | os.PathLike, train_files: str | os.PathLike |
                                    learning_rate=learning_rate, warmup_ratio=warmup_ratio, weight_decay=weight_decay,
                                    max_grad_norm=max_grad_norm, seed=seed, precision=precision, device=device,
                                    progress_bar=progress, threads=threads, report_to=report_to,
-                                   gradient_accumulation_steps=gradient_accumulation_steps)
+                                   gradient_accumulation_steps=gradient_accumulation_steps,
+                                   apply_changes=apply_changes)
         if not trainer.ctx.is_main:
             return EmbeddingTrainingResult(run.path, run.path / MODEL_DIR, results, run.path / "metrics.jsonl")
         cross.model.eval()

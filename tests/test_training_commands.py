@@ -1,0 +1,121 @@
+"""What ``finetune embed`` and ``finetune rerank`` promise whatever the model and the data (issue 38).
+
+Checked: the same seeded command writes the same model bytes, from a checkpoint without a pooler too (the
+pooler no loss reads is initialised from the seed); a run that failed on its data before its first step (after
+its step-0 evaluation) does not block the corrected command, and run.json names the run's directory after an
+--overwrite; every flag an error message names is one the command has (--encoding for a file that is not
+UTF-8, --apply-changes for a resume with other hyperparameters), and following the message works.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+import torch
+
+from bertkit.cli import main as cli
+from bertkit.embedding.rerank_training import finetune_reranker
+from bertkit.embedding.training import finetune_embeddings
+from test_embedding_training import COMMON, WORDS, write_pairs
+
+TRAINERS = {"embed": finetune_embeddings, "rerank": finetune_reranker}
+
+
+@pytest.fixture(scope="module")
+def mlm_base(tmp_path_factory):
+    """A tiny HF BertForMaskedLM: a checkpoint with no pooler and no classifier."""
+    from transformers import BertConfig, BertForMaskedLM
+
+    directory = tmp_path_factory.mktemp("mlm")
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS]
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=len(vocab), hidden_size=36, num_hidden_layers=2, num_attention_heads=3,
+                        intermediate_size=37, max_position_embeddings=40, hidden_dropout_prob=0.0,
+                        attention_probs_dropout_prob=0.0)
+    BertForMaskedLM(config).save_pretrained(directory)
+    (directory / "vocab.txt").write_text("\n".join(vocab) + "\n")
+    (directory / "tokenizer_config.json").write_text(json.dumps({"do_lower_case": True}))
+    return directory
+
+
+def _files(directory):
+    return {p.relative_to(directory).as_posix(): p.read_bytes() for p in sorted(directory.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("command", sorted(TRAINERS))
+def test_the_same_seeded_run_writes_the_same_bytes_from_a_checkpoint_without_a_pooler(command, mlm_base,
+                                                                                       tmp_path):
+    train = write_pairs(tmp_path / "pairs.jsonl", 16)
+    runs = [TRAINERS[command](mlm_base, train, tmp_path / name, max_steps=2, seed=3, **COMMON)
+            for name in ("first", "second")]
+    first, second = (_files(run.model_dir) for run in runs)
+    assert "model.safetensors" in first
+    assert first == second
+
+
+def test_a_run_that_failed_on_its_data_before_its_first_step_does_not_block_the_corrected_command(mlm_base,
+                                                                                                   tmp_path):
+    sts = tmp_path / "sts.csv"
+    sts.write_text("sentence1,sentence2,score\nw1 w2,w1 w3,0.5\nw4 w5,w4 w5,1.0\nw6,w7,0.0\n")
+    repeated = tmp_path / "repeated.jsonl"  # one query with two positives in a batch: refused at the first batch
+    repeated.write_text("".join(json.dumps({"anchor": "w1 w2", "positive": f"w{i + 3}"}) + "\n" for i in range(16)))
+    out = tmp_path / "run"
+    with pytest.raises(ValueError, match="comes with two different positives in one batch"):
+        finetune_embeddings(mlm_base, repeated, out, max_steps=2, eval_sts=sts, **COMMON)
+    assert (out / "metrics.jsonl").exists()  # its step-0 evaluation
+    train = write_pairs(tmp_path / "pairs.jsonl", 16)
+    result = finetune_embeddings(mlm_base, train, out, max_steps=2, eval_sts=sts, **COMMON)
+    assert result.results["steps"] == 2
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [(r["split"], r["step"]) for r in records] == [("eval", 0), ("train", 1), ("train", 2), ("eval", 2)]
+
+
+def test_run_json_names_the_run_directory_after_an_overwrite(mlm_base, tmp_path):
+    train = write_pairs(tmp_path / "pairs.jsonl", 16)
+    out = tmp_path / "run"
+    finetune_embeddings(mlm_base, train, out, max_steps=1, **COMMON)
+    finetune_embeddings(mlm_base, train, out, max_steps=1, overwrite=True, **COMMON)
+    assert json.loads((out / "run.json").read_text())["training"]["output_dir"] == str(out.absolute())
+
+
+def _flags(command: list[str], capsys) -> set[str]:
+    """The flags ``command --help`` lists."""
+    with pytest.raises(SystemExit):
+        cli([*command, "--help"])
+    lines = capsys.readouterr().out.splitlines()
+    return {flag for line in lines if (m := re.match(r"\s+(-.*?)(?:\s{2,}|$)", line))
+            for flag in re.findall(r"--[a-z][\w-]*", m.group(1))}
+
+
+def _refused(argv: list[str], capsys) -> str:
+    assert cli(argv) == 1
+    return capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", sorted(TRAINERS))
+def test_every_flag_an_error_names_is_one_the_command_has(command, mlm_base, tmp_path, capsys):
+    flags = _flags(["finetune", command], capsys)
+    train = tmp_path / "latin1.jsonl"
+    with open(train, "w", encoding="latin-1") as f:
+        for i in range(16):
+            f.write(json.dumps({"query": f"w{i} café", "positive": f"w{i} crème", "negative": "w1 w2"},
+                               ensure_ascii=False) + "\n")
+    out = tmp_path / "run"
+    argv = ["finetune", command, "--model", str(mlm_base), "--train", str(train), "-o", str(out), "--batch-size",
+            "8", "--precision", "fp32", "--device", "cpu", "--threads", "1", "--learning-rate", "1e-3",
+            "--max-steps", "2"]
+
+    message = _refused(argv, capsys)
+    assert "--encoding" in message
+    assert set(re.findall(r"--[a-z][\w-]*", message)) <= flags, message
+    argv += ["--encoding", "latin-1"]
+    assert cli(argv) == 0  # as the message says
+
+    changed = [*argv[:-6], "--learning-rate", "2e-3", "--max-steps", "3", "--encoding", "latin-1", "--resume"]
+    message = _refused(changed, capsys)
+    assert "--apply-changes" in message
+    assert set(re.findall(r"--[a-z][\w-]*", message)) <= flags, message
+    assert cli([*changed, "--apply-changes"]) == 0
+    assert json.loads((out / "results.json").read_text())["steps"] == 3
