@@ -119,3 +119,29 @@ def test_every_flag_an_error_names_is_one_the_command_has(command, mlm_base, tmp
     assert set(re.findall(r"--[a-z][\w-]*", message)) <= flags, message
     assert cli([*changed, "--apply-changes"]) == 0
     assert json.loads((out / "results.json").read_text())["steps"] == 3
+
+
+def test_a_stale_torchrun_environment_fails_soon_naming_the_variables(monkeypatch):
+    """WORLD_SIZE / RANK left in a shell make a plain run a process of a job whose other processes never come."""
+    import socket
+
+    import torch.distributed as dist
+
+    from bertkit.training.distributed import init_distributed
+
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    for name, value in dict(WORLD_SIZE="2", RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+                            BERTKIT_JOIN_TIMEOUT="1").items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(ValueError, match=r"WORLD_SIZE=2 and RANK=0 are set in the environment.* did not come within "
+                                         r"1 s .*unset WORLD_SIZE RANK .*BERTKIT_JOIN_TIMEOUT"):
+        init_distributed("cpu")
+    assert not dist.is_initialized()
+    monkeypatch.delenv("MASTER_PORT")
+    with pytest.raises(ValueError, match="but MASTER_PORT is not"):
+        init_distributed("cpu")
+    monkeypatch.setenv("BERTKIT_JOIN_TIMEOUT", "soon")
+    with pytest.raises(ValueError, match="BERTKIT_JOIN_TIMEOUT='soon' is not a number of seconds"):
+        init_distributed("cpu")

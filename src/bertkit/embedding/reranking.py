@@ -65,6 +65,24 @@ def is_cross_encoder(model_dir: str | os.PathLike) -> bool:
     return any(str(name).endswith("ForSequenceClassification") for name in architectures)
 
 
+def require_scoring_head(model: str | os.PathLike, flag: str) -> None:
+    """Refuse (``ValueError`` naming ``flag``) a ``model`` that holds no trained scoring head: a cross-encoder
+    directory (:func:`is_cross_encoder`) or any checkpoint of a sequence classifier passes; an embedding model or
+    a base checkpoint would score with a classifier initialised at random, whose scores mean nothing."""
+    from bertkit.export.models import source_class
+    from bertkit.sentence import SentenceTransformer
+
+    if is_cross_encoder(model):
+        return
+    cls = source_class(model)
+    if getattr(cls, "hf_architecture", "") == "BertForSequenceClassification":
+        return
+    what = "an embedding model (a bi-encoder)" if cls is SentenceTransformer else f"a {cls.__name__}"
+    raise ValueError(f"{flag}: {os.fspath(model)} holds {what} and no trained scoring head: its scores would come "
+                     "from a classifier initialised at random. Give a cross-encoder (a reranker: what `bertkit "
+                     "finetune rerank` writes, or a sentence-transformers CrossEncoder directory).")
+
+
 @contextmanager
 def _evaluating(cross_encoder):
     """The cross-encoder in eval mode (no dropout) for the block, its training mode restored after."""
