@@ -121,6 +121,17 @@ def test_every_flag_an_error_names_is_one_the_command_has(command, mlm_base, tmp
     assert json.loads((out / "results.json").read_text())["steps"] == 3
 
 
+def test_an_evaluation_file_error_names_the_flag_of_the_training_command(mlm_base, tmp_path, capsys):
+    flags = _flags(["finetune", "rerank"], capsys)
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    train = write_pairs(tmp_path / "pairs.jsonl", 16)
+    message = _refused(["finetune", "rerank", "--model", str(mlm_base), "--train", str(train), "-o",
+                        str(tmp_path / "run"), "--eval-rerank", str(empty)], capsys)
+    assert "--eval-rerank" in message and "holds no rows" in message
+    assert set(re.findall(r"--[a-z][\w-]*", message)) <= flags, message
+
+
 def test_a_stale_torchrun_environment_fails_soon_naming_the_variables(monkeypatch):
     """WORLD_SIZE / RANK left in a shell make a plain run a process of a job whose other processes never come."""
     import socket

@@ -220,7 +220,7 @@ def rerank_evaluators(rows, beir, first_stage, top_k: int, every: int | None, sp
         if not Path(rows).is_file():
             raise ValueError(f"--eval-rerank {os.fspath(rows)}: no such file; give rows of query, positive(s) and "
                              "negatives (negative_1.. or a list) or a ranked 'documents' list.")
-        evaluators["rerank"] = RowsRerankEvaluator(rows, k_values=k_values)
+        evaluators["rerank"] = RowsRerankEvaluator(rows, k_values=k_values, flag="--eval-rerank")
         described["rerank"] = (f"reranking: `{Path(rows).name}`: {len(evaluators['rerank'].rows)} rows; mrr and "
                                f"ndcg at k = {cut}, map")
     if beir is not None:

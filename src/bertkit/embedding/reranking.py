@@ -294,32 +294,33 @@ class RerankRow:
     where: str
 
 
-def rerank_rows(path: str | os.PathLike, always_rerank_positives: bool = True) -> list[RerankRow]:
+def rerank_rows(path: str | os.PathLike, always_rerank_positives: bool = True, flag: str = "--rerank"
+                ) -> list[RerankRow]:
     """The rows of the reranking file ``path`` (see the module docstring), each a :class:`RerankRow`; a file
     without rows, a row without a positive or candidates, or a layout that cannot be told is a one-line
-    ``ValueError`` naming the file (and row)."""
+    ``ValueError`` naming ``flag`` (the command's option that gave the file), the file (and row)."""
     import itertools
 
     from bertkit.embedding.data import SAMPLE_ROWS, table_records
     from bertkit.embedding.data_layout import resolve_columns
 
     if not os.path.exists(path):
-        raise ValueError(f"--rerank {os.fspath(path)}: no such file; give a file of (query, positive, negatives) "
+        raise ValueError(f"{flag} {os.fspath(path)}: no such file; give a file of (query, positive, negatives) "
                          "rows (JSON lines, CSV/TSV, Parquet or a save_to_disk directory).")
     sample = [values for _, values in itertools.islice(table_records(path), SAMPLE_ROWS)]
     if not sample:
-        raise ValueError(f"--rerank {os.fspath(path)}: the file holds no rows; write one (query, positive, "
+        raise ValueError(f"{flag} {os.fspath(path)}: the file holds no rows; write one (query, positive, "
                          "negatives) row per query.")
     names = list(dict.fromkeys(name for values in sample for name in values))
     documents = next((name for name in names if name.strip().lower() == "documents"), None)
     layout = resolve_columns([n for n in names if n != documents], sample, path=os.fspath(path))
     if "label" in layout.roles:
-        raise ValueError(f"--rerank {os.fspath(path)}: the column {layout.roles['label']!r} is a label; reranking "
+        raise ValueError(f"{flag} {os.fspath(path)}: the column {layout.roles['label']!r} is a label; reranking "
                          "rows are (query, positive(s), negatives or documents) without labels.")
     negatives = [column for role, column in layout.roles.items() if role.startswith("negative")]
     if (documents is not None) == bool(negatives):
         why = f"both a 'documents' column and negatives {negatives}" if negatives else "no negatives or documents"
-        raise ValueError(f"--rerank {os.fspath(path)}: {why}; give each row either negatives (negative_1.. or a "
+        raise ValueError(f"{flag} {os.fspath(path)}: {why}; give each row either negatives (negative_1.. or a "
                          "negatives list) or the ranked 'documents' beside its query and positive(s).")
     rows = []
     for place, values in table_records(path):
@@ -378,12 +379,13 @@ class RowsRerankEvaluator:
     samples, read by :func:`sample_row`):
     ``mrr@k`` and ``ndcg@k`` for each of ``k_values`` and ``map``, as sentence-transformers'
     ``CrossEncoderRerankingEvaluator`` (``at_k``) computes them, with ``base_*`` for rows of ranked documents.
-    Call it with a cross-encoder for the flat means; :meth:`report` for the report."""
+    Call it with a cross-encoder for the flat means; :meth:`report` for the report. ``flag``: the command's option
+    that gave the file, named in its errors."""
 
     def __init__(self, rows: str | os.PathLike | Sequence[Mapping[str, Any]], *, k_values: Iterable[int] = (10,),
-                 always_rerank_positives: bool = True, batch_size: int = 64):
+                 always_rerank_positives: bool = True, batch_size: int = 64, flag: str = "--rerank"):
         self.source = os.fspath(rows) if isinstance(rows, str | os.PathLike) else None
-        self.rows = rerank_rows(rows, always_rerank_positives) if self.source is not None else [
+        self.rows = rerank_rows(rows, always_rerank_positives, flag) if self.source is not None else [
             sample_row(sample, always_rerank_positives, f"sample {i}") for i, sample in enumerate(rows)]
         if not self.rows:
             raise ValueError("reranking evaluation needs at least one row.")

@@ -93,6 +93,7 @@ def init_distributed(device_type: str, timeout_s: float = 600.0) -> DistributedC
                          f"{where}, and the others did not come within {join:g} s ({' '.join(str(error).split())}). "
                          f"{fix}, or wait longer with {JOIN_TIMEOUT_ENV}=SECONDS.") from None
     store.set_timeout(datetime.timedelta(seconds=timeout_s))
+    store = dist.PrefixStore("default_pg", store)  # the keys init_process_group's own rendezvous would use
     dist.init_process_group(backend, store=store, rank=rank, world_size=world_size,
                             timeout=datetime.timedelta(seconds=timeout_s))
     return DistributedContext(rank, world_size, local_rank)
