@@ -121,14 +121,28 @@ def test_every_flag_an_error_names_is_one_the_command_has(command, mlm_base, tmp
     assert json.loads((out / "results.json").read_text())["steps"] == 3
 
 
-def test_an_evaluation_file_error_names_the_flag_of_the_training_command(mlm_base, tmp_path, capsys):
+def _beir(directory):
+    """A BEIR directory of two queries, q1 judged, and a run file that ranks only q2."""
+    (directory / "qrels").mkdir(parents=True)
+    (directory / "corpus.jsonl").write_text('{"_id": "d1", "text": "w1 w2"}\n')
+    (directory / "queries.jsonl").write_text('{"_id": "q1", "text": "w1"}\n{"_id": "q2", "text": "w2"}\n')
+    (directory / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\n")
+    (directory / "run.trec").write_text("q2 Q0 d1 1 1.0 run\n")
+    return directory
+
+
+@pytest.mark.parametrize("case", ["rows", "first stage"])
+def test_an_evaluation_file_error_names_the_flag_of_the_training_command(case, mlm_base, tmp_path, capsys):
     flags = _flags(["finetune", "rerank"], capsys)
-    empty = tmp_path / "empty.jsonl"
-    empty.write_text("")
+    (tmp_path / "empty.jsonl").write_text("")
+    beir = _beir(tmp_path / "beir")
     train = write_pairs(tmp_path / "pairs.jsonl", 16)
+    given, named, why = {"rows": (["--eval-rerank", str(tmp_path / "empty.jsonl")], "--eval-rerank", "holds no rows"),
+                         "first stage": (["--eval-beir", str(beir), "--eval-first-stage", str(beir / "run.trec")],
+                                         "--eval-first-stage", "ranks none of the 1 judged queries")}[case]
     message = _refused(["finetune", "rerank", "--model", str(mlm_base), "--train", str(train), "-o",
-                        str(tmp_path / "run"), "--eval-rerank", str(empty)], capsys)
-    assert "--eval-rerank" in message and "holds no rows" in message
+                        str(tmp_path / "run"), *given], capsys)
+    assert named in message and why in message
     assert set(re.findall(r"--[a-z][\w-]*", message)) <= flags, message
 
 

@@ -232,7 +232,7 @@ def rerank_evaluators(rows, beir, first_stage, top_k: int, every: int | None, sp
                              "embedding model directory or a run file (TREC lines or JSON {qid: {docid: score}}).")
         check_beir_directory(beir, split)
         evaluator = BeirRerankEvaluator(beir, first_stage, split=split, top_k=top_k, k_values=k_values,
-                                        precision="fp32")
+                                        precision="fp32", first_stage_flag="--eval-first-stage")
         evaluators["beir"] = evaluator
         source = Path(first_stage).name if isinstance(first_stage, str | os.PathLike) else type(first_stage).__name__
         described["beir"] = (f"reranking the top {top_k} of `{source}` on `{Path(beir).name}` (BEIR, "

@@ -176,18 +176,19 @@ def read_run(path: str | os.PathLike, queries: Iterable[str], corpus: Mapping[st
 
 
 def first_stage_hits(first_stage: Any, data, top_k: int, *, directory: str | os.PathLike, batch_size: int = 64,
-                     chunk_size: int = 50_000, ignore_identical_ids: bool = False,
-                     precision: str = "auto") -> tuple[dict[str, list[str]], dict[str, Any]]:
+                     chunk_size: int = 50_000, ignore_identical_ids: bool = False, precision: str = "auto",
+                     flag: str = "--first-stage") -> tuple[dict[str, list[str]], dict[str, Any]]:
     """``({query id: [doc id, ...]}, what the first stage was)``: the best ``top_k`` documents of each judged
     query of ``data`` (a :class:`~bertkit.embedding.beir.BeirData`), best first, from ``first_stage`` (a run
-    file, an embedding model directory, or a loaded SentenceTransformer; see the module docstring)."""
+    file, an embedding model directory, or a loaded SentenceTransformer; see the module docstring). ``flag``: the
+    command's option that gave it, named in errors."""
     if isinstance(first_stage, str | os.PathLike) and Path(first_stage).is_file():
         from bertkit.embedding.beir import _records
 
         query_ids = [query for _, _, query, _ in _records(Path(directory) / "queries.jsonl")]
         run = read_run(first_stage, query_ids, data.corpus)
         if not any(query in run for query in data.qrels):
-            raise ValueError(f"--first-stage {first_stage}: the run ranks none of the {len(data.qrels)} judged "
+            raise ValueError(f"{flag} {first_stage}: the run ranks none of the {len(data.qrels)} judged "
                              "queries of the split; rank those queries.")
         if ignore_identical_ids:
             run = {query: {doc: s for doc, s in scores.items() if doc != query} for query, scores in run.items()}
@@ -198,7 +199,7 @@ def first_stage_hits(first_stage: Any, data, top_k: int, *, directory: str | os.
         from bertkit.embedding.evaluate import load_encoder
 
         if not Path(first_stage).is_dir():
-            raise ValueError(f"--first-stage {first_stage}: no such file or directory; give an embedding model "
+            raise ValueError(f"{flag} {first_stage}: no such file or directory; give an embedding model "
                              "directory or a run file (TREC lines or JSON {qid: {docid: score}}).")
         model, precision_used = load_encoder(first_stage, precision=precision)
     from bertkit.embedding.evaluate import retrieval_encoders
@@ -220,12 +221,13 @@ class BeirRerankEvaluator:
 
     The first stage runs once, here; :meth:`report` (the whole report) and calling the evaluator with a
     :class:`~bertkit.embedding.cross_encoder.CrossEncoder` (its reranked means, flat) score the candidates with
-    that cross-encoder, as often as asked (every N steps of training)."""
+    that cross-encoder, as often as asked (every N steps of training). ``first_stage_flag``: the command's option
+    that gave ``first_stage``, named in its errors."""
 
     def __init__(self, directory: str | os.PathLike, first_stage: Any, *, split: str = "test", top_k: int = 100,
                  k_values: Iterable[int] = DEFAULT_K, batch_size: int = 64, chunk_size: int = 50_000,
                  always_rerank_positives: bool = False, ignore_identical_ids: bool = False,
-                 precision: str = "auto"):
+                 precision: str = "auto", first_stage_flag: str = "--first-stage"):
         from bertkit.embedding.beir import load_beir
 
         if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
@@ -237,7 +239,7 @@ class BeirRerankEvaluator:
         self.data = load_beir(directory, split)
         self.hits, self.first_stage = first_stage_hits(
             first_stage, self.data, top_k, directory=directory, batch_size=batch_size, chunk_size=chunk_size,
-            ignore_identical_ids=ignore_identical_ids, precision=precision)
+            ignore_identical_ids=ignore_identical_ids, precision=precision, flag=first_stage_flag)
         self.candidates = {query: self._candidates(query, ranked) for query, ranked in self.hits.items()}
         self.first_stage_result = evaluate_rankings(self.hits, self.data.qrels, self.k_values)
 
