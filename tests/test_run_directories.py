@@ -257,3 +257,21 @@ def test_a_run_whose_only_record_is_its_step_0_evaluation_leaves_nothing_to_refu
     with pytest.raises(RunDirectoryError, match="already holds a run"):
         RunDirectory(out).open()
 
+
+
+def test_a_pretraining_run_that_failed_before_its_first_step_does_not_block_the_corrected_command(book, tmp_path):
+    """Its run.json and the data it built stay, but claim nothing: the corrected command (other text) builds its
+    own data in the same directory, without --overwrite."""
+    out = tmp_path / "run"
+
+    def fail(trainer):
+        raise RuntimeError("stopped before the first step")
+
+    with pytest.raises(RuntimeError, match="before the first step"):
+        _from_text(book, out, callbacks={"on_train_begin": fail}, training=_training(max_steps=2))
+    assert (out / "data").is_dir()
+    other = tmp_path / "other.txt"
+    other.write_text(book.read_text(encoding="utf-8")[:60_000], encoding="utf-8")
+    result = _from_text(other, out, training=_training(max_steps=2, save_every=2))
+    assert (result.model_dir / "model.safetensors").is_file()
+    assert json.loads((out / "run.json").read_text())["text"]["files"][0]["name"] == "other.txt"
