@@ -121,6 +121,33 @@ def test_every_flag_an_error_names_is_one_the_command_has(command, mlm_base, tmp
     assert json.loads((out / "results.json").read_text())["steps"] == 3
 
 
+#: command -> (its data flag, a file of that kind holding one latin-1 byte)
+LATIN1_DATA = {
+    ("finetune", "classify"): ("--train", "train.tsv", "text\tlabel\ncaf\xe9\tpos\nthe\tneg\n"),
+    ("finetune", "tag"): ("--train", "train.conll", "caf\xe9 B-PER\nthe O\n"),
+    ("finetune", "qa"): ("--train", "train.json", json.dumps({"version": "v2.0", "data": [{"title": "t", "paragraphs": [
+        {"context": "caf\xe9 au lait", "qas": [{"id": "1", "question": "what?", "is_impossible": False,
+                                                 "answers": [{"text": "lait", "answer_start": 8}]}]}]}]},
+                                                  ensure_ascii=False)),
+    ("finetune", "choice"): ("--train", "train.csv", "sent1,sent2,ending0,ending1,label\ncaf\xe9,x,a,b,0\n"),
+    ("finetune", "embed"): ("--train", "pairs.csv", "anchor,positive\ncaf\xe9,w1\nw2,w3\n"),
+    ("finetune", "rerank"): ("--train", "pairs.csv", "query,positive,negative\ncaf\xe9,w1,w2\nw2,w3,w4\n"),
+    ("pretrain",): ("--text", "book.txt", "caf\xe9 " * 50),
+}
+
+
+@pytest.mark.parametrize("command", sorted(LATIN1_DATA), ids=" ".join)
+def test_every_training_command_has_the_encoding_flag_its_decoding_error_names(command, mlm_base, tmp_path,
+                                                                                capsys):
+    flag, name, text = LATIN1_DATA[command]
+    data = tmp_path / name
+    data.write_bytes(text.encode("latin-1"))
+    model = [] if command == ("pretrain",) else ["--model", str(mlm_base)]  # pretrain: a new tiny model
+    message = _refused([*command, *model, flag, str(data), "-o", str(tmp_path / "run")], capsys)
+    assert "--encoding" in message and name in message, message
+    assert set(re.findall(r"--[a-z][\w-]*", message)) <= _flags(list(command), capsys), message
+
+
 def _beir(directory):
     """A BEIR directory of two queries, q1 judged, and a run file that ranks only q2."""
     (directory / "qrels").mkdir(parents=True)
