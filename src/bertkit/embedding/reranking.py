@@ -80,7 +80,8 @@ def require_scoring_head(model: str | os.PathLike, flag: str) -> None:
     what = "an embedding model (a bi-encoder)" if cls is SentenceTransformer else f"a {cls.__name__}"
     raise ValueError(f"{flag}: {os.fspath(model)} holds {what} and no trained scoring head: its scores would come "
                      "from a classifier initialised at random. Give a cross-encoder (a reranker: what `bertkit "
-                     "finetune rerank` writes, or a sentence-transformers CrossEncoder directory).")
+                     "finetune rerank` writes, or a sentence-transformers CrossEncoder directory) or a sequence "
+                     "classifier (what `bertkit finetune classify` writes).")
 
 
 @contextmanager
