@@ -136,3 +136,24 @@ def test_entry_rejects_bad_fields():
     with pytest.raises(ValueError, match="folder name"):
         WeightsEntry(name="../x", url="http://x/x.zip", sha256=None, config={}, do_lower_case=True)
 
+
+
+def test_a_hub_name_that_is_not_here_says_where_bertkit_looked_and_how_to_fetch_it(monkeypatch, tmp_path, capsys):
+    """Offline or not, a Hub id bertkit has no entry for is refused saying it looked here and in the registry (not
+    on the Hub) and the command that fetches the model; a path stays a path's error."""
+    from bertkit.cli import main as cli
+    from bertkit.sentence import SentenceTransformer
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(FileNotFoundError, match=r"^sentence-transformers/all-MiniLM-L6-v2 is no file or directory "
+                                                r"here, nor a name in bertkit's registry .* does not download other "
+                                                r"models from the Hugging Face Hub\. Fetch the model first.*: hf "
+                                                r"download sentence-transformers/all-MiniLM-L6-v2 --local-dir "
+                                                r"all-MiniLM-L6-v2 "):
+        SentenceTransformer("sentence-transformers/all-MiniLM-L6-v2")
+    (tmp_path / "pairs.jsonl").write_text('{"anchor": "a", "positive": "b"}\n')
+    assert cli(["finetune", "embed", "--model", "all-MiniLM-L6-v2", "--train", "pairs.jsonl", "-o", "run"]) == 1
+    assert "hf download ORGANISATION/all-MiniLM-L6-v2 --local-dir all-MiniLM-L6-v2" in capsys.readouterr().err
+    with pytest.raises(FileNotFoundError, match="runs/typo/model is not a checkpoint bertkit can find"):
+        SentenceTransformer("runs/typo/model")

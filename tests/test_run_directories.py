@@ -202,7 +202,7 @@ def test_a_run_that_wrote_nothing_but_run_json_leaves_nothing_to_refuse(tmp_path
     with RunDirectory(out) as run:  # the corrected command, without --resume or --overwrite
         run.check("data", {"train": [{"name": "a.tsv", "bytes": 5}]})
         run.save()
-        (out / "metrics.jsonl").write_text("{}\n")  # this one took a step
+        (out / "metrics.jsonl").write_text('{"split": "train", "step": 1}\n')  # this one took a step
     assert holds_run(out)
     with pytest.raises(RunDirectoryError, match="already holds a run"):
         RunDirectory(out).open()
@@ -210,3 +210,68 @@ def test_a_run_that_wrote_nothing_but_run_json_leaves_nothing_to_refuse(tmp_path
             RunDirectoryError, match=r"its data differs from this one's \(then -> now\): train\[0\] \(a\.tsv\)\.bytes: "
                                      r"5 -> 7"):
         run.check("data", {"train": [{"name": "a.tsv", "bytes": 7}]})
+
+
+def _listing(directory):
+    return {p.name: p.read_bytes() for p in directory.iterdir()}
+
+
+def test_a_refused_directory_of_the_users_files_is_left_exactly_as_it_was(tmp_path):
+    """No ``.lock`` stays in a directory the run did not take: refused, or replaced by an --overwrite run that
+    failed before its first checkpoint."""
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("mine")
+    with pytest.raises(RunDirectoryError, match="not empty and holds no bertkit run"):
+        RunDirectory(mine).open()
+    assert _listing(mine) == {"notes.txt": b"mine"}
+    with RunDirectory(mine, overwrite=True) as run:
+        assert run.path != run.final  # built aside; the run fails before its commit
+    assert _listing(mine) == {"notes.txt": b"mine"}
+    old = tmp_path / "old"  # a run of a bertkit without run.json or .lock
+    (old / "model").mkdir(parents=True)
+    with pytest.raises(RunDirectoryError, match="already holds a run"):
+        RunDirectory(old).open()
+    assert sorted(p.name for p in old.iterdir()) == ["model"]
+
+
+def test_a_run_whose_only_record_is_its_step_0_evaluation_leaves_nothing_to_refuse(tmp_path):
+    """A run that evaluated at step 0 and then failed on its data never trained: its retry needs no --overwrite,
+    and --resume starts it afresh."""
+    from bertkit.training.rundir import holds_run
+
+    out = tmp_path / "run"
+    with RunDirectory(out) as run:
+        run.save()
+        (out / "metrics.jsonl").write_text('{"split": "eval", "step": 0, "accuracy": 0.5}\n')
+    assert not holds_run(out)
+    with RunDirectory(out):  # the corrected command, as it was typed
+        pass
+    with RunDirectory(out, resume=True) as run:
+        assert not run.resumed
+    (out / "metrics.jsonl").write_text('{"split": "eval", "step": 0}\n{"split": "train", "step": 1}\n')
+    with pytest.raises(RunDirectoryError, match="already holds a run"):
+        RunDirectory(out).open()
+    (out / "metrics.jsonl").unlink()
+    (out / "run.json").write_text('{"mine": true}')  # not bertkit's run.json: the directory is not bertkit's run
+    with pytest.raises(RunDirectoryError, match="already holds a run"):
+        RunDirectory(out).open()
+
+
+
+def test_a_pretraining_run_that_failed_before_its_first_step_does_not_block_the_corrected_command(book, tmp_path):
+    """Its run.json and the data it built stay, but claim nothing: the corrected command (other text) builds its
+    own data in the same directory, without --overwrite."""
+    out = tmp_path / "run"
+
+    def fail(trainer):
+        raise RuntimeError("stopped before the first step")
+
+    with pytest.raises(RuntimeError, match="before the first step"):
+        _from_text(book, out, callbacks={"on_train_begin": fail}, training=_training(max_steps=2))
+    assert (out / "data").is_dir()
+    other = tmp_path / "other.txt"
+    other.write_text(book.read_text(encoding="utf-8")[:60_000], encoding="utf-8")
+    result = _from_text(other, out, training=_training(max_steps=2, save_every=2))
+    assert (result.model_dir / "model.safetensors").is_file()
+    assert json.loads((out / "run.json").read_text())["text"]["files"][0]["name"] == "other.txt"

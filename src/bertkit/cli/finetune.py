@@ -66,6 +66,7 @@ TASK_FLAGS: dict[str, list[tuple[str, dict[str, Any]]]] = {
         ("--null-score-diff-threshold", dict(type=float,
                                              help="SQuAD v2: answer nothing when the null score beats the best span "
                                                   "by more than this (default: tuned on the validation set)")),
+        ENCODING,
     ],
     "choice": [ENCODING],
 }

@@ -83,6 +83,8 @@ def add_run_flags(parser: argparse.ArgumentParser, *, batch_size: int, learning_
     data.add_argument("--columns", help="COLUMN=ROLE,... e.g. q=anchor,d=positive,n1=negative,s=label")
     data.add_argument("--sampling", choices=("proportional", "round_robin"), default="proportional",
                       help="how batches of several files are mixed (default proportional)")
+    data.add_argument("--encoding", default="utf-8", help="of the --train files (default utf-8), e.g. latin-1, "
+                                                          "cp1252")
     group = parser.add_argument_group("training")
     group.add_argument("--max-seq-length", type=int, help="default: the model's")
     group.add_argument("--batch-size", type=int, default=batch_size,
@@ -107,6 +109,8 @@ def add_run_flags(parser: argparse.ArgumentParser, *, batch_size: int, learning_
     owner = parser.add_argument_group("the output directory").add_mutually_exclusive_group()
     owner.add_argument("--resume", action="store_true", help="continue the run in -o from its latest checkpoint")
     owner.add_argument("--overwrite", action="store_true", help="replace what -o holds")
+    parser.add_argument("--apply-changes", action="store_true",
+                        help="with --resume: continue with changed hyperparameters instead of refusing them")
 
 
 def add_evaluation_flags(parser: argparse.ArgumentParser, *, reranker: bool) -> None:
@@ -153,9 +157,12 @@ def run_options(args: argparse.Namespace) -> dict:
     from bertkit.embedding.data_layout import parse_columns
     from bertkit.training.threads import parse_threads
 
+    if args.apply_changes and not args.resume:
+        raise ValueError("--apply-changes only applies with --resume")
     refuse_output_over_input(("-o", args.output), [("--train", path) for path in args.train],
                              models=[("--model", args.model)])
     return dict(columns=parse_columns(args.columns) if args.columns else None, sampling=args.sampling,
+                encoding=args.encoding, apply_changes=args.apply_changes,
                 max_seq_length=args.max_seq_length, batch_size=args.batch_size, epochs=args.epochs,
                 max_steps=args.max_steps, learning_rate=args.learning_rate, warmup_ratio=args.warmup_ratio,
                 weight_decay=args.weight_decay, save_every=args.save_every, precision=args.precision,

@@ -43,9 +43,15 @@ class Guide:
 
 def load_guide(source: str | os.PathLike, student_tokenizer) -> Guide:
     """The :class:`Guide` of the embedding model at ``source`` (a sentence-transformers directory, or any
-    checkpoint bertkit loads, mean-pooled); one it cannot load is refused naming ``--guide``."""
+    checkpoint bertkit loads, mean-pooled); one it cannot load, or a cross-encoder (which embeds nothing), is
+    refused naming ``--guide``."""
+    from bertkit.embedding.reranking import is_cross_encoder
     from bertkit.sentence import SentenceTransformer
 
+    if is_cross_encoder(source):
+        raise ValueError(f"--guide {os.fspath(source)} is a cross-encoder (a reranker): it scores (query, passage) "
+                         "pairs and was never trained to embed texts, so the similarities that drop false negatives "
+                         "would mean nothing. Give an embedding model (a sentence-transformers directory).")
     try:
         model = SentenceTransformer(source, optimize=False)
     except (OSError, ValueError) as error:

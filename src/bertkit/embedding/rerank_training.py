@@ -141,11 +141,12 @@ class Reranker(nn.Module):
 def finetune_reranker(model: str | os.PathLike, train_files: str | os.PathLike | Sequence[str | os.PathLike],
                       output_dir: str | os.PathLike, *, loss: str = "bce", mini_batch_size: int | None = None,
                       num_negatives: int | None = None, columns: Mapping[str, Any] | None = None,
-                      sampling: str = "proportional", max_seq_length: int | None = None, batch_size: int = 16,
+                      sampling: str = "proportional", encoding: str = "utf-8", max_seq_length: int | None = None,
+                      batch_size: int = 16,
                       epochs: float = 1.0, max_steps: int | None = None, learning_rate: float = 2e-5,
                       warmup_ratio: float = 0.1, weight_decay: float = 0.01, max_grad_norm: float | None = 1.0,
                       seed: int = 42, precision: str = "auto", device: str = "auto", save_every: int | None = None,
-                      resume: bool = False, overwrite: bool = False, progress: bool = True,
+                      resume: bool = False, overwrite: bool = False, apply_changes: bool = False, progress: bool = True,
                       threads: int | str | None = None, callbacks: Mapping[str, Any] | None = None,
                       gradient_accumulation_steps: int = 1, report_to: str | Sequence[str] | None = None,
                       eval_rerank: str | os.PathLike | None = None, eval_beir: str | os.PathLike | None = None,
@@ -174,7 +175,7 @@ def finetune_reranker(model: str | os.PathLike, train_files: str | os.PathLike |
                                               eval_split, eval_k)
     rank, world = data_parallel()  # the data is read and every row checked before the run directory opens
     dataset = global_batches(files, batch_size, world, columns=columns, sampling=sampling, seed=seed,
-                             check=functools.partial(check_rerank_row, loss))
+                             encoding=encoding, check=functools.partial(check_rerank_row, loss))
     check_reranker_data(dataset, objective, loss, world)  # before the run directory: a refused run leaves nothing
     with open_run(output_dir, resume=resume, overwrite=overwrite) as run:
         torch.manual_seed(seed)  # a new head's initial weights are a function of the seed
@@ -182,7 +183,8 @@ def finetune_reranker(model: str | os.PathLike, train_files: str | os.PathLike |
                              device=resolve_device(device, int(os.environ.get("LOCAL_RANK", 0))))
         settings = {"loss": loss, "mini_batch_size": mini_batch_size, "num_negatives": num_negatives,
                     "columns": columns, "sampling": sampling, "batch_size": batch_size,
-                    "max_seq_length": cross.max_length}
+                    "max_seq_length": cross.max_length,
+                    **({"encoding": encoding} if encoding != "utf-8" else {})}  # older runs still resume
         run.check("model", {"source": os.fspath(model)})
         run.check("data", {"train": file_fingerprint(files)})
         run.check("reranker", json.loads(json.dumps(settings)))
@@ -196,7 +198,8 @@ def finetune_reranker(model: str | os.PathLike, train_files: str | os.PathLike |
                                    learning_rate=learning_rate, warmup_ratio=warmup_ratio, weight_decay=weight_decay,
                                    max_grad_norm=max_grad_norm, seed=seed, precision=precision, device=device,
                                    progress_bar=progress, threads=threads, report_to=report_to,
-                                   gradient_accumulation_steps=gradient_accumulation_steps)
+                                   gradient_accumulation_steps=gradient_accumulation_steps,
+                                   apply_changes=apply_changes)
         if not trainer.ctx.is_main:
             return EmbeddingTrainingResult(run.path, run.path / MODEL_DIR, results, run.path / "metrics.jsonl")
         cross.model.eval()
@@ -235,7 +238,7 @@ def rerank_evaluators(rows, beir, first_stage, top_k: int, every: int | None, sp
         if not Path(rows).is_file():
             raise ValueError(f"--eval-rerank {os.fspath(rows)}: no such file; give rows of query, positive(s) and "
                              "negatives (negative_1.. or a list) or a ranked 'documents' list.")
-        evaluators["rerank"] = RowsRerankEvaluator(rows, k_values=k_values)
+        evaluators["rerank"] = RowsRerankEvaluator(rows, k_values=k_values, flag="--eval-rerank")
         described["rerank"] = (f"reranking: `{Path(rows).name}`: {len(evaluators['rerank'].rows)} rows; mrr and "
                                f"ndcg at k = {cut}, map")
     if beir is not None:
@@ -247,7 +250,7 @@ def rerank_evaluators(rows, beir, first_stage, top_k: int, every: int | None, sp
                              "embedding model directory or a run file (TREC lines or JSON {qid: {docid: score}}).")
         check_beir_directory(beir, split)
         evaluator = BeirRerankEvaluator(beir, first_stage, split=split, top_k=top_k, k_values=k_values,
-                                        precision="fp32")
+                                        precision="fp32", first_stage_flag="--eval-first-stage")
         evaluators["beir"] = evaluator
         source = Path(first_stage).name if isinstance(first_stage, str | os.PathLike) else type(first_stage).__name__
         described["beir"] = (f"reranking the top {top_k} of `{source}` on `{Path(beir).name}` (BEIR, "

@@ -66,6 +66,25 @@ def is_cross_encoder(model_dir: str | os.PathLike) -> bool:
     return any(str(name).endswith("ForSequenceClassification") for name in architectures)
 
 
+def require_scoring_head(model: str | os.PathLike, flag: str) -> None:
+    """Refuse (``ValueError`` naming ``flag``) a ``model`` that holds no trained scoring head: a cross-encoder
+    directory (:func:`is_cross_encoder`) or any checkpoint of a sequence classifier passes; an embedding model or
+    a base checkpoint would score with a classifier initialised at random, whose scores mean nothing."""
+    from bertkit.export.models import source_class
+    from bertkit.sentence import SentenceTransformer
+
+    if is_cross_encoder(model):
+        return
+    cls = source_class(model)
+    if getattr(cls, "hf_architecture", "") == "BertForSequenceClassification":
+        return
+    what = "an embedding model (a bi-encoder)" if cls is SentenceTransformer else f"a {cls.__name__}"
+    raise ValueError(f"{flag}: {os.fspath(model)} holds {what} and no trained scoring head: its scores would come "
+                     "from a classifier initialised at random. Give a cross-encoder (a reranker: what `bertkit "
+                     "finetune rerank` writes, or a sentence-transformers CrossEncoder directory) or a sequence "
+                     "classifier (what `bertkit finetune classify` writes).")
+
+
 @contextmanager
 def _evaluating(cross_encoder):
     """The cross-encoder in eval mode (no dropout) for the block, its training mode restored after."""
@@ -165,18 +184,19 @@ def read_run(path: str | os.PathLike, queries: Iterable[str], corpus: Mapping[st
 
 
 def first_stage_hits(first_stage: Any, data, top_k: int, *, directory: str | os.PathLike, batch_size: int = 64,
-                     chunk_size: int = 50_000, ignore_identical_ids: bool = False,
-                     precision: str = "auto") -> tuple[dict[str, list[str]], dict[str, Any]]:
+                     chunk_size: int = 50_000, ignore_identical_ids: bool = False, precision: str = "auto",
+                     flag: str = "--first-stage") -> tuple[dict[str, list[str]], dict[str, Any]]:
     """``({query id: [doc id, ...]}, what the first stage was)``: the best ``top_k`` documents of each judged
     query of ``data`` (a :class:`~bertkit.embedding.beir.BeirData`), best first, from ``first_stage`` (a run
-    file, an embedding model directory, or a loaded SentenceTransformer; see the module docstring)."""
+    file, an embedding model directory, or a loaded SentenceTransformer; see the module docstring). ``flag``: the
+    command's option that gave it, named in errors."""
     if isinstance(first_stage, str | os.PathLike) and Path(first_stage).is_file():
         from bertkit.embedding.beir import _records
 
         query_ids = [query for _, _, query, _ in _records(Path(directory) / "queries.jsonl")]
         run = read_run(first_stage, query_ids, data.corpus)
         if not any(query in run for query in data.qrels):
-            raise ValueError(f"--first-stage {first_stage}: the run ranks none of the {len(data.qrels)} judged "
+            raise ValueError(f"{flag} {first_stage}: the run ranks none of the {len(data.qrels)} judged "
                              "queries of the split; rank those queries.")
         if ignore_identical_ids:
             run = {query: {doc: s for doc, s in scores.items() if doc != query} for query, scores in run.items()}
@@ -187,7 +207,7 @@ def first_stage_hits(first_stage: Any, data, top_k: int, *, directory: str | os.
         from bertkit.embedding.evaluate import load_encoder
 
         if not Path(first_stage).is_dir():
-            raise ValueError(f"--first-stage {first_stage}: no such file or directory; give an embedding model "
+            raise ValueError(f"{flag} {first_stage}: no such file or directory; give an embedding model "
                              "directory or a run file (TREC lines or JSON {qid: {docid: score}}).")
         model, precision_used = load_encoder(first_stage, precision=precision)
     from bertkit.embedding.evaluate import retrieval_encoders
@@ -209,12 +229,13 @@ class BeirRerankEvaluator:
 
     The first stage runs once, here; :meth:`report` (the whole report) and calling the evaluator with a
     :class:`~bertkit.embedding.cross_encoder.CrossEncoder` (its reranked means, flat) score the candidates with
-    that cross-encoder, as often as asked (every N steps of training)."""
+    that cross-encoder, as often as asked (every N steps of training). ``first_stage_flag``: the command's option
+    that gave ``first_stage``, named in its errors."""
 
     def __init__(self, directory: str | os.PathLike, first_stage: Any, *, split: str = "test", top_k: int = 100,
                  k_values: Iterable[int] = DEFAULT_K, batch_size: int = 64, chunk_size: int = 50_000,
                  always_rerank_positives: bool = False, ignore_identical_ids: bool = False,
-                 precision: str = "auto"):
+                 precision: str = "auto", first_stage_flag: str = "--first-stage"):
         from bertkit.embedding.beir import load_beir
 
         if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
@@ -226,7 +247,7 @@ class BeirRerankEvaluator:
         self.data = load_beir(directory, split)
         self.hits, self.first_stage = first_stage_hits(
             first_stage, self.data, top_k, directory=directory, batch_size=batch_size, chunk_size=chunk_size,
-            ignore_identical_ids=ignore_identical_ids, precision=precision)
+            ignore_identical_ids=ignore_identical_ids, precision=precision, flag=first_stage_flag)
         self.candidates = {query: self._candidates(query, ranked) for query, ranked in self.hits.items()}
         self.first_stage_result = evaluate_rankings(self.hits, self.data.qrels, self.k_values)
 
@@ -283,32 +304,33 @@ class RerankRow:
     where: str
 
 
-def rerank_rows(path: str | os.PathLike, always_rerank_positives: bool = True) -> list[RerankRow]:
+def rerank_rows(path: str | os.PathLike, always_rerank_positives: bool = True, flag: str = "--rerank"
+                ) -> list[RerankRow]:
     """The rows of the reranking file ``path`` (see the module docstring), each a :class:`RerankRow`; a file
     without rows, a row without a positive or candidates, or a layout that cannot be told is a one-line
-    ``ValueError`` naming the file (and row)."""
+    ``ValueError`` naming ``flag`` (the command's option that gave the file), the file (and row)."""
     import itertools
 
     from bertkit.embedding.data import SAMPLE_ROWS, table_records
     from bertkit.embedding.data_layout import resolve_columns
 
     if not os.path.exists(path):
-        raise ValueError(f"--rerank {os.fspath(path)}: no such file; give a file of (query, positive, negatives) "
+        raise ValueError(f"{flag} {os.fspath(path)}: no such file; give a file of (query, positive, negatives) "
                          "rows (JSON lines, CSV/TSV, Parquet or a save_to_disk directory).")
     sample = [values for _, values in itertools.islice(table_records(path), SAMPLE_ROWS)]
     if not sample:
-        raise ValueError(f"--rerank {os.fspath(path)}: the file holds no rows; write one (query, positive, "
+        raise ValueError(f"{flag} {os.fspath(path)}: the file holds no rows; write one (query, positive, "
                          "negatives) row per query.")
     names = list(dict.fromkeys(name for values in sample for name in values))
     documents = next((name for name in names if name.strip().lower() == "documents"), None)
     layout = resolve_columns([n for n in names if n != documents], sample, path=os.fspath(path))
     if "label" in layout.roles:
-        raise ValueError(f"--rerank {os.fspath(path)}: the column {layout.roles['label']!r} is a label; reranking "
+        raise ValueError(f"{flag} {os.fspath(path)}: the column {layout.roles['label']!r} is a label; reranking "
                          "rows are (query, positive(s), negatives or documents) without labels.")
     negatives = [column for role, column in layout.roles.items() if role.startswith("negative")]
     if (documents is not None) == bool(negatives):
         why = f"both a 'documents' column and negatives {negatives}" if negatives else "no negatives or documents"
-        raise ValueError(f"--rerank {os.fspath(path)}: {why}; give each row either negatives (negative_1.. or a "
+        raise ValueError(f"{flag} {os.fspath(path)}: {why}; give each row either negatives (negative_1.. or a "
                          "negatives list) or the ranked 'documents' beside its query and positive(s).")
     rows = []
     for place, values in table_records(path):
@@ -367,12 +389,13 @@ class RowsRerankEvaluator:
     samples, read by :func:`sample_row`):
     ``mrr@k`` and ``ndcg@k`` for each of ``k_values`` and ``map``, as sentence-transformers'
     ``CrossEncoderRerankingEvaluator`` (``at_k``) computes them, with ``base_*`` for rows of ranked documents.
-    Call it with a cross-encoder for the flat means; :meth:`report` for the report."""
+    Call it with a cross-encoder for the flat means; :meth:`report` for the report. ``flag``: the command's option
+    that gave the file, named in its errors."""
 
     def __init__(self, rows: str | os.PathLike | Sequence[Mapping[str, Any]], *, k_values: Iterable[int] = (10,),
-                 always_rerank_positives: bool = True, batch_size: int = 64):
+                 always_rerank_positives: bool = True, batch_size: int = 64, flag: str = "--rerank"):
         self.source = os.fspath(rows) if isinstance(rows, str | os.PathLike) else None
-        self.rows = rerank_rows(rows, always_rerank_positives) if self.source is not None else [
+        self.rows = rerank_rows(rows, always_rerank_positives, flag) if self.source is not None else [
             sample_row(sample, always_rerank_positives, f"sample {i}") for i, sample in enumerate(rows)]
         if not self.rows:
             raise ValueError("reranking evaluation needs at least one row.")

@@ -209,12 +209,14 @@ def finetune_embeddings(model: str | os.PathLike, train_files: str | os.PathLike
                         matryoshka_dims: Sequence[int] | None = None, pooling: str | None = None,
                         query_prompt: str | None = None, document_prompt: str | None = None,
                         columns: Mapping[str, Any] | None = None, sampling: str = "proportional",
-                        allow_repeated_queries: bool = False, max_seq_length: int | None = None,
+                        encoding: str = "utf-8", allow_repeated_queries: bool = False,
+                        max_seq_length: int | None = None,
                         batch_size: int = 32, epochs: float = 1.0, max_steps: int | None = None,
                         learning_rate: float = 5e-5, warmup_ratio: float = 0.1, weight_decay: float = 0.01,
                         max_grad_norm: float | None = 1.0, seed: int = 42, precision: str = "auto",
                         device: str = "auto", save_every: int | None = None, resume: bool = False,
-                        overwrite: bool = False, progress: bool = True, threads: int | str | None = None,
+                        overwrite: bool = False, apply_changes: bool = False, progress: bool = True,
+                        threads: int | str | None = None,
                         gradient_accumulation_steps: int = 1, report_to: str | Sequence[str] | None = None,
                         callbacks: Mapping[str, Any] | None = None, eval_beir: str | os.PathLike | None = None,
                         eval_sts: str | os.PathLike | None = None, eval_every: int | None = None,
@@ -227,11 +229,12 @@ def finetune_embeddings(model: str | os.PathLike, train_files: str | os.PathLike
     ``document_prompt`` are prefixed to the anchors / to the positives and negatives, and saved as the
     model's ``"query"`` / ``"document"`` prompts; the model records the similarity the loss trains for
     (:func:`trained_similarity`) as its ``similarity_fn_name``. ``columns``, ``sampling`` and
-    ``allow_repeated_queries``: see :class:`~bertkit.embedding.data.EmbeddingDataset` and
-    :class:`~bertkit.embedding.data.PairCollator`.
+    ``allow_repeated_queries``: see :class:`~bertkit.embedding.data.EmbeddingDataset` (``encoding``: of the
+    training files) and :class:`~bertkit.embedding.data.PairCollator`.
     ``batch_size`` rows per step (one file's; per process under torchrun, module docstring); ``max_steps``
     (default: ``epochs`` times the batches per epoch); ``save_every`` steps a checkpoint (default: every
-    epoch). ``resume`` continues the run in ``output_dir``, ``overwrite`` replaces it. ``report_to``: experiment
+    epoch). ``resume`` continues the run in ``output_dir`` (changed hyperparameters refused unless
+    ``apply_changes``), ``overwrite`` replaces it. ``report_to``: experiment
     trackers (:mod:`bertkit.training.reporting`), which get the metrics, the settings and ``results.json``'s.
 
     ``eval_beir`` (a BEIR directory: its ``eval_split`` qrels, metrics at each of ``eval_k``, as ``bertkit
@@ -256,9 +259,10 @@ def finetune_embeddings(model: str | os.PathLike, train_files: str | os.PathLike
     eval_data = check_evaluation_data(eval_beir, eval_sts, eval_every, eval_split, eval_k)
     rank, world = data_parallel()  # the data is read and every row checked before the run directory opens
     dataset = global_batches(files, batch_size, world, columns=columns, sampling=sampling, seed=seed,
-                             check=label_rule(loss))
+                             encoding=encoding, check=label_rule(loss))
     check_bi_encoder_data(dataset, objective, loss)  # before the run directory: a refused run leaves nothing
     with open_run(output_dir, resume=resume, overwrite=overwrite) as run:
+        torch.manual_seed(seed)  # what the checkpoint lacks (a pooler no loss reads) is a function of the seed
         net = SentenceTransformer(model, optimize=False, pooling=pooling)
         _check_model(net, model, matryoshka_dims, max_seq_length)
         if max_seq_length is not None:
@@ -278,7 +282,8 @@ def finetune_embeddings(model: str | os.PathLike, train_files: str | os.PathLike
                     "prompts": prompts, "columns": columns, "sampling": sampling, "batch_size": batch_size,
                     "max_seq_length": net.max_seq_length, "allow_repeated_queries": allow_repeated_queries,
                     "similarity_fn_name": net.similarity_fn_name,
-                    **({"guide": os.fspath(guide)} if guide is not None else {})}
+                    **({"guide": os.fspath(guide)} if guide is not None else {}),
+                    **({"encoding": encoding} if encoding != "utf-8" else {})}  # older runs still resume
         run.check("model", {"source": os.fspath(model)})
         run.check("data", {"train": file_fingerprint(files)})
         run.check("embedding", json.loads(json.dumps(settings)))
@@ -294,7 +299,8 @@ def finetune_embeddings(model: str | os.PathLike, train_files: str | os.PathLike
                                          warmup_ratio=warmup_ratio, weight_decay=weight_decay,
                                          max_grad_norm=max_grad_norm, seed=seed, precision=precision, device=device,
                                          progress_bar=progress, threads=threads, report_to=report_to,
-                                         gradient_accumulation_steps=gradient_accumulation_steps)
+                                         gradient_accumulation_steps=gradient_accumulation_steps,
+                                         apply_changes=apply_changes)
         if not trainer.ctx.is_main:
             return EmbeddingTrainingResult(run.path, run.path / MODEL_DIR, results, run.path / "metrics.jsonl")
         details = [f"max sequence length: {net.max_seq_length}, pooling: {', '.join(net.pooling.modes)}, "
@@ -329,10 +335,11 @@ def global_batches(files: Sequence[str | os.PathLike], batch_size: int, world_si
 
 def train_batches(run, module: nn.Module, dataset: EmbeddingDataset, collate_fn, *, epochs: float,
                   max_steps: int | None, save_every: int | None, callbacks: Mapping[str, Any] | None,
-                  evaluation: EvalSchedule | None = None, **training: Any):
+                  evaluation: EvalSchedule | None = None, apply_changes: bool = False, **training: Any):
     """Train ``module`` (``training_step``) on ``dataset`` 's batches (each through ``collate_fn``) with the
     :class:`~bertkit.training.Trainer` into the open run directory ``run`` (resumed when the run is), evaluated
-    on ``evaluation`` 's schedule (default: every epoch); ``training``: further
+    on ``evaluation`` 's schedule (default: every epoch; ``apply_changes``: a resumed run takes changed
+    hyperparameters instead of refusing them); ``training``: further
     :class:`~bertkit.training.TrainingConfig` fields. Returns the trainer and the results (steps, epochs, final
     training loss, the files and their rows, and with ``evaluation`` its steps, the base and the final
     scores)."""
@@ -358,7 +365,8 @@ def train_batches(run, module: nn.Module, dataset: EmbeddingDataset, collate_fn,
                             find_unused_parameters=world > 1, **training)  # e.g. a pooler no loss reads
     schedule = BatchSchedule(dataset)
     trainer = Trainer(module, schedule, config=config, collate_fn=collate_fn, sampler=schedule, callbacks=callbacks,
-                      stateful={"gemm": GemmChoice()})  # a resumed run keeps its float32 product backend
+                      stateful={"gemm": GemmChoice()},  # a resumed run keeps its float32 product backend
+                      apply_changes=apply_changes)
     replayed = _gradcache_loss(getattr(module, "loss", None))
     if trainer.ddp is not None and replayed is not None:
         # the cached loss runs several forwards per backward, which DDP's reducer refuses: train outside DDP

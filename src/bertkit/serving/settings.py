@@ -122,7 +122,12 @@ def resolve_task(model: str | os.PathLike, task: str = "auto", pooling: str | No
     """``task``, or for ``auto`` the one the model answers (a cross-encoder directory, a sequence classifier alone
     or in a sentence-transformers 6 ``modules.json``: rerank with one label, as text-embeddings-inference
     decides, else classify; any other sentence-transformers directory: embeddings; ``pooling="splade"``:
-    embeddings; see ``_BY_ARCHITECTURE``)."""
+    embeddings; see ``_BY_ARCHITECTURE``). A model named for ``rerank`` or ``classify`` must hold a trained
+    classifier: one that would score with a random head is refused, naming --task."""
+    if task in ("rerank", "classify"):
+        from bertkit.embedding.reranking import require_scoring_head
+
+        require_scoring_head(model, f"--task {task}")
     if task != "auto":
         return task
     if pooling == "splade":

@@ -32,6 +32,7 @@ import functools
 import hashlib
 import json
 import os
+import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -492,6 +493,8 @@ def pretrain_from_text(files: list[str | os.PathLike] | str | os.PathLike, outpu
         data_root = run.path / "data"
         train_dir, heldout_dir = data_root / "train", data_root / "heldout"
         if not (run.resumed and (train_dir / INDEX_NAME).exists()):
+            if not run.resumed:  # data an attempt that never trained left here: a fresh run builds its own
+                shutil.rmtree(data_root, ignore_errors=True)
             build_text_data(files, data_root, settings, progress, tokenizer=init.tokenizer if init else None,
                             workers=workers)
         heldout = PretrainingDataset(heldout_dir) if (heldout_dir / INDEX_NAME).exists() else None

@@ -237,8 +237,8 @@ class QuestionAnswering(Task):
     (question tokens kept), ``n_best_size`` (spans in each prediction's n-best list),
     ``max_answer_length`` (tokens), ``null_score_diff_threshold`` (v2: answer ``""`` above it; None:
     tuned on the validation set),
-    ``version_2_with_negative`` (None: v2 when the training data has an unanswerable question).
-    Each is checked here; a bad value is a ValueError naming the option and its flag.
+    ``version_2_with_negative`` (None: v2 when the training data has an unanswerable question),
+    ``encoding`` (of the data files). Each is checked here; a bad value is a ValueError naming the option and its flag.
     """
 
     name = "qa"
@@ -248,8 +248,9 @@ class QuestionAnswering(Task):
 
     def __init__(self, *, doc_stride: int = 128, max_query_length: int = 64, n_best_size: int = 20,
                  max_answer_length: int = 30, null_score_diff_threshold: float | None = None,
-                 version_2_with_negative: bool | None = None):
+                 version_2_with_negative: bool | None = None, encoding: str = "utf-8"):
         super().__init__()
+        self.encoding = encoding  # of the data files
         self.doc_stride = _check_int("doc_stride", doc_stride, 0)
         self.max_query_length = _check_int("max_query_length", max_query_length, 1)
         self.n_best_size = _check_int("n_best_size", n_best_size, 1)
@@ -269,7 +270,8 @@ class QuestionAnswering(Task):
         return {"doc_stride": self.doc_stride, "max_query_length": self.max_query_length,
                 "n_best_size": self.n_best_size, "max_answer_length": self.max_answer_length,
                 "null_score_diff_threshold": self.null_score_diff_threshold,
-                "version_2_with_negative": self.version_2_with_negative}
+                "version_2_with_negative": self.version_2_with_negative,
+                **({"encoding": self.encoding} if self.encoding != "utf-8" else {})}  # older runs still resume
 
     label_hint = "\"answers\", or \"is_impossible\": true"
 
@@ -278,7 +280,7 @@ class QuestionAnswering(Task):
         return f"{path}: question id {example.id!r}"
 
     def read(self, path: str | os.PathLike) -> list[QAExample]:
-        return read_squad(path)
+        return read_squad(path, self.encoding)
 
     def fit(self, examples: Sequence[QAExample]) -> None:
         """Settle ``version_2_with_negative`` (when None) from the training data: any unanswerable question."""

@@ -29,9 +29,10 @@ def record_numerics(run: Any, trainer: Any) -> None:
 
 
 def record_run_settings(run: Any, trainer: Any) -> None:
-    """``run.json``'s ``"training"`` (the config the Trainer accepted: fresh, or checked on resume) and
+    """``run.json``'s ``"training"`` (the config the Trainer accepted: fresh, or checked on resume; its
+    ``output_dir`` the run's own name, never the hidden folder an ``--overwrite`` run is built in) and
     ``"numerics"`` (:func:`record_numerics`)."""
-    run.record("training", trainer.config.to_dict())
+    run.record("training", trainer.config.to_dict() | {"output_dir": os.fspath(run.final)})
     record_numerics(run, trainer)
 
 

@@ -62,21 +62,22 @@ class QAExample:
         return None if self.answers is None else [a.text for a in self.answers]
 
 
-def read_squad(path: str | os.PathLike) -> list[QAExample]:
-    """The questions of a SQuAD JSON or squad-layout JSON Lines file, in file order (see the module docstring).
+def read_squad(path: str | os.PathLike, encoding: str = "utf-8") -> list[QAExample]:
+    """The questions of a SQuAD JSON or squad-layout JSON Lines file (text in ``encoding``), in file order (see
+    the module docstring).
 
     ValueError, naming the file and the question, for invalid JSON, a missing key, a value of the
     wrong type, a duplicate id or a file without questions. Answers whose ``answer_start`` is off
     are repaired by :func:`locate_answer`; one warning per file counts them. Answers contradicting
     ``is_impossible`` give one :class:`~bertkit.tasks.readers.DataWarning` (see the module docstring).
     """
-    with open_text(path) as f:
+    with open_text(path, encoding) as f:
         text = f.read()
     squad = _squad_json(path, text)
     if squad is not None:
         records = _squad_records(path, squad)
     elif table_format(path) == "jsonl":
-        records = ((f"{path}, line {row.line}", row.values) for row in read_rows(path))
+        records = ((f"{path}, line {row.line}", row.values) for row in read_rows(path, encoding=encoding))
     else:
         raise ValueError(f"{path} is neither SQuAD JSON (an object with 'data') nor JSON Lines; name a JSON Lines "
                          "file .jsonl.")

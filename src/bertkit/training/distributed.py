@@ -3,7 +3,9 @@
 ``torchrun --nproc-per-node N train.py`` sets ``RANK``, ``WORLD_SIZE`` and ``LOCAL_RANK``
 (and ``MASTER_ADDR`` / ``MASTER_PORT``); :func:`init_distributed` then joins the process
 group (gloo on CPU, NCCL on CUDA). Without those variables everything here degrades to
-a single process and costs nothing.
+a single process and costs nothing. The processes must all arrive within ``BERTKIT_JOIN_TIMEOUT``
+seconds (default 120): variables left in a shell by an earlier job would otherwise make a plain run
+wait, silently, for processes that never come.
 
 DDP only all-reduces gradients when its own ``forward`` runs, but the engine calls a
 task model's ``training_step(batch)``: :class:`TrainingStepModule` is the adapter whose
@@ -13,6 +15,7 @@ task model's ``training_step(batch)``: :class:`TrainingStepModule` is the adapte
 from __future__ import annotations
 
 import datetime
+import logging
 import os
 from dataclasses import dataclass
 
@@ -20,6 +23,12 @@ import torch
 import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
+
+logger = logging.getLogger("bertkit.training")
+
+#: seconds the processes of a job have to find each other (the environment variable overrides the default)
+JOIN_TIMEOUT_ENV = "BERTKIT_JOIN_TIMEOUT"
+DEFAULT_JOIN_TIMEOUT_S = 120.0
 
 
 @dataclass(frozen=True)
@@ -49,7 +58,9 @@ def init_distributed(device_type: str, timeout_s: float = 600.0) -> DistributedC
 
     Backend: NCCL for ``device_type == "cuda"``, gloo otherwise. A process group that is
     already initialised is reused as it is. Returns the single-process context when the
-    environment describes no multi-process job.
+    environment describes no multi-process job. ``timeout_s`` bounds each collective; the
+    processes must find each other within :func:`join_timeout` seconds, else ``ValueError``
+    names the variables that described the job and how to run without them.
     """
     if dist.is_available() and dist.is_initialized():
         return DistributedContext(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", 0)))
@@ -62,9 +73,46 @@ def init_distributed(device_type: str, timeout_s: float = 600.0) -> DistributedC
     backend = "nccl" if device_type == "cuda" else "gloo"
     if backend == "nccl":
         torch.cuda.set_device(local_rank)
-    dist.init_process_group(backend, rank=rank, world_size=world_size,
+    join = join_timeout()
+    job = f"WORLD_SIZE={world_size} and RANK={rank} are set in the environment"
+    fix = ("Left over from an earlier job? Run without them (unset WORLD_SIZE RANK LOCAL_RANK MASTER_ADDR "
+           f"MASTER_PORT), or launch every process with torchrun --nproc-per-node {world_size}")
+    unset = [name for name in ("MASTER_ADDR", "MASTER_PORT") if not os.environ.get(name)]
+    if unset:
+        raise ValueError(f"{job}, describing a job of {world_size} processes, but {' and '.join(unset)} "
+                         f"{'is' if len(unset) == 1 else 'are'} not, so no process can find the others. {fix}.")
+    where = f"{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}"
+    logger.info("joining a job of WORLD_SIZE=%d processes as RANK=%d (from the environment) at %s; waiting up to "
+                "%g s for the others", world_size, rank, where, join)
+    try:
+        # env:// as init_process_group reads it, with the join's own timeout (rank 0 waits for every process)
+        store, _, _ = next(dist.rendezvous("env://", rank=rank, world_size=world_size,
+                                           timeout=datetime.timedelta(seconds=join)))
+    except (RuntimeError, ValueError) as error:  # torch's DistStoreError / DistNetworkError, a bad MASTER_PORT
+        raise ValueError(f"{job}, so this process joined a job of {world_size} processes at MASTER_ADDR:MASTER_PORT="
+                         f"{where}, and the others did not come within {join:g} s ({' '.join(str(error).split())}). "
+                         f"{fix}, or wait longer with {JOIN_TIMEOUT_ENV}=SECONDS.") from None
+    store.set_timeout(datetime.timedelta(seconds=timeout_s))
+    store = dist.PrefixStore("default_pg", store)  # the keys init_process_group's own rendezvous would use
+    dist.init_process_group(backend, store=store, rank=rank, world_size=world_size,
                             timeout=datetime.timedelta(seconds=timeout_s))
     return DistributedContext(rank, world_size, local_rank)
+
+
+def join_timeout() -> float:
+    """Seconds the processes of a job have to find each other: ``BERTKIT_JOIN_TIMEOUT``, else
+    :data:`DEFAULT_JOIN_TIMEOUT_S`; a value that is not a positive number is a ``ValueError`` naming it."""
+    text = os.environ.get(JOIN_TIMEOUT_ENV, "").strip()
+    if not text:
+        return DEFAULT_JOIN_TIMEOUT_S
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = float("nan")
+    if not seconds > 0 or seconds == float("inf"):
+        raise ValueError(f"{JOIN_TIMEOUT_ENV}={text!r} is not a number of seconds; set it to e.g. 300, or unset it "
+                         f"for the default {DEFAULT_JOIN_TIMEOUT_S:g}.")
+    return seconds
 
 
 def cleanup() -> None:

@@ -6,9 +6,10 @@
   killed): a second run into the same directory fails at once, naming the holder;
 * a directory that holds a run (``run.json``, checkpoints, a saved model or metrics) is
   never written to unless ``resume`` (continue it) or ``overwrite`` (replace it) is given;
-  a non-empty directory holding something else is refused the same way. A run that failed (or
-  was killed) before writing anything but its ``run.json`` claims nothing: the next run takes
-  its directory as if it were empty;
+  a non-empty directory holding something else is refused the same way, and left exactly as it was
+  (no ``.lock`` stays behind). A run that never trained (it failed, or was killed, before its first
+  step: no checkpoint, no model, no training record in ``metrics.jsonl``) claims nothing: the next
+  run takes its directory as if it were empty, and ``--resume`` starts it afresh;
 * ``overwrite`` builds the new run in a hidden sibling (``.NAME.overwrite``) and swaps it
   into place only when :meth:`commit` is called — after the new run's first checkpoint —
   so a run that fails early leaves the old directory exactly as it was;
@@ -36,10 +37,11 @@ RUN_FILE = "run.json"
 LOCK_FILE = ".lock"
 #: the suffix of the hidden sibling an ``overwrite`` run is built in (:func:`staging_path`)
 STAGING_SUFFIX = ".overwrite"
+METRICS_FILE = "metrics.jsonl"
 #: what marks a directory as holding a run (older runs have no run.json)
-RUN_MARKERS = (RUN_FILE, "checkpoints", "model", "metrics.jsonl")
-#: all that a run which never took a step may have written: it leaves nothing to continue or protect
-UNSTARTED = frozenset({RUN_FILE, LOCK_FILE})
+RUN_MARKERS = (RUN_FILE, "checkpoints", "model", METRICS_FILE)
+#: what only a run that trained writes: a checkpoint, or the saved model
+TRAINED_MARKERS = ("checkpoints", "model")
 
 
 class RunDirectoryError(ValueError):
@@ -60,6 +62,8 @@ class RunDirectory:
         self.info: dict[str, Any] = {}
         self._locks: list[int] = []
         self._staging: Path | None = None
+        #: a ``.lock`` this run created in a directory it did not take (refused, or an uncommitted overwrite)
+        self._borrowed_lock: Path | None = None
 
     # ------------------------------------------------------------------ lifecycle
     def __enter__(self) -> RunDirectory:
@@ -82,9 +86,11 @@ class RunDirectory:
         if final.exists() and not final.is_dir():
             raise RunDirectoryError(f"{final} is a file; the output must be a directory.")
         if final.is_dir() and not _unstarted(final):
+            if not (final / LOCK_FILE).exists():  # the user's files (or an old run's): leave them as they were
+                self._borrowed_lock = final / LOCK_FILE
             self._locks.append(_lock(final))
             if holds_run(final) and self.resume:
-                self.resumed = True
+                self.resumed, self._borrowed_lock = True, None  # the run's own directory: its lock stays
                 self.info = read_run_info(final)
             elif self.overwrite:
                 self._staging = staging_path(final)
@@ -115,10 +121,14 @@ class RunDirectory:
         os.replace(self.final, replaced)
         os.replace(self._staging, self.final)
         shutil.rmtree(replaced, ignore_errors=True)
-        self.path, self._staging = self.final, None
+        self.path, self._staging, self._borrowed_lock = self.final, None, None
 
     def close(self) -> None:
-        """Release the locks; an ``overwrite`` run that never committed is removed (the old one stays)."""
+        """Release the locks; an ``overwrite`` run that never committed is removed (the old one stays, without
+        a ``.lock`` it did not have: so does a refused directory)."""
+        if self._borrowed_lock is not None:
+            self._borrowed_lock.unlink(missing_ok=True)  # while still held: no other run can take it meanwhile
+            self._borrowed_lock = None
         for fd in self._locks:
             os.close(fd)  # closing releases the lock
         self._locks.clear()
@@ -193,14 +203,43 @@ def final_name(path: Path) -> str:
 
 
 def holds_run(path: str | os.PathLike) -> bool:
-    """Whether ``path`` holds a bertkit run (see :data:`RUN_MARKERS`); a run that wrote nothing but its run.json
-    (it failed or was killed before its first step) is none."""
+    """Whether ``path`` holds a bertkit run (see :data:`RUN_MARKERS`); a run that never trained (it failed or was
+    killed before its first step) is none."""
     return any((Path(path) / marker).exists() for marker in RUN_MARKERS) and not _unstarted(Path(path))
 
 
 def _unstarted(directory: Path) -> bool:
-    """Whether ``directory`` holds nothing but what a run writes before its first step (:data:`UNSTARTED`)."""
-    return all(p.name in UNSTARTED for p in directory.iterdir())
+    """Whether ``directory`` holds no run to continue or protect: nothing but a ``.lock``, or a bertkit run that
+    never trained (its run.json, and no checkpoint, model or training record: what a run writes before its first
+    step, such as a step-0 evaluation in metrics.jsonl, is no training)."""
+    names = {p.name for p in directory.iterdir()}
+    if names <= {LOCK_FILE}:
+        return True
+    if RUN_FILE not in names or any(marker in names for marker in TRAINED_MARKERS):
+        return False
+    try:
+        if read_run_info(directory).get("format") != "bertkit-run":
+            return False
+    except RunDirectoryError:
+        return False
+    return not _trained_steps(directory / METRICS_FILE)
+
+
+def _trained_steps(metrics: Path) -> bool:
+    """Whether ``metrics`` (a metrics.jsonl) records a training step (an unreadable line counts as one)."""
+    if not metrics.exists():
+        return False
+    with open(metrics, encoding="utf-8", errors="replace") as lines:
+        for line in lines:
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                return True  # not what a run writes before its first step: keep the directory
+            if not isinstance(record, dict) or record.get("split") != "eval":
+                return True
+    return False
 
 
 def read_run_info(path: str | os.PathLike) -> dict[str, Any]:

@@ -31,6 +31,7 @@ import http.client
 import inspect
 import json
 import os
+import re
 import shutil
 import tempfile
 import urllib.error
@@ -368,6 +369,23 @@ def _registered_name(name: str) -> WeightsEntry | None:
     return None
 
 
+def missing_source(source: str | os.PathLike) -> str | None:
+    """What a ``source`` that is no file or directory here and no registered name is told, when it looks like a
+    Hugging Face Hub id (``org/name`` or a bare name): where bertkit looked (here and in its registry, never on
+    the Hub) and how to fetch the model first. None for anything that looks like a path (the caller says what a
+    checkpoint on disk is)."""
+    text = os.fspath(source)
+    if not re.fullmatch(r"[A-Za-z0-9][\w.-]*(/[\w.-]+)?", text) or text.endswith((".safetensors", ".bin", ".pt")):
+        return None
+    local = text.rsplit("/", 1)[-1]
+    hub_id = text if "/" in text else f"ORGANISATION/{text}"
+    return (f"{text} is no file or directory here, nor a name in bertkit's registry (the checkpoints it downloads: "
+            "Google's BERT releases, e.g. bert-base-uncased, google/bert_uncased_L-2_H-128_A-2); bertkit looked in "
+            "both places and does not download other models from the Hugging Face Hub. Fetch the model first, on a "
+            f"machine with network access: hf download {hub_id} --local-dir {local} (pip install huggingface_hub), "
+            f"then pass that directory ({local}).")
+
+
 def resolve_source(source: str | os.PathLike | Enum | WeightsEntry | None = None,
                    weights: str | Enum | WeightsEntry | None = None, *,
                    cache_dir: str | os.PathLike | None = None) -> str | os.PathLike:
@@ -393,5 +411,5 @@ def resolve_source(source: str | os.PathLike | Enum | WeightsEntry | None = None
 
 __all__ = [
     "UnsafeArchiveError", "WeightsNotCachedError", "cache_dir", "download_file", "effective_url", "fetch",
-    "offline_reason", "resolve_source", "safe_extract", "sha256_of",
+    "missing_source", "offline_reason", "resolve_source", "safe_extract", "sha256_of",
 ]

@@ -65,6 +65,12 @@ def read_checkpoint(source: str | os.PathLike, *, verify: bool = True) -> Checkp
         return _with_config(_read_tf(prefix, verify), prefix.parent, "tf1")
     if path.is_file() and path.name.endswith((".safetensors", *TORCH_SUFFIXES)):
         return _with_config(_read_torch(path), path.parent, "pytorch")
+    if not path.exists():
+        from bertkit.weights.download import missing_source
+
+        hub = missing_source(source)  # a name that looks like a Hub id: where bertkit looked, how to fetch it
+        if hub is not None:
+            raise FileNotFoundError(hub)
     raise FileNotFoundError(f"{source} is not a checkpoint bertkit can find: expected a directory, a weights "
                             "file (.safetensors/.bin/.pt), a TF checkpoint prefix (with .index), or a "
                             ".zip/.tar.gz archive of one.")
