@@ -12,7 +12,7 @@ import logging
 import pytest
 
 from bertkit.cli.embed_mine import read_pairs
-from bertkit.data.sniff import sniff_format, text_format
+from bertkit.data.sniff import name_format, sniff_format, text_format
 from bertkit.embedding.beir import load_beir, read_qrels
 from bertkit.embedding.data import file_layout, training_rows
 from bertkit.embedding.reranking import read_run
@@ -180,3 +180,11 @@ def test_pretraining_corpora(tmp_path):
     listed.write_text(json.dumps([{"text": t} for t in texts], indent=1), encoding="utf-8")
     with pytest.raises(ValueError, match=r"corpus\.json holds one JSON document .* but a corpus is text, JSON lines"):
         list(plan_partitions(expand_inputs([str(listed)]), 1 << 20, settings))
+
+
+@pytest.mark.parametrize("name", ["empty.jsonl", "empty.csv", "empty.tsv", "empty.json"])
+def test_an_empty_file_is_what_its_name_says(tmp_path, name, caplog):
+    path = tmp_path / name
+    path.write_text("\n\n")
+    assert sniff_format(path) == name_format(path)
+    assert "whatever its name says" not in caplog.text

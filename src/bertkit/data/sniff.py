@@ -85,6 +85,8 @@ def text_format(head: str, named: str | None, whole: bool = True) -> str:
     says (see :func:`sniff_format`)."""
     lines = iter(head.splitlines(keepends=True))
     first = next((line for line in lines if line.strip()), "")
+    if not first:
+        return named or "text"  # an empty file holds what its name says: its reader says it is empty
     complete = first.endswith(("\n", "\r")) or whole
     line = first.strip()
     parsed, value = _json(line) if complete else (False, None)
