@@ -361,6 +361,22 @@ def test_bf16_by_one_flag(tiny_config):
     torch.testing.assert_close(got.float(), want, atol=0.1, rtol=0.05)
 
 
+def test_bf16_runs_on_every_cpu_emulated_with_a_warning_where_onednn_has_no_bf16_kernel(tiny_config):
+    # an AVX2 CPU (no AVX-512) has no oneDNN bf16 inner product: the prepared kernel failed to build there
+    ids, mask, types = padded_batch()
+    eager = _classifier(tiny_config)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model = optimize_for_inference(copy.deepcopy(eager), dtype="bf16")
+    assert any("emulated" in str(w.message) for w in caught) == (not native_bf16("cpu"))
+    with torch.no_grad():
+        got, want = model(ids, mask, types), eager(ids, mask, types)
+    assert got.dtype == torch.bfloat16
+    kernels = [m.packed for m in model.modules() if isinstance(m, Linear)]
+    assert all(isinstance(k, PackedKernel) if fast.onednn_bf16_available() else k is None for k in kernels)
+    torch.testing.assert_close(got.float(), want, atol=0.1, rtol=0.05)
+
+
 def test_int8_quantization(tiny_config):
     ids, mask, types = padded_batch()
     eager = _classifier(tiny_config)

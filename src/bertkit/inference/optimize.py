@@ -12,7 +12,7 @@ from bertkit.devices import native_bf16
 from bertkit.inference.precision import ALIASES, FLOATS
 from bertkit.inference.quantized import checkpoint_dtype
 from bertkit.modeling import fast
-from bertkit.modeling.fast import Linear, activate, gemm_backend, onednn_available
+from bertkit.modeling.fast import Linear, activate, gemm_backend, onednn_available, onednn_bf16_available
 from bertkit.modeling.quantization import dequantized_message, quantize_weight
 
 #: ``dtype=``'s names (None keeps the model's)
@@ -147,7 +147,8 @@ def optimize_for_inference(model: nn.Module, *, dtype: torch.dtype | str | None 
         device: move the model there first.
 
     On CPU every :class:`~bertkit.modeling.fast.Linear` gets a prepared kernel: int8, or oneDNN on a
-    weight reordered once (bfloat16 always, float32 where this machine measures oneDNN faster, see
+    weight reordered once (bfloat16 where oneDNN has bf16 kernels, see
+    :func:`bertkit.modeling.fast.onednn_bf16_available`; float32 where this machine measures oneDNN faster, see
     :func:`bertkit.modeling.fast.gemm_backend`). On CUDA nothing is attached (cuBLAS serves). The
     kernels serve whenever no gradient is needed for a weight, never enter ``state_dict`` and are
     rebuilt when a weight changes; the fast path's unpadded execution applies as always.
@@ -185,7 +186,8 @@ def optimize_for_inference(model: nn.Module, *, dtype: torch.dtype | str | None 
     if target.type == "cpu" and onednn_available():
         if quantize == "int8":
             kernel = Int8Kernel
-        elif model_dtype == torch.bfloat16 or (model_dtype == torch.float32 and gemm_backend() == "onednn"):
+        elif ((model_dtype == torch.bfloat16 and onednn_bf16_available())
+              or (model_dtype == torch.float32 and gemm_backend() == "onednn")):
             kernel = PackedKernel
     fuse = kernel is PackedKernel and model_dtype == torch.bfloat16
     for module in model.modules():
