@@ -64,8 +64,9 @@ def cpu_bf16() -> bool:
         return False
 
 
-#: CPU flags of int8 dot products that add each product into 32 bits: VNNI (AVX512 or AVX) and AMX
-INT8_FLAGS = ("avx512_vnni", "avx_vnni", "amx_int8")
+#: CPU flags of int8 dot products that fbgemm adds into 32 bits: AVX512-VNNI and AMX (AVX-VNNI alone is not
+#: among them: fbgemm's kernels for 256-bit vectors are the AVX2 ones, so such a CPU is treated as saturating)
+INT8_FLAGS = ("avx512_vnni", "amx_int8")
 
 
 @functools.cache
