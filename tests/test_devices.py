@@ -34,3 +34,14 @@ def test_gpu_without_one_names_the_request():
     with pytest.raises(ValueError, match=r"TrainingConfig.device='gpu' was requested but no GPU is available"):
         training_device("gpu")
     assert resolve_device("cpu") == training_device("auto") == torch.device("cpu")
+
+
+def test_int8_saturates_on_x86_without_vnni_or_amx(monkeypatch):
+    cases = (("x86_64", {"avx2"}, True), ("x86_64", {"avx2", "avx512f", "avx512_vnni"}, False),
+             ("x86_64", {"avx2", "avx_vnni"}, True), ("x86_64", {"amx_int8"}, False), ("aarch64", {"asimd"}, False))
+    for machine, flags, expected in cases:
+        devices.int8_saturates.cache_clear()
+        monkeypatch.setattr(devices.platform, "machine", lambda machine=machine: machine)
+        monkeypatch.setattr(devices, "_cpu_flags", lambda flags=flags: flags)
+        assert devices.int8_saturates() is expected, (machine, flags)
+    devices.int8_saturates.cache_clear()

@@ -15,9 +15,11 @@ import torch
 import torch.nn.functional as F
 
 import bertkit
+from bertkit import devices
 from bertkit.inference import Int8Kernel, PackedKernel, native_bf16, optimize_for_inference
 from bertkit.modeling import fast, unpad
 from bertkit.modeling.fast import Linear
+from bertkit.modeling.quantization import quantize_weight, seven_bit
 from conftest import padded_batch, randomize_
 
 pytestmark = pytest.mark.skipif(not fast.onednn_available(), reason="torch built without oneDNN")
@@ -361,6 +363,22 @@ def test_bf16_by_one_flag(tiny_config):
     torch.testing.assert_close(got.float(), want, atol=0.1, rtol=0.05)
 
 
+def test_bf16_runs_on_every_cpu_emulated_with_a_warning_where_onednn_has_no_bf16_kernel(tiny_config):
+    # an AVX2 CPU (no AVX-512) has no oneDNN bf16 inner product: the prepared kernel failed to build there
+    ids, mask, types = padded_batch()
+    eager = _classifier(tiny_config)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model = optimize_for_inference(copy.deepcopy(eager), dtype="bf16")
+    assert any("emulated" in str(w.message) for w in caught) == (not native_bf16("cpu"))
+    with torch.no_grad():
+        got, want = model(ids, mask, types), eager(ids, mask, types)
+    assert got.dtype == torch.bfloat16
+    kernels = [m.packed for m in model.modules() if isinstance(m, Linear)]
+    assert all(isinstance(k, PackedKernel) if fast.onednn_bf16_available() else k is None for k in kernels)
+    torch.testing.assert_close(got.float(), want, atol=0.1, rtol=0.05)
+
+
 def test_int8_quantization(tiny_config):
     ids, mask, types = padded_batch()
     eager = _classifier(tiny_config)
@@ -371,6 +389,28 @@ def test_int8_quantization(tiny_config):
     assert got.dtype == torch.float32 and not torch.equal(got, want)
     torch.testing.assert_close(got, want, atol=0.1, rtol=0.1)
     assert list(model.state_dict()) == list(eager.state_dict())
+
+
+def test_int8_kernel_computes_its_integer_products_exactly_without_saturating():
+    # x86 without VNNI adds u8 x s8 pairs into 16 bits (saturating): there the weights get 7 bits, and the
+    # kernel must equal float arithmetic on its quantized operands on every CPU (8-bit products were 0.55 off)
+    g = torch.Generator().manual_seed(0)
+    layer = Linear(64, 48)
+    with torch.no_grad():
+        layer.weight.copy_(torch.randn(48, 64, generator=g) * 0.1)
+    x = torch.randn(2, 9, 64, generator=g)
+    low, high = min(x.min().item(), 0.0), max(x.max().item(), 0.0)
+    step = (high - low) / 255
+    zero = round(-low / step)
+    x_grid = (torch.clamp(torch.round(x / step) + zero, 0, 255) - zero) * step  # fbgemm's 8-bit activations
+    q, scale = quantize_weight(layer.weight)
+    if devices.int8_saturates():
+        q, scale = seven_bit(q, scale)
+    want = F.linear(x_grid, q.float() * scale[:, None], layer.bias)
+    optimize_for_inference(layer, quantize="int8")
+    with torch.no_grad():
+        got = layer(x)
+    torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
 
 
 def test_optimize_errors_name_the_argument(tiny_config):

@@ -15,6 +15,7 @@ from bertkit import (
     BERTForQuestionAnswering,
     BERTForSequenceClassification,
     BERTForTokenClassification,
+    devices,
 )
 from bertkit.training import Trainer, TrainingConfig
 from conftest import NSP, mlm_labels_for, model_of, padded_batch
@@ -131,7 +132,8 @@ def test_predict_batches_runs_in_order_in_eval_mode_and_restores_the_mode():
     logits = torch.cat([out for _, out in seen])
     assert logits.dtype == torch.float32 and logits.device.type == "cpu" and not logits.requires_grad
     model.eval()
-    with torch.autocast("cpu", dtype=torch.bfloat16):
+    # precision="bf16" on a CPU without native bf16 warns and runs fp32 (resolve_precision)
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=devices.cpu_bf16()):
         expected = model(**{k: torch.cat([v] * 3) for k, v in INPUTS.items()}).float()
     torch.testing.assert_close(logits, expected)
 

@@ -3,12 +3,14 @@
 :func:`gpu` is lucid's ``"gpu"`` device name made concrete (CUDA, else Apple's MPS); :func:`native_bf16`
 says whether a device computes bfloat16 natively, which decides bf16 autocast in training
 (``precision="auto"``), the warning of ``optimize_for_inference(dtype=torch.bfloat16)`` on a CPU that would
-emulate it, and the demo's precision.
+emulate it, and the demo's precision; :func:`int8_saturates` says whether this CPU's int8 products can overflow,
+which decides the weights' bits of the int8 kernel.
 """
 
 from __future__ import annotations
 
 import functools
+import platform
 
 import torch
 
@@ -60,6 +62,25 @@ def cpu_bf16() -> bool:
         return probe.dtype == torch.bfloat16 and bool(probe[0, 0] == 4)
     except RuntimeError:
         return False
+
+
+#: CPU flags of int8 dot products that fbgemm adds into 32 bits: AVX512-VNNI and AMX (AVX-VNNI alone is not
+#: among them: fbgemm's kernels for 256-bit vectors are the AVX2 ones, so such a CPU is treated as saturating)
+INT8_FLAGS = ("avx512_vnni", "amx_int8")
+
+
+@functools.cache
+def int8_saturates() -> bool:
+    """True on an x86 CPU without VNNI or AMX (asked once per process): there fbgemm's u8 x s8 products
+    (``vpmaddubsw``) add pairs of products into 16 bits, which saturate when the pair exceeds 32,767 (two
+    255 x 127), so the int8 kernel keeps its weights to 7 bits (:func:`bertkit.modeling.quantization.seven_bit`)."""
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        return False
+    flags = _cpu_flags()
+    if flags is not None:
+        return not flags & set(INT8_FLAGS)
+    probe = getattr(torch.cpu, "_is_vnni_supported", None)
+    return not (probe is not None and probe())
 
 
 def _cpu_flags() -> set[str] | None:

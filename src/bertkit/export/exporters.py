@@ -20,6 +20,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from bertkit import devices
 from bertkit.export.models import ExportedModule, Signature
 
 logger = logging.getLogger("bertkit.export")
@@ -88,12 +89,14 @@ def _export_torchscript(module: nn.Module, names: tuple[str, ...], args: tuple[t
 def quantize_int8(source: Path, target: str, *, products_only: bool = False) -> None:
     """ONNX Runtime's dynamic quantization of ``source`` into ``target``: int8 weights, MatMul's per output
     channel (on all-MiniLM-L6-v2 half the error of one scale per matrix); ``products_only``: only the
-    MatMul / Gemm weights (embedding tables stay float32, as in bertkit's int8 models)."""
+    MatMul / Gemm weights (embedding tables stay float32, as in bertkit's int8 models). On a CPU whose int8
+    products saturate (:func:`bertkit.devices.int8_saturates`: ONNX Runtime's AVX2 u8 x s8 kernel does too) the
+    weights get 7 bits (``reduce_range``), as bertkit's int8 kernel does there."""
     quantization = require("onnxruntime.quantization")
     options = {"op_types_to_quantize": ["MatMul", "Gemm"]} if products_only else {}
     with _quiet():
         quantization.quantize_dynamic(source, target, per_channel=True, weight_type=quantization.QuantType.QInt8,
-                                      **options)
+                                      reduce_range=devices.int8_saturates(), **options)
 
 
 def require(module: str) -> Any:

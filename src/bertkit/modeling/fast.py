@@ -143,6 +143,20 @@ def onednn_available() -> bool:
     return torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
 
 
+@functools.cache
+def onednn_bf16_available() -> bool:
+    """Whether oneDNN's inner product runs bfloat16 on this CPU: it needs AVX-512 (an AVX2 CPU has none, and
+    asking builds no kernel: "could not create a primitive descriptor"), so a tiny product is tried once per
+    process. Where it fails, bfloat16 products stay with torch's own (emulated) ones."""
+    if not onednn_available():
+        return False
+    ones = torch.ones(2, 4, dtype=torch.bfloat16)
+    try:
+        return bool(onednn_linear(ones, ones.to_mkldnn(), None, bucket=False)[0, 0] == 4)
+    except RuntimeError:
+        return False
+
+
 def measure_gemm(m: int = 512, k: int = 768, n: int = 1024, repeats: int = 7) -> GemmMeasurement:
     """Time ``F.linear`` against oneDNN's inner product on one float32 ``[m, k] x [k, n]``, interleaved."""
     g = torch.Generator().manual_seed(0)  # its own: measuring must not move the caller's random state

@@ -44,6 +44,16 @@ def quantize_weight(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return q, scale
 
 
+def seven_bit(q: torch.Tensor, scale: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(q7, scale7)``: the weights on a 7-bit grid, ``q7 = round(q * 64 / 127)`` in [-64, 64] and
+    ``scale7 = scale * 127 / 64`` (the row's largest |weight| / 64: ONNX Runtime's ``reduce_range`` grid), for
+    CPUs whose int8 products saturate 16-bit pair sums (:func:`bertkit.devices.int8_saturates`):
+    255 x 64 x 2 = 32,640 stays below 32,767. Derived from ``q`` alone, so an int8 checkpoint's model gets the
+    same 7-bit weights as the in-memory model it was saved from."""
+    q7 = torch.round(torch.mul(q.float(), 64 / QMAX)).to(torch.int8)
+    return q7, torch.mul(scale, QMAX / 64)
+
+
 def dequantize_weight(q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     """The float32 weight ``q * scale[:, None]``; :func:`quantize_weight` of it gives ``(q, scale)`` back when the
     scale is one :func:`weight_scales` makes."""
