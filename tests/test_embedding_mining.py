@@ -267,14 +267,14 @@ WORDS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "a", "of", "paris"
          "river", "house", "letter", "walk", "rain", "garden", "ball", "sister", "mother", "father"]
 
 
-def tiny_model(directory: pathlib.Path) -> pathlib.Path:
-    """A random tiny BERT with a vocabulary: a plain directory both bertkit and sentence-transformers load
-    (mean pooling)."""
+def tiny_model(directory: pathlib.Path, words: list[str] = WORDS, max_positions: int = 64) -> pathlib.Path:
+    """A random tiny BERT with the vocabulary ``words``: a plain directory both bertkit and sentence-transformers
+    load (mean pooling)."""
     directory.mkdir()
-    (directory / "vocab.txt").write_text("\n".join(WORDS) + "\n", encoding="utf-8")
+    (directory / "vocab.txt").write_text("\n".join(words) + "\n", encoding="utf-8")
     bertkit.BERTTokenizerFast(vocab_file=str(directory / "vocab.txt")).save_pretrained(directory)
-    config = bertkit.BERTConfig(vocab_size=len(WORDS), hidden_size=36, num_hidden_layers=2, num_attention_heads=3,
-                                intermediate_size=37, max_position_embeddings=64)
+    config = bertkit.BERTConfig(vocab_size=len(words), hidden_size=36, num_hidden_layers=2, num_attention_heads=3,
+                                intermediate_size=37, max_position_embeddings=max_positions)
     randomize_(bertkit.BERT(config), seed=0, std=0.5).save_pretrained(directory)
     return directory
 

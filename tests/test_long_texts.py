@@ -24,7 +24,7 @@ from bertkit.pipelines import pipeline
 from bertkit.sentence import SentenceTransformer
 from bertkit.tasks.readers import read_rows
 from bertkit.tokenization.cut import CHARS_PER_TOKEN
-from conftest import randomize_
+from test_embedding_mining import tiny_model
 
 WORDS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "a", "of", "paris", "is", "capital", "france", "emma",
          "wrote", "who", "austen", "jane", "novel", "in", "lived", "city", "hello", "world", "good", "bad", "movie",
@@ -39,14 +39,7 @@ def words(count: int, seed: int) -> str:
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     """A random tiny BERT that reads 32 tokens, with a word vocabulary (mean pooling)."""
-    directory = tmp_path_factory.mktemp("long") / "tiny"
-    directory.mkdir()
-    (directory / "vocab.txt").write_text("\n".join(WORDS) + "\n", encoding="utf-8")
-    bertkit.BERTTokenizerFast(vocab_file=str(directory / "vocab.txt")).save_pretrained(directory)
-    config = bertkit.BERTConfig(vocab_size=len(WORDS), hidden_size=36, num_hidden_layers=2, num_attention_heads=3,
-                                intermediate_size=37, max_position_embeddings=32)
-    randomize_(bertkit.BERT(config), seed=0, std=0.5).save_pretrained(directory)
-    return directory
+    return tiny_model(tmp_path_factory.mktemp("long") / "tiny", WORDS, max_positions=32)
 
 
 PEAKS = textwrap.dedent("""
