@@ -43,7 +43,7 @@ def test_info_without_an_argument_describes_this_machine_and_what_auto_picks(cap
     assert f"--device auto -> {device.type} (" in out
     assert f"training --{describe_precision('auto', resolve_precision('auto', device), device)}\n" in out
     for row in set(TASK_ROW.values()):
-        assert f"  {row}: int8 (BERTKIT_DTYPE=int8)\n" in out
+        assert f"  {row}: int8 (BERTKIT_DTYPE=int8; {row} quality measured against fp32: " in out
     assert ("GPU cuda:0: " in out) == torch.cuda.is_available()
 
 

@@ -23,8 +23,9 @@ import bertkit
 SRC = Path(bertkit.__file__).parent
 
 #: Imports allowed everywhere: ``io.py``, the atomic-write utility every layer that writes files uses, and
-#: ``checks.py``, the integer-argument check every layer shares, and ``devices.py``, what the machine offers.
-UTILITIES = {"io", "checks", "devices"}
+#: ``checks.py``, the integer-argument check every layer shares, ``devices.py``, what the machine offers, and
+#: ``progress.py``, the one progress bar every long loop shows.
+UTILITIES = {"io", "checks", "devices", "progress"}
 EVERYTHING = "everything"
 
 #: design §2 as a table: top-level module or package -> the internal ones it may import (besides
@@ -34,6 +35,7 @@ LAYERS: dict[str, set[str] | str] = {
     "io": set(),
     "checks": set(),
     "devices": set(),  # torch only: the GPU behind "gpu", native bf16
+    "progress": set(),  # tqdm only: a bar in a terminal, a sparse line in a log
     "families": set(),  # part of the config layer: the encoder families' records
     "_config_types": set(),  # part of the config layer: the fields' type checks, read from their annotations
     "_config_hf": {"families", "_config_types"},  # part of the config layer: BERTConfig's HF config.json dialect
@@ -62,8 +64,9 @@ LAYERS["sentence"] = {*LAYERS["tasks"], "tasks"}
 LAYERS["pipelines"] = {*LAYERS["tasks"], "tasks", "sentence"}
 LAYERS["export"] = {*LAYERS["tasks"], "tasks", "sentence"}
 # training embedding models and rerankers: losses, data, evaluation, mining over sentence models and the
-# reranking pipeline's scoring path
-LAYERS["embedding"] = {*LAYERS["pipelines"], "pipelines"}
+# reranking pipeline's scoring path; what a model directory holds (export.models.source_class), to refuse a
+# model without a trained scoring head where one is needed
+LAYERS["embedding"] = {*LAYERS["pipelines"], "pipelines", "export"}
 # serving reads what a model directory holds as export does (export.models.source_class), and what the
 # embedding trainers write (a cross-encoder directory, its saved length) as bertkit.embedding reads it
 LAYERS["serving"] = {*LAYERS["pipelines"], "pipelines", "export", "embedding"}

@@ -152,7 +152,7 @@ def test_a_hub_name_that_is_not_here_says_where_bertkit_looked_and_how_to_fetch_
                                                 r"download sentence-transformers/all-MiniLM-L6-v2 --local-dir "
                                                 r"all-MiniLM-L6-v2 "):
         SentenceTransformer("sentence-transformers/all-MiniLM-L6-v2")
-    (tmp_path / "pairs.jsonl").write_text('{"anchor": "a", "positive": "b"}\n')
+    (tmp_path / "pairs.jsonl").write_text('{"anchor": "a", "positive": "b"}\n{"anchor": "c", "positive": "d"}\n')
     assert cli(["finetune", "embed", "--model", "all-MiniLM-L6-v2", "--train", "pairs.jsonl", "-o", "run"]) == 1
     assert "hf download ORGANISATION/all-MiniLM-L6-v2 --local-dir all-MiniLM-L6-v2" in capsys.readouterr().err
     with pytest.raises(FileNotFoundError, match="runs/typo/model is not a checkpoint bertkit can find"):

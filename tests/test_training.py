@@ -534,7 +534,7 @@ def test_plot_metrics_without_matplotlib_says_so(tmp_path, monkeypatch, capsys):
 
 def test_training_imports_no_task_code():
     """design.md §2: training works on any nn.Module; at module level it imports only itself and the utilities
-    (bertkit.io, bertkit.checks, bertkit.devices)."""
+    (bertkit.io, bertkit.checks, bertkit.devices, bertkit.progress)."""
     package = Path(bertkit.__file__).parent / "training"
     for path in package.glob("*.py"):
         tree = ast.parse(path.read_text(encoding="utf-8"))
@@ -544,7 +544,7 @@ def test_training_imports_no_task_code():
             for name in names:
                 assert not name.startswith("bertkit.tasks"), (path.name, name)
                 if node in tree.body and name.startswith("bertkit."):
-                    assert name.split(".")[1] in {"training", "io", "checks", "devices"}, (path.name, name)
+                    assert name.split(".")[1] in {"training", "io", "checks", "devices", "progress"}, (path.name, name)
 
 
 if __name__ == "__main__":  # the DDP worker, launched by torchrun from test_ddp_two_processes_match_single_process
