@@ -184,7 +184,7 @@ def create_pretraining_data(files_or_texts: Any, tokenizer: BERTTokenizerFast | 
             return out  # complete, with these very arguments: nothing to do
         (out / INDEX_NAME).unlink(missing_ok=True)  # an old index must not describe half-rewritten shards
         for temp in [*out.glob(".*.tmp"), *out.glob(f"{TOKENIZED_DIR}/.*.tmp"), *out.glob(".running-*")]:
-            temp.unlink()  # what a killed run was writing
+            temp.unlink(missing_ok=True)  # what a killed run was writing
         tokenizer.save_pretrained(out / TOKENIZER_DIR)
         digest = hashlib.sha256(json.dumps(tokenizer_fingerprint(tokenizer), sort_keys=True).encode()).hexdigest()
         _TOKENIZERS.clear()

@@ -165,9 +165,12 @@ class executor_for:
 
     def __exit__(self, kind, error, traceback) -> None:
         for resource in self._close:
-            if isinstance(resource, cf.Executor):  # a broken pool's workers are gone: waiting frees its semaphores
-                resource.shutdown(wait=error is None or bool(getattr(resource, "_broken", False)),
-                                  cancel_futures=True)
+            if isinstance(resource, cf.Executor):
+                # after a job's error the jobs still running finish before the caller's lock on the output is
+                # released (they write there: a retry's cleanup raced them); a broken pool's workers are gone and
+                # waiting frees its semaphores; Ctrl-C reached the workers too, so nothing is waited for then
+                resource.shutdown(wait=not isinstance(error, KeyboardInterrupt)
+                                  or bool(getattr(resource, "_broken", False)), cancel_futures=True)
             else:
                 resource.close()
 
