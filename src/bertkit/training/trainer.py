@@ -416,9 +416,9 @@ class Trainer:
         if not state.step or state.idle_steps < state.step or any(w.startswith("trained nothing")
                                                                  for w in self.warnings):
             return
-        reasons = [f"{n} with learning rate 0" for n in [state.zero_lr_steps] if n] \
-            + [f"{n} with an exactly zero gradient" for n in [state.zero_gradient_steps] if n] \
-            + [f"{n} skipped as non-finite" for n in [state.nonfinite_steps] if n]
+        counts = {"with learning rate 0": state.zero_lr_steps, "with an exactly zero gradient":
+                  state.zero_gradient_steps, "skipped as non-finite": state.nonfinite_steps}
+        reasons = [f"{n} {why}" for why, n in counts.items() if n]
         hint = (" A step at learning rate 0 is the warm-up's first: train more steps, or warm up less."
                 if state.zero_lr_steps else "")
         self._warn(f"trained nothing: none of the run's {state.step} step(s) changed what the model computes "
