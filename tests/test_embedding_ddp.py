@@ -1,9 +1,10 @@
 """``finetune_embeddings`` / ``finetune_reranker`` under torchrun (2 gloo processes) against one process.
 
-With ``batch_size`` B per process, a 2-process run reads global batches of 2B rows and each rank trains on its
-half; the losses gather the candidates (and their text ids) from both ranks. Checked end to end on a tiny BERT
-without dropout: the 2-process run logs the losses and saves the weights of a 1-process run with
-``batch_size`` 2B (MNRL and cached MNRL; the reranker with BCE), and a 2-process run cut after a checkpoint
+``batch_size`` counts the rows of an optimizer step over all processes: a 2-process run with ``batch_size`` 2B
+reads global batches of 2B rows and each rank trains on its half; the losses gather the candidates (and their
+text ids) from both ranks. Checked end to end on a tiny BERT without dropout: the 2-process run logs the losses
+and saves the weights of a 1-process run with the same ``batch_size`` (MNRL and cached MNRL, whose gradients the
+Trainer averages itself: ``grad_sync="manual"``; the reranker with BCE), and a 2-process run cut after a checkpoint
 and resumed ends as the uninterrupted one. The training file repeats a few positives, so
 most global batches hold a text on rank 1 that duplicates one on rank 0: the 1-process run masks it out of the
 negatives, and so must the 2-process run (ids numbered over the global batch, gathered with the embeddings).
@@ -95,7 +96,7 @@ def runs(tmp_path_factory):
     result = run_torchrun(__file__, str(base), str(cross), str(pairs), str(root / "two"))
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     torch.set_num_threads(1)
-    train(base, cross, pairs, root / "one", batch_size=2 * PER_RANK)
+    train(base, cross, pairs, root / "one", batch_size=2 * PER_RANK)  # the same rows per step as the two ranks
     return root
 
 
@@ -126,11 +127,11 @@ def test_a_file_smaller_than_one_global_batch_names_the_flag(tmp_path):
 
     pairs = write_pairs(tmp_path / "pairs.jsonl", 7)
     with pytest.raises(ValueError, match=r"has 7 rows, fewer than one whole batch of 8 .*--batch-size") as info:
-        global_batches([pairs], 4, 2)
+        global_batches([pairs], 8, 2)
     assert "\n" not in str(info.value)
 
 
 if __name__ == "__main__":
     base_dir, cross_dir, pairs_file, out_dir = map(Path, sys.argv[1:5])
-    train(base_dir, cross_dir, pairs_file, out_dir, batch_size=PER_RANK)
-    cut_and_resume(base_dir, pairs_file, out_dir, batch_size=PER_RANK)
+    train(base_dir, cross_dir, pairs_file, out_dir, batch_size=2 * PER_RANK)  # rows per step over both processes
+    cut_and_resume(base_dir, pairs_file, out_dir, batch_size=2 * PER_RANK)

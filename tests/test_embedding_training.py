@@ -212,24 +212,28 @@ def test_the_saved_similarity_is_the_one_the_loss_trains(name, options, similari
 
 
 def test_gradient_accumulation_of_a_per_row_loss_equals_the_larger_batch(base, tmp_path):
-    """cosine (a loss of each row alone): 2 accumulated batches of 4 rows train as 1 batch of 8 (same rows, same
-    order); an in-batch loss is told that its negatives stay each batch's own."""
+    """cosine (a loss of each row alone): --batch-size 8 as 2 accumulated micro-batches of 4 rows trains as 1 batch
+    of 8 (same rows, same order); an in-batch loss is told that its negatives stay each micro-batch's own."""
     rng = random.Random(1)
     train = tmp_path / "scored.jsonl"
     train.write_text("".join(json.dumps({"anchor": " ".join(rng.sample(WORDS, 3)),
                                          "positive": " ".join(rng.sample(WORDS, 4)), "label": rng.random()}) + "\n"
                              for _ in range(48)))
     options = {**COMMON, "loss": "cosine", "max_steps": 3, "warmup_ratio": 0.0}
-    accumulated = finetune_embeddings(base, train, tmp_path / "acc", **{**options, "batch_size": 4},
+    accumulated = finetune_embeddings(base, train, tmp_path / "acc", **{**options, "batch_size": 8},
                                       gradient_accumulation_steps=2)
     whole = finetune_embeddings(base, train, tmp_path / "whole", **{**options, "batch_size": 8})
     assert accumulated.results["epochs"] == pytest.approx(whole.results["epochs"]) == pytest.approx(0.5)
     ours, theirs = (load_file(r.model_dir / "model.safetensors") for r in (accumulated, whole))
     for name in theirs:
         torch.testing.assert_close(ours[name], theirs[name], rtol=1e-5, atol=1e-6, msg=name)
-    with pytest.raises(ValueError, match="--gradient-accumulation-steps 99 is more than the 12 batches"):
-        finetune_embeddings(base, train, tmp_path / "big", **{**options, "batch_size": 4},
-                            gradient_accumulation_steps=99)
+    with pytest.raises(ValueError, match="--gradient-accumulation-steps 96 is more than the 48 batches"):
+        finetune_embeddings(base, train, tmp_path / "big", **{**options, "batch_size": 96},
+                            gradient_accumulation_steps=96)
+    with pytest.raises(ValueError, match=r"--batch-size 8 \(rows per optimizer step over all processes\) does "
+                                         r"not split into 3 accumulation step\(s\) x 1 process\(es\); give a "
+                                         r"multiple of 3"):
+        finetune_embeddings(base, train, tmp_path / "odd", **options, gradient_accumulation_steps=3)
 
 
 def test_a_pooling_without_the_prompt_trains_with_prompts_as_sentence_transformers_encodes(base, tmp_path):

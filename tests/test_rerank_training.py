@@ -59,7 +59,7 @@ def mean_bce(model_dir, path) -> float:
     cross = CrossEncoder(model_dir)
     collate, loss = RerankCollator(cross.tokenize, labelled=True), BinaryCrossEntropyLoss()
     with torch.no_grad():
-        values = [loss(cross.score, collate([batch])["rerank"]) for batch in EmbeddingDataset(path, 8, seed=1)]
+        values = [loss(cross.score, collate(batch)["rerank"]) for batch in EmbeddingDataset(path, 8, seed=1)]
     return float(torch.stack(values).mean())
 
 
@@ -126,7 +126,7 @@ def test_a_label_count_that_does_not_match_the_passages_is_named(tmp_path):
     path.write_text(json.dumps({"query": "w1", "positive": "w2", "negative": "w3", "label": [1, 0, 0]}) + "\n")
     batch = next(iter(EmbeddingDataset(path, 1)))
     with pytest.raises(ValueError, match=r"t.jsonl, line 1: 3 label\(s\) for 2 passage\(s\)"):
-        RerankCollator(lambda pairs: {}, labelled=True)([batch])
+        RerankCollator(lambda pairs: {}, labelled=True)(batch)
 
 
 def test_a_step_is_the_loss_called_directly_on_the_same_batch(tmp_path):

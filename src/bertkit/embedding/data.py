@@ -172,13 +172,18 @@ class EmbeddingDataset:
         if min(whole) == 0:
             short = whole.index(0)
             raise ValueError(f"{self.files[short]} has {self.sizes[short]} rows, fewer than one whole "
-                             f"batch of {batch_size} (drop_last; under torchrun a batch is --batch-size rows per "
-                             "process times the processes); lower --batch-size or add rows.")
+                             f"batch of {batch_size} (drop_last; a batch is --batch-size rows over all processes, "
+                             "divided by --gradient-accumulation-steps); lower --batch-size or add rows.")
         self.batches_per_file = whole
         self.epoch, self.taken = 0, 0
 
     def __len__(self) -> int:
         return len(self.schedule(0))
+
+    def set_epoch(self, epoch: int) -> None:
+        """Start epoch ``epoch`` from its first batch (with :meth:`state_dict` / :meth:`load_state_dict`, this makes
+        the dataset a batch source of the Trainer: :mod:`bertkit.training.batch_source`)."""
+        self.epoch, self.taken = epoch, 0
 
     def schedule(self, epoch: int) -> list[int]:
         """The file index of each batch of ``epoch``, in order."""

@@ -1,8 +1,9 @@
 """Fine-tuning a cross-encoder (a reranker) on the one training engine: :func:`finetune_reranker`.
 
-The same run as :func:`bertkit.embedding.training.finetune_embeddings` (its :class:`BatchSchedule` adapter, run
-directory, exact resume, ``metrics.jsonl``, ``results.json``), with a :class:`~bertkit.embedding.cross_encoder.
-CrossEncoder` as the model and a reranking loss (:mod:`bertkit.embedding.rerank_losses`) on a
+The same run as :func:`bertkit.embedding.training.finetune_embeddings` (the dataset as the Trainer's batch
+source, ``batch_size`` the rows per optimizer step over all processes, run directory, exact resume,
+``metrics.jsonl``, ``results.json``), with a :class:`~bertkit.embedding.cross_encoder.CrossEncoder` as the model
+and a reranking loss (:mod:`bertkit.embedding.rerank_losses`) on a
 :class:`~bertkit.embedding.rerank_losses.RerankBatch`:
 
 * (query, passage, label) rows: each row's one passage with its label (0/1 or a score);
@@ -38,8 +39,10 @@ from bertkit.embedding.data_layout import UNIT, LabelRule
 from bertkit.embedding.ir_metrics import DEFAULT_K
 from bertkit.embedding.ranking_checks import check_reranker_data
 from bertkit.embedding.training import (
+    BATCH_SIZE_COUNTS,
     MODEL_DIR,
     EmbeddingTrainingResult,
+    adopt_old_batch_size,
     data_parallel,
     finish,
     global_batches,
@@ -70,7 +73,7 @@ def build_rerank_loss(name: str, *, mini_batch_size: int | None = None,
 
 
 class RerankCollator:
-    """The Trainer's ``collate_fn``: ``[RowBatch]`` -> ``{"rows": [n] int64, "rerank": RerankBatch}`` (see the
+    """The Trainer's ``collate_fn``: a ``RowBatch`` -> ``{"rows": [n] int64, "rerank": RerankBatch}`` (see the
     module docstring for the labels); ``labelled``: whether the loss reads labels. Under DDP it is given the
     global batch and keeps rank ``rank`` 's share (:meth:`~bertkit.embedding.data.RowBatch.part`); the reranking
     losses score each rank's rows on their own (mnrl's in-batch negatives come from the rank's share)."""
@@ -79,10 +82,9 @@ class RerankCollator:
         self.tokenize, self.labelled = tokenize, labelled
         self.rank, self.world_size = rank, world_size
 
-    def __call__(self, batches: list[RowBatch]) -> dict[str, Any]:
+    def __call__(self, batch: RowBatch) -> dict[str, Any]:
         from bertkit.embedding.rerank_losses import RerankBatch
 
-        (batch,) = batches
         batch = batch.part(self.rank, self.world_size)
         queries, documents, labels = [], [], []
         for place, row in zip(batch.where, batch.rows):
@@ -174,8 +176,9 @@ def finetune_reranker(model: str | os.PathLike, train_files: str | os.PathLike |
     evaluators, described = rerank_evaluators(eval_rerank, eval_beir, eval_first_stage, eval_top_k, eval_every,
                                               eval_split, eval_k)
     rank, world = data_parallel()  # the data is read and every row checked before the run directory opens
-    dataset = global_batches(files, batch_size, world, columns=columns, sampling=sampling, seed=seed,
-                             encoding=encoding, check=functools.partial(check_rerank_row, loss))
+    dataset = global_batches(files, batch_size, world, gradient_accumulation_steps, columns=columns,
+                             sampling=sampling, seed=seed, encoding=encoding,
+                             check=functools.partial(check_rerank_row, loss))
     check_reranker_data(dataset, objective, loss, world)  # before the run directory: a refused run leaves nothing
     with open_run(output_dir, resume=resume, overwrite=overwrite) as run:
         torch.manual_seed(seed)  # a new head's initial weights are a function of the seed
@@ -183,10 +186,12 @@ def finetune_reranker(model: str | os.PathLike, train_files: str | os.PathLike |
                              device=resolve_device(device, int(os.environ.get("LOCAL_RANK", 0))))
         settings = {"loss": loss, "mini_batch_size": mini_batch_size, "num_negatives": num_negatives,
                     "columns": columns, "sampling": sampling, "batch_size": batch_size,
+                    "batch_size_counts": BATCH_SIZE_COUNTS,
                     "max_seq_length": cross.max_length,
                     **({"encoding": encoding} if encoding != "utf-8" else {})}  # older runs still resume
         run.check("model", {"source": os.fspath(model)})
         run.check("data", {"train": file_fingerprint(files)})
+        adopt_old_batch_size(run, "reranker", batch_size)
         run.check("reranker", json.loads(json.dumps(settings)))
         run.save()
         collate = RerankCollator(cross.tokenize, labelled=loss != "mnrl", rank=rank, world_size=world)

@@ -6,27 +6,29 @@ a :class:`~bertkit.embedding.batch.PairBatch`, a loss is called as ``loss(embed,
 trainable :class:`~bertkit.sentence.SentenceTransformer`. This module adapts them to
 :class:`~bertkit.training.Trainer`, which calls only ``model.training_step(batch)``:
 
-* :class:`BatchSchedule` is the Trainer's sampler *and* its dataset. Its "indices" are the positions of the
-  dataset's batches in the epoch (0, 1, ...), one per micro-batch (``TrainingConfig.batch_size`` is 1
-  batch; the number of rows per batch is the dataset's). Iterating it reads the dataset's next batch and
-  yields its position; ``schedule[position]`` hands that batch to the collate function. Its
-  ``state_dict`` is the dataset's (epoch, batches taken), which the Trainer snapshots after every
-  micro-batch and stores in each checkpoint: a resumed run reads past the batches already taken (without
-  tokenizing them) and continues with the next one, so a run interrupted at a checkpoint and resumed ends
-  with the weights of an uninterrupted one, bit for bit on CPU in fp32 (tests/test_embedding_training.py).
-  It needs ``num_workers=0`` (the batch is handed over in-process).
-* ``gradient_accumulation_steps`` k: a step is k batches in turn, each its own loss (the mean of the k losses'
-  gradients). For a loss of each row alone (cosine, triplet, contrastive, MarginMSE, KL) that is the gradient of
-  one batch of k times the rows; an in-batch loss (MNRL, CoSENT, GIST) still draws its negatives from one batch:
-  ``cached-mnrl`` with ``mini_batch_size`` gives the large batch's negatives in a small batch's memory.
-* Under torchrun (``W`` processes, :func:`data_parallel`) ``batch_size`` stays the rows per process per step:
-  the dataset yields *global* batches of ``W * batch_size`` rows (whole ones only: ``drop_last``), every rank
+* ``batch_size`` is the rows per optimizer step over all processes (``TrainingConfig.batch_size``, as for every
+  trainer; docs/how-to/train-embeddings.md says why). With ``gradient_accumulation_steps`` k a step is k batches
+  of ``batch_size / k`` rows in turn, each its own loss (the mean of the k losses' gradients): for a loss of each
+  row alone (cosine, triplet, contrastive, MarginMSE, KL) that is the gradient of one batch of ``batch_size``
+  rows; an in-batch loss (MNRL, CoSENT, GIST) draws its negatives from one batch of ``batch_size / k`` rows:
+  ``cached-mnrl`` with ``mini_batch_size`` gives the whole step's negatives in a small batch's memory.
+* The :class:`~bertkit.embedding.data.EmbeddingDataset` is the Trainer's *batch source*
+  (:mod:`bertkit.training.batch_source`): it yields one batch per micro-batch, which :class:`BatchCollator`
+  tokenizes (in DataLoader workers with ``num_workers > 0``). Its ``state_dict`` (epoch, batches taken) is
+  snapshotted by the Trainer after every micro-batch and stored in each checkpoint: a resumed run reads past the
+  batches already taken (without tokenizing them) and continues with the next one, so a run interrupted at a
+  checkpoint and resumed ends with the weights of an uninterrupted one, bit for bit on CPU in fp32
+  (tests/test_embedding_training.py).
+* Under torchrun (``W`` processes, :func:`data_parallel`) the dataset yields *global* batches of
+  ``batch_size / k`` rows (whole ones only: ``drop_last``; ``batch_size`` must divide by ``k * W``), every rank
   reads the same stream (same seed, same position, so a checkpoint's data state is the global stream
   position), and the collate function hands rank ``r`` its contiguous share ``r`` of each global batch
   (:meth:`~bertkit.embedding.data.RowBatch.part`). With the losses gathering their in-batch candidates (and
-  their text ids) from every rank, a ``W``-process run trains as one process with ``batch_size * W`` rows
+  their text ids) from every rank, a ``W``-process run trains as one process with the same ``batch_size``
   would (without dropout: the ranks draw different dropout masks). Rank 0 alone writes the run directory.
-* :class:`BiEncoder` is the model the Trainer sees: ``training_step`` is the loss on the batch, nothing else.
+* :class:`BiEncoder` is the model the Trainer sees: ``training_step`` is the loss on the batch, nothing else;
+  its ``grad_sync`` tells the Trainer how the ranks' gradients meet (``"manual"`` for the cached loss, whose
+  backward runs the encoder again: DDP's reducer refuses that).
 
 The run directory works as ``bertkit finetune``'s (:mod:`bertkit.tasks.finetuning`): ``OUT/run.json``,
 checkpoints, ``metrics.jsonl`` and ``metrics.png``, ``results.json``, and ``OUT/model``: a
@@ -57,6 +59,7 @@ from bertkit.embedding.data_layout import BINARY, LabelRule
 from bertkit.embedding.eval_schedule import EvalSchedule, check_every, evaluation_table, json_metrics
 from bertkit.embedding.ir_metrics import DEFAULT_K
 from bertkit.embedding.ranking_checks import check_bi_encoder_data
+from bertkit.training.distributed import average_gradients  # noqa: F401  (its old public place)
 
 logger = logging.getLogger(__name__)
 
@@ -64,6 +67,8 @@ logger = logging.getLogger(__name__)
 LOSSES = ("mnrl", "cached-mnrl", "cosent", "angle", "cosine", "triplet", "contrastive", "online-contrastive",
           "margin-mse", "kl", "gist")
 MODEL_DIR = "model"
+#: what ``batch_size`` counts, recorded in run.json (runs without it counted rows per step *and process*)
+BATCH_SIZE_COUNTS = "rows per optimizer step over all processes"
 RESULTS_FILE = "results.json"
 
 
@@ -119,47 +124,15 @@ def _options(name: str) -> set[str]:
             "cosent": {"scale"}, "angle": {"scale"}, "gist": {"scale", "guide"}}.get(name, set())
 
 
-class BatchSchedule:
-    """The Trainer's sampler and dataset over an :class:`EmbeddingDataset` (see the module docstring)."""
-
-    def __init__(self, dataset: EmbeddingDataset):
-        self.dataset = dataset
-        self._pending: tuple[int, RowBatch] | None = None
-
-    def __len__(self) -> int:
-        return len(self.dataset)
-
-    def set_epoch(self, epoch: int) -> None:
-        self.dataset.load_state_dict({**self.dataset.state_dict(), "epoch": epoch, "taken": 0})
-
-    def __iter__(self):
-        for batch in self.dataset:
-            position = self.dataset.taken - 1
-            self._pending = (position, batch)
-            yield position
-
-    def __getitem__(self, position: int) -> RowBatch:
-        if self._pending is None or self._pending[0] != position:
-            raise RuntimeError(f"batch {position} was asked for out of turn: the embedding batches stream in "
-                               "order, so train them with num_workers=0.")
-        return self._pending[1]
-
-    def state_dict(self) -> dict[str, Any]:
-        return self.dataset.state_dict()
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        self.dataset.load_state_dict(state)
-
-
 class BatchCollator:
-    """The Trainer's ``collate_fn``: ``[RowBatch]`` (one batch per micro-batch) -> ``{"rows": [n] int64,
-    "pairs": PairBatch}`` (``rows`` is there for the Trainer's example count)."""
+    """The Trainer's ``collate_fn`` of the dataset's batches: a :class:`RowBatch` (one per micro-batch) ->
+    ``{"rows": [n] int64, "pairs": PairBatch}`` (``rows``, this rank's, is there for the Trainer's example
+    count)."""
 
     def __init__(self, collator: PairCollator):
         self.collator = collator
 
-    def __call__(self, batches: list[RowBatch]) -> dict[str, Any]:
-        (batch,) = batches
+    def __call__(self, batch: RowBatch) -> dict[str, Any]:
         pairs = self.collator(batch)
         return {"rows": pairs.text_ids[0], "pairs": pairs}
 
@@ -171,6 +144,13 @@ class BiEncoder(nn.Module):
     def __init__(self, model: nn.Module, loss: nn.Module):
         super().__init__()
         self.model, self.loss = model, loss
+
+    @property
+    def grad_sync(self) -> str:
+        """How the Trainer syncs the ranks' gradients: ``"manual"`` (after the backward) for the cached loss, whose
+        backward replays the encoder (DDP's reducer refuses a parameter reached twice in one backward), else
+        ``"ddp"``."""
+        return "manual" if _gradcache_loss(self.loss) is not None else "ddp"
 
     def embed(self, inputs: Mapping[str, torch.Tensor]) -> torch.Tensor:
         prompt = inputs.get("prompt_length")  # the column's prompt, which a pooling may leave out
@@ -231,7 +211,7 @@ def finetune_embeddings(model: str | os.PathLike, train_files: str | os.PathLike
     (:func:`trained_similarity`) as its ``similarity_fn_name``. ``columns``, ``sampling`` and
     ``allow_repeated_queries``: see :class:`~bertkit.embedding.data.EmbeddingDataset` (``encoding``: of the
     training files) and :class:`~bertkit.embedding.data.PairCollator`.
-    ``batch_size`` rows per step (one file's; per process under torchrun, module docstring); ``max_steps``
+    ``batch_size`` rows per optimizer step over all processes (one file's; module docstring); ``max_steps``
     (default: ``epochs`` times the batches per epoch); ``save_every`` steps a checkpoint (default: every
     epoch). ``resume`` continues the run in ``output_dir`` (changed hyperparameters refused unless
     ``apply_changes``), ``overwrite`` replaces it. ``report_to``: experiment
@@ -253,13 +233,12 @@ def finetune_embeddings(model: str | os.PathLike, train_files: str | os.PathLike
     loss_options = dict(scale=scale, symmetric=symmetric, mini_batch_size=mini_batch_size,
                         matryoshka_dims=matryoshka_dims)
     objective = build_loss(loss, **loss_options, guide=guide)  # checks the options before anything loads
-    for name, value in (("epochs", epochs), ("batch_size", batch_size)):
-        if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-            raise ValueError(f"{name} must be a positive number, got {value!r}.")
+    if isinstance(epochs, bool) or not isinstance(epochs, int | float) or epochs <= 0:
+        raise ValueError(f"epochs must be a positive number, got {epochs!r}.")
     eval_data = check_evaluation_data(eval_beir, eval_sts, eval_every, eval_split, eval_k)
     rank, world = data_parallel()  # the data is read and every row checked before the run directory opens
-    dataset = global_batches(files, batch_size, world, columns=columns, sampling=sampling, seed=seed,
-                             encoding=encoding, check=label_rule(loss))
+    dataset = global_batches(files, batch_size, world, gradient_accumulation_steps, columns=columns,
+                             sampling=sampling, seed=seed, encoding=encoding, check=label_rule(loss))
     check_bi_encoder_data(dataset, objective, loss)  # before the run directory: a refused run leaves nothing
     with open_run(output_dir, resume=resume, overwrite=overwrite) as run:
         torch.manual_seed(seed)  # what the checkpoint lacks (a pooler no loss reads) is a function of the seed
@@ -280,12 +259,14 @@ def finetune_embeddings(model: str | os.PathLike, train_files: str | os.PathLike
         settings = {"loss": loss, "scale": scale, "symmetric": symmetric, "mini_batch_size": mini_batch_size,
                     "matryoshka_dims": list(matryoshka_dims or []), "pooling": list(net.pooling.modes),
                     "prompts": prompts, "columns": columns, "sampling": sampling, "batch_size": batch_size,
+                    "batch_size_counts": BATCH_SIZE_COUNTS,
                     "max_seq_length": net.max_seq_length, "allow_repeated_queries": allow_repeated_queries,
                     "similarity_fn_name": net.similarity_fn_name,
                     **({"guide": os.fspath(guide)} if guide is not None else {}),
                     **({"encoding": encoding} if encoding != "utf-8" else {})}  # older runs still resume
         run.check("model", {"source": os.fspath(model)})
         run.check("data", {"train": file_fingerprint(files)})
+        adopt_old_batch_size(run, "embedding", batch_size)
         run.check("embedding", json.loads(json.dumps(settings)))
         run.save()
 
@@ -316,6 +297,40 @@ def finetune_embeddings(model: str | os.PathLike, train_files: str | os.PathLike
         return finish(trainer, model_dir, results, start)
 
 
+def adopt_old_batch_size(run, section: str, batch_size: int) -> None:
+    """Convert a resumed run started when ``--batch-size`` counted rows per step *and process* (its run.json
+    ``section`` has no ``batch_size_counts``) to the rows per optimizer step over all processes: when
+    ``batch_size`` is the run's rows per step (its batch size times its processes and accumulation steps), its
+    run.json and checkpoints are rewritten to say so (``examples_seen`` in rows, counting whole batches);
+    otherwise a one-line ``ValueError`` gives the ``--batch-size`` to resume with."""
+    from bertkit.training.checkpoint import rewrite_checkpoint_states
+
+    stored = run.info.get(section) if run.resumed else None
+    if stored is None or "batch_size_counts" in stored:
+        return
+    training = run.info.get("training") or {}
+    accumulation = training.get("gradient_accumulation_steps", 1)
+    per_step = training.get("batch_size", accumulation)  # the old config counted batches: processes x accumulation
+    rows = stored["batch_size"] * per_step
+    if batch_size != rows:
+        raise ValueError(f"{run.final} was started when --batch-size counted the rows per step and process "
+                         f"({stored['batch_size']}, x {per_step // accumulation} process(es) x {accumulation} "
+                         f"accumulation step(s)); it now counts the rows per optimizer step over all processes: "
+                         f"resume with --batch-size {rows}.")
+
+    def convert(state: dict[str, Any]) -> None:
+        state["config"]["batch_size"] = rows
+        state["trainer"]["examples_seen"] = state["trainer"]["examples_seen"] // per_step * rows
+
+    rewrite_checkpoint_states(run.path, convert)
+    run.info[section] = {**stored, "batch_size": rows, "batch_size_counts": BATCH_SIZE_COUNTS}
+    if "training" in run.info:
+        run.info["training"]["batch_size"] = rows
+    run.save()
+    logger.info("%s: converted to --batch-size %d rows per optimizer step over all processes (the run was started "
+                "with --batch-size %d rows per step and process)", run.final, rows, stored["batch_size"])
+
+
 def data_parallel() -> tuple[int, int]:
     """``(rank, world_size)`` of this process under torchrun, ``(0, 1)`` otherwise (read from the environment,
     as :func:`~bertkit.training.distributed.init_distributed` reads it, before the Trainer joins the group)."""
@@ -326,11 +341,26 @@ def data_parallel() -> tuple[int, int]:
     return int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
 
 
-def global_batches(files: Sequence[str | os.PathLike], batch_size: int, world_size: int,
+def global_batches(files: Sequence[str | os.PathLike], batch_size: int, world_size: int, accumulation: int = 1,
                    **options: Any) -> EmbeddingDataset:
-    """The dataset of the global batches: ``batch_size`` rows per process times ``world_size`` processes, whole
-    batches only when ``world_size > 1`` (each rank then holds exactly ``batch_size`` rows; module docstring)."""
-    return EmbeddingDataset(files, batch_size * world_size, drop_last=world_size > 1, **options)
+    """The dataset of the global micro-batches: ``batch_size`` rows per optimizer step over ``world_size``
+    processes and ``accumulation`` micro-batches (:func:`check_batch_split`), so batches of ``batch_size /
+    accumulation`` rows, whole ones only when ``world_size > 1`` (each rank then holds exactly ``batch_size /
+    (accumulation * world_size)`` rows; module docstring)."""
+    check_batch_split(batch_size, accumulation, world_size)
+    return EmbeddingDataset(files, batch_size // accumulation, drop_last=world_size > 1, **options)
+
+
+def check_batch_split(batch_size: int, accumulation: int, world_size: int) -> None:
+    """A one-line ``ValueError`` naming the flag unless ``batch_size`` (rows per optimizer step over all processes)
+    and ``accumulation`` are positive integers and the rows split evenly over the micro-batches and processes."""
+    for flag, value in (("--batch-size", batch_size), ("--gradient-accumulation-steps", accumulation)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{flag} must be a positive integer, got {value!r}.")
+    parts = accumulation * world_size
+    if batch_size % parts:
+        raise ValueError(f"--batch-size {batch_size} (rows per optimizer step over all processes) does not split into "
+                         f"{accumulation} accumulation step(s) x {world_size} process(es); give a multiple of {parts}.")
 
 
 def train_batches(run, module: nn.Module, dataset: EmbeddingDataset, collate_fn, *, epochs: float,
@@ -348,31 +378,23 @@ def train_batches(run, module: nn.Module, dataset: EmbeddingDataset, collate_fn,
     from bertkit.training import Trainer, TrainingConfig
 
     accumulation = training.get("gradient_accumulation_steps", 1)
-    if isinstance(accumulation, bool) or not isinstance(accumulation, int) or accumulation < 1:
-        raise ValueError(f"--gradient-accumulation-steps must be a positive integer, got {accumulation!r}.")
     per_epoch = len(dataset) // accumulation  # optimizer steps per epoch
     if per_epoch == 0:
         raise ValueError(f"--gradient-accumulation-steps {accumulation} is more than the {len(dataset)} batches of an "
                          "epoch; accumulate fewer batches, or give more rows.")
     if accumulation > 1 and _in_batch(getattr(module, "loss", None)):
-        logger.warning("--gradient-accumulation-steps %d: each batch's in-batch negatives stay its own rows; for "
-                       "the negatives of the whole step use --loss cached-mnrl with --mini-batch-size", accumulation)
+        logger.warning("--gradient-accumulation-steps %d: each micro-batch's in-batch negatives stay its own %d "
+                       "rows; for the negatives of the whole step use --loss cached-mnrl with --mini-batch-size",
+                       accumulation, dataset.batch_size)
     steps = max_steps if max_steps is not None else max(1, round(epochs * per_epoch))
-    world = data_parallel()[1]  # every rank's micro-batch is one global batch (its share of it, collated)
-    config = TrainingConfig(max_steps=steps, batch_size=world * accumulation, num_workers=0,
+    world = data_parallel()[1]
+    config = TrainingConfig(max_steps=steps, batch_size=dataset.batch_size * accumulation, num_workers=0,
                             log_every=max(1, min(50, per_epoch // 4)), save_every=save_every or per_epoch,
                             keep_last=1, output_dir=str(run.path),
                             find_unused_parameters=world > 1, **training)  # e.g. a pooler no loss reads
-    schedule = BatchSchedule(dataset)
-    trainer = Trainer(module, schedule, config=config, collate_fn=collate_fn, sampler=schedule, callbacks=callbacks,
+    trainer = Trainer(module, batch_source=dataset, config=config, collate_fn=collate_fn, callbacks=callbacks,
                       stateful={"gemm": GemmChoice()},  # a resumed run keeps its float32 product backend
                       apply_changes=apply_changes)
-    replayed = _gradcache_loss(getattr(module, "loss", None))
-    if trainer.ddp is not None and replayed is not None:
-        # the cached loss runs several forwards per backward, which DDP's reducer refuses: train outside DDP
-        # and average the gradients over the ranks once the replay has accumulated them
-        trainer.ddp = None
-        replayed.on_replayed = functools.partial(average_gradients, list(module.parameters()))
 
     if evaluation is not None:
         evaluation.attach(trainer, default_every=per_epoch)
@@ -419,21 +441,6 @@ def _nested(loss: nn.Module | None):
     for attribute in ("inner", "plain"):
         if isinstance(getattr(loss, attribute, None), nn.Module):
             yield from _nested(getattr(loss, attribute))
-
-
-def average_gradients(parameters: Sequence[torch.Tensor]) -> None:
-    """Replace each gradient by its mean over the ranks (what DDP does), in one all-reduce. Every rank must hold
-    gradients for the same parameters (the same model and loss do); a parameter without one is left alone."""
-    import torch.distributed as dist
-
-    grads = [p.grad for p in parameters if p.grad is not None]
-    if not grads:
-        return
-    flat = torch.cat([g.reshape(-1) for g in grads])
-    dist.all_reduce(flat)
-    flat /= dist.get_world_size()
-    for grad, mean in zip(grads, flat.split([g.numel() for g in grads])):
-        grad.copy_(mean.view_as(grad))
 
 
 def last_train_record(path: Path) -> dict[str, Any]:

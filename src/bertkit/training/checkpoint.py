@@ -22,6 +22,7 @@ import os
 import random
 import re
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -83,6 +84,15 @@ def load_checkpoint(path: str | os.PathLike, model: nn.Module | None = None) -> 
         device = next((p.device for p in model.parameters()), torch.device("cpu"))
         load_model(model, path / MODEL_FILE, strict=True, device=str(device))
     return torch.load(path / STATE_FILE, map_location="cpu", weights_only=True)
+
+
+def rewrite_checkpoint_states(output_dir: str | os.PathLike, change: Callable[[dict[str, Any]], None]) -> None:
+    """Apply ``change`` to the saved state (:data:`STATE_FILE`) of every checkpoint in ``output_dir`` and write it
+    back atomically: converting a run written under an older meaning of a setting."""
+    for path in list_checkpoints(output_dir):
+        state = torch.load(path / STATE_FILE, map_location="cpu", weights_only=True)
+        change(state)
+        atomic_write(path / STATE_FILE, lambda target, state=state: torch.save(state, target))
 
 
 def list_checkpoints(output_dir: str | os.PathLike) -> list[Path]:

@@ -7,7 +7,9 @@ a single process and costs nothing. The processes must all arrive within ``BERTK
 seconds (default 120): variables left in a shell by an earlier job would otherwise make a plain run
 wait, silently, for processes that never come.
 
-DDP only all-reduces gradients when its own ``forward`` runs, but the engine calls a
+DDP only all-reduces gradients when its own ``forward`` runs (a model whose backward runs its forward again
+trains without it: the Trainer's ``grad_sync="manual"``, :func:`broadcast_from_main` and
+:func:`average_gradients`), but the engine calls a
 task model's ``training_step(batch)``: :class:`TrainingStepModule` is the adapter whose
 ``forward(batch)`` is the inner model's ``training_step``, and it is what DDP wraps.
 """
@@ -138,6 +140,28 @@ def wrap_ddp(model: nn.Module, ctx: DistributedContext, device: torch.device,
     device_ids = [device.index] if device.type == "cuda" else None
     return DistributedDataParallel(TrainingStepModule(model), device_ids=device_ids,
                                    find_unused_parameters=find_unused_parameters)
+
+
+def broadcast_from_main(model: nn.Module) -> None:
+    """Give every rank rank 0's parameters and buffers (what DDP does when it wraps a model), for a model trained
+    without DDP (``grad_sync="manual"``)."""
+    with torch.no_grad():
+        for tensor in [*model.parameters(), *model.buffers()]:
+            dist.broadcast(tensor.data, src=0)
+
+
+def average_gradients(parameters: list[torch.Tensor]) -> None:
+    """Replace each gradient by its mean over the ranks (what DDP does), in one all-reduce: the Trainer's
+    ``grad_sync="manual"``. Every rank must hold gradients for the same parameters (the same model and loss do); a
+    parameter without one is left alone."""
+    grads = [p.grad for p in parameters if p.grad is not None]
+    if not grads:
+        return
+    flat = torch.cat([g.reshape(-1) for g in grads])
+    dist.all_reduce(flat)
+    flat /= dist.get_world_size()
+    for grad, mean in zip(grads, flat.split([g.numel() for g in grads])):
+        grad.copy_(mean.view_as(grad))
 
 
 def all_reduce_(tensor: torch.Tensor, ctx: DistributedContext, op: str = "sum") -> torch.Tensor:

@@ -35,8 +35,21 @@ loop pretrains (``BERTForPreTraining``) and fine-tunes (a task model with a head
   steps (:mod:`.allocator`), which, with the engine's rounded row counts, keeps the resident set flat over
   the steps (see there).
 
-Exact resume: the data order depends only on the sampler's ``(seed, epoch, position)``
-(see :mod:`.sampler` for the protocol), the trainer snapshots the sampler's state after
+Data comes from a dataset read in the order of a sampler (:mod:`.sampler`) or from a *batch source*, a
+stateful stream of whole micro-batches (:mod:`.batch_source`: the embedding and reranking trainers' batches of
+one file's rows). ``TrainingConfig.batch_size`` is the examples (rows) per optimizer step over every process and
+accumulated micro-batch; a run says at its start how that splits (one INFO line: the per-process share and the
+accumulation), and ``TrainState.examples_seen`` counts the rows trained on.
+
+Gradient synchronisation over data-parallel ranks (``grad_sync``): ``"ddp"`` wraps the model in DDP, which
+all-reduces the gradients in the backward of each step's last micro-batch; ``"manual"`` runs the model unwrapped
+and averages the gradients over the ranks once the step's micro-batches are back-propagated (one all-reduce:
+:func:`~bertkit.training.distributed.average_gradients`), for a model whose backward runs its forward again
+(the cached, GradCache loss replays its mini-batches inside ``backward()``, which DDP's reducer refuses). A
+model declares what it needs as its ``grad_sync`` attribute; the Trainer's argument overrides it.
+
+Exact resume: the data order depends only on the sampler's ``(seed, epoch, position)`` (or the batch source's
+state), the trainer snapshots that state after
 every micro-batch it consumes, and a checkpoint holds that snapshot, the ``state_dict()``
 of the collate function and of any ``stateful`` objects, the RNG states of every rank,
 the optimizer, scheduler and step. On CPU in fp32 with ``num_workers=0`` a run that is
@@ -47,7 +60,6 @@ workers, so its masks are only reproducible if it derives them from the example 
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import json
 import logging
@@ -69,10 +81,20 @@ from torch.utils.data import DataLoader
 from bertkit.progress import progress_bar
 from bertkit.training import allocator, reporting
 from bertkit.training import checkpoint as ckpt
+from bertkit.training.batch_source import (
+    BATCH_SOURCE_METHODS,
+    SAMPLER_METHODS,
+    CollateItem,
+    Items,
+    MicroBatches,
+    check_protocol,
+)
 from bertkit.training.config import TrainingConfig, describe_precision, resolve_device, resolve_precision
 from bertkit.training.distributed import (
     all_reduce_,
+    average_gradients,
     barrier,
+    broadcast_from_main,
     gather_to_main,
     init_distributed,
     wrap_ddp,
@@ -106,7 +128,8 @@ ZERO_GRADIENT_STEPS = 3
 #: The Trainer's callback events, in the order a run meets them (``callbacks`` maps each to functions of the
 #: trainer; ``on_metrics`` follows every line written to metrics.jsonl).
 EVENTS = ("on_train_begin", "on_step_end", "on_log", "on_evaluate", "on_metrics", "on_save", "on_train_end")
-SAMPLER_METHODS = ("set_epoch", "state_dict", "load_state_dict", "__iter__", "__len__")
+#: how gradients meet over data-parallel ranks (module docstring)
+GRAD_SYNCS = ("ddp", "manual")
 METRICS_FILE = "metrics.jsonl"
 
 
@@ -139,8 +162,10 @@ class Trainer:
     The order of examples comes from ``sampler`` (an object following the
     :mod:`.sampler` protocol, already sharded for this rank) or is built by
     ``sampler_factory(len(train_dataset), seed=, rank=, world_size=)`` (default
-    :class:`SeededSampler`). ``stateful`` names further objects (with
-    ``state_dict``/``load_state_dict``, or ``torch.Generator``) to checkpoint per rank.
+    :class:`SeededSampler`). Instead of ``train_dataset``, ``batch_source`` (:mod:`.batch_source`) yields the
+    micro-batches' items, each turned into a batch by ``collate_fn(item)``. ``grad_sync``: ``"ddp"`` or
+    ``"manual"`` (module docstring; None: the model's ``grad_sync`` attribute, else ``"ddp"``). ``stateful``
+    names further objects (with ``state_dict``/``load_state_dict``, or ``torch.Generator``) to checkpoint per rank.
     ``callbacks`` maps an event of :data:`EVENTS` to functions called with the trainer; a
     callback may set ``trainer.should_stop = True`` (identically on every rank) to end the
     run after the current step, with a checkpoint. ``on_metrics`` follows every line written to
@@ -150,8 +175,9 @@ class Trainer:
     (:class:`~bertkit.training.threads.ThreadChoice`, reported as ``trainer.threads.report()``).
     """
 
-    def __init__(self, model: nn.Module, train_dataset, *, config: TrainingConfig,
+    def __init__(self, model: nn.Module, train_dataset=None, *, config: TrainingConfig,
                  collate_fn: Callable | None = None, sampler: Any = None, sampler_factory: Callable | None = None,
+                 batch_source: Any = None, grad_sync: str | None = None,
                  eval_dataset=None, eval_collate_fn: Callable | None = None,
                  callbacks: Mapping[str, Callable | Iterable[Callable]] | None = None,
                  stateful: Mapping[str, Any] | None = None, apply_changes: bool = False):
@@ -160,6 +186,12 @@ class Trainer:
                             "the Trainer calls only that.")
         if sampler is not None and sampler_factory is not None:
             raise ValueError("Pass either sampler or sampler_factory, not both.")
+        if (batch_source is None) == (train_dataset is None) or (batch_source is not None and (
+                sampler is not None or sampler_factory is not None)):
+            raise ValueError("Pass either train_dataset (with a sampler or sampler_factory) or batch_source.")
+        self.grad_sync = grad_sync or getattr(model, "grad_sync", "ddp")
+        if self.grad_sync not in GRAD_SYNCS:
+            raise ValueError(f"grad_sync must be one of {GRAD_SYNCS}, got {self.grad_sync!r}.")
         self.config = config
         # LOCAL_RANK picks the GPU before the process group exists
         self.device = resolve_device(config.device, int(os.environ.get("LOCAL_RANK", 0)))
@@ -174,21 +206,36 @@ class Trainer:
         self.model = model.to(self.device)
         self.micro_batch_size = config.micro_batch_size(self.ctx.world_size)
 
-        factory = sampler_factory or SeededSampler
-        self.sampler = sampler if sampler is not None else factory(
-            len(train_dataset), seed=config.seed, rank=self.ctx.rank, world_size=self.ctx.world_size)
-        missing = [m for m in SAMPLER_METHODS if not callable(getattr(self.sampler, m, None))]
-        if missing:
-            raise TypeError(f"The sampler lacks {missing}; see bertkit.training.sampler for the protocol.")
-        step_examples = self.micro_batch_size * config.gradient_accumulation_steps
-        self._micro_per_epoch = len(self.sampler) // step_examples * config.gradient_accumulation_steps
-        if self._micro_per_epoch == 0:
-            raise ValueError(f"One step needs {step_examples} examples per rank but the sampler gives "
-                             f"{len(self.sampler)} per epoch; lower TrainingConfig.batch_size or add data.")
-        self._index_batches = _IndexBatches(self.sampler, self.micro_batch_size)
+        accumulation = config.gradient_accumulation_steps
+        self.batch_source = batch_source
+        if batch_source is not None:
+            self.sampler = None
+            check_protocol(batch_source, "batch source", BATCH_SOURCE_METHODS, "bertkit.training.batch_source")
+            #: what the checkpoints keep the data position of: the sampler or the batch source
+            self.data_order = batch_source
+            self._micro_per_epoch = len(batch_source) // accumulation * accumulation
+            if self._micro_per_epoch == 0:
+                raise ValueError(f"One step needs {accumulation} micro-batches but the batch source gives "
+                                 f"{len(batch_source)} per epoch; lower TrainingConfig.gradient_accumulation_steps "
+                                 "or add data.")
+            self._micro_batches_of = MicroBatches(batch_source, None)
+            train_dataset, loader_collate = Items(), CollateItem(collate_fn)
+        else:
+            factory = sampler_factory or SeededSampler
+            self.sampler = sampler if sampler is not None else factory(
+                len(train_dataset), seed=config.seed, rank=self.ctx.rank, world_size=self.ctx.world_size)
+            check_protocol(self.sampler, "sampler", SAMPLER_METHODS, "bertkit.training.sampler")
+            self.data_order = self.sampler
+            step_examples = self.micro_batch_size * accumulation
+            self._micro_per_epoch = len(self.sampler) // step_examples * accumulation
+            if self._micro_per_epoch == 0:
+                raise ValueError(f"One step needs {step_examples} examples per rank but the sampler gives "
+                                 f"{len(self.sampler)} per epoch; lower TrainingConfig.batch_size or add data.")
+            self._micro_batches_of = MicroBatches(self.sampler, self.micro_batch_size)
+            loader_collate = collate_fn
         pin = self.device.type == "cuda"
         self.collate_fn = collate_fn
-        self.train_loader = DataLoader(train_dataset, batch_sampler=self._index_batches, collate_fn=collate_fn,
+        self.train_loader = DataLoader(train_dataset, batch_sampler=self._micro_batches_of, collate_fn=loader_collate,
                                        num_workers=config.num_workers, pin_memory=pin,
                                        generator=torch.Generator().manual_seed(config.seed))
         self.eval_loader = None
@@ -208,7 +255,9 @@ class Trainer:
         self.scaler = _grad_scaler() if self.precision == "fp16" else None
         self._params = [p for group in self.optimizer.param_groups for p in group["params"]]
         self.ddp = wrap_ddp(self.model, self.ctx, self.device, config.find_unused_parameters) \
-            if self.ctx.enabled else None
+            if self.ctx.enabled and self.grad_sync == "ddp" else None
+        if self.ctx.enabled and self.grad_sync == "manual":
+            broadcast_from_main(self.model)  # the ranks start from rank 0's weights, as DDP's would
 
         self.stateful = dict(stateful or {})
         self.callbacks: dict[str, list[Callable]] = {event: [] for event in EVENTS}
@@ -255,6 +304,7 @@ class Trainer:
         if self.ctx.is_main and not self._started:
             logger.info("%s", describe_precision(self.config.precision, self.precision, self.device,
                                                  resumed=self._precision_resumed))
+            logger.info("%s", describe_batch(self.config, self.ctx.world_size))
         self._started, self.should_stop = True, False
         self.model.train()
         t0 = time.perf_counter() - self.state.elapsed_s
@@ -342,6 +392,7 @@ class Trainer:
         cfg, accum = self.config, self.config.gradient_accumulation_steps
         started = time.perf_counter()
         nonfinite = torch.zeros((), dtype=torch.bool, device=self.device)
+        rows = 0
         for micro in range(accum):
             batch = to_device(next(batches), self.device)
             sync = self.ddp is None or micro == accum - 1  # DDP all-reduces on the last micro-batch only
@@ -353,8 +404,11 @@ class Trainer:
             loss = loss.detach()
             nonfinite |= ~torch.isfinite(loss)
             examples = _num_examples(batch)
+            rows += examples
             window.add({**metrics, "loss": loss}, weight=examples)
             window.count(examples, _num_tokens(batch))
+        if self.grad_sync == "manual" and self.ctx.enabled:
+            average_gradients(self._params)
 
         if self.scaler is not None:
             self.scaler.unscale_(self.optimizer)
@@ -387,7 +441,7 @@ class Trainer:
             self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.state.step += 1
-        self.state.examples_seen += self.micro_batch_size * accum * self.ctx.world_size
+        self.state.examples_seen += rows * self.ctx.world_size  # every rank trains on as many rows
         window.steps += 1
         seconds = time.perf_counter() - started
         window.seconds += seconds
@@ -457,17 +511,17 @@ class Trainer:
             if self.state.batch_in_epoch >= self._micro_per_epoch:
                 self.state.epoch += 1
                 self.state.batch_in_epoch = 0
-                self.sampler.set_epoch(self.state.epoch)
-            self._index_batches.snapshots.clear()
+                self.data_order.set_epoch(self.state.epoch)
+            self._micro_batches_of.snapshots.clear()
             for batch in self.train_loader:
-                self._sampler_snapshot = self._index_batches.snapshots.popleft()
+                self._sampler_snapshot = self._micro_batches_of.snapshots.popleft()
                 self.state.batch_in_epoch += 1
                 yield batch
                 if self.state.batch_in_epoch >= self._micro_per_epoch:
                     break
             else:  # the sampler ran out before the epoch's last full step (or was resumed at its end)
                 if self.state.batch_in_epoch == 0:
-                    raise RuntimeError("The sampler yielded no full micro-batch in a whole epoch.")
+                    raise RuntimeError("The sampler (or batch source) yielded no full micro-batch in a whole epoch.")
                 self.state.batch_in_epoch = self._micro_per_epoch
 
     def _data_state(self) -> dict[str, Any]:
@@ -484,8 +538,8 @@ class Trainer:
         random.seed(seed)
         np.random.seed(seed % 2**32)
         torch.manual_seed(seed)
-        self.sampler.set_epoch(0)
-        self._sampler_snapshot = ckpt.object_state(self.sampler)
+        self.data_order.set_epoch(0)
+        self._sampler_snapshot = ckpt.object_state(self.data_order)
         if self.ctx.is_main and self.metrics_path.exists():
             self.metrics_path.unlink()
 
@@ -517,7 +571,7 @@ class Trainer:
         local = saved["ranks"][self.ctx.rank]
         ckpt.set_rng_state(local["rng"])
         data = local["data"]
-        ckpt.load_object_state(self.sampler, data["sampler"])
+        ckpt.load_object_state(self.data_order, data["sampler"])
         self._sampler_snapshot = data["sampler"]
         ckpt.load_object_state(self.collate_fn, data["collate_fn"])
         for name, obj in self.stateful.items():
@@ -599,26 +653,14 @@ class Trainer:
             fn(self)
 
 
-class _IndexBatches:
-    """Batch sampler: consecutive micro-batches of the sampler's indices, recording the sampler's
-    state after each one, so the state of the last *consumed* batch is known even when workers
-    prefetch ahead. A trailing partial batch is dropped."""
-
-    def __init__(self, sampler, batch_size: int):
-        self.sampler, self.batch_size = sampler, batch_size
-        self.snapshots: collections.deque = collections.deque()
-
-    def __iter__(self) -> Iterator[list[int]]:
-        batch = []
-        for index in self.sampler:
-            batch.append(index)
-            if len(batch) == self.batch_size:
-                self.snapshots.append(self.sampler.state_dict())
-                yield batch
-                batch = []
-
-    def __len__(self) -> int:
-        return len(self.sampler) // self.batch_size
+def describe_batch(config: TrainingConfig, world_size: int) -> str:
+    """The line a run says at its start about its batch: ``config.batch_size`` (rows per optimizer step, over every
+    process and accumulated micro-batch) and its split, e.g. ``"batch size 64 rows per optimizer step = 8 per
+    micro-batch and process x 2 processes x 4 accumulation steps"``."""
+    accumulation = config.gradient_accumulation_steps
+    return (f"batch size {config.batch_size} rows per optimizer step = {config.micro_batch_size(world_size)} per "
+            f"micro-batch and process x {world_size} process{'es' if world_size > 1 else ''} x {accumulation} "
+            f"accumulation step{'s' if accumulation > 1 else ''}")
 
 
 def _grad_scaler():
