@@ -293,3 +293,59 @@ def test_sigkill_after_a_checkpoint_then_resume_is_bit_identical(tmp_path):
     logged = [json.loads(line)["step"] for line in (killed / "metrics.jsonl").read_text().splitlines()
               if json.loads(line)["split"] == "train"]
     assert logged == sorted(set(logged)) and logged[-1] == 10
+
+
+def as_started_before_issue_39(run_dir, batch_size: int, accumulation: int) -> None:
+    """Make ``run_dir`` look as the old meaning wrote it: run.json's batch size per step and process, no
+    ``batch_size_counts``, and the Trainer's config counting batches (``examples_seen`` too)."""
+    info = json.loads((run_dir / "run.json").read_text())
+    info["embedding"]["batch_size"] = batch_size // accumulation
+    del info["embedding"]["batch_size_counts"]
+    info["training"]["batch_size"] = accumulation
+    (run_dir / "run.json").write_text(json.dumps(info))
+    for state_file in run_dir.glob("checkpoints/*/state.pt"):
+        state = torch.load(state_file, weights_only=True)
+        state["config"]["batch_size"] = accumulation
+        state["trainer"]["examples_seen"] = state["trainer"]["step"] * accumulation
+        torch.save(state, state_file)
+
+
+def test_batch_size_counts_rows_per_step_and_a_run_of_the_old_meaning_is_converted_or_refused(base, tmp_path):
+    """--batch-size 8 with 2 accumulation steps: micro-batches of 4 rows, ``examples_seen`` 8 rows a step. A run
+    started when --batch-size 4 meant 4 rows per micro-batch and process is refused with the flag that resumes it,
+    then converted by it: it ends with the weights of the run never cut."""
+    train = write_pairs(tmp_path / "pairs.jsonl", 48)
+    options = {**COMMON, "loss": "mnrl", "max_steps": 6, "save_every": 2, "gradient_accumulation_steps": 2}
+    whole = finetune_embeddings(base, train, tmp_path / "whole", **options)
+    state = torch.load(next((tmp_path / "whole").glob("checkpoints/*/state.pt")), weights_only=True)
+    assert state["trainer"]["examples_seen"] == 6 * 8 and state["config"]["batch_size"] == 8
+
+    def stop(trainer):
+        if trainer.state.step == 2:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        finetune_embeddings(base, train, tmp_path / "old", callbacks={"on_save": stop}, **options)
+    as_started_before_issue_39(tmp_path / "old", 8, 2)
+    with pytest.raises(ValueError, match=r"was started when --batch-size counted the rows per step and process \(4, "
+                                         r"x 1 process\(es\) x 2 .*: resume with --batch-size 8\.$") as info:
+        finetune_embeddings(base, train, tmp_path / "old", resume=True, **{**options, "batch_size": 4})
+    assert "\n" not in str(info.value)
+    resumed = finetune_embeddings(base, train, tmp_path / "old", resume=True, **options)
+    assert json.loads((tmp_path / "old" / "run.json").read_text())["embedding"]["batch_size"] == 8
+    ours, theirs = (load_file(r.model_dir / "model.safetensors") for r in (resumed, whole))
+    for name in theirs:
+        torch.testing.assert_close(ours[name], theirs[name], rtol=0, atol=0, msg=name)
+
+
+def test_the_command_says_what_batch_size_counts_once_and_how_the_batch_splits(base, tmp_path, capsys):
+    train = write_pairs(tmp_path / "pairs.jsonl", 16)
+    common = ["finetune", "embed", "--model", str(base), "--train", str(train), "--max-steps", "1", "--precision",
+              "fp32", "--device", "cpu", "--threads", "1"]
+    assert cli([*common, "-o", str(tmp_path / "a"), "--batch-size", "8", "--gradient-accumulation-steps", "2"]) == 0
+    err = capsys.readouterr().err
+    assert err.count("--batch-size counts the rows of one optimizer step over all processes") == 1
+    assert "batch size 8 rows per optimizer step = 4 per micro-batch and process x 1 process x 2 accumulation " \
+           "steps" in err
+    assert cli([*common, "-o", str(tmp_path / "b")]) == 0  # the default: nothing to say about the flag
+    assert "--batch-size counts" not in capsys.readouterr().err

@@ -87,17 +87,20 @@ def add_run_flags(parser: argparse.ArgumentParser, *, batch_size: int, learning_
                                                           "cp1252")
     group = parser.add_argument_group("training")
     group.add_argument("--max-seq-length", type=int, help="default: the model's")
-    group.add_argument("--batch-size", type=int, default=batch_size,
-                       help="rows per step and process (under torchrun a step reads batch size x processes rows; "
-                            "default %(default)s)")
+    group.add_argument("--batch-size", type=int, metavar="ROWS",
+                       help=f"rows per optimizer step over all processes and accumulation steps, as in every "
+                            f"training command: the in-batch candidates of a step without accumulation; each "
+                            f"process trains on its share (default {batch_size})")
+    parser.set_defaults(default_batch_size=batch_size)
     group.add_argument("--epochs", type=float, default=1.0, help="default: %(default)s")
     group.add_argument("--max-steps", type=int, help="steps to train (default: from --epochs)")
     group.add_argument("--learning-rate", type=float, default=learning_rate, help="default: %(default)s")
     group.add_argument("--warmup-ratio", type=float, default=0.1, help="default: %(default)s")
     group.add_argument("--weight-decay", type=float, default=0.01, help="default: %(default)s")
     group.add_argument("--gradient-accumulation-steps", type=int, default=1, metavar="K",
-                       help="batches per optimizer step (default 1); in-batch negatives stay each batch's own: "
-                            "cached-mnrl --mini-batch-size gives a large batch's negatives in less memory")
+                       help="micro-batches of --batch-size / K rows per optimizer step (default 1); in-batch "
+                            "negatives stay each micro-batch's own: cached-mnrl --mini-batch-size gives the whole "
+                            "batch's negatives in less memory")
     group.add_argument("--save-every", type=int, help="steps between checkpoints (default: every epoch)")
     group.add_argument("--precision", choices=("auto", "fp32", "bf16", "fp16"), default="auto",
                        help="auto (default): bf16 autocast where the CPU/GPU has it natively, else fp32")
@@ -161,14 +164,29 @@ def run_options(args: argparse.Namespace) -> dict:
         raise ValueError("--apply-changes only applies with --resume")
     refuse_output_over_input(("-o", args.output), [("--train", path) for path in args.train],
                              models=[("--model", args.model)])
+    if args.batch_size is not None:
+        note_batch_size_meaning()
     return dict(columns=parse_columns(args.columns) if args.columns else None, sampling=args.sampling,
-                encoding=args.encoding, apply_changes=args.apply_changes,
-                max_seq_length=args.max_seq_length, batch_size=args.batch_size, epochs=args.epochs,
+                encoding=args.encoding, apply_changes=args.apply_changes, max_seq_length=args.max_seq_length,
+                batch_size=args.default_batch_size if args.batch_size is None else args.batch_size, epochs=args.epochs,
                 max_steps=args.max_steps, learning_rate=args.learning_rate, warmup_ratio=args.warmup_ratio,
                 weight_decay=args.weight_decay, save_every=args.save_every, precision=args.precision,
                 seed=args.seed, device=args.device, resume=args.resume, overwrite=args.overwrite,
                 threads=parse_threads(args.threads, "--threads"), report_to=args.report_to,
                 gradient_accumulation_steps=args.gradient_accumulation_steps)
+
+
+def note_batch_size_meaning() -> None:
+    """Say once, on stderr (the first process alone under torchrun), what --batch-size counts since it changed."""
+    import logging
+
+    from bertkit.embedding.training import data_parallel
+
+    if data_parallel()[0] == 0:
+        logging.getLogger("bertkit").info(
+            "note: --batch-size counts the rows of one optimizer step over all processes, as in every training "
+            "command (it counted the rows per step and process before: an old --batch-size N is now N x "
+            "processes x --gradient-accumulation-steps)")
 
 
 def report(result) -> None:
