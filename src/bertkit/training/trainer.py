@@ -160,6 +160,9 @@ class Trainer:
                             "the Trainer calls only that.")
         if sampler is not None and sampler_factory is not None:
             raise ValueError("Pass either sampler or sampler_factory, not both.")
+        if config.max_steps is None:
+            raise ValueError("TrainingConfig.max_steps is None: the Trainer trains a number of steps; give "
+                             "max_steps, or run a recipe (bertkit.training.run.run_recipe) to turn epochs into steps.")
         self.config = config
         # LOCAL_RANK picks the GPU before the process group exists
         self.device = resolve_device(config.device, int(os.environ.get("LOCAL_RANK", 0)))
