@@ -294,6 +294,7 @@ class Pretraining(Recipe):
 
     model_dir = MODEL_DIR
     results_file = EVALUATION_FILE
+    bookkeeping_by_epoch = False  # logs and checkpoints as the config says (the size's recipe)
     evaluation_data = "a held-out set (eval_data_dir=, --eval-data DIR; --text holds one out itself)"
 
     def __init__(self, how: PretrainingSetup, dataset: PretrainingData | None,
@@ -324,6 +325,9 @@ class Pretraining(Recipe):
 
     def prepare_data(self, run: RunDirectory) -> None:
         """Build the data that lives in the run directory (none: the data directories were given)."""
+
+    def steps_per_epoch(self, config: TrainingConfig) -> int:
+        return len(self.dataset) // config.batch_size  # check_enough_data made it one at least
 
     def _configs(self) -> tuple[BERTConfig, BERTConfig | None, float | None]:
         """The model's config, an ELECTRA run's generator config and its width ratio."""

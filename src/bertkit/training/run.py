@@ -38,8 +38,8 @@ from typing import Any
 from torch import nn
 
 from bertkit.io import atomic_write_text
-from bertkit.modeling import numerics
 from bertkit.modeling.fast import GemmChoice
+from bertkit.modeling.numerics import describe, warn_if_different
 from bertkit.training.config import TrainingConfig
 from bertkit.training.eval_schedule import EvalSchedule
 from bertkit.training.metrics import plot_metrics
@@ -89,6 +89,9 @@ class Recipe:
     results_file: str = RESULTS_FILE
     #: sections of :meth:`checks` a resume may change with ``apply_changes`` (recorded, not compared)
     changeable: tuple[str, ...] = ()
+    #: with epochs (:meth:`steps_per_epoch`), log, checkpoint and keep checkpoints by the epoch
+    #: (:func:`epoch_bookkeeping`); False: as the config says
+    bookkeeping_by_epoch: bool = True
     #: evaluate the model before the first step too (the "before" of a before/after table)
     evaluate_at_start: bool = False
     #: put the random state back after each evaluation (False: leave it as the evaluation left it)
@@ -182,7 +185,8 @@ def run_recipe(recipe: Recipe, config: TrainingConfig, *, output_dir: str | os.P
             (run.record if apply_changes and section in recipe.changeable else run.check)(section, value)
         run.save()
         per_epoch = recipe.steps_per_epoch(config)
-        config = epoch_bookkeeping(config, per_epoch).replace(output_dir=os.fspath(run.path))
+        config = epoch_bookkeeping(config, per_epoch, recipe.bookkeeping_by_epoch).replace(
+            output_dir=os.fspath(run.path))
         data = recipe.training_data(config)
         trainer = Trainer(recipe.model, data.dataset, config=config, **data.trainer_arguments(),
                           stateful={"gemm": GemmChoice()},  # a resumed run keeps its float32 product backend
@@ -213,16 +217,19 @@ def run_recipe(recipe: Recipe, config: TrainingConfig, *, output_dir: str | os.P
         return result
 
 
-def epoch_bookkeeping(config: TrainingConfig, steps_per_epoch: int | None) -> TrainingConfig:
+def epoch_bookkeeping(config: TrainingConfig, steps_per_epoch: int | None, bookkeeping: bool = True) -> TrainingConfig:
     """``config`` for a recipe with ``steps_per_epoch`` steps an epoch: ``max_steps`` from ``epochs`` (unless
-    given), a metrics line about 4 times an epoch (at most every 50 steps), a checkpoint every epoch (unless
-    ``save_every``), the last checkpoint kept. ``config`` as it is for a recipe without epochs (None)."""
+    given) and, with ``bookkeeping``, a metrics line about 4 times an epoch (at most every 50 steps), a checkpoint
+    every epoch (unless ``save_every``), the last checkpoint kept. ``config`` as it is for a recipe without epochs
+    (None)."""
     if steps_per_epoch is None:
         if config.max_steps is None:
             raise ValueError("TrainingConfig.max_steps is None, and this recipe does not count epochs: give "
                              "max_steps (--max-steps).")
         return config
     steps = config.max_steps if config.max_steps is not None else max(1, round(config.epochs * steps_per_epoch))
+    if not bookkeeping:
+        return config.replace(max_steps=steps)
     return config.replace(max_steps=steps, log_every=max(1, min(50, steps_per_epoch // 4)),
                           save_every=config.save_every or steps_per_epoch, keep_last=1)
 
@@ -259,9 +266,9 @@ def record_numerics(run: Any, trainer: Any) -> None:
     """Store the trainer's numerics (:func:`bertkit.modeling.numerics.describe`) and thread choice as
     ``run.json``'s ``"numerics"`` (``run``: a ``RunDirectory``), warning first when a resumed run's stored
     ones differ in what decides the numbers; writes run.json."""
-    current = numerics.describe(trainer.device, trainer.precision) | {"threads": trainer.threads.report()}
+    current = describe(trainer.device, trainer.precision) | {"threads": trainer.threads.report()}
     if run.resumed:
-        numerics.warn_if_different(run.info.get("numerics"), current, "the resumed run")
+        warn_if_different(run.info.get("numerics"), current, "the resumed run")
     run.record("numerics", current)
     run.save()
 
