@@ -330,7 +330,7 @@ def test_best_model_tracking_and_patience():
     assert restored.step == 20 and restored.should_stop
     loss = BestModel("loss", False, None)
     assert loss.update({"loss": 1.0}, 1) and loss.update({"loss": 0.5}, 2) and not loss.update({"loss": 0.7}, 3)
-    with pytest.raises(ValueError, match="metric_for_best='f1'"):
+    with pytest.raises(ValueError, match="keep_best='f1'"):
         BestModel("f1", True, None).update({"accuracy": 1.0}, 1)
 
 

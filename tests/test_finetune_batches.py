@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 import bertkit.tasks.finetuning as finetuning
+import bertkit.training.run as run
 from bertkit.cli import main as cli
 from bertkit.training import SeededSampler
 from bertkit.training.rundir import RunDirectoryError
@@ -33,12 +34,12 @@ def samplers(monkeypatch) -> list[type]:
     """The type of the sampler each fine-tuning run's Trainer draws its batches from."""
     seen: list[type] = []
 
-    class Spy(finetuning.Trainer):
+    class Spy(run.Trainer):
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
             seen.append(type(self.sampler))
 
-    monkeypatch.setattr(finetuning, "Trainer", Spy)
+    monkeypatch.setattr(run, "Trainer", Spy)  # the one run builds every recipe's Trainer
     return seen
 
 

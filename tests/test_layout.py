@@ -49,7 +49,9 @@ LAYERS: dict[str, set[str] | str] = {
     # tokenization: a converted checkpoint keeps its tokenizer files (weights/convert.py)
     "weights": {"config", "modeling", "tokenization"},
     "data": {"tokenization", "masking"},
-    "training": set(),  # works on any nn.Module
+    # works on any nn.Module; the one run (training/run.py) records the numerics and keeps the float32 GEMM
+    # backend on resume (modeling.numerics, modeling.fast.GemmChoice)
+    "training": {"modeling"},
     "inference": {"config", "modeling"},
     "tasks": {"config", "presets", "masking", "hooks", "resources", "tokenization", "modeling", "weights", "data",
               "training", "inference"},

@@ -25,8 +25,8 @@ import numpy as np
 import pytest
 import torch
 
-from bertkit.cli import TRACKERS
 from bertkit.cli import main as cli
+from bertkit.cli.training_flags import CHOICES as FLAG_CHOICES
 from bertkit.resources import austen_novels
 from bertkit.tasks.pretraining import pretrain_from_text
 from bertkit.training import TrainingConfig
@@ -410,7 +410,7 @@ def test_a_missing_extra_and_an_unknown_tracker_are_one_line_errors(book, tmp_pa
             TrainingConfig(max_steps=1, report_to=bad)
     assert parse_report_to(["tensorboard,mlflow", "tensorboard"]) == ("tensorboard", "mlflow")
     assert parse_report_to("none") == parse_report_to(None) == ()
-    assert TRACKERS == CHOICES  # the CLI's torch-free copy of the choices
+    assert FLAG_CHOICES["report_to"] is CHOICES  # the training flags' choices are the reporting module's
     assert mlflow_name("eval/ndcg@10") == "eval/ndcg_at_10" and mlflow_name("eval/a+b") == "eval/a_b"
 
 

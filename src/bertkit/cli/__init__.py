@@ -95,43 +95,6 @@ def cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
-def add_threads_argument(group) -> None:
-    """``--threads auto|N`` of the training commands (see :mod:`bertkit.training.threads`)."""
-    group.add_argument("--threads", default="auto", metavar="auto|N",
-                       help="CPU threads: auto (default) times the first steps with all threads and with one and "
-                            "keeps the faster (on a busy machine one can be several times faster); a number sets "
-                            "it. The thread count changes the speed, never the numbers; run.json records it")
-
-
-#: ``--report-to`` choices (:data:`bertkit.training.reporting.CHOICES`, kept torch-free here)
-TRACKERS = ("tensorboard", "mlflow", "trackio", "none")
-
-
-def add_report_to_argument(group, default: tuple[str, ...] | None = ()) -> None:
-    """``--report-to TRACKER ...`` of the training commands: ``args.report_to``, a tuple of tracker names
-    (``()``: none; ``default`` when the flag is not given: none, or None for a command that fills it from the
-    resumed run). Unknown names are a usage error; a tracker whose extra is missing is an ImportError saying
-    what to install, raised while the arguments are read (before anything trains)."""
-    resumed = " (with --resume: the run's own)" if default is None else ""
-    group.add_argument("--report-to", nargs="+", default=default, metavar="TRACKER", action=_ReportTo,
-                       help=f"also report the run to {', '.join(TRACKERS[:-1])} (several: --report-to tensorboard "
-                            "mlflow, or a comma list; each needs its extra, e.g. pip install 'bertkit[mlflow]'): "
-                            "the metrics.jsonl scalars, the hyperparameters, the final metrics; a resumed run "
-                            f"continues the same tracker runs. Default none{resumed}")
-
-
-class _ReportTo(argparse.Action):
-    def __call__(self, parser, namespace, values, option_string=None) -> None:
-        from bertkit.training.reporting import parse_report_to, require
-
-        try:
-            names = parse_report_to(values, "--report-to")
-        except ValueError as error:
-            parser.error(str(error))
-        require(names)
-        setattr(namespace, self.dest, names)
-
-
 #: ``--dtype`` of the inference commands (:data:`bertkit.inference.precision.DTYPES`, kept torch-free here)
 DTYPES = ("auto", "fp32", "bf16", "fp16", "int8")
 

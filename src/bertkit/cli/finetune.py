@@ -20,7 +20,8 @@ import argparse
 import json
 from typing import Any
 
-from bertkit.cli import ArgumentParser, add_report_to_argument, add_threads_argument
+from bertkit.cli import ArgumentParser
+from bertkit.cli.training_flags import add_training_flags, check_run_flags, run_options, training_config
 from bertkit.io import refuse_output_over_input
 
 
@@ -91,6 +92,22 @@ def main(argv: list[str]) -> int:
         import importlib
 
         return importlib.import_module(f"bertkit.cli.finetune_{argv[0]}").main(argv[1:])
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    check_args(parser, args)
+
+    from bertkit.tasks.finetuning import finetune
+
+    result = finetune(args.task, args.model, args.train, validation=args.validation, test=args.test,
+                      data_dir=args.data_dir, output_dir=args.output, training=training_config(args),
+                      max_seq_length=args.max_seq_length, group_by_length=args.group_by_length, strict=args.strict,
+                      **run_options(args), **task_options(args, args.task))
+    report(result)
+    return 0
+
+
+def build_parser() -> ArgumentParser:
+    """``bertkit finetune``'s parser: a subcommand per task with the common flags and the task's own."""
     parser = ArgumentParser(prog="bertkit finetune", description=__doc__,
                             formatter_class=argparse.RawDescriptionHelpFormatter)
     tasks = parser.add_subparsers(dest="task", metavar="TASK", required=True)
@@ -105,41 +122,39 @@ def main(argv: list[str]) -> int:
                                    "(bertkit finetune embed --help)", add_help=False)
     tasks.add_parser("rerank", help="a cross-encoder (reranker): BCE, ListNet, LambdaLoss, MNRL "
                                     "(bertkit finetune rerank --help)", add_help=False)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Usage errors for flags that do not go together, and an output directory over an input."""
     if args.train is None and args.task == "classify" and args.glue is None:
         parser.error("--train is required (or --glue NAME --data-dir DIR)")
     if args.train is None and args.task != "classify":
         parser.error("--train is required")
     if args.data_dir is not None and getattr(args, "glue", None) is None:
         parser.error("--data-dir reads a GLUE task's files; name the task with --glue")
+    check_run_flags(parser, args)
     refuse_output_over_input(("-o", args.output), [("--train", args.train), ("--validation", args.validation),
                                                    ("--test", args.test), ("--data-dir", args.data_dir)],
                              models=[("--model", args.model)])
 
-    from bertkit.tasks.finetuning import finetune
-    from bertkit.training.threads import parse_threads
 
-    result = finetune(args.task, args.model, args.train, validation=args.validation, test=args.test,
-                      data_dir=args.data_dir, output_dir=args.output, epochs=args.epochs,
-                      learning_rate=args.learning_rate, batch_size=args.batch_size, max_seq_length=args.max_seq_length,
-                      warmup_ratio=args.warmup_ratio, weight_decay=args.weight_decay, seed=args.seed,
-                      precision=args.precision, gradient_accumulation_steps=args.gradient_accumulation_steps,
-                      early_stopping_patience=args.early_stopping_patience, metric_for_best=args.metric_for_best,
-                      group_by_length=args.group_by_length, eval_batch_size=args.eval_batch_size,
-                      device=args.device, resume=args.resume, overwrite=args.overwrite,
-                      apply_changes=args.apply_changes, strict=args.strict, **task_options(args, args.task),
-                      threads=parse_threads(args.threads, "--threads"), report_to=args.report_to)
+def report(result) -> None:
+    """Print the results and where the run's files are."""
     print(json.dumps(result.results, indent=2))
     print(f"model: {result.model_dir}\nresults: {result.output_dir / 'results.json'}\nmetrics: {result.metrics_path}")
     for split, path in result.predictions.items():
         print(f"predictions ({split}): {path}")
     if result.plot_path:
         print(f"plot: {result.plot_path}")
-    return 0
 
 
 def _add_common(parser: argparse.ArgumentParser, task: str) -> None:
-    defaults = {"max_seq_length": 128, "epochs": 3.0, "learning_rate": 5e-5, **TASK_DEFAULTS.get(task, {})}
+    from bertkit.tasks.finetuning import FINETUNE_TRAINING
+
+    defaults = {**FINETUNE_TRAINING, "gradient_accumulation_steps": 1, "precision": "auto", "seed": 42,
+                "device": "auto", "threads": "auto", "report_to": (), "max_seq_length": 128,
+                **TASK_DEFAULTS.get(task, {})}
     parser.add_argument("--model", required=True, help="the checkpoint to start from (see bertkit finetune --help)")
     parser.add_argument("--train", help="training file")
     parser.add_argument("--validation", help="validation file: scored every epoch, picks the best model")
@@ -149,32 +164,11 @@ def _add_common(parser: argparse.ArgumentParser, task: str) -> None:
                              "is_impossible) instead of training on it")
     parser.add_argument("--data-dir", help="with --glue: the GLUE task's directory (or the GLUE root)")
     parser.add_argument("-o", "--output", required=True, help="the run's directory")
-    group = parser.add_argument_group("training")
-    group.add_argument("--epochs", type=float, default=defaults["epochs"], help="default: %(default)s")
-    group.add_argument("--learning-rate", type=float, default=defaults["learning_rate"], help="default: %(default)s")
-    group.add_argument("--batch-size", type=int, default=32, help="examples per optimizer step (default 32)")
-    group.add_argument("--eval-batch-size", type=int, default=64, help="examples per evaluation batch (default 64)")
+    add_training_flags(parser, defaults, extra=("--eval-batch-size",), helps={
+        "--eval-every": "of the --validation set (default: every epoch)",
+        "--keep-best": "of the --validation set (default: the task's own: accuracy, f1, ...)"})
+    group = parser.add_argument_group("data")
     group.add_argument("--max-seq-length", type=int, default=defaults["max_seq_length"], help="default: %(default)s")
-    group.add_argument("--warmup-ratio", type=float, default=0.1, help="default: %(default)s")
-    group.add_argument("--weight-decay", type=float, default=0.01, help="default: %(default)s")
-    group.add_argument("--gradient-accumulation-steps", type=int, default=1,
-                       help="micro-batches per step: the same batch in less memory (default 1)")
-    group.add_argument("--precision", choices=("auto", "fp32", "bf16", "fp16"), default="auto",
-                       help="auto (default): bf16 autocast where the CPU/GPU has it natively, else fp32")
-    group.add_argument("--seed", type=int, default=42, help="makes the run reproducible (default 42)")
-    group.add_argument("--early-stopping-patience", type=int,
-                       help="stop after this many epochs without a better validation metric")
-    group.add_argument("--metric-for-best", help="validation metric that picks the best epoch (default: the "
-                                                 "task's: accuracy, f1, ...; 'loss' is lower-is-better)")
     group.add_argument("--group-by-length", action=argparse.BooleanOptionalAction, default=False,
                        help="batches of similar length: less padding, but they learned worse on held-out NER "
                             "(default: shuffled batches, as HF's Trainer)")
-    group.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda", "gpu"),
-                       help="auto (default): CUDA when there is a GPU, else the CPU")
-    add_threads_argument(group)
-    add_report_to_argument(group)
-    owner = parser.add_argument_group("the output directory").add_mutually_exclusive_group()
-    owner.add_argument("--resume", action="store_true", help="continue the run in -o from its latest checkpoint")
-    owner.add_argument("--overwrite", action="store_true", help="replace what -o holds")
-    parser.add_argument("--apply-changes", action="store_true",
-                        help="with --resume: continue with changed hyperparameters instead of refusing them")

@@ -19,8 +19,9 @@ from __future__ import annotations
 import argparse
 import json
 
-from bertkit.cli import ArgumentParser, add_report_to_argument, add_threads_argument
+from bertkit.cli import ArgumentParser
 from bertkit.cli.evaluate import k_list
+from bertkit.cli.training_flags import add_flag
 from bertkit.embedding.ir_metrics import DEFAULT_K
 from bertkit.embedding.training import LOSSES
 from bertkit.io import refuse_output_over_input
@@ -107,8 +108,8 @@ def add_run_flags(parser: argparse.ArgumentParser, *, batch_size: int, learning_
     group.add_argument("--seed", type=int, default=42, help="makes the run reproducible (default 42)")
     group.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda", "gpu"),
                        help="auto (default): CUDA when there is a GPU, else the CPU")
-    add_threads_argument(group)
-    add_report_to_argument(group)
+    add_flag(group, "--threads", "auto")
+    add_flag(group, "--report-to", ())
     owner = parser.add_argument_group("the output directory").add_mutually_exclusive_group()
     owner.add_argument("--resume", action="store_true", help="continue the run in -o from its latest checkpoint")
     owner.add_argument("--overwrite", action="store_true", help="replace what -o holds")

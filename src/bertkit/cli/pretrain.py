@@ -57,50 +57,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from bertkit.cli import ArgumentParser, add_report_to_argument, add_threads_argument, cores, parse_size
+from bertkit.cli import ArgumentParser, cores, parse_size
+from bertkit.cli.training_flags import add_training_flags, check_run_flags, run_options, training_config
 from bertkit.io import refuse_output_over_input
 
-
-def add_training_arguments(parser: argparse.ArgumentParser) -> None:
-    """Training flags; those left at None are filled from the recipe or the resumed run."""
-    group = parser.add_argument_group("training (defaults: the size's recipe, or the resumed run's values)")
-    group.add_argument("--max-steps", type=int, help="optimizer steps to train")
-    group.add_argument("--batch-size", type=int, help="global batch (examples per optimizer step)")
-    group.add_argument("--gradient-accumulation-steps", type=int,
-                       help="micro-batches per step: the same global batch in less memory (default 1)")
-    group.add_argument("--learning-rate", type=float, help="peak learning rate of AdamW")
-    group.add_argument("--warmup-ratio", type=float,
-                       help="share of the steps warming the learning rate up linearly, then a linear decay")
-    group.add_argument("--weight-decay", type=float, help="AdamW's decoupled weight decay (default 0.01)")
-    group.add_argument("--precision", choices=("auto", "fp32", "bf16", "fp16"),
-                       help="auto (default): bf16 where the hardware has it, else fp32")
-    group.add_argument("--log-every", type=int, help="steps between lines of metrics.jsonl (default 25)")
-    group.add_argument("--eval-every", type=int,
-                       help="steps between held-out evaluations (default: only at the end)")
-    group.add_argument("--save-every", type=int, help="steps between checkpoints (default: only at the end)")
-    group.add_argument("--keep-last", type=int, help="checkpoints kept on disk, newest first (default 2)")
-    group.add_argument("--seed", type=int, help="makes the whole run reproducible (default 42)")
-    group.add_argument("--device", default="auto", help="auto (default): CUDA when there is a GPU, else the CPU")
-    group.add_argument("--gradient-checkpointing", action="store_true",
-                       help="recompute activations in the backward pass: less memory, about a third slower")
-    add_threads_argument(group)
-    add_report_to_argument(group, default=None)
-    run = parser.add_argument_group("the output directory")
-    owner = run.add_mutually_exclusive_group()
-    owner.add_argument("--resume", action="store_true", help="continue the run in -o from its latest checkpoint")
-    owner.add_argument("--overwrite", action="store_true",
-                       help="replace what -o holds (only once the new run has written its first checkpoint)")
-    run.add_argument("--apply-changes", action="store_true",
-                     help="with --resume: continue with changed hyperparameters (learning rate, steps, ...) "
-                          "instead of refusing them")
-
-
-#: TrainingConfig field -> CLI attribute, for the fields the CLI sets
-TRAINING_FLAGS = {"max_steps": "max_steps", "batch_size": "batch_size", "learning_rate": "learning_rate",
-                  "warmup_ratio": "warmup_ratio", "weight_decay": "weight_decay", "precision": "precision",
-                  "gradient_accumulation_steps": "gradient_accumulation_steps", "log_every": "log_every",
-                  "eval_every": "eval_every", "save_every": "save_every", "keep_last": "keep_last", "seed": "seed",
-                  "report_to": "report_to"}
+#: the training flags a resumed run fills from its own config when they are left unset (device, threads and
+#: gradient checkpointing are this machine's, not the run's)
+RESUMED_FIELDS = ("max_steps", "epochs", "batch_size", "learning_rate", "warmup_ratio", "weight_decay", "precision",
+                  "gradient_accumulation_steps", "log_every", "eval_every", "save_every", "keep_last", "seed",
+                  "report_to", "keep_best", "patience")
 #: data setting (run.json "text.settings") -> CLI attribute
 #: continuing a checkpoint: a fifth of the from-scratch learning rate of its size, at most this
 CONTINUE_MAX_LEARNING_RATE = 1e-4
@@ -125,7 +90,7 @@ def defaults(args: argparse.Namespace) -> dict[str, Any]:
     stored: dict[str, Any] = {}
     if args.resume and holds_run(args.output):
         info = read_run_info(args.output)
-        stored = {attr: info["training"][k] for k, attr in TRAINING_FLAGS.items() if k in info.get("training", {})}
+        stored = {k: info["training"][k] for k in RESUMED_FIELDS if k in info.get("training", {})}
         if info.get("task", {}).get("generator_size") is not None:
             stored["generator_size"] = info["task"]["generator_size"]
         settings = info.get("text", {}).get("settings", {})
@@ -158,6 +123,9 @@ def defaults(args: argparse.Namespace) -> dict[str, Any]:
         base |= dict(learning_rate=min(recipe.learning_rate / 5, CONTINUE_MAX_LEARNING_RATE), vocab_size=None,
                      cased=None, masked_lm_prob=CONTINUE_MASKED_LM_PROB, nsp=False,
                      max_seq_length=min(recipe.max_seq_length, config.max_position_embeddings))
+    if getattr(args, "epochs", None) is not None:  # --epochs says how long: no steps from the recipe or the run
+        base.pop("max_steps")
+        stored.pop("max_steps", None)
     return base | stored
 
 
@@ -177,23 +145,35 @@ def fill_defaults(args: argparse.Namespace) -> argparse.Namespace:
     return args
 
 
-def training_config(args: argparse.Namespace):
-    from bertkit.training import TrainingConfig
-    from bertkit.training.threads import parse_threads
-
-    precision = args.precision  # "auto" resolves on the device: bf16 where native, else fp32
-    return TrainingConfig(
-        max_steps=args.max_steps, batch_size=args.batch_size,
-        gradient_accumulation_steps=args.gradient_accumulation_steps, learning_rate=args.learning_rate,
-        warmup_ratio=args.warmup_ratio, weight_decay=args.weight_decay, precision=precision,
-        log_every=args.log_every, eval_every=args.eval_every, save_every=args.save_every, keep_last=args.keep_last,
-        seed=args.seed, device=args.device, gradient_checkpointing=args.gradient_checkpointing,
-        output_dir=args.output, threads=parse_threads(args.threads, "--threads"), report_to=args.report_to)
-
-
 def main(argv: list[str]) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    resolve(parser, args)
+    from bertkit.tasks.pretraining import pretrain, pretrain_from_text
+
+    common = dict(model=None if args.init_from else args.model, init_from=args.init_from,
+                  training=training_config(args, output_dir=args.output), **run_options(args),
+                  next_sentence_prediction=args.nsp, objective=args.objective, recipe=args.recipe,
+                  generator_size=args.generator_size)
+    if args.data:
+        if args.eval_data is None:
+            print(NO_HELD_OUT, file=sys.stderr)
+        result = pretrain(args.data, args.output, eval_data_dir=args.eval_data, **common)
+    else:
+        result = pretrain_from_text(args.text, args.output, vocab_size=args.vocab_size,
+                                    max_seq_length=args.max_seq_length,
+                                    do_lower_case=None if args.init_from else not args.cased,
+                                    masked_lm_prob=args.masked_lm_prob, encoding=args.encoding, format=args.format,
+                                    text_field=args.text_field, tokenizer_sample_bytes=args.tokenizer_sample_bytes,
+                                    workers=args.workers or cores(), **common)
+    report(result)
+    return 0
+
+
+def build_parser() -> ArgumentParser:
+    """``bertkit pretrain``'s parser: the data, the model, what to pretrain, the training flags."""
     parser = ArgumentParser(prog="bertkit pretrain", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--data", nargs="+", metavar="DIR[:WEIGHT]",
                         help="one or more directories written by `bertkit data create`, e.g. --data wiki:0.7 "
@@ -238,8 +218,20 @@ def main(argv: list[str]) -> int:
     how.add_argument("--recipe", choices=("bert", "roberta"),
                      help="bert (default): BERT as the size's recipe says; roberta: a RoBERTa, MLM only, masks drawn "
                           "per batch, full-length sequences (hyperparameters: still the size's recipe)")
-    add_training_arguments(parser)
-    args = parser.parse_args(argv)
+    add_training_flags(parser, {"device": "auto", "threads": "auto"},
+                       extra=("--log-every", "--save-every", "--keep-last", "--gradient-checkpointing"),
+                       title="training (defaults: the size's recipe, or the resumed run's values)", helps={
+                           "--epochs": "(default: the recipe's --max-steps)",
+                           "--eval-every": "on the held-out set (default: only at the end)",
+                           "--keep-best": "on the held-out set, e.g. loss or mlm_accuracy (default: the last model)",
+                           "--save-every": "(default: only at the end)", "--keep-last": "(default 2)",
+                           "--log-every": "(default 25)"})
+    return parser
+
+
+def resolve(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Check the flags (a usage error for those that do not go together) and fill the ones left unset: the
+    resumed run's values, else the size's recipe (:func:`defaults`)."""
     data = None
     if args.data:
         from bertkit.data.mixture import parse_data_specs
@@ -248,8 +240,7 @@ def main(argv: list[str]) -> int:
     refuse_output_over_input(("-o", args.output), [("--data", data), ("--text", args.text),
                                                    ("--eval-data", args.eval_data), ("--model", args.model)],
                              models=[("--init-from", args.init_from)])
-    if args.apply_changes and not args.resume:
-        parser.error("--apply-changes only applies with --resume")
+    check_run_flags(parser, args)
     resolve_objective(args)
     from bertkit.presets import SIZES
 
@@ -268,7 +259,7 @@ def main(argv: list[str]) -> int:
         if args.model not in SIZES and not Path(args.model).is_file():
             parser.error(f"--model must be a size (tiny, mini, small, medium, base, large) or a config JSON file, "
                          f"got {args.model!r}")
-    from bertkit.tasks.pretraining import pretrain, pretrain_from_text, pretraining_setup
+    from bertkit.tasks.pretraining import pretraining_setup
 
     try:  # the combinations of --objective, --recipe, --nsp, --init-from, --generator-size
         pretraining_setup(args.objective, args.recipe, args.nsp, args.init_from, args.generator_size)
@@ -276,22 +267,9 @@ def main(argv: list[str]) -> int:
         parser.error(str(error))
     fill_defaults(args)
 
-    training = training_config(args)
-    common = dict(model=None if args.init_from else args.model, init_from=args.init_from, training=training,
-                  resume=args.resume, overwrite=args.overwrite, apply_changes=args.apply_changes,
-                  next_sentence_prediction=args.nsp, objective=args.objective, recipe=args.recipe,
-                  generator_size=args.generator_size)
-    if args.data:
-        if args.eval_data is None:
-            print(NO_HELD_OUT, file=sys.stderr)
-        result = pretrain(args.data, args.output, eval_data_dir=args.eval_data, **common)
-    else:
-        result = pretrain_from_text(args.text, args.output, vocab_size=args.vocab_size,
-                                    max_seq_length=args.max_seq_length,
-                                    do_lower_case=None if args.init_from else not args.cased,
-                                    masked_lm_prob=args.masked_lm_prob, encoding=args.encoding, format=args.format,
-                                    text_field=args.text_field, tokenizer_sample_bytes=args.tokenizer_sample_bytes,
-                                    workers=args.workers or cores(), **common)
+
+def report(result) -> None:
+    """Print where the run's files are and its held-out scores."""
     print(f"model and tokenizer: {result.model_dir}\nmetrics: {result.metrics_path}")
     if result.generator_dir:
         print(f"generator (ELECTRA): {result.generator_dir}")
@@ -300,7 +278,6 @@ def main(argv: list[str]) -> int:
     if result.evaluation:
         print(json.dumps(result.evaluation, indent=2))
         print(summary(result.evaluation))
-    return 0
 
 
 def _resumed_source(output: str) -> str | None:

@@ -24,11 +24,8 @@ from __future__ import annotations
 import functools
 import json
 import logging
-import math
 import os
-import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -38,30 +35,34 @@ import torch
 from bertkit.inference.batching import sorted_batches
 from bertkit.inference.finite import check_rows
 from bertkit.io import atomic_write_text, read_json_object
-from bertkit.modeling.fast import GemmChoice
 from bertkit.tasks.base import Task
 from bertkit.tasks.classification import Classification, glue_files
 from bertkit.tasks.multiple_choice import MultipleChoice
 from bertkit.tasks.question_answering import QuestionAnswering
 from bertkit.tasks.readers import strict_data
-from bertkit.tasks.run_settings import follow_run, warn_if_run_differs
+from bertkit.tasks.run_settings import warn_if_run_differs
 from bertkit.tasks.token_classification import TokenClassification
-from bertkit.training import LengthGroupedSampler, Trainer, TrainingConfig
+from bertkit.training import LengthGroupedSampler, TrainingConfig
 from bertkit.training.config import describe_precision, resolve_precision
 from bertkit.training.distributed import DistributedContext, gather_to_all
+from bertkit.training.eval_schedule import BestModel as BestModel
 from bertkit.training.evaluation import forward_inputs, predict_batches
-from bertkit.training.metrics import plot_metrics
-from bertkit.training.reporting import report_final
-from bertkit.training.rundir import file_fingerprint, open_run
+from bertkit.training.run import (
+    MODEL_DIR,
+    Recipe,
+    RunResult,
+    TrainingData,
+    config_from_keywords,
+    run_recipe,
+)
+from bertkit.training.rundir import file_fingerprint
 
 logger = logging.getLogger("bertkit.finetune")
 
 #: task name -> task class
 TASKS: dict[str, type[Task]] = {cls.name: cls for cls in (Classification, TokenClassification, QuestionAnswering,
                                                           MultipleChoice)}
-MODEL_DIR = "model"
 TASK_FILE = "task.json"
-RESULTS_FILE = "results.json"
 #: prediction keys left out of the JSON lines (the task writes them to files of their own)
 BULKY_KEYS = frozenset({"nbest"})
 
@@ -77,180 +78,140 @@ def make_task(task: str | Task, **options: Any) -> Task:
     return TASKS[task](**options)
 
 
-@dataclass
-class FinetuneResult:
-    """Where a run put things and what it measured (``results``: split -> metrics)."""
+#: the result of :func:`finetune`: the one run's (:class:`~bertkit.training.run.RunResult`)
+FinetuneResult = RunResult
 
-    output_dir: Path
-    model_dir: Path
-    results: dict[str, dict[str, Any]]
-    metrics_path: Path
-    plot_path: Path | None = None
-    predictions: dict[str, Path] = field(default_factory=dict)
-    best: dict[str, Any] = field(default_factory=dict)
-    seconds: float = 0.0
-
-
-class BestModel:
-    """Tracks the validation metric across epochs: whether this one is the best so far, and when to stop.
-
-    Checkpointed with the run (``state_dict``), so a resumed run knows its best epoch and patience.
-    """
-
-    def __init__(self, metric: str, greater_is_better: bool, patience: int | None):
-        self.metric, self.greater, self.patience = metric, greater_is_better, patience
-        self.value: float | None = None
-        self.step = 0
-        self.bad_evaluations = 0
-
-    def update(self, metrics: Mapping[str, Any], step: int) -> bool:
-        """Record an evaluation; True when it is the best so far (then the caller saves the model)."""
-        if self.metric not in metrics:
-            raise ValueError(f"metric_for_best={self.metric!r} is not among the validation metrics "
-                             f"{sorted(metrics)}; choose one of them (--metric-for-best).")
-        value = float(metrics[self.metric])
-        better = self.value is None or (not math.isnan(value) and (
-            math.isnan(self.value) or (value > self.value if self.greater else value < self.value)))
-        if better:
-            self.value, self.step, self.bad_evaluations = value, step, 0
-        else:
-            self.bad_evaluations += 1
-        return better
-
-    @property
-    def should_stop(self) -> bool:
-        return self.patience is not None and self.bad_evaluations >= self.patience
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"value": self.value, "step": self.step, "bad_evaluations": self.bad_evaluations}
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        self.value, self.step, self.bad_evaluations = state["value"], state["step"], state["bad_evaluations"]
+#: what :func:`finetune` trains with when no ``training`` config is given: 3 epochs, HF's fine-tuning defaults
+FINETUNE_TRAINING = dict(epochs=3, learning_rate=5e-5, batch_size=32, eval_batch_size=64, warmup_ratio=0.1,
+                         weight_decay=0.01)
+#: :func:`finetune`'s keyword arguments of before ``training=`` that name a TrainingConfig field otherwise
+#: (``progress``: the progress bar; the best model's metric and the early stop: ``keep_best`` and ``patience``)
+RENAMED_KEYWORDS = {"progress": "progress_bar", "metric_for_best": "keep_best", "early_stopping_patience": "patience"}
 
 
 def finetune(task: str | Task, model: str | os.PathLike, train: str | os.PathLike | None = None, *,
-             output_dir: str | os.PathLike, validation: str | os.PathLike | None = None,
-             test: str | os.PathLike | None = None, data_dir: str | os.PathLike | None = None,
-             epochs: float = 3, learning_rate: float = 5e-5, batch_size: int = 32, eval_batch_size: int = 64,
-             max_seq_length: int = 128, warmup_ratio: float = 0.1, weight_decay: float = 0.01, seed: int = 42,
-             precision: str = "auto", gradient_accumulation_steps: int = 1,
-             early_stopping_patience: int | None = None, metric_for_best: str | None = None,
-             group_by_length: bool = False, device: str = "auto", resume: bool = False, overwrite: bool = False,
-             apply_changes: bool = False, progress: bool = True, callbacks: Mapping[str, Any] | None = None,
-             strict: bool = False, threads: int | str | None = None, report_to: str | Sequence[str] | None = None,
-             **task_options: Any) -> FinetuneResult:
+             output_dir: str | os.PathLike, training: TrainingConfig | None = None,
+             validation: str | os.PathLike | None = None, test: str | os.PathLike | None = None,
+             data_dir: str | os.PathLike | None = None, max_seq_length: int = 128, group_by_length: bool = False,
+             strict: bool = False, resume: bool = False, overwrite: bool = False, apply_changes: bool = False,
+             callbacks: Mapping[str, Any] | None = None, **options: Any) -> RunResult:
     """Fine-tune ``model`` (anything bertkit loads) on ``task`` and write ``output_dir`` (see the module doc).
 
     ``task``: ``"classify"``, ``"tag"``, ``"qa"``, ``"choice"`` (its options as keyword
     arguments, e.g. ``text_column="review"``, ``doc_stride=128``) or a task object. Files:
     ``train`` (required unless a GLUE ``data_dir`` provides it), ``validation``, ``test``;
     ``classify`` with ``glue=NAME, data_dir=DIR`` reads the GLUE release's files (MNLI's
-    mismatched sets too). ``epochs`` may be fractional. ``metric_for_best`` (default: the
-    task's primary metric; ``"loss"`` is lower-is-better) picks the epoch whose model is kept;
-    ``early_stopping_patience`` evaluations without improvement end the run. Batches are shuffled, as HF's
-    Trainer does; ``group_by_length`` makes batches of similar length (less padding, faster steps), which
-    learned worse on held-out NER (``benchmarks/ner_reference.py``; the README's fine-tuning section). A
-    resumed run keeps its run's choice (another one is refused unless ``apply_changes``). The output
-    directory belongs to the run: ``resume`` continues it, ``overwrite`` replaces it. ``callbacks``
-    go to the :class:`~bertkit.training.Trainer` (event -> function or functions). Data a reader only
-    warns about (a :class:`~bertkit.tasks.readers.DataWarning`, e.g. SQuAD answers that contradict
-    ``is_impossible``) is an error with ``strict``; training and validation data without gold labels
-    always are, before anything is trained. ``threads``: CPU threads (``"auto"``: measured on the first steps,
-    the CLI's default; None: torch's as it is; see :class:`~bertkit.training.TrainingConfig`). ``report_to``:
-    experiment trackers (``"tensorboard"``, ``"mlflow"``, ``"trackio"``; :mod:`bertkit.training.reporting`),
-    which get the metrics, the settings and ``results.json``'s scores.
+    mismatched sets too).
+
+    ``training``: the :class:`~bertkit.training.TrainingConfig` (default :data:`FINETUNE_TRAINING`: 3 epochs,
+    which may be fractional, batch 32, learning rate 5e-5, 10% warm-up); its fields are also accepted as keyword
+    arguments (``epochs=1, batch_size=16``; the older ``metric_for_best``, ``early_stopping_patience`` and
+    ``progress`` too), applied over it. The validation set is scored every epoch (``eval_every``: every so many
+    steps); ``keep_best`` (default: the task's primary metric; ``"loss"`` is lower-is-better) picks the
+    evaluation whose model is kept; ``patience`` evaluations without improvement end the run. Batches are
+    shuffled, as HF's Trainer does; ``group_by_length`` makes batches of similar length (less padding, faster
+    steps), which learned worse on held-out NER (``benchmarks/ner_reference.py``; the README's fine-tuning
+    section). A resumed run keeps its run's choice (another one is refused unless ``apply_changes``).
+
+    The output directory belongs to the run (:func:`~bertkit.training.run.run_recipe`): ``resume`` continues
+    it, ``overwrite`` replaces it. ``callbacks`` go to the :class:`~bertkit.training.Trainer` (event ->
+    function or functions). Data a reader only warns about (a :class:`~bertkit.tasks.readers.DataWarning`,
+    e.g. SQuAD answers that contradict ``is_impossible``) is an error with ``strict``; training and validation
+    data without gold labels always are, before anything is trained. ``threads`` (``"auto"``: measured on the
+    first steps, the CLI's default) and ``report_to`` (experiment trackers, which get the metrics, the settings
+    and ``results.json``'s scores) are the config's.
     """
-    start = time.perf_counter()
-    task = make_task(task, **task_options)
+    config = config_from_keywords(training, options, FINETUNE_TRAINING, RENAMED_KEYWORDS)
+    task = make_task(task, **options)
     splits = _splits(task, train, validation, test, data_dir)
-    for name, value in (("epochs", epochs), ("max_seq_length", max_seq_length)):
-        if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-            raise ValueError(f"{name} must be a positive number, got {value!r}.")
+    if isinstance(max_seq_length, bool) or not isinstance(max_seq_length, int | float) or max_seq_length <= 0:
+        raise ValueError(f"max_seq_length must be a positive number, got {max_seq_length!r}.")
     with strict_data(strict):  # the data is read and its labels checked before the run directory opens
         examples = {name: task.read(path) for name, path in splits.items()}
     for name in ("train", "validation"):  # test data may be unlabelled: it is only predicted
         if name in examples:
             task.check_labelled(splits[name], examples[name])
     task.fit(examples["train"])
-    with open_run(output_dir, resume=resume, overwrite=overwrite) as run:
-        torch.manual_seed(seed)  # the new head's initial weights are a function of the seed
-        net, tokenizer = _load(model, task, max_seq_length)
-        tokenizer = task.tokenizer_for(tokenizer)  # what the task encodes with is what is saved with the model
-        features = {name: task.featurize(items, tokenizer, max_seq_length) for name, items in examples.items()}
-        run.check("task", {"name": task.name, "options": task.options(), "max_seq_length": max_seq_length})
-        run.check("model", {"source": os.fspath(model)})
-        run.check("data", {name: file_fingerprint([path]) for name, path in splits.items()})
-        (run.record if apply_changes else run.check)("batches", {"group_by_length": group_by_length})
-        run.save()
+    recipe = Finetuning(task, model, splits, examples, max_seq_length, group_by_length)
+    return run_recipe(recipe, config, output_dir=output_dir, resume=resume, overwrite=overwrite,
+                      apply_changes=apply_changes, callbacks=callbacks)
 
-        train_features = features["train"]
-        steps_per_epoch = len(train_features) // batch_size
-        if steps_per_epoch == 0:
-            raise ValueError(f"the training data makes {len(train_features)} features, fewer than one batch "
-                             f"(batch_size={batch_size}); add data or lower --batch-size.")
-        training = TrainingConfig(
-            max_steps=max(1, round(epochs * steps_per_epoch)), learning_rate=learning_rate, weight_decay=weight_decay,
-            warmup_ratio=warmup_ratio, batch_size=batch_size, gradient_accumulation_steps=gradient_accumulation_steps,
-            eval_batch_size=eval_batch_size, precision=precision, seed=seed, device=device,
-            log_every=max(1, min(50, steps_per_epoch // 4)), save_every=steps_per_epoch, keep_last=1,
-            output_dir=str(run.path), progress_bar=progress, threads=threads, report_to=report_to)
-        best = BestModel(metric_for_best or task.primary_metric, (metric_for_best or "") != "loss",
-                         early_stopping_patience)
+
+class Finetuning(Recipe):
+    """A task fine-tuned on its files (what :func:`finetune` runs): the task's model loaded from ``source`` with
+    a new head seeded by the config's seed, its features, the validation set scored during training, the best
+    model kept with ``task.json``, every split scored and predicted at the end."""
+
+    changeable = ("batches",)
+    evaluation_data = "a validation set (validation=, --validation FILE)"
+    # scoring the validation set draws from the random state (its DataLoader's seed), as it always did: a
+    # fine-tuning run keeps its numbers
+    evaluation_keeps_random_state = False
+
+    def __init__(self, task: Task, source: str | os.PathLike, splits: Mapping[str, Path],
+                 examples: Mapping[str, Sequence[Any]], max_seq_length: int, group_by_length: bool):
+        self.task, self.source, self.splits, self.examples = task, source, splits, examples
+        self.max_seq_length, self.group_by_length = max_seq_length, group_by_length
+
+    def start(self, run, config: TrainingConfig) -> None:
+        torch.manual_seed(config.seed)  # the new head's initial weights are a function of the seed
+        self.model, tokenizer = _load(self.source, self.task, self.max_seq_length)
+        self.tokenizer = self.task.tokenizer_for(tokenizer)  # what the task encodes with is saved with the model
+        self.features = {name: self.task.featurize(items, self.tokenizer, self.max_seq_length)
+                         for name, items in self.examples.items()}
+
+    def checks(self) -> dict[str, Any]:
+        return {"task": {"name": self.task.name, "options": self.task.options(), "max_seq_length": self.max_seq_length},
+                "model": {"source": os.fspath(self.source)},
+                "data": {name: file_fingerprint([path]) for name, path in self.splits.items()},
+                "batches": {"group_by_length": self.group_by_length}}
+
+    def steps_per_epoch(self, config: TrainingConfig) -> int:
+        steps = len(self.features["train"]) // config.batch_size
+        if steps == 0:
+            raise ValueError(f"the training data makes {len(self.features['train'])} features, fewer than one batch "
+                             f"(batch_size={config.batch_size}); add data or lower --batch-size.")
+        return steps
+
+    def training_data(self, config: TrainingConfig) -> TrainingData:
         sampler_factory = None
-        if group_by_length:
+        if self.group_by_length:
             sampler_factory = functools.partial(
-                LengthGroupedSampler, lengths=[task.feature_length(f) for f in train_features],
-                group_size=batch_size // gradient_accumulation_steps)  # one micro-batch of every rank
-        trainer = Trainer(net, train_features, config=training, collate_fn=task.collate,
-                          sampler_factory=sampler_factory, stateful={"best_model": best, "gemm": GemmChoice()},
-                          apply_changes=apply_changes, callbacks=callbacks)
+                LengthGroupedSampler, lengths=[self.task.feature_length(f) for f in self.features["train"]],
+                group_size=config.batch_size // config.gradient_accumulation_steps)  # one micro-batch of every rank
+        return TrainingData(self.features["train"], collate_fn=self.task.collate, sampler_factory=sampler_factory)
 
-        def save_model(directory: Path) -> None:
-            net.save_pretrained(directory)
-            tokenizer.save_pretrained(directory)
-            _write_task_file(directory, task, max_seq_length)
+    @property
+    def evaluates(self) -> bool:
+        return "validation" in self.features
 
-        def end_of_epoch(trainer: Trainer) -> None:
-            step = trainer.state.step
-            if step % steps_per_epoch and step != training.max_steps:
-                return
-            if "validation" not in features:
-                return
-            scores = score_split(net, task, examples["validation"], features["validation"],  # ranks share it
-                                 batch_size=eval_batch_size, precision=trainer.precision, ctx=trainer.ctx)[1]
-            trainer.write_metrics({"split": "eval", "step": step, "epoch": step / steps_per_epoch,
-                                   **_numbers(scores), "elapsed_s": round(trainer.state.elapsed_s, 3)})
-            if best.update(scores, step) and trainer.ctx.is_main:
-                save_model(run.path / MODEL_DIR)
-            logger.info("epoch %.2f: validation %s = %.4f (best %.4f at step %d)", step / steps_per_epoch,
-                        best.metric, scores.get(best.metric, float("nan")), best.value, best.step)
-            if best.should_stop:
-                logger.info("early stopping: no better %s in %d evaluation(s)", best.metric, best.patience)
-                trainer.should_stop = True
+    def evaluate(self, trainer) -> dict[str, Any]:
+        return score_split(self.model, self.task, self.examples["validation"], self.features["validation"],
+                           batch_size=_eval_batch_size(trainer), precision=trainer.precision,
+                           ctx=trainer.ctx)[1]  # every rank scores its share
 
-        trainer.add_callback("on_step_end", end_of_epoch)
-        follow_run(trainer, run)
-        trainer.train(resume_from="latest" if run.resumed else None)
+    def default_keep_best(self) -> str:
+        return self.task.primary_metric
 
-        output = run.path
-        model_dir = output / MODEL_DIR
-        result = FinetuneResult(output, model_dir, {}, output / "metrics.jsonl", best=best.state_dict())
-        if not trainer.ctx.is_main:
-            return result
-        if "validation" in features:
-            net.from_pretrained(model_dir, warn=False)  # the best epoch's weights
-        else:
-            save_model(model_dir)
-        result.results, result.predictions = _final_evaluation(net, task, examples, features, output,
-                                                               eval_batch_size, trainer.precision)
-        _write_task_file(model_dir, task, max_seq_length)  # with what calibration learned
-        if trainer.warnings:  # e.g. zero gradients, a run that trained nothing
-            result.results["warnings"] = list(trainer.warnings)
-        atomic_write_text(output / RESULTS_FILE, json.dumps(result.results, indent=2) + "\n")
-        report_final(trainer, result.results)
-        result.plot_path = plot_metrics(result.metrics_path, output / "metrics.png")
-        result.seconds = time.perf_counter() - start
-        return result
+    def save(self, output: Path) -> None:
+        directory = output / MODEL_DIR
+        self.model.save_pretrained(directory)
+        self.tokenizer.save_pretrained(directory)
+        _write_task_file(directory, self.task, self.max_seq_length)
+
+    def load(self, output: Path) -> None:
+        self.model.from_pretrained(output / MODEL_DIR, warn=False)
+
+    def finish(self, trainer, result: RunResult) -> dict[str, Any]:
+        results, result.predictions = _final_evaluation(self.model, self.task, self.examples, self.features,
+                                                        result.output_dir, _eval_batch_size(trainer),
+                                                        trainer.precision)
+        _write_task_file(result.model_dir, self.task, self.max_seq_length)  # with what calibration learned
+        return results
+
+
+def _eval_batch_size(trainer) -> int:
+    return trainer.config.eval_batch_size or trainer.micro_batch_size
 
 
 def _splits(task: Task, train, validation, test, data_dir) -> dict[str, Path]:
@@ -421,11 +382,6 @@ def _json_default(value: Any) -> Any:
     if isinstance(value, np.ndarray):
         return value.tolist()
     raise TypeError(f"cannot write {type(value).__name__} as JSON")
-
-
-def _numbers(scores: Mapping[str, Any]) -> dict[str, float]:
-    """The scalar metrics of ``scores`` (tables such as NER's per-type scores stay out of metrics.jsonl)."""
-    return {k: float(v) for k, v in scores.items() if isinstance(v, int | float) and not isinstance(v, bool)}
 
 
 # ---------------------------------------------------------------------- a fine-tuned model on new data

@@ -33,8 +33,7 @@ import hashlib
 import json
 import os
 import shutil
-import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -50,10 +49,8 @@ from bertkit.data.mixture import (
 )
 from bertkit.data.partitions import expand_inputs
 from bertkit.data.shards import INDEX_NAME, PretrainingDataset
-from bertkit.io import atomic_write_text
 from bertkit.modeling import BERTForMaskedLM, BERTForPreTraining
 from bertkit.modeling.electra import ELECTRAForPretrainingRTD, generator_config
-from bertkit.modeling.fast import GemmChoice
 from bertkit.presets import FAMILY_PRESETS, SIZES, preset_fields
 from bertkit.tasks.pretraining_eval import _evaluate, _evaluate_before, _seeded_collator
 
@@ -75,16 +72,14 @@ from bertkit.tasks.pretraining_init import (
     default_generator_size,
     electra_checkpoints,
 )
-from bertkit.tasks.run_settings import follow_run
 from bertkit.tasks.sources import LoadedSource
 from bertkit.tasks.text_data import TOKENIZER_SAMPLE_BYTES, build_text_data
 from bertkit.tokenization import BERTTokenizerFast
 from bertkit.tokenization.files import tokenizer_fingerprint
-from bertkit.training import Trainer, TrainingConfig
+from bertkit.training import TrainingConfig
 from bertkit.training.distributed import launched_by_torchrun
-from bertkit.training.metrics import plot_metrics
-from bertkit.training.reporting import report_final
-from bertkit.training.rundir import RunDirectory, file_fingerprint, open_run
+from bertkit.training.run import Recipe, RunResult, TrainingData, run_recipe
+from bertkit.training.rundir import RunDirectory, file_fingerprint
 from bertkit.training.sampler import MixtureSampler
 
 #: the held-out scores a run writes, beside its MODEL_DIR (that and an ELECTRA run's GENERATOR_DIR:
@@ -108,22 +103,12 @@ SIZE_FIELDS = ("num_hidden_layers", "hidden_size", "num_attention_heads", "inter
 ELECTRA_MASKING = {"mask_replace_prob": ELECTRAForPretrainingRTD.MASK_REPLACE_PROB, "random_replace_prob": 0.0}
 
 
-@dataclass
-class PretrainingResult:
-    """Where a run put things, and what it measured on held-out data (empty without one).
-
-    ``evaluation`` is what ``evaluation.json`` holds: the scores after training, and for a run
-    continued from a checkpoint (``init_from``) also ``"before"`` and ``"after"`` (the flat keys
-    equal ``"after"``). ``generator_dir``: an ELECTRA run's generator (``model_dir`` holds its discriminator).
-    """
-
-    output_dir: Path
-    model_dir: Path
-    metrics_path: Path
-    plot_path: Path | None
-    evaluation: dict[str, Any] = field(default_factory=dict)
-    seconds: float = 0.0
-    generator_dir: Path | None = None
+#: the result of :func:`pretrain` / :func:`pretrain_from_text`: the one run's
+#: (:class:`~bertkit.training.run.RunResult`). ``evaluation`` (its ``results``) is what ``evaluation.json``
+#: holds: the scores after training, and for a run continued from a checkpoint (``init_from``) also ``"before"``
+#: and ``"after"`` (the flat keys equal ``"after"``); ``generator_dir``: an ELECTRA run's generator
+#: (``model_dir`` holds its discriminator).
+PretrainingResult = RunResult
 
 
 def model_config(model: str | os.PathLike | BERTConfig, tokenizer: BERTTokenizerFast, max_seq_length: int, *,
@@ -220,11 +205,10 @@ def pretrain(data_dir: DataEntry | list[DataEntry], output_dir: str | os.PathLik
         for data in (dataset, eval_dataset):
             if data is not None:
                 _check_data_fits(init, data)
-    with open_run(output_dir, resume=resume, overwrite=overwrite) as run:
-        _check_init_source(run, init)
-        return _train(run, dataset, model=model, init=init, training=training, eval_dataset=eval_dataset,
-                      apply_changes=apply_changes, how=how, model_overrides=model_overrides, masking=masking,
-                      callbacks=callbacks)
+    recipe = Pretraining(how, dataset, eval_dataset, model=model, init=init, model_overrides=model_overrides,
+                         masking=masking)
+    return run_recipe(recipe, training, output_dir=output_dir, resume=resume, overwrite=overwrite,
+                      apply_changes=apply_changes, callbacks=callbacks)
 
 
 @dataclass(frozen=True)
@@ -302,94 +286,151 @@ def _load_init(source, model, seed: int, how: PretrainingSetup, model_overrides)
     return continue_from(source, model=model, seed=seed, nsp=how.nsp, model_overrides=model_overrides)
 
 
-def _train(run: RunDirectory, dataset: PretrainingData, *, model, init: LoadedSource | None,
-           training: TrainingConfig, eval_dataset: PretrainingDataset | None, apply_changes: bool,
-           how: PretrainingSetup, model_overrides, masking, callbacks) -> PretrainingResult:
-    start = time.perf_counter()
-    tokenizer = dataset.load_tokenizer()
-    training = training.replace(output_dir=str(run.path))
-    check_enough_data(dataset, training)
-    if init is None:
-        config = model_config(model or "tiny", tokenizer, dataset.max_seq_length, family=how.family,
-                              **(model_overrides or {}))
-    else:
-        config = _model_config(init.model)
-    if how.nsp and not config.family_spec.next_sentence:
-        raise ValueError(f"next_sentence_prediction=True (--nsp, or the size's recipe) but the model is a "
-                         f"{config.family!r}, a family without a next-sentence head; pass --no-nsp "
-                         "(next_sentence_prediction=False).")
-    generator, ratio = None, how.generator_size
-    if how.electra:
-        if init is None:
-            ratio = ratio or default_generator_size(config.hidden_size)
-            generator = generator_config(config, ratio)
-        else:
-            generator = init.model.generator.config
-        if not dataset.static_masking:  # ELECTRA's split of the masked tokens, unless asked otherwise
-            masking = {**ELECTRA_MASKING, **(masking or {})}
-    nsp = how.nsp
-    run.check("task", how.task(generator, ratio))
-    run.check("model", config.to_dict())
-    run.check("tokenizer", tokenizer_fingerprint(tokenizer))
-    run.check("data", {"train": data_fingerprint(dataset),
-                       "eval": data_fingerprint(eval_dataset) if eval_dataset is not None else None,
-                       "masking": masking or {}, "next_sentence_prediction": nsp})
-    run.save()
-    if init is None:
-        torch.manual_seed(training.seed)  # the initial weights are a function of the seed
-        if how.electra:
-            net = ELECTRAForPretrainingRTD(config, generator)
-        else:
-            net = (BERTForPreTraining if config.family_spec.next_sentence else BERTForMaskedLM)(config)
-    else:  # on resume the Trainer loads the checkpoint's weights over these
-        net = init.model
-    # a model with one token type (RoBERTa) reads every token as segment 0
-    layout = {"nsp": nsp} | ({} if config.type_vocab_size > 1 else {"token_types": False})
-    collator = dataset.collator(generator=torch.Generator().manual_seed(training.seed), **layout, **(masking or {}))
-    # ELECTRA is scored on held-out batches masked as it trains; MLM as BERT is evaluated
-    eval_masking = {**layout, **(masking or {})} if how.electra else layout
-    trainer = Trainer(net, dataset, config=training, collate_fn=collator, sampler_factory=_sampler_factory(dataset),
-                      stateful={"gemm": GemmChoice()},
-                      eval_dataset=eval_dataset, eval_collate_fn=_seeded_collator(eval_dataset, training.seed,
-                                                                                  **eval_masking)
-                      if eval_dataset is not None else None, callbacks=callbacks, apply_changes=apply_changes)
+class Pretraining(Recipe):
+    """Pretraining as :func:`pretrain` runs it (``how``: the objective and recipe, :func:`pretraining_setup`):
+    the model built from ``model`` (a size or config) or continued from ``init``, the data's collator masking as
+    ``masking`` says, the held-out set (``eval_dataset``) scored by the Trainer during training and by
+    :func:`evaluate_pretraining` at the end (and before, for a continued checkpoint), ``evaluation.json``."""
 
-    def move_data(staging: Path) -> None:  # data built inside the run (--text) moved with it
-        for data in [*data_parts(dataset), eval_dataset]:
+    model_dir = MODEL_DIR
+    results_file = EVALUATION_FILE
+    bookkeeping_by_epoch = False  # logs and checkpoints as the config says (the size's recipe)
+    evaluation_data = "a held-out set (eval_data_dir=, --eval-data DIR; --text holds one out itself)"
+
+    def __init__(self, how: PretrainingSetup, dataset: PretrainingData | None,
+                 eval_dataset: PretrainingDataset | None, *, model, init: LoadedSource | None, model_overrides,
+                 masking):
+        self.how, self.dataset, self.eval_dataset, self.init = how, dataset, eval_dataset, init
+        self.model_source, self.model_overrides, self.masking = model, model_overrides, masking
+        self.before: dict[str, Any] | None = None
+
+    def start(self, run: RunDirectory, config: TrainingConfig) -> None:
+        _check_init_source(run, self.init)
+        self.prepare_data(run)
+        self.seed = config.seed
+        self.tokenizer = self.dataset.load_tokenizer()
+        check_enough_data(self.dataset, config)
+        self.config, self.generator, self.generator_size = self._configs()
+        if not self.dataset.static_masking and self.how.electra:  # ELECTRA's split of the masked tokens,
+            self.masking = {**ELECTRA_MASKING, **(self.masking or {})}  # unless asked otherwise
+        if self.init is None:
+            torch.manual_seed(config.seed)  # the initial weights are a function of the seed
+            if self.how.electra:
+                self.model = ELECTRAForPretrainingRTD(self.config, self.generator)
+            else:
+                self.model = (BERTForPreTraining if self.config.family_spec.next_sentence
+                              else BERTForMaskedLM)(self.config)
+        else:  # on resume the Trainer loads the checkpoint's weights over these
+            self.model = self.init.model
+
+    def prepare_data(self, run: RunDirectory) -> None:
+        """Build the data that lives in the run directory (none: the data directories were given)."""
+
+    def steps_per_epoch(self, config: TrainingConfig) -> int:
+        return len(self.dataset) // config.batch_size  # check_enough_data made it one at least
+
+    def _configs(self) -> tuple[BERTConfig, BERTConfig | None, float | None]:
+        """The model's config, an ELECTRA run's generator config and its width ratio."""
+        how, init = self.how, self.init
+        if init is None:
+            config = model_config(self.model_source or "tiny", self.tokenizer, self.dataset.max_seq_length,
+                                  family=how.family, **(self.model_overrides or {}))
+        else:
+            config = _model_config(init.model)
+        if how.nsp and not config.family_spec.next_sentence:
+            raise ValueError(f"next_sentence_prediction=True (--nsp, or the size's recipe) but the model is a "
+                             f"{config.family!r}, a family without a next-sentence head; pass --no-nsp "
+                             "(next_sentence_prediction=False).")
+        if not how.electra:
+            return config, None, how.generator_size
+        if init is not None:
+            return config, init.model.generator.config, how.generator_size
+        ratio = how.generator_size or default_generator_size(config.hidden_size)
+        return config, generator_config(config, ratio), ratio
+
+    def checks(self) -> dict[str, Any]:
+        eval_dataset = self.eval_dataset
+        return {"task": self.how.task(self.generator, self.generator_size), "model": self.config.to_dict(),
+                "tokenizer": tokenizer_fingerprint(self.tokenizer),
+                "data": {"train": data_fingerprint(self.dataset),
+                         "eval": data_fingerprint(eval_dataset) if eval_dataset is not None else None,
+                         "masking": self.masking or {}, "next_sentence_prediction": self.how.nsp}}
+
+    def training_data(self, config: TrainingConfig) -> TrainingData:
+        # a model with one token type (RoBERTa) reads every token as segment 0
+        layout = {"nsp": self.how.nsp} | ({} if self.config.type_vocab_size > 1 else {"token_types": False})
+        masking = self.masking or {}
+        collator = self.dataset.collator(generator=torch.Generator().manual_seed(config.seed), **layout, **masking)
+        eval_collate = None
+        if self.eval_dataset is not None:  # ELECTRA is scored on held-out batches masked as it trains; MLM as BERT
+            eval_masking = {**layout, **masking} if self.how.electra else layout
+            eval_collate = _seeded_collator(self.eval_dataset, config.seed, **eval_masking)
+        return TrainingData(self.dataset, collate_fn=collator, sampler_factory=_sampler_factory(self.dataset),
+                            eval_dataset=self.eval_dataset, eval_collate_fn=eval_collate)
+
+    def begin(self, trainer, run: RunDirectory) -> None:
+        self.device = trainer.device
+        if self.init is not None and self.eval_dataset is not None and trainer.ctx.is_main:
+            self.before = _evaluate_before(run, self.held_out_scores)
+
+    def held_out_scores(self) -> dict[str, Any]:
+        """:func:`evaluate_pretraining` of the model on the held-out set (ELECTRA: its generator's, and the pair's
+        replaced-token detection)."""
+        return _evaluate(self.model, self.eval_dataset, self.dataset, self.device, self.seed, self.how.nsp,
+                         self.masking if self.how.electra else None)
+
+    def moved(self, staging: Path, run: RunDirectory) -> None:  # data built inside the run (--text) moved with it
+        for data in [*data_parts(self.dataset), self.eval_dataset]:
             if data is not None and data.data_dir.absolute().is_relative_to(staging):
                 data.data_dir = run.path / data.data_dir.absolute().relative_to(staging)
 
-
-    def evaluate() -> dict[str, Any]:
-        return _evaluate(net, eval_dataset, dataset, trainer.device, training.seed, nsp, masking if how.electra
-                         else None)
-
-    follow_run(trainer, run, moved=move_data)
-    before = None
-    if init is not None and eval_dataset is not None and trainer.ctx.is_main:
-        before = _evaluate_before(run, evaluate)
-    trainer.train(resume_from="latest" if run.resumed else None)
-    output_dir = run.path
-    model_dir = output_dir / MODEL_DIR
-    result = PretrainingResult(output_dir, model_dir, output_dir / "metrics.jsonl", None)
-    if trainer.ctx.is_main:
-        if how.electra:  # the discriminator is the model to fine-tune; its generator beside it
-            net.discriminator.save_pretrained(model_dir)
-            result.generator_dir = output_dir / GENERATOR_DIR
-            net.generator.save_pretrained(result.generator_dir)
-            tokenizer.save_pretrained(result.generator_dir)
+    def save(self, output: Path) -> None:
+        if self.how.electra:  # the discriminator is the model to fine-tune; its generator beside it
+            self.model.discriminator.save_pretrained(output / MODEL_DIR)
+            self.model.generator.save_pretrained(output / GENERATOR_DIR)
+            self.tokenizer.save_pretrained(output / GENERATOR_DIR)
         else:
-            net.save_pretrained(model_dir)
-        tokenizer.save_pretrained(model_dir)
-        result.plot_path = plot_metrics(result.metrics_path, output_dir / "metrics.png")
-        if eval_dataset is not None:
-            result.evaluation = evaluate()
-            if before is not None:  # the flat keys stay "after", for readers of from-scratch runs
-                result.evaluation = {**result.evaluation, "before": before, "after": result.evaluation}
-            atomic_write_text(output_dir / EVALUATION_FILE, json.dumps(result.evaluation, indent=2) + "\n")
-            report_final(trainer, result.evaluation)
-    result.seconds = time.perf_counter() - start
-    return result
+            self.model.save_pretrained(output / MODEL_DIR)
+        self.tokenizer.save_pretrained(output / MODEL_DIR)
+
+    def load(self, output: Path) -> None:
+        if self.how.electra:
+            self.model.discriminator.from_pretrained(output / MODEL_DIR, warn=False)
+            self.model.generator.from_pretrained(output / GENERATOR_DIR, warn=False)
+        else:
+            self.model.from_pretrained(output / MODEL_DIR, warn=False)
+
+    def finish(self, trainer, result: RunResult) -> dict[str, Any] | None:
+        if self.how.electra:
+            result.generator_dir = result.output_dir / GENERATOR_DIR
+        if self.eval_dataset is None:
+            return None
+        evaluation = self.held_out_scores()
+        if self.before is not None:  # the flat keys stay "after", for readers of from-scratch runs
+            evaluation = {**evaluation, "before": self.before, "after": evaluation}
+        return evaluation
+
+
+class PretrainingFromText(Pretraining):
+    """:class:`Pretraining` on data built from text inside the run directory (:func:`pretrain_from_text`):
+    ``files`` and the data ``settings`` checked, the data built once (a resumed run reuses it)."""
+
+    def __init__(self, how: PretrainingSetup, files: list[str], settings: dict[str, Any], *, progress: bool,
+                 workers: int, **options: Any):
+        super().__init__(how, None, None, **options)
+        self.files, self.settings, self.progress, self.workers = files, settings, progress, workers
+
+    def prepare_data(self, run: RunDirectory) -> None:
+        run.check("text", {"files": file_fingerprint(self.files), "settings": self.settings})
+        data_root = run.path / "data"
+        train_dir, heldout_dir = data_root / "train", data_root / "heldout"
+        if not (run.resumed and (train_dir / INDEX_NAME).exists()):
+            if not run.resumed:  # data an attempt that never trained left here: a fresh run builds its own
+                shutil.rmtree(data_root, ignore_errors=True)
+            build_text_data(self.files, data_root, self.settings, self.progress,
+                            tokenizer=self.init.tokenizer if self.init else None, workers=self.workers)
+        self.dataset = PretrainingDataset(train_dir)
+        self.eval_dataset = PretrainingDataset(heldout_dir) if (heldout_dir / INDEX_NAME).exists() else None
 
 
 def check_enough_data(dataset: PretrainingData, training: TrainingConfig) -> None:
@@ -487,17 +528,7 @@ def pretrain_from_text(files: list[str | os.PathLike] | str | os.PathLike, outpu
         init = _load_init(init_from, model, training.seed, how, model_overrides)
         _check_positions(init, max_seq_length, "max_seq_length (--max-seq-length) is",
                          "pass --max-seq-length")
-    with open_run(output_dir, resume=resume, overwrite=overwrite) as run:
-        _check_init_source(run, init)
-        run.check("text", {"files": file_fingerprint(files), "settings": settings})
-        data_root = run.path / "data"
-        train_dir, heldout_dir = data_root / "train", data_root / "heldout"
-        if not (run.resumed and (train_dir / INDEX_NAME).exists()):
-            if not run.resumed:  # data an attempt that never trained left here: a fresh run builds its own
-                shutil.rmtree(data_root, ignore_errors=True)
-            build_text_data(files, data_root, settings, progress, tokenizer=init.tokenizer if init else None,
-                            workers=workers)
-        heldout = PretrainingDataset(heldout_dir) if (heldout_dir / INDEX_NAME).exists() else None
-        return _train(run, PretrainingDataset(train_dir), model=model, init=init, training=training,
-                      eval_dataset=heldout, apply_changes=apply_changes, how=how, model_overrides=model_overrides,
-                      masking=masking, callbacks=callbacks)
+    recipe = PretrainingFromText(how, files, settings, progress=progress, workers=workers, model=model, init=init,
+                                 model_overrides=model_overrides, masking=masking)
+    return run_recipe(recipe, training, output_dir=output_dir, resume=resume, overwrite=overwrite,
+                      apply_changes=apply_changes, callbacks=callbacks)

@@ -1,13 +1,11 @@
-"""What a task's run records in ``run.json`` once its Trainer starts: the training config and the numerics.
+"""What a run recorded in ``run.json``, read back: :func:`warn_if_run_differs` before scoring a run's model.
 
-Both pretraining and fine-tuning register :func:`record_run_settings` (``on_train_begin``) and
-:func:`record_numerics` (``on_save``, so the measured thread choice lands too) on their Trainer; fine-tuning
-and the embedding trainers register both with the run directory's commit through :func:`follow_run`.
+What a run records as it goes (:func:`follow_run`, :func:`record_run_settings`, :func:`record_numerics`) is the
+one run's, :mod:`bertkit.training.run`; they are importable from here too.
 """
 
 from __future__ import annotations
 
-import functools
 import os
 from pathlib import Path
 from typing import Any
@@ -15,25 +13,9 @@ from typing import Any
 import torch
 
 from bertkit.modeling import numerics
-
-
-def record_numerics(run: Any, trainer: Any) -> None:
-    """Store the trainer's numerics (:func:`bertkit.modeling.numerics.describe`) and thread choice as
-    ``run.json``'s ``"numerics"`` (``run``: a ``RunDirectory``), warning first when a resumed run's stored
-    ones differ in what decides the numbers; writes run.json."""
-    current = numerics.describe(trainer.device, trainer.precision) | {"threads": trainer.threads.report()}
-    if run.resumed:
-        numerics.warn_if_different(run.info.get("numerics"), current, "the resumed run")
-    run.record("numerics", current)
-    run.save()
-
-
-def record_run_settings(run: Any, trainer: Any) -> None:
-    """``run.json``'s ``"training"`` (the config the Trainer accepted: fresh, or checked on resume; its
-    ``output_dir`` the run's own name, never the hidden folder an ``--overwrite`` run is built in) and
-    ``"numerics"`` (:func:`record_numerics`)."""
-    run.record("training", trainer.config.to_dict() | {"output_dir": os.fspath(run.final)})
-    record_numerics(run, trainer)
+from bertkit.training.run import follow_run as follow_run
+from bertkit.training.run import record_numerics as record_numerics
+from bertkit.training.run import record_run_settings as record_run_settings
 
 
 def warn_if_run_differs(model_dir: str | os.PathLike, device: Any, precision: str, what: str) -> list[str]:
@@ -50,21 +32,3 @@ def warn_if_run_differs(model_dir: str | os.PathLike, device: Any, precision: st
             current = numerics.describe(device, resolve_precision(precision, torch.device(device)))
             return numerics.warn_if_different(stored, current, what)
     return []
-
-
-def follow_run(trainer: Any, run: Any, moved: Any = None) -> None:
-    """Register a run directory's callbacks on ``trainer``: its settings when training begins; at every save the
-    directory's commit (an ``--overwrite`` run replaces the old directory at its first checkpoint, and the
-    Trainer follows it there; ``moved(old_path)`` then moves anything else that lived inside) and the numerics."""
-
-    def commit(trainer: Any) -> None:
-        staging = run.path
-        run.commit()
-        if run.path != staging:
-            trainer.relocate(run.path)
-            if moved is not None:
-                moved(staging)
-
-    trainer.add_callback("on_train_begin", functools.partial(record_run_settings, run))
-    trainer.add_callback("on_save", commit)
-    trainer.add_callback("on_save", functools.partial(record_numerics, run))

@@ -38,7 +38,9 @@ class TrainingConfig:
     decays to ``end_learning_rate`` at ``max_steps`` (``"polynomial"`` with ``power``;
     ``"linear"`` is power 1; ``"constant"`` stays). ``eval_every`` / ``save_every`` of
     ``None`` mean "only at the end"; ``keep_last=None`` keeps every checkpoint.
-    ``max_grad_norm=None`` disables clipping. ``device="gpu"`` means CUDA (or MPS).
+    ``max_grad_norm=None`` disables clipping. ``epochs``, ``keep_best`` and ``patience`` are the run's
+    (:func:`~bertkit.training.run.run_recipe`): how long a recipe trains, which evaluation's model it keeps
+    and when it stops early; the Trainer itself needs ``max_steps``. ``device="gpu"`` means CUDA (or MPS).
     ``threads``: CPU threads, ``"auto"`` (measured on the run's first steps: all or one, the faster; see
     :mod:`bertkit.training.threads`), a number, or None (leave torch's count as it is); it changes the
     speed, never the numbers, and may change on resume. ``report_to``: the experiment trackers the run also
@@ -46,8 +48,8 @@ class TrainingConfig:
     sequence; ``"none"`` or empty: none; see :mod:`bertkit.training.reporting`); it may change on resume.
     """
 
-    #: Optimizer steps to train for (required).
-    max_steps: int
+    #: Optimizer steps to train for; None: ``epochs`` passes over the data (a recipe run resolves it).
+    max_steps: int | None = None
     #: Peak learning rate, reached after the warmup.
     learning_rate: float = 1e-4
     #: AdamW weight decay; not applied to biases and LayerNorm weights.
@@ -96,6 +98,14 @@ class TrainingConfig:
     find_unused_parameters: bool = False
     threads: int | str | None = None
     report_to: tuple[str, ...] = ()
+    #: Passes over the training data (may be fractional), for a recipe that knows its steps per epoch
+    #: (:func:`bertkit.training.run.run_recipe`); ``max_steps``, when given, wins.
+    epochs: float | None = None
+    #: The metric whose best evaluation's model a run keeps (lower is better for names ending in "loss");
+    #: None: the recipe's default (a fine-tuning task's own metric, else the last model).
+    keep_best: str | None = None
+    #: Evaluations in a row without a better ``keep_best`` metric after which a run stops; None: never.
+    patience: int | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.output_dir, os.PathLike):
@@ -104,9 +114,16 @@ class TrainingConfig:
 
     def validate(self) -> None:
         """Raise ``ValueError`` naming the first invalid field."""
-        for name in ("max_steps", "batch_size", "gradient_accumulation_steps", "log_every", "max_nonfinite_steps"):
+        for name in ("batch_size", "gradient_accumulation_steps", "log_every", "max_nonfinite_steps"):
             _check_int(name, getattr(self, name), minimum=1)
-        for name in ("eval_batch_size", "eval_every", "save_every", "keep_last"):
+        if self.max_steps is None and self.epochs is None:
+            raise ValueError("TrainingConfig needs max_steps (optimizer steps) or epochs (passes over the data).")
+        if self.epochs is not None:
+            _check_float("epochs", self.epochs, positive=True)
+        if self.keep_best is not None and (not isinstance(self.keep_best, str) or not self.keep_best):
+            raise ValueError(f"TrainingConfig.keep_best must be a metric name (e.g. 'accuracy', 'loss') or None, "
+                             f"got {self.keep_best!r}.")
+        for name in ("max_steps", "eval_batch_size", "eval_every", "save_every", "keep_last", "patience"):
             if getattr(self, name) is not None:
                 _check_int(name, getattr(self, name), minimum=1)
         for name in ("warmup_steps", "num_workers", "seed"):

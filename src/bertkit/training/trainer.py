@@ -192,6 +192,9 @@ class Trainer:
         self.grad_sync = grad_sync or getattr(model, "grad_sync", "ddp")
         if self.grad_sync not in GRAD_SYNCS:
             raise ValueError(f"grad_sync must be one of {GRAD_SYNCS}, got {self.grad_sync!r}.")
+        if config.max_steps is None:
+            raise ValueError("TrainingConfig.max_steps is None: the Trainer trains a number of steps; give "
+                             "max_steps, or run a recipe (bertkit.training.run.run_recipe) to turn epochs into steps.")
         self.config = config
         # LOCAL_RANK picks the GPU before the process group exists
         self.device = resolve_device(config.device, int(os.environ.get("LOCAL_RANK", 0)))
