@@ -21,7 +21,7 @@ from safetensors.torch import load_file
 from bertkit.cli import main as cli
 from bertkit.embedding.contrastive import MultipleNegativesRankingLoss
 from bertkit.embedding.data import EmbeddingDataset, PairCollator, RowBatch
-from bertkit.embedding.training import BiEncoder, finetune_embeddings
+from bertkit.embedding.training import BiEncoder, finetune_embeddings, global_batches
 from bertkit.sentence import SentenceTransformer
 
 WORDS = [f"w{i}" for i in range(60)]
@@ -230,10 +230,12 @@ def test_gradient_accumulation_of_a_per_row_loss_equals_the_larger_batch(base, t
     with pytest.raises(ValueError, match="--gradient-accumulation-steps 96 is more than the 48 batches"):
         finetune_embeddings(base, train, tmp_path / "big", **{**options, "batch_size": 96},
                             gradient_accumulation_steps=96)
-    with pytest.raises(ValueError, match=r"--batch-size 8 \(rows per optimizer step over all processes\) does "
-                                         r"not split into 3 accumulation step\(s\) x 1 process\(es\); give a "
-                                         r"multiple of 3"):
+    with pytest.raises(ValueError, match=r"batch_size \(8\) must be divisible by gradient_accumulation_steps \(3\)"):
         finetune_embeddings(base, train, tmp_path / "odd", **options, gradient_accumulation_steps=3)
+    with pytest.raises(ValueError, match=r"--batch-size 8 \(rows per optimizer step over all processes\) does not "
+                                         r"split into 1 accumulation step\(s\) x 3 process\(es\); give a "
+                                         r"multiple of 3"):
+        global_batches([train], 8, 3)
 
 
 def test_a_pooling_without_the_prompt_trains_with_prompts_as_sentence_transformers_encodes(base, tmp_path):

@@ -24,10 +24,9 @@ end, as the bi-encoder is (:class:`~bertkit.embedding.eval_schedule.EvalSchedule
 from __future__ import annotations
 
 import functools
-import json
 import os
-import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -40,16 +39,15 @@ from bertkit.embedding.ir_metrics import DEFAULT_K
 from bertkit.embedding.ranking_checks import check_reranker_data
 from bertkit.embedding.training import (
     BATCH_SIZE_COUNTS,
-    MODEL_DIR,
-    EmbeddingTrainingResult,
-    adopt_old_batch_size,
+    RowBatchRecipe,
+    TrainingFiles,
     data_parallel,
-    finish,
-    global_batches,
+    evaluation_card,
     model_card,
-    train_batches,
+    split_keywords,
 )
-from bertkit.io import atomic_write_text
+from bertkit.training import TrainingConfig
+from bertkit.training.run import RunResult, run_recipe
 
 RERANK_LOSSES = ("bce", "listnet", "lambda", "mnrl")
 
@@ -140,82 +138,141 @@ class Reranker(nn.Module):
         return self.loss(self.cross.score, batch["rerank"]), {}
 
 
+#: TrainingConfig of :func:`finetune_reranker` where none is given (the recipe's defaults)
+RERANK_DEFAULTS = dict(epochs=1.0, batch_size=16, learning_rate=2e-5, warmup_ratio=0.1, weight_decay=0.01,
+                       max_grad_norm=1.0, seed=42)
+
+
+@dataclass(frozen=True)
+class RerankLoss:
+    """The loss of a reranker run (:func:`build_rerank_loss`): ``name`` one of :data:`RERANK_LOSSES`,
+    ``mini_batch_size`` (pairs scored at a time) and ``num_negatives`` (mnrl's in-batch negatives per row)."""
+
+    name: str = "bce"
+    mini_batch_size: int | None = None
+    num_negatives: int | None = None
+
+    def build(self) -> nn.Module:
+        return build_rerank_loss(self.name, mini_batch_size=self.mini_batch_size, num_negatives=self.num_negatives)
+
+
+@dataclass(frozen=True)
+class RerankEvaluation:
+    """What a reranker run is scored on during training: ``rerank`` (rows, as ``bertkit evaluate --rerank``) and/or
+    ``beir`` with ``first_stage`` (an embedding model directory, encoding in fp32, or a run file, as ``--beir
+    --first-stage``: its ``top_k`` documents per query of the ``split`` reranked), metrics at each of ``k``."""
+
+    rerank: str | os.PathLike | None = None
+    beir: str | os.PathLike | None = None
+    first_stage: Any = None
+    top_k: int = 100
+    split: str = "test"
+    k: Sequence[int] = DEFAULT_K
+
+
 def finetune_reranker(model: str | os.PathLike, train_files: str | os.PathLike | Sequence[str | os.PathLike],
-                      output_dir: str | os.PathLike, *, loss: str = "bce", mini_batch_size: int | None = None,
-                      num_negatives: int | None = None, columns: Mapping[str, Any] | None = None,
-                      sampling: str = "proportional", encoding: str = "utf-8", max_seq_length: int | None = None,
-                      batch_size: int = 16,
-                      epochs: float = 1.0, max_steps: int | None = None, learning_rate: float = 2e-5,
-                      warmup_ratio: float = 0.1, weight_decay: float = 0.01, max_grad_norm: float | None = 1.0,
-                      seed: int = 42, precision: str = "auto", device: str = "auto", save_every: int | None = None,
-                      resume: bool = False, overwrite: bool = False, apply_changes: bool = False, progress: bool = True,
-                      threads: int | str | None = None, callbacks: Mapping[str, Any] | None = None,
-                      gradient_accumulation_steps: int = 1, report_to: str | Sequence[str] | None = None,
-                      eval_rerank: str | os.PathLike | None = None, eval_beir: str | os.PathLike | None = None,
-                      eval_first_stage: Any = None, eval_top_k: int = 100, eval_every: int | None = None,
-                      eval_split: str = "test", eval_k: Sequence[int] = DEFAULT_K) -> EmbeddingTrainingResult:
+                      output_dir: str | os.PathLike, training: TrainingConfig | None = None, *,
+                      loss: str | RerankLoss = "bce", data: TrainingFiles | None = None,
+                      evaluation: RerankEvaluation | None = None, resume: bool = False, overwrite: bool = False,
+                      apply_changes: bool = False, callbacks: Mapping[str, Any] | None = None,
+                      **keywords: Any) -> RunResult:
     """Fine-tune ``model`` (a cross-encoder, or a base checkpoint or bi-encoder directory: its encoder, a new
-    one-label head seeded by ``seed``) as a reranker on ``train_files`` with ``loss`` (:func:`build_rerank_loss`)
-    and write ``output_dir``; the other arguments are :func:`~bertkit.embedding.training.finetune_embeddings`'.
+    one-label head seeded by ``seed``) as a reranker on ``train_files`` with ``loss`` (a name of
+    :data:`RERANK_LOSSES` or a :class:`RerankLoss`) as ``training`` says (default :data:`RERANK_DEFAULTS`) and
+    write ``output_dir``; :class:`RerankRecipe` run by :func:`~bertkit.training.run.run_recipe`. ``data``,
+    ``resume``, ``overwrite``, ``apply_changes``, ``callbacks`` and the keyword arguments of before: as
+    :func:`~bertkit.embedding.training.finetune_embeddings` (the prompts and ``allow_repeated_queries`` are a
+    bi-encoder's).
 
-    ``eval_rerank`` (rows, as ``bertkit evaluate --rerank``) and ``eval_beir`` with ``eval_first_stage`` (an
-    embedding model directory, encoding in fp32, or a run file, as ``--beir --first-stage``: its ``eval_top_k``
-    documents per query of the ``eval_split`` reranked) score the model being trained, metrics at each of
-    ``eval_k``, at step 0, every ``eval_every`` steps (default: every epoch) and at the last step, without
-    changing what it learns (:func:`rerank_evaluators`: read, checked and the first stage run before training
-    starts)."""
-    from bertkit.embedding.cross_encoder import CrossEncoder
-    from bertkit.embedding.eval_schedule import EvalSchedule
-    from bertkit.embedding.training import evaluation_card
-    from bertkit.training.config import resolve_device
-    from bertkit.training.rundir import file_fingerprint, open_run
+    ``evaluation`` (:class:`RerankEvaluation`) scores the model being trained at step 0, every ``eval_every``
+    steps (default: every epoch) and at the last step, without changing what it learns (:func:`rerank_evaluators`:
+    read, checked and the first stage run before training starts); ``keep_best`` (e.g. ``"ndcg@10"``) keeps the
+    best evaluation's model and ``patience`` stops early."""
+    if isinstance(loss, str):
+        loss = RerankLoss(loss)
+    objects, config = split_keywords("finetune_reranker", keywords, {
+        "loss": loss, "data": data or TrainingFiles, "evaluation": evaluation or RerankEvaluation},
+        training, RERANK_DEFAULTS)
+    recipe = RerankRecipe(model, train_files, config, **objects)
+    return run_recipe(recipe, recipe.config, output_dir=output_dir, resume=resume, overwrite=overwrite,
+                      apply_changes=apply_changes, callbacks=callbacks)
 
-    start = time.perf_counter()
-    files = [train_files] if isinstance(train_files, (str, os.PathLike)) else list(train_files)
-    objective = build_rerank_loss(loss, mini_batch_size=mini_batch_size, num_negatives=num_negatives)
-    evaluators, described = rerank_evaluators(eval_rerank, eval_beir, eval_first_stage, eval_top_k, eval_every,
-                                              eval_split, eval_k)
-    rank, world = data_parallel()  # the data is read and every row checked before the run directory opens
-    dataset = global_batches(files, batch_size, world, gradient_accumulation_steps, columns=columns,
-                             sampling=sampling, seed=seed, encoding=encoding,
-                             check=functools.partial(check_rerank_row, loss))
-    check_reranker_data(dataset, objective, loss, world)  # before the run directory: a refused run leaves nothing
-    with open_run(output_dir, resume=resume, overwrite=overwrite) as run:
-        torch.manual_seed(seed)  # a new head's initial weights are a function of the seed
-        cross = CrossEncoder(model, num_labels=1, max_length=max_seq_length, from_bi_encoder=True, dtype="fp32",
-                             device=resolve_device(device, int(os.environ.get("LOCAL_RANK", 0))))
-        settings = {"loss": loss, "mini_batch_size": mini_batch_size, "num_negatives": num_negatives,
-                    "columns": columns, "sampling": sampling, "batch_size": batch_size,
-                    "batch_size_counts": BATCH_SIZE_COUNTS,
-                    "max_seq_length": cross.max_length,
-                    **({"encoding": encoding} if encoding != "utf-8" else {})}  # older runs still resume
-        run.check("model", {"source": os.fspath(model)})
-        run.check("data", {"train": file_fingerprint(files)})
-        adopt_old_batch_size(run, "reranker", batch_size)
-        run.check("reranker", json.loads(json.dumps(settings)))
-        run.save()
-        collate = RerankCollator(cross.tokenize, labelled=loss != "mnrl", rank=rank, world_size=world)
-        evaluation = EvalSchedule(functools.partial(evaluate_reranker, cross, evaluators), eval_every) \
-            if evaluators else None
-        trainer, results = train_batches(run, Reranker(cross, objective), dataset, collate, epochs=epochs,
-                                   max_steps=max_steps, save_every=save_every, callbacks=callbacks,
-                                   evaluation=evaluation,
-                                   learning_rate=learning_rate, warmup_ratio=warmup_ratio, weight_decay=weight_decay,
-                                   max_grad_norm=max_grad_norm, seed=seed, precision=precision, device=device,
-                                   progress_bar=progress, threads=threads, report_to=report_to,
-                                   gradient_accumulation_steps=gradient_accumulation_steps,
-                                   apply_changes=apply_changes)
-        if not trainer.ctx.is_main:
-            return EmbeddingTrainingResult(run.path, run.path / MODEL_DIR, results, run.path / "metrics.jsonl")
-        cross.model.eval()
-        cross.save(run.path / MODEL_DIR)
-        card = model_card("A cross-encoder (reranker) fine-tuned with bertkit",
-                          ["sentence-transformers", "cross-encoder", "reranker", "bertkit"], model, dataset, loss,
-                          objective, {"mini_batch_size": mini_batch_size, "num_negatives": num_negatives},
-                          [f"max sequence length: {cross.max_length}"], trainer.config, results,
-                          evaluation=evaluation_card(described, evaluation))
-        atomic_write_text(run.path / MODEL_DIR / "README.md", card)
-        return finish(trainer, run.path / MODEL_DIR, results, start)
+
+class RerankRecipe(RowBatchRecipe):
+    """A cross-encoder fine-tuned as a reranker on batches of rows (:func:`finetune_reranker`); the model
+    directory is :meth:`CrossEncoder.save`'s with a model card."""
+
+    settings_section = "reranker"
+    evaluation_data = "--eval-rerank FILE and/or --eval-beir DIR --eval-first-stage EMBEDDER|RUN_FILE"
+
+    def __init__(self, source, train_files, config, *, loss: RerankLoss, data: TrainingFiles,
+                 evaluation: RerankEvaluation):
+        files = [train_files] if isinstance(train_files, (str, os.PathLike)) else list(train_files)
+        bi_encoder_only = [f for f in ("query_prompt", "document_prompt", "allow_repeated_queries")
+                           if getattr(data, f)]
+        if bi_encoder_only:
+            raise ValueError(f"{bi_encoder_only[0]} does not apply to a reranker (it is a bi-encoder's: "
+                             "finetune_embeddings); leave it out.")
+        if config.num_workers:
+            raise ValueError(f"num_workers={config.num_workers}: a reranker's batches are tokenized in its loss "
+                             "(RerankBatch), so DataLoader workers would have nothing to do; leave num_workers 0.")
+        objective = loss.build()
+        self.evaluators, self.described = rerank_evaluators(evaluation.rerank, evaluation.beir,
+                                                            evaluation.first_stage, evaluation.top_k,
+                                                            config.eval_every, evaluation.split, evaluation.k)
+        dataset = data.dataset(files, config, functools.partial(check_rerank_row, loss.name))
+        check_reranker_data(dataset, objective, loss.name, data_parallel()[1])  # before the run directory
+        self.loss, self.data = loss, data
+        super().__init__(source, files, config, dataset, None, objective)
+
+    @property
+    def evaluates(self) -> bool:
+        return bool(self.evaluators)
+
+    def start(self, run, config) -> None:
+        from bertkit.embedding.cross_encoder import CrossEncoder
+        from bertkit.training.config import resolve_device
+
+        super().start(run, config)
+        torch.manual_seed(config.seed)  # a new head's initial weights are a function of the seed
+        self.cross = CrossEncoder(self.source, num_labels=1, max_length=self.data.max_seq_length,
+                                  from_bi_encoder=True, dtype="fp32",
+                                  device=resolve_device(config.device, int(os.environ.get("LOCAL_RANK", 0))))
+        rank, world = data_parallel()
+        self.collate_fn = RerankCollator(self.cross.tokenize, labelled=self.loss.name != "mnrl", rank=rank,
+                                         world_size=world)
+        self.model = Reranker(self.cross, self.objective)
+
+    def settings(self) -> dict[str, Any]:
+        loss, data = self.loss, self.data
+        return {"loss": loss.name, "mini_batch_size": loss.mini_batch_size, "num_negatives": loss.num_negatives,
+                "columns": data.columns, "sampling": data.sampling, "batch_size": self.config.batch_size,
+                "batch_size_counts": BATCH_SIZE_COUNTS, "max_seq_length": self.cross.max_length,
+                **({"encoding": data.encoding} if data.encoding != "utf-8" else {})}  # older runs still resume
+
+    def scores(self) -> dict[str, float]:
+        return evaluate_reranker(self.cross, self.evaluators)
+
+    def save(self, output: Path) -> None:
+        self.cross.save(output / self.model_dir)
+
+    def load(self, output: Path) -> None:
+        from bertkit.embedding.cross_encoder import CrossEncoder
+
+        kept = CrossEncoder(output / self.model_dir, num_labels=1, dtype="fp32", device=self.cross.device)
+        self.cross.model.load_state_dict(kept.model.state_dict())
+
+    def finish(self, trainer, result: RunResult) -> dict[str, Any]:
+        self.cross.model.eval()
+        return super().finish(trainer, result)
+
+    def card(self, trainer, results: Mapping[str, Any], schedule) -> str:
+        return model_card("A cross-encoder (reranker) fine-tuned with bertkit",
+                          ["sentence-transformers", "cross-encoder", "reranker", "bertkit"], self.source, self.dataset,
+                          self.loss.name, self.objective, {"mini_batch_size": self.loss.mini_batch_size,
+                                                           "num_negatives": self.loss.num_negatives},
+                          [f"max sequence length: {self.cross.max_length}"], trainer.config, results,
+                          evaluation=evaluation_card(self.described, schedule, results))
 
 
 # ---------------------------------------------------------------------- evaluation during training

@@ -40,11 +40,10 @@ scores in ``results.json`` and a before/after table in the model card.
 
 from __future__ import annotations
 
-import functools
+import dataclasses
 import json
 import logging
 import os
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,7 +58,9 @@ from bertkit.embedding.data_layout import BINARY, LabelRule
 from bertkit.embedding.eval_schedule import EvalSchedule, check_every, evaluation_table, json_metrics
 from bertkit.embedding.ir_metrics import DEFAULT_K
 from bertkit.embedding.ranking_checks import check_bi_encoder_data
+from bertkit.training import TrainingConfig
 from bertkit.training.distributed import average_gradients  # noqa: F401  (its old public place)
+from bertkit.training.run import Recipe, RunResult, TrainingData, run_recipe
 
 logger = logging.getLogger(__name__)
 
@@ -170,131 +171,295 @@ def on_device(batch: PairBatch, device: torch.device) -> PairBatch:
                      {k: move(v) for k, v in batch.extra.items()})
 
 
-@dataclass
-class EmbeddingTrainingResult:
-    """Where the run put things: ``model_dir`` (the saved model), ``results`` (what
-    ``results.json`` holds: steps, final training loss, data)."""
+#: what an embedding or reranker run returns (the one run's result; this name from before it)
+EmbeddingTrainingResult = RunResult
+#: TrainingConfig of :func:`finetune_embeddings` where none is given (the recipe's defaults)
+EMBEDDING_DEFAULTS = dict(epochs=1.0, batch_size=32, learning_rate=5e-5, warmup_ratio=0.1, weight_decay=0.01,
+                          max_grad_norm=1.0, seed=42)
 
-    output_dir: Path
-    model_dir: Path
-    results: dict[str, Any]
-    metrics_path: Path
-    plot_path: Path | None = None
-    seconds: float = 0.0
+
+@dataclass(frozen=True)
+class EmbeddingLoss:
+    """The loss of a bi-encoder run and its options (:func:`build_loss`): ``name`` one of :data:`LOSSES`;
+    ``scale``, ``symmetric``, ``mini_batch_size`` (``cached-mnrl``), ``matryoshka_dims`` and ``guide`` (``gist``:
+    the embedding model that filters false negatives, :class:`~bertkit.embedding.guide.Guide`; any tokenizer,
+    frozen, not saved with the model)."""
+
+    name: str = "mnrl"
+    scale: float | None = None
+    symmetric: bool = False
+    mini_batch_size: int | None = None
+    matryoshka_dims: Sequence[int] | None = None
+    guide: str | os.PathLike | None = None
+
+    def build(self, guide=None) -> nn.Module:
+        """The loss module (``guide``: the loaded guide, for gist)."""
+        return build_loss(self.name, scale=self.scale, symmetric=self.symmetric,
+                          mini_batch_size=self.mini_batch_size, matryoshka_dims=self.matryoshka_dims,
+                          guide=guide if guide is not None else self.guide)
+
+    def card_options(self) -> dict[str, Any]:
+        """The options the model card lists."""
+        return {"scale": self.scale, "symmetric": self.symmetric, "mini_batch_size": self.mini_batch_size,
+                "matryoshka_dims": list(self.matryoshka_dims or []),
+                "guide": os.fspath(self.guide) if self.guide is not None else None}
+
+
+@dataclass(frozen=True)
+class TrainingFiles:
+    """How the training files are read and tokenized: ``columns`` (role -> column), ``sampling`` and ``encoding``
+    (:class:`~bertkit.embedding.data.EmbeddingDataset`), ``max_seq_length`` (default: the model's); for a
+    bi-encoder also ``query_prompt`` / ``document_prompt`` (prefixed to the anchors / to the positives and
+    negatives, saved as the model's ``"query"`` / ``"document"`` prompts) and ``allow_repeated_queries``
+    (:class:`~bertkit.embedding.data.PairCollator`)."""
+
+    columns: Mapping[str, Any] | None = None
+    sampling: str = "proportional"
+    encoding: str = "utf-8"
+    max_seq_length: int | None = None
+    query_prompt: str | None = None
+    document_prompt: str | None = None
+    allow_repeated_queries: bool = False
+
+    def dataset(self, files: Sequence[str | os.PathLike], config, check) -> EmbeddingDataset:
+        """The global batches of ``files`` for ``config`` 's batch size and accumulation on this job's processes
+        (:func:`global_batches`), every row checked (``check``: what the loss needs of a row)."""
+        return global_batches(files, config.batch_size, data_parallel()[1], config.gradient_accumulation_steps,
+                              columns=self.columns, sampling=self.sampling, seed=config.seed, encoding=self.encoding,
+                              check=check)
+
+
+@dataclass(frozen=True)
+class EmbeddingEvaluation:
+    """What a bi-encoder run is scored on during training: ``beir`` (a BEIR directory: its ``split`` qrels,
+    metrics at each of ``k``, as ``bertkit evaluate --beir``) and/or ``sts`` (pairs with gold scores, as
+    ``--sts``)."""
+
+    beir: str | os.PathLike | None = None
+    sts: str | os.PathLike | None = None
+    split: str = "test"
+    k: Sequence[int] = DEFAULT_K
+
+
+#: the keyword arguments of the recipe functions before they took a TrainingConfig and options objects:
+#: keyword -> (options object, its field)
+OLD_KEYWORDS = {
+    **{name: ("loss", name) for name in ("scale", "symmetric", "mini_batch_size", "matryoshka_dims", "guide",
+                                         "num_negatives")},
+    **{name: ("data", name) for name in ("columns", "sampling", "encoding", "max_seq_length", "query_prompt",
+                                         "document_prompt", "allow_repeated_queries")},
+    **{f"eval_{name}": ("evaluation", name) for name in ("beir", "sts", "split", "k", "rerank", "first_stage",
+                                                         "top_k")},
+}
+
+
+def split_keywords(function: str, options: dict[str, Any], objects: Mapping[str, Any], training,
+                   defaults: Mapping[str, Any]) -> tuple[dict[str, Any], Any]:
+    """The options objects and the TrainingConfig of a recipe function called with the older keyword arguments
+    (:data:`OLD_KEYWORDS`, TrainingConfig fields, ``progress`` for ``progress_bar``): ``objects`` (name ->
+    the object given, or its class) with them applied, and the config (:func:`~bertkit.training.run.
+    config_from_keywords`). A keyword neither takes is a ``TypeError`` naming ``function``."""
+    from bertkit.training.run import config_from_keywords
+
+    config = config_from_keywords(training, options, defaults, renamed={"progress": "progress_bar"})
+    changes: dict[str, dict[str, Any]] = {name: {} for name in objects}
+    for key in list(options):
+        if key in OLD_KEYWORDS and OLD_KEYWORDS[key][0] in objects:
+            target, field_name = OLD_KEYWORDS[key]
+            changes[target][field_name] = options.pop(key)
+    if options:
+        raise TypeError(f"{function}() got an unexpected keyword argument {next(iter(options))!r}")
+    built = {}
+    for name, given in objects.items():
+        built[name] = dataclasses.replace(given() if isinstance(given, type) else given, **changes[name]) \
+            if changes[name] or isinstance(given, type) else given
+    return built, config
 
 
 def finetune_embeddings(model: str | os.PathLike, train_files: str | os.PathLike | Sequence[str | os.PathLike],
-                        output_dir: str | os.PathLike, *, loss: str = "mnrl", scale: float | None = None,
-                        symmetric: bool = False, mini_batch_size: int | None = None,
-                        matryoshka_dims: Sequence[int] | None = None, pooling: str | None = None,
-                        query_prompt: str | None = None, document_prompt: str | None = None,
-                        columns: Mapping[str, Any] | None = None, sampling: str = "proportional",
-                        encoding: str = "utf-8", allow_repeated_queries: bool = False,
-                        max_seq_length: int | None = None,
-                        batch_size: int = 32, epochs: float = 1.0, max_steps: int | None = None,
-                        learning_rate: float = 5e-5, warmup_ratio: float = 0.1, weight_decay: float = 0.01,
-                        max_grad_norm: float | None = 1.0, seed: int = 42, precision: str = "auto",
-                        device: str = "auto", save_every: int | None = None, resume: bool = False,
-                        overwrite: bool = False, apply_changes: bool = False, progress: bool = True,
-                        threads: int | str | None = None,
-                        gradient_accumulation_steps: int = 1, report_to: str | Sequence[str] | None = None,
-                        callbacks: Mapping[str, Any] | None = None, eval_beir: str | os.PathLike | None = None,
-                        eval_sts: str | os.PathLike | None = None, eval_every: int | None = None,
-                        eval_split: str = "test", eval_k: Sequence[int] = DEFAULT_K,
-                        guide: str | os.PathLike | None = None) -> EmbeddingTrainingResult:
-    """Fine-tune the sentence-transformers (or plain) checkpoint ``model`` on ``train_files`` with ``loss``
-    (:func:`build_loss`) and write ``output_dir`` (module docstring).
+                        output_dir: str | os.PathLike, training: TrainingConfig | None = None, *,
+                        loss: str | EmbeddingLoss = "mnrl", data: TrainingFiles | None = None,
+                        evaluation: EmbeddingEvaluation | None = None, pooling: str | None = None,
+                        resume: bool = False, overwrite: bool = False, apply_changes: bool = False,
+                        callbacks: Mapping[str, Any] | None = None, **keywords: Any) -> RunResult:
+    """Fine-tune the sentence-transformers (or plain) checkpoint ``model`` on ``train_files`` with ``loss`` (a name
+    of :data:`LOSSES` or an :class:`EmbeddingLoss`) as ``training`` says (a
+    :class:`~bertkit.training.TrainingConfig`; default :data:`EMBEDDING_DEFAULTS`) and write ``output_dir``
+    (module docstring); :class:`EmbeddingRecipe` run by :func:`~bertkit.training.run.run_recipe`.
 
-    ``pooling`` replaces the model's pooling (a plain checkpoint has mean). ``query_prompt`` /
-    ``document_prompt`` are prefixed to the anchors / to the positives and negatives, and saved as the
-    model's ``"query"`` / ``"document"`` prompts; the model records the similarity the loss trains for
-    (:func:`trained_similarity`) as its ``similarity_fn_name``. ``columns``, ``sampling`` and
-    ``allow_repeated_queries``: see :class:`~bertkit.embedding.data.EmbeddingDataset` (``encoding``: of the
-    training files) and :class:`~bertkit.embedding.data.PairCollator`.
-    ``batch_size`` rows per optimizer step over all processes (one file's; module docstring); ``max_steps``
-    (default: ``epochs`` times the batches per epoch); ``save_every`` steps a checkpoint (default: every
-    epoch). ``resume`` continues the run in ``output_dir`` (changed hyperparameters refused unless
-    ``apply_changes``), ``overwrite`` replaces it. ``report_to``: experiment
-    trackers (:mod:`bertkit.training.reporting`), which get the metrics, the settings and ``results.json``'s.
+    ``TrainingConfig.batch_size`` is the rows per optimizer step over all processes (module docstring); the
+    default ``max_steps`` is ``epochs`` times the steps of an epoch, a checkpoint every epoch. ``data``
+    (:class:`TrainingFiles`): how the files are read, the prompts. ``pooling`` replaces the model's pooling (a
+    plain checkpoint has mean); the model records the similarity the loss trains for (:func:`trained_similarity`)
+    as its ``similarity_fn_name``. ``evaluation`` (:class:`EmbeddingEvaluation`) scores the model being trained,
+    in fp32 with its current pooling and prompts, at step 0, every ``eval_every`` steps (default: every epoch)
+    and at the last step, without changing what it learns (read and checked before training starts);
+    ``keep_best`` (e.g. ``"ndcg@10"``) keeps the best evaluation's model and ``patience`` stops early.
+    ``resume`` continues the run in ``output_dir`` (changed hyperparameters refused unless ``apply_changes``),
+    ``overwrite`` replaces it; ``callbacks`` go to the Trainer.
 
-    ``eval_beir`` (a BEIR directory: its ``eval_split`` qrels, metrics at each of ``eval_k``, as ``bertkit
-    evaluate --beir``) and ``eval_sts`` (pairs with gold scores, as ``--sts``) score the model being trained, in
-    fp32 with its current pooling and prompts, at step 0, every ``eval_every`` steps (default: every epoch) and
-    at the last step, without changing what it learns; both are read and checked before training starts.
-
-    ``guide`` (``loss="gist"``): the embedding model that filters false negatives
-    (:class:`~bertkit.embedding.guide.Guide`; any tokenizer), frozen, not saved with the model.
+    The keyword arguments of before (``batch_size=``, ``learning_rate=``, ``scale=``, ``query_prompt=``,
+    ``eval_beir=``, ``progress=``, ...) still work: each sets the field of the same name of ``training`` or of the
+    options objects (``eval_X``: ``evaluation.X``).
     """
-    from bertkit.sentence import SentenceTransformer
-    from bertkit.training.rundir import file_fingerprint, open_run
+    if isinstance(loss, str):
+        loss = EmbeddingLoss(loss)
+    objects, config = split_keywords("finetune_embeddings", keywords, {
+        "loss": loss, "data": data or TrainingFiles, "evaluation": evaluation or EmbeddingEvaluation},
+        training, EMBEDDING_DEFAULTS)
+    recipe = EmbeddingRecipe(model, train_files, config, pooling=pooling, **objects)
+    return run_recipe(recipe, recipe.config, output_dir=output_dir, resume=resume, overwrite=overwrite,
+                      apply_changes=apply_changes, callbacks=callbacks)
 
-    start = time.perf_counter()
-    files = [train_files] if isinstance(train_files, (str, os.PathLike)) else list(train_files)
-    loss_options = dict(scale=scale, symmetric=symmetric, mini_batch_size=mini_batch_size,
-                        matryoshka_dims=matryoshka_dims)
-    objective = build_loss(loss, **loss_options, guide=guide)  # checks the options before anything loads
-    if isinstance(epochs, bool) or not isinstance(epochs, int | float) or epochs <= 0:
-        raise ValueError(f"epochs must be a positive number, got {epochs!r}.")
-    eval_data = check_evaluation_data(eval_beir, eval_sts, eval_every, eval_split, eval_k)
-    rank, world = data_parallel()  # the data is read and every row checked before the run directory opens
-    dataset = global_batches(files, batch_size, world, gradient_accumulation_steps, columns=columns,
-                             sampling=sampling, seed=seed, encoding=encoding, check=label_rule(loss))
-    check_bi_encoder_data(dataset, objective, loss)  # before the run directory: a refused run leaves nothing
-    with open_run(output_dir, resume=resume, overwrite=overwrite) as run:
-        torch.manual_seed(seed)  # what the checkpoint lacks (a pooler no loss reads) is a function of the seed
-        net = SentenceTransformer(model, optimize=False, pooling=pooling)
-        _check_model(net, model, matryoshka_dims, max_seq_length)
-        if max_seq_length is not None:
-            net.max_seq_length = max_seq_length
-        if guide is not None:
+
+class RowBatchRecipe(Recipe):
+    """What the bi-encoder and the reranker recipes share: the files read as batches of rows (the Trainer's batch
+    source), checked before the run directory opens, epochs counted in those batches, a step-0 evaluation, the
+    results (:meth:`results`) and the model card written beside the saved model. A subclass sets :attr:`model`
+    (the module the Trainer trains) in :meth:`start` and gives :meth:`card`."""
+
+    evaluate_at_start = True
+    #: the run.json section of the recipe's settings (with ``batch_size`` and ``batch_size_counts``)
+    settings_section = ""
+
+    def __init__(self, source, files, config, dataset: EmbeddingDataset, collate_fn, objective: nn.Module):
+        self.source, self.files, self.dataset = source, files, dataset
+        self.collate_fn, self.objective = collate_fn, objective
+        self.config = config_for_data_parallel(config)
+        check_accumulation(dataset, config.gradient_accumulation_steps, objective)
+
+    def start(self, run, config) -> None:
+        adopt_old_batch_size(run, self.settings_section, config.batch_size)
+
+    def checks(self) -> dict[str, Any]:
+        from bertkit.training.rundir import file_fingerprint
+
+        return {"model": {"source": os.fspath(self.source)}, "data": {"train": file_fingerprint(self.files)},
+                self.settings_section: json.loads(json.dumps(self.settings()))}
+
+    def settings(self) -> dict[str, Any]:
+        """The recipe's settings a resumed run must keep (its run.json :attr:`settings_section`)."""
+        raise NotImplementedError
+
+    def steps_per_epoch(self, config) -> int:
+        return len(self.dataset) // config.gradient_accumulation_steps
+
+    def training_data(self, config) -> TrainingData:
+        return TrainingData(batch_source=self.dataset, collate_fn=self.collate_fn)
+
+    def evaluate(self, trainer) -> Mapping[str, float]:
+        return self.scores()
+
+    def finish(self, trainer, result: RunResult) -> dict[str, Any]:
+        """The results (:func:`batch_results`) and the model card (``README.md`` of the saved model)."""
+        from bertkit.io import atomic_write_text
+
+        schedule = trainer.stateful.get("evaluation")
+        results = batch_results(trainer, self.dataset, self.steps_per_epoch(trainer.config), schedule, result.best)
+        atomic_write_text(result.model_dir / "README.md", self.card(trainer, results, schedule))
+        return results
+
+
+def config_for_data_parallel(config):
+    """``config`` with DDP told of parameters no loss reads (a pooler) when the job has several processes."""
+    return config.replace(find_unused_parameters=True) if data_parallel()[1] > 1 else config
+
+
+def check_accumulation(dataset: EmbeddingDataset, accumulation: int, loss: nn.Module) -> None:
+    """Refuse more accumulation steps than an epoch has batches; tell an in-batch loss that its negatives stay
+    each micro-batch's own."""
+    if len(dataset) // accumulation == 0:
+        raise ValueError(f"--gradient-accumulation-steps {accumulation} is more than the {len(dataset)} batches of an "
+                         "epoch; accumulate fewer batches, or give more rows.")
+    if accumulation > 1 and _in_batch(loss):
+        logger.warning("--gradient-accumulation-steps %d: each micro-batch's in-batch negatives stay its own %d "
+                       "rows; for the negatives of the whole step use --loss cached-mnrl with --mini-batch-size",
+                       accumulation, dataset.batch_size)
+
+
+class EmbeddingRecipe(RowBatchRecipe):
+    """A bi-encoder fine-tuned with a loss on batches of rows (:func:`finetune_embeddings` says what each part
+    does); the model directory is a sentence-transformers directory with a model card."""
+
+    settings_section = "embedding"
+    evaluation_data = "--eval-beir DIR and/or --eval-sts FILE"
+
+    def __init__(self, source, train_files, config, *, loss: EmbeddingLoss, data: TrainingFiles,
+                 evaluation: EmbeddingEvaluation, pooling: str | None = None):
+        files = [train_files] if isinstance(train_files, (str, os.PathLike)) else list(train_files)
+        objective = loss.build()  # checks the options before anything loads
+        self.described = check_evaluation_data(evaluation.beir, evaluation.sts, config.eval_every, evaluation.split,
+                                               evaluation.k)
+        dataset = data.dataset(files, config, label_rule(loss.name))  # every row checked before the run opens
+        check_bi_encoder_data(dataset, objective, loss.name)  # before the run directory: a refused run leaves nothing
+        self.loss, self.data, self.evaluation, self.pooling = loss, data, evaluation, pooling
+        super().__init__(source, files, config, dataset, None, objective)
+
+    @property
+    def evaluates(self) -> bool:
+        return bool(self.described)
+
+    def start(self, run, config) -> None:
+        from bertkit.sentence import SentenceTransformer
+
+        super().start(run, config)
+        torch.manual_seed(config.seed)  # what the checkpoint lacks (a pooler no loss reads) is a function of the seed
+        net = SentenceTransformer(self.source, optimize=False, pooling=self.pooling)
+        data = self.data
+        _check_model(net, self.source, self.loss.matryoshka_dims, data.max_seq_length)
+        if data.max_seq_length is not None:
+            net.max_seq_length = data.max_seq_length
+        if self.loss.guide is not None:
             from bertkit.embedding.guide import load_guide
 
-            objective = build_loss(loss, **loss_options, guide=load_guide(guide, net.tokenizer))
-        net.similarity_fn_name = trained_similarity(objective) or net.similarity_fn_name
-        prompts = _prompts(query_prompt, document_prompt)
-        if prompts:
-            net.prompts = {**net.prompts, "query": query_prompt or "", "document": document_prompt or ""}
-        collator = PairCollator(net.tokenizer, max_length=net.max_seq_length, prompts=prompts,
-                                allow_repeated_queries=allow_repeated_queries, rank=rank, world_size=world)
-        settings = {"loss": loss, "scale": scale, "symmetric": symmetric, "mini_batch_size": mini_batch_size,
-                    "matryoshka_dims": list(matryoshka_dims or []), "pooling": list(net.pooling.modes),
-                    "prompts": prompts, "columns": columns, "sampling": sampling, "batch_size": batch_size,
-                    "batch_size_counts": BATCH_SIZE_COUNTS,
-                    "max_seq_length": net.max_seq_length, "allow_repeated_queries": allow_repeated_queries,
-                    "similarity_fn_name": net.similarity_fn_name,
-                    **({"guide": os.fspath(guide)} if guide is not None else {}),
-                    **({"encoding": encoding} if encoding != "utf-8" else {})}  # older runs still resume
-        run.check("model", {"source": os.fspath(model)})
-        run.check("data", {"train": file_fingerprint(files)})
-        adopt_old_batch_size(run, "embedding", batch_size)
-        run.check("embedding", json.loads(json.dumps(settings)))
-        run.save()
+            self.objective = self.loss.build(guide=load_guide(self.loss.guide, net.tokenizer))
+        net.similarity_fn_name = trained_similarity(self.objective) or net.similarity_fn_name
+        self.prompts = _prompts(data.query_prompt, data.document_prompt)
+        if self.prompts:
+            net.prompts = {**net.prompts, "query": data.query_prompt or "", "document": data.document_prompt or ""}
+        rank, world = data_parallel()
+        self.collate_fn = BatchCollator(PairCollator(net.tokenizer, max_length=net.max_seq_length, prompts=self.prompts,
+                                                     allow_repeated_queries=data.allow_repeated_queries, rank=rank,
+                                                     world_size=world))
+        self.net, self.model = net, BiEncoder(net, self.objective)
 
-        evaluation = None
-        if eval_data:
-            evaluation = EvalSchedule(functools.partial(evaluate_embeddings, net, eval_beir, eval_sts, eval_split,
-                                                        eval_k), eval_every)
-        trainer, results = train_batches(run, BiEncoder(net, objective), dataset, BatchCollator(collator),
-                                         epochs=epochs, max_steps=max_steps, save_every=save_every,
-                                         evaluation=evaluation, callbacks=callbacks, learning_rate=learning_rate,
-                                         warmup_ratio=warmup_ratio, weight_decay=weight_decay,
-                                         max_grad_norm=max_grad_norm, seed=seed, precision=precision, device=device,
-                                         progress_bar=progress, threads=threads, report_to=report_to,
-                                         gradient_accumulation_steps=gradient_accumulation_steps,
-                                         apply_changes=apply_changes)
-        if not trainer.ctx.is_main:
-            return EmbeddingTrainingResult(run.path, run.path / MODEL_DIR, results, run.path / "metrics.jsonl")
+    def settings(self) -> dict[str, Any]:
+        loss, data, net = self.loss, self.data, self.net
+        return {"loss": loss.name, "scale": loss.scale, "symmetric": loss.symmetric,
+                "mini_batch_size": loss.mini_batch_size, "matryoshka_dims": list(loss.matryoshka_dims or []),
+                "pooling": list(net.pooling.modes), "prompts": self.prompts, "columns": data.columns,
+                "sampling": data.sampling, "batch_size": self.config.batch_size,
+                "batch_size_counts": BATCH_SIZE_COUNTS, "max_seq_length": net.max_seq_length,
+                "allow_repeated_queries": data.allow_repeated_queries, "similarity_fn_name": net.similarity_fn_name,
+                **({"guide": os.fspath(loss.guide)} if loss.guide is not None else {}),
+                **({"encoding": data.encoding} if data.encoding != "utf-8" else {})}  # older runs still resume
+
+    def scores(self) -> dict[str, float]:
+        evaluation = self.evaluation
+        return evaluate_embeddings(self.net, evaluation.beir, evaluation.sts, evaluation.split, evaluation.k)
+
+    def save(self, output: Path) -> None:
+        self.net.save(output / self.model_dir)
+
+    def load(self, output: Path) -> None:
+        from bertkit.sentence import SentenceTransformer
+
+        kept = SentenceTransformer(output / self.model_dir, optimize=False)
+        self.net.load_state_dict(kept.state_dict())
+
+    def finish(self, trainer, result: RunResult) -> dict[str, Any]:
+        self.net.eval()
+        return super().finish(trainer, result)
+
+    def card(self, trainer, results: Mapping[str, Any], schedule) -> str:
+        net, data = self.net, self.data
         details = [f"max sequence length: {net.max_seq_length}, pooling: {', '.join(net.pooling.modes)}, "
                    f"similarity: {net.similarity_fn_name}"]
-        if prompts:
-            details.append(f"prompts: query {query_prompt or ''!r}, document {document_prompt or ''!r}")
-        card = model_card("A bi-encoder fine-tuned with bertkit", ["sentence-transformers", "bertkit"], model, dataset,
-                          loss, objective, {k: settings.get(k) for k in ("scale", "symmetric", "mini_batch_size",
-                                                                         "matryoshka_dims", "guide")},
-                          details, trainer.config, results, evaluation=evaluation_card(eval_data, evaluation))
-        net.eval()
-        model_dir = net.save(run.path / MODEL_DIR, model_card=card)
-        return finish(trainer, model_dir, results, start)
+        if self.prompts:
+            details.append(f"prompts: query {data.query_prompt or ''!r}, document {data.document_prompt or ''!r}")
+        return model_card("A bi-encoder fine-tuned with bertkit", ["sentence-transformers", "bertkit"], self.source,
+                          self.dataset, self.loss.name, self.objective, self.loss.card_options(), details,
+                          trainer.config, results, evaluation=evaluation_card(self.described, schedule, results))
 
 
 def adopt_old_batch_size(run, section: str, batch_size: int) -> None:
@@ -363,58 +528,6 @@ def check_batch_split(batch_size: int, accumulation: int, world_size: int) -> No
                          f"{accumulation} accumulation step(s) x {world_size} process(es); give a multiple of {parts}.")
 
 
-def train_batches(run, module: nn.Module, dataset: EmbeddingDataset, collate_fn, *, epochs: float,
-                  max_steps: int | None, save_every: int | None, callbacks: Mapping[str, Any] | None,
-                  evaluation: EvalSchedule | None = None, apply_changes: bool = False, **training: Any):
-    """Train ``module`` (``training_step``) on ``dataset`` 's batches (each through ``collate_fn``) with the
-    :class:`~bertkit.training.Trainer` into the open run directory ``run`` (resumed when the run is), evaluated
-    on ``evaluation`` 's schedule (default: every epoch; ``apply_changes``: a resumed run takes changed
-    hyperparameters instead of refusing them); ``training``: further
-    :class:`~bertkit.training.TrainingConfig` fields. Returns the trainer and the results (steps, epochs, final
-    training loss, the files and their rows, and with ``evaluation`` its steps, the base and the final
-    scores)."""
-    from bertkit.modeling.fast import GemmChoice
-    from bertkit.tasks.run_settings import follow_run
-    from bertkit.training import Trainer, TrainingConfig
-
-    accumulation = training.get("gradient_accumulation_steps", 1)
-    per_epoch = len(dataset) // accumulation  # optimizer steps per epoch
-    if per_epoch == 0:
-        raise ValueError(f"--gradient-accumulation-steps {accumulation} is more than the {len(dataset)} batches of an "
-                         "epoch; accumulate fewer batches, or give more rows.")
-    if accumulation > 1 and _in_batch(getattr(module, "loss", None)):
-        logger.warning("--gradient-accumulation-steps %d: each micro-batch's in-batch negatives stay its own %d "
-                       "rows; for the negatives of the whole step use --loss cached-mnrl with --mini-batch-size",
-                       accumulation, dataset.batch_size)
-    steps = max_steps if max_steps is not None else max(1, round(epochs * per_epoch))
-    world = data_parallel()[1]
-    config = TrainingConfig(max_steps=steps, batch_size=dataset.batch_size * accumulation, num_workers=0,
-                            log_every=max(1, min(50, per_epoch // 4)), save_every=save_every or per_epoch,
-                            keep_last=1, output_dir=str(run.path),
-                            find_unused_parameters=world > 1, **training)  # e.g. a pooler no loss reads
-    trainer = Trainer(module, batch_source=dataset, config=config, collate_fn=collate_fn, callbacks=callbacks,
-                      stateful={"gemm": GemmChoice()},  # a resumed run keeps its float32 product backend
-                      apply_changes=apply_changes)
-
-    if evaluation is not None:
-        evaluation.attach(trainer, default_every=per_epoch)
-    follow_run(trainer, run)
-    trainer.train(resume_from="latest" if run.resumed else None)
-    last = last_train_record(trainer.metrics_path)
-    results = {"steps": trainer.state.step, "epochs": trainer.state.step / per_epoch,
-               "final_train_loss": last.get("loss"), "final_train_loss_step": last.get("step"),
-               "log_every": config.log_every,
-               "data": [{"file": f, "rows": n} for f, n in zip(dataset.files, dataset.sizes)]}
-    if trainer.warnings:  # e.g. zero gradients, a run that trained nothing
-        results["warnings"] = list(trainer.warnings)
-    if evaluation is not None and evaluation.history:
-        results["evaluation"] = {"every": evaluation.every, "steps": [h["step"] for h in evaluation.history],
-                                 "base": json_metrics(evaluation.first["metrics"]) if evaluation.first["step"] == 0
-                                 else None, "final_step": evaluation.last["step"],
-                                 "final": json_metrics(evaluation.last["metrics"])}
-    return trainer, results
-
-
 def _in_batch(loss: nn.Module | None) -> bool:
     """Whether ``loss`` (or the loss a wrapper holds) compares rows with other rows of the batch."""
     from bertkit.embedding.contrastive import MultipleNegativesRankingLoss
@@ -455,20 +568,24 @@ def last_train_record(path: Path) -> dict[str, Any]:
     return last
 
 
-def finish(trainer, model_dir: Path, results: dict[str, Any], start: float) -> EmbeddingTrainingResult:
-    """Write ``results.json`` and the plot beside the saved model in ``trainer`` 's run directory, hand the
-    results to its trackers (:func:`~bertkit.training.reporting.report_final`); the run's result."""
-    from bertkit.io import atomic_write_text
-    from bertkit.training.metrics import plot_metrics
-    from bertkit.training.reporting import report_final
-
-    output = trainer.output_dir
-    atomic_write_text(output / RESULTS_FILE, json.dumps(results, indent=2) + "\n")
-    report_final(trainer, results)
-    result = EmbeddingTrainingResult(output, Path(model_dir), results, output / "metrics.jsonl")
-    result.plot_path = plot_metrics(result.metrics_path, output / "metrics.png")
-    result.seconds = time.perf_counter() - start
-    return result
+def batch_results(trainer, dataset: EmbeddingDataset, per_epoch: int, schedule, best: Mapping[str, Any]
+                  ) -> dict[str, Any]:
+    """``results.json`` of a run on ``dataset`` 's batches: steps, epochs, the final training loss, the files and
+    their rows, and with evaluations (``schedule``) their steps, the base and the final scores, and the kept
+    ``best`` (metric, value, step) where one was kept."""
+    last = last_train_record(trainer.metrics_path)
+    results = {"steps": trainer.state.step, "epochs": trainer.state.step / per_epoch,
+               "final_train_loss": last.get("loss"), "final_train_loss_step": last.get("step"),
+               "log_every": trainer.config.log_every,
+               "data": [{"file": f, "rows": n} for f, n in zip(dataset.files, dataset.sizes)]}
+    if schedule is not None and schedule.history:
+        results["evaluation"] = {"every": schedule.every, "steps": [h["step"] for h in schedule.history],
+                                 "base": json_metrics(schedule.first["metrics"]) if schedule.first["step"] == 0
+                                 else None, "final_step": schedule.last["step"],
+                                 "final": json_metrics(schedule.last["metrics"])}
+    if best:
+        results["best"] = dict(best)
+    return results
 
 
 def innermost_loss(loss: nn.Module) -> nn.Module:
@@ -576,11 +693,15 @@ def evaluate_embeddings(net, beir, sts, split: str, k_values: Sequence[int]) -> 
     return metrics
 
 
-def evaluation_card(described: Mapping[str, str], evaluation: EvalSchedule | None) -> list[str]:
+def evaluation_card(described: Mapping[str, str], evaluation: EvalSchedule | None,
+                    results: Mapping[str, Any] | None = None) -> list[str]:
     """The model card's "Evaluation" lines: the data, then :func:`~bertkit.embedding.eval_schedule.evaluation_table`
-    of the evaluations; ``[]`` without any."""
+    of the evaluations, and the kept best model (``results["best"]``) where one was kept; ``[]`` without any."""
     if evaluation is None or not evaluation.history:
         return []
+    best = (results or {}).get("best")
+    kept = [f"The model is the one of step {best['step']}, the best {best['metric']} ({best['value']:.4f})."] \
+        if best else []
     return ["Scored during training on", "", *(f"- {line}" for line in described.values()), "",
             *evaluation_table(evaluation.history), "",
-            f"Every evaluation (every {evaluation.every} steps) is an `eval` record of `metrics.jsonl`."]
+            f"Every evaluation (every {evaluation.every} steps) is an `eval` record of `metrics.jsonl`.", *kept]

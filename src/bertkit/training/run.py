@@ -57,21 +57,25 @@ RESULTS_FILE = "results.json"
 class TrainingData:
     """What the Trainer reads: ``dataset`` through ``collate_fn``, in the order of ``sampler`` (already sharded)
     or of ``sampler_factory(len(dataset), seed=, rank=, world_size=)`` (neither: a shuffled
-    :class:`~bertkit.training.SeededSampler`); ``eval_dataset`` (through ``eval_collate_fn``): a held-out set
-    the Trainer scores itself, its ``training_step`` loss and metrics, every ``eval_every`` steps and at the end.
+    :class:`~bertkit.training.SeededSampler`), or instead of ``dataset`` a ``batch_source``
+    (:mod:`~bertkit.training.batch_source`: whole micro-batches, each through ``collate_fn``); ``eval_dataset``
+    (through ``eval_collate_fn``): a held-out set the Trainer scores itself, its ``training_step`` loss and
+    metrics, every ``eval_every`` steps and at the end.
     """
 
-    dataset: Any
+    dataset: Any = None
     collate_fn: Callable | None = None
     sampler: Any = None
     sampler_factory: Callable | None = None
     eval_dataset: Any = None
     eval_collate_fn: Callable | None = None
+    batch_source: Any = None
 
     def trainer_arguments(self) -> dict[str, Any]:
         """The :class:`~bertkit.training.Trainer` 's keyword arguments these make (its first one: ``dataset``)."""
         return {"collate_fn": self.collate_fn, "sampler": self.sampler, "sampler_factory": self.sampler_factory,
-                "eval_dataset": self.eval_dataset, "eval_collate_fn": self.eval_collate_fn}
+                "eval_dataset": self.eval_dataset, "eval_collate_fn": self.eval_collate_fn,
+                "batch_source": self.batch_source}
 
 
 class Recipe:
