@@ -11,6 +11,9 @@ metrics.jsonl and metrics.png. A run owns OUT: --resume continues it exactly, --
 --eval-beir DIR / --eval-sts FILE score the model at step 0, every --eval-every steps (default: every epoch) and
 at the end, as `bertkit evaluate --beir / --sts` does: eval records of metrics.jsonl and the plot, the final
 scores in results.json, a before/after table in the model card; training is the same as without them.
+--keep-best METRIC (e.g. ndcg@10) keeps the model of the best evaluation, --patience N stops after N evaluations
+without a better one. --batch-size counts the rows of one optimizer step over all processes, as in every
+training command.
 See :func:`bertkit.embedding.training.finetune_embeddings`.
 """
 
@@ -21,7 +24,7 @@ import json
 
 from bertkit.cli import ArgumentParser
 from bertkit.cli.evaluate import k_list
-from bertkit.cli.training_flags import add_flag
+from bertkit.cli.training_flags import add_training_flags, check_run_flags, run_options, training_config
 from bertkit.embedding.ir_metrics import DEFAULT_K
 from bertkit.embedding.training import LOSSES
 from bertkit.io import refuse_output_over_input
@@ -39,9 +42,11 @@ def dims_list(text: str) -> list[int]:
 
 
 def main(argv: list[str]) -> int:
+    from bertkit.embedding.training import EMBEDDING_DEFAULTS
+
     parser = ArgumentParser(prog="bertkit finetune embed", description=__doc__,
                             formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_run_flags(parser, batch_size=32, learning_rate=5e-5)
+    add_run_flags(parser, EMBEDDING_DEFAULTS, "e.g. ndcg@10 (--eval-beir), spearman_cosine (--eval-sts)")
     loss = parser.add_argument_group("loss")
     loss.add_argument("--loss", default="mnrl", help=f"one of {', '.join(LOSSES)} (default mnrl)")
     loss.add_argument("--scale", type=float, help="mnrl, cached-mnrl, cosent, angle: similarity scale (default 20); "
@@ -60,23 +65,31 @@ def main(argv: list[str]) -> int:
                        help="let one query come with two different positives in a batch")
     add_evaluation_flags(parser, reranker=False)
     args = parser.parse_args(argv)
+    check_run_flags(parser, args)
 
-    from bertkit.embedding.training import finetune_embeddings
+    from bertkit.embedding.training import EmbeddingEvaluation, EmbeddingLoss, finetune_embeddings
 
     if args.guide:
         refuse_output_over_input(("-o", args.output), [], models=[("--guide", args.guide)])
+    refuse_output_over_inputs(args)
     result = finetune_embeddings(
-        args.model, args.train, args.output, loss=args.loss, scale=args.scale, symmetric=args.symmetric,
-        mini_batch_size=args.mini_batch_size, matryoshka_dims=args.matryoshka_dims, pooling=args.pooling,
-        query_prompt=args.query_prompt, document_prompt=args.document_prompt,
-        allow_repeated_queries=args.allow_repeated_queries, guide=args.guide, **evaluation_options(args),
-        **run_options(args))
+        args.model, args.train, args.output, run_config(args, EMBEDDING_DEFAULTS),
+        loss=EmbeddingLoss(args.loss, scale=args.scale, symmetric=args.symmetric,
+                           mini_batch_size=args.mini_batch_size, matryoshka_dims=args.matryoshka_dims,
+                           guide=args.guide),
+        data=training_files(args, query_prompt=args.query_prompt, document_prompt=args.document_prompt,
+                            allow_repeated_queries=args.allow_repeated_queries),
+        evaluation=EmbeddingEvaluation(beir=args.eval_beir, sts=args.eval_sts, split=args.eval_split,
+                                       k=args.eval_k),
+        pooling=args.pooling, **run_options(args))
     report(result)
     return 0
 
 
-def add_run_flags(parser: argparse.ArgumentParser, *, batch_size: int, learning_rate: float) -> None:
-    """The flags ``finetune embed`` and ``finetune rerank`` share: model, data, training, the output directory."""
+def add_run_flags(parser: argparse.ArgumentParser, defaults: dict, keep_best: str) -> None:
+    """The flags ``finetune embed`` and ``finetune rerank`` share: model, data, the training flags of every
+    command (:mod:`bertkit.cli.training_flags`, with the recipe's ``defaults``; ``keep_best``: example metrics),
+    the output directory."""
     parser.add_argument("--model", required=True, help="the checkpoint to start from")
     parser.add_argument("--train", required=True, nargs="+", help="training file(s)")
     parser.add_argument("-o", "--output", required=True, help="the run's directory")
@@ -86,41 +99,41 @@ def add_run_flags(parser: argparse.ArgumentParser, *, batch_size: int, learning_
                       help="how batches of several files are mixed (default proportional)")
     data.add_argument("--encoding", default="utf-8", help="of the --train files (default utf-8), e.g. latin-1, "
                                                           "cp1252")
-    group = parser.add_argument_group("training")
-    group.add_argument("--max-seq-length", type=int, help="default: the model's")
-    group.add_argument("--batch-size", type=int, metavar="ROWS",
-                       help=f"rows per optimizer step over all processes and accumulation steps, as in every "
-                            f"training command: the in-batch candidates of a step without accumulation; each "
-                            f"process trains on its share (default {batch_size})")
-    parser.set_defaults(default_batch_size=batch_size)
-    group.add_argument("--epochs", type=float, default=1.0, help="default: %(default)s")
-    group.add_argument("--max-steps", type=int, help="steps to train (default: from --epochs)")
-    group.add_argument("--learning-rate", type=float, default=learning_rate, help="default: %(default)s")
-    group.add_argument("--warmup-ratio", type=float, default=0.1, help="default: %(default)s")
-    group.add_argument("--weight-decay", type=float, default=0.01, help="default: %(default)s")
-    group.add_argument("--gradient-accumulation-steps", type=int, default=1, metavar="K",
-                       help="micro-batches of --batch-size / K rows per optimizer step (default 1); in-batch "
-                            "negatives stay each micro-batch's own: cached-mnrl --mini-batch-size gives the whole "
-                            "batch's negatives in less memory")
-    group.add_argument("--save-every", type=int, help="steps between checkpoints (default: every epoch)")
-    group.add_argument("--precision", choices=("auto", "fp32", "bf16", "fp16"), default="auto",
-                       help="auto (default): bf16 autocast where the CPU/GPU has it natively, else fp32")
-    group.add_argument("--seed", type=int, default=42, help="makes the run reproducible (default 42)")
-    group.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda", "gpu"),
-                       help="auto (default): CUDA when there is a GPU, else the CPU")
-    add_flag(group, "--threads", "auto")
-    add_flag(group, "--report-to", ())
-    owner = parser.add_argument_group("the output directory").add_mutually_exclusive_group()
-    owner.add_argument("--resume", action="store_true", help="continue the run in -o from its latest checkpoint")
-    owner.add_argument("--overwrite", action="store_true", help="replace what -o holds")
-    parser.add_argument("--apply-changes", action="store_true",
-                        help="with --resume: continue with changed hyperparameters instead of refusing them")
+    data.add_argument("--max-seq-length", type=int, help="default: the model's")
+    shown = {"precision": "auto", "device": "auto", "threads": "auto", "report_to": (),
+             "gradient_accumulation_steps": 1, **defaults, "batch_size": None}  # None: tells whether it was given
+    add_training_flags(parser, shown, extra=("--save-every",), helps={
+        "--batch-size": f"(as in every training command): the in-batch candidates of a step without "
+                        f"accumulation (default: {defaults['batch_size']})",
+        "--gradient-accumulation-steps": "(each of --batch-size / K rows); in-batch negatives stay each "
+                                         "micro-batch's own: cached-mnrl --mini-batch-size gives the whole batch's "
+                                         "negatives in less memory",
+        "--save-every": "(default: every epoch)",
+        "--eval-every": "(default: every epoch); also at step 0 and at the end",
+        "--keep-best": f"({keep_best})"})
+
+
+def run_config(args: argparse.Namespace, defaults: dict):
+    """The run's TrainingConfig from the training flags over the recipe's ``defaults``; a --batch-size given says
+    once what it counts (:func:`note_batch_size_meaning`)."""
+    if args.batch_size is not None:
+        note_batch_size_meaning()
+    return training_config(args, **{k: v for k, v in defaults.items() if getattr(args, k, None) is None})
+
+
+def training_files(args: argparse.Namespace, **bi_encoder: object):
+    """The :class:`~bertkit.embedding.training.TrainingFiles` of the data flags (``bi_encoder``: the prompts)."""
+    from bertkit.embedding.data_layout import parse_columns
+    from bertkit.embedding.training import TrainingFiles
+
+    return TrainingFiles(columns=parse_columns(args.columns) if args.columns else None, sampling=args.sampling,
+                         encoding=args.encoding, max_seq_length=args.max_seq_length, **bi_encoder)
 
 
 def add_evaluation_flags(parser: argparse.ArgumentParser, *, reranker: bool) -> None:
     """The flags of evaluation during training that ``finetune embed`` and ``finetune rerank`` share (--eval-beir,
-    --eval-every, --eval-split, --eval-k), with the bi-encoder's --eval-sts or the reranker's --eval-rerank,
-    --eval-first-stage and --eval-top-k."""
+    --eval-split, --eval-k; --eval-every, --keep-best and --patience are every training command's), with the
+    bi-encoder's --eval-sts or the reranker's --eval-rerank, --eval-first-stage and --eval-top-k."""
     group = parser.add_argument_group("evaluation during training")
     if reranker:
         group.add_argument("--eval-rerank", metavar="FILE", help="rows of query, positive(s) and negatives (or "
@@ -137,44 +150,20 @@ def add_evaluation_flags(parser: argparse.ArgumentParser, *, reranker: bool) -> 
                                                               "qrels/SPLIT.tsv): retrieval metrics")
         group.add_argument("--eval-sts", metavar="FILE", help="pairs with gold scores (sentence1, sentence2, "
                                                               "score): similarity correlations")
-    group.add_argument("--eval-every", type=int, metavar="N", help="steps between evaluations (default: every "
-                                                                   "epoch); also at step 0 and at the end")
     group.add_argument("--eval-split", default="test", metavar="SPLIT",
                        help="--eval-beir: qrels/SPLIT.tsv (default test)")
     group.add_argument("--eval-k", type=k_list, default=DEFAULT_K, metavar="K,K,...",
                        help="the cut-offs (default 1,3,5,10,100)")
 
 
-def evaluation_options(args: argparse.Namespace) -> dict:
-    """The ``eval_*`` keyword arguments of :func:`add_evaluation_flags`' flags for the training function (after
-    refusing an output directory over one of their inputs)."""
-    given = {name: value for name, value in vars(args).items() if name.startswith("eval_")}
-    refuse_output_over_input(("-o", args.output), [(f"--{name.replace('_', '-')}", given[name]) for name in
-                                                   ("eval_beir", "eval_sts", "eval_rerank", "eval_first_stage")
-                                                   if name in given])
-    return given
-
-
-def run_options(args: argparse.Namespace) -> dict:
-    """The keyword arguments :func:`add_run_flags`' flags give the training function (after refusing an output
-    directory over an input)."""
-    from bertkit.embedding.data_layout import parse_columns
-    from bertkit.training.threads import parse_threads
-
-    if args.apply_changes and not args.resume:
-        raise ValueError("--apply-changes only applies with --resume")
+def refuse_output_over_inputs(args: argparse.Namespace) -> None:
+    """Refuse an output directory over one of the run's inputs: the training files, the model, the evaluation
+    data."""
     refuse_output_over_input(("-o", args.output), [("--train", path) for path in args.train],
                              models=[("--model", args.model)])
-    if args.batch_size is not None:
-        note_batch_size_meaning()
-    return dict(columns=parse_columns(args.columns) if args.columns else None, sampling=args.sampling,
-                encoding=args.encoding, apply_changes=args.apply_changes, max_seq_length=args.max_seq_length,
-                batch_size=args.default_batch_size if args.batch_size is None else args.batch_size, epochs=args.epochs,
-                max_steps=args.max_steps, learning_rate=args.learning_rate, warmup_ratio=args.warmup_ratio,
-                weight_decay=args.weight_decay, save_every=args.save_every, precision=args.precision,
-                seed=args.seed, device=args.device, resume=args.resume, overwrite=args.overwrite,
-                threads=parse_threads(args.threads, "--threads"), report_to=args.report_to,
-                gradient_accumulation_steps=args.gradient_accumulation_steps)
+    given = [(f"--{name.replace('_', '-')}", getattr(args, name)) for name in
+             ("eval_beir", "eval_sts", "eval_rerank", "eval_first_stage") if getattr(args, name, None) is not None]
+    refuse_output_over_input(("-o", args.output), given)
 
 
 def note_batch_size_meaning() -> None:

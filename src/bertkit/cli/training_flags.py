@@ -59,7 +59,8 @@ class _OldName(argparse.Action):
 FLAGS: dict[str, tuple[str, dict[str, Any]]] = {
     "--epochs": ("epochs", dict(type=float, help="passes over the training data (may be fractional)")),
     "--max-steps": ("max_steps", dict(type=int, metavar="N", help="optimizer steps to train (wins over --epochs)")),
-    "--batch-size": ("batch_size", dict(type=int, help="examples per optimizer step")),
+    "--batch-size": ("batch_size", dict(type=int, help="examples (rows) per optimizer step, over all processes and "
+                                                       "accumulation steps; each process trains on its share")),
     "--gradient-accumulation-steps": ("gradient_accumulation_steps", dict(
         type=int, metavar="K", help="micro-batches per step: the same batch in less memory")),
     "--learning-rate": ("learning_rate", dict(type=float, help="peak learning rate of AdamW")),
