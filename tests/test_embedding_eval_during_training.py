@@ -189,3 +189,32 @@ def test_the_schedule_restores_the_rng_and_each_modules_mode_around_any_evaluate
     assert restored.history[0]["step"] == 4
     table = evaluation_table(restored.history)
     assert table[0] == "| metric | step 4 |" and table[3] == "| rerank_empty | n/a |"
+
+
+def test_keep_best_and_patience_keep_the_best_model_and_stop_early(tmp_path, capsys):
+    """--keep-best recall@100 on a BEIR directory of 12 documents: every evaluation scores 1.0, so none after step 0
+    is better; --patience 2 stops the run after the evaluations at steps 1 and 2, and the model saved is the one
+    of step 0 (the base model, bit for bit), which results.json and the model card name."""
+    from safetensors.torch import load_file
+
+    base = write_base(tmp_path / "base", dropout=0.0)
+    train = write_pairs(tmp_path / "pairs.jsonl", 32)
+    beir, out = write_beir(tmp_path / "beir"), tmp_path / "out"
+    common = ["finetune", "embed", "--model", str(base), "--train", str(train), "--batch-size", "8", "--precision",
+              "fp32", "--device", "cpu", "--threads", "1", "--learning-rate", "1e-3", "--max-steps", "6"]
+    assert cli([*common, "-o", str(out), "--eval-beir", str(beir), "--eval-every", "1", "--keep-best",
+                "recall@100", "--patience", "2"]) == 0
+    assert [r["step"] for r in records(out, "eval")] == [0, 1, 2]
+    results = json.loads((out / "results.json").read_text())
+    assert results["steps"] == 2 and results["best"] == {"metric": "recall@100", "value": 1.0, "step": 0,
+                                                         "bad_evaluations": 2}
+    assert "The model is the one of step 0, the best recall@100 (1.0000)." in (out / "model" / "README.md").read_text()
+    kept = load_file(out / "model" / "model.safetensors")
+    started = load_file(base / "model.safetensors")
+    for key in started:  # the base checkpoint's names are the saved model's (a plain BertModel)
+        torch.testing.assert_close(kept[key], started[key], rtol=0, atol=0, msg=key)
+
+    capsys.readouterr()
+    assert cli([*common, "-o", str(tmp_path / "none"), "--keep-best", "ndcg@10"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "add --eval-beir DIR and/or --eval-sts FILE" in err[0], err

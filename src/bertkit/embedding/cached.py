@@ -15,10 +15,11 @@ mini-batches in the same order (a whole-column forward draws different masks). T
 returned tensor (gradient accumulation's ``1/k``, a loss scaler's factor) scales every replayed mini-batch.
 The replay calls ``embed`` inside ``backward()``; DDP's reducer refuses a parameter that receives its
 gradient several times in one backward, so under data parallelism run the model outside DDP (or in its
-``no_sync()``) and average the gradients over the ranks after the replay: ``on_replayed`` (an attribute of
-:class:`CachedMultipleNegativesRankingLoss`, called at the end of the replay, inside ``backward()``) is where
-:func:`~bertkit.embedding.training.train_batches` does it. Each backward replays every mini-batch again, so
-call backward once per forward.
+``no_sync()``) and average the gradients over the ranks after the backward: the Trainer does it with
+``grad_sync="manual"``, which :class:`~bertkit.embedding.training.BiEncoder` declares for this loss. A loop of
+your own may instead set ``on_replayed`` (an attribute of :class:`CachedMultipleNegativesRankingLoss`, called at
+the end of the replay, inside ``backward()``). Each backward replays every mini-batch again, so call backward
+once per forward.
 """
 
 from __future__ import annotations
