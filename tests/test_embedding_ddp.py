@@ -131,6 +131,17 @@ def test_a_file_smaller_than_one_global_batch_names_the_flag(tmp_path):
     assert "\n" not in str(info.value)
 
 
+def test_the_cached_loss_declares_manual_gradient_sync():
+    """The Trainer runs the cached loss outside DDP and averages its gradients itself (what makes the 2-process
+    cached run above train as one process): the bi-encoder declares it, through any wrapper of the loss."""
+    from bertkit.embedding.training import BiEncoder, build_loss
+
+    net = torch.nn.Linear(1, 1)
+    assert BiEncoder(net, build_loss("cached-mnrl", mini_batch_size=2)).grad_sync == "manual"
+    assert BiEncoder(net, build_loss("cached-mnrl", matryoshka_dims=[8])).grad_sync == "manual"
+    assert BiEncoder(net, build_loss("mnrl")).grad_sync == "ddp"
+
+
 if __name__ == "__main__":
     base_dir, cross_dir, pairs_file, out_dir = map(Path, sys.argv[1:5])
     train(base_dir, cross_dir, pairs_file, out_dir, batch_size=2 * PER_RANK)  # rows per step over both processes

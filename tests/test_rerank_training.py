@@ -156,3 +156,13 @@ def test_a_step_is_the_loss_called_directly_on_the_same_batch(tmp_path):
             assert seen[name] is None, name
         else:
             torch.testing.assert_close(seen[name], p.grad, rtol=1e-5, atol=1e-7, msg=name)
+
+
+def test_workers_are_refused_in_one_line(tmp_path):
+    """A reranker's batches are tokenized in its loss: DataLoader workers would have nothing to do."""
+    from bertkit.training import TrainingConfig
+
+    with pytest.raises(ValueError, match=r"num_workers=2: a reranker's batches are tokenized in its loss") as info:
+        finetune_reranker(tmp_path / "cross", tmp_path / "rows.jsonl", tmp_path / "run",
+                          TrainingConfig(max_steps=1, num_workers=2))
+    assert "\n" not in str(info.value) and not (tmp_path / "run").exists()

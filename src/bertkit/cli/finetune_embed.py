@@ -116,6 +116,9 @@ def add_run_flags(parser: argparse.ArgumentParser, defaults: dict, keep_best: st
 def run_config(args: argparse.Namespace, defaults: dict):
     """The run's TrainingConfig from the training flags over the recipe's ``defaults``; a --batch-size given says
     once what it counts (:func:`note_batch_size_meaning`)."""
+    from bertkit.training.eval_schedule import check_every
+
+    check_every(args.eval_every)  # named by its flag, before the config names its field
     if args.batch_size is not None:
         note_batch_size_meaning()
     return training_config(args, **{k: v for k, v in defaults.items() if getattr(args, k, None) is None})
