@@ -262,18 +262,15 @@ def split_keywords(function: str, options: dict[str, Any], objects: Mapping[str,
     from bertkit.training.run import config_from_keywords
 
     config = config_from_keywords(training, options, defaults, renamed={"progress": "progress_bar"})
+    built = {name: given() if isinstance(given, type) else given for name, given in objects.items()}
     changes: dict[str, dict[str, Any]] = {name: {} for name in objects}
     for key in list(options):
-        if key in OLD_KEYWORDS and OLD_KEYWORDS[key][0] in objects:
-            target, field_name = OLD_KEYWORDS[key]
+        target, field_name = OLD_KEYWORDS.get(key, ("", ""))
+        if target in built and field_name in {f.name for f in dataclasses.fields(built[target])}:
             changes[target][field_name] = options.pop(key)
     if options:
         raise TypeError(f"{function}() got an unexpected keyword argument {next(iter(options))!r}")
-    built = {}
-    for name, given in objects.items():
-        built[name] = dataclasses.replace(given() if isinstance(given, type) else given, **changes[name]) \
-            if changes[name] or isinstance(given, type) else given
-    return built, config
+    return {name: dataclasses.replace(value, **changes[name]) for name, value in built.items()}, config
 
 
 def finetune_embeddings(model: str | os.PathLike, train_files: str | os.PathLike | Sequence[str | os.PathLike],
