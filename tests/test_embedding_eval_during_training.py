@@ -216,5 +216,5 @@ def test_keep_best_and_patience_keep_the_best_model_and_stop_early(tmp_path, cap
 
     capsys.readouterr()
     assert cli([*common, "-o", str(tmp_path / "none"), "--keep-best", "ndcg@10"]) == 1
-    err = [line for line in capsys.readouterr().err.strip().splitlines() if "note: --batch-size" not in line]
+    err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "add --eval-beir DIR and/or --eval-sts FILE" in err[0], err

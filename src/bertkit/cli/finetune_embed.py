@@ -81,7 +81,7 @@ def main(argv: list[str]) -> int:
                             allow_repeated_queries=args.allow_repeated_queries),
         evaluation=EmbeddingEvaluation(beir=args.eval_beir, sts=args.eval_sts, split=args.eval_split,
                                        k=args.eval_k),
-        pooling=args.pooling, **run_options(args))
+        pooling=args.pooling, callbacks=batch_size_note(args), **run_options(args))
     report(result)
     return 0
 
@@ -114,13 +114,10 @@ def add_run_flags(parser: argparse.ArgumentParser, defaults: dict, keep_best: st
 
 
 def run_config(args: argparse.Namespace, defaults: dict):
-    """The run's TrainingConfig from the training flags over the recipe's ``defaults``; a --batch-size given says
-    once what it counts (:func:`note_batch_size_meaning`)."""
+    """The run's TrainingConfig from the training flags over the recipe's ``defaults``."""
     from bertkit.training.eval_schedule import check_every
 
     check_every(args.eval_every)  # named by its flag, before the config names its field
-    if args.batch_size is not None:
-        note_batch_size_meaning()
     return training_config(args, **{k: v for k, v in defaults.items() if getattr(args, k, None) is None})
 
 
@@ -169,13 +166,17 @@ def refuse_output_over_inputs(args: argparse.Namespace) -> None:
     refuse_output_over_input(("-o", args.output), given)
 
 
-def note_batch_size_meaning() -> None:
-    """Say once, on stderr (the first process alone under torchrun), what --batch-size counts since it changed."""
+def batch_size_note(args: argparse.Namespace) -> dict:
+    """With --batch-size given: the Trainer callback that says once, as the run starts (after every check, beside
+    the line on how the batch splits), what --batch-size counts since its meaning changed; else none."""
+    return {"on_train_begin": note_batch_size_meaning} if args.batch_size is not None else {}
+
+
+def note_batch_size_meaning(trainer) -> None:
+    """Say once, on stderr (the first process alone under torchrun), what --batch-size counts."""
     import logging
 
-    from bertkit.embedding.training import data_parallel
-
-    if data_parallel()[0] == 0:
+    if trainer.ctx.is_main:
         logging.getLogger("bertkit").info(
             "note: --batch-size counts the rows of one optimizer step over all processes, as in every training "
             "command (it counted the rows per step and process before: an old --batch-size N is now N x "

@@ -24,6 +24,7 @@ from bertkit.cli import ArgumentParser
 from bertkit.cli.finetune_embed import (
     add_evaluation_flags,
     add_run_flags,
+    batch_size_note,
     refuse_output_over_inputs,
     report,
     run_config,
@@ -57,6 +58,6 @@ def main(argv: list[str]) -> int:
         data=training_files(args),
         evaluation=RerankEvaluation(rerank=args.eval_rerank, beir=args.eval_beir, first_stage=args.eval_first_stage,
                                     top_k=args.eval_top_k, split=args.eval_split, k=args.eval_k),
-        **run_options(args))
+        callbacks=batch_size_note(args), **run_options(args))
     report(result)
     return 0
