@@ -209,38 +209,9 @@ class Trainer:
         self.model = model.to(self.device)
         self.micro_batch_size = config.micro_batch_size(self.ctx.world_size)
 
-        accumulation = config.gradient_accumulation_steps
-        self.batch_source = batch_source
-        if batch_source is not None:
-            self.sampler = None
-            check_protocol(batch_source, "batch source", BATCH_SOURCE_METHODS, "bertkit.training.batch_source")
-            #: what the checkpoints keep the data position of: the sampler or the batch source
-            self.data_order = batch_source
-            self._micro_per_epoch = len(batch_source) // accumulation * accumulation
-            if self._micro_per_epoch == 0:
-                raise ValueError(f"One step needs {accumulation} micro-batches but the batch source gives "
-                                 f"{len(batch_source)} per epoch; lower TrainingConfig.gradient_accumulation_steps "
-                                 "or add data.")
-            self._micro_batches_of = MicroBatches(batch_source, None)
-            train_dataset, loader_collate = Items(), CollateItem(collate_fn)
-        else:
-            factory = sampler_factory or SeededSampler
-            self.sampler = sampler if sampler is not None else factory(
-                len(train_dataset), seed=config.seed, rank=self.ctx.rank, world_size=self.ctx.world_size)
-            check_protocol(self.sampler, "sampler", SAMPLER_METHODS, "bertkit.training.sampler")
-            self.data_order = self.sampler
-            step_examples = self.micro_batch_size * accumulation
-            self._micro_per_epoch = len(self.sampler) // step_examples * accumulation
-            if self._micro_per_epoch == 0:
-                raise ValueError(f"One step needs {step_examples} examples per rank but the sampler gives "
-                                 f"{len(self.sampler)} per epoch; lower TrainingConfig.batch_size or add data.")
-            self._micro_batches_of = MicroBatches(self.sampler, self.micro_batch_size)
-            loader_collate = collate_fn
         pin = self.device.type == "cuda"
         self.collate_fn = collate_fn
-        self.train_loader = DataLoader(train_dataset, batch_sampler=self._micro_batches_of, collate_fn=loader_collate,
-                                       num_workers=config.num_workers, pin_memory=pin,
-                                       generator=torch.Generator().manual_seed(config.seed))
+        self.train_loader = self._train_loader(train_dataset, sampler, sampler_factory, batch_source)
         self.eval_loader = None
         # a separate eval collator is rewound before every evaluation: each one scores the same masks
         separate = eval_collate_fn is not None and eval_collate_fn is not collate_fn
@@ -507,6 +478,40 @@ class Trainer:
                 "NaN/inf in the inputs.")
 
     # ------------------------------------------------------------------ data
+    def _train_loader(self, dataset, sampler, sampler_factory, batch_source) -> DataLoader:
+        """The DataLoader of the training micro-batches: ``dataset`` in the order of ``sampler`` (or of one that
+        ``sampler_factory`` makes, default :class:`SeededSampler`), or ``batch_source`` 's items; it sets
+        :attr:`data_order` (what a checkpoint keeps the position of) and the micro-batches of an epoch."""
+        config, accumulation = self.config, self.config.gradient_accumulation_steps
+        self.batch_source = batch_source
+        if batch_source is not None:
+            self.sampler = None
+            check_protocol(batch_source, "batch source", BATCH_SOURCE_METHODS, "bertkit.training.batch_source")
+            self.data_order = batch_source
+            self._micro_per_epoch = len(batch_source) // accumulation * accumulation
+            if self._micro_per_epoch == 0:
+                raise ValueError(f"One step needs {accumulation} micro-batches but the batch source gives "
+                                 f"{len(batch_source)} per epoch; lower TrainingConfig.gradient_accumulation_steps "
+                                 "or add data.")
+            self._micro_batches_of = MicroBatches(batch_source, None)
+            dataset, collate = Items(), CollateItem(self.collate_fn)
+        else:
+            factory = sampler_factory or SeededSampler
+            self.sampler = sampler if sampler is not None else factory(
+                len(dataset), seed=config.seed, rank=self.ctx.rank, world_size=self.ctx.world_size)
+            check_protocol(self.sampler, "sampler", SAMPLER_METHODS, "bertkit.training.sampler")
+            self.data_order = self.sampler
+            step_examples = self.micro_batch_size * accumulation
+            self._micro_per_epoch = len(self.sampler) // step_examples * accumulation
+            if self._micro_per_epoch == 0:
+                raise ValueError(f"One step needs {step_examples} examples per rank but the sampler gives "
+                                 f"{len(self.sampler)} per epoch; lower TrainingConfig.batch_size or add data.")
+            self._micro_batches_of = MicroBatches(self.sampler, self.micro_batch_size)
+            collate = self.collate_fn
+        return DataLoader(dataset, batch_sampler=self._micro_batches_of, collate_fn=collate,
+                          num_workers=config.num_workers, pin_memory=self.device.type == "cuda",
+                          generator=torch.Generator().manual_seed(config.seed))
+
     def _micro_batches(self) -> Iterator[dict]:
         """Micro-batches forever, epoch after epoch, keeping ``state.epoch`` / ``batch_in_epoch`` and the
         sampler snapshot in step. An epoch ends after its last whole optimizer step's worth of micro-batches."""
