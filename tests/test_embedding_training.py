@@ -351,3 +351,20 @@ def test_the_command_says_what_batch_size_counts_once_and_how_the_batch_splits(b
            "steps" in err
     assert cli([*common, "-o", str(tmp_path / "b")]) == 0  # the default: nothing to say about the flag
     assert "--batch-size counts" not in capsys.readouterr().err
+
+
+def test_dataloader_workers_tokenize_the_batches_and_train_as_the_process_does(base, tmp_path):
+    """The dataset is the Trainer's batch source: with num_workers the batches are tokenized in the workers, and
+    the cached loss trains to the same weights, bit for bit."""
+    from bertkit.training import TrainingConfig
+
+    train = write_pairs(tmp_path / "pairs.jsonl", 32)
+    weights = []
+    for workers in (0, 2):
+        config = TrainingConfig(max_steps=3, batch_size=8, learning_rate=1e-3, precision="fp32", device="cpu",
+                                threads=1, progress_bar=False, num_workers=workers)
+        result = finetune_embeddings(base, train, tmp_path / f"w{workers}", config, loss="cached-mnrl",
+                                     mini_batch_size=3)
+        weights.append(load_file(result.model_dir / "model.safetensors"))
+    for name in weights[0]:
+        torch.testing.assert_close(weights[1][name], weights[0][name], rtol=0, atol=0, msg=name)
