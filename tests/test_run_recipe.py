@@ -252,3 +252,11 @@ def test_pretraining_keeps_its_best_held_out_model(tmp_path, objective):
                 torch.testing.assert_close(saved[key], kept[name], rtol=0, atol=0)
     assert set(json.loads((result.output_dir / "evaluation.json").read_text())) == set(result.evaluation)
     assert result.results is result.evaluation and "mlm_accuracy_masked" in result.evaluation
+
+
+def test_a_fine_tuning_checkpoint_of_before_resumes_its_best():
+    """Fine-tuning checkpoints written before the one run hold the best model's state alone, under "best_model"."""
+    schedule = EvalSchedule(keep_best="accuracy", patience=2, name="best_model")
+    schedule.load_state_dict({"value": 0.75, "step": 12, "bad_evaluations": 1})
+    assert (schedule.best.value, schedule.best.step, schedule.best.bad_evaluations) == (0.75, 12, 1)
+    assert schedule.history == []

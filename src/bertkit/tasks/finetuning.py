@@ -147,6 +147,7 @@ class Finetuning(Recipe):
     # scoring the validation set draws from the random state (its DataLoader's seed), as it always did: a
     # fine-tuning run keeps its numbers
     evaluation_keeps_random_state = False
+    evaluation_state = "best_model"  # the name fine-tuning checkpoints have always given it: they still resume
 
     def __init__(self, task: Task, source: str | os.PathLike, splits: Mapping[str, Path],
                  examples: Mapping[str, Sequence[Any]], max_seq_length: int, group_by_length: bool):

@@ -143,6 +143,9 @@ class EvalSchedule:
                 "best": self.best.state_dict() if self.best is not None else None}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """The state :meth:`state_dict` wrote, or a :class:`BestModel` 's alone (fine-tuning checkpoints of before)."""
+        if "history" not in state:
+            state = {"history": [], "best": state}
         self.history = [{"step": h["step"], "metrics": dict(h["metrics"])} for h in state["history"]]
         if self.best is not None and state.get("best"):
             self.best.load_state_dict(state["best"])

@@ -98,6 +98,8 @@ class Recipe:
     bookkeeping_by_epoch: bool = True
     #: evaluate the model before the first step too (the "before" of a before/after table)
     evaluate_at_start: bool = False
+    #: the evaluations' name in a checkpoint's state
+    evaluation_state: str = "evaluation"
     #: put the random state back after each evaluation (False: leave it as the evaluation left it)
     evaluation_keeps_random_state: bool = True
     #: what to add for an evaluation during training, said when keep_best / patience have nothing to evaluate
@@ -255,7 +257,8 @@ def _schedule(recipe: Recipe, trainer: Trainer, data: TrainingData, run: Any,
         if trainer.ctx.is_main:
             recipe.save(run.path)
 
-    schedule = EvalSchedule(functools.partial(recipe.evaluate, trainer), config.eval_every, keep_best=keep_best,
+    schedule = EvalSchedule(functools.partial(recipe.evaluate, trainer), config.eval_every,
+                            name=recipe.evaluation_state, keep_best=keep_best,
                             patience=config.patience, on_best=save_best, at_start=recipe.evaluate_at_start,
                             keep_random_state=recipe.evaluation_keeps_random_state)
     if trainer_evaluates:
