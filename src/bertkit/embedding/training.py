@@ -351,7 +351,7 @@ class RowBatchRecipe(Recipe):
         """The results (:func:`batch_results`) and the model card (``README.md`` of the saved model)."""
         from bertkit.io import atomic_write_text
 
-        schedule = trainer.stateful.get("evaluation")
+        schedule = trainer.stateful.get(self.evaluation_state)  # the run's schedule, when it evaluates
         results = batch_results(trainer, self.dataset, self.steps_per_epoch(trainer.config), schedule, result.best)
         atomic_write_text(result.model_dir / "README.md", self.card(trainer, results, schedule))
         return results
