@@ -32,7 +32,7 @@ from bertkit.serving.errors import ServeError
 from bertkit.serving.gate import PARSED
 from bertkit.serving.inputs import CHARS_PER_TOKEN, Prepared
 from bertkit.serving.service import Service
-from bertkit.tasks.table import TABLE
+from bertkit.tasks.table import table_routes
 
 
 @dataclass(frozen=True)
@@ -87,11 +87,6 @@ def add_routes(app: FastAPI, service: Service, static: Any) -> None:
             return await validated(model, fields, big=parsed.big, offload=service.offload)
 
         return await ROOT[service.task](service, data, parameters, read)
-
-
-def table_routes() -> list[str]:
-    """The routes of the task table's rows, in table order."""
-    return list(dict.fromkeys(path for row in TABLE for path in row.routes))
 
 
 def _bound(handler: Callable[..., Awaitable[Response]], service: Service) -> Callable[..., Awaitable[Response]]:

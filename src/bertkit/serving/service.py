@@ -19,7 +19,7 @@ from bertkit.serving.errors import ServeError
 from bertkit.serving.inputs import Prepared, count_tokens, prepare
 from bertkit.serving.metrics import Metrics
 from bertkit.serving.settings import PIPELINE_TASKS, ServeSettings, resolve_task, trained_length
-from bertkit.tasks.table import TABLE, served_tasks
+from bertkit.tasks.table import rows_with_route, served_tasks
 
 #: forward passes inside a dynamic batch (the pipeline sorts it by length first): at most this many rows and
 #: padded tokens. On 2 CPU cores ~1,000 padded tokens per pass ran 1.2x faster than 16,384 and 1.8x faster
@@ -121,7 +121,7 @@ class Service:
         """424 (TEI's answer) unless this server answers ``route`` (a route of its task's row of the task table, or
         of a row no server runs on its own, SPLADE vectors, where it has the sparse pipeline); 429 / 503 when no
         request can be queued."""
-        owners = [row for row in TABLE if route in row.routes]
+        owners = rows_with_route(route)
         tasks = [row.serve.name for row in owners if row.serve is not None]
         sparse = any(row.serve is None for row in owners)
         if (sparse and "sparse" not in self.pipes) or (not sparse and self.task not in tasks) or \

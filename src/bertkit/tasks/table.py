@@ -163,11 +163,21 @@ def served_tasks() -> dict[str, TaskRow]:
     return {row.serve.name: row for row in TABLE if row.serve is not None}
 
 
+def table_routes() -> list[str]:
+    """The server routes of every row, in table order."""
+    return list(dict.fromkeys(route for row in TABLE for route in row.routes))
+
+
+def rows_with_route(route: str) -> list[TaskRow]:
+    """The rows that list the server route ``route``."""
+    return [row for row in TABLE if route in row.routes]
+
+
 def resolve(name: str) -> Any:
     """The object a ``"module:attribute"`` name of the table names, imported now."""
     module, _, attribute = name.partition(":")
     return getattr(importlib.import_module(module), attribute)
 
 
-__all__ = ["CHOICES", "TABLE", "TOKENS", "Served", "Signature", "TaskRow", "find_task", "resolve", "served_tasks",
-           "task_for_architecture", "task_names"]
+__all__ = ["CHOICES", "TABLE", "TOKENS", "Served", "Signature", "TaskRow", "find_task", "resolve", "rows_with_route",
+           "served_tasks", "table_routes", "task_for_architecture", "task_names"]
