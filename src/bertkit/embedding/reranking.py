@@ -65,17 +65,16 @@ def is_cross_encoder(model_dir: str | os.PathLike) -> bool:
 
 def require_scoring_head(model: str | os.PathLike, flag: str) -> None:
     """Refuse (``ValueError`` naming ``flag``) a ``model`` that holds no trained scoring head: a cross-encoder
-    directory (:func:`is_cross_encoder`) or any checkpoint of a sequence classifier passes; an embedding model or
-    a base checkpoint would score with a classifier initialised at random, whose scores mean nothing."""
-    from bertkit.export.models import source_class
-    from bertkit.sentence import SentenceTransformer
+    directory or any checkpoint of a sequence classifier (:func:`bertkit.tasks.sources.inspect_source`) passes; an
+    embedding model or a base checkpoint would score with a classifier initialised at random, whose scores mean
+    nothing."""
+    from bertkit.tasks.sources import inspect_source
 
-    if is_cross_encoder(model):
+    info = inspect_source(model)
+    if info.cross_encoder or info.task in ("rerank", "text-classification"):  # a sequence classifier
         return
-    cls = source_class(model)
-    if getattr(cls, "hf_architecture", "") == "BertForSequenceClassification":
-        return
-    what = "an embedding model (a bi-encoder)" if cls is SentenceTransformer else f"a {cls.__name__}"
+    held = (info.model or info.architecture or "model").rpartition(":")[2]
+    what = "an embedding model (a bi-encoder)" if info.sentence_transformers else f"a {held}"
     raise ValueError(f"{flag}: {os.fspath(model)} holds {what} and no trained scoring head: its scores would come "
                      "from a classifier initialised at random. Give a cross-encoder (a reranker: what `bertkit "
                      "finetune rerank` writes, or a sentence-transformers CrossEncoder directory) or a sequence "

@@ -146,7 +146,8 @@ def find_task(name: str, column: str | None = None, what: str = "task") -> TaskR
     row = _BY_NAME.get(name)
     if row is None or (column is not None and getattr(row, column) is None):
         known = task_names(column)
-        why = f"{name!r} has no {column}" if row is not None else f"unknown {what} {name!r}"
+        named = name if row is None or name == row.name else f"{name} ({row.name})"
+        why = f"the {what} {named} has no {column}" if row is not None else f"unknown {what} {name!r}"
         raise ValueError(f"{why}; choose one of {', '.join(known)}.")
     return row
 
