@@ -206,6 +206,8 @@ def test_the_served_routes_are_the_tables(tmp_path, monkeypatch):
     extended = tuple(table.TaskRow(**{**row.__dict__, "routes": (*row.routes, "/unmask")}) if row is fill_mask
                      else row for row in TABLE)
     monkeypatch.setattr(table, "TABLE", extended)
+    with pytest.raises(ValueError, match=r"lists the routes \['/unmask'\], which no handler answers"):
+        create_app(source)
     monkeypatch.setitem(routes.HANDLERS, "/unmask", routes.HANDLERS["/fill-mask"])
     app = create_app(source)
     posted = {route.path for route in app.routes if "POST" in getattr(route, "methods", ())}

@@ -45,8 +45,8 @@ class Route:
 
 
 def add_routes(app: FastAPI, service: Service, static: Any) -> None:
-    """Every server's routes (the page, health, info, metrics, tokenizer), then those of every task of the task
-    table (:data:`HANDLERS`; a route no handler answers is a ``KeyError`` naming it), then ``POST /``."""
+    """Every server's routes (the page, health, info, metrics, tokenizer), those of every task of the task table
+    (:data:`HANDLERS`; a ValueError names a listed route that no handler answers), and ``POST /``."""
     @app.get("/", include_in_schema=False)
     async def page():
         return FileResponse(static / "index.html")
@@ -66,10 +66,15 @@ def add_routes(app: FastAPI, service: Service, static: Any) -> None:
     async def metrics() -> str:
         return service.metrics.render()
 
-    for path in table_routes():
-        route = HANDLERS[path]
-        app.post(path, response_model=route.response_model,
-                 include_in_schema=route.include_in_schema)(_bound(route.handler, service))
+    listed = table_routes()
+    unanswered = [path for path in listed if path not in HANDLERS]
+    if unanswered:
+        raise ValueError(f"the task table lists the routes {unanswered}, which no handler answers: add them to "
+                         "bertkit.serving.routes.HANDLERS.")
+    for path, route in HANDLERS.items():  # in the handlers' order: /openapi.json lists the paths so
+        if path in listed:
+            app.post(path, response_model=route.response_model,
+                     include_in_schema=route.include_in_schema)(_bound(route.handler, service))
     for path, route in ALWAYS.items():
         app.post(path, response_model=route.response_model)(_bound(route.handler, service))
 
