@@ -179,7 +179,8 @@ class SourceInfo:
         return None if self.task is None else find_task(self.task)
 
     def describe(self) -> str:
-        """One line: ``layout hf, family bert, BertForSequenceClassification, task rerank, labels [...], ...``."""
+        """One line, what ``bertkit info`` prints: ``layout hf (cross-encoder), architecture
+        BertForSequenceClassification, task rerank, labels ['LABEL_0'], max length 128 (takes 512), saved fp32``."""
         parts = [f"layout {self.layout}" + (" (cross-encoder)" if self.cross_encoder else ""),
                  f"architecture {self.architecture or 'unknown'}", f"task {self.task or 'none'}"]
         if self.modules:
