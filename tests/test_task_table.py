@@ -230,3 +230,19 @@ def test_info_says_what_a_directory_holds(tmp_path, capsys):
                     "text-classification, labels ['negative', 'positive'], max length not recorded (takes 40), "
                     "saved fp32")
     assert bertkit.tasks.inspect_source(tmp_path / "classifier").labels == ("negative", "positive")
+
+
+def test_inspect_an_archive_and_a_registered_name(tmp_path, monkeypatch):
+    import tarfile
+
+    from bertkit.weights import download
+
+    source = save(tmp_path / "tagger", model_of(bertkit.BERTForTokenClassification, num_labels=2))
+    with tarfile.open(tmp_path / "tagger.tar.gz", "w:gz") as archive:
+        archive.add(source, arcname="tagger")
+    info = inspect_source(tmp_path / "tagger.tar.gz")  # the config is inside: read with the weights
+    assert (info.layout, info.architecture, info.task, info.labels) == ("checkpoint", "BertForTokenClassification",
+                                                                        "token-classification", ("LABEL_0", "LABEL_1"))
+    monkeypatch.setattr(download, "resolve_source", lambda name: source if name == "tiny-tagger" else name)
+    info = inspect_source("tiny-tagger")  # a registered name: what the cache holds for it
+    assert (info.source, info.path, info.task) == ("tiny-tagger", source, "token-classification")

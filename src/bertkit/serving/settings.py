@@ -20,6 +20,7 @@ DTYPES = ("auto", "fp32", "bf16", "fp16", "int8")
 #: ``--pooling``: sentence-transformers' modes, and ``splade`` (a masked-LM head's sparse vectors)
 POOLINGS = ("cls", "mean", "max", "lasttoken", "splade")
 
+
 @dataclass
 class ServeSettings:
     """A server's settings; ``check`` raises a ValueError naming the first bad one.
