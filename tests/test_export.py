@@ -182,7 +182,7 @@ def test_a_source_is_loaded_as_its_task_json_config_or_task_says(tmp_path):
     (source / "task.json").write_text(json.dumps({"task": "classify", "options": {}, "max_seq_length": 32}))
     with pytest.warns(bertkit.LoadWarning):  # the tagger's head does not fit a sequence classifier: a new one
         assert type(load_for_export(source)[0]) is bertkit.BERTForSequenceClassification
-    with pytest.raises(ValueError, match="unknown task 'tagging'; choose one of backbone"):
+    with pytest.raises(ValueError, match="unknown task 'tagging'; choose one of embeddings, sentence-embeddings, "):
         load_for_export(source, task="tagging")
 
 

@@ -66,12 +66,11 @@ LAYERS["sentence"] = {*LAYERS["tasks"], "tasks"}
 LAYERS["pipelines"] = {*LAYERS["tasks"], "tasks", "sentence"}
 LAYERS["export"] = {*LAYERS["tasks"], "tasks", "sentence"}
 # training embedding models and rerankers: losses, data, evaluation, mining over sentence models and the
-# reranking pipeline's scoring path; what a model directory holds (export.models.source_class), to refuse a
-# model without a trained scoring head where one is needed
-LAYERS["embedding"] = {*LAYERS["pipelines"], "pipelines", "export"}
-# serving reads what a model directory holds as export does (export.models.source_class), and what the
+# reranking pipeline's scoring path
+LAYERS["embedding"] = {*LAYERS["pipelines"], "pipelines"}
+# serving reads what a model directory holds from the task table (tasks.sources.inspect_source), and what the
 # embedding trainers write (a cross-encoder directory, its saved length) as bertkit.embedding reads it
-LAYERS["serving"] = {*LAYERS["pipelines"], "pipelines", "export", "embedding"}
+LAYERS["serving"] = {*LAYERS["pipelines"], "pipelines", "embedding"}
 
 #: Imports that break the table on purpose: (importing layer, imported layer) -> why. Keep it empty.
 DEVIATIONS: dict[tuple[str, str], str] = {}

@@ -1,5 +1,6 @@
-"""``bertkit info [SIZE|DIR|CONFIG]``: the family, architecture and parameter count of a preset or a checkpoint;
-without an argument, this machine and what ``auto`` picks on it.
+"""``bertkit info [SIZE|DIR|CONFIG]``: the family, architecture and parameter count of a preset or a checkpoint
+(and, for a checkpoint directory, what it holds: :func:`bertkit.tasks.sources.inspect_source`'s layout, task,
+labels, trained length and saved dtype); without an argument, this machine and what ``auto`` picks on it.
 
 Parameters are counted from the config alone (:func:`bertkit.modeling.counting.count_parameters`), so
 nothing is built or allocated: a config of any size is described at once. The machine's description asks the
@@ -94,7 +95,25 @@ def describe(source: str) -> str:
              f"backbone parameters: {backbone_parameters(config) / 1e6:.1f}M"]
     if architecture in POOLED and architecture != "BertModel":
         lines.append(f"with its head ({architecture}): {count_parameters(config, architecture) / 1e6:.1f}M")
+    held = _what_it_holds(Path(source))
+    if held:
+        lines.append(held)
     return "\n".join(lines)
+
+
+def _what_it_holds(path: Path) -> str | None:
+    """:func:`bertkit.tasks.sources.inspect_source`'s line for a checkpoint directory (a run's: its ``model/``);
+    None for a size or a config file, and for a config alone whose task only the absent weights would show."""
+    from bertkit.tasks.sources import inspect_source
+
+    if path.is_dir() and not (path / "config.json").is_file() and (path / "model" / "config.json").is_file():
+        path = path / "model"
+    if not path.is_dir():
+        return None
+    try:
+        return f"holds: {inspect_source(path).describe()}"
+    except FileNotFoundError:
+        return None
 
 
 def _config_of(source: str):

@@ -34,6 +34,7 @@ from torch import nn
 from bertkit.checks import check_int
 from bertkit.inference.batching import check_batch_size, pad, run_sorted
 from bertkit.io import atomic_write_text, read_json_object
+from bertkit.tasks.sources import inspect_source
 
 #: short names ``activation`` takes, and the torch classes sentence-transformers records for them
 ACTIVATIONS = {"sigmoid": "torch.nn.modules.activation.Sigmoid", "identity": "torch.nn.modules.linear.Identity",
@@ -199,18 +200,17 @@ def _read_sentence_transformers(source: str | os.PathLike,
     source as it is, with no settings. ``bi_encoder``: a bi-encoder directory (a Transformer, then pooling and
     more) is read for its Transformer module too, instead of being refused."""
     root = Path(source)
-    if not (root / "modules.json").is_file():
+    info = inspect_source(root) if root.is_dir() else None
+    if info is None or not info.sentence_transformers:
         return source, {}
-    modules = json.loads((root / "modules.json").read_text(encoding="utf-8"))
-    kinds = [str(m.get("type", "")).rsplit(".", 1)[-1] for m in modules]
+    kinds = list(info.modules)
     if kinds != ["Transformer"] and not (bi_encoder and kinds[:1] == ["Transformer"]):
         raise ValueError(f"{root}/modules.json holds the modules {kinds}; bertkit.CrossEncoder runs a cross-encoder "
                          "of one Transformer module (a sequence classifier).")
-    folder = root / modules[0].get("path", "")
+    folder = info.model_path
     settings: dict[str, Any] = {}
-    if (folder / "sentence_bert_config.json").is_file():
-        transformer = read_json_object(folder / "sentence_bert_config.json", "sentence-transformers settings")
-        settings["max_seq_length"] = transformer.get("max_seq_length")
+    if info.max_length is not None:
+        settings["max_seq_length"] = info.max_length
     if (root / _ST_CONFIG).is_file():
         settings["activation_fn"] = read_json_object(root / _ST_CONFIG, "sentence-transformers settings") \
             .get("activation_fn")

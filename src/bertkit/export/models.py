@@ -20,102 +20,55 @@ BERTForNextSentencePrediction  ``logits [B, 2]``
 BERTForMultipleChoice          ``logits [B, C]`` from inputs ``[B, C, L]``
 SentenceTransformer            ``sentence_embedding [B, D]`` (pooling, Dense and normalisation inside)
 =============================  ===============================================================
+
+Each signature is its task's row in the task table (:data:`bertkit.tasks.table.TABLE`, ``export``); ``--task``
+takes the names and aliases of those rows, or an HF architecture name.
 """
 
 from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
-from bertkit.config import BERTConfig
-from bertkit.modeling import (
-    BERT,
-    BERTForCausalLM,
-    BERTForMaskedLM,
-    BERTForMultipleChoice,
-    BERTForNextSentencePrediction,
-    BERTForPreTraining,
-    BERTForQuestionAnswering,
-    BERTForSequenceClassification,
-    BERTForTokenClassification,
-)
+from bertkit.config import BERTConfig, bert_architecture_name
+from bertkit.modeling import BERT
 from bertkit.modeling.base import BERTPreTrainedModel
+from bertkit.tasks.table import CHOICES, TABLE, TOKENS, Signature, find_task, resolve  # noqa: F401 (CHOICES, TOKENS)
 
 INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
 #: the inputs of a model without token types to tell apart
 UNTYPED_INPUT_NAMES = INPUT_NAMES[:2]
-TOKENS = ("batch", "sequence")
-CHOICES = ("batch", "choices", "sequence")
-SENTENCE = "sentence-embedding"
-
-
-@dataclass(frozen=True)
-class Signature:
-    """The axes of every input (all alike) and, per output in ``forward``'s order, its axes
-    (a name for a dynamic axis, None for a fixed one)."""
-
-    inputs: tuple[str, ...]
-    outputs: dict[str, tuple[str | None, ...]]
-
-
-_SEQUENCE_SCORES = Signature(TOKENS, {"logits": ("batch", "sequence", None)})
-_SENTENCE_SCORES = Signature(TOKENS, {"logits": ("batch", None)})
-
-#: task name (``--task``) -> (model class, signature); None stands for SentenceTransformer, imported when asked for
-SIGNATURES: dict[str, tuple[type[nn.Module] | None, Signature]] = {
-    "backbone": (BERT, Signature(TOKENS, {"last_hidden_state": ("batch", "sequence", None),
-                                          "pooler_output": ("batch", None)})),
-    "sequence-classification": (BERTForSequenceClassification, _SENTENCE_SCORES),
-    "token-classification": (BERTForTokenClassification, _SEQUENCE_SCORES),
-    "question-answering": (BERTForQuestionAnswering, Signature(TOKENS, {"start_logits": ("batch", "sequence"),
-                                                                        "end_logits": ("batch", "sequence")})),
-    "masked-lm": (BERTForMaskedLM, _SEQUENCE_SCORES),
-    "causal-lm": (BERTForCausalLM, _SEQUENCE_SCORES),
-    "pretraining": (BERTForPreTraining, Signature(TOKENS, {"prediction_logits": ("batch", "sequence", None),
-                                                           "seq_relationship_logits": ("batch", None)})),
-    "next-sentence-prediction": (BERTForNextSentencePrediction, _SENTENCE_SCORES),
-    "multiple-choice": (BERTForMultipleChoice, Signature(CHOICES, {"logits": ("batch", "choices")})),
-    SENTENCE: (None, Signature(TOKENS, {"sentence_embedding": ("batch", None)})),
-}
-#: other names ``--task`` accepts: ``bertkit finetune``'s tasks (as its task.json records them)
-ALIASES = {"classify": "sequence-classification", "tag": "token-classification", "qa": "question-answering",
-           "choice": "multiple-choice"}
 
 
 def task_names() -> list[str]:
-    return [*SIGNATURES, *ALIASES]
+    """The names ``--task`` takes: every name and alias of the task table's rows with an export signature."""
+    return [name for row in TABLE if row.export is not None for name in row.names]
 
 
 def model_class(task: str) -> type[nn.Module]:
-    """The class exported for ``task`` (a name of :data:`SIGNATURES`, an alias, or an HF architecture name
-    such as ``BertForSequenceClassification`` or another family's, ``RobertaForSequenceClassification``); ValueError
-    for anything else."""
-    from bertkit.config import bert_architecture_name
+    """The class exported for ``task`` (a name or alias of the task table's rows with an export signature, or an
+    HF architecture name such as ``BertForSequenceClassification`` or another family's,
+    ``RobertaForSequenceClassification``); ValueError for anything else."""
     from bertkit.weights.convert import ARCHITECTURES
 
     if bert_architecture_name(task) in ARCHITECTURES:  # any family's HF name: XLMRobertaForSequenceClassification
         return ARCHITECTURES[bert_architecture_name(task)]
-    name = ALIASES.get(task, task)
-    if name not in SIGNATURES:
+    try:
+        return resolve(find_task(task, "export").model)
+    except ValueError:
         raise ValueError(f"unknown task {task!r}; choose one of {', '.join(task_names())}, or an HF architecture "
-                         f"({', '.join(sorted(ARCHITECTURES))}).")
-    if name == SENTENCE:
-        from bertkit.sentence import SentenceTransformer
-
-        return SentenceTransformer
-    return SIGNATURES[name][0]
+                         f"({', '.join(sorted(ARCHITECTURES))}).") from None
 
 
 def signature_of(model: nn.Module) -> Signature:
     """The signature of ``model``'s class, or of the nearest bertkit class it derives from (a backbone built
     without pooler has no ``pooler_output``); ValueError for other modules."""
-    known = {model_class(name): signature for name, (_, signature) in SIGNATURES.items()}
+    known = {resolve(row.model): row.export for row in TABLE if row.export is not None}
     signature = next((known[cls] for cls in type(model).__mro__ if cls in known), None)
     if signature is None:
         raise ValueError(f"bertkit exports BERT, its task models and SentenceTransformer; got "
@@ -154,45 +107,17 @@ def load_for_export(source: str | os.PathLike, task: str | None = None) -> tuple
 
 
 def source_class(source: str | os.PathLike) -> type[nn.Module]:
-    """The model class ``source`` holds: a sentence-transformers directory (``modules.json``) is a
-    SentenceTransformer; a ``bertkit finetune`` directory's ``task.json`` names its task; otherwise the
-    ``architectures`` of its ``config.json``, and for checkpoints that record none (Google's TF, ...) the heads
-    present, as ``bertkit convert`` decides."""
-    from bertkit.sentence import SentenceTransformer, is_sentence_transformer
-    from bertkit.weights.download import resolve_source
+    """The model class ``source`` holds (:func:`bertkit.tasks.sources.inspect_source`'s ``model``): a
+    sentence-transformers directory is a SentenceTransformer; a ``bertkit finetune`` directory's ``task.json``
+    names its task; otherwise the ``architectures`` of its ``config.json``, and for checkpoints that record none
+    (Google's TF, ...) the heads present, as ``bertkit convert`` decides."""
+    from bertkit.tasks.sources import inspect_source
 
-    path = Path(resolve_source(source))
-    if is_sentence_transformer(path):
-        return SentenceTransformer
-    cls = _recorded_class(path)
-    if cls is None:  # no architecture recorded: the heads present decide
-        from bertkit.weights.convert import model_for_checkpoint
-        from bertkit.weights.formats import read_checkpoint
-
-        cls = type(model_for_checkpoint(read_checkpoint(path), warn=False))
-    return cls
-
-
-def _recorded_class(path: Path) -> type[nn.Module] | None:
-    """The class a checkpoint's folder names: its task.json's task, else its config's architecture (None if
-    neither)."""
-    from bertkit.io import read_json_object
-    from bertkit.tasks.finetuning import TASK_FILE, read_task_file
-
-    folder = path if path.is_dir() else path.parent
-    if (folder / TASK_FILE).is_file():
-        return model_class(read_task_file(folder / TASK_FILE)["task"])
-    for name in ("config.json", "bert_config.json"):
-        if (folder / name).is_file():
-            architecture = (read_json_object(folder / name, "a model config").get("architectures") or [None])[0]
-            if architecture is None:
-                return None
-            try:
-                return model_class(architecture)
-            except ValueError:
-                raise ValueError(f"{folder / name} names the architecture {architecture!r}, which bertkit does "
-                                 f"not export; pass --task ({', '.join(task_names())}).") from None
-    return None
+    info = inspect_source(source)
+    if info.model is None:
+        raise ValueError(f"{info.config_path} names the architecture {info.architecture!r}, which bertkit does "
+                         f"not export; pass --task ({', '.join(task_names())}).")
+    return resolve(info.model)
 
 
 class ExportedModule(nn.Module):

@@ -3,6 +3,10 @@
 ``TASKS`` maps a task name to its model class (and the config fields the task needs);
 :data:`bertkit.presets.SIZES` gives the sizes. Every combination becomes a function in
 this module, e.g. ``bert_for_sequence_classification_base(num_labels=3)``.
+
+These names are the factories' own (the functions' public names). What a task is everywhere else (its aliases,
+pipeline, export signature, routes) is :data:`bertkit.tasks.table.TABLE`, above this layer; its rows name the
+classes here, and a test checks both agree.
 """
 
 from __future__ import annotations

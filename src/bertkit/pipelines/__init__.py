@@ -20,35 +20,25 @@ iterable (answers streamed back in order). Answers are plain Python data, as HF'
 
 from __future__ import annotations
 
-import importlib
 import os
 from typing import Any
 
-#: task name -> (module under bertkit.pipelines, class)
-TASKS = {
-    "fill-mask": ("fill_mask", "FillMaskPipeline"),
-    "embeddings": ("embeddings", "EmbeddingsPipeline"),
-    "sparse-embeddings": ("embeddings", "SparseEmbeddingsPipeline"),
-    "feature-extraction": ("embeddings", "FeatureExtractionPipeline"),
-    "text-classification": ("classification", "TextClassificationPipeline"),
-    "token-classification": ("token_classification", "TokenClassificationPipeline"),
-    "question-answering": ("question_answering", "QuestionAnsweringPipeline"),
-    "rerank": ("classification", "RerankPipeline"),
-}
+from bertkit.tasks.table import TABLE, find_task, resolve
+
+#: task name -> (module under bertkit.pipelines, class): the task table's rows that have a pipeline
+TASKS = {row.name: tuple(row.pipeline.removeprefix("bertkit.pipelines.").split(":")) for row in TABLE
+         if row.pipeline is not None}
 #: Other names of the tasks (HF's and bertkit's): alias -> task.
-ALIASES = {"ner": "token-classification", "sentiment-analysis": "text-classification", "qa": "question-answering",
-           "sentence-embeddings": "embeddings", "classify": "text-classification", "tag": "token-classification",
-           "splade": "sparse-embeddings"}
+ALIASES = {alias: row.name for row in TABLE if row.pipeline is not None for alias in row.aliases}
 
 
 def pipeline_class(task: str) -> type:
-    """The pipeline class of ``task`` (or an alias); ValueError listing the tasks."""
-    name = ALIASES.get(task, task)
-    if name not in TASKS:
+    """The pipeline class of ``task`` (a name or alias of the task table); ValueError listing the tasks."""
+    try:
+        return resolve(find_task(task, "pipeline").pipeline)
+    except ValueError:
         raise ValueError(f"unknown pipeline task {task!r}; tasks: {', '.join(TASKS)} "
-                         f"(aliases: {', '.join(ALIASES)}).")
-    module, cls = TASKS[name]
-    return getattr(importlib.import_module(f"bertkit.pipelines.{module}"), cls)
+                         f"(aliases: {', '.join(ALIASES)}).") from None
 
 
 def pipeline(task: str, model: str | os.PathLike | Any = None, *, tokenizer: Any = None, device: Any = None,

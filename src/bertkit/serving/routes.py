@@ -7,11 +7,18 @@ as TEI dispatches it, read the way HF's Inference API (``InferenceClient``) send
 ``parameters``. Every text route goes through :meth:`Service.prepare` (count, limit, truncation) and
 :meth:`Service.answer` (the batcher); every body is read by :func:`~bertkit.serving.bodies.validated` and every
 answer written by :func:`~bertkit.serving.bodies.respond` (off the event loop, bounded by --max-response-bytes).
+
+A task's routes are the ones its row of the task table (:data:`bertkit.tasks.table.TABLE`) lists: each is a
+small handler ``(service, body) -> Response`` in :data:`HANDLERS`, registered for every row that lists its path;
+``POST /`` hands the body to the served task's handler in :data:`ROOT`.
 """
 
 from __future__ import annotations
 
 import base64
+import inspect
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -25,12 +32,21 @@ from bertkit.serving.errors import ServeError
 from bertkit.serving.gate import PARSED
 from bertkit.serving.inputs import CHARS_PER_TOKEN, Prepared
 from bertkit.serving.service import Service
+from bertkit.tasks.table import table_routes
+
+
+@dataclass(frozen=True)
+class Route:
+    """A task route: its handler and what FastAPI documents of it."""
+
+    handler: Callable[..., Awaitable[Response]]
+    response_model: Any
+    include_in_schema: bool = True
 
 
 def add_routes(app: FastAPI, service: Service, static: Any) -> None:
-    async def answer(route: str, value: Any) -> Response:
-        return await respond(value, route, limit=service.settings.max_response_bytes, offload=service.offload)
-
+    """Every server's routes (the page, health, info, metrics, tokenizer), those of every task of the task table
+    (:data:`HANDLERS`; a ValueError names a listed route that no handler answers), and ``POST /``."""
     @app.get("/", include_in_schema=False)
     async def page():
         return FileResponse(static / "index.html")
@@ -50,180 +66,242 @@ def add_routes(app: FastAPI, service: Service, static: Any) -> None:
     async def metrics() -> str:
         return service.metrics.render()
 
-    # ------------------------------------------------------------------------------------ embeddings
-    @app.post("/embed", response_model=list[list[float]])
-    async def embed(body: schemas.EmbedRequest) -> Response:
-        service.serves("/embed", "embeddings")
-        if not service.splade:
-            vectors, _ = await _embed(service, body, {"normalize": body.normalize, "dimensions": body.dimensions})
-            return await answer("/embed", vectors)
-        if body.normalize or body.dimensions is not None:  # TEI's answer for a SPLADE model
-            raise ServeError(424, "normalize and dimensions are not available for SPLADE models: send "
-                                  "\"normalize\": false, or use /embed_sparse.", "Backend", param="normalize")
-        vectors, _ = await _embed(service, body, {"normalize": False}, "sparse")
-        return await answer("/embed", vectors)
+    listed = table_routes()
+    unanswered = [path for path in listed if path not in HANDLERS]
+    if unanswered:
+        raise ValueError(f"the task table lists the routes {unanswered}, which no handler answers: add them to "
+                         "bertkit.serving.routes.HANDLERS.")
+    for path, route in HANDLERS.items():  # in the handlers' order: /openapi.json lists the paths so
+        if path in listed:
+            app.post(path, response_model=route.response_model,
+                     include_in_schema=route.include_in_schema)(_bound(route.handler, service))
+    for path, route in ALWAYS.items():
+        app.post(path, response_model=route.response_model)(_bound(route.handler, service))
 
-    @app.post("/embed_all", response_model=list[list[list[float]]])
-    async def embed_all(body: schemas.EmbedAllRequest) -> Response:
-        service.serves("/embed_all", "embeddings")
-        vectors, _ = await _embed(service, body, {"output": "tokens"})
-        return await answer("/embed_all", vectors)
-
-    @app.post("/embed_sparse", response_model=list[list[dict[str, Any]]])
-    async def embed_sparse(body: schemas.EmbedSparseRequest) -> Response:
-        service.serves("/embed_sparse", sparse=True)
-        vectors, _ = await _embed(service, body, {"output": "sparse"}, "sparse")
-        return await answer("/embed_sparse", vectors)
-
-    @app.post("/similarity", response_model=list[float])
-    async def similarity(body: schemas.SimilarityRequest) -> Response:
-        service.serves("/similarity", "embeddings")
-        given = body.parameters or schemas.SimilarityParameters()
-        request = schemas.EmbedRequest(inputs=[body.inputs.source_sentence, *body.inputs.sentences],
-                                       normalize=True, truncate=given.truncate, prompt_name=given.prompt_name,
-                                       truncation_direction=given.truncation_direction)
-        if not body.inputs.sentences:
-            raise ServeError(400, "inputs.sentences is empty: send at least one sentence.", param="inputs.sentences")
-        vectors, _ = await _embed(service, request, {"normalize": True, "dimensions": None})
-        matrix = np.asarray(vectors, dtype=np.float64)
-        return await answer("/similarity", [float(s) for s in matrix[1:] @ matrix[0]])
-
-    async def openai_embeddings(body: schemas.OpenAIEmbeddingsRequest) -> Response:
-        service.serves("/v1/embeddings", "embeddings")
-        if service.splade:
-            raise ServeError(424, "this server answers SPLADE vectors: use /embed_sparse.")
-        request = schemas.EmbedRequest(inputs=body.input, dimensions=body.dimensions, truncate=body.truncate)
-        vectors, prepared = await _embed(service, request, {"normalize": True, "dimensions": body.dimensions},
-                                         field="input")
-        data = [{"object": "embedding", "index": i,
-                 "embedding": v if body.encoding_format == "float" else
-                 base64.b64encode(np.asarray(v, dtype="<f4").tobytes()).decode("ascii")}
-                for i, v in enumerate(vectors)]
-        tokens = sum(prepared.tokens)
-        return await answer("/v1/embeddings", {"object": "list", "data": data,
-                                               "model": body.model or service.settings.name,
-                                               "usage": {"prompt_tokens": tokens, "total_tokens": tokens}})
-
-    app.post("/v1/embeddings", response_model=dict[str, Any])(openai_embeddings)
-    app.post("/embeddings", include_in_schema=False)(openai_embeddings)
-
-    # ------------------------------------------------------------------------------ classification
-    @app.post("/predict", response_model=list)
-    async def predict(body: schemas.PredictRequest) -> Response:
-        service.serves("/predict", "classify")
-        single, pairs = _predict_inputs(body.inputs)
-        service.check_batch(pairs)
-        prepared = await service.prepare(pairs, body.truncate, body.truncation_direction.lower())
-        items = [p if isinstance(p, str) else {"text": p[0], "text_pair": p[1]} for p in prepared.items]
-        params = {"top_k": None, "function_to_apply": "none" if body.raw_scores else None,
-                  "truncation_side": body.truncation_direction.lower()}
-        answers = await service.answer(Prepared(items, prepared.tokens), params)
-        return await answer("/predict", answers[0] if single else answers)
-
-    @app.post("/rerank", response_model=list[dict[str, Any]])
-    async def rerank(body: schemas.RerankRequest) -> Response:
-        service.serves("/rerank", "rerank")
-        service.check_batch(body.texts, "texts")
-        prepared = await service.prepare([(body.query, text) for text in body.texts], body.truncate,
-                                         body.truncation_direction.lower(), field="texts", first="query")
-        logits = await service.answer(prepared, {"truncation_side": body.truncation_direction.lower(),
-                                                 "truncation": "longest_first"})  # TEI's cut of a pair
-        ranked = [{"index": i, "score": service.pipe.score(v, body.raw_scores)} for i, v in enumerate(logits)]
-        if body.return_text:
-            for r in ranked:
-                r["text"] = body.texts[r["index"]]
-        return await answer("/rerank", sorted(ranked, key=lambda r: r["score"], reverse=True))
-
-    @app.post("/ner", response_model=list)
-    async def ner(body: schemas.NerRequest) -> Response:
-        service.serves("/ner", "ner")
-        return await answer("/ner", await _texts(service, body.inputs, body.truncate,
-                                                 {"aggregation_strategy": body.aggregation_strategy}))
-
-    @app.post("/qa", response_model=Any)
-    async def qa(body: schemas.QARequest) -> Response:
-        service.serves("/qa", "qa")
-        if body.inputs is None and (body.question is None or body.context is None):
-            raise ServeError(422, 'send "question" and "context", or "inputs": [{"question", "context"}, ...].')
-        items = [{"question": body.question, "context": body.context}] if body.inputs is None else \
-            [p.model_dump() for p in body.inputs]
-        service.check_batch(items)
-        prepared = await service.prepare([(i["question"], i["context"]) for i in items], None, limit=False)
-        params = {"top_k": body.top_k, "max_answer_len": body.max_answer_len,
-                  "handle_impossible_answer": body.handle_impossible_answer}
-        answers = await service.answer(Prepared(items, prepared.tokens), params)
-        return await answer("/qa", answers[0] if body.inputs is None else answers)
-
-    @app.post("/fill-mask", response_model=list)
-    async def fill_mask(body: schemas.FillMaskRequest) -> Response:
-        service.serves("/fill-mask", "fill-mask")
-        return await answer("/fill-mask", await _texts(service, body.inputs, body.truncate,
-                                                       {"top_k": body.top_k, "targets": body.targets}))
-
-    # ---------------------------------------------------------------------------------- tokenizer
-    @app.post("/tokenize", response_model=list[list[dict[str, Any]]])
-    async def tokenize(body: schemas.TokenizeRequest) -> Response:
-        texts = _listed(body.inputs)
-        service.check_batch(texts)
-        prefix = _prompt(service, "main", body.prompt_name)
-        cap = CHARS_PER_TOKEN * service.max_input_length
-        for i, text in enumerate(texts):
-            if len(prefix) + len(text) > cap:
-                raise ServeError(422, f"inputs[{i}] has {len(text)} characters; /tokenize takes {cap} ("
-                                      f"{CHARS_PER_TOKEN} per token of max_input_length {service.max_input_length}).",
-                                 param="inputs")
-        # made one text at a time on the encoding thread: at most one text's tokens are held as dicts
-        return await answer("/tokenize", (_tokens(service, prefix + t, body.add_special_tokens) for t in texts))
-
-    @app.post("/decode", response_model=list[str])
-    async def decode(body: schemas.DecodeRequest) -> Response:
-        batch = [body.ids] if not body.ids or isinstance(body.ids[0], int) else body.ids
-        service.check_batch([ids for ids in batch if ids], "ids")
-        try:
-            return await answer("/decode", (service.tokenizer.decode(ids, skip_special_tokens=body.skip_special_tokens)
-                                            for ids in batch))
-        except ValueError as error:  # ids outside the vocabulary, named
-            raise ServeError(422, f"ids: {error}", "Tokenizer", param="ids") from None
-
-    # ------------------------------------------------------------------------------------- POST /
     @app.post("/", summary="the served task's route (text-embeddings-inference), or HF's Inference API")
     async def root(request: Request) -> Response:
         parsed = request.scope.get(PARSED)
         data = None if parsed is None else parsed.value
         if not isinstance(data, dict):
             raise ServeError(422, "the body must be a JSON object.")
+        parameters = data.get("parameters") or {}
+        if not isinstance(parameters, dict):
+            raise ServeError(422, "parameters must be an object.", param="parameters")
 
         async def read(model: type[BaseModel], fields: dict[str, Any]) -> Any:
             return await validated(model, fields, big=parsed.big, offload=service.offload)
 
-        hf = "parameters" in data
-        parameters = data.get("parameters") or {}
-        if not isinstance(parameters, dict):
-            raise ServeError(422, "parameters must be an object.", param="parameters")
-        if service.task == "embeddings":
-            if service.splade:
-                return await embed_sparse(await read(schemas.EmbedSparseRequest,
-                                                     _known(data, schemas.EmbedSparseRequest)))
-            if isinstance(data.get("inputs"), dict):
-                return await similarity(await read(schemas.SimilarityRequest, data))
-            return await embed(await read(schemas.EmbedRequest, _known(data, schemas.EmbedRequest)))
-        if service.task == "classify":
-            if not hf:
-                return await predict(await read(schemas.PredictRequest, _known(data, schemas.PredictRequest)))
-            given = await read(schemas.ClassifyInference, data)
-            return await answer("/", await _inference_classify(service, given.inputs,
-                                                               given.parameters or schemas.ClassifyParameters()))
-        if service.task == "rerank":
-            return await rerank(await read(schemas.RerankRequest, _known(data, schemas.RerankRequest)))
-        if service.task == "fill-mask":
-            return await fill_mask(await read(schemas.FillMaskRequest, {
-                "inputs": data.get("inputs"), **_known(parameters, schemas.FillMaskRequest)}))
-        if service.task == "ner":
-            return await ner(await read(schemas.NerRequest, {"inputs": data.get("inputs"),
-                                                             **_known(parameters, schemas.NerRequest)}))
-        inputs = data.get("inputs")
-        given = inputs if isinstance(inputs, dict) else {"inputs": inputs}
-        return await qa(await read(schemas.QARequest, {**given, **_known(parameters, schemas.QARequest)}))
+        return await ROOT[service.task](service, data, parameters, read)
+
+
+def _bound(handler: Callable[..., Awaitable[Response]], service: Service) -> Callable[..., Awaitable[Response]]:
+    """``handler`` with ``service`` bound, as FastAPI reads an endpoint: the body parameter's type (and the
+    handler's name, which names the operation) kept."""
+    async def endpoint(body: Any) -> Response:
+        return await handler(service, body)
+
+    signature = inspect.signature(handler, eval_str=True)
+    endpoint.__signature__ = signature.replace(parameters=list(signature.parameters.values())[1:])
+    endpoint.__name__ = endpoint.__qualname__ = handler.__name__
+    return endpoint
+
+
+async def _answer(service: Service, route: str, value: Any) -> Response:
+    return await respond(value, route, limit=service.settings.max_response_bytes, offload=service.offload)
+
+
+# ---------------------------------------------------------------------------------------------- embeddings
+async def embed(service: Service, body: schemas.EmbedRequest) -> Response:
+    service.serves("/embed")
+    if not service.splade:
+        vectors, _ = await _embed(service, body, {"normalize": body.normalize, "dimensions": body.dimensions})
+        return await _answer(service, "/embed", vectors)
+    if body.normalize or body.dimensions is not None:  # TEI's answer for a SPLADE model
+        raise ServeError(424, "normalize and dimensions are not available for SPLADE models: send "
+                              "\"normalize\": false, or use /embed_sparse.", "Backend", param="normalize")
+    vectors, _ = await _embed(service, body, {"normalize": False}, "sparse")
+    return await _answer(service, "/embed", vectors)
+
+
+async def embed_all(service: Service, body: schemas.EmbedAllRequest) -> Response:
+    service.serves("/embed_all")
+    vectors, _ = await _embed(service, body, {"output": "tokens"})
+    return await _answer(service, "/embed_all", vectors)
+
+
+async def embed_sparse(service: Service, body: schemas.EmbedSparseRequest) -> Response:
+    service.serves("/embed_sparse")
+    vectors, _ = await _embed(service, body, {"output": "sparse"}, "sparse")
+    return await _answer(service, "/embed_sparse", vectors)
+
+
+async def similarity(service: Service, body: schemas.SimilarityRequest) -> Response:
+    service.serves("/similarity")
+    given = body.parameters or schemas.SimilarityParameters()
+    request = schemas.EmbedRequest(inputs=[body.inputs.source_sentence, *body.inputs.sentences],
+                                   normalize=True, truncate=given.truncate, prompt_name=given.prompt_name,
+                                   truncation_direction=given.truncation_direction)
+    if not body.inputs.sentences:
+        raise ServeError(400, "inputs.sentences is empty: send at least one sentence.", param="inputs.sentences")
+    vectors, _ = await _embed(service, request, {"normalize": True, "dimensions": None})
+    matrix = np.asarray(vectors, dtype=np.float64)
+    return await _answer(service, "/similarity", [float(s) for s in matrix[1:] @ matrix[0]])
+
+
+async def openai_embeddings(service: Service, body: schemas.OpenAIEmbeddingsRequest) -> Response:
+    service.serves("/v1/embeddings")
+    if service.splade:
+        raise ServeError(424, "this server answers SPLADE vectors: use /embed_sparse.")
+    request = schemas.EmbedRequest(inputs=body.input, dimensions=body.dimensions, truncate=body.truncate)
+    vectors, prepared = await _embed(service, request, {"normalize": True, "dimensions": body.dimensions},
+                                     field="input")
+    data = [{"object": "embedding", "index": i,
+             "embedding": v if body.encoding_format == "float" else
+             base64.b64encode(np.asarray(v, dtype="<f4").tobytes()).decode("ascii")}
+            for i, v in enumerate(vectors)]
+    tokens = sum(prepared.tokens)
+    return await _answer(service, "/v1/embeddings", {"object": "list", "data": data,
+                                                     "model": body.model or service.settings.name,
+                                                     "usage": {"prompt_tokens": tokens, "total_tokens": tokens}})
+
+
+# ------------------------------------------------------------------------------------------ classification
+async def predict(service: Service, body: schemas.PredictRequest) -> Response:
+    service.serves("/predict")
+    single, pairs = _predict_inputs(body.inputs)
+    service.check_batch(pairs)
+    prepared = await service.prepare(pairs, body.truncate, body.truncation_direction.lower())
+    items = [p if isinstance(p, str) else {"text": p[0], "text_pair": p[1]} for p in prepared.items]
+    params = {"top_k": None, "function_to_apply": "none" if body.raw_scores else None,
+              "truncation_side": body.truncation_direction.lower()}
+    answers = await service.answer(Prepared(items, prepared.tokens), params)
+    return await _answer(service, "/predict", answers[0] if single else answers)
+
+
+async def rerank(service: Service, body: schemas.RerankRequest) -> Response:
+    service.serves("/rerank")
+    service.check_batch(body.texts, "texts")
+    prepared = await service.prepare([(body.query, text) for text in body.texts], body.truncate,
+                                     body.truncation_direction.lower(), field="texts", first="query")
+    logits = await service.answer(prepared, {"truncation_side": body.truncation_direction.lower(),
+                                             "truncation": "longest_first"})  # TEI's cut of a pair
+    ranked = [{"index": i, "score": service.pipe.score(v, body.raw_scores)} for i, v in enumerate(logits)]
+    if body.return_text:
+        for r in ranked:
+            r["text"] = body.texts[r["index"]]
+    return await _answer(service, "/rerank", sorted(ranked, key=lambda r: r["score"], reverse=True))
+
+
+async def ner(service: Service, body: schemas.NerRequest) -> Response:
+    service.serves("/ner")
+    return await _answer(service, "/ner", await _texts(service, body.inputs, body.truncate,
+                                                       {"aggregation_strategy": body.aggregation_strategy}))
+
+
+async def qa(service: Service, body: schemas.QARequest) -> Response:
+    service.serves("/qa")
+    if body.inputs is None and (body.question is None or body.context is None):
+        raise ServeError(422, 'send "question" and "context", or "inputs": [{"question", "context"}, ...].')
+    items = [{"question": body.question, "context": body.context}] if body.inputs is None else \
+        [p.model_dump() for p in body.inputs]
+    service.check_batch(items)
+    prepared = await service.prepare([(i["question"], i["context"]) for i in items], None, limit=False)
+    params = {"top_k": body.top_k, "max_answer_len": body.max_answer_len,
+              "handle_impossible_answer": body.handle_impossible_answer}
+    answers = await service.answer(Prepared(items, prepared.tokens), params)
+    return await _answer(service, "/qa", answers[0] if body.inputs is None else answers)
+
+
+async def fill_mask(service: Service, body: schemas.FillMaskRequest) -> Response:
+    service.serves("/fill-mask")
+    return await _answer(service, "/fill-mask", await _texts(service, body.inputs, body.truncate,
+                                                             {"top_k": body.top_k, "targets": body.targets}))
+
+
+# ------------------------------------------------------------------------------------------------ tokenizer
+async def tokenize(service: Service, body: schemas.TokenizeRequest) -> Response:
+    texts = _listed(body.inputs)
+    service.check_batch(texts)
+    prefix = _prompt(service, "main", body.prompt_name)
+    cap = CHARS_PER_TOKEN * service.max_input_length
+    for i, text in enumerate(texts):
+        if len(prefix) + len(text) > cap:
+            raise ServeError(422, f"inputs[{i}] has {len(text)} characters; /tokenize takes {cap} ("
+                                  f"{CHARS_PER_TOKEN} per token of max_input_length {service.max_input_length}).",
+                             param="inputs")
+    # made one text at a time on the encoding thread: at most one text's tokens are held as dicts
+    return await _answer(service, "/tokenize", (_tokens(service, prefix + t, body.add_special_tokens) for t in texts))
+
+
+async def decode(service: Service, body: schemas.DecodeRequest) -> Response:
+    batch = [body.ids] if not body.ids or isinstance(body.ids[0], int) else body.ids
+    service.check_batch([ids for ids in batch if ids], "ids")
+    skip = body.skip_special_tokens
+    try:
+        return await _answer(service, "/decode", (service.tokenizer.decode(ids, skip_special_tokens=skip)
+                                                  for ids in batch))
+    except ValueError as error:  # ids outside the vocabulary, named
+        raise ServeError(422, f"ids: {error}", "Tokenizer", param="ids") from None
+
+
+#: the handler of every route a row of the task table lists
+HANDLERS: dict[str, Route] = {
+    "/embed": Route(embed, list[list[float]]), "/embed_all": Route(embed_all, list[list[list[float]]]),
+    "/embed_sparse": Route(embed_sparse, list[list[dict[str, Any]]]), "/similarity": Route(similarity, list[float]),
+    "/v1/embeddings": Route(openai_embeddings, dict[str, Any]),
+    "/embeddings": Route(openai_embeddings, None, include_in_schema=False),
+    "/predict": Route(predict, list), "/rerank": Route(rerank, list[dict[str, Any]]), "/ner": Route(ner, list),
+    "/qa": Route(qa, Any), "/fill-mask": Route(fill_mask, list),
+}
+#: the routes every server answers, whatever its task
+ALWAYS: dict[str, Route] = {"/tokenize": Route(tokenize, list[list[dict[str, Any]]]),
+                            "/decode": Route(decode, list[str])}
+
+
+# ------------------------------------------------------------------------------------------------- POST /
+Read = Callable[[type[BaseModel], dict[str, Any]], Awaitable[Any]]
+
+
+async def _root_embeddings(service: Service, data: dict[str, Any], parameters: dict[str, Any], read: Read):
+    if service.splade:
+        return await embed_sparse(service, await read(schemas.EmbedSparseRequest,
+                                                      _known(data, schemas.EmbedSparseRequest)))
+    if isinstance(data.get("inputs"), dict):
+        return await similarity(service, await read(schemas.SimilarityRequest, data))
+    return await embed(service, await read(schemas.EmbedRequest, _known(data, schemas.EmbedRequest)))
+
+
+async def _root_classify(service: Service, data: dict[str, Any], parameters: dict[str, Any], read: Read):
+    if "parameters" not in data:  # TEI's /predict; with parameters, HF's Inference API
+        return await predict(service, await read(schemas.PredictRequest, _known(data, schemas.PredictRequest)))
+    given = await read(schemas.ClassifyInference, data)
+    return await _answer(service, "/", await _inference_classify(service, given.inputs,
+                                                                 given.parameters or schemas.ClassifyParameters()))
+
+
+async def _root_rerank(service: Service, data: dict[str, Any], parameters: dict[str, Any], read: Read):
+    return await rerank(service, await read(schemas.RerankRequest, _known(data, schemas.RerankRequest)))
+
+
+async def _root_fill_mask(service: Service, data: dict[str, Any], parameters: dict[str, Any], read: Read):
+    return await fill_mask(service, await read(schemas.FillMaskRequest, {
+        "inputs": data.get("inputs"), **_known(parameters, schemas.FillMaskRequest)}))
+
+
+async def _root_ner(service: Service, data: dict[str, Any], parameters: dict[str, Any], read: Read):
+    return await ner(service, await read(schemas.NerRequest, {"inputs": data.get("inputs"),
+                                                              **_known(parameters, schemas.NerRequest)}))
+
+
+async def _root_qa(service: Service, data: dict[str, Any], parameters: dict[str, Any], read: Read):
+    inputs = data.get("inputs")
+    given = inputs if isinstance(inputs, dict) else {"inputs": inputs}
+    return await qa(service, await read(schemas.QARequest, {**given, **_known(parameters, schemas.QARequest)}))
+
+
+#: served task (the task table's ``serve`` name) -> what ``POST /`` does with a body
+ROOT = {"embeddings": _root_embeddings, "classify": _root_classify, "rerank": _root_rerank,
+        "fill-mask": _root_fill_mask, "ner": _root_ner, "qa": _root_qa}
 
 
 async def _embed(service: Service, body: Any, params: dict[str, Any], pipe: str = "main",

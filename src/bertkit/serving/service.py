@@ -19,14 +19,12 @@ from bertkit.serving.errors import ServeError
 from bertkit.serving.inputs import Prepared, count_tokens, prepare
 from bertkit.serving.metrics import Metrics
 from bertkit.serving.settings import PIPELINE_TASKS, ServeSettings, resolve_task, trained_length
+from bertkit.tasks.table import rows_with_route, served_tasks
 
 #: forward passes inside a dynamic batch (the pipeline sorts it by length first): at most this many rows and
 #: padded tokens. On 2 CPU cores ~1,000 padded tokens per pass ran 1.2x faster than 16,384 and 1.8x faster
 #: than one unbounded pass over mixed 3-200-token texts (all-MiniLM-L6-v2); GPUs want larger passes.
 FORWARD_BATCH, FORWARD_TOKENS = 64, {"cpu": 1024, "cuda": 16384}
-#: what the probe at start runs, per task
-_PROBES = {"embeddings": "probe", "classify": "probe", "rerank": ("probe", "probe"), "ner": "probe",
-           "qa": {"question": "probe?", "context": "probe"}, "fill-mask": "probe [MASK]"}
 
 
 class Service:
@@ -85,8 +83,8 @@ class Service:
     # ------------------------------------------------------------------------------------------- the model
     def probe(self) -> None:
         """Run the model once on a short input: a checkpoint that answers NaN or fails stops the start here."""
-        probe = _PROBES[self.task].replace("[MASK]", self.tokenizer.mask_token) if self.task == "fill-mask" \
-            else _PROBES[self.task]
+        probe = served_tasks()[self.task].serve.probe
+        probe = probe.replace("[MASK]", self.tokenizer.mask_token) if isinstance(probe, str) else probe
         try:
             self._answers("main", [probe], {})
         except ServeError as error:
@@ -119,8 +117,13 @@ class Service:
         return answers
 
     # ------------------------------------------------------------------------------------------ a request
-    def serves(self, route: str, *tasks: str, sparse: bool = False) -> None:
-        """424 (TEI's answer) unless this server answers ``route``; 429 / 503 when no request can be queued."""
+    def serves(self, route: str) -> None:
+        """424 (TEI's answer) unless this server answers ``route`` (a route of its task's row of the task table, or
+        of a row no server runs on its own, SPLADE vectors, where it has the sparse pipeline); 429 / 503 when no
+        request can be queued."""
+        owners = rows_with_route(route)
+        tasks = [row.serve.name for row in owners if row.serve is not None]
+        sparse = any(row.serve is None for row in owners)
         if (sparse and "sparse" not in self.pipes) or (not sparse and self.task not in tasks) or \
                 (self.splade and not sparse and route != "/embed"):  # a SPLADE model's dense route is /embed
             wants = "a model with a masked-LM head (--pooling splade, or a fill-mask model)" if sparse else \
@@ -186,15 +189,13 @@ class Service:
         except PackageNotFoundError:  # run from a source tree
             installed = "unknown"
         config = _config(self.pipe.model)
+        served = served_tasks()[self.task].serve
         labels = None
-        if self.task in ("classify", "rerank", "ner"):
+        if served.labels:
             id2label = config.id2label or {i: f"LABEL_{i}" for i in range(config.num_labels)}
             labels = {"id2label": {str(i): name for i, name in id2label.items()},
                       "label2id": {name: int(i) for i, name in id2label.items()}}
-        model_type = {"embeddings": lambda: {"embedding": {"pooling": self.pooling()}},
-                      "classify": lambda: {"classifier": labels}, "rerank": lambda: {"reranker": labels},
-                      "ner": lambda: {"token_classifier": labels}, "qa": lambda: {"question_answering": {}},
-                      "fill-mask": lambda: {"fill_mask": {}}}[self.task]()
+        model_type = {served.info_key: {"pooling": self.pooling()} if self.task == "embeddings" else labels or {}}
         choice = self.pipe.dtype_choice
         return {"model_id": self.settings.name, "model_sha": None, "model_dtype": choice.torch_name,
                 "served_model_name": self.settings.name,

@@ -8,10 +8,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from bertkit.checks import check_int
+from bertkit.tasks.table import served_tasks
 
-#: serve task -> the pipeline that answers it
-PIPELINE_TASKS = {"embeddings": "embeddings", "classify": "text-classification", "ner": "token-classification",
-                  "qa": "question-answering", "fill-mask": "fill-mask", "rerank": "rerank"}
+#: serve task -> the pipeline that answers it: the task table's rows that a server runs
+PIPELINE_TASKS = {name: row.name for name, row in served_tasks().items()}
 TASKS = ("auto", *PIPELINE_TASKS)
 #: the heaviest answer by default: 64 MiB of JSON (32 inputs of /embed_all at 256 tokens x 384 dimensions take ~62)
 MAX_RESPONSE_BYTES = 64 * 1024 * 1024
@@ -19,11 +19,6 @@ MAX_RESPONSE_BYTES = 64 * 1024 * 1024
 DTYPES = ("auto", "fp32", "bf16", "fp16", "int8")
 #: ``--pooling``: sentence-transformers' modes, and ``splade`` (a masked-LM head's sparse vectors)
 POOLINGS = ("cls", "mean", "max", "lasttoken", "splade")
-
-#: HF architecture of a model class -> the serve task it answers
-_BY_ARCHITECTURE = {"BertModel": "embeddings", "BertForSequenceClassification": "classify",
-                    "BertForTokenClassification": "ner", "BertForQuestionAnswering": "qa",
-                    "BertForMaskedLM": "fill-mask", "BertForPreTraining": "fill-mask"}
 
 
 @dataclass
@@ -119,11 +114,12 @@ class ServeSettings:
 
 
 def resolve_task(model: str | os.PathLike, task: str = "auto", pooling: str | None = None) -> str:
-    """``task``, or for ``auto`` the one the model answers (a cross-encoder directory, a sequence classifier alone
-    or in a sentence-transformers 6 ``modules.json``: rerank with one label, as text-embeddings-inference
-    decides, else classify; any other sentence-transformers directory: embeddings; ``pooling="splade"``:
-    embeddings; see ``_BY_ARCHITECTURE``). A model named for ``rerank`` or ``classify`` must hold a trained
-    classifier: one that would score with a random head is refused, naming --task."""
+    """``task``, or for ``auto`` the one the model answers: the served name of the task table's row that
+    :func:`~bertkit.tasks.sources.inspect_source` reads from it (a cross-encoder: rerank with one label, as
+    text-embeddings-inference decides, else classify; a sentence-transformers directory or a bare encoder:
+    embeddings; a masked-LM: fill-mask); ``pooling="splade"``: embeddings. A model named for ``rerank`` or
+    ``classify`` must hold a trained classifier: one that would score with a random head is refused, naming
+    --task."""
     if task in ("rerank", "classify"):
         from bertkit.embedding.reranking import require_scoring_head
 
@@ -132,22 +128,15 @@ def resolve_task(model: str | os.PathLike, task: str = "auto", pooling: str | No
         return task
     if pooling == "splade":
         return "embeddings"
-    from bertkit.embedding.reranking import is_cross_encoder
-    from bertkit.export.models import source_class
-    from bertkit.sentence import SentenceTransformer
+    from bertkit.tasks.sources import inspect_source
 
-    if is_cross_encoder(model):
-        return "rerank" if _num_labels(model) == 1 else "classify"
-    cls = source_class(model)
-    if cls is SentenceTransformer:
-        return "embeddings"
-    served = _BY_ARCHITECTURE.get(getattr(cls, "hf_architecture", ""))
-    if served is None:
-        raise ValueError(f"{model} holds a {cls.__name__}, which bertkit serve does not answer on its own; pass "
+    info = inspect_source(model)
+    row = info.row
+    if row is None or row.serve is None:
+        held = (info.model or info.architecture or "model").rpartition(":")[2]
+        raise ValueError(f"{model} holds a {held}, which bertkit serve does not answer on its own; pass "
                          f"--task ({', '.join(PIPELINE_TASKS)}).")
-    if served == "classify" and _num_labels(model) == 1:
-        return "rerank"
-    return served
+    return row.serve.name
 
 
 def trained_length(model: str | os.PathLike, task: str | None = None, tokenizer=None) -> int | None:
@@ -155,20 +144,13 @@ def trained_length(model: str | os.PathLike, task: str | None = None, tokenizer=
     ``task`` rerank the length the cross-encoder directory was saved with
     (:func:`~bertkit.embedding.cross_encoder.saved_max_length` with its loaded ``tokenizer``: what ``bertkit
     finetune rerank`` and sentence-transformers record), else None."""
-    from bertkit.tasks.finetuning import TASK_FILE, read_task_file
+    from bertkit.tasks.sources import inspect_source
 
-    path = Path(model) / TASK_FILE
-    if path.is_file():
-        return read_task_file(path).get("max_seq_length")
-    if task == "rerank" and tokenizer is not None:
+    info = inspect_source(model)
+    if info.record is not None:
+        return info.record["max_seq_length"]
+    if task == "rerank" and tokenizer is not None and info.cross_encoder:
         from bertkit.embedding.cross_encoder import saved_max_length
-        from bertkit.embedding.reranking import is_cross_encoder
 
-        return saved_max_length(model, tokenizer) if is_cross_encoder(model) else None
+        return saved_max_length(model, tokenizer)
     return None
-
-
-def _num_labels(model: str | os.PathLike) -> int:
-    from bertkit.tasks.sources import source_config
-
-    return source_config(model).num_labels

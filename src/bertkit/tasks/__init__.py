@@ -6,7 +6,9 @@
   :mod:`.question_answering` (``"qa"``; :mod:`.squad` reads SQuAD files) and :mod:`.multiple_choice`
   (``"choice"``, SWAG); each
   brings its data reading, features, metrics and decoding (:mod:`.base` is the contract,
-  :mod:`.metrics` the metrics).
+  :mod:`.metrics` the metrics);
+* :mod:`.table`: the task table, every task once with the names each part of bertkit uses;
+  :func:`~.sources.inspect_source` says which task (and layout, labels, length, dtype) a source holds.
 
 Submodules are imported on first use, so ``import bertkit.tasks`` stays light.
 """
@@ -17,7 +19,9 @@ import importlib
 from typing import Any
 
 _EXPORTS = {"finetune": "finetuning", "evaluate": "finetuning", "predict": "finetuning", "TASKS": "finetuning",
-            "FinetuneResult": "finetuning", "pretrain": "pretraining", "pretrain_from_text": "pretraining"}
+            "FinetuneResult": "finetuning", "pretrain": "pretraining", "pretrain_from_text": "pretraining",
+            "TABLE": "table", "TaskRow": "table", "find_task": "table", "inspect_source": "sources",
+            "SourceInfo": "sources"}
 
 
 def __getattr__(name: str) -> Any:

@@ -34,14 +34,13 @@ import torch
 
 from bertkit.inference.batching import sorted_batches
 from bertkit.inference.finite import check_rows
-from bertkit.io import atomic_write_text, read_json_object
+from bertkit.io import atomic_write_text
 from bertkit.tasks.base import Task
-from bertkit.tasks.classification import Classification, glue_files
-from bertkit.tasks.multiple_choice import MultipleChoice
-from bertkit.tasks.question_answering import QuestionAnswering
+from bertkit.tasks.classification import glue_files
 from bertkit.tasks.readers import strict_data
 from bertkit.tasks.run_settings import warn_if_run_differs
-from bertkit.tasks.token_classification import TokenClassification
+from bertkit.tasks.sources import TASK_FILE, inspect_source, read_task_file  # noqa: F401 (read_task_file: public here)
+from bertkit.tasks.table import TABLE, resolve
 from bertkit.training import LengthGroupedSampler, TrainingConfig
 from bertkit.training.config import describe_precision, resolve_precision
 from bertkit.training.distributed import DistributedContext, gather_to_all
@@ -59,10 +58,8 @@ from bertkit.training.rundir import file_fingerprint
 
 logger = logging.getLogger("bertkit.finetune")
 
-#: task name -> task class
-TASKS: dict[str, type[Task]] = {cls.name: cls for cls in (Classification, TokenClassification, QuestionAnswering,
-                                                          MultipleChoice)}
-TASK_FILE = "task.json"
+#: task name -> task class: the rows of the task table that fine-tuning trains
+TASKS: dict[str, type[Task]] = {row.finetune: resolve(row.trainer) for row in TABLE if row.trainer is not None}
 #: prediction keys left out of the JSON lines (the task writes them to files of their own)
 BULKY_KEYS = frozenset({"nbest"})
 
@@ -245,21 +242,6 @@ def _write_task_file(model_dir: Path, task: Task, max_seq_length: int) -> None:
     atomic_write_text(Path(model_dir) / TASK_FILE, json.dumps(record, indent=2) + "\n")
 
 
-def read_task_file(path: str | os.PathLike) -> dict[str, Any]:
-    """The record :func:`_write_task_file` wrote: ``{"task": str, "options": dict, "max_seq_length": int or
-    None}`` (options default to ``{}``, the length to None). A file that is not that JSON object is a
-    ``ValueError`` naming it (and the line, column or key that is wrong)."""
-    what = "the task record bertkit finetune writes ({\"task\": \"classify\", \"options\": {...}})"
-    record = read_json_object(path, what)
-    problems = {"task": isinstance(record.get("task"), str), "options": isinstance(record.get("options", {}), dict),
-                "max_seq_length": isinstance(record.get("max_seq_length", 1), int | None)}
-    wrong = [key for key, fine in problems.items() if not fine]
-    if wrong:
-        raise ValueError(f"{os.fspath(path)}: {', '.join(repr(k) for k in wrong)} missing or of the wrong type; it "
-                         f"should hold {what}: fix the file or fine-tune again.")
-    return {"options": {}, "max_seq_length": None, **record}
-
-
 # ---------------------------------------------------------------------- running a model over features
 def run_model(model: torch.nn.Module, task: Task, features: Sequence[dict[str, Any]], *, batch_size: int = 64,
               precision: str = "auto", ctx: DistributedContext | None = None) -> tuple[list[Any], float | None]:
@@ -392,8 +374,7 @@ def load_finetuned(model_dir: str | os.PathLike, task: str | None = None, **task
     from bertkit.tokenization import load_tokenizer
 
     model_dir = Path(model_dir)
-    task_file = model_dir / TASK_FILE
-    saved = read_task_file(task_file) if task_file.is_file() else None
+    saved = inspect_source(model_dir).record  # its task.json, None without one
     if saved is not None:
         if task is not None and task != saved["task"]:
             raise ValueError(f"{model_dir} was fine-tuned for {saved['task']!r}, not {task!r}; pass --task "

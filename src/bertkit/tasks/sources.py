@@ -7,6 +7,11 @@ A *source* is an HF / bertkit directory, a Google TF1 checkpoint (its directory,
 once (:func:`bertkit.weights.formats.read_checkpoint`) and returns the model and the tokenizer
 it was trained with; :func:`load_source` also says where it came from and fingerprints its
 content, so a run can tell on resume whether it is handed the same checkpoint.
+
+:func:`inspect_source` says what a source holds without loading it (family, architecture, the task of
+:mod:`bertkit.tasks.table` it answers, labels, trained length, sentence-transformers or cross-encoder layout,
+saved dtype): the one reading of ``config.json``, ``modules.json`` and ``task.json`` that ``pipeline()``,
+``serve``, ``export``, ``evaluate`` and the sentence-transformers loaders share.
 """
 
 from __future__ import annotations
@@ -22,8 +27,10 @@ from typing import Any, TypeVar
 
 import torch
 
-from bertkit.config import BERTConfig
+from bertkit.config import BERTConfig, bert_architecture_name
+from bertkit.io import read_json, read_json_object
 from bertkit.modeling.base import BERTPreTrainedModel
+from bertkit.tasks.table import TaskRow, find_task, task_for_architecture
 from bertkit.tokenization import BERTTokenizerFast
 from bertkit.tokenization.auto import load_tokenizer
 from bertkit.tokenization.base import FastTokenizerBase
@@ -31,6 +38,12 @@ from bertkit.tokenization.base import FastTokenizerBase
 logger = logging.getLogger("bertkit.sources")
 
 M = TypeVar("M", bound=BERTPreTrainedModel)
+
+#: the record ``bertkit finetune`` writes beside its model (:func:`read_task_file`)
+TASK_FILE = "task.json"
+MODULES_FILE = "modules.json"
+#: safetensors' and HF config's names of the float formats -> bertkit's
+_DTYPES = {"F32": "fp32", "BF16": "bf16", "F16": "fp16", "float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
 
 
 @dataclass
@@ -112,6 +125,222 @@ def source_config(source: str | os.PathLike) -> BERTConfig:
     return read_source_config(source)
 
 
+# ---------------------------------------------------------------------------------------- what a source holds
+@dataclass(frozen=True)
+class SourceInfo:
+    """What a source holds (:func:`inspect_source`).
+
+    ``path``: the file or directory ``source`` resolved to; ``model_path``: the folder of the model's own files
+    (a sentence-transformers directory's Transformer module). ``layout``: ``"sentence-transformers"`` (a
+    ``modules.json``), ``"finetune"`` (a ``task.json`` beside an HF model), ``"hf"`` (a ``config.json`` beside
+    the weights) or ``"checkpoint"`` (anything else: Google's TF checkpoints, archives, weight files).
+    ``architecture``: the HF class name the config records, else the one the weights' heads show; ``model``:
+    the ``"module:Class"`` bertkit runs it as (None for an architecture bertkit does not know). ``task``: the
+    row of :data:`bertkit.tasks.table.TABLE` it answers (None: none). ``labels``: a classifier's labels in id
+    order. ``max_length``: the length it was trained or saved at (``task.json``, ``sentence_bert_config.json``),
+    ``positions`` the longest input it takes. ``dtype``: the saved number format (``fp32``, ``bf16``, ``fp16``,
+    ``int8``; None where the files do not say without reading the weights).
+    """
+
+    source: str
+    path: Path
+    model_path: Path
+    layout: str
+    config: BERTConfig
+    architecture: str | None
+    model: str | None
+    task: str | None
+    labels: tuple[str, ...] | None
+    max_length: int | None
+    dtype: str | None
+    cross_encoder: bool = False
+    modules: tuple[str, ...] = ()
+    record: dict[str, Any] | None = None
+    config_path: Path | None = None
+
+    @property
+    def family(self) -> str:
+        return self.config.family
+
+    @property
+    def positions(self) -> int:
+        return self.config.max_tokens
+
+    @property
+    def num_labels(self) -> int:
+        return self.config.num_labels
+
+    @property
+    def sentence_transformers(self) -> bool:
+        return self.layout == "sentence-transformers"
+
+    @property
+    def row(self) -> TaskRow | None:
+        return None if self.task is None else find_task(self.task)
+
+    def describe(self) -> str:
+        """One line, what ``bertkit info`` prints: ``layout hf (cross-encoder), architecture
+        BertForSequenceClassification, task rerank, labels ['LABEL_0'], max length 128 (takes 512), saved fp32``."""
+        parts = [f"layout {self.layout}" + (" (cross-encoder)" if self.cross_encoder else ""),
+                 f"architecture {self.architecture or 'unknown'}", f"task {self.task or 'none'}"]
+        if self.modules:
+            parts.append(f"modules {' > '.join(self.modules)}")
+        if self.labels is not None:
+            parts.append(f"labels {list(self.labels)}")
+        parts.append(f"max length {self.max_length or 'not recorded'} (takes {self.positions})")
+        parts.append(f"saved {self.dtype or 'in a format read only with the weights'}")
+        return ", ".join(parts)
+
+
+def inspect_source(source: str | os.PathLike) -> SourceInfo:
+    """What ``source`` (anything bertkit loads; a registered name is fetched into the cache) holds, read from its
+    ``config.json``, ``modules.json``, ``task.json`` and safetensors headers; the weights are read only where no
+    config records the architecture (Google's TF checkpoints) or the config sits inside an archive.
+
+    The task: a cross-encoder (a sequence classifier alone, or the one module of a sentence-transformers
+    directory) is ``rerank`` with one label, else ``text-classification``; another sentence-transformers
+    directory ``embeddings``; a ``task.json`` names its task; otherwise the architecture's row
+    (:func:`bertkit.tasks.table.task_for_architecture`). ``FileNotFoundError`` when ``source`` holds no
+    checkpoint; ``ValueError`` naming the file for a damaged ``modules.json``, config or ``task.json``.
+    """
+    from bertkit.weights.download import resolve_source
+
+    path = Path(resolve_source(source))
+    modules = _modules(path)
+    model_path = path / modules[0][1] if modules else (path if path.is_dir() else path.parent)
+    config, raw, config_path, checkpoint = _read_config(path, model_path)
+    architecture = (raw.get("architectures") or [None])[0]
+    cls = _architecture_class(architecture)
+    if architecture is None:  # no architecture recorded: the heads present decide, as bertkit convert decides
+        from bertkit.weights.convert import class_for_checkpoint
+        from bertkit.weights.formats import read_checkpoint
+
+        cls = class_for_checkpoint(checkpoint or read_checkpoint(model_path if modules else path))
+        architecture = cls.hf_architecture
+    record = read_task_file(path / TASK_FILE) if path.is_dir() and (path / TASK_FILE).is_file() else None
+    cross = path.is_dir() and len(modules) <= 1 and config_path is not None and config_path.name == "config.json" \
+        and architecture.endswith("ForSequenceClassification")  # what CrossEncoder and sentence-transformers load
+    row, model = _task_row(path, architecture, config.num_labels, modules, record, cross)
+    model = model or (f"{cls.__module__}:{cls.__qualname__}" if cls is not None else None)
+    hf = config_path is not None and config_path.name == "config.json"
+    layout = "sentence-transformers" if modules else "finetune" if record else "hf" if hf else "checkpoint"
+    labels = None
+    if row is not None and row.serve is not None and row.serve.labels:
+        id2label = config.id2label or {i: f"LABEL_{i}" for i in range(config.num_labels)}
+        labels = tuple(id2label[i] for i in sorted(id2label))
+    return SourceInfo(os.fspath(source), path, model_path, layout, config, architecture, model,
+                      None if row is None else row.name, labels, _trained_length(path, model_path, record, modules),
+                      _saved_dtype(model_path, raw), cross, tuple(kind for kind, _ in modules), record, config_path)
+
+
+def read_task_file(path: str | os.PathLike) -> dict[str, Any]:
+    """The record ``bertkit finetune`` writes as ``task.json``: ``{"task": str, "options": dict, "max_seq_length":
+    int or None}`` (options default to ``{}``, the length to None). A file that is not that JSON object is a
+    ``ValueError`` naming it (and the line, column or key that is wrong)."""
+    what = "the task record bertkit finetune writes ({\"task\": \"classify\", \"options\": {...}})"
+    record = read_json_object(path, what)
+    problems = {"task": isinstance(record.get("task"), str), "options": isinstance(record.get("options", {}), dict),
+                "max_seq_length": isinstance(record.get("max_seq_length", 1), int | None)}
+    wrong = [key for key, fine in problems.items() if not fine]
+    if wrong:
+        raise ValueError(f"{os.fspath(path)}: {', '.join(repr(k) for k in wrong)} missing or of the wrong type; it "
+                         f"should hold {what}: fix the file or fine-tune again.")
+    return {"options": {}, "max_seq_length": None, **record}
+
+
+def _modules(path: Path) -> list[tuple[str, str]]:
+    """A sentence-transformers directory's modules as ``(type, folder)`` in order, the Transformer first; ``[]``
+    without a ``modules.json``."""
+    if not (path.is_dir() and (path / MODULES_FILE).is_file()):
+        return []
+    entries = read_json(path / MODULES_FILE, "the sentence-transformers modules")
+    if not isinstance(entries, list) or not entries or not all(isinstance(e, dict) for e in entries):
+        raise ValueError(f"{path / MODULES_FILE} should hold a list of modules ([{{\"idx\": 0, \"path\": \"\", "
+                         "\"type\": \"sentence_transformers.models.Transformer\"}, ...]): fix or restore it.")
+    modules = [(str(e.get("type", "")).rsplit(".", 1)[-1], str(e.get("path", "")))
+               for e in sorted(entries, key=lambda e: e.get("idx", 0))]
+    transformer = next((m for m in modules if m[0] == "Transformer"), modules[0])
+    return [transformer, *(m for m in modules if m is not transformer)]
+
+
+def _read_config(path: Path, model_path: Path):
+    """``(config, raw config.json or {}, its path or None, checkpoint or None)``: the config beside the weights,
+    else (an archive, a directory without one) the one :func:`read_checkpoint` finds, read with the weights."""
+    from bertkit.weights.formats import CONFIG_NAMES, is_archive, read_checkpoint
+
+    if not is_archive(path):
+        for name in CONFIG_NAMES:
+            if (model_path / name).is_file():
+                return BERTConfig.from_json_file(model_path / name), read_json_object(model_path / name,
+                                                                                      "a model config"), \
+                    model_path / name, None
+    from bertkit.weights.int8 import KEY
+
+    checkpoint = read_checkpoint(path)
+    raw = {"architectures": [checkpoint.architecture], KEY: checkpoint.quantization}
+    return checkpoint.config, raw, None, checkpoint
+
+
+def _architecture_class(architecture: str | None) -> type[BERTPreTrainedModel] | None:
+    from bertkit.weights.convert import ARCHITECTURES
+
+    return None if architecture is None else ARCHITECTURES.get(bert_architecture_name(architecture))
+
+
+def _task_row(path: Path, architecture: str, num_labels: int, modules: list, record: dict | None,
+              cross: bool) -> tuple[TaskRow | None, str | None]:
+    """``(row, model class name)``: the rules of :func:`inspect_source`'s doc, in that order; the class only where
+    the layout decides it (a bi-encoder, a task.json)."""
+    by_architecture = task_for_architecture(bert_architecture_name(architecture), num_labels)
+    if cross:
+        return by_architecture, None
+    if modules:
+        row = find_task("embeddings")
+        return row, row.model
+    if record is not None:
+        try:
+            row = find_task(record["task"], "trainer")
+        except ValueError as error:
+            raise ValueError(f"{path / TASK_FILE}: {error}") from None
+        return row, row.model
+    return by_architecture, None
+
+
+def _trained_length(path: Path, model_path: Path, record: dict | None, modules: list) -> int | None:
+    if record is not None:
+        return record["max_seq_length"]
+    for folder in (model_path, path) if modules else ():
+        if (folder / "sentence_bert_config.json").is_file():
+            return read_json_object(folder / "sentence_bert_config.json", "sentence-transformers settings") \
+                .get("max_seq_length")
+    return None
+
+
+def _saved_dtype(folder: Path, raw: dict[str, Any]) -> str | None:
+    """int8 for bertkit's int8 checkpoint; else the float format most tensors of the safetensors file (the first
+    shard) hold, read from its header; else what ``config.json``'s ``torch_dtype`` says; else None."""
+    from bertkit.weights.hf import SAFETENSORS_INDEX_NAME, SAFETENSORS_NAME
+    from bertkit.weights.int8 import KEY
+
+    if raw.get(KEY) is not None:
+        return "int8"
+    weights = folder / SAFETENSORS_NAME
+    if not weights.is_file() and (folder / SAFETENSORS_INDEX_NAME).is_file():
+        shards = read_json_object(folder / SAFETENSORS_INDEX_NAME, "a safetensors index").get("weight_map") or {}
+        weights = folder / sorted(set(shards.values()))[0] if shards else weights
+    if weights.is_file():
+        with open(weights, "rb") as f:
+            header = json.loads(f.read(int.from_bytes(f.read(8), "little")))
+        counts: dict[str, int] = {}
+        for entry in header.values():
+            name = _DTYPES.get(entry.get("dtype")) if isinstance(entry, dict) else None
+            if name is not None:
+                counts[name] = counts.get(name, 0) + 1
+        if counts:
+            return max(counts, key=counts.get)
+    return _DTYPES.get(raw.get("torch_dtype") or raw.get("dtype"))
+
+
 def _checkpoint_tokenizer(checkpoint, resolved: Path, source: str | os.PathLike) -> FastTokenizerBase:
     """The checkpoint's tokenizer, from the tokenizer files :func:`read_checkpoint` found beside its weights."""
     from bertkit.weights.convert import guess_do_lower_case
@@ -155,4 +384,5 @@ def _fingerprint(checkpoint) -> dict[str, Any]:
             "config_sha256": hashlib.sha256(config.encode()).hexdigest()}
 
 
-__all__ = ["LoadedSource", "load_model_and_tokenizer", "load_source", "source_config"]
+__all__ = ["TASK_FILE", "LoadedSource", "SourceInfo", "inspect_source", "load_model_and_tokenizer", "load_source",
+           "read_task_file", "source_config"]

@@ -58,16 +58,21 @@ def model_for_checkpoint(checkpoint: Checkpoint, *, source: str | os.PathLike | 
     Loading is :func:`bertkit.weights.adapt.load_into`'s: what it adapts is in ``model.load_report``
     and, unless ``warn=False``, a ``LoadWarning`` naming ``source``.
     """
-    architecture = checkpoint.architecture or ""
-    cls = ARCHITECTURES.get(architecture) or ARCHITECTURES.get(bert_architecture_name(architecture)) \
-        or _guess_class(checkpoint)
-    model = cls(checkpoint.config)
+    model = class_for_checkpoint(checkpoint)(checkpoint.config)
     load_into(model, checkpoint.state_dict, source=source, warn=warn)
     return model.eval()
 
 
+def class_for_checkpoint(checkpoint: Checkpoint) -> type[BERTPreTrainedModel]:
+    """The bertkit class of the architecture the checkpoint records (any family's HF name), else of the heads
+    present (TF and ppb checkpoints do not name their architecture)."""
+    architecture = checkpoint.architecture or ""
+    return ARCHITECTURES.get(architecture) or ARCHITECTURES.get(bert_architecture_name(architecture)) \
+        or _guess_class(checkpoint)
+
+
 def _guess_class(checkpoint: Checkpoint) -> type[BERTPreTrainedModel]:
-    """From the heads present (TF and ppb checkpoints do not name their architecture)."""
+    """From the heads present."""
     names = set(checkpoint.state_dict)
 
     def has(prefix: str) -> bool:
