@@ -35,6 +35,7 @@ LAYERS: dict[str, set[str] | str] = {
     "io": set(),
     "checks": set(),
     "devices": set(),  # torch only: the GPU behind "gpu", native bf16
+    "dtypes": set(),  # no torch: the inference number formats' names, which --help lists
     "progress": set(),  # tqdm only: a bar in a terminal, a sparse line in a log
     "families": set(),  # part of the config layer: the encoder families' records
     "_config_types": set(),  # part of the config layer: the fields' type checks, read from their annotations
@@ -50,9 +51,9 @@ LAYERS: dict[str, set[str] | str] = {
     "weights": {"config", "modeling", "tokenization"},
     "data": {"tokenization", "masking"},
     "training": set(),  # works on any nn.Module
-    "inference": {"config", "modeling"},
+    "inference": {"config", "modeling", "dtypes"},
     "tasks": {"config", "presets", "masking", "hooks", "resources", "tokenization", "modeling", "weights", "data",
-              "training", "inference"},
+              "training", "inference", "dtypes"},
     "models": {"config", "presets", "modeling", "tokenization"},  # mirror of lucid.models: re-exports only
     "compat": EVERYTHING,
     "cli": EVERYTHING,
