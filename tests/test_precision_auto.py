@@ -151,9 +151,8 @@ def test_an_int8_checkpoint_runs_int8_under_auto(hardware, monkeypatch, tmp_path
 
 def test_the_cli_choices_are_the_library_s():
     from bertkit.cli import DTYPES
-    from bertkit.serving.settings import DTYPES as SERVE
-
     from bertkit.dtypes import DTYPES as NAMED
+    from bertkit.serving.settings import DTYPES as SERVE
 
     assert DTYPES is SERVE is precision.DTYPES is NAMED  # named once, in bertkit.dtypes
 
