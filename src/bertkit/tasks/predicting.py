@@ -200,9 +200,9 @@ def _json_default(value: Any) -> Any:
 
 # ---------------------------------------------------------------------- a fine-tuned model on new data
 def load_finetuned(model_dir: str | os.PathLike, task: str | None = None, **task_options: Any):
-    """``(model, tokenizer, task, max_seq_length)`` from a directory :func:`finetune` wrote (its ``task.json``)
-    or any fine-tuned HF directory (then ``task`` names the task; labels come from the config). The model is
-    as loaded (float32, CPU, not prepared): :func:`prepare_finetuned` prepares it for inference."""
+    """``(model, tokenizer, task, max_seq_length)`` from a directory :func:`bertkit.tasks.finetuning.finetune` wrote
+    (its ``task.json``) or any fine-tuned HF directory (then ``task`` names the task; labels come from the
+    config). The model is as loaded (float32, CPU, not prepared): :func:`prepare_finetuned` prepares it."""
     from bertkit.tokenization import load_tokenizer
 
     model_dir = Path(model_dir)
