@@ -284,7 +284,7 @@ def test_evaluate_says_what_auto_chose_and_why_never_asked_for(hardware, tmp_pat
                                 num_attention_heads=2, intermediate_size=30, num_labels=1)
     randomize_(bertkit.BERTForSequenceClassification(config)).save_pretrained(tmp_path / "ce")
     tokenizer.save_pretrained(tmp_path / "ce")
-    assert main(["evaluate", str(tmp_path / "ce"), "--beir", str(beir), "--first-stage", str(MINILM), "--precision",
+    assert main(["evaluate", str(tmp_path / "ce"), "--beir", str(beir), "--first-stage", str(MINILM), "--dtype",
                  "fp32", "-o", str(tmp_path / "r2.json")]) == 0
     err = capsys.readouterr().err
     assert "bertkit: dtype fp32 (evaluate scores a cross-encoder in fp32; --dtype applies to an embedding " \
