@@ -58,6 +58,7 @@ from bertkit.tasks.predicting import (
 from bertkit.tasks.readers import strict_data
 from bertkit.tasks.run_settings import follow_run
 from bertkit.training import LengthGroupedSampler, Trainer, TrainingConfig
+from bertkit.training.config import describe_precision, resolve_precision
 from bertkit.training.metrics import plot_metrics
 from bertkit.training.reporting import report_final
 from bertkit.training.rundir import file_fingerprint, open_run
@@ -69,7 +70,7 @@ RESULTS_FILE = "results.json"
 #: the fine-tuned model on new data lives in :mod:`bertkit.tasks.predicting`; its public names stay importable here
 __all__ = ["BULKY_KEYS", "MODEL_DIR", "RESULTS_FILE", "TASKS", "TASK_FILE", "BestModel", "FinetuneResult",
            "check_outputs", "evaluate", "finetune", "load_finetuned", "make_task", "predict", "read_task_file",
-           "run_model", "score_split", "write_jsonl", "write_predictions", "write_task_file"]
+           "run_model", "say_precision", "score_split", "write_jsonl", "write_predictions", "write_task_file"]
 
 
 @dataclass
@@ -296,3 +297,14 @@ def _final_evaluation(model, task: Task, examples, features, output: Path, batch
 def _numbers(scores: Mapping[str, Any]) -> dict[str, float]:
     """The scalar metrics of ``scores`` (tables such as NER's per-type scores stay out of metrics.jsonl)."""
     return {k: float(v) for k, v in scores.items() if isinstance(v, int | float) and not isinstance(v, bool)}
+
+
+def say_precision(net: torch.nn.Module, precision: str) -> str:
+    """The training ``precision`` (autocast) ``net`` would run in on its device, said once (logger ``bertkit``):
+    what ``auto`` chose and why. (``evaluate`` and ``predict`` no longer autocast: they run the model prepared in
+    a ``dtype``, :func:`~bertkit.tasks.predicting.prepare_finetuned`.)"""
+    device = next(net.parameters()).device
+    used = resolve_precision(precision, device)
+    logger.info(describe_precision(precision, used, device))
+    return used
+
