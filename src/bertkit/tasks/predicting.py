@@ -186,6 +186,7 @@ def write_predictions(task: Task, split: str, examples: Sequence[Any], predictio
 
 
 def write_jsonl(path: str | os.PathLike, records: Sequence[Mapping[str, Any]]) -> None:
+    """``records`` as JSON lines in ``path``, written atomically (numpy scalars and arrays as numbers and lists)."""
     atomic_write_text(path, "".join(json.dumps(r, ensure_ascii=False, default=_json_default) + "\n"
                                     for r in records))
 
