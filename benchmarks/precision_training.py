@@ -144,9 +144,9 @@ def run_classify(sizes: Sizes, precision: str, seed: int, out: Path, common: dic
                       precision=precision, progress=False, text_column="sentence",
                       callbacks={"on_train_begin": log_every_step}, **common)
     # the test set is scored in the run's precision; score it again in fp32 so only the weights differ
-    from bertkit.tasks.finetuning import evaluate
+    from bertkit.tasks.predicting import evaluate
 
-    scores = evaluate(result.model_dir, files["test"], precision="fp32")
+    scores = evaluate(result.model_dir, files["test"], dtype="fp32")
     return {"losses": train_losses(result.metrics_path), "metric": scores["accuracy"],
             "used": run_precision(result.output_dir)}
 
@@ -172,7 +172,7 @@ def run_embed(sizes: Sizes, precision: str, seed: int, out: Path, common: dict) 
                                  learning_rate=sizes.learning_rate, warmup_ratio=0.1, seed=seed, precision=precision,
                                  progress=False, callbacks={"on_train_begin": log_every_step}, **common)
     held_out = cloze_pairs(books["persuasion"])[:sizes.eval_limit]
-    model, _ = load_encoder(result.model_dir, precision="fp32", max_seq_length=sizes.max_seq_length)
+    model, _ = load_encoder(result.model_dir, dtype="fp32", max_seq_length=sizes.max_seq_length)
     corpus = {f"d{i}": doc for i, (_, doc) in enumerate(held_out)}
     queries = {f"q{i}": query for i, (query, _) in enumerate(held_out)}
     qrels = {f"q{i}": {f"d{i}": 1} for i in range(len(held_out))}

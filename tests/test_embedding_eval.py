@@ -357,7 +357,7 @@ def test_cli_beir_equals_pytrec_eval_on_sentence_transformers_embeddings(tmp_pat
     data = load_beir(write_beir(tmp_path / "beir", documents=20, queries=6, seed=1))
     assert len(set(data.corpus.values())) == 20
     monkeypatch.chdir(tmp_path)
-    argv = ["evaluate", str(model_dir), "--beir", str(tmp_path / "beir"), "--precision", "fp32", "--k", "1,3,10",
+    argv = ["evaluate", str(model_dir), "--beir", str(tmp_path / "beir"), "--dtype", "fp32", "--k", "1,3,10",
             "--batch-size", "3", "--chunk-size", "7"]
     assert main(argv) == 0
     printed = json.loads(capsys.readouterr().out)
@@ -399,7 +399,7 @@ def test_cli_sts_equals_sentence_transformers_evaluator(tmp_path, capsys):
     output = tmp_path / "out" / "sts.json"
     output.parent.mkdir()
     assert main(["evaluate", str(model_dir), "--sts", str(tmp_path / "sts.jsonl"), "-o", str(output),
-                 "--precision", "fp32"]) == 0
+                 "--dtype", "fp32"]) == 0
     report = json.loads(output.read_text())
     assert json.loads(capsys.readouterr().out) == report and report["pairs"] == 12
     evaluator = EmbeddingSimilarityEvaluator([a for a, _ in pairs], [b for _, b in pairs], gold,

@@ -96,8 +96,8 @@ def test_evaluation_leaves_training_as_it_was_and_equals_bertkit_evaluate(tmp_pa
                                  **options)
 
     evals = same_training(plain, scored, steps=[0, 2, 4, 5])
-    final_model, _ = load_encoder(scored.model_dir, precision="fp32")
-    base_model, _ = load_encoder(base, precision="fp32")
+    final_model, _ = load_encoder(scored.model_dir, dtype="fp32")
+    base_model, _ = load_encoder(base, dtype="fp32")
     base_model.prompts = {"query": "w1 ", "document": "w2 "}  # the prompts the run scored the base model with
     for record, model in ((evals[0], base_model), (evals[-1], final_model)):
         expected = {**beir_report(model, beir)["metrics"], **sts_report(model, sts)["metrics"]}

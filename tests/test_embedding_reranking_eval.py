@@ -225,7 +225,7 @@ def test_an_embedding_first_stage_is_its_retrieval(models, tmp_path):
                                               chunk_size=7, precision="fp32")
     from bertkit.embedding.evaluate import load_encoder, retrieval_encoders
 
-    model, _ = load_encoder(embedder, precision="fp32")
+    model, _ = load_encoder(embedder, dtype="fp32")
     encode_queries, encode_documents, prompts = retrieval_encoders(model, 5)
     want = retrieve(encode_queries, encode_documents, data.corpus, data.queries, depth=4)
     assert evaluator.hits == {query: [doc for doc, _ in ranked] for query, ranked in want.items()}

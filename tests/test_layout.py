@@ -35,6 +35,7 @@ LAYERS: dict[str, set[str] | str] = {
     "io": set(),
     "checks": set(),
     "devices": set(),  # torch only: the GPU behind "gpu", native bf16
+    "dtypes": set(),  # no torch: the inference number formats' names, which --help lists
     "progress": set(),  # tqdm only: a bar in a terminal, a sparse line in a log
     "families": set(),  # part of the config layer: the encoder families' records
     "_config_types": set(),  # part of the config layer: the fields' type checks, read from their annotations
@@ -52,9 +53,9 @@ LAYERS: dict[str, set[str] | str] = {
     # works on any nn.Module; the one run (training/run.py) records the numerics and keeps the float32 GEMM
     # backend on resume (modeling.numerics, modeling.fast.GemmChoice)
     "training": {"modeling"},
-    "inference": {"config", "modeling"},
+    "inference": {"config", "modeling", "dtypes"},
     "tasks": {"config", "presets", "masking", "hooks", "resources", "tokenization", "modeling", "weights", "data",
-              "training", "inference"},
+              "training", "inference", "dtypes"},
     "models": {"config", "presets", "modeling", "tokenization"},  # mirror of lucid.models: re-exports only
     "compat": EVERYTHING,
     "cli": EVERYTHING,

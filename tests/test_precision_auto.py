@@ -151,9 +151,10 @@ def test_an_int8_checkpoint_runs_int8_under_auto(hardware, monkeypatch, tmp_path
 
 def test_the_cli_choices_are_the_library_s():
     from bertkit.cli import DTYPES
+    from bertkit.dtypes import DTYPES as NAMED
     from bertkit.serving.settings import DTYPES as SERVE
 
-    assert DTYPES == SERVE == precision.DTYPES
+    assert DTYPES is SERVE is precision.DTYPES is NAMED  # named once, in bertkit.dtypes
 
 
 # ---------------------------------------------------------------------------- every surface, real weights
@@ -259,7 +260,7 @@ def test_dtype_help_points_to_the_page_that_has_the_quality_table(capsys):
 
 
 def test_evaluate_says_what_auto_chose_and_why_never_asked_for(hardware, tmp_path, capsys):
-    """--precision auto (nothing asked): each evaluation says what it chose and why, as the inference commands
+    """--dtype auto (nothing asked): each evaluation says what it chose and why, as the inference commands
     do; a cross-encoder evaluated in fp32 says that evaluate decided it."""
     import json
 
@@ -276,17 +277,17 @@ def test_evaluate_says_what_auto_chose_and_why_never_asked_for(hardware, tmp_pat
     assert main(["evaluate", str(MINILM), "--beir", str(beir), "-o", str(tmp_path / "r.json")]) == 0
     lines = [line for line in capsys.readouterr().err.splitlines() if "dtype" in line]
     assert lines == ["bertkit: dtype auto -> fp32 (this CPU has no amx_bf16, avx512_bf16 or Arm bf16)"]
-    assert json.loads((tmp_path / "r.json").read_text())["precision"] == "fp32"
+    assert json.loads((tmp_path / "r.json").read_text())["dtype"] == "fp32"
 
     tokenizer = bertkit.BERTTokenizerFast.from_pretrained(MINILM)
     config = bertkit.BERTConfig(vocab_size=tokenizer.vocab_size, hidden_size=24, num_hidden_layers=1,
                                 num_attention_heads=2, intermediate_size=30, num_labels=1)
     randomize_(bertkit.BERTForSequenceClassification(config)).save_pretrained(tmp_path / "ce")
     tokenizer.save_pretrained(tmp_path / "ce")
-    assert main(["evaluate", str(tmp_path / "ce"), "--beir", str(beir), "--first-stage", str(MINILM), "--precision",
+    assert main(["evaluate", str(tmp_path / "ce"), "--beir", str(beir), "--first-stage", str(MINILM), "--dtype",
                  "fp32", "-o", str(tmp_path / "r2.json")]) == 0
     err = capsys.readouterr().err
-    assert "bertkit: dtype fp32 (evaluate scores a cross-encoder in fp32; --precision applies to an embedding " \
+    assert "bertkit: dtype fp32 (evaluate scores a cross-encoder in fp32; --dtype applies to an embedding " \
            "first stage)" in err and "asked for)" in err  # the first stage's fp32 was asked for
 
     config = bertkit.BERTConfig(vocab_size=tokenizer.vocab_size, hidden_size=24, num_hidden_layers=1,
@@ -296,7 +297,7 @@ def test_evaluate_says_what_auto_chose_and_why_never_asked_for(hardware, tmp_pat
     dev = tmp_path / "dev.csv"
     dev.write_text("text,label\nthe town square,pos\na quiet morning,neg\n")
     assert main(["evaluate", str(tmp_path / "clf"), "--task", "classify", "--data", str(dev)]) == 0
-    assert "bertkit: precision auto -> " in capsys.readouterr().err
+    assert "bertkit: dtype auto -> " in capsys.readouterr().err  # prepared as serve prepares it (one inference path)
 
 
 def test_serve_info_reports_the_choice(hardware):

@@ -79,7 +79,7 @@ def test_the_command_reranks_a_first_stage_and_rows_every_epoch_by_default(tmp_p
     assert {k for k in evals[0] if k.startswith("rerank_")} == {"rerank_map", "rerank_mrr@1", "rerank_mrr@10",
                                                                 "rerank_ndcg@1", "rerank_ndcg@10"}
     want = evaluate_cli(out / "model", tmp_path / "beir.json", ["--beir", str(beir), "--first-stage", str(embedder),
-                                                                "--top-k", "5", "--k", "1,10", "--precision", "fp32"],
+                                                                "--top-k", "5", "--k", "1,10", "--dtype", "fp32"],
                         capsys)["reranked"]
     torch.testing.assert_close({k: evals[-1][f"beir_{k}"] for k in want}, want)
     card = (out / "model" / "README.md").read_text()

@@ -227,7 +227,7 @@ def test_bad_requests_answer_tei_errors(embed_client):
 
 
 def test_classify_predict_pairs_batches_and_its_trained_length(tmp_path, dirs):
-    from bertkit.tasks.finetuning import _write_task_file, make_task
+    from bertkit.tasks.predicting import make_task, write_task_file
 
     pipe = bertkit.pipeline("text-classification", model=dirs["classify"], top_k=None)
     with TestClient(create_app(dirs["classify"])) as client:
@@ -248,7 +248,7 @@ def test_classify_predict_pairs_batches_and_its_trained_length(tmp_path, dirs):
 
     tuned = tmp_path / "tuned"
     shutil.copytree(dirs["classify"], tuned)
-    _write_task_file(tuned, make_task("classify"), 16)
+    write_task_file(tuned, make_task("classify"), 16)
     text = " ".join(["good movie"] * 20)
     with TestClient(create_app(tuned)) as client:
         assert client.get("/info").json()["max_input_length"] == 16

@@ -101,6 +101,28 @@ def test_answer_finds_the_best_span_across_windows(tokenizer):
     assert result["score"] == pytest.approx(best, abs=1e-5)
 
 
+def test_answer_decodes_with_the_span_decoder_of_the_pipeline_and_the_server(tokenizer):
+    """One QA span decoder: the head's answer() is nbest_spans' best span over the same windows' logits (its score
+    the float64 sum of the two float32 logits, as every other answer bertkit gives)."""
+    from bertkit.modeling.spans import nbest_spans
+    from bertkit.tasks.question_answering import nbest_spans as tasks_nbest_spans
+
+    assert tasks_nbest_spans is nbest_spans
+    model = tiny(bertkit.bert_for_question_answering_tiny)
+    context = " ".join(f"sentence number {i} says something about emma ." for i in range(40))
+    question = "what does emma say?"
+    result = model.answer(tokenizer, question, context, max_length=64, stride=16, max_answer_length=5)
+    enc = tokenizer(question, context, truncation="only_second", max_length=64, stride=16,
+                    return_overflowing_tokens=True, return_offsets_mapping=True, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        start, end = model(enc["input_ids"], enc["attention_mask"], enc["token_type_ids"])
+    offsets = [[tuple(o) if s == 1 else None for o, s in zip(enc["offset_mapping"][i].tolist(), enc.sequence_ids(i))]
+               for i in range(len(start))]
+    best = nbest_spans(start.numpy(), end.numpy(), offsets, n_best_size=1, max_answer_length=5)[0]
+    assert result == {"answer": context[best.start:best.end], "start": best.start, "end": best.end,
+                      "score": best.score}
+
+
 def test_answer_cuts_a_long_question_to_max_question_length(tokenizer):
     model = tiny(bertkit.bert_for_question_answering_tiny)
     context = " ".join(f"sentence number {i} says something about emma ." for i in range(40))

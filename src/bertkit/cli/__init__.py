@@ -18,6 +18,8 @@ import signal
 import sys
 from collections.abc import Iterator
 
+from bertkit.dtypes import DTYPES
+
 #: subcommand -> (module under bertkit.cli, one-line help)
 COMMANDS = {
     "demo": ("demo", "pretrain a small BERT on bundled Austen within a time budget (10 min), report vs baselines"),
@@ -95,19 +97,33 @@ def cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
-#: ``--dtype`` of the inference commands (:data:`bertkit.inference.precision.DTYPES`, kept torch-free here)
-DTYPES = ("auto", "fp32", "bf16", "fp16", "int8")
 
 
-def add_dtype_argument(parser) -> None:
-    """``--dtype`` of the inference commands (embed, predict, fill-mask, serve, embed mine); the choice and why
-    is said in one ``bertkit: dtype ...`` line on stderr."""
+def add_dtype_argument(parser, old_precision: bool = False) -> None:
+    """``--dtype`` of the inference commands (embed, predict, evaluate, fill-mask, serve, embed mine); the choice
+    and why is said in one ``bertkit: dtype ...`` line on stderr. ``old_precision``: ``--precision`` too, the name
+    evaluate and predict MODEL_DIR --data once had for it (hidden; said to be the old name when used)."""
     parser.add_argument("--dtype", choices=DTYPES, default="auto",
-                        help="number format: auto (default) picks bf16 where the hardware computes it natively and "
-                             "the task's measured quality allows (the quality table of "
-                             "docs/concepts/fast-path-and-precision.md), fp32 elsewhere; fp32 gives the exact "
-                             "reference numbers; int8: dense layers quantized (CPU; its measured quality is said "
-                             "when chosen)")
+                        help="number format of the prepared model, as serve and the pipelines prepare theirs: auto "
+                             "(default) picks bf16 where the hardware computes it natively and the task's measured "
+                             "quality allows (the quality table of docs/concepts/fast-path-and-precision.md), fp32 "
+                             "elsewhere; fp32 gives the exact reference numbers; int8: dense layers quantized (CPU; "
+                             "its measured quality is said when chosen)")
+    if old_precision:
+        parser.add_argument("--precision", action=_OldPrecision, dest="dtype", help=argparse.SUPPRESS)
+
+
+class _OldPrecision(argparse.Action):
+    """``--precision X`` of an inference command: says once it is the old name of ``--dtype``, and sets it."""
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        if values not in DTYPES:
+            parser.error(f"--precision {values}: --precision is the old name of --dtype on this command; use "
+                         f"--dtype with one of {', '.join(DTYPES)}")
+        print(f"bertkit: warning: --precision is the old name of --dtype on this command (the number format of the "
+              f"prepared model, as serve's; --precision now belongs to the training commands): use --dtype {values}",
+              file=sys.stderr)
+        setattr(namespace, self.dest, values)
 
 
 def parse_size(value: str) -> int:

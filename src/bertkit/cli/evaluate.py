@@ -24,8 +24,12 @@ miss, unless --always-rerank-positives adds it to the candidates (the reranker a
 --rerank FILE: rows of query, positive (a text or a list) and negatives (negative_1.. or a list) or a ranked
 'documents' list: MRR@k, NDCG@k and MAP of each row's candidates, as sentence-transformers'
 CrossEncoderRerankingEvaluator computes them. The report goes to -o (default evaluation_rerank.json).
-The cross-encoder runs in fp32 (--precision applies to an embedding first stage), its pairs cut at
+The cross-encoder runs in fp32 (--dtype applies to an embedding first stage), its pairs cut at
 --max-seq-length if given.
+
+--dtype: the number format of the prepared model, resolved and prepared as serve, embed and the pipelines do
+(one inference path: the same model answers the same numbers here and in serve). --precision is its old name
+here (said so when used); --precision belongs to the training commands.
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from bertkit.cli import ArgumentParser
+from bertkit.cli import ArgumentParser, add_dtype_argument
 from bertkit.cli.finetune import TASK_FLAGS, task_options
 
 
@@ -55,10 +59,8 @@ def parser_for(prog: str, doc: str, embedding: bool = False) -> ArgumentParser:
     parser.add_argument("--batch-size", type=int, default=64, help="inputs per forward pass (default 64)")
     parser.add_argument("--max-seq-length", type=int, help="default: the fine-tuning run's (--beir, --sts: the "
                                                            "model's max_seq_length)")
-    parser.add_argument("--precision", choices=("auto", "fp32", "bf16", "fp16"), default="auto",
-                        help="auto (default): bf16 where the CPU/GPU computes it natively, else fp32 (an "
-                             "embedding model: also as its measured quality allows, and int8 for an int8 checkpoint, "
-                             "as the inference commands pick); what it chose and why is said on stderr")
+    parser.add_argument("--device", help="cpu (default), cuda, gpu")
+    add_dtype_argument(parser, old_precision=True)
     seen: set[str] = set()
     for task in TASK_FLAGS:  # --encoding is shared by two tasks: add each flag once
         flags = [(flag, kwargs) for flag, kwargs in TASK_FLAGS[task] if flag not in seen]
@@ -128,10 +130,10 @@ def main(argv: list[str]) -> int:
         return embedding_main(args)
     if args.output is not None:
         raise ValueError("-o/--output writes the report of --beir or --sts; --data prints its metrics only.")
-    from bertkit.tasks.finetuning import evaluate
+    from bertkit.tasks.predicting import evaluate
 
-    scores = evaluate(args.model, args.data, task=args.task, batch_size=args.batch_size,
-                      max_seq_length=args.max_seq_length, precision=args.precision, **options(args))
+    scores = evaluate(args.model, args.data, task=args.task, batch_size=args.batch_size, dtype=args.dtype,
+                      device=args.device, max_seq_length=args.max_seq_length, **options(args))
     print(json.dumps(scores, indent=2))
     return 0
 
@@ -149,14 +151,15 @@ def embedding_main(args: argparse.Namespace) -> int:
     refuse_output_over_input(("-o", output), [(flag, source)], models=[("MODEL_DIR", args.model)])
     from bertkit.embedding.evaluate import beir_report, load_encoder, sts_report
 
-    model, precision = load_encoder(args.model, precision=args.precision, max_seq_length=args.max_seq_length)
+    model, dtype = load_encoder(args.model, dtype=args.dtype, max_seq_length=args.max_seq_length,
+                                device=args.device)
     if args.beir is not None:
         report = beir_report(model, args.beir, split=args.split, k_values=args.k, batch_size=args.batch_size,
                              chunk_size=args.chunk_size, similarity=args.similarity,
                              ignore_identical_ids=args.ignore_identical_ids)
     else:
         report = sts_report(model, args.sts, batch_size=args.batch_size)
-    report = {"model": args.model, "precision": precision, **report}
+    report = {"model": args.model, "dtype": dtype, **report}
     atomic_write_text(output, json.dumps(report, indent=2) + "\n")
     print(json.dumps({key: value for key, value in report.items() if key != "per_query"}, indent=2))
     return 0
@@ -191,7 +194,7 @@ def rerank_main(args: argparse.Namespace) -> int:
     from bertkit.embedding.reranking import BeirRerankEvaluator, RowsRerankEvaluator
     from bertkit.inference.precision import DtypeChoice
 
-    fp32 = DtypeChoice("fp32", "fp32", "evaluate scores a cross-encoder in fp32; --precision applies to an embedding "
+    fp32 = DtypeChoice("fp32", "fp32", "evaluate scores a cross-encoder in fp32; --dtype applies to an embedding "
                                        "first stage")
     reranker = bertkit.CrossEncoder(args.model, max_length=args.max_seq_length, dtype=fp32)
     if args.rerank is not None:
@@ -201,7 +204,7 @@ def rerank_main(args: argparse.Namespace) -> int:
         evaluator = BeirRerankEvaluator(args.beir, args.first_stage, split=args.split, top_k=args.top_k,
                                         k_values=args.k, batch_size=args.batch_size, chunk_size=args.chunk_size,
                                         always_rerank_positives=args.always_rerank_positives,
-                                        ignore_identical_ids=args.ignore_identical_ids, precision=args.precision)
+                                        ignore_identical_ids=args.ignore_identical_ids, precision=args.dtype)
     report = {"model": args.model, **evaluator.report(reranker)}
     atomic_write_text(output, json.dumps(report, indent=2) + "\n")
     print(json.dumps({key: value for key, value in report.items() if key != "per_query"}, indent=2))

@@ -152,9 +152,9 @@ def finetuned_main(argv: list[str]) -> int:
     parser.add_argument("-o", "--output", required=True, help="where to write the predictions (JSON lines)")
     args = parser.parse_args(argv)
     refuse_output_over_input(("-o", args.output), [("--data", args.data)], models=[("MODEL_DIR", args.model)])
-    from bertkit.tasks.finetuning import predict
+    from bertkit.tasks.predicting import predict
 
     predictions = predict(args.model, args.data, args.output, task=args.task, batch_size=args.batch_size,
-                          max_seq_length=args.max_seq_length, precision=args.precision, **options(args))
+                          dtype=args.dtype, device=args.device, max_seq_length=args.max_seq_length, **options(args))
     print(f"{len(predictions)} predictions: {args.output}")
     return 0

@@ -18,18 +18,17 @@ from bertkit.embedding.ir_metrics import DEFAULT_K, check_k_values
 DOCUMENT_PROMPTS = ("document", "passage", "corpus")
 
 
-def load_encoder(model_dir: str | os.PathLike, *, precision: str = "auto",
-                 max_seq_length: int | None = None) -> tuple[Any, str]:
-    """``(model, precision used)``: the :class:`~bertkit.sentence.SentenceTransformer` of ``model_dir`` on the CPU
-    in ``precision``: ``auto`` picks as the inference commands do (:func:`bertkit.inference.precision.resolve`:
-    an int8 checkpoint runs int8, else bf16 where the CPU computes it natively and the measured embedding quality
-    allows, else fp32) and logs what it chose and why; ``fp32`` / ``bf16`` are taken as given, ``fp16`` (a GPU
-    format) is refused. Its sequences are cut at ``max_seq_length`` if given."""
+def load_encoder(model_dir: str | os.PathLike, *, dtype: str = "auto", max_seq_length: int | None = None,
+                 device: str | None = None) -> tuple[Any, str]:
+    """``(model, dtype used)``: the :class:`~bertkit.sentence.SentenceTransformer` of ``model_dir`` on ``device``
+    (default: the CPU) in ``dtype``, prepared as serve and ``bertkit embed`` prepare it: ``auto`` picks as the
+    inference commands do (:func:`bertkit.inference.precision.resolve`: an int8 checkpoint runs int8, else bf16
+    where the device computes it natively and the measured embedding quality allows, else fp32) and logs what it
+    chose and why; ``fp32`` / ``bf16`` / ``fp16`` / ``int8`` are taken as given. Its sequences are cut at
+    ``max_seq_length`` if given."""
     from bertkit.sentence import SentenceTransformer
 
-    if precision not in ("auto", "fp32", "bf16"):
-        raise ValueError(f"--precision {precision}: an embedding model is evaluated on the CPU, in auto, fp32 or bf16.")
-    model = SentenceTransformer(model_dir, dtype=precision)
+    model = SentenceTransformer(model_dir, device, dtype=dtype)
     used = model.dtype_choice.name
     if max_seq_length is not None:
         if max_seq_length < 1:

@@ -205,7 +205,7 @@ def first_stage_hits(first_stage: Any, data, top_k: int, *, directory: str | os.
         if not Path(first_stage).is_dir():
             raise ValueError(f"{flag} {first_stage}: no such file or directory; give an embedding model "
                              "directory or a run file (TREC lines or JSON {qid: {docid: score}}).")
-        model, precision_used = load_encoder(first_stage, precision=precision)
+        model, precision_used = load_encoder(first_stage, dtype=precision)
     from bertkit.embedding.evaluate import retrieval_encoders
     from bertkit.embedding.retrieval import retrieve
 

@@ -17,8 +17,8 @@ from bertkit.modeling import fast
 from bertkit.modeling.fast import Linear, activate, gemm_backend, onednn_available, onednn_bf16_available
 from bertkit.modeling.quantization import dequantized_message, quantize_weight, seven_bit
 
-#: ``dtype=``'s names (None keeps the model's)
-DTYPES = {None: None, **FLOATS, **{alias: FLOATS[name] for alias, name in ALIASES.items()}}
+#: what ``dtype=`` takes here (the float names of :mod:`bertkit.dtypes`, their aliases; None keeps the model's)
+TORCH_DTYPES = {None: None, **FLOATS, **{alias: FLOATS[name] for alias, name in ALIASES.items()}}
 QUANTIZE = (None, "int8")
 
 
@@ -164,9 +164,10 @@ def optimize_for_inference(model: nn.Module, *, dtype: torch.dtype | str | None 
     kernels serve whenever no gradient is needed for a weight, never enter ``state_dict`` and are
     rebuilt when a weight changes; the fast path's unpadded execution applies as always.
     """
-    if dtype not in DTYPES and not isinstance(dtype, torch.dtype):
-        raise ValueError(f"dtype must be None, a torch dtype or one of {[k for k in DTYPES if k]}, got {dtype!r}.")
-    dtype = DTYPES.get(dtype, dtype)
+    if dtype not in TORCH_DTYPES and not isinstance(dtype, torch.dtype):
+        raise ValueError(f"dtype must be None, a torch dtype or one of {[k for k in TORCH_DTYPES if k]}, "
+                         f"got {dtype!r}.")
+    dtype = TORCH_DTYPES.get(dtype, dtype)
     if quantize not in QUANTIZE:
         raise ValueError(f"quantize must be one of {QUANTIZE}, got {quantize!r}.")
     if device is not None:

@@ -29,10 +29,8 @@ from typing import Any
 import torch
 
 from bertkit import devices
+from bertkit.dtypes import ALIASES, DTYPES
 
-#: what ``dtype=`` takes (a torch dtype also works; None keeps the model's dtype)
-DTYPES = ("auto", "fp32", "bf16", "fp16", "int8")
-ALIASES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16", "half": "fp16"}
 #: the float formats' torch dtypes (one table for this module, ``optimize_for_inference`` and ``running_dtype``)
 FLOATS = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 #: torch dtype -> its short name

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -52,121 +53,198 @@ def validate_inputs(config: BERTConfig, weight: torch.Tensor, input_ids=None, at
     The value checks (id ranges, 0/1 masks) cost one host-device sync together and are
     skipped while ``torch.compile`` or ``torch.jit.trace`` traces the model.
     """
-    cfg = config
-    device, dtype = weight.device, weight.dtype
-    lead = ", ".join(("batch", "choices")[:batch_dims])
-    if (input_ids is None) == (inputs_embeds is None):
+    given = _Given(config, weight.device, weight.dtype, batch_dims, input_ids=input_ids,
+                   attention_mask=attention_mask, token_type_ids=token_type_ids, position_ids=position_ids,
+                   inputs_embeds=inputs_embeds, encoder_hidden_states=encoder_hidden_states,
+                   encoder_attention_mask=encoder_attention_mask, past_key_values=past_key_values,
+                   use_cache=use_cache, cache_position=cache_position)
+    for check in CHECKS:
+        check(given)
+    _check_values(given.ranges, given.masks)
+    return ModelInputs(input_ids=given.input_ids, attention_mask=given.attention_mask,
+                       token_type_ids=given.token_type_ids, position_ids=given.position_ids,
+                       inputs_embeds=given.inputs_embeds, batch_shape=given.batch_shape, length=given.length,
+                       cache_position=given.cache_position, key_length=given.key_length,
+                       self_cache=given.self_cache, cross_cache=given.cross_cache,
+                       encoder_hidden_states=given.encoder_hidden_states,
+                       encoder_attention_mask=given.encoder_attention_mask)
+
+
+@dataclass
+class _Given:
+    """The arguments of one :func:`validate_inputs` call, replaced by their checked tensors as the checks run, and
+    what the checks settle for the ones after them (the sequence's shape, the cache, the queued value checks)."""
+
+    config: BERTConfig
+    device: torch.device
+    dtype: torch.dtype
+    batch_dims: int
+    input_ids: Any = None
+    attention_mask: Any = None
+    token_type_ids: Any = None
+    position_ids: Any = None
+    inputs_embeds: Any = None
+    encoder_hidden_states: Any = None
+    encoder_attention_mask: Any = None
+    past_key_values: Any = None
+    use_cache: bool | None = None
+    cache_position: Any = None
+    # settled by the checks
+    ref_name: str = ""
+    batch_shape: tuple[int, ...] = ()
+    length: int = 0
+    self_cache: KVCache | None = None
+    cross_cache: KVCache | None = None
+    past: int = 0
+    given_cache_position: bool = False
+    key_length: int = 0
+    ranges: list[_RangeCheck] = field(default_factory=list)
+    masks: list[tuple[str, torch.Tensor]] = field(default_factory=list)
+
+    @property
+    def lead(self) -> str:
+        """The batch axes' names in messages: ``"batch"`` or ``"batch, choices"``."""
+        return ", ".join(("batch", "choices")[:self.batch_dims])
+
+    @property
+    def ids_shape(self) -> tuple[int, ...]:
+        return (*self.batch_shape, self.length)
+
+
+def _token_inputs(g: _Given) -> None:
+    """Exactly one of input_ids and inputs_embeds, of the right kind and rank; ids queued for their range."""
+    cfg, lead = g.config, g.lead
+    if (g.input_ids is None) == (g.inputs_embeds is None):
         raise ValueError(f"Pass exactly one of input_ids [{lead}, seq] or inputs_embeds [{lead}, seq, hidden].")
-    if input_ids is not None:
-        input_ids = _index_tensor("input_ids", input_ids, device)
-        ref, ref_name, rank = input_ids, "input_ids", batch_dims + 1
-        if input_ids.dim() != rank:
-            raise ValueError(f"input_ids must be [{lead}, seq] token ids, got shape {tuple(input_ids.shape)}"
+    if g.input_ids is not None:
+        g.input_ids = ref = _index_tensor("input_ids", g.input_ids, g.device)
+        g.ref_name, rank = "input_ids", g.batch_dims + 1
+        if ref.dim() != rank:
+            raise ValueError(f"input_ids must be [{lead}, seq] token ids, got shape {tuple(ref.shape)}"
                              + ("; to pass one example, add the batch dimension: input_ids[None]."
-                                if input_ids.dim() == rank - 1 else "."))
+                                if ref.dim() == rank - 1 else "."))
+        g.ranges.append(_RangeCheck("input_ids", ref, cfg.vocab_size,
+                                    f"this model's vocabulary (vocab_size={cfg.vocab_size})",
+                                    "use the tokenizer this model was trained with, or resize_token_embeddings() "
+                                    "after adding tokens"))
     else:
-        inputs_embeds = _float_tensor("inputs_embeds", inputs_embeds, device, dtype)
-        ref, ref_name, rank = inputs_embeds, "inputs_embeds", batch_dims + 2
-        if inputs_embeds.dim() != rank or inputs_embeds.shape[-1] != cfg.embedding_width:
+        g.inputs_embeds = ref = _float_tensor("inputs_embeds", g.inputs_embeds, g.device, g.dtype)
+        g.ref_name, rank = "inputs_embeds", g.batch_dims + 2
+        if ref.dim() != rank or ref.shape[-1] != cfg.embedding_width:
             width = "hidden_size" if cfg.embedding_size is None else "embedding_size"
             raise ValueError(f"inputs_embeds must be [{lead}, seq, {cfg.embedding_width}] ({width}), "
-                             f"got shape {tuple(inputs_embeds.shape)}.")
-    batch_shape, length = tuple(ref.shape[:batch_dims]), ref.shape[batch_dims]
-    if 0 in batch_shape:
-        raise ValueError(f"{ref_name} has shape {tuple(ref.shape)}: an empty batch; pass at least one sequence.")
-    if length == 0:
-        raise ValueError(f"{ref_name} has shape {tuple(ref.shape)}: empty sequences (seq = 0); every sequence "
+                             f"got shape {tuple(ref.shape)}.")
+    g.batch_shape, g.length = tuple(ref.shape[:g.batch_dims]), ref.shape[g.batch_dims]
+    if 0 in g.batch_shape:
+        raise ValueError(f"{g.ref_name} has shape {tuple(ref.shape)}: an empty batch; pass at least one sequence.")
+    if g.length == 0:
+        raise ValueError(f"{g.ref_name} has shape {tuple(ref.shape)}: empty sequences (seq = 0); every sequence "
                          "needs at least one token (the tokenizer adds [CLS] and [SEP]).")
-    ids_shape = (*batch_shape, length)
 
-    self_cache, cross_cache = _resolve_cache(cfg, past_key_values, use_cache)
-    past = self_cache.get_seq_length() if self_cache is not None else 0
-    given_cache_position = cache_position is not None
-    if given_cache_position:
-        cache_position = _index_tensor("cache_position", cache_position, device)
-        if tuple(cache_position.shape) != (length,):
-            raise ValueError(f"cache_position must be [{length}] (the cache slot of each new token), "
-                             f"got shape {tuple(cache_position.shape)}.")
+
+def _cache(g: _Given) -> None:
+    """The caches, the new tokens' cache slots (``cache_position``) and the number of keys."""
+    g.self_cache, g.cross_cache = _resolve_cache(g.config, g.past_key_values, g.use_cache)
+    g.past = g.self_cache.get_seq_length() if g.self_cache is not None else 0
+    g.given_cache_position = g.cache_position is not None
+    if g.given_cache_position:
+        g.cache_position = _index_tensor("cache_position", g.cache_position, g.device)
+        if tuple(g.cache_position.shape) != (g.length,):
+            raise ValueError(f"cache_position must be [{g.length}] (the cache slot of each new token), "
+                             f"got shape {tuple(g.cache_position.shape)}.")
     else:
-        cache_position = torch.arange(past, past + length, device=device)
-    key_length = past_key_values.key_length(cache_position) if past_key_values is not None else length
+        g.cache_position = torch.arange(g.past, g.past + g.length, device=g.device)
+    g.key_length = g.past_key_values.key_length(g.cache_position) if g.past_key_values is not None else g.length
 
-    ranges: list[_RangeCheck] = []
-    if input_ids is not None:
-        ranges.append(_RangeCheck("input_ids", input_ids, cfg.vocab_size,
-                                  f"this model's vocabulary (vocab_size={cfg.vocab_size})",
-                                  "use the tokenizer this model was trained with, or resize_token_embeddings() "
-                                  "after adding tokens"))
+
+def _token_types(g: _Given) -> None:
+    """Segment ids per token, queued for their range; dropped for a family without segment embeddings."""
+    cfg = g.config
     if not cfg.family_spec.token_types:
-        token_type_ids = None  # a family without segment embeddings ignores them (tokenizers may still send 0s)
-    if token_type_ids is not None:
-        token_type_ids = _index_tensor("token_type_ids", token_type_ids, device)
-        _check_per_token("token_type_ids", token_type_ids, ids_shape, ref_name, "segment id")
-        ranges.append(_RangeCheck("token_type_ids", token_type_ids, cfg.type_vocab_size,
-                                  f"this model's segments (type_vocab_size={cfg.type_vocab_size})",
-                                  "use 0 for the first text and 1 for the second"))
+        g.token_type_ids = None  # a family without segment embeddings ignores them (tokenizers may still send 0s)
+    if g.token_type_ids is None:
+        return
+    g.token_type_ids = _index_tensor("token_type_ids", g.token_type_ids, g.device)
+    _check_per_token("token_type_ids", g.token_type_ids, g.ids_shape, g.ref_name, "segment id")
+    g.ranges.append(_RangeCheck("token_type_ids", g.token_type_ids, cfg.type_vocab_size,
+                                f"this model's segments (type_vocab_size={cfg.type_vocab_size})",
+                                "use 0 for the first text and 1 for the second"))
+
+
+def _positions(g: _Given) -> None:
+    """Position ids (or the cache slots, or the length after the cache) within the model's positions."""
+    cfg = g.config
     positions_hint = f"truncate the input to {cfg.max_tokens} tokens (tokenizer truncation=True)"
     positions_range = f"this model's positions (max_position_embeddings={cfg.max_position_embeddings})"
     # a family whose positions start at pad_token_id + 1 (RoBERTa) takes that many tokens fewer
     offset_note = f", positions from {cfg.position_offset}" if cfg.position_offset else ""
-    if position_ids is not None:
-        position_ids = _index_tensor("position_ids", position_ids, device)
-        _check_per_token("position_ids", position_ids, ids_shape, ref_name, "position")
-        ranges.append(_RangeCheck("position_ids", position_ids, cfg.max_position_embeddings, positions_range,
-                                  positions_hint))
-    elif given_cache_position:
-        ranges.append(_RangeCheck("cache_position", cache_position, cfg.max_tokens,
-                                  f"this model's {cfg.max_tokens} token positions (max_position_embeddings="
-                                  f"{cfg.max_position_embeddings}{offset_note})", positions_hint))
-    elif past + length > cfg.max_tokens:
-        cached = f" after {past} cached tokens" if past else ""
+    if g.position_ids is not None:
+        g.position_ids = _index_tensor("position_ids", g.position_ids, g.device)
+        _check_per_token("position_ids", g.position_ids, g.ids_shape, g.ref_name, "position")
+        g.ranges.append(_RangeCheck("position_ids", g.position_ids, cfg.max_position_embeddings, positions_range,
+                                    positions_hint))
+    elif g.given_cache_position:
+        g.ranges.append(_RangeCheck("cache_position", g.cache_position, cfg.max_tokens,
+                                    f"this model's {cfg.max_tokens} token positions (max_position_embeddings="
+                                    f"{cfg.max_position_embeddings}{offset_note})", positions_hint))
+    elif g.past + g.length > cfg.max_tokens:
+        cached = f" after {g.past} cached tokens" if g.past else ""
         limit = f"{cfg.max_tokens} tokens (max_position_embeddings={cfg.max_position_embeddings}{offset_note})" \
             if cfg.position_offset else f"max_position_embeddings={cfg.max_position_embeddings}"
-        raise ValueError(f"{ref_name} has {length} tokens{cached}, more than this model's "
+        raise ValueError(f"{g.ref_name} has {g.length} tokens{cached}, more than this model's "
                          f"{limit}; {positions_hint}.")
 
-    masks: list[tuple[str, torch.Tensor]] = []
-    if attention_mask is not None:
-        attention_mask = _mask_tensor("attention_mask", attention_mask, device, masks)
-        # The last key a 2-D mask must cover: a StaticKVCache's unwritten slots may be left out.
-        mask_end = key_length if self_cache is None else \
-            int(cache_position[-1]) + 1 if given_cache_position else past + length
-        keys = "seq" if self_cache is None else f"{past} cached + {length} new tokens" \
-            if key_length == past + length else f"{key_length} cache slots"
-        _check_mask_shape("attention_mask", attention_mask, batch_shape, length, key_length, mask_end,
-                          cfg.num_attention_heads, f"{lead}, {keys}")
 
-    if encoder_hidden_states is not None:
-        if not cfg.add_cross_attention:
-            raise ValueError("encoder_hidden_states were given but this model has no cross-attention; build it "
-                             "with BERTConfig(is_decoder=True, add_cross_attention=True).")
-        encoder_hidden_states = _float_tensor("encoder_hidden_states", encoder_hidden_states, device, dtype)
-        shape = tuple(encoder_hidden_states.shape)
-        if len(shape) != batch_dims + 2 or shape[-1] != cfg.hidden_size \
-                or any(d not in (1, b) for d, b in zip(shape, batch_shape)) or shape[-2] == 0:
-            raise ValueError(f"encoder_hidden_states must be [{', '.join(map(str, batch_shape))}, enc_seq, "
-                             f"{cfg.hidden_size}] (batch, encoder length >= 1, hidden_size), got shape {shape}.")
-    if encoder_attention_mask is not None:
-        if encoder_hidden_states is not None:
-            encoder_length = encoder_hidden_states.shape[-2]
-        elif cross_cache is not None and cross_cache.has_layer(0):
-            encoder_length = cross_cache.get_seq_length()
-        else:
-            raise ValueError("encoder_attention_mask was given without encoder_hidden_states (and no "
-                             "cross-attention cache holds them); pass the encoder states it masks.")
-        encoder_attention_mask = _mask_tensor("encoder_attention_mask", encoder_attention_mask, device, masks)
-        _check_mask_shape("encoder_attention_mask", encoder_attention_mask, batch_shape, length,
-                          encoder_length, encoder_length, cfg.num_attention_heads, f"{lead}, encoder positions")
-
-    _check_values(ranges, masks)
-    return ModelInputs(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
-                       position_ids=position_ids, inputs_embeds=inputs_embeds, batch_shape=batch_shape,
-                       length=length, cache_position=cache_position, key_length=key_length,
-                       self_cache=self_cache, cross_cache=cross_cache,
-                       encoder_hidden_states=encoder_hidden_states,
-                       encoder_attention_mask=encoder_attention_mask)
+def _attention_mask(g: _Given) -> None:
+    """A 0/1 padding or per-query mask over the keys (queued for its 0/1 check)."""
+    if g.attention_mask is None:
+        return
+    g.attention_mask = _mask_tensor("attention_mask", g.attention_mask, g.device, g.masks)
+    past, length, key_length = g.past, g.length, g.key_length
+    # The last key a 2-D mask must cover: a StaticKVCache's unwritten slots may be left out.
+    mask_end = key_length if g.self_cache is None else \
+        int(g.cache_position[-1]) + 1 if g.given_cache_position else past + length
+    keys = "seq" if g.self_cache is None else f"{past} cached + {length} new tokens" \
+        if key_length == past + length else f"{key_length} cache slots"
+    _check_mask_shape("attention_mask", g.attention_mask, g.batch_shape, length, key_length, mask_end,
+                      g.config.num_attention_heads, f"{g.lead}, {keys}")
 
 
+def _encoder_states(g: _Given) -> None:
+    """Cross-attention's encoder states: only for a model with cross-attention, ``[B, S_enc, hidden_size]``."""
+    if g.encoder_hidden_states is None:
+        return
+    cfg = g.config
+    if not cfg.add_cross_attention:
+        raise ValueError("encoder_hidden_states were given but this model has no cross-attention; build it "
+                         "with BERTConfig(is_decoder=True, add_cross_attention=True).")
+    g.encoder_hidden_states = _float_tensor("encoder_hidden_states", g.encoder_hidden_states, g.device, g.dtype)
+    shape = tuple(g.encoder_hidden_states.shape)
+    if len(shape) != g.batch_dims + 2 or shape[-1] != cfg.hidden_size \
+            or any(d not in (1, b) for d, b in zip(shape, g.batch_shape)) or shape[-2] == 0:
+        raise ValueError(f"encoder_hidden_states must be [{', '.join(map(str, g.batch_shape))}, enc_seq, "
+                         f"{cfg.hidden_size}] (batch, encoder length >= 1, hidden_size), got shape {shape}.")
+
+
+def _encoder_mask(g: _Given) -> None:
+    """The encoder states' mask, over the encoder's (or the cross-attention cache's) positions."""
+    if g.encoder_attention_mask is None:
+        return
+    if g.encoder_hidden_states is not None:
+        encoder_length = g.encoder_hidden_states.shape[-2]
+    elif g.cross_cache is not None and g.cross_cache.has_layer(0):
+        encoder_length = g.cross_cache.get_seq_length()
+    else:
+        raise ValueError("encoder_attention_mask was given without encoder_hidden_states (and no "
+                         "cross-attention cache holds them); pass the encoder states it masks.")
+    g.encoder_attention_mask = _mask_tensor("encoder_attention_mask", g.encoder_attention_mask, g.device, g.masks)
+    _check_mask_shape("encoder_attention_mask", g.encoder_attention_mask, g.batch_shape, g.length,
+                      encoder_length, encoder_length, g.config.num_attention_heads, f"{g.lead}, encoder positions")
+
+
+#: :func:`validate_inputs`'s checks, in the order they run (each reads what the ones before it settled; the
+#: first bad argument is the one named); the value checks they queue run last, in one host-device sync
+CHECKS = (_token_inputs, _cache, _token_types, _positions, _attention_mask, _encoder_states, _encoder_mask)
 
 
 @dataclass

@@ -13,6 +13,7 @@ import torch
 
 from bertkit.checks import check_int
 from bertkit.devices import gpu
+from bertkit.modeling.spans import nbest_spans
 
 
 def resolve_device(device: str | torch.device) -> torch.device:
@@ -108,8 +109,6 @@ def answer(model, tokenizer, question: str, context: str, *, max_answer_length: 
 
     Returns ``{"answer": str, "start": int, "end": int, "score": float}`` with character offsets.
     """
-    from bertkit.modeling.heads import best_spans
-
     for name, value, minimum in (("max_answer_length", max_answer_length, 1), ("stride", stride, 0),
                                  ("max_question_length", max_question_length, 1), ("max_length", max_length, 4)):
         check_int(name, value, minimum)
@@ -124,9 +123,8 @@ def answer(model, tokenizer, question: str, context: str, *, max_answer_length: 
     enc = tokenizer([question], [context], truncation="only_second", max_length=max_length, stride=stride,
                     return_overflowing_tokens=True, return_offsets_mapping=True, padding=True, return_tensors="pt")
     device = model_device(model)
-    in_context = torch.tensor([[s == 1 for s in enc.sequence_ids(i)] for i in range(len(enc["input_ids"]))],
-                              device=device)
-    if not bool(in_context.any()):
+    in_context = [[s == 1 for s in enc.sequence_ids(i)] for i in range(len(enc["input_ids"]))]
+    if not any(any(row) for row in in_context):
         raise ValueError(f"context has no tokens to answer from: {context!r:.80}. Pass the text that holds the "
                          "answer.")
     # token types where the tokenizer returns them (BERT's); RoBERTa-style windows are all type 0 (the tokenizers
@@ -134,13 +132,11 @@ def answer(model, tokenizer, question: str, context: str, *, max_answer_length: 
     types = enc.get("token_type_ids")
     start_logits, end_logits = model(enc["input_ids"].to(device), enc["attention_mask"].to(device),
                                      None if types is None else types.to(device))
-    starts, ends = best_spans(start_logits, end_logits, max_answer_length, in_context)
-    rows = torch.arange(len(starts), device=device)
-    scores = start_logits[rows, starts] + end_logits[rows, ends]
-    best = int(scores.argmax())
-    offsets = enc["offset_mapping"][best]
-    first, last = int(offsets[int(starts[best])][0]), int(offsets[int(ends[best])][1])
-    return {"answer": context[first:last], "start": first, "end": last, "score": float(scores[best])}
+    offsets = [[tuple(o) if inside else None for o, inside in zip(window.tolist(), row)]
+               for window, row in zip(enc["offset_mapping"], in_context)]
+    best = nbest_spans(start_logits.float().cpu().numpy(), end_logits.float().cpu().numpy(), offsets,
+                       n_best_size=1, max_answer_length=max_answer_length)[0]  # the pipelines' and the server's
+    return {"answer": context[best.start:best.end], "start": best.start, "end": best.end, "score": best.score}
 
 
 def _first_tokens(tokenizer, text: str, limit: int) -> tuple[str, int]:

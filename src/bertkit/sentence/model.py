@@ -126,8 +126,9 @@ class SentenceTransformer(nn.Module):
         Arguments as sentence-transformers' ``encode``: ``prompt`` (or ``prompt_name`` from the model's
         ``config_sentence_transformers.json``; its ``default_prompt_name`` otherwise) is prepended to each
         sentence; ``output_value="token_embeddings"`` gives each sentence's token vectors ``[L_i, H]``, None
-        both as dicts; ``precision`` quantizes (``int8``/``uint8`` ranges from these embeddings, ``binary``/
-        ``ubinary`` packed sign bits); ``truncate_dim`` keeps the first dimensions (Matryoshka models);
+        both as dicts; ``precision`` quantizes the output embeddings (``int8``/``uint8`` ranges from these
+        embeddings, ``binary``/``ubinary`` packed sign bits; the model's own number format is ``dtype``, set at
+        load); ``truncate_dim`` keeps the first dimensions (Matryoshka models);
         ``convert_to_tensor`` stacks into a tensor, else ``convert_to_numpy`` an array, else a list of tensors.
         ``device`` must be the model's own (move the model with ``.to`` instead). bertkit's own
         ``batch_tokens`` also bounds each forward pass by padded tokens (see

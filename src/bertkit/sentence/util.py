@@ -17,6 +17,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+#: ``encode(precision=...)``: how the output embeddings are quantized after the model ran (sentence-transformers'
+#: name), not the number format the model computes in (``dtype``: :mod:`bertkit.dtypes`)
 PRECISIONS = ("float32", "int8", "uint8", "binary", "ubinary")
 
 

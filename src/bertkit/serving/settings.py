@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from bertkit.checks import check_int
+from bertkit.dtypes import DTYPES
 from bertkit.tasks.table import served_tasks
 
 #: serve task -> the pipeline that answers it: the task table's rows that a server runs
@@ -15,8 +16,6 @@ PIPELINE_TASKS = {name: row.name for name, row in served_tasks().items()}
 TASKS = ("auto", *PIPELINE_TASKS)
 #: the heaviest answer by default: 64 MiB of JSON (32 inputs of /embed_all at 256 tokens x 384 dimensions take ~62)
 MAX_RESPONSE_BYTES = 64 * 1024 * 1024
-#: ``--dtype``: see :mod:`bertkit.inference.precision` (auto: bf16 where the hardware and the quality table allow)
-DTYPES = ("auto", "fp32", "bf16", "fp16", "int8")
 #: ``--pooling``: sentence-transformers' modes, and ``splade`` (a masked-LM head's sparse vectors)
 POOLINGS = ("cls", "mean", "max", "lasttoken", "splade")
 

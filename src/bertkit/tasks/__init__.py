@@ -1,7 +1,8 @@
 """Tasks: what people run end to end, built on data + training.
 
 * :mod:`.pretraining`: pretrain (or continue pretraining) a BERT from raw text or prepared data;
-* :mod:`.finetuning`: :func:`finetune`, :func:`evaluate`, :func:`predict` for every fine-tuning task:
+* :mod:`.finetuning`: :func:`finetune`; :mod:`.predicting`: :func:`evaluate`, :func:`predict` of a fine-tuned
+  model (prepared for inference as the pipelines and the server prepare theirs), for every fine-tuning task:
   :mod:`.classification` (``"classify"``, GLUE), :mod:`.token_classification` (``"tag"``),
   :mod:`.question_answering` (``"qa"``; :mod:`.squad` reads SQuAD files) and :mod:`.multiple_choice`
   (``"choice"``, SWAG); each
@@ -18,7 +19,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-_EXPORTS = {"finetune": "finetuning", "evaluate": "finetuning", "predict": "finetuning", "TASKS": "finetuning",
+_EXPORTS = {"finetune": "finetuning", "evaluate": "predicting", "predict": "predicting", "TASKS": "predicting",
             "FinetuneResult": "finetuning", "pretrain": "pretraining", "pretrain_from_text": "pretraining",
             "TABLE": "table", "TaskRow": "table", "find_task": "table", "inspect_source": "sources",
             "SourceInfo": "sources"}

@@ -1,4 +1,4 @@
-"""Fine-tuning, evaluation and prediction for every task, on the one training engine.
+"""Fine-tuning for every task, on the one training engine.
 
 :func:`finetune` reads the data with the task (:mod:`bertkit.tasks.base` says what a task
 brings), loads any checkpoint bertkit reads with its tokenizer, trains with
@@ -14,38 +14,45 @@ asked. Then it scores the best model on every split and writes:
   task's own files, e.g. SQuAD's official JSON);
 * ``OUT/metrics.jsonl`` and ``OUT/metrics.png``: training and validation curves.
 
-:func:`evaluate` and :func:`predict` run a fine-tuned model directory on a file with the same
-code. :func:`run_model` is the one inference loop over features (sorted by length for speed,
-outputs handed back in feature order).
+Validation during training scores the model being trained under the run's precision with
+:func:`~bertkit.tasks.predicting.score_split`; a fine-tuned model on new data (:func:`evaluate`,
+:func:`predict`, :func:`load_finetuned`, :func:`run_model`) is :mod:`bertkit.tasks.predicting`'s, whose
+public names are importable from here too.
 """
 
 from __future__ import annotations
 
 import functools
-import json
 import logging
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
-from bertkit.inference.batching import sorted_batches
-from bertkit.inference.finite import check_rows
-from bertkit.io import atomic_write_text
 from bertkit.tasks.base import Task
 from bertkit.tasks.classification import glue_files
+from bertkit.tasks.predicting import (
+    BULKY_KEYS,
+    TASK_FILE,
+    TASKS,
+    check_outputs,
+    evaluate,
+    load_finetuned,
+    make_task,
+    predict,
+    read_task_file,
+    run_model,
+    score_split,
+    write_jsonl,
+    write_predictions,
+    write_task_file,
+)
 from bertkit.tasks.readers import strict_data
-from bertkit.tasks.run_settings import warn_if_run_differs
-from bertkit.tasks.sources import TASK_FILE, inspect_source, read_task_file  # noqa: F401 (read_task_file: public here)
-from bertkit.tasks.table import TABLE, resolve
 from bertkit.training import LengthGroupedSampler, TrainingConfig
 from bertkit.training.config import describe_precision, resolve_precision
-from bertkit.training.distributed import DistributedContext, gather_to_all
 from bertkit.training.eval_schedule import BestModel as BestModel
-from bertkit.training.evaluation import forward_inputs, predict_batches
 from bertkit.training.run import (
     MODEL_DIR,
     Recipe,
@@ -58,21 +65,10 @@ from bertkit.training.rundir import file_fingerprint
 
 logger = logging.getLogger("bertkit.finetune")
 
-#: task name -> task class: the rows of the task table that fine-tuning trains
-TASKS: dict[str, type[Task]] = {row.finetune: resolve(row.trainer) for row in TABLE if row.trainer is not None}
-#: prediction keys left out of the JSON lines (the task writes them to files of their own)
-BULKY_KEYS = frozenset({"nbest"})
-
-
-def make_task(task: str | Task, **options: Any) -> Task:
-    """A task object: ``task`` itself, or the task named ``task`` built with ``options``."""
-    if isinstance(task, Task):
-        if options:
-            raise ValueError(f"task options {sorted(options)} apply when the task is given by name.")
-        return task
-    if task not in TASKS:
-        raise ValueError(f"unknown task {task!r}; choose one of {sorted(TASKS)}.")
-    return TASKS[task](**options)
+#: the fine-tuned model on new data lives in :mod:`bertkit.tasks.predicting`; its public names stay importable here
+__all__ = ["BULKY_KEYS", "MODEL_DIR", "TASKS", "TASK_FILE", "BestModel", "FinetuneResult",
+           "check_outputs", "evaluate", "finetune", "load_finetuned", "make_task", "predict", "read_task_file",
+           "run_model", "say_precision", "score_split", "write_jsonl", "write_predictions", "write_task_file"]
 
 
 #: the result of :func:`finetune`: the one run's (:class:`~bertkit.training.run.RunResult`)
@@ -195,7 +191,7 @@ class Finetuning(Recipe):
         directory = output / MODEL_DIR
         self.model.save_pretrained(directory)
         self.tokenizer.save_pretrained(directory)
-        _write_task_file(directory, self.task, self.max_seq_length)
+        write_task_file(directory, self.task, self.max_seq_length)
 
     def load(self, output: Path) -> None:
         self.model.from_pretrained(output / MODEL_DIR, warn=False)
@@ -204,7 +200,7 @@ class Finetuning(Recipe):
         results, result.predictions = _final_evaluation(self.model, self.task, self.examples, self.features,
                                                         result.output_dir, _eval_batch_size(trainer),
                                                         trainer.precision)
-        _write_task_file(result.model_dir, self.task, self.max_seq_length)  # with what calibration learned
+        write_task_file(result.model_dir, self.task, self.max_seq_length)  # with what calibration learned
         return results
 
 
@@ -237,92 +233,6 @@ def _load(source: str | os.PathLike, task: Task, max_seq_length: int):
     return net, tokenizer
 
 
-def _write_task_file(model_dir: Path, task: Task, max_seq_length: int) -> None:
-    record = {"task": task.name, "options": task.options(), "max_seq_length": max_seq_length}
-    atomic_write_text(Path(model_dir) / TASK_FILE, json.dumps(record, indent=2) + "\n")
-
-
-# ---------------------------------------------------------------------- running a model over features
-def run_model(model: torch.nn.Module, task: Task, features: Sequence[dict[str, Any]], *, batch_size: int = 64,
-              precision: str = "auto", ctx: DistributedContext | None = None) -> tuple[list[Any], float | None]:
-    """Every feature's outputs (float32 numpy; a tuple for QA) in feature order, and the mean loss when
-    the features carry labels (None otherwise). Features run longest first, so batches pad little;
-    outputs with a sequence axis are trimmed to the feature's own length.
-
-    With ``ctx`` of a multi-process job, every rank must call this: each runs every ``world_size``-th feature
-    and all get every output (exchanged once), so evaluation takes 1/world_size of the time."""
-    if ctx is None or not ctx.enabled:
-        outputs, loss_sum, counted = _run_features(model, task, features, batch_size, precision)
-        return outputs, (loss_sum / counted if counted else None)
-    mine = range(ctx.rank, len(features), ctx.world_size)
-    shard = _run_features(model, task, [features[i] for i in mine], batch_size, precision)
-    outputs: list[Any] = [None] * len(features)
-    loss_sum, counted = 0.0, 0
-    for rank, (part, part_sum, part_count) in enumerate(gather_to_all(shard, ctx)):
-        for i, output in zip(range(rank, len(features), ctx.world_size), part):
-            outputs[i] = output
-        loss_sum, counted = loss_sum + part_sum, counted + part_count
-    return outputs, (loss_sum / counted if counted else None)
-
-
-def _run_features(model: torch.nn.Module, task: Task, features: Sequence[dict[str, Any]], batch_size: int,
-                  precision: str) -> tuple[list[Any], float, int]:
-    """(outputs in feature order, summed loss of the labelled batches, their number of features)."""
-    lengths = [task.feature_length(f) for f in features]
-    order = [i for batch in sorted_batches(lengths, batch_size) for i in batch]  # the pipelines' batching
-    ordered = [features[i] for i in order]
-    outputs: list[Any] = [None] * len(features)
-    loss_sum, counted, position = 0.0, 0, 0
-    forward = functools.partial(_forward_with_loss, label_keys=model.label_keys)
-    for batch, (logits, loss) in predict_batches(model, ordered, collate_fn=task.collate, batch_size=batch_size,
-                                                 precision=precision, forward=forward):
-        size = batch["input_ids"].shape[0]
-        lengths = batch["attention_mask"].sum(-1).tolist() if task.sequence_outputs else None
-        for row in range(size):
-            outputs[order[position + row]] = _row(logits, row, lengths[row] if lengths else None)
-        position += size
-        if loss is not None:
-            loss_sum, counted = loss_sum + float(loss) * size, counted + size
-    return outputs, loss_sum, counted
-
-
-def _forward_with_loss(model, batch, label_keys):
-    logits = forward_inputs(model, batch)
-    if not all(key in batch for key in label_keys):
-        return logits, None
-    labels = batch[label_keys[0]] if len(label_keys) == 1 else tuple(batch[key] for key in label_keys)
-    return logits, model.loss_from_logits(logits, labels)
-
-
-def _row(logits: Any, row: int, length: int | None) -> Any:
-    if isinstance(logits, tuple | list):
-        return tuple(_row(part, row, length) for part in logits)
-    values = logits[row]
-    return (values[:length] if length is not None else values).numpy()
-
-
-def check_outputs(task: Task, path: str | os.PathLike, examples: Sequence[Any], features: Sequence[dict[str, Any]],
-                  outputs: Sequence[Any]) -> None:
-    """:class:`~bertkit.inference.finite.NonFiniteOutput` naming the example (file and line) of the first feature
-    whose outputs hold NaN or infinity, before anything is decoded, scored or written."""
-    check_rows(outputs, lambda i: task.locate(path, examples[features[i]["example"]]))
-
-
-def score_split(model, task: Task, examples: Sequence[Any], features: Sequence[dict[str, Any]], *,
-                batch_size: int = 64, precision: str = "auto",
-                ctx: DistributedContext | None = None) -> tuple[list[dict[str, Any]], dict[str, Any], list]:
-    """``(predictions, metrics, outputs)`` for one split; metrics (with ``loss``) only when it is labelled.
-    ``ctx``: as :func:`run_model` (every rank scores, each having run its share)."""
-    outputs, loss = run_model(model, task, features, batch_size=batch_size, precision=precision, ctx=ctx)
-    predictions = task.decode(examples, features, outputs)
-    scores: dict[str, Any] = {}
-    if task.has_labels(examples):
-        scores = dict(task.score(examples, predictions))
-        if loss is not None:
-            scores["loss"] = loss
-    return predictions, scores, outputs
-
-
 def _final_evaluation(model, task: Task, examples, features, output: Path, batch_size: int,
                       precision: str) -> tuple[dict[str, dict[str, Any]], dict[str, Path]]:
     """Score the best model on every split but train (validation first: a task may calibrate on it)."""
@@ -343,90 +253,14 @@ def _final_evaluation(model, task: Task, examples, features, output: Path, batch
     return results, written
 
 
-def write_predictions(task: Task, split: str, examples: Sequence[Any], predictions: Sequence[dict[str, Any]],
-                      directory: str | os.PathLike) -> Path:
-    """``predictions_<split>.jsonl`` (one line per example, in input order) and the task's own files."""
-    path = Path(directory) / f"predictions_{split}.jsonl"
-    write_jsonl(path, [{k: v for k, v in p.items() if k not in BULKY_KEYS} for p in predictions])
-    write_extra = getattr(task, "write_extra", None)
-    if callable(write_extra):
-        write_extra(split, examples, predictions, directory)
-    return path
-
-
-def write_jsonl(path: str | os.PathLike, records: Sequence[Mapping[str, Any]]) -> None:
-    atomic_write_text(path, "".join(json.dumps(r, ensure_ascii=False, default=_json_default) + "\n"
-                                    for r in records))
-
-
-def _json_default(value: Any) -> Any:
-    if isinstance(value, np.generic):
-        return value.item()
-    if isinstance(value, np.ndarray):
-        return value.tolist()
-    raise TypeError(f"cannot write {type(value).__name__} as JSON")
-
-
-# ---------------------------------------------------------------------- a fine-tuned model on new data
-def load_finetuned(model_dir: str | os.PathLike, task: str | None = None, **task_options: Any):
-    """``(model, tokenizer, task, max_seq_length)`` from a directory :func:`finetune` wrote (its ``task.json``)
-    or any fine-tuned HF directory (then ``task`` names the task; labels come from the config)."""
-    from bertkit.tokenization import load_tokenizer
-
-    model_dir = Path(model_dir)
-    saved = inspect_source(model_dir).record  # its task.json, None without one
-    if saved is not None:
-        if task is not None and task != saved["task"]:
-            raise ValueError(f"{model_dir} was fine-tuned for {saved['task']!r}, not {task!r}; pass --task "
-                             f"{saved['task']} or leave it out.")
-        task_object = make_task(saved["task"], **{**saved["options"], **task_options})
-        max_seq_length = saved["max_seq_length"]
-    elif task is None:
-        raise ValueError(f"{model_dir} has no {TASK_FILE}; name its task with --task ({', '.join(sorted(TASKS))}).")
-    else:
-        task_object, max_seq_length = make_task(task, **task_options), None
-    net = task_object.model_class.from_pretrained(model_dir)
-    task_object.restore(net.config)
-    tokenizer = task_object.tokenizer_for(load_tokenizer(model_dir))
-    return net, tokenizer, task_object, max_seq_length or min(512, net.config.max_tokens)
 
 
 def say_precision(net: torch.nn.Module, precision: str) -> str:
-    """The precision ``net`` runs in on its device, said once (logger ``bertkit``): what ``auto`` chose and why."""
+    """The training ``precision`` (autocast) ``net`` would run in on its device, said once (logger ``bertkit``):
+    what ``auto`` chose and why. (``evaluate`` and ``predict`` no longer autocast: they run the model prepared in
+    a ``dtype``, :func:`~bertkit.tasks.predicting.prepare_finetuned`.)"""
     device = next(net.parameters()).device
     used = resolve_precision(precision, device)
     logger.info(describe_precision(precision, used, device))
     return used
 
-
-def evaluate(model_dir: str | os.PathLike, data: str | os.PathLike, *, task: str | None = None,
-             batch_size: int = 64, precision: str = "auto", max_seq_length: int | None = None,
-             output: str | os.PathLike | None = None, **task_options: Any) -> dict[str, Any]:
-    """The task's metrics of a fine-tuned model on a labelled file (and its predictions in ``output``)."""
-    net, tokenizer, task_object, saved_length = load_finetuned(model_dir, task, **task_options)
-    examples = task_object.read(data)
-    if not task_object.has_labels(examples):
-        raise ValueError(f"{data} has no gold labels to evaluate against; use `bertkit predict` for unlabelled data.")
-    warn_if_run_differs(model_dir, next(net.parameters()).device, precision, "this evaluation")
-    precision = say_precision(net, precision)
-    features = task_object.featurize(examples, tokenizer, max_seq_length or saved_length)
-    predictions, scores, outputs = score_split(net, task_object, examples, features, batch_size=batch_size,
-                                               precision=precision)
-    check_outputs(task_object, data, examples, features, outputs)
-    if output is not None:
-        write_jsonl(output, [{k: v for k, v in p.items() if k not in BULKY_KEYS} for p in predictions])
-    return scores
-
-
-def predict(model_dir: str | os.PathLike, data: str | os.PathLike, output: str | os.PathLike, *,
-            task: str | None = None, batch_size: int = 64, precision: str = "auto",
-            max_seq_length: int | None = None, **task_options: Any) -> list[dict[str, Any]]:
-    """Predictions of a fine-tuned model for every row of ``data``, written to ``output`` (JSON lines)."""
-    net, tokenizer, task_object, saved_length = load_finetuned(model_dir, task, **task_options)
-    examples = task_object.read(data)
-    features = task_object.featurize(examples, tokenizer, max_seq_length or saved_length)
-    outputs, _ = run_model(net, task_object, features, batch_size=batch_size, precision=say_precision(net, precision))
-    check_outputs(task_object, data, examples, features, outputs)
-    predictions = task_object.decode(examples, features, outputs)
-    write_jsonl(output, [{k: v for k, v in p.items() if k not in BULKY_KEYS} for p in predictions])
-    return predictions

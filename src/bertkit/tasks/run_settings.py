@@ -18,17 +18,17 @@ from bertkit.training.run import record_numerics as record_numerics
 from bertkit.training.run import record_run_settings as record_run_settings
 
 
-def warn_if_run_differs(model_dir: str | os.PathLike, device: Any, precision: str, what: str) -> list[str]:
+def warn_if_run_differs(model_dir: str | os.PathLike, device: Any, computes: str, what: str) -> list[str]:
     """Warn when the run that wrote ``model_dir`` (its ``run.json``, in the directory or its parent: a run's
-    ``model/``) computed with other numerics than ``device`` / ``precision`` here; returns the differences
-    (none for a directory no bertkit run wrote). ``what`` names the computation (``"this evaluation"``)."""
-    from bertkit.training.config import resolve_precision
+    ``model/``) computed with other numerics than ``device`` / ``computes`` here (the number format the model
+    runs in: fp32, bf16, fp16, int8); returns the differences (none for a directory no bertkit run wrote).
+    ``what`` names the computation (``"this evaluation"``)."""
     from bertkit.training.rundir import RUN_FILE, read_run_info
 
     path = Path(model_dir)
     for run_dir in (path, path.parent):
         if (run_dir / RUN_FILE).is_file():
             stored = read_run_info(run_dir).get("numerics")
-            current = numerics.describe(device, resolve_precision(precision, torch.device(device)))
+            current = numerics.describe(torch.device(device), computes)
             return numerics.warn_if_different(stored, current, what)
     return []
