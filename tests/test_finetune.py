@@ -368,20 +368,20 @@ def test_resume_continues_to_the_same_weights(model_dir, tmp_path):
         pass
 
     whole = finetune("classify", model_dir, train, output_dir=tmp_path / "whole", **common)
-    import bertkit.tasks.finetuning as finetuning
+    from bertkit.training import Trainer  # the one run's, which finetune runs on
 
-    original = finetuning.Trainer.save_checkpoint
+    original = Trainer.save_checkpoint
 
     def crash_after_first(self):
         original(self)
         raise Stop()
 
-    finetuning.Trainer.save_checkpoint = crash_after_first
+    Trainer.save_checkpoint = crash_after_first
     try:
         with pytest.raises(Stop):
             finetune("classify", model_dir, train, output_dir=tmp_path / "cut", **common)
     finally:
-        finetuning.Trainer.save_checkpoint = original
+        Trainer.save_checkpoint = original
     resumed = finetune("classify", model_dir, train, output_dir=tmp_path / "cut", resume=True, **common)
     assert resumed.results == whole.results
     a = load_finetuned(whole.model_dir)[0].state_dict()

@@ -260,3 +260,15 @@ def test_a_fine_tuning_checkpoint_of_before_resumes_its_best():
     schedule.load_state_dict({"value": 0.75, "step": 12, "bad_evaluations": 1})
     assert (schedule.best.value, schedule.best.step, schedule.best.bad_evaluations) == (0.75, 12, 1)
     assert schedule.history == []
+
+
+def test_pretrain_from_text_takes_its_text_options_either_way(tmp_path):
+    from bertkit.tasks.pretraining import pretrain_from_text
+    from bertkit.tasks.text_data import TextOptions
+
+    options = {"vocab_size": 10}
+    assert TextOptions(max_seq_length=64).with_options(options, "f") == TextOptions(vocab_size=10, max_seq_length=64)
+    assert options == {}
+    with pytest.raises(TypeError, match=r"pretrain_from_text\(\) got unexpected keyword argument\(s\) 'vocab_sise'"):
+        pretrain_from_text("x.txt", tmp_path / "o", vocab_sise=10)
+    assert not (tmp_path / "o").exists()

@@ -150,6 +150,7 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     resolve(parser, args)
     from bertkit.tasks.pretraining import pretrain, pretrain_from_text
+    from bertkit.tasks.text_data import TextOptions
 
     common = dict(model=None if args.init_from else args.model, init_from=args.init_from,
                   training=training_config(args, output_dir=args.output), **run_options(args),
@@ -160,12 +161,11 @@ def main(argv: list[str]) -> int:
             print(NO_HELD_OUT, file=sys.stderr)
         result = pretrain(args.data, args.output, eval_data_dir=args.eval_data, **common)
     else:
-        result = pretrain_from_text(args.text, args.output, vocab_size=args.vocab_size,
-                                    max_seq_length=args.max_seq_length,
-                                    do_lower_case=None if args.init_from else not args.cased,
-                                    masked_lm_prob=args.masked_lm_prob, encoding=args.encoding, format=args.format,
-                                    text_field=args.text_field, tokenizer_sample_bytes=args.tokenizer_sample_bytes,
-                                    workers=args.workers or cores(), **common)
+        text = TextOptions(vocab_size=args.vocab_size, do_lower_case=None if args.init_from else not args.cased,
+                           max_seq_length=args.max_seq_length, masked_lm_prob=args.masked_lm_prob,
+                           encoding=args.encoding, format=args.format, text_field=args.text_field,
+                           tokenizer_sample_bytes=args.tokenizer_sample_bytes, workers=args.workers or cores())
+        result = pretrain_from_text(args.text, args.output, text=text, **common)
     report(result)
     return 0
 

@@ -73,7 +73,7 @@ from bertkit.tasks.pretraining_init import (
     electra_checkpoints,
 )
 from bertkit.tasks.sources import LoadedSource
-from bertkit.tasks.text_data import TOKENIZER_SAMPLE_BYTES, build_text_data
+from bertkit.tasks.text_data import TextOptions, build_text_data
 from bertkit.tokenization import BERTTokenizerFast
 from bertkit.tokenization.files import tokenizer_fingerprint
 from bertkit.training import TrainingConfig
@@ -467,22 +467,20 @@ def data_fingerprint(dataset: PretrainingData) -> dict[str, Any]:
 
 
 def pretrain_from_text(files: list[str | os.PathLike] | str | os.PathLike, output_dir: str | os.PathLike, *,
-                       model: str | os.PathLike | BERTConfig | None = None,
-                       init_from: str | os.PathLike | None = None, vocab_size: int | None = None,
-                       do_lower_case: bool | None = None, max_seq_length: int = 128, heldout_every: int = 20,
-                       dupe_factor: int = 1, whole_word: bool = False, masked_lm_prob: float = 0.15,
-                       encoding: str = "utf-8", format: str = "auto", next_sentence_prediction: bool | None = None,
-                       text_field: str = "text", tokenizer_sample_bytes: int = TOKENIZER_SAMPLE_BYTES,
-                       workers: int = 1, training: TrainingConfig | None = None,
-                       resume: bool = False, overwrite: bool = False, apply_changes: bool = False,
-                       model_overrides: dict[str, Any] | None = None, masking: dict[str, Any] | None = None,
-                       objective: str = "mlm", recipe: str = "bert", generator_size: float | None = None,
-                       progress: bool = True, callbacks=None) -> PretrainingResult:
+                       text: TextOptions | None = None, model: str | os.PathLike | BERTConfig | None = None,
+                       init_from: str | os.PathLike | None = None, training: TrainingConfig | None = None,
+                       next_sentence_prediction: bool | None = None, model_overrides: dict[str, Any] | None = None,
+                       masking: dict[str, Any] | None = None, objective: str = "mlm", recipe: str = "bert",
+                       generator_size: float | None = None, progress: bool = True, resume: bool = False,
+                       overwrite: bool = False, apply_changes: bool = False, callbacks=None,
+                       **text_options: Any) -> RunResult:
     """Learn a vocabulary, build train / held-out data (:mod:`bertkit.tasks.text_data`), pretrain.
 
-    ``files``: files, directories or glob patterns of text, ``.jsonl`` (``text_field``), ``.parquet`` or
-    Arrow (see :func:`bertkit.data.partitions.expand_inputs`). A corpus over 64 MB is never held whole: it
-    is read in partitions on ``workers`` processes, and the vocabulary is learnt from a sample of
+    ``files``: files, directories or glob patterns of text, ``.jsonl``, ``.parquet`` or Arrow (see
+    :func:`bertkit.data.partitions.expand_inputs`). ``text``: how the text becomes data
+    (:class:`~bertkit.tasks.text_data.TextOptions`; its fields are also accepted as keyword arguments, e.g.
+    ``vocab_size=1500, max_seq_length=64``, applied over it). A corpus over 64 MB is never held whole: it is read
+    in partitions on ``workers`` processes, and the vocabulary is learnt from a sample of
     ``tokenizer_sample_bytes`` spread over it.
 
     From scratch (``model``: a size, default ``tiny``, or a config) the vocabulary is learnt from the
@@ -495,40 +493,41 @@ def pretrain_from_text(files: list[str | os.PathLike] | str | os.PathLike, outpu
     Everything lands in ``output_dir`` (owned as :func:`pretrain` says): ``data/`` holds the
     split text, the tokenizer and both data directories. With ``resume`` they are reused as
     they are — never rebuilt — after checking that ``files`` and the data settings are the
-    ones the run was built from. ``masked_lm_prob`` applies to training; held-out data is
-    always masked at BERT's 15%. ``training.seed`` also seeds the data creation.
-    ``objective``, ``recipe``, ``generator_size`` and ``next_sentence_prediction`` are :func:`pretrain`'s; with
-    ``recipe="roberta"`` every sequence is filled to ``max_seq_length`` with contiguous text of one document.
+    ones the run was built from. ``training.seed`` also seeds the data creation.
+    ``objective``, ``recipe``, ``generator_size``, ``next_sentence_prediction``, ``model_overrides``, ``masking``
+    and the run's arguments are :func:`pretrain`'s; with ``recipe="roberta"`` every sequence is filled to
+    ``max_seq_length`` with contiguous text of one document.
     """
     if launched_by_torchrun():
         raise ValueError("pretraining from --text under torchrun would build the data once per process; build it "
                          "first (bertkit data create ...), then run torchrun ... pretrain --data DIR.")
+    text = (text or TextOptions()).with_options(text_options, "pretrain_from_text")
     files = [f for f in expand_inputs(files) if isinstance(f, str)]  # texts and Documents are for data create
     training = training or TrainingConfig(max_steps=1000, learning_rate=1e-3, warmup_ratio=0.1)
     how = pretraining_setup(objective, recipe, next_sentence_prediction, init_from, generator_size)
-    settings = dict(max_seq_length=max_seq_length, heldout_every=heldout_every, dupe_factor=dupe_factor,
-                    whole_word=whole_word, masked_lm_prob=masked_lm_prob, encoding=encoding, format=format,
-                    seed=training.seed, next_sentence_prediction=how.nsp)
+    settings = dict(max_seq_length=text.max_seq_length, heldout_every=text.heldout_every,
+                    dupe_factor=text.dupe_factor, whole_word=text.whole_word, masked_lm_prob=text.masked_lm_prob,
+                    encoding=text.encoding, format=text.format, seed=training.seed, next_sentence_prediction=how.nsp)
     if how.short_seq_prob is not None:  # recorded only off Google's default, so older runs still resume
         settings["short_seq_prob"] = how.short_seq_prob
     # recorded only when not the default, so runs made before these settings existed still resume
-    settings |= {k: v for k, v in (("text_field", text_field), ("tokenizer_sample_bytes", tokenizer_sample_bytes))
-                 if v != {"text_field": "text", "tokenizer_sample_bytes": TOKENIZER_SAMPLE_BYTES}[k]}
+    settings |= {name: getattr(text, name) for name in ("text_field", "tokenizer_sample_bytes")
+                 if getattr(text, name) != getattr(TextOptions, name)}
     init = None
     if init_from is None:
-        settings |= dict(vocab_size=8000 if vocab_size is None else vocab_size,
-                         do_lower_case=True if do_lower_case is None else do_lower_case)
+        settings |= dict(vocab_size=8000 if text.vocab_size is None else text.vocab_size,
+                         do_lower_case=True if text.do_lower_case is None else text.do_lower_case)
     else:
-        given = [f"{name}={value!r}" for name, value in (("vocab_size", vocab_size), ("do_lower_case", do_lower_case))
-                 if value is not None]
+        given = [f"{name}={getattr(text, name)!r}" for name in ("vocab_size", "do_lower_case")
+                 if getattr(text, name) is not None]
         if given:
             raise ValueError(f"{', '.join(given)} (--vocab-size / --cased) would train a new tokenizer, but with "
                              f"init_from (--init-from) the text is tokenized with {os.fspath(init_from)}'s own "
                              "tokenizer; leave them out.")
         init = _load_init(init_from, model, training.seed, how, model_overrides)
-        _check_positions(init, max_seq_length, "max_seq_length (--max-seq-length) is",
+        _check_positions(init, text.max_seq_length, "max_seq_length (--max-seq-length) is",
                          "pass --max-seq-length")
-    recipe = PretrainingFromText(how, files, settings, progress=progress, workers=workers, model=model, init=init,
-                                 model_overrides=model_overrides, masking=masking)
+    recipe = PretrainingFromText(how, files, settings, progress=progress, workers=text.workers, model=model,
+                                 init=init, model_overrides=model_overrides, masking=masking)
     return run_recipe(recipe, training, output_dir=output_dir, resume=resume, overwrite=overwrite,
                       apply_changes=apply_changes, callbacks=callbacks)

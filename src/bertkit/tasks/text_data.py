@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import os
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,40 @@ IN_MEMORY_BYTES = 64 << 20
 HELDOUT_BYTES = 4 << 20
 #: default sample a vocabulary is learnt from (bytes of text)
 TOKENIZER_SAMPLE_BYTES = 256 << 20
+
+
+@dataclass(frozen=True)
+class TextOptions:
+    """How :func:`~bertkit.tasks.pretraining.pretrain_from_text` turns text into its data: the vocabulary learnt
+    from it (``vocab_size``, default 8000; ``do_lower_case``, default True; both left None with a checkpoint's own
+    tokenizer), ``max_seq_length`` tokens per sequence, every ``heldout_every``-th document held out,
+    ``dupe_factor`` passes with other masks, ``whole_word`` masking, ``masked_lm_prob`` (training data; held-out
+    data is masked at BERT's 15%), the files' ``encoding``, ``format`` and ``text_field`` (of JSON lines, Parquet,
+    Arrow), and for a corpus over 64 MB the vocabulary's sample of ``tokenizer_sample_bytes`` and ``workers``
+    processes."""
+
+    vocab_size: int | None = None
+    do_lower_case: bool | None = None
+    max_seq_length: int = 128
+    heldout_every: int = 20
+    dupe_factor: int = 1
+    whole_word: bool = False
+    masked_lm_prob: float = 0.15
+    encoding: str = "utf-8"
+    format: str = "auto"
+    text_field: str = "text"
+    tokenizer_sample_bytes: int = TOKENIZER_SAMPLE_BYTES
+    workers: int = 1
+
+    def with_options(self, options: dict[str, Any], function: str) -> TextOptions:
+        """These options with those of ``options`` that name a field applied (popped); any other is a TypeError
+        naming ``function``, as Python's own for an unexpected keyword argument."""
+        names = {f.name for f in fields(self)}
+        unknown = sorted(set(options) - names)
+        if unknown:
+            raise TypeError(f"{function}() got unexpected keyword argument(s) {', '.join(map(repr, unknown))}; its "
+                            f"text options are {', '.join(sorted(names))}.")
+        return replace(self, **{name: options.pop(name) for name in list(options)})
 
 
 def build_text_data(files: list[str], data_root: Path, settings: dict[str, Any], progress: bool,
