@@ -301,6 +301,7 @@ def main(argv: list[str] | None = None) -> int:
                        else args.tree.as_posix())
     print(markdown(metrics), end="")
     if args.json:
+        sys.path.insert(0, str(ROOT / "src"))  # record.write_result writes with bertkit.io
         tables = [record.table("Size", [{"non-blank lines": metrics["lines"], "modules": metrics["modules"],
                                          "functions": metrics["functions"],
                                          "over 100 lines": metrics["functions_over_100_lines"],

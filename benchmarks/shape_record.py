@@ -643,6 +643,7 @@ def main(argv: list[str] | None = None) -> int:
         return compare(*args.compare, args.atol)
     if not args.out:
         parser.error("give --out FILE (record) or --compare BEFORE AFTER")
+    sys.path.insert(0, str(args.src))  # record.write_result writes with bertkit.io: the tree under test's
     work = args.work or Path(tempfile.mkdtemp(prefix="shape-record-"))
     if args.work and work.exists():
         shutil.rmtree(work)
