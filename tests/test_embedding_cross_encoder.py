@@ -15,7 +15,7 @@ transformers = pytest.importorskip("transformers")
 from sentence_transformers.cross_encoder import losses as st_losses  # noqa: E402
 
 import bertkit  # noqa: E402
-from bertkit.embedding import rerank_losses as ours  # noqa: E402
+from bertkit.sentence.losses import rerank as ours  # noqa: E402
 
 WORDS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *"abcdefghijklmnopqrstuvwxyz",
          "the", "cat", "dog", "sat", "on", "mat", "berlin", "city", "river", "how", "many", "people", "live", "in",

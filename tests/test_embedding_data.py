@@ -11,8 +11,8 @@ from collections import Counter
 import pytest
 import torch
 
-from bertkit.embedding.data import EmbeddingDataset, PairCollator, RowBatch, file_layout, training_rows
-from bertkit.embedding.data_layout import Layout, parse_columns, resolve_columns
+from bertkit.sentence.data import EmbeddingDataset, PairCollator, RowBatch, file_layout, training_rows
+from bertkit.sentence.data_layout import Layout, parse_columns, resolve_columns
 from bertkit.tasks.readers import read_rows
 from bertkit.tokenization import BERTTokenizerFast
 

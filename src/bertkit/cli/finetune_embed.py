@@ -11,7 +11,7 @@ metrics.jsonl and metrics.png. A run owns OUT: --resume continues it exactly, --
 --eval-beir DIR / --eval-sts FILE score the model at step 0, every --eval-every steps (default: every epoch) and
 at the end, as `bertkit evaluate --beir / --sts` does: eval records of metrics.jsonl and the plot, the final
 scores in results.json, a before/after table in the model card; training is the same as without them.
-See :func:`bertkit.embedding.training.finetune_embeddings`.
+See :func:`bertkit.sentence.training.finetune_embeddings`.
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ import json
 
 from bertkit.cli import ArgumentParser, add_report_to_argument, add_threads_argument
 from bertkit.cli.evaluate import k_list
-from bertkit.embedding.ir_metrics import DEFAULT_K
-from bertkit.embedding.training import LOSSES
 from bertkit.io import refuse_output_over_input
+from bertkit.sentence.evaluation.ir_metrics import DEFAULT_K
+from bertkit.sentence.training import LOSSES
 
 
 def dims_list(text: str) -> list[int]:
@@ -60,7 +60,7 @@ def main(argv: list[str]) -> int:
     add_evaluation_flags(parser, reranker=False)
     args = parser.parse_args(argv)
 
-    from bertkit.embedding.training import finetune_embeddings
+    from bertkit.sentence.training import finetune_embeddings
 
     if args.guide:
         refuse_output_over_input(("-o", args.output), [], models=[("--guide", args.guide)])
@@ -154,7 +154,7 @@ def evaluation_options(args: argparse.Namespace) -> dict:
 def run_options(args: argparse.Namespace) -> dict:
     """The keyword arguments :func:`add_run_flags`' flags give the training function (after refusing an output
     directory over an input)."""
-    from bertkit.embedding.data_layout import parse_columns
+    from bertkit.sentence.data_layout import parse_columns
     from bertkit.training.threads import parse_threads
 
     if args.apply_changes and not args.resume:
@@ -173,7 +173,7 @@ def run_options(args: argparse.Namespace) -> dict:
 
 def report(result) -> None:
     """Print the results and where the run's files are (rank 0 alone under torchrun: it wrote them)."""
-    from bertkit.embedding.training import data_parallel
+    from bertkit.sentence.training import data_parallel
 
     if data_parallel()[0] != 0:
         return

@@ -11,7 +11,7 @@ results.json, metrics.jsonl and metrics.png. --resume continues a run exactly, -
 EMBEDDER|RUN_FILE [--eval-top-k 100] (as `--beir --first-stage`) score the reranker being trained at step 0,
 every --eval-every steps (default: every epoch) and at the end: eval records of metrics.jsonl and the plot, the
 final scores in results.json, a before/after table in the model card; training is the same as without them.
-See :func:`bertkit.embedding.rerank_training.finetune_reranker`.
+See :func:`bertkit.sentence.rerank_training.finetune_reranker`.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import argparse
 
 from bertkit.cli import ArgumentParser
 from bertkit.cli.finetune_embed import add_evaluation_flags, add_run_flags, evaluation_options, report, run_options
-from bertkit.embedding.rerank_training import RERANK_LOSSES
+from bertkit.sentence.rerank_training import RERANK_LOSSES
 
 
 def main(argv: list[str]) -> int:
@@ -34,7 +34,7 @@ def main(argv: list[str]) -> int:
     add_evaluation_flags(parser, reranker=True)
     args = parser.parse_args(argv)
 
-    from bertkit.embedding.rerank_training import finetune_reranker
+    from bertkit.sentence.rerank_training import finetune_reranker
 
     result = finetune_reranker(args.model, args.train, args.output, loss=args.loss,
                                mini_batch_size=args.mini_batch_size, num_negatives=args.num_negatives,

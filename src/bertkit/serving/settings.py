@@ -125,16 +125,16 @@ def resolve_task(model: str | os.PathLike, task: str = "auto", pooling: str | No
     embeddings; see ``_BY_ARCHITECTURE``). A model named for ``rerank`` or ``classify`` must hold a trained
     classifier: one that would score with a random head is refused, naming --task."""
     if task in ("rerank", "classify"):
-        from bertkit.embedding.reranking import require_scoring_head
+        from bertkit.sentence.evaluation.reranking import require_scoring_head
 
         require_scoring_head(model, f"--task {task}")
     if task != "auto":
         return task
     if pooling == "splade":
         return "embeddings"
-    from bertkit.embedding.reranking import is_cross_encoder
     from bertkit.export.models import source_class
     from bertkit.sentence import SentenceTransformer
+    from bertkit.sentence.evaluation.reranking import is_cross_encoder
 
     if is_cross_encoder(model):
         return "rerank" if _num_labels(model) == 1 else "classify"
@@ -153,7 +153,7 @@ def resolve_task(model: str | os.PathLike, task: str = "auto", pooling: str | No
 def trained_length(model: str | os.PathLike, task: str | None = None, tokenizer=None) -> int | None:
     """The ``max_seq_length`` a ``bertkit finetune`` directory was trained at (its ``task.json``), else for
     ``task`` rerank the length the cross-encoder directory was saved with
-    (:func:`~bertkit.embedding.cross_encoder.saved_max_length` with its loaded ``tokenizer``: what ``bertkit
+    (:func:`~bertkit.sentence.cross_encoder.saved_max_length` with its loaded ``tokenizer``: what ``bertkit
     finetune rerank`` and sentence-transformers record), else None."""
     from bertkit.tasks.finetuning import TASK_FILE, read_task_file
 
@@ -161,8 +161,8 @@ def trained_length(model: str | os.PathLike, task: str | None = None, tokenizer=
     if path.is_file():
         return read_task_file(path).get("max_seq_length")
     if task == "rerank" and tokenizer is not None:
-        from bertkit.embedding.cross_encoder import saved_max_length
-        from bertkit.embedding.reranking import is_cross_encoder
+        from bertkit.sentence.cross_encoder import saved_max_length
+        from bertkit.sentence.evaluation.reranking import is_cross_encoder
 
         return saved_max_length(model, tokenizer) if is_cross_encoder(model) else None
     return None

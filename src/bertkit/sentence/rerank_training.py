@@ -33,11 +33,12 @@ from typing import Any
 import torch
 from torch import nn
 
-from bertkit.embedding.data import RowBatch
-from bertkit.embedding.data_layout import UNIT, LabelRule
-from bertkit.embedding.ir_metrics import DEFAULT_K
-from bertkit.embedding.ranking_checks import check_reranker_data
-from bertkit.embedding.training import (
+from bertkit.io import atomic_write_text
+from bertkit.sentence.data import RowBatch
+from bertkit.sentence.data_layout import UNIT, LabelRule
+from bertkit.sentence.evaluation.ir_metrics import DEFAULT_K
+from bertkit.sentence.ranking_checks import check_reranker_data
+from bertkit.sentence.training import (
     MODEL_DIR,
     EmbeddingTrainingResult,
     data_parallel,
@@ -46,7 +47,6 @@ from bertkit.embedding.training import (
     model_card,
     train_batches,
 )
-from bertkit.io import atomic_write_text
 
 RERANK_LOSSES = ("bce", "listnet", "lambda", "mnrl")
 
@@ -55,7 +55,7 @@ def build_rerank_loss(name: str, *, mini_batch_size: int | None = None,
                       num_negatives: int | None = None) -> nn.Module:
     """The reranking loss ``name`` (one of :data:`RERANK_LOSSES`); ``num_negatives`` (in-batch negatives per
     row) is mnrl's alone."""
-    from bertkit.embedding import rerank_losses
+    from bertkit.sentence.losses import rerank as rerank_losses
 
     if name not in RERANK_LOSSES:
         raise ValueError(f"--loss {name!r} is not a loss bertkit trains rerankers with; choose one of "
@@ -80,7 +80,7 @@ class RerankCollator:
         self.rank, self.world_size = rank, world_size
 
     def __call__(self, batches: list[RowBatch]) -> dict[str, Any]:
-        from bertkit.embedding.rerank_losses import RerankBatch
+        from bertkit.sentence.losses.rerank import RerankBatch
 
         (batch,) = batches
         batch = batch.part(self.rank, self.world_size)
@@ -162,9 +162,9 @@ def finetune_reranker(model: str | os.PathLike, train_files: str | os.PathLike |
     ``eval_k``, at step 0, every ``eval_every`` steps (default: every epoch) and at the last step, without
     changing what it learns (:func:`rerank_evaluators`: read, checked and the first stage run before training
     starts)."""
-    from bertkit.embedding.cross_encoder import CrossEncoder
-    from bertkit.embedding.eval_schedule import EvalSchedule
-    from bertkit.embedding.training import evaluation_card
+    from bertkit.sentence.cross_encoder import CrossEncoder
+    from bertkit.sentence.eval_schedule import EvalSchedule
+    from bertkit.sentence.training import evaluation_card
     from bertkit.training.config import resolve_device
     from bertkit.training.rundir import file_fingerprint, open_run
 
@@ -221,9 +221,9 @@ def rerank_evaluators(rows, beir, first_stage, top_k: int, every: int | None, sp
     None to leave it out; both empty without either), built before training: the data read and checked, the
     first stage retrieved. A missing file or directory, bad content, a BEIR directory without a first stage (or
     the reverse), ``every`` without data and a bad k or top k are one-line ``ValueError`` s naming the flag."""
-    from bertkit.embedding.eval_schedule import check_beir_directory, check_every, check_needed
-    from bertkit.embedding.ir_metrics import check_k_values
-    from bertkit.embedding.reranking import BeirRerankEvaluator, RowsRerankEvaluator
+    from bertkit.sentence.eval_schedule import check_beir_directory, check_every, check_needed
+    from bertkit.sentence.evaluation.ir_metrics import check_k_values
+    from bertkit.sentence.evaluation.reranking import BeirRerankEvaluator, RowsRerankEvaluator
 
     check_every(every)
     if (beir is None) != (first_stage is None):

@@ -3,7 +3,7 @@
 Each is called as ``loss(score, batch)``: ``score(inputs) -> logits [m] or [m, 1]`` is the model on tokenized
 (query, passage) pairs (:meth:`bertkit.CrossEncoder.score`), ``batch`` a :class:`RerankBatch`.
 
-Why not :class:`~bertkit.embedding.batch.PairBatch`: its columns are single texts, each tokenized alone, which is
+Why not :class:`~bertkit.sentence.batch.PairBatch`: its columns are single texts, each tokenized alone, which is
 what a bi-encoder embeds. A cross-encoder reads a query and a passage as one input, ``[CLS] q [SEP] p [SEP]``, cut
 as a pair past the length limit, so its inputs are the pairs; and the multiple-negatives loss pairs each query with
 other rows' passages, pairs that exist in no column and are only known inside the loss. So a :class:`RerankBatch`
@@ -255,7 +255,7 @@ class MultipleNegativesRankingLoss(nn.Module):
                  activation: str | nn.Module | None = "sigmoid", mask_duplicates: bool = True,
                  mini_batch_size: int | None = None):
         super().__init__()
-        from bertkit.embedding.cross_encoder import resolve_activation
+        from bertkit.sentence.cross_encoder import resolve_activation
 
         self.num_negatives = check_int("num_negatives", num_negatives, 0, none_means="every other row's document")
         self.scale = scale

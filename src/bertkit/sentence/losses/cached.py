@@ -17,7 +17,7 @@ The replay calls ``embed`` inside ``backward()``; DDP's reducer refuses a parame
 gradient several times in one backward, so under data parallelism run the model outside DDP (or in its
 ``no_sync()``) and average the gradients over the ranks after the replay: ``on_replayed`` (an attribute of
 :class:`CachedMultipleNegativesRankingLoss`, called at the end of the replay, inside ``backward()``) is where
-:func:`~bertkit.embedding.training.train_batches` does it. Each backward replays every mini-batch again, so
+:func:`~bertkit.sentence.training.train_batches` does it. Each backward replays every mini-batch again, so
 call backward once per forward.
 """
 
@@ -28,8 +28,8 @@ from collections.abc import Callable, Mapping, Sequence
 import torch
 from torch import nn
 
-from bertkit.embedding.batch import Embed, PairBatch
-from bertkit.embedding.contrastive import MultipleNegativesRankingLoss
+from bertkit.sentence.batch import Embed, PairBatch
+from bertkit.sentence.losses.contrastive import MultipleNegativesRankingLoss
 
 #: ``objective(embeddings, batch) -> scalar``: a loss on one ``[n, d]`` tensor per column
 Objective = Callable[[Sequence[torch.Tensor], PairBatch], torch.Tensor]
@@ -115,7 +115,7 @@ def gradcache(embed: Embed, batch: PairBatch, objective: Objective, mini_batch_s
 
 
 class CachedMultipleNegativesRankingLoss(nn.Module):
-    """:class:`~bertkit.embedding.contrastive.MultipleNegativesRankingLoss` in GradCache form (module docstring):
+    """:class:`~bertkit.sentence.losses.contrastive.MultipleNegativesRankingLoss` in GradCache form (module docstring):
     the same loss and gradients at the memory of ``mini_batch_size`` rows, for one more forward per row.
 
     ``mini_batch_size`` only bounds memory; the batch size (the number of in-batch negatives) is the batch's.

@@ -51,12 +51,12 @@ from typing import Any
 import torch
 from torch import nn
 
-from bertkit.embedding.batch import PairBatch
-from bertkit.embedding.data import EmbeddingDataset, PairCollator, RowBatch
-from bertkit.embedding.data_layout import BINARY, LabelRule
-from bertkit.embedding.eval_schedule import EvalSchedule, check_every, evaluation_table, json_metrics
-from bertkit.embedding.ir_metrics import DEFAULT_K
-from bertkit.embedding.ranking_checks import check_bi_encoder_data
+from bertkit.sentence.batch import PairBatch
+from bertkit.sentence.data import EmbeddingDataset, PairCollator, RowBatch
+from bertkit.sentence.data_layout import BINARY, LabelRule
+from bertkit.sentence.eval_schedule import EvalSchedule, check_every, evaluation_table, json_metrics
+from bertkit.sentence.evaluation.ir_metrics import DEFAULT_K
+from bertkit.sentence.ranking_checks import check_bi_encoder_data
 
 logger = logging.getLogger(__name__)
 
@@ -74,10 +74,10 @@ def build_loss(name: str, *, scale: float | None = None, symmetric: bool = False
     An option the loss does not take (``scale`` for triplet, ``symmetric`` for CoSENT, ...) is a one-line
     ``ValueError`` naming the flag. ``gist`` needs ``guide`` (an embed function:
     :class:`~bertkit.embedding.guide.Guide`) and reads ``scale`` as 1 / its temperature."""
-    from bertkit.embedding import distillation, pairwise
-    from bertkit.embedding.cached import CachedMultipleNegativesRankingLoss
-    from bertkit.embedding.contrastive import MultipleNegativesRankingLoss
-    from bertkit.embedding.matryoshka import MatryoshkaLoss
+    from bertkit.sentence.losses import distillation, pairwise
+    from bertkit.sentence.losses.cached import CachedMultipleNegativesRankingLoss
+    from bertkit.sentence.losses.contrastive import MultipleNegativesRankingLoss
+    from bertkit.sentence.losses.matryoshka import MatryoshkaLoss
 
     if name not in LOSSES:
         raise ValueError(f"--loss {name!r} is not a loss bertkit trains with; choose one of {', '.join(LOSSES)}.")
@@ -268,7 +268,7 @@ def finetune_embeddings(model: str | os.PathLike, train_files: str | os.PathLike
         if max_seq_length is not None:
             net.max_seq_length = max_seq_length
         if guide is not None:
-            from bertkit.embedding.guide import load_guide
+            from bertkit.sentence.losses.guide import load_guide
 
             objective = build_loss(loss, **loss_options, guide=load_guide(guide, net.tokenizer))
         net.similarity_fn_name = trained_similarity(objective) or net.similarity_fn_name
@@ -395,9 +395,9 @@ def train_batches(run, module: nn.Module, dataset: EmbeddingDataset, collate_fn,
 
 def _in_batch(loss: nn.Module | None) -> bool:
     """Whether ``loss`` (or the loss a wrapper holds) compares rows with other rows of the batch."""
-    from bertkit.embedding.contrastive import MultipleNegativesRankingLoss
-    from bertkit.embedding.distillation import GISTEmbedLoss
-    from bertkit.embedding.pairwise import CoSENTLoss
+    from bertkit.sentence.losses.contrastive import MultipleNegativesRankingLoss
+    from bertkit.sentence.losses.distillation import GISTEmbedLoss
+    from bertkit.sentence.losses.pairwise import CoSENTLoss
 
     return any(isinstance(candidate, MultipleNegativesRankingLoss | GISTEmbedLoss | CoSENTLoss)
                for candidate in _nested(loss))
@@ -405,7 +405,7 @@ def _in_batch(loss: nn.Module | None) -> bool:
 
 def _gradcache_loss(loss: nn.Module | None) -> nn.Module | None:
     """The cached (GradCache) loss in ``loss`` (itself, or the one a wrapper holds), else None."""
-    from bertkit.embedding.cached import CachedMultipleNegativesRankingLoss
+    from bertkit.sentence.losses.cached import CachedMultipleNegativesRankingLoss
 
     return next((c for c in _nested(loss) if isinstance(c, CachedMultipleNegativesRankingLoss)), None)
 
@@ -532,10 +532,10 @@ def check_evaluation_data(beir, sts, every, split: str, k_values: Sequence[int])
     """Read and check what the run evaluates on, before it trains: ``{"beir": line, "sts": line}`` describing
     each (file, counts), empty without either. A missing directory or file, bad content, ``eval_every`` without
     data and a bad k are one-line ``ValueError`` s naming the flag or file."""
-    from bertkit.embedding.beir import load_beir
-    from bertkit.embedding.eval_schedule import check_beir_directory, check_needed
-    from bertkit.embedding.ir_metrics import check_k_values
-    from bertkit.embedding.sts import read_sts
+    from bertkit.sentence.eval_schedule import check_beir_directory, check_needed
+    from bertkit.sentence.evaluation.beir import load_beir
+    from bertkit.sentence.evaluation.ir_metrics import check_k_values
+    from bertkit.sentence.evaluation.sts import read_sts
 
     check_every(every)
     described = {}
@@ -559,7 +559,7 @@ def evaluate_embeddings(net, beir, sts, split: str, k_values: Sequence[int]) -> 
     """The flat metrics of ``net`` (a :class:`~bertkit.sentence.SentenceTransformer`) on the BEIR directory
     (:func:`~bertkit.embedding.evaluate.beir_report`'s: ``ndcg@10``, ``mrr@10``, ...) and on the STS file
     (:func:`~bertkit.embedding.evaluate.sts_report`'s: ``pearson_cosine``, ``spearman_cosine``, ...)."""
-    from bertkit.embedding.evaluate import beir_report, sts_report
+    from bertkit.sentence.evaluation.evaluate import beir_report, sts_report
 
     metrics: dict[str, float] = {}
     if beir is not None:
