@@ -23,7 +23,7 @@ from bertkit.cli import ArgumentParser, add_report_to_argument, add_threads_argu
 from bertkit.cli.evaluate import k_list
 from bertkit.io import refuse_output_over_input
 from bertkit.sentence.evaluation.ir_metrics import DEFAULT_K
-from bertkit.sentence.training import LOSSES
+from bertkit.sentence.losses import LOSSES
 
 
 def dims_list(text: str) -> list[int]:

@@ -20,7 +20,7 @@ import argparse
 
 from bertkit.cli import ArgumentParser
 from bertkit.cli.finetune_embed import add_evaluation_flags, add_run_flags, evaluation_options, report, run_options
-from bertkit.sentence.rerank_training import RERANK_LOSSES
+from bertkit.sentence.losses import RERANK_LOSSES
 
 
 def main(argv: list[str]) -> int:

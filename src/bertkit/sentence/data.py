@@ -33,7 +33,7 @@ import torch
 from bertkit.data.partitions import expand_inputs, pyarrow_module
 from bertkit.data.sniff import sniff_format
 from bertkit.sentence.batch import PairBatch
-from bertkit.sentence.data_layout import Layout, check_row, resolve_columns
+from bertkit.sentence.data_layout import ColumnLayout, check_row, resolve_columns
 from bertkit.tasks.readers import iter_rows, where
 from bertkit.tokenization.cut import cut_texts
 
@@ -112,7 +112,7 @@ def _arrow_records(path: str, name: str, numbers: Iterator[int], kind: str) -> I
 
 
 def file_layout(path: str | os.PathLike, columns: Mapping[str, Any] | None = None,
-                encoding: str = "utf-8") -> Layout:
+                encoding: str = "utf-8") -> ColumnLayout:
     """The roles of the columns of ``path``, from its first :data:`SAMPLE_ROWS` rows (see
     :func:`~bertkit.sentence.data_layout.resolve_columns`); a file without rows is refused."""
     sample = [values for _, values in itertools.islice(table_records(path, encoding), SAMPLE_ROWS)]
@@ -122,7 +122,7 @@ def file_layout(path: str | os.PathLike, columns: Mapping[str, Any] | None = Non
     return resolve_columns(names, sample, columns, path=os.fspath(path))
 
 
-def training_rows(path: str | os.PathLike, layout: Layout, encoding: str = "utf-8",
+def training_rows(path: str | os.PathLike, layout: ColumnLayout, encoding: str = "utf-8",
                   check: Callable[[dict[str, Any], str], None] | None = None) -> Iterator[tuple[str, dict[str, Any]]]:
     """``(where, row)`` per row of ``path``, each checked against ``layout``
     (:func:`~bertkit.sentence.data_layout.check_row`: the first bad row raises, naming the file and row) and by

@@ -82,7 +82,7 @@ def check_reranker_data(dataset: EmbeddingDataset, loss: nn.Module, loss_name: s
                 raise ValueError(f"{path}: every row holds one passage, so --loss listnet has nothing to rank and its "
                                  "loss is 0 at every step; use --loss bce for (query, passage, label) rows, or give "
                                  f"rows with negatives ({_MINE}).")
-        elif isinstance(loss, rerank_losses.MultipleNegativesRankingLoss):
+        elif isinstance(loss, rerank_losses.CrossEncoderMultipleNegativesRankingLoss):
             if any(_negatives(row) for row in _rows(dataset, index)):
                 continue
             if loss.num_negatives == 0:

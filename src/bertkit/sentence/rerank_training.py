@@ -37,6 +37,7 @@ from bertkit.io import atomic_write_text
 from bertkit.sentence.data import RowBatch
 from bertkit.sentence.data_layout import UNIT, LabelRule
 from bertkit.sentence.evaluation.ir_metrics import DEFAULT_K
+from bertkit.sentence.losses import build_rerank_loss
 from bertkit.sentence.ranking_checks import check_reranker_data
 from bertkit.sentence.training import (
     MODEL_DIR,
@@ -47,26 +48,6 @@ from bertkit.sentence.training import (
     model_card,
     train_batches,
 )
-
-RERANK_LOSSES = ("bce", "listnet", "lambda", "mnrl")
-
-
-def build_rerank_loss(name: str, *, mini_batch_size: int | None = None,
-                      num_negatives: int | None = None) -> nn.Module:
-    """The reranking loss ``name`` (one of :data:`RERANK_LOSSES`); ``num_negatives`` (in-batch negatives per
-    row) is mnrl's alone."""
-    from bertkit.sentence.losses import rerank as rerank_losses
-
-    if name not in RERANK_LOSSES:
-        raise ValueError(f"--loss {name!r} is not a loss bertkit trains rerankers with; choose one of "
-                         f"{', '.join(RERANK_LOSSES)}.")
-    if num_negatives is not None and name != "mnrl":
-        raise ValueError(f"--num-negatives does not apply to --loss {name}; it applies to mnrl.")
-    options: dict[str, Any] = {"mini_batch_size": mini_batch_size}
-    if num_negatives is not None:
-        options["num_negatives"] = num_negatives
-    return {"bce": rerank_losses.BinaryCrossEntropyLoss, "listnet": rerank_losses.ListNetLoss,
-            "lambda": rerank_losses.LambdaLoss, "mnrl": rerank_losses.MultipleNegativesRankingLoss}[name](**options)
 
 
 class RerankCollator:

@@ -56,67 +56,19 @@ from bertkit.sentence.data import EmbeddingDataset, PairCollator, RowBatch
 from bertkit.sentence.data_layout import BINARY, LabelRule
 from bertkit.sentence.eval_schedule import EvalSchedule, check_every, evaluation_table, json_metrics
 from bertkit.sentence.evaluation.ir_metrics import DEFAULT_K
+from bertkit.sentence.losses import build_loss
 from bertkit.sentence.ranking_checks import check_bi_encoder_data
 
 logger = logging.getLogger(__name__)
 
-#: the losses :func:`build_loss` builds, by their CLI names
-LOSSES = ("mnrl", "cached-mnrl", "cosent", "angle", "cosine", "triplet", "contrastive", "online-contrastive",
-          "margin-mse", "kl", "gist")
 MODEL_DIR = "model"
 RESULTS_FILE = "results.json"
-
-
-def build_loss(name: str, *, scale: float | None = None, symmetric: bool = False,
-               mini_batch_size: int | None = None, matryoshka_dims: Sequence[int] | None = None,
-               guide=None) -> nn.Module:
-    """The loss ``name`` (one of :data:`LOSSES`) with its options; Matryoshka wraps it when ``matryoshka_dims``.
-    An option the loss does not take (``scale`` for triplet, ``symmetric`` for CoSENT, ...) is a one-line
-    ``ValueError`` naming the flag. ``gist`` needs ``guide`` (an embed function:
-    :class:`~bertkit.embedding.guide.Guide`) and reads ``scale`` as 1 / its temperature."""
-    from bertkit.sentence.losses import distillation, pairwise
-    from bertkit.sentence.losses.cached import CachedMultipleNegativesRankingLoss
-    from bertkit.sentence.losses.contrastive import MultipleNegativesRankingLoss
-    from bertkit.sentence.losses.matryoshka import MatryoshkaLoss
-
-    if name not in LOSSES:
-        raise ValueError(f"--loss {name!r} is not a loss bertkit trains with; choose one of {', '.join(LOSSES)}.")
-    takes = _options(name)
-    given = {"scale": scale is not None, "symmetric": symmetric, "mini_batch_size": mini_batch_size is not None,
-             "guide": guide is not None}
-    for option, set_ in given.items():
-        if set_ and option not in takes:
-            raise ValueError(f"--{option.replace('_', '-')} does not apply to --loss {name}; it applies to "
-                             f"{', '.join(n for n in LOSSES if option in _options(n))}.")
-    if name == "gist":
-        if guide is None:
-            raise ValueError("--loss gist needs --guide MODEL: the embedding model whose similarities filter the "
-                             "false negatives out of each row's candidates.")
-        loss = distillation.GISTEmbedLoss(guide, **({"temperature": 1 / scale} if scale is not None else {}))
-        return MatryoshkaLoss(loss, list(matryoshka_dims)) if matryoshka_dims else loss
-    options = {"scale": scale} if scale is not None else {}
-    if name in ("mnrl", "cached-mnrl"):
-        options["symmetric"] = symmetric
-    if name == "cached-mnrl" and mini_batch_size is not None:
-        options["mini_batch_size"] = mini_batch_size
-    loss = {"mnrl": MultipleNegativesRankingLoss, "cached-mnrl": CachedMultipleNegativesRankingLoss,
-            "cosent": pairwise.CoSENTLoss, "angle": pairwise.AnglELoss, "cosine": pairwise.CosineSimilarityLoss,
-            "triplet": pairwise.TripletLoss, "contrastive": pairwise.ContrastiveLoss,
-            "online-contrastive": pairwise.OnlineContrastiveLoss, "margin-mse": distillation.MarginMSELoss,
-            "kl": distillation.DistillKLDivLoss}[name](**options)
-    return MatryoshkaLoss(loss, list(matryoshka_dims)) if matryoshka_dims else loss
 
 
 def label_rule(name: str) -> LabelRule | None:
     """What the loss ``name`` needs of every label beyond a finite number, checked as the training data is read
     (:class:`~bertkit.embedding.data_layout.LabelRule`); None when nothing more."""
     return LabelRule(f"--loss {name}", *BINARY) if name in ("contrastive", "online-contrastive") else None
-
-
-def _options(name: str) -> set[str]:
-    """The options (besides Matryoshka) the loss ``name`` takes."""
-    return {"mnrl": {"scale", "symmetric"}, "cached-mnrl": {"scale", "symmetric", "mini_batch_size"},
-            "cosent": {"scale"}, "angle": {"scale"}, "gist": {"scale", "guide"}}.get(name, set())
 
 
 class BatchSchedule:
