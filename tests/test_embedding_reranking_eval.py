@@ -18,6 +18,7 @@ transformers = pytest.importorskip("transformers")
 
 import bertkit  # noqa: E402
 from bertkit.retrieval.dense import retrieve  # noqa: E402
+from bertkit.sentence.cross_encoder import is_cross_encoder  # noqa: E402
 from bertkit.sentence.evaluation import reranking  # noqa: E402
 from bertkit.sentence.evaluation.beir import load_beir  # noqa: E402
 from bertkit.sentence.evaluation.ir_metrics import rank  # noqa: E402
@@ -275,12 +276,12 @@ def test_bad_run_files_are_one_line_errors(tmp_path, run, message):
 
 
 def test_is_cross_encoder(reranker_dir, tmp_path):
-    assert reranking.is_cross_encoder(reranker_dir)
+    assert is_cross_encoder(reranker_dir)
     saved = tmp_path / "st6"
     st.CrossEncoder(str(reranker_dir), device="cpu").save(str(saved))  # a sentence-transformers 6 directory
-    assert reranking.is_cross_encoder(saved)
-    assert not reranking.is_cross_encoder(tiny_sentence_transformer(tmp_path / "embedder"))
-    assert not reranking.is_cross_encoder(tmp_path / "embedder-bert") and not reranking.is_cross_encoder(tmp_path)
+    assert is_cross_encoder(saved)
+    assert not is_cross_encoder(tiny_sentence_transformer(tmp_path / "embedder"))
+    assert not is_cross_encoder(tmp_path / "embedder-bert") and not is_cross_encoder(tmp_path)
 
 
 def test_cli_rerank_rows_and_beir_with_a_first_stage(models, reranker_dir, tmp_path, capsys, monkeypatch):

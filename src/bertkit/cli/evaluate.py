@@ -138,7 +138,7 @@ def main(argv: list[str]) -> int:
 
 def embedding_main(args: argparse.Namespace) -> int:
     """--beir / --sts / --rerank: the report's means on stdout, the whole report written atomically to -o."""
-    from bertkit.sentence.evaluation.reranking import is_cross_encoder
+    from bertkit.sentence.cross_encoder import is_cross_encoder
 
     if args.rerank is not None or is_cross_encoder(args.model) or args.first_stage is not None:
         return rerank_main(args)
@@ -164,7 +164,7 @@ def embedding_main(args: argparse.Namespace) -> int:
 
 def rerank_main(args: argparse.Namespace) -> int:
     """A cross-encoder's --rerank rows or --beir with --first-stage; refuses a model or flags of the other kind."""
-    from bertkit.sentence.evaluation.reranking import is_cross_encoder
+    from bertkit.sentence.cross_encoder import is_cross_encoder
 
     if not is_cross_encoder(args.model):
         flag = "--rerank" if args.rerank is not None else "--first-stage"

@@ -173,6 +173,26 @@ def source_class(source: str | os.PathLike) -> type[nn.Module]:
     return cls
 
 
+def require_scoring_head(model: str | os.PathLike, flag: str) -> None:
+    """Refuse (``ValueError`` naming ``flag``) a ``model`` that holds no trained scoring head: a cross-encoder
+    directory (:func:`~bertkit.sentence.cross_encoder.is_cross_encoder`) or any checkpoint of a sequence classifier
+    passes; an embedding model or a base checkpoint would score with a classifier initialised at random, whose
+    scores mean nothing."""
+    from bertkit.sentence import SentenceTransformer
+    from bertkit.sentence.cross_encoder import is_cross_encoder
+
+    if is_cross_encoder(model):
+        return
+    cls = source_class(model)
+    if getattr(cls, "hf_architecture", "") == "BertForSequenceClassification":
+        return
+    what = "an embedding model (a bi-encoder)" if cls is SentenceTransformer else f"a {cls.__name__}"
+    raise ValueError(f"{flag}: {os.fspath(model)} holds {what} and no trained scoring head: its scores would come "
+                     "from a classifier initialised at random. Give a cross-encoder (a reranker: what `bertkit "
+                     "finetune rerank` writes, or a sentence-transformers CrossEncoder directory) or a sequence "
+                     "classifier (what `bertkit finetune classify` writes).")
+
+
 def _recorded_class(path: Path) -> type[nn.Module] | None:
     """The class a checkpoint's folder names: its task.json's task, else its config's architecture (None if
     neither)."""

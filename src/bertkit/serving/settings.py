@@ -125,7 +125,7 @@ def resolve_task(model: str | os.PathLike, task: str = "auto", pooling: str | No
     embeddings; see ``_BY_ARCHITECTURE``). A model named for ``rerank`` or ``classify`` must hold a trained
     classifier: one that would score with a random head is refused, naming --task."""
     if task in ("rerank", "classify"):
-        from bertkit.sentence.evaluation.reranking import require_scoring_head
+        from bertkit.export.models import require_scoring_head
 
         require_scoring_head(model, f"--task {task}")
     if task != "auto":
@@ -134,7 +134,7 @@ def resolve_task(model: str | os.PathLike, task: str = "auto", pooling: str | No
         return "embeddings"
     from bertkit.export.models import source_class
     from bertkit.sentence import SentenceTransformer
-    from bertkit.sentence.evaluation.reranking import is_cross_encoder
+    from bertkit.sentence.cross_encoder import is_cross_encoder
 
     if is_cross_encoder(model):
         return "rerank" if _num_labels(model) == 1 else "classify"
@@ -161,8 +161,7 @@ def trained_length(model: str | os.PathLike, task: str | None = None, tokenizer=
     if path.is_file():
         return read_task_file(path).get("max_seq_length")
     if task == "rerank" and tokenizer is not None:
-        from bertkit.sentence.cross_encoder import saved_max_length
-        from bertkit.sentence.evaluation.reranking import is_cross_encoder
+        from bertkit.sentence.cross_encoder import is_cross_encoder, saved_max_length
 
         return saved_max_length(model, tokenizer) if is_cross_encoder(model) else None
     return None

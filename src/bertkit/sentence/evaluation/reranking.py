@@ -47,44 +47,6 @@ PAIR_CHUNK = 16_384
 
 # ---------------------------------------------------------------------------------------------- scoring
 
-def is_cross_encoder(model_dir: str | os.PathLike) -> bool:
-    """Whether the directory ``model_dir`` holds a cross-encoder: a sequence classifier (its ``config.json``
-    names a ``*ForSequenceClassification`` architecture), alone (as :meth:`CrossEncoder.save` and
-    sentence-transformers 4-5 write one) or as the one Transformer module of a sentence-transformers 6
-    directory. An embedding model (a ``modules.json`` with pooling, a bare encoder) is not one."""
-    from bertkit.io import read_json, read_json_object
-
-    folder = Path(model_dir)
-    if (folder / "modules.json").is_file():
-        modules = read_json(folder / "modules.json", "the sentence-transformers modules")
-        if not isinstance(modules, list) or len(modules) != 1 or not isinstance(modules[0], dict):
-            return False
-        folder = folder / str(modules[0].get("path", ""))
-    if not (folder / "config.json").is_file():
-        return False
-    architectures = read_json_object(folder / "config.json", "the model config").get("architectures") or []
-    return any(str(name).endswith("ForSequenceClassification") for name in architectures)
-
-
-def require_scoring_head(model: str | os.PathLike, flag: str) -> None:
-    """Refuse (``ValueError`` naming ``flag``) a ``model`` that holds no trained scoring head: a cross-encoder
-    directory (:func:`is_cross_encoder`) or any checkpoint of a sequence classifier passes; an embedding model or
-    a base checkpoint would score with a classifier initialised at random, whose scores mean nothing."""
-    from bertkit.export.models import source_class
-    from bertkit.sentence import SentenceTransformer
-
-    if is_cross_encoder(model):
-        return
-    cls = source_class(model)
-    if getattr(cls, "hf_architecture", "") == "BertForSequenceClassification":
-        return
-    what = "an embedding model (a bi-encoder)" if cls is SentenceTransformer else f"a {cls.__name__}"
-    raise ValueError(f"{flag}: {os.fspath(model)} holds {what} and no trained scoring head: its scores would come "
-                     "from a classifier initialised at random. Give a cross-encoder (a reranker: what `bertkit "
-                     "finetune rerank` writes, or a sentence-transformers CrossEncoder directory) or a sequence "
-                     "classifier (what `bertkit finetune classify` writes).")
-
-
 @contextmanager
 def _evaluating(cross_encoder):
     """The cross-encoder in eval mode (no dropout) for the block, its training mode restored after."""

@@ -46,7 +46,7 @@ def load_guide(source: str | os.PathLike, student_tokenizer) -> Guide:
     checkpoint bertkit loads, mean-pooled); one it cannot load, or a cross-encoder (which embeds nothing), is
     refused naming ``--guide``."""
     from bertkit.sentence import SentenceTransformer
-    from bertkit.sentence.evaluation.reranking import is_cross_encoder
+    from bertkit.sentence.cross_encoder import is_cross_encoder
 
     if is_cross_encoder(source):
         raise ValueError(f"--guide {os.fspath(source)} is a cross-encoder (a reranker): it scores (query, passage) "
