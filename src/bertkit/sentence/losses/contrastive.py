@@ -1,6 +1,6 @@
 """Multiple-negatives ranking (InfoNCE with in-batch negatives), plain and symmetric, across ranks.
 
-Every loss here is called as ``loss(embed, batch)`` (see :mod:`bertkit.embedding`) and also offers
+Every loss here is called as ``loss(embed, batch)`` (see :mod:`bertkit.sentence.losses`) and also offers
 ``from_embeddings(embeddings, batch)``, the same loss on one ``[n, d]`` tensor per column, which is what the
 cached (GradCache) form and the Matryoshka wrapper evaluate.
 
