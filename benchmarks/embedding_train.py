@@ -68,9 +68,9 @@ def training_pairs(rows: int) -> list[tuple[str, str]]:
 # ------------------------------------------------------------------------------------------- step functions
 def bertkit_step(model_dir: str, loss_name: str, mini_batch_size: int | None) -> Callable[[list], float]:
     """``step(pairs) -> loss``: one optimizer step of bertkit's bi-encoder trainer on ``pairs``."""
-    from bertkit.embedding.data import PairCollator, RowBatch
-    from bertkit.embedding.training import BiEncoder, build_loss
     from bertkit.sentence import SentenceTransformer
+    from bertkit.sentence.data import PairCollator, RowBatch
+    from bertkit.sentence.training import BiEncoder, build_loss
     from bertkit.training.gradnorm import clip_grad_norm
 
     net = SentenceTransformer(model_dir, optimize=False).train()

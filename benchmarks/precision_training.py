@@ -9,7 +9,7 @@ resident memory (the child's ``ru_maxrss``) and its clock are its own:
 * ``classify``: all-MiniLM-L6-v2 fine-tuned on ``data/finetune/vader_amazon`` (``bertkit.tasks.finetune``);
   final metric: test accuracy;
 * ``embed``: all-MiniLM-L6-v2 trained with MNRL on the inverse-cloze pairs of *Emma*
-  (``benchmarks/embedding_quality.py``'s pairs; ``bertkit.embedding.training.finetune_embeddings``); final
+  (``benchmarks/embedding_quality.py``'s pairs; ``bertkit.sentence.training.finetune_embeddings``); final
   metric: NDCG@10 on *Persuasion*'s retrieval set.
 
 Every run logs its training loss at every step. Per precision and step: the mean and sd over the seeds of the
@@ -155,10 +155,9 @@ def run_embed(sizes: Sizes, precision: str, seed: int, out: Path, common: dict) 
     sys.path.insert(0, str(HERE))
     from embedding_quality import cloze_pairs
 
-    from bertkit.embedding.evaluate import load_encoder
-    from bertkit.embedding.retrieval import evaluate_retrieval
-    from bertkit.embedding.training import finetune_embeddings
     from bertkit.resources import austen_novels
+    from bertkit.sentence.evaluation.evaluate import evaluate_retrieval, load_encoder
+    from bertkit.sentence.training import finetune_embeddings
 
     books = austen_novels()
     pairs = cloze_pairs(books["emma"])

@@ -153,4 +153,4 @@ def test_no_help_shows_rest_markup(capsys):
     with pytest.raises(SystemExit):
         main(["finetune", "embed", "--help"])
     out = capsys.readouterr().out
-    assert "See bertkit.embedding.training.finetune_embeddings." in " ".join(out.split())
+    assert "See bertkit.sentence.training.finetune_embeddings." in " ".join(out.split())

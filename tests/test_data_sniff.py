@@ -13,11 +13,11 @@ import pytest
 
 from bertkit.cli.embed_mine import read_pairs
 from bertkit.data.sniff import name_format, sniff_format, text_format
-from bertkit.embedding.beir import load_beir, read_qrels
-from bertkit.embedding.data import file_layout, training_rows
-from bertkit.embedding.reranking import read_run
-from bertkit.embedding.sts import read_sts
 from bertkit.pipelines.files import read_inputs
+from bertkit.sentence.data import file_layout, training_rows
+from bertkit.sentence.evaluation.beir import load_beir, read_qrels
+from bertkit.sentence.evaluation.reranking import read_run
+from bertkit.sentence.evaluation.sts import read_sts
 from bertkit.tasks.classification import Classification
 from bertkit.tasks.readers import read_rows
 

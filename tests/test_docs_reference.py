@@ -30,7 +30,8 @@ def public_names(hook) -> list[tuple[str, str]]:
 
 def test_public_modules_include_the_root_and_the_subpackages(hook):
     modules = set(hook.public_modules())
-    assert {"bertkit", "bertkit.sentence", "bertkit.training", "bertkit.embedding", "bertkit.compat.d2l",
+    assert {"bertkit", "bertkit.sentence", "bertkit.sentence.losses", "bertkit.sentence.evaluation",
+            "bertkit.retrieval", "bertkit.training", "bertkit.embedding", "bertkit.compat.d2l",
             "bertkit.compat.pytorch_pretrained_bert", "bertkit.models"} <= modules
     assert "bertkit.cli" not in modules
 

@@ -15,7 +15,7 @@ transformers = pytest.importorskip("transformers")
 from sentence_transformers.cross_encoder import losses as st_losses  # noqa: E402
 
 import bertkit  # noqa: E402
-from bertkit.embedding import rerank_losses as ours  # noqa: E402
+from bertkit.sentence.losses import rerank as ours  # noqa: E402
 
 WORDS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *"abcdefghijklmnopqrstuvwxyz",
          "the", "cat", "dog", "sat", "on", "mat", "berlin", "city", "river", "how", "many", "people", "live", "in",
@@ -268,13 +268,15 @@ def test_multiple_negatives_ranking_equals_sentence_transformers(one_label, num_
     want = reference(st_inputs, None)
     torch.manual_seed(11)
     batch = ours.RerankBatch([q for q, _, _ in triplets], [[p, *n[:hard]] for _, p, n in triplets], table.tokenize)
-    loss = ours.MultipleNegativesRankingLoss(num_negatives=num_negatives, mask_duplicates=rows == "distinct")
+    loss = ours.CrossEncoderMultipleNegativesRankingLoss(num_negatives=num_negatives,
+                                                         mask_duplicates=rows == "distinct")
     got = loss(table.score, batch)
     torch.testing.assert_close(got, want, **TOL)
     torch.testing.assert_close(_gradient(got, table), _gradient(want, table), **TOL)
     if rows == "shared" and hard:  # masked, the duplicates change the loss
-        masked = ours.MultipleNegativesRankingLoss(num_negatives=None)(table.score, batch)
-        plain = ours.MultipleNegativesRankingLoss(num_negatives=None, mask_duplicates=False)(table.score, batch)
+        masked = ours.CrossEncoderMultipleNegativesRankingLoss(num_negatives=None)(table.score, batch)
+        plain = ours.CrossEncoderMultipleNegativesRankingLoss(num_negatives=None, mask_duplicates=False)(table.score,
+                                                                                                          batch)
         assert abs(float(masked.detach()) - float(plain.detach())) > 1e-3
 
 
@@ -289,7 +291,7 @@ def test_multiple_negatives_masks_a_duplicate_positive_by_text(positives, num_ne
     table = _Table()
     queries = [f"q{i}" for i in range(len(positives))]
     batch = ours.RerankBatch(queries, [[p] for p in positives], table.tokenize)
-    loss = ours.MultipleNegativesRankingLoss(num_negatives=num_negatives)(table.score, batch)
+    loss = ours.CrossEncoderMultipleNegativesRankingLoss(num_negatives=num_negatives)(table.score, batch)
     logits = table.logits.detach()
 
     def row_loss(query, positive, texts):
@@ -309,7 +311,7 @@ def test_losses_on_the_models_equal_sentence_transformers(models, name):
         st_inputs = [[q for q, _, _ in TRIPLETS], [p for _, p, _ in TRIPLETS], [n[0] for _, _, n in TRIPLETS]]
         want = st_losses.MultipleNegativesRankingLoss(ref, num_negatives=None)(st_inputs, None)
         batch = ours.RerankBatch(st_inputs[0], [[p, n] for p, n in zip(*st_inputs[1:])], ours_ce.tokenize)
-        got = ours.MultipleNegativesRankingLoss(num_negatives=None)(ours_ce.score, batch)
+        got = ours.CrossEncoderMultipleNegativesRankingLoss(num_negatives=None)(ours_ce.score, batch)
     else:
         reference, loss = LIST_LOSSES[name]
         st_inputs, st_labels, rows = _list_inputs(name)
@@ -331,7 +333,7 @@ def test_bad_batches_are_named():
     with pytest.raises(ValueError, match=r"labels in \[0, 1\]; row 0"):
         ours.BinaryCrossEntropyLoss()(table.score, ours.RerankBatch(["a"], [["x"]], table.tokenize, [[3.0]]))
     with pytest.raises(ValueError, match="same number of documents"):
-        ours.MultipleNegativesRankingLoss()(table.score, ours.RerankBatch(["a", "b"], [["x"], ["y", "z"]],
+        ours.CrossEncoderMultipleNegativesRankingLoss()(table.score, ours.RerankBatch(["a", "b"], [["x"], ["y", "z"]],
                                                                             table.tokenize))
     with pytest.raises(ValueError, match="needs a label"):
         ours.ListNetLoss()(table.score, ours.RerankBatch(["a"], [["x"]], table.tokenize))

@@ -11,8 +11,8 @@ from collections import Counter
 import pytest
 import torch
 
-from bertkit.embedding.data import EmbeddingDataset, PairCollator, RowBatch, file_layout, training_rows
-from bertkit.embedding.data_layout import Layout, parse_columns, resolve_columns
+from bertkit.sentence.data import EmbeddingDataset, PairCollator, RowBatch, file_layout, training_rows
+from bertkit.sentence.data_layout import ColumnLayout, parse_columns, resolve_columns
 from bertkit.tasks.readers import read_rows
 from bertkit.tokenization import BERTTokenizerFast
 
@@ -63,7 +63,8 @@ def test_every_format_gives_the_same_rows(tmp_path):
     files += [str(tmp_path / name) for name in ("t.json", "t.jsonl.gz", "t.parquet", "saved")]
     expected = [{"anchor": r["sentence1"], "positive": r["sentence2"], "label": r["score"]} for r in records]
     for path in files:
-        assert file_layout(path) == Layout({"anchor": "sentence1", "positive": "sentence2", "label": "score"}, "name")
+        assert file_layout(path) == ColumnLayout({"anchor": "sentence1", "positive": "sentence2", "label": "score"},
+                                                 "name")
         assert rows_of(path) == expected, path
     assert [place for place, _ in training_rows(files[-1], file_layout(files[-1]))][-1] == f"{files[-1]}, row 7"
     assert next(place for place, _ in training_rows(files[1], file_layout(files[1]))) == f"{files[1]}, line 2"
@@ -86,24 +87,24 @@ def test_json_lines_are_streamed_and_split_only_at_line_ends(tmp_path):
 ])
 def test_roles_by_name(names, roles):
     sample = [{n: (0.5 if n.startswith("label") else "text") for n in names}]
-    assert resolve_columns(names, sample) == Layout(roles, "name")
+    assert resolve_columns(names, sample) == ColumnLayout(roles, "name")
 
 
 def test_a_column_of_lists_is_the_negatives():
     sample = [{"query": "q", "document": "d", "negatives": ["x", "y"]}]
     layout = resolve_columns(["query", "document", "negatives"], sample)
-    assert layout == Layout({"anchor": "query", "positive": "document", "negatives": "negatives"}, "name")
+    assert layout == ColumnLayout({"anchor": "query", "positive": "document", "negatives": "negatives"}, "name")
 
 
 def test_roles_by_position():
     sample = [{"s": "a", "t": "b", "u": "c", "v": "d"}]
-    assert resolve_columns(list("stuv"), sample) == Layout(
+    assert resolve_columns(list("stuv"), sample) == ColumnLayout(
         {"anchor": "s", "positive": "t", "negative_1": "u", "negative_2": "v"}, "position")
     sample = [{"s": "a", "t": "b", "sim": "0.25"}, {"s": "c", "t": "d", "sim": "1"}]
-    assert resolve_columns(["s", "t", "sim"], sample) == Layout({"anchor": "s", "positive": "t", "label": "sim"},
+    assert resolve_columns(["s", "t", "sim"], sample) == ColumnLayout({"anchor": "s", "positive": "t", "label": "sim"},
                                                                 "position")
     sample = [{"s": "a", "t": "b", "u": ["c", "d"], "margins": [0.5, 1]}]
-    assert resolve_columns(["s", "t", "u", "margins"], sample) == Layout(
+    assert resolve_columns(["s", "t", "u", "margins"], sample) == ColumnLayout(
         {"anchor": "s", "positive": "t", "negatives": "u", "label": "margins"}, "position")
 
 
@@ -360,7 +361,7 @@ def test_rows_with_different_numbers_of_negatives_in_one_batch_are_refused(token
 def test_a_file_is_read_as_it_is_iterated(tmp_path):
     path = tmp_path / "t.jsonl"
     path.write_text(json.dumps({"query": "cat", "positive": "dog"}) + "\n{not json\n")
-    rows = training_rows(str(path), Layout({"anchor": "query", "positive": "positive"}, "name"))
+    rows = training_rows(str(path), ColumnLayout({"anchor": "query", "positive": "positive"}, "name"))
     assert next(rows) == (f"{path}, line 1", {"anchor": "cat", "positive": "dog"})  # the bad line is not read yet
     with pytest.raises(ValueError, match=r", line 2: not valid JSON"):
         next(rows)

@@ -41,8 +41,8 @@ def write_duplicated_pairs(path: Path, n: int = 24) -> Path:
 
 def train(base: Path, cross: Path, pairs: Path, out: Path, batch_size: int) -> None:
     """The runs compared: each embedding loss, and the reranker, into ``out/NAME``."""
-    from bertkit.embedding.rerank_training import finetune_reranker
-    from bertkit.embedding.training import finetune_embeddings
+    from bertkit.sentence.rerank_training import finetune_reranker
+    from bertkit.sentence.training import finetune_embeddings
 
     for name, options in RUNS.items():
         finetune_embeddings(base, pairs, out / name, batch_size=batch_size, **options, **COMMON)
@@ -51,7 +51,7 @@ def train(base: Path, cross: Path, pairs: Path, out: Path, batch_size: int) -> N
 
 def cut_and_resume(base: Path, pairs: Path, out: Path, batch_size: int) -> None:
     """The MNRL run into ``out/resumed``, stopped (on both ranks) after its checkpoint at step 2 and resumed."""
-    from bertkit.embedding.training import finetune_embeddings
+    from bertkit.sentence.training import finetune_embeddings
     from bertkit.training import Trainer
 
     original = Trainer.save_checkpoint
@@ -122,7 +122,7 @@ def test_a_run_cut_at_a_checkpoint_and_resumed_under_torchrun_ends_as_the_whole_
 
 
 def test_a_file_smaller_than_one_global_batch_names_the_flag(tmp_path):
-    from bertkit.embedding.training import global_batches
+    from bertkit.sentence.training import global_batches
     from test_embedding_training import write_pairs
 
     pairs = write_pairs(tmp_path / "pairs.jsonl", 7)

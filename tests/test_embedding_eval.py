@@ -12,10 +12,11 @@ import numpy as np
 import pytest
 import torch
 
-from bertkit.embedding.beir import load_beir
-from bertkit.embedding.ir_metrics import evaluate_run, rank
-from bertkit.embedding.retrieval import evaluate_retrieval, retrieve, search
-from bertkit.embedding.sts import evaluate_sts, read_sts
+from bertkit.retrieval.dense import retrieve, search
+from bertkit.sentence.evaluation.beir import load_beir
+from bertkit.sentence.evaluation.evaluate import evaluate_retrieval
+from bertkit.sentence.evaluation.ir_metrics import evaluate_run, rank
+from bertkit.sentence.evaluation.sts import evaluate_sts, read_sts
 
 pytrec_eval = pytest.importorskip("pytrec_eval")
 

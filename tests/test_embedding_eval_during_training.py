@@ -19,9 +19,9 @@ import pytest
 import torch
 
 from bertkit.cli import main as cli
-from bertkit.embedding.eval_schedule import EvalSchedule, evaluation_table
-from bertkit.embedding.evaluate import beir_report, load_encoder, sts_report
-from bertkit.embedding.training import finetune_embeddings
+from bertkit.sentence.eval_schedule import EvalSchedule, evaluation_table
+from bertkit.sentence.evaluation.evaluate import beir_report, load_encoder, sts_report
+from bertkit.sentence.training import finetune_embeddings
 from bertkit.training.metrics import is_score
 from test_embedding_training import COMMON, WORDS, write_base, write_pairs
 

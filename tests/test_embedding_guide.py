@@ -10,10 +10,10 @@ import pytest
 import torch
 
 from bertkit.cli import main as cli
-from bertkit.embedding.data import PairCollator, RowBatch
-from bertkit.embedding.guide import load_guide
-from bertkit.embedding.training import BiEncoder, build_loss
 from bertkit.sentence import SentenceTransformer
+from bertkit.sentence.data import PairCollator, RowBatch
+from bertkit.sentence.losses.guide import load_guide
+from bertkit.sentence.training import BiEncoder, build_loss
 from test_embedding_training import COMMON, WORDS, write_base, write_pairs
 
 st = pytest.importorskip("sentence_transformers")
@@ -98,7 +98,7 @@ def test_guide_flags_are_one_line_errors(models, tmp_path, capsys, flags, messag
 
 
 def test_python_api_takes_the_guide(models, tmp_path):
-    from bertkit.embedding.training import finetune_embeddings
+    from bertkit.sentence.training import finetune_embeddings
 
     student_dir, guides = models
     train = write_pairs(tmp_path / "pairs.jsonl", 16)

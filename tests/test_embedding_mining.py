@@ -1,4 +1,4 @@
-"""Hard-negative mining (``bertkit.embedding.mining``, ``bertkit embed mine``).
+"""Hard-negative mining (``bertkit.sentence.mining``, ``bertkit embed mine``).
 
 The chunked search is checked against brute force (the full similarity matrix sorted, and the selection of
 sentence-transformers' ``mine_hard_negatives`` written out plainly below), and the whole function against
@@ -18,8 +18,8 @@ import pytest
 import torch
 
 import bertkit
-from bertkit.embedding.mining import mine_hard_negatives, top_k
 from bertkit.inference.finite import NonFiniteOutput
+from bertkit.sentence.mining import mine_hard_negatives, top_k
 from conftest import randomize_
 
 VOCAB = [f"w{i}" for i in range(40)]

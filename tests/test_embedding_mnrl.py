@@ -17,10 +17,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bertkit.embedding.batch import PairBatch
-from bertkit.embedding.cached import CachedMultipleNegativesRankingLoss
-from bertkit.embedding.contrastive import MultipleNegativesRankingLoss
-from bertkit.embedding.matryoshka import MatryoshkaLoss
+from bertkit.sentence.batch import PairBatch
+from bertkit.sentence.losses.cached import CachedMultipleNegativesRankingLoss
+from bertkit.sentence.losses.contrastive import MultipleNegativesRankingLoss
+from bertkit.sentence.losses.matryoshka import MatryoshkaLoss
 
 
 def feature_batch(rows: int, negatives: int, features: int = 7, seed: int = 0, ids=None) -> PairBatch:
@@ -244,7 +244,7 @@ def _rank_slice(batch: PairBatch, rows: slice) -> PairBatch:
 
 def _gather_check(rank: int, world: int) -> None:
     """Ranks holding different row counts: gathered in rank order, the local rows' gradient summed over ranks."""
-    from bertkit.embedding.gather import gather_with_grad
+    from bertkit.sentence.losses.gather import gather_with_grad
 
     counts = [3 + 2 * r for r in range(world)]
     mine = torch.full((counts[rank], 2), float(rank), requires_grad=True)

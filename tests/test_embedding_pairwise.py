@@ -11,9 +11,9 @@ import pytest
 import torch
 from torch import nn
 
-from bertkit.embedding.batch import PairBatch, same_text
-from bertkit.embedding.distillation import DistillKLDivLoss, GISTEmbedLoss, MarginMSELoss
-from bertkit.embedding.pairwise import (
+from bertkit.sentence.batch import PairBatch, same_text
+from bertkit.sentence.losses.distillation import DistillKLDivLoss, GISTEmbedLoss, MarginMSELoss
+from bertkit.sentence.losses.pairwise import (
     AnglELoss,
     ContrastiveLoss,
     CoSENTLoss,

@@ -17,10 +17,11 @@ st = pytest.importorskip("sentence_transformers")
 transformers = pytest.importorskip("transformers")
 
 import bertkit  # noqa: E402
-from bertkit.embedding import reranking  # noqa: E402
-from bertkit.embedding.beir import load_beir  # noqa: E402
-from bertkit.embedding.ir_metrics import rank  # noqa: E402
-from bertkit.embedding.retrieval import retrieve  # noqa: E402
+from bertkit.retrieval.dense import retrieve  # noqa: E402
+from bertkit.sentence.cross_encoder import is_cross_encoder  # noqa: E402
+from bertkit.sentence.evaluation import reranking  # noqa: E402
+from bertkit.sentence.evaluation.beir import load_beir  # noqa: E402
+from bertkit.sentence.evaluation.ir_metrics import rank  # noqa: E402
 from conftest import without_dtype_line  # noqa: E402
 from test_embedding_eval import WORDS, pytrec_eval, tiny_sentence_transformer, write_beir  # noqa: E402
 
@@ -223,7 +224,7 @@ def test_an_embedding_first_stage_is_its_retrieval(models, tmp_path):
     embedder = tiny_sentence_transformer(tmp_path / "embedder", prompts={"query": "emma ", "document": "wife "})
     evaluator = reranking.BeirRerankEvaluator(directory, embedder, top_k=4, k_values=K_VALUES, batch_size=5,
                                               chunk_size=7, precision="fp32")
-    from bertkit.embedding.evaluate import load_encoder, retrieval_encoders
+    from bertkit.sentence.evaluation.evaluate import load_encoder, retrieval_encoders
 
     model, _ = load_encoder(embedder, dtype="fp32")
     encode_queries, encode_documents, prompts = retrieval_encoders(model, 5)
@@ -275,12 +276,12 @@ def test_bad_run_files_are_one_line_errors(tmp_path, run, message):
 
 
 def test_is_cross_encoder(reranker_dir, tmp_path):
-    assert reranking.is_cross_encoder(reranker_dir)
+    assert is_cross_encoder(reranker_dir)
     saved = tmp_path / "st6"
     st.CrossEncoder(str(reranker_dir), device="cpu").save(str(saved))  # a sentence-transformers 6 directory
-    assert reranking.is_cross_encoder(saved)
-    assert not reranking.is_cross_encoder(tiny_sentence_transformer(tmp_path / "embedder"))
-    assert not reranking.is_cross_encoder(tmp_path / "embedder-bert") and not reranking.is_cross_encoder(tmp_path)
+    assert is_cross_encoder(saved)
+    assert not is_cross_encoder(tiny_sentence_transformer(tmp_path / "embedder"))
+    assert not is_cross_encoder(tmp_path / "embedder-bert") and not is_cross_encoder(tmp_path)
 
 
 def test_cli_rerank_rows_and_beir_with_a_first_stage(models, reranker_dir, tmp_path, capsys, monkeypatch):

@@ -19,10 +19,10 @@ import torch
 from safetensors.torch import load_file
 
 from bertkit.cli import main as cli
-from bertkit.embedding.contrastive import MultipleNegativesRankingLoss
-from bertkit.embedding.data import EmbeddingDataset, PairCollator, RowBatch
-from bertkit.embedding.training import BiEncoder, finetune_embeddings, global_batches
 from bertkit.sentence import SentenceTransformer
+from bertkit.sentence.data import EmbeddingDataset, PairCollator, RowBatch
+from bertkit.sentence.losses.contrastive import MultipleNegativesRankingLoss
+from bertkit.sentence.training import BiEncoder, finetune_embeddings, global_batches
 
 WORDS = [f"w{i}" for i in range(60)]
 COMMON = dict(batch_size=8, learning_rate=1e-3, precision="fp32", device="cpu", progress=False)
@@ -206,7 +206,7 @@ def test_the_command_reads_named_columns_and_records_matryoshka_and_the_similari
     ("margin-mse", {}, "dot"), ("kl", {}, "dot"), ("cached-mnrl", {"matryoshka_dims": [8]}, "cosine"),
     ("cosent", {}, "cosine"), ("triplet", {}, None)])
 def test_the_saved_similarity_is_the_one_the_loss_trains(name, options, similarity):
-    from bertkit.embedding.training import build_loss, trained_similarity
+    from bertkit.sentence.training import build_loss, trained_similarity
 
     assert trained_similarity(build_loss(name, **options)) == similarity
 

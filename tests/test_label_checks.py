@@ -8,9 +8,9 @@ import json
 
 import pytest
 
-from bertkit.embedding.data import EmbeddingDataset, file_layout, training_rows
-from bertkit.embedding.rerank_training import finetune_reranker
-from bertkit.embedding.training import finetune_embeddings
+from bertkit.sentence.data import EmbeddingDataset, file_layout, training_rows
+from bertkit.sentence.rerank_training import finetune_reranker
+from bertkit.sentence.training import finetune_embeddings
 from bertkit.tasks.finetuning import finetune
 
 
@@ -44,7 +44,7 @@ def test_a_json_nan_label_is_not_finite(tmp_path):
 
 
 def test_a_label_the_loss_cannot_use_fails_when_the_dataset_opens(tmp_path):
-    from bertkit.embedding.training import label_rule  # new with the check (imported here: the others run without)
+    from bertkit.sentence.training import label_rule  # new with the check (imported here: the others run without)
 
     path = jsonl(tmp_path / "pairs.jsonl", pairs([1, 0, -3.0, 1]))
     with pytest.raises(ValueError, match=rf"^{path}, line 3: the label -3\.0 is not 0 or 1, which --loss contrastive "

@@ -62,16 +62,18 @@ LAYERS: dict[str, set[str] | str] = {
     # the package root: re-exports every layer lazily and installs weights' loader in hooks
     "__init__": EVERYTHING,
 }
-# sentence-transformers models (bertkit.sentence): what the embeddings pipeline and the ONNX export both run
-LAYERS["sentence"] = {*LAYERS["tasks"], "tasks"}
+# search over vectors, model-agnostic: no model code (inference.finite: the one check that scores are finite)
+LAYERS["retrieval"] = {"inference"}
+# the sentence-transformers package: the model kinds (bi-encoder, cross-encoder), their losses, evaluation, data,
+# mining and recipes; below the pipelines, which wrap its models (rerank over CrossEncoder, embeddings over
+# SentenceTransformer), and export, which traces them
+LAYERS["sentence"] = {*LAYERS["tasks"], "tasks", "retrieval"}
 LAYERS["pipelines"] = {*LAYERS["tasks"], "tasks", "sentence"}
 LAYERS["export"] = {*LAYERS["tasks"], "tasks", "sentence"}
-# training embedding models and rerankers: losses, data, evaluation, mining over sentence models and the
-# reranking pipeline's scoring path
-LAYERS["embedding"] = {*LAYERS["pipelines"], "pipelines"}
-# serving reads what a model directory holds from the task table (tasks.sources.inspect_source), and what the
-# embedding trainers write (a cross-encoder directory, its saved length) as bertkit.embedding reads it
-LAYERS["serving"] = {*LAYERS["pipelines"], "pipelines", "embedding"}
+# serving reads what a model directory holds from the task table (tasks.sources.inspect_source)
+LAYERS["serving"] = {*LAYERS["pipelines"], "pipelines"}
+# the old import path of bertkit.sentence's and bertkit.retrieval's training API: re-exports only
+LAYERS["embedding"] = {"sentence", "retrieval"}
 
 #: Imports that break the table on purpose: (importing layer, imported layer) -> why. Keep it empty.
 DEVIATIONS: dict[tuple[str, str], str] = {}

@@ -19,9 +19,9 @@ import pytest
 import torch
 
 import bertkit
-from bertkit.embedding.data import PairCollator, RowBatch
 from bertkit.pipelines import pipeline
 from bertkit.sentence import SentenceTransformer
+from bertkit.sentence.data import PairCollator, RowBatch
 from bertkit.tasks.readers import read_rows
 from bertkit.tokenization.cut import CHARS_PER_TOKEN
 from test_embedding_mining import tiny_model

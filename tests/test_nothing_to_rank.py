@@ -14,8 +14,8 @@ from safetensors.torch import load_file
 from torch import nn
 
 from bertkit.cli import main as cli
-from bertkit.embedding.rerank_training import finetune_reranker
-from bertkit.embedding.training import finetune_embeddings
+from bertkit.sentence.rerank_training import finetune_reranker
+from bertkit.sentence.training import finetune_embeddings
 from bertkit.training import Trainer, TrainingConfig
 from test_embedding_training import COMMON, write_base, write_pairs
 from test_rerank_training import write_rows

@@ -19,9 +19,9 @@ import pytest
 import torch
 
 from bertkit.cli import main as cli
-from bertkit.embedding.cross_encoder import CrossEncoder
-from bertkit.embedding.rerank_training import finetune_reranker
-from bertkit.embedding.reranking import RowsRerankEvaluator
+from bertkit.sentence.cross_encoder import CrossEncoder
+from bertkit.sentence.evaluation.reranking import RowsRerankEvaluator
+from bertkit.sentence.rerank_training import finetune_reranker
 from test_embedding_eval_during_training import records, same_training, saved_evaluation, write_beir
 from test_embedding_training import killed_and_resumed, metrics
 from test_embedding_training import write_base as write_embedder

@@ -16,10 +16,10 @@ import pytest
 import torch
 
 from bertkit.cli import main as cli
-from bertkit.embedding.cross_encoder import CrossEncoder
-from bertkit.embedding.data import EmbeddingDataset
-from bertkit.embedding.rerank_losses import BinaryCrossEntropyLoss
-from bertkit.embedding.rerank_training import RerankCollator, finetune_reranker
+from bertkit.sentence.cross_encoder import CrossEncoder
+from bertkit.sentence.data import EmbeddingDataset
+from bertkit.sentence.losses.rerank import BinaryCrossEntropyLoss
+from bertkit.sentence.rerank_training import RerankCollator, finetune_reranker
 from bertkit.training import Trainer
 from test_embedding_training import first_step_gradients
 
@@ -132,7 +132,7 @@ def test_a_label_count_that_does_not_match_the_passages_is_named(tmp_path):
 def test_a_step_is_the_loss_called_directly_on_the_same_batch(tmp_path):
     """The Trainer's first step (listnet on (query, positive, negative) rows labelled 1, 0) has the loss and the
     gradients of ListNetLoss called on the dataset's first batch with the base model: the adapter adds nothing."""
-    from bertkit.embedding.rerank_losses import ListNetLoss, RerankBatch
+    from bertkit.sentence.losses.rerank import ListNetLoss, RerankBatch
 
     base = write_base(tmp_path / "base", dropout=0.0)
     train = write_rows(tmp_path / "rows.jsonl", 24)

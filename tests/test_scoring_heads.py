@@ -43,7 +43,7 @@ def test_mining_rescored_by_a_bi_encoder_is_refused(models, tmp_path, capsys):
 
 
 def test_a_cross_encoder_as_the_guide_is_refused(models, tmp_path):
-    from bertkit.embedding.training import finetune_embeddings
+    from bertkit.sentence.training import finetune_embeddings
 
     train = write_pairs(tmp_path / "pairs.jsonl", 16)
     with pytest.raises(ValueError, match=r"--guide .*cross is a cross-encoder \(a reranker\).*Give an embedding "

@@ -161,7 +161,7 @@ def test_inspect_a_sentence_transformers_directory_and_a_cross_encoder_directory
     info = inspect_source(cross)
     assert (info.layout, info.task, info.cross_encoder, info.max_length) == ("sentence-transformers", "rerank",
                                                                              True, 20)
-    from bertkit.embedding.reranking import is_cross_encoder
+    from bertkit.sentence.cross_encoder import is_cross_encoder
 
     assert is_cross_encoder(cross) and not is_cross_encoder(bi) and not is_cross_encoder(tmp_path)
     (tmp_path / "bad").mkdir()

@@ -16,8 +16,8 @@ import pytest
 import torch
 
 from bertkit.cli import main as cli
-from bertkit.embedding.rerank_training import finetune_reranker
-from bertkit.embedding.training import finetune_embeddings
+from bertkit.sentence.rerank_training import finetune_reranker
+from bertkit.sentence.training import finetune_embeddings
 from test_embedding_training import COMMON, WORDS, write_pairs
 
 TRAINERS = {"embed": finetune_embeddings, "rerank": finetune_reranker}

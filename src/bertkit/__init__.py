@@ -70,12 +70,11 @@ _LAZY = {
     "pipeline": "bertkit.pipelines",
     "SentenceTransformer": "bertkit.sentence",
     "semantic_search": "bertkit.sentence",
-    "CrossEncoder": "bertkit.embedding.cross_encoder",
+    "CrossEncoder": "bertkit.sentence.cross_encoder",
 }
 
 if TYPE_CHECKING:  # for IDEs and type checkers
     from bertkit.config import BERTConfig as BERTConfig
-    from bertkit.embedding.cross_encoder import CrossEncoder as CrossEncoder
     from bertkit.inference import optimize_for_inference as optimize_for_inference
     from bertkit.modeling import *  # noqa: F403
     from bertkit.modeling.fast import fast_path as fast_path
@@ -91,6 +90,7 @@ if TYPE_CHECKING:  # for IDEs and type checkers
     from bertkit.presets import preset_config as preset_config
     from bertkit.sentence import SentenceTransformer as SentenceTransformer
     from bertkit.sentence import semantic_search as semantic_search
+    from bertkit.sentence.cross_encoder import CrossEncoder as CrossEncoder
     from bertkit.tokenization import AutoTokenizer as AutoTokenizer
     from bertkit.tokenization import BatchEncoding as BatchEncoding
     from bertkit.tokenization import BERTTokenizer as BERTTokenizer

@@ -10,7 +10,7 @@ line per text, both in input order and moved into place only when complete. -o m
 to) MODEL or FILE, nor lie inside MODEL.
 
 ``bertkit embed mine MODEL --data PAIRS -o OUT.jsonl``: hard negatives for (query, positive) pairs; see
-``bertkit embed mine --help`` and :mod:`bertkit.embedding.mining`. (A model directory called ``mine`` is still
+``bertkit embed mine --help`` and :mod:`bertkit.sentence.mining`. (A model directory called ``mine`` is still
 embedded with ``bertkit embed mine --input FILE ...``: with ``--input`` the first word is the MODEL.)
 """
 

@@ -64,8 +64,8 @@ def main(argv: list[str]) -> int:
                              models=[("MODEL", args.model), ("--rescore", args.rescore)])
     if args.faiss:  # fail now, not after encoding
         _require_faiss()
-    from bertkit.embedding.mining import mine_hard_negatives, write_rows
     from bertkit.sentence import SentenceTransformer
+    from bertkit.sentence.mining import mine_hard_negatives, write_rows
 
     queries, positives = read_pairs(args.data, args.anchor_column, args.positive_column, args.encoding)
     corpus = read_corpus(args.corpus, args.encoding) if args.corpus else []
@@ -131,7 +131,7 @@ def read_corpus(path: str, encoding: str) -> list[str]:
 def cross_encoder(path: str, batch_size: int, device: str | None, dtype: str = "auto"):
     """A ``(query, passage)`` pairs -> scores function of bertkit's reranker pipeline on ``path`` (a model without
     a trained scoring head is refused, naming --rescore)."""
-    from bertkit.embedding.reranking import require_scoring_head
+    from bertkit.tasks.sources import require_scoring_head
     from bertkit.pipelines import pipeline
 
     require_scoring_head(path, "--rescore")

@@ -140,7 +140,7 @@ def main(argv: list[str]) -> int:
 
 def embedding_main(args: argparse.Namespace) -> int:
     """--beir / --sts / --rerank: the report's means on stdout, the whole report written atomically to -o."""
-    from bertkit.embedding.reranking import is_cross_encoder
+    from bertkit.sentence.cross_encoder import is_cross_encoder
 
     if args.rerank is not None or is_cross_encoder(args.model) or args.first_stage is not None:
         return rerank_main(args)
@@ -149,7 +149,7 @@ def embedding_main(args: argparse.Namespace) -> int:
     from bertkit.io import atomic_write_text, refuse_output_over_input
 
     refuse_output_over_input(("-o", output), [(flag, source)], models=[("MODEL_DIR", args.model)])
-    from bertkit.embedding.evaluate import beir_report, load_encoder, sts_report
+    from bertkit.sentence.evaluation.evaluate import beir_report, load_encoder, sts_report
 
     model, dtype = load_encoder(args.model, dtype=args.dtype, max_seq_length=args.max_seq_length,
                                 device=args.device)
@@ -167,7 +167,7 @@ def embedding_main(args: argparse.Namespace) -> int:
 
 def rerank_main(args: argparse.Namespace) -> int:
     """A cross-encoder's --rerank rows or --beir with --first-stage; refuses a model or flags of the other kind."""
-    from bertkit.embedding.reranking import is_cross_encoder
+    from bertkit.sentence.cross_encoder import is_cross_encoder
 
     if not is_cross_encoder(args.model):
         flag = "--rerank" if args.rerank is not None else "--first-stage"
@@ -191,8 +191,8 @@ def rerank_main(args: argparse.Namespace) -> int:
     refuse_output_over_input(("-o", output), [(flag, source), ("--first-stage", args.first_stage)],
                              models=[("MODEL_DIR", args.model), ("--first-stage", args.first_stage)])
     import bertkit
-    from bertkit.embedding.reranking import BeirRerankEvaluator, RowsRerankEvaluator
     from bertkit.inference.precision import DtypeChoice
+    from bertkit.sentence.evaluation.reranking import BeirRerankEvaluator, RowsRerankEvaluator
 
     fp32 = DtypeChoice("fp32", "fp32", "evaluate scores a cross-encoder in fp32; --dtype applies to an embedding "
                                        "first stage")

@@ -14,7 +14,7 @@ scores in results.json, a before/after table in the model card; training is the 
 --keep-best METRIC (e.g. ndcg@10) keeps the model of the best evaluation, --patience N stops after N evaluations
 without a better one. --batch-size counts the rows of one optimizer step over all processes, as in every
 training command.
-See :func:`bertkit.embedding.training.finetune_embeddings`.
+See :func:`bertkit.sentence.training.finetune_embeddings`.
 """
 
 from __future__ import annotations
@@ -25,9 +25,9 @@ import json
 from bertkit.cli import ArgumentParser
 from bertkit.cli.evaluate import k_list
 from bertkit.cli.training_flags import add_training_flags, check_run_flags, run_options, training_config
-from bertkit.embedding.ir_metrics import DEFAULT_K
-from bertkit.embedding.training import LOSSES
 from bertkit.io import refuse_output_over_input
+from bertkit.sentence.evaluation.ir_metrics import DEFAULT_K
+from bertkit.sentence.losses import LOSSES
 
 
 def dims_list(text: str) -> list[int]:
@@ -42,7 +42,7 @@ def dims_list(text: str) -> list[int]:
 
 
 def main(argv: list[str]) -> int:
-    from bertkit.embedding.training import EMBEDDING_DEFAULTS
+    from bertkit.sentence.training import EMBEDDING_DEFAULTS
 
     parser = ArgumentParser(prog="bertkit finetune embed", description=__doc__,
                             formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -67,7 +67,7 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     check_run_flags(parser, args)
 
-    from bertkit.embedding.training import EmbeddingEvaluation, EmbeddingLoss, finetune_embeddings
+    from bertkit.sentence.training import EmbeddingEvaluation, EmbeddingLoss, finetune_embeddings
 
     if args.guide:
         refuse_output_over_input(("-o", args.output), [], models=[("--guide", args.guide)])
@@ -122,9 +122,9 @@ def run_config(args: argparse.Namespace, defaults: dict):
 
 
 def training_files(args: argparse.Namespace, **bi_encoder: object):
-    """The :class:`~bertkit.embedding.training.TrainingFiles` of the data flags (``bi_encoder``: the prompts)."""
-    from bertkit.embedding.data_layout import parse_columns
-    from bertkit.embedding.training import TrainingFiles
+    """The :class:`~bertkit.sentence.training.TrainingFiles` of the data flags (``bi_encoder``: the prompts)."""
+    from bertkit.sentence.data_layout import parse_columns
+    from bertkit.sentence.training import TrainingFiles
 
     return TrainingFiles(columns=parse_columns(args.columns) if args.columns else None, sampling=args.sampling,
                          encoding=args.encoding, max_seq_length=args.max_seq_length, **bi_encoder)
@@ -185,7 +185,7 @@ def note_batch_size_meaning(trainer) -> None:
 
 def report(result) -> None:
     """Print the results and where the run's files are (rank 0 alone under torchrun: it wrote them)."""
-    from bertkit.embedding.training import data_parallel
+    from bertkit.sentence.training import data_parallel
 
     if data_parallel()[0] != 0:
         return

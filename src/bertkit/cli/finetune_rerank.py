@@ -13,7 +13,7 @@ every --eval-every steps (default: every epoch) and at the end: eval records of 
 final scores in results.json, a before/after table in the model card; training is the same as without them.
 --keep-best METRIC (e.g. ndcg@10) keeps the model of the best evaluation, --patience N stops after N evaluations
 without a better one. --batch-size counts the rows of one optimizer step over all processes, as in every
-training command. See :func:`bertkit.embedding.rerank_training.finetune_reranker`.
+training command. See :func:`bertkit.sentence.rerank_training.finetune_reranker`.
 """
 
 from __future__ import annotations
@@ -31,11 +31,11 @@ from bertkit.cli.finetune_embed import (
     training_files,
 )
 from bertkit.cli.training_flags import check_run_flags, run_options
-from bertkit.embedding.rerank_training import RERANK_LOSSES
+from bertkit.sentence.losses import RERANK_LOSSES
 
 
 def main(argv: list[str]) -> int:
-    from bertkit.embedding.rerank_training import RERANK_DEFAULTS
+    from bertkit.sentence.rerank_training import RERANK_DEFAULTS
 
     parser = ArgumentParser(prog="bertkit finetune rerank", description=__doc__,
                             formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -49,7 +49,7 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     check_run_flags(parser, args)
 
-    from bertkit.embedding.rerank_training import RerankEvaluation, RerankLoss, finetune_reranker
+    from bertkit.sentence.rerank_training import RerankEvaluation, RerankLoss, finetune_reranker
 
     refuse_output_over_inputs(args)
     result = finetune_reranker(

@@ -1,48 +1,78 @@
-"""Training embedding models (bi-encoders) and rerankers (cross-encoders): batches, losses, evaluation, mining.
+"""The old import path of the embedding and reranker training API, which now lives in :mod:`bertkit.sentence`
+(models, losses, evaluation, data, mining, the recipes) and :mod:`bertkit.retrieval` (search over vectors).
 
-The pieces share one batch type, :class:`~bertkit.embedding.batch.PairBatch`: the rows of a training file
-tokenized column by column (anchor, positive, negatives, ...), with the identity of every text (so a loss
-can mask a duplicate out of the negatives by text, not by comparing embeddings) and the row's labels.
-A loss is called as ``loss(embed, batch)``, where ``embed`` maps one column's tokenized inputs to its
-embeddings ``[n, d]`` (with gradients); a loss that needs to run the encoder itself (the cached, GradCache
-form) calls ``embed`` as often as it needs.
+Every name this package exported still imports from here (``from bertkit.embedding import CrossEncoder``), and so
+do the module paths the guides showed (``bertkit.embedding.training``, ``bertkit.embedding.rerank_training``,
+``bertkit.embedding.rerank_losses``); :data:`MOVED` says where each now lives. New code imports from there.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.abc
+import importlib.machinery
+import sys
 from typing import Any
 
-#: public name -> the module under bertkit.embedding that defines it (imported on first use: torch comes later)
-_NAMES = {
-    "PairBatch": "batch",
-    "MultipleNegativesRankingLoss": "contrastive", "CachedMultipleNegativesRankingLoss": "cached",
-    "MatryoshkaLoss": "matryoshka",
-    "CoSENTLoss": "pairwise", "AnglELoss": "pairwise", "CosineSimilarityLoss": "pairwise",
-    "TripletLoss": "pairwise", "ContrastiveLoss": "pairwise", "OnlineContrastiveLoss": "pairwise",
-    "MarginMSELoss": "distillation", "DistillKLDivLoss": "distillation", "GISTEmbedLoss": "distillation",
-    "BinaryCrossEntropyLoss": "rerank_losses", "ListNetLoss": "rerank_losses", "LambdaLoss": "rerank_losses",
-    "BiEncoder": "training", "build_loss": "training", "finetune_embeddings": "training",
-    "EmbeddingTrainingResult": "training",
-    "CrossEncoder": "cross_encoder", "finetune_reranker": "rerank_training",
-    "EmbeddingDataset": "data", "PairCollator": "data", "RowBatch": "data",
-    "evaluate_retrieval": "retrieval", "retrieve": "retrieval", "search": "retrieval",
-    "evaluate_sts": "sts", "read_sts": "sts", "load_beir": "beir", "BeirData": "beir", "evaluate_run": "ir_metrics",
-    "RowsRerankEvaluator": "reranking", "BeirRerankEvaluator": "reranking",
-    "mine_hard_negatives": "mining",
+#: public name -> the module that defines it now (imported on first use: torch comes later)
+MOVED = {
+    "PairBatch": "bertkit.sentence.batch",
+    "MultipleNegativesRankingLoss": "bertkit.sentence.losses.contrastive",
+    "CachedMultipleNegativesRankingLoss": "bertkit.sentence.losses.cached",
+    "MatryoshkaLoss": "bertkit.sentence.losses.matryoshka",
+    **dict.fromkeys(("CoSENTLoss", "AnglELoss", "CosineSimilarityLoss", "TripletLoss", "ContrastiveLoss",
+                     "OnlineContrastiveLoss"), "bertkit.sentence.losses.pairwise"),
+    **dict.fromkeys(("MarginMSELoss", "DistillKLDivLoss", "GISTEmbedLoss"), "bertkit.sentence.losses.distillation"),
+    **dict.fromkeys(("BinaryCrossEntropyLoss", "ListNetLoss", "LambdaLoss"), "bertkit.sentence.losses.rerank"),
+    **dict.fromkeys(("BiEncoder", "finetune_embeddings", "EmbeddingTrainingResult"), "bertkit.sentence.training"),
+    "build_loss": "bertkit.sentence.losses",
+    "CrossEncoder": "bertkit.sentence.cross_encoder",
+    "finetune_reranker": "bertkit.sentence.rerank_training",
+    **dict.fromkeys(("EmbeddingDataset", "PairCollator", "RowBatch"), "bertkit.sentence.data"),
+    "evaluate_retrieval": "bertkit.sentence.evaluation.evaluate",
+    **dict.fromkeys(("retrieve", "search"), "bertkit.retrieval.dense"),
+    **dict.fromkeys(("evaluate_sts", "read_sts"), "bertkit.sentence.evaluation.sts"),
+    **dict.fromkeys(("load_beir", "BeirData"), "bertkit.sentence.evaluation.beir"),
+    "evaluate_run": "bertkit.sentence.evaluation.ir_metrics",
+    **dict.fromkeys(("RowsRerankEvaluator", "BeirRerankEvaluator"), "bertkit.sentence.evaluation.reranking"),
+    "mine_hard_negatives": "bertkit.sentence.mining",
 }
-#: submodules that are API of their own (the reranker losses, whose MNRL shares the bi-encoder loss's name)
-_MODULES = ("rerank_losses",)
-__all__ = sorted([*_NAMES, *_MODULES])
+#: old submodule -> the module it is now (``import bertkit.embedding.training`` gives bertkit.sentence.training)
+MODULES = {"training": "bertkit.sentence.training", "rerank_training": "bertkit.sentence.rerank_training",
+           "rerank_losses": "bertkit.sentence.losses.rerank"}
+__all__ = sorted(MOVED)
 
 
 def __getattr__(name: str) -> Any:
-    if name in _MODULES:
-        return importlib.import_module(f"bertkit.embedding.{name}")
-    if name not in _NAMES:
+    if name in MODULES:
+        return importlib.import_module(f"{__name__}.{name}")
+    if name not in MOVED:
         raise AttributeError(f"module 'bertkit.embedding' has no attribute {name!r}")
-    return getattr(importlib.import_module(f"bertkit.embedding.{_NAMES[name]}"), name)
+    return getattr(importlib.import_module(MOVED[name]), name)
 
 
 def __dir__() -> list[str]:
     return __all__
+
+
+class _OldModulePath(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Finds ``bertkit.embedding.<old>`` for the modules of :data:`MODULES` and answers the module that replaced it
+    (the same module object under both names, so a name patched on one is patched on the other)."""
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> importlib.machinery.ModuleSpec | None:
+        package, _, name = fullname.rpartition(".")
+        if package != __name__ or name not in MODULES:
+            return None
+        return importlib.machinery.ModuleSpec(fullname, self)
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> Any:
+        module = importlib.import_module(MODULES[spec.name.rpartition(".")[2]])
+        spec.loader_state = module.__spec__  # the import system sets __spec__ to the old name's: put it back after
+        return module
+
+    def exec_module(self, module: Any) -> None:  # the module ran when it was imported under its own name
+        module.__spec__ = module.__spec__.loader_state
+
+
+if not any(isinstance(finder, _OldModulePath) for finder in sys.meta_path):
+    sys.meta_path.append(_OldModulePath())

@@ -56,19 +56,13 @@ class Pipeline:
         """``dtype``: ``"auto"`` (bf16 where the hardware computes it and this task's measured quality allows,
         else fp32; :func:`bertkit.inference.precision.resolve`), ``"fp32"``, ``"bf16"``, ``"fp16"``, ``"int8"``,
         a torch dtype, or None (the model's own). What it became, and why, is :attr:`dtype_choice`."""
-        from bertkit.modeling.text import resolve_device
-
         self.batch_size = check_batch_size(batch_size)
         if batch_tokens is not None:
             check_batch_size(batch_tokens)
         self.batch_tokens = batch_tokens
-        self.model, self.tokenizer = model.eval(), tokenizer
-        if device is not None:
-            self.model.to(resolve_device(device))
+        self.model, self.tokenizer = model, tokenizer
+        self.dtype_choice, self.max_length = self.place(device, dtype, max_length)
         self.device = next(self.model.parameters()).device
-        self.dtype_choice = prepare(self.model, dtype, self.task)
-        limit = getattr(getattr(model, "config", None), "max_tokens", 512)
-        self.max_length = min(max_length or limit, limit)
         self.pad_values = {"input_ids": tokenizer.pad_token_id, "token_type_ids": 0, "attention_mask": 0}
         self.params = self.check({**COMMON, **type(self).defaults, **defaults})
 
@@ -90,6 +84,20 @@ class Pipeline:
                                       f"{' ...' if len(new) > 4 else ''} initialised at random; its answers mean "
                                       "nothing until the model is fine-tuned."), stacklevel=3)
         return cls(model, tokenizer, **options)
+
+    def place(self, device: str | torch.device | None, dtype: Any, max_length: int | None) -> tuple[Any, int]:
+        """Put :attr:`model` in eval mode on ``device`` (None: where it is), in ``dtype`` on the fast path; returns
+        ``(dtype choice, max_length)``, the length capped by the model's positions. A task whose model is a
+        sentence-transformers kind that places itself (rerank: a :class:`~bertkit.sentence.CrossEncoder`) overrides
+        this."""
+        from bertkit.modeling.text import resolve_device
+
+        self.model.eval()
+        if device is not None:
+            self.model.to(resolve_device(device))
+        choice = prepare(self.model, dtype, self.task)
+        limit = getattr(getattr(self.model, "config", None), "max_tokens", 512)
+        return choice, min(max_length or limit, limit)
 
     # ------------------------------------------------------------------------------ what a task defines
     def check(self, params: dict[str, Any]) -> dict[str, Any]:

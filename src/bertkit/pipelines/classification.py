@@ -7,7 +7,8 @@ by default sigmoid for one label or multi-label models (``problem_type``), none 
 otherwise. A pair is ``{"text": ..., "text_pair": ...}``.
 
 rerank scores passages against a query with a cross-encoder (a one-label sequence classifier, e.g. an
-MS MARCO cross-encoder): ``rerank(query, passages)`` -> ``[{"index", "score", "text"}]`` best first, the
+MS MARCO cross-encoder), through a :class:`~bertkit.sentence.CrossEncoder` over the model (its pairs and its
+scores: one scoring path): ``rerank(query, passages)`` -> ``[{"index", "score", "text"}]`` best first, the
 score sigmoid-squashed unless ``raw_scores=True`` (a multi-label model scores with its last label's
 softmax probability, the "relevant" class of two-label rerankers); ``top_k`` keeps the best. A pair past
 ``max_length`` is cut in the passage (``truncation="only_second"``, the default) or, with
@@ -26,10 +27,9 @@ from bertkit.checks import check_int
 from bertkit.modeling.heads import BERTForSequenceClassification
 from bertkit.pipelines.aggregation import softmax
 from bertkit.pipelines.base import Pipeline
+from bertkit.sentence.cross_encoder import PAIR_CUTS, CrossEncoder
 
 FUNCTIONS = ("softmax", "sigmoid", "none")
-#: how rerank cuts a (query, passage) pair past max_length: the passage only, or the longer text first
-PAIR_CUTS = ("only_second", "longest_first")
 _UNSET = object()
 
 
@@ -103,8 +103,16 @@ class TextClassificationPipeline(_SequenceScores):
 
 
 class RerankPipeline(_SequenceScores):
+    """``rerank``: the model (a sequence classifier) scores through :attr:`cross_encoder`, a
+    :class:`~bertkit.sentence.CrossEncoder` over it, which tokenizes each pair and runs the classifier."""
+
     task = "rerank"
     defaults: ClassVar[dict[str, Any]] = {"top_k": None, "raw_scores": False, "truncation": "only_second"}
+
+    def place(self, device: str | torch.device | None, dtype: Any, max_length: int | None) -> tuple[Any, int]:
+        self.cross_encoder = CrossEncoder.from_model(self.model, self.tokenizer, max_length=max_length, device=device,
+                                                     dtype=dtype)
+        return self.cross_encoder.dtype_choice, self.cross_encoder.max_length
 
     def __call__(self, query: str, passages: list[str] | None = None, **params: Any) -> list[dict[str, Any]]:
         """``[{"index", "score", "text"}]`` for ``passages`` against ``query``, best first."""
@@ -126,7 +134,10 @@ class RerankPipeline(_SequenceScores):
         return params
 
     def preprocess(self, item: tuple[str, str], params: dict[str, Any]) -> list[dict[str, Any]]:
-        return [self.encode(item[0], item[1], params, truncation=params["truncation"])]
+        return self.cross_encoder.features([item], params["truncation"], params["truncation_side"])
+
+    def outputs(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        return self.cross_encoder.score(batch)
 
     def postprocess(self, item: Any, features: list[dict], outputs: list[np.ndarray], params: dict) -> np.ndarray:
         return outputs[0]

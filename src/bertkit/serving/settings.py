@@ -120,7 +120,7 @@ def resolve_task(model: str | os.PathLike, task: str = "auto", pooling: str | No
     ``classify`` must hold a trained classifier: one that would score with a random head is refused, naming
     --task."""
     if task in ("rerank", "classify"):
-        from bertkit.embedding.reranking import require_scoring_head
+        from bertkit.tasks.sources import require_scoring_head
 
         require_scoring_head(model, f"--task {task}")
     if task != "auto":
@@ -141,7 +141,7 @@ def resolve_task(model: str | os.PathLike, task: str = "auto", pooling: str | No
 def trained_length(model: str | os.PathLike, task: str | None = None, tokenizer=None) -> int | None:
     """The ``max_seq_length`` a ``bertkit finetune`` directory was trained at (its ``task.json``), else for
     ``task`` rerank the length the cross-encoder directory was saved with
-    (:func:`~bertkit.embedding.cross_encoder.saved_max_length` with its loaded ``tokenizer``: what ``bertkit
+    (:func:`~bertkit.sentence.cross_encoder.saved_max_length` with its loaded ``tokenizer``: what ``bertkit
     finetune rerank`` and sentence-transformers record), else None."""
     from bertkit.tasks.sources import inspect_source
 
@@ -149,7 +149,7 @@ def trained_length(model: str | os.PathLike, task: str | None = None, tokenizer=
     if info.record is not None:
         return info.record["max_seq_length"]
     if task == "rerank" and tokenizer is not None and info.cross_encoder:
-        from bertkit.embedding.cross_encoder import saved_max_length
+        from bertkit.sentence.cross_encoder import saved_max_length
 
         return saved_max_length(model, tokenizer)
     return None

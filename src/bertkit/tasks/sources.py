@@ -386,3 +386,19 @@ def _fingerprint(checkpoint) -> dict[str, Any]:
 
 __all__ = ["TASK_FILE", "LoadedSource", "SourceInfo", "inspect_source", "load_model_and_tokenizer", "load_source",
            "read_task_file", "source_config"]
+
+
+def require_scoring_head(model: str | os.PathLike, flag: str) -> None:
+    """Refuse (``ValueError`` naming ``flag``) a ``model`` that holds no trained scoring head: a cross-encoder
+    directory or any checkpoint of a sequence classifier (:func:`bertkit.tasks.sources.inspect_source`) passes; an
+    embedding model or a base checkpoint would score with a classifier initialised at random, whose scores mean
+    nothing."""
+    info = inspect_source(model)
+    if info.cross_encoder or info.task in ("rerank", "text-classification"):  # a sequence classifier
+        return
+    held = (info.model or info.architecture or "model").rpartition(":")[2]
+    what = "an embedding model (a bi-encoder)" if info.sentence_transformers else f"a {held}"
+    raise ValueError(f"{flag}: {os.fspath(model)} holds {what} and no trained scoring head: its scores would come "
+                     "from a classifier initialised at random. Give a cross-encoder (a reranker: what `bertkit "
+                     "finetune rerank` writes, or a sentence-transformers CrossEncoder directory) or a sequence "
+                     "classifier (what `bertkit finetune classify` writes).")

@@ -30,7 +30,7 @@ def check_needed(every: int | None, described: Mapping[str, str], flags: str) ->
 
 def check_beir_directory(directory, split: str, flag: str = "--eval-beir") -> None:
     """A one-line ``ValueError`` naming ``flag`` unless ``directory`` is a directory (its content is checked as it
-    is read: :func:`~bertkit.embedding.beir.load_beir`)."""
+    is read: :func:`~bertkit.sentence.evaluation.beir.load_beir`)."""
     from pathlib import Path
 
     if not Path(directory).is_dir():

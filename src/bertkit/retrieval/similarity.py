@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+#: the similarity functions, by name (a distance is negated, so that higher is more similar for each)
 SIMILARITIES = ("cosine", "dot", "euclidean", "manhattan")
 
 

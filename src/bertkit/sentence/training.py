@@ -1,8 +1,8 @@
 """Fine-tuning a bi-encoder (an embedding model) on the one training engine: :func:`finetune_embeddings`.
 
-The pieces are the ones :mod:`bertkit.embedding` already has: :class:`~bertkit.embedding.data.EmbeddingDataset`
-streams batches of one training file's rows, :class:`~bertkit.embedding.data.PairCollator` tokenizes them into
-a :class:`~bertkit.embedding.batch.PairBatch`, a loss is called as ``loss(embed, batch)``, and the model is a
+The pieces are the ones :mod:`bertkit.sentence` already has: :class:`~bertkit.sentence.data.EmbeddingDataset`
+streams batches of one training file's rows, :class:`~bertkit.sentence.data.PairCollator` tokenizes them into
+a :class:`~bertkit.sentence.batch.PairBatch`, a loss is called as ``loss(embed, batch)``, and the model is a
 trainable :class:`~bertkit.sentence.SentenceTransformer`. This module adapts them to
 :class:`~bertkit.training.Trainer`, which calls only ``model.training_step(batch)``:
 
@@ -12,7 +12,7 @@ trainable :class:`~bertkit.sentence.SentenceTransformer`. This module adapts the
   row alone (cosine, triplet, contrastive, MarginMSE, KL) that is the gradient of one batch of ``batch_size``
   rows; an in-batch loss (MNRL, CoSENT, GIST) draws its negatives from one batch of ``batch_size / k`` rows:
   ``cached-mnrl`` with ``mini_batch_size`` gives the whole step's negatives in a small batch's memory.
-* The :class:`~bertkit.embedding.data.EmbeddingDataset` is the Trainer's *batch source*
+* The :class:`~bertkit.sentence.data.EmbeddingDataset` is the Trainer's *batch source*
   (:mod:`bertkit.training.batch_source`): it yields one batch per micro-batch, which :class:`BatchCollator`
   tokenizes (in DataLoader workers with ``num_workers > 0``). Its ``state_dict`` (epoch, batches taken) is
   snapshotted by the Trainer after every micro-batch and stored in each checkpoint: a resumed run reads past the
@@ -23,7 +23,7 @@ trainable :class:`~bertkit.sentence.SentenceTransformer`. This module adapts the
   ``batch_size / k`` rows (whole ones only: ``drop_last``; ``batch_size`` must divide by ``k * W``), every rank
   reads the same stream (same seed, same position, so a checkpoint's data state is the global stream
   position), and the collate function hands rank ``r`` its contiguous share ``r`` of each global batch
-  (:meth:`~bertkit.embedding.data.RowBatch.part`). With the losses gathering their in-batch candidates (and
+  (:meth:`~bertkit.sentence.data.RowBatch.part`). With the losses gathering their in-batch candidates (and
   their text ids) from every rank, a ``W``-process run trains as one process with the same ``batch_size``
   would (without dropout: the ranks draw different dropout masks). Rank 0 alone writes the run directory.
 * :class:`BiEncoder` is the model the Trainer sees: ``training_step`` is the loss on the batch, nothing else;
@@ -34,7 +34,7 @@ The run directory works as ``bertkit finetune``'s (:mod:`bertkit.tasks.finetunin
 checkpoints, ``metrics.jsonl`` and ``metrics.png``, ``results.json``, and ``OUT/model``: a
 sentence-transformers directory with the prompts and a short model card. With a BEIR directory and/or an STS
 file to evaluate on, the model being trained is scored at step 0, every N steps and at the end
-(:class:`~bertkit.embedding.eval_schedule.EvalSchedule`): ``"eval"`` records of ``metrics.jsonl``, the final
+(:class:`~bertkit.sentence.eval_schedule.EvalSchedule`): ``"eval"`` records of ``metrics.jsonl``, the final
 scores in ``results.json`` and a before/after table in the model card.
 """
 
@@ -52,77 +52,29 @@ from typing import Any
 import torch
 from torch import nn
 
-from bertkit.embedding.batch import PairBatch
-from bertkit.embedding.data import EmbeddingDataset, PairCollator, RowBatch
-from bertkit.embedding.data_layout import BINARY, LabelRule
-from bertkit.embedding.eval_schedule import EvalSchedule, check_every, evaluation_table, json_metrics
-from bertkit.embedding.ir_metrics import DEFAULT_K
-from bertkit.embedding.ranking_checks import check_bi_encoder_data
+from bertkit.sentence.batch import PairBatch
+from bertkit.sentence.data import EmbeddingDataset, PairCollator, RowBatch
+from bertkit.sentence.data_layout import BINARY, LabelRule
+from bertkit.sentence.eval_schedule import EvalSchedule, check_every, evaluation_table, json_metrics
+from bertkit.sentence.evaluation.ir_metrics import DEFAULT_K
+from bertkit.sentence.losses import LOSSES, build_loss  # noqa: F401 (LOSSES: its old public place)
+from bertkit.sentence.ranking_checks import check_bi_encoder_data
 from bertkit.training import TrainingConfig
 from bertkit.training.distributed import average_gradients  # noqa: F401  (its old public place)
 from bertkit.training.run import Recipe, RunResult, TrainingData, run_recipe
 
 logger = logging.getLogger(__name__)
 
-#: the losses :func:`build_loss` builds, by their CLI names
-LOSSES = ("mnrl", "cached-mnrl", "cosent", "angle", "cosine", "triplet", "contrastive", "online-contrastive",
-          "margin-mse", "kl", "gist")
 MODEL_DIR = "model"
 #: what ``batch_size`` counts, recorded in run.json (runs without it counted rows per step *and process*)
 BATCH_SIZE_COUNTS = "rows per optimizer step over all processes"
 RESULTS_FILE = "results.json"
 
 
-def build_loss(name: str, *, scale: float | None = None, symmetric: bool = False,
-               mini_batch_size: int | None = None, matryoshka_dims: Sequence[int] | None = None,
-               guide=None) -> nn.Module:
-    """The loss ``name`` (one of :data:`LOSSES`) with its options; Matryoshka wraps it when ``matryoshka_dims``.
-    An option the loss does not take (``scale`` for triplet, ``symmetric`` for CoSENT, ...) is a one-line
-    ``ValueError`` naming the flag. ``gist`` needs ``guide`` (an embed function:
-    :class:`~bertkit.embedding.guide.Guide`) and reads ``scale`` as 1 / its temperature."""
-    from bertkit.embedding import distillation, pairwise
-    from bertkit.embedding.cached import CachedMultipleNegativesRankingLoss
-    from bertkit.embedding.contrastive import MultipleNegativesRankingLoss
-    from bertkit.embedding.matryoshka import MatryoshkaLoss
-
-    if name not in LOSSES:
-        raise ValueError(f"--loss {name!r} is not a loss bertkit trains with; choose one of {', '.join(LOSSES)}.")
-    takes = _options(name)
-    given = {"scale": scale is not None, "symmetric": symmetric, "mini_batch_size": mini_batch_size is not None,
-             "guide": guide is not None}
-    for option, set_ in given.items():
-        if set_ and option not in takes:
-            raise ValueError(f"--{option.replace('_', '-')} does not apply to --loss {name}; it applies to "
-                             f"{', '.join(n for n in LOSSES if option in _options(n))}.")
-    if name == "gist":
-        if guide is None:
-            raise ValueError("--loss gist needs --guide MODEL: the embedding model whose similarities filter the "
-                             "false negatives out of each row's candidates.")
-        loss = distillation.GISTEmbedLoss(guide, **({"temperature": 1 / scale} if scale is not None else {}))
-        return MatryoshkaLoss(loss, list(matryoshka_dims)) if matryoshka_dims else loss
-    options = {"scale": scale} if scale is not None else {}
-    if name in ("mnrl", "cached-mnrl"):
-        options["symmetric"] = symmetric
-    if name == "cached-mnrl" and mini_batch_size is not None:
-        options["mini_batch_size"] = mini_batch_size
-    loss = {"mnrl": MultipleNegativesRankingLoss, "cached-mnrl": CachedMultipleNegativesRankingLoss,
-            "cosent": pairwise.CoSENTLoss, "angle": pairwise.AnglELoss, "cosine": pairwise.CosineSimilarityLoss,
-            "triplet": pairwise.TripletLoss, "contrastive": pairwise.ContrastiveLoss,
-            "online-contrastive": pairwise.OnlineContrastiveLoss, "margin-mse": distillation.MarginMSELoss,
-            "kl": distillation.DistillKLDivLoss}[name](**options)
-    return MatryoshkaLoss(loss, list(matryoshka_dims)) if matryoshka_dims else loss
-
-
 def label_rule(name: str) -> LabelRule | None:
     """What the loss ``name`` needs of every label beyond a finite number, checked as the training data is read
-    (:class:`~bertkit.embedding.data_layout.LabelRule`); None when nothing more."""
+    (:class:`~bertkit.sentence.data_layout.LabelRule`); None when nothing more."""
     return LabelRule(f"--loss {name}", *BINARY) if name in ("contrastive", "online-contrastive") else None
-
-
-def _options(name: str) -> set[str]:
-    """The options (besides Matryoshka) the loss ``name`` takes."""
-    return {"mnrl": {"scale", "symmetric"}, "cached-mnrl": {"scale", "symmetric", "mini_batch_size"},
-            "cosent": {"scale"}, "angle": {"scale"}, "gist": {"scale", "guide"}}.get(name, set())
 
 
 class BatchCollator:
@@ -182,7 +134,7 @@ EMBEDDING_DEFAULTS = dict(epochs=1.0, batch_size=32, learning_rate=5e-5, warmup_
 class EmbeddingLoss:
     """The loss of a bi-encoder run and its options (:func:`build_loss`): ``name`` one of :data:`LOSSES`;
     ``scale``, ``symmetric``, ``mini_batch_size`` (``cached-mnrl``), ``matryoshka_dims`` and ``guide`` (``gist``:
-    the embedding model that filters false negatives, :class:`~bertkit.embedding.guide.Guide`; any tokenizer,
+    the embedding model that filters false negatives, :class:`~bertkit.sentence.losses.guide.Guide`; any tokenizer,
     frozen, not saved with the model)."""
 
     name: str = "mnrl"
@@ -208,10 +160,10 @@ class EmbeddingLoss:
 @dataclass(frozen=True)
 class TrainingFiles:
     """How the training files are read and tokenized: ``columns`` (role -> column), ``sampling`` and ``encoding``
-    (:class:`~bertkit.embedding.data.EmbeddingDataset`), ``max_seq_length`` (default: the model's); for a
+    (:class:`~bertkit.sentence.data.EmbeddingDataset`), ``max_seq_length`` (default: the model's); for a
     bi-encoder also ``query_prompt`` / ``document_prompt`` (prefixed to the anchors / to the positives and
     negatives, saved as the model's ``"query"`` / ``"document"`` prompts) and ``allow_repeated_queries``
-    (:class:`~bertkit.embedding.data.PairCollator`)."""
+    (:class:`~bertkit.sentence.data.PairCollator`)."""
 
     columns: Mapping[str, Any] | None = None
     sampling: str = "proportional"
@@ -407,7 +359,7 @@ class EmbeddingRecipe(RowBatchRecipe):
         if data.max_seq_length is not None:
             net.max_seq_length = data.max_seq_length
         if self.loss.guide is not None:
-            from bertkit.embedding.guide import load_guide
+            from bertkit.sentence.losses.guide import load_guide
 
             self.objective = self.loss.build(guide=load_guide(self.loss.guide, net.tokenizer))
         net.similarity_fn_name = trained_similarity(self.objective) or net.similarity_fn_name
@@ -527,9 +479,9 @@ def check_batch_split(batch_size: int, accumulation: int, world_size: int) -> No
 
 def _in_batch(loss: nn.Module | None) -> bool:
     """Whether ``loss`` (or the loss a wrapper holds) compares rows with other rows of the batch."""
-    from bertkit.embedding.contrastive import MultipleNegativesRankingLoss
-    from bertkit.embedding.distillation import GISTEmbedLoss
-    from bertkit.embedding.pairwise import CoSENTLoss
+    from bertkit.sentence.losses.contrastive import MultipleNegativesRankingLoss
+    from bertkit.sentence.losses.distillation import GISTEmbedLoss
+    from bertkit.sentence.losses.pairwise import CoSENTLoss
 
     return any(isinstance(candidate, MultipleNegativesRankingLoss | GISTEmbedLoss | CoSENTLoss)
                for candidate in _nested(loss))
@@ -537,7 +489,7 @@ def _in_batch(loss: nn.Module | None) -> bool:
 
 def _gradcache_loss(loss: nn.Module | None) -> nn.Module | None:
     """The cached (GradCache) loss in ``loss`` (itself, or the one a wrapper holds), else None."""
-    from bertkit.embedding.cached import CachedMultipleNegativesRankingLoss
+    from bertkit.sentence.losses.cached import CachedMultipleNegativesRankingLoss
 
     return next((c for c in _nested(loss) if isinstance(c, CachedMultipleNegativesRankingLoss)), None)
 
@@ -653,10 +605,10 @@ def check_evaluation_data(beir, sts, every, split: str, k_values: Sequence[int])
     """Read and check what the run evaluates on, before it trains: ``{"beir": line, "sts": line}`` describing
     each (file, counts), empty without either. A missing directory or file, bad content, ``eval_every`` without
     data and a bad k are one-line ``ValueError`` s naming the flag or file."""
-    from bertkit.embedding.beir import load_beir
-    from bertkit.embedding.eval_schedule import check_beir_directory, check_needed
-    from bertkit.embedding.ir_metrics import check_k_values
-    from bertkit.embedding.sts import read_sts
+    from bertkit.sentence.eval_schedule import check_beir_directory, check_needed
+    from bertkit.sentence.evaluation.beir import load_beir
+    from bertkit.sentence.evaluation.ir_metrics import check_k_values
+    from bertkit.sentence.evaluation.sts import read_sts
 
     check_every(every)
     described = {}
@@ -678,9 +630,9 @@ def check_evaluation_data(beir, sts, every, split: str, k_values: Sequence[int])
 
 def evaluate_embeddings(net, beir, sts, split: str, k_values: Sequence[int]) -> dict[str, float]:
     """The flat metrics of ``net`` (a :class:`~bertkit.sentence.SentenceTransformer`) on the BEIR directory
-    (:func:`~bertkit.embedding.evaluate.beir_report`'s: ``ndcg@10``, ``mrr@10``, ...) and on the STS file
-    (:func:`~bertkit.embedding.evaluate.sts_report`'s: ``pearson_cosine``, ``spearman_cosine``, ...)."""
-    from bertkit.embedding.evaluate import beir_report, sts_report
+    (:func:`~bertkit.sentence.evaluation.evaluate.beir_report`'s: ``ndcg@10``, ``mrr@10``, ...) and on the STS file
+    (:func:`~bertkit.sentence.evaluation.evaluate.sts_report`'s: ``pearson_cosine``, ``spearman_cosine``, ...)."""
+    from bertkit.sentence.evaluation.evaluate import beir_report, sts_report
 
     metrics: dict[str, float] = {}
     if beir is not None:
@@ -692,7 +644,7 @@ def evaluate_embeddings(net, beir, sts, split: str, k_values: Sequence[int]) -> 
 
 def evaluation_card(described: Mapping[str, str], evaluation: EvalSchedule | None,
                     results: Mapping[str, Any] | None = None) -> list[str]:
-    """The model card's "Evaluation" lines: the data, then :func:`~bertkit.embedding.eval_schedule.evaluation_table`
+    """The model card's "Evaluation" lines: the data, then :func:`~bertkit.sentence.eval_schedule.evaluation_table`
     of the evaluations, and the kept best model (``results["best"]``) where one was kept; ``[]`` without any."""
     if evaluation is None or not evaluation.history:
         return []

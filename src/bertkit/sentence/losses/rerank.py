@@ -3,7 +3,7 @@
 Each is called as ``loss(score, batch)``: ``score(inputs) -> logits [m] or [m, 1]`` is the model on tokenized
 (query, passage) pairs (:meth:`bertkit.CrossEncoder.score`), ``batch`` a :class:`RerankBatch`.
 
-Why not :class:`~bertkit.embedding.batch.PairBatch`: its columns are single texts, each tokenized alone, which is
+Why not :class:`~bertkit.sentence.batch.PairBatch`: its columns are single texts, each tokenized alone, which is
 what a bi-encoder embeds. A cross-encoder reads a query and a passage as one input, ``[CLS] q [SEP] p [SEP]``, cut
 as a pair past the length limit, so its inputs are the pairs; and the multiple-negatives loss pairs each query with
 other rows' passages, pairs that exist in no column and are only known inside the loss. So a :class:`RerankBatch`
@@ -240,10 +240,12 @@ class LambdaLoss(nn.Module):
         return ndcg2 if self.weighting == "ndcg_loss2" else self.mu * ndcg2 + lambdarank
 
 
-class MultipleNegativesRankingLoss(nn.Module):
-    """Cross-entropy of each row's positive (its first document) against its negatives: ``num_negatives``
-    documents of other rows drawn at random (every one for None; 0: none) and the row's own hard negatives (the
-    rest of its list), on ``scale x activation(logit)`` (sigmoid by default; None for the raw logits).
+class CrossEncoderMultipleNegativesRankingLoss(nn.Module):
+    """sentence-transformers' ``cross_encoder.losses.MultipleNegativesRankingLoss``, named apart from the bi-encoder
+    loss :class:`~bertkit.sentence.losses.contrastive.MultipleNegativesRankingLoss`. Cross-entropy of each row's
+    positive (its first document) against its negatives: ``num_negatives`` documents of other rows drawn at random
+    (every one for None; 0: none) and the row's own hard negatives (the rest of its list), on
+    ``scale x activation(logit)`` (sigmoid by default; None for the raw logits).
 
     Other rows' documents identical to a row's positive are not its negatives (duplicates masked by text, so a
     repeated passage is no false negative); with ``mask_duplicates=False`` they are, as in sentence-transformers.
@@ -255,7 +257,7 @@ class MultipleNegativesRankingLoss(nn.Module):
                  activation: str | nn.Module | None = "sigmoid", mask_duplicates: bool = True,
                  mini_batch_size: int | None = None):
         super().__init__()
-        from bertkit.embedding.cross_encoder import resolve_activation
+        from bertkit.sentence.cross_encoder import resolve_activation
 
         self.num_negatives = check_int("num_negatives", num_negatives, 0, none_means="every other row's document")
         self.scale = scale
@@ -321,5 +323,10 @@ class MultipleNegativesRankingLoss(nn.Module):
         return order, allowed.gather(1, order)
 
 
-__all__ = ["BinaryCrossEntropyLoss", "LambdaLoss", "ListNetLoss", "MultipleNegativesRankingLoss",
-                      "RerankBatch", "listed_scores", "score_pairs"]
+#: The reranker's multiple-negatives loss by the name it had before issue 39, which the bi-encoder loss
+#: :class:`~bertkit.sentence.losses.contrastive.MultipleNegativesRankingLoss` also has: an alias of
+#: :class:`CrossEncoderMultipleNegativesRankingLoss`, kept so that code importing it from here still works.
+MultipleNegativesRankingLoss = CrossEncoderMultipleNegativesRankingLoss
+
+__all__ = ["BinaryCrossEntropyLoss", "CrossEncoderMultipleNegativesRankingLoss", "LambdaLoss", "ListNetLoss",
+           "RerankBatch", "listed_scores", "score_pairs"]

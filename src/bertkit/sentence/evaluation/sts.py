@@ -12,8 +12,8 @@ import math
 import os
 from collections.abc import Sequence
 
-from bertkit.embedding.retrieval import Encode, encode_sorted
-from bertkit.embedding.similarity import rowwise
+from bertkit.retrieval.dense import Encode, encode_sorted
+from bertkit.retrieval.similarity import rowwise
 from bertkit.tasks.metrics import pearson, spearman
 from bertkit.tasks.readers import read_rows, where
 
@@ -24,7 +24,7 @@ def evaluate_sts(encode: Encode, pairs: Sequence[tuple[str, str]], scores: Seque
                  batch_size: int = 32) -> dict[str, float]:
     """``{"pairs": n, "pearson_cosine", "spearman_cosine", "pearson_dot", "spearman_dot"}`` of ``encode`` on
     ``pairs`` against the gold ``scores`` (one per pair, at least 2). Each distinct sentence is encoded once, in
-    length-sorted batches (:func:`~bertkit.embedding.retrieval.encode_sorted`). A correlation is NaN when the
+    length-sorted batches (:func:`~bertkit.retrieval.dense.encode_sorted`). A correlation is NaN when the
     similarities or the gold scores are all equal."""
     if len(pairs) != len(scores):
         raise ValueError(f"evaluate_sts: {len(pairs)} pairs but {len(scores)} scores; give one gold score per pair.")

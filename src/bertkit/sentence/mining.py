@@ -39,8 +39,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from bertkit.embedding.similarity import SIMILARITIES, pairwise, rowwise
 from bertkit.inference.finite import check_rows
+from bertkit.retrieval.similarity import SIMILARITIES, pairwise, rowwise
 
 Encoder = Callable[[list[str]], Any]
 Rescorer = Callable[[list[tuple[str, str]]], Any]
@@ -70,7 +70,7 @@ def mine_hard_negatives(queries: Sequence[str], positives: Sequence[str], corpus
 
     ``encode`` maps a list of texts to float embeddings ``[n, d]`` (array or tensor); it is called once for the
     pool and once for the unique queries (``encode_queries`` instead, for a model with a query prompt).
-    ``similarity`` is one of :data:`~bertkit.embedding.similarity.SIMILARITIES` (distances negated);
+    ``similarity`` is one of :data:`~bertkit.retrieval.similarity.SIMILARITIES` (distances negated);
     ``use_faiss`` takes cosine or dot only. ``rescore`` is called with at most ``batch_size`` pairs at a time
     and returns one score per pair. Returns :class:`Mined`; bad arguments raise ``ValueError`` naming them.
     """

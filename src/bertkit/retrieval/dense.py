@@ -1,24 +1,23 @@
-"""Dense retrieval evaluation: encode a corpus once, rank it for every query in bounded memory, score the ranking.
+"""Dense retrieval: encode a corpus once, rank it for every query in bounded memory.
 
 The corpus and the queries are encoded in batches of texts sorted by length (longest first, so padding inside
 an encoder's batch is small), the vectors put back in input order. Scores are computed a block of queries
 against a chunk of the corpus at a time, ``[query_chunk_size, chunk_size]`` at most, and merged into a running
 top ``depth`` per query, so memory is bounded by one chunk however large the corpus. Ties are broken as
-trec_eval breaks them, toward the greater doc id, so the ranking (and every metric) is the same for any chunk
+trec_eval breaks them, toward the greater doc id, so the ranking is the same for any chunk
 size and equals a ranking of the full score matrix.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
-from bertkit.embedding.ir_metrics import DEFAULT_K, check_k_values, evaluate_rankings
-from bertkit.embedding.similarity import SIMILARITIES, pairwise
 from bertkit.inference.finite import check_rows
+from bertkit.retrieval.similarity import SIMILARITIES, pairwise
 
 #: an encoder: a list of texts -> their float32 vectors ``[n, d]`` (a numpy array or a torch tensor)
 Encode = Callable[[list[str]], Any]
@@ -59,7 +58,7 @@ def search(queries: torch.Tensor, corpus: torch.Tensor, depth: int, *, chunk_siz
            query_chunk_size: int = 256, similarity: str = "cosine") -> tuple[torch.Tensor, torch.Tensor]:
     """The best ``min(depth, N)`` rows of ``corpus [N, d]`` for each row of ``queries [Q, d]``: ``(scores,
     indices)``, both ``[Q, min(depth, N)]``, best first, a tie to the lower corpus index. Scores are
-    :func:`~bertkit.embedding.similarity.pairwise`'s, computed ``[query_chunk_size, chunk_size]`` at a time."""
+    :func:`~bertkit.retrieval.similarity.pairwise`'s, computed ``[query_chunk_size, chunk_size]`` at a time."""
     if similarity not in SIMILARITIES:
         raise ValueError(f"similarity must be one of {SIMILARITIES}, got {similarity!r}.")
     if depth < 1 or chunk_size < 1 or query_chunk_size < 1:
@@ -143,23 +142,3 @@ def retrieve(encode_queries: Encode, encode_corpus: Encode, corpus: Mapping[str,
             ranked = [(doc, s) for doc, s in ranked if doc != query]
         hits[query] = ranked[:depth]
     return hits
-
-
-def evaluate_retrieval(encode_queries: Encode, encode_corpus: Encode, corpus: Mapping[str, str],
-                       queries: Mapping[str, str], qrels: Mapping[str, Mapping[str, int]], *,
-                       k_values: Iterable[int] = DEFAULT_K, batch_size: int = 32, chunk_size: int = 50_000,
-                       query_chunk_size: int = 256, similarity: str = "cosine",
-                       ignore_identical_ids: bool = False) -> dict:
-    """Retrieval metrics of an encoder on ``corpus`` for the queries of ``qrels``: :func:`retrieve` to the largest
-    k, scored by :func:`~bertkit.embedding.ir_metrics.evaluate_rankings` (``{"queries", "metrics",
-    "per_query"}``: the mean over the judged queries, and each one's). A judged query missing from ``queries``
-    raises ``ValueError``."""
-    k_values = check_k_values(k_values)
-    missing = [q for q in qrels if q not in queries]
-    if missing:
-        raise ValueError(f"{len(missing)} judged queries have no text ({', '.join(map(repr, missing[:3]))}"
-                         f"{', ...' if len(missing) > 3 else ''}); pass every query of qrels in queries.")
-    hits = retrieve(encode_queries, encode_corpus, corpus, {q: queries[q] for q in qrels}, depth=k_values[-1],
-                    batch_size=batch_size, chunk_size=chunk_size, query_chunk_size=query_chunk_size,
-                    similarity=similarity, ignore_identical_ids=ignore_identical_ids)
-    return evaluate_rankings({q: [doc for doc, _ in ranked] for q, ranked in hits.items()}, qrels, k_values)

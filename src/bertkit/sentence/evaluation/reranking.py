@@ -3,7 +3,7 @@
 
 **BEIR + first stage** (:class:`BeirRerankEvaluator`, :func:`rerank_report`). The first stage gives each judged
 query its ``top_k`` documents: an embedding model (a directory or a loaded SentenceTransformer; the corpus
-encoded once, in length-sorted batches, ranked in chunks by :func:`~bertkit.embedding.retrieval.retrieve`) or a
+encoded once, in length-sorted batches, ranked in chunks by :func:`~bertkit.retrieval.dense.retrieve`) or a
 run file (TREC ``qid Q0 docid rank score tag`` lines, or JSON ``{qid: {docid: score}}``; each query's
 documents ranked by score as trec_eval ranks them, the ``rank`` column ignored, as trec_eval ignores it). The
 cross-encoder then scores every (query, document) pair of those lists and the documents are re-ordered by its
@@ -23,7 +23,7 @@ positives then the negatives; with ``documents``, the positives then the documen
 (``False``), and the documents' own order is reported as ``base_*``, as sentence-transformers reports it.
 Metrics per row, averaged: ``mrr@k``, ``ndcg@k`` and ``map`` (average precision over the whole list).
 
-Every metric is :mod:`bertkit.embedding.ir_metrics`'s (trec_eval's, ties to the greater document id); a flat
+Every metric is :mod:`bertkit.sentence.evaluation.ir_metrics`'s (trec_eval's, ties to the greater document id); a flat
 ``{name: value}`` is what calling an evaluator with a cross-encoder returns, for a trainer's ``--eval``
 callback: ``functools.partial(evaluator, cross_encoder)`` is an ``evaluate() -> dict[str, float]``.
 """
@@ -38,48 +38,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bertkit.embedding.ir_metrics import DEFAULT_K, check_k_values, evaluate_rankings, query_metrics, rank
 from bertkit.inference.finite import check_rows
+from bertkit.sentence.evaluation.ir_metrics import DEFAULT_K, check_k_values, evaluate_rankings, query_metrics, rank
 
 #: pairs scored by one ``predict`` call (a block of whole queries): bounds the tokenized pairs held at once
 PAIR_CHUNK = 16_384
 
 
 # ---------------------------------------------------------------------------------------------- scoring
-
-def is_cross_encoder(model_dir: str | os.PathLike) -> bool:
-    """Whether the directory ``model_dir`` holds a cross-encoder: a sequence classifier (its ``config.json``
-    names a ``*ForSequenceClassification`` architecture), alone (as :meth:`CrossEncoder.save` and
-    sentence-transformers 4-5 write one) or as the one Transformer module of a sentence-transformers 6
-    directory (:func:`bertkit.tasks.sources.inspect_source`'s ``cross_encoder``). An embedding model (a
-    ``modules.json`` with pooling, a bare encoder) or a directory without a checkpoint is not one."""
-    from bertkit.tasks.sources import inspect_source
-
-    if not Path(model_dir).is_dir():
-        return False
-    try:
-        return inspect_source(model_dir).cross_encoder
-    except FileNotFoundError:  # no checkpoint in it
-        return False
-
-
-def require_scoring_head(model: str | os.PathLike, flag: str) -> None:
-    """Refuse (``ValueError`` naming ``flag``) a ``model`` that holds no trained scoring head: a cross-encoder
-    directory or any checkpoint of a sequence classifier (:func:`bertkit.tasks.sources.inspect_source`) passes; an
-    embedding model or a base checkpoint would score with a classifier initialised at random, whose scores mean
-    nothing."""
-    from bertkit.tasks.sources import inspect_source
-
-    info = inspect_source(model)
-    if info.cross_encoder or info.task in ("rerank", "text-classification"):  # a sequence classifier
-        return
-    held = (info.model or info.architecture or "model").rpartition(":")[2]
-    what = "an embedding model (a bi-encoder)" if info.sentence_transformers else f"a {held}"
-    raise ValueError(f"{flag}: {os.fspath(model)} holds {what} and no trained scoring head: its scores would come "
-                     "from a classifier initialised at random. Give a cross-encoder (a reranker: what `bertkit "
-                     "finetune rerank` writes, or a sentence-transformers CrossEncoder directory) or a sequence "
-                     "classifier (what `bertkit finetune classify` writes).")
-
 
 @contextmanager
 def _evaluating(cross_encoder):
@@ -183,11 +149,11 @@ def first_stage_hits(first_stage: Any, data, top_k: int, *, directory: str | os.
                      chunk_size: int = 50_000, ignore_identical_ids: bool = False, precision: str = "auto",
                      flag: str = "--first-stage") -> tuple[dict[str, list[str]], dict[str, Any]]:
     """``({query id: [doc id, ...]}, what the first stage was)``: the best ``top_k`` documents of each judged
-    query of ``data`` (a :class:`~bertkit.embedding.beir.BeirData`), best first, from ``first_stage`` (a run
+    query of ``data`` (a :class:`~bertkit.sentence.evaluation.beir.BeirData`), best first, from ``first_stage`` (a run
     file, an embedding model directory, or a loaded SentenceTransformer; see the module docstring). ``flag``: the
     command's option that gave it, named in errors."""
     if isinstance(first_stage, str | os.PathLike) and Path(first_stage).is_file():
-        from bertkit.embedding.beir import _records
+        from bertkit.sentence.evaluation.beir import _records
 
         query_ids = [query for _, _, query, _ in _records(Path(directory) / "queries.jsonl")]
         run = read_run(first_stage, query_ids, data.corpus)
@@ -200,14 +166,14 @@ def first_stage_hits(first_stage: Any, data, top_k: int, *, directory: str | os.
         return hits, {"run": os.fspath(first_stage)}
     model, precision_used = first_stage, None
     if isinstance(first_stage, str | os.PathLike):
-        from bertkit.embedding.evaluate import load_encoder
+        from bertkit.sentence.evaluation.evaluate import load_encoder
 
         if not Path(first_stage).is_dir():
             raise ValueError(f"{flag} {first_stage}: no such file or directory; give an embedding model "
                              "directory or a run file (TREC lines or JSON {qid: {docid: score}}).")
         model, precision_used = load_encoder(first_stage, dtype=precision)
-    from bertkit.embedding.evaluate import retrieval_encoders
-    from bertkit.embedding.retrieval import retrieve
+    from bertkit.retrieval.dense import retrieve
+    from bertkit.sentence.evaluation.evaluate import retrieval_encoders
 
     encode_queries, encode_documents, prompts = retrieval_encoders(model, batch_size)
     similarity = model.similarity_fn_name
@@ -224,7 +190,7 @@ class BeirRerankEvaluator:
     """Reranking a first stage's ``top_k`` on the ``split`` of the BEIR ``directory`` (see the module docstring).
 
     The first stage runs once, here; :meth:`report` (the whole report) and calling the evaluator with a
-    :class:`~bertkit.embedding.cross_encoder.CrossEncoder` (its reranked means, flat) score the candidates with
+    :class:`~bertkit.sentence.cross_encoder.CrossEncoder` (its reranked means, flat) score the candidates with
     that cross-encoder, as often as asked (every N steps of training). ``first_stage_flag``: the command's option
     that gave ``first_stage``, named in its errors."""
 
@@ -232,7 +198,7 @@ class BeirRerankEvaluator:
                  k_values: Iterable[int] = DEFAULT_K, batch_size: int = 64, chunk_size: int = 50_000,
                  always_rerank_positives: bool = False, ignore_identical_ids: bool = False,
                  precision: str = "auto", first_stage_flag: str = "--first-stage"):
-        from bertkit.embedding.beir import load_beir
+        from bertkit.sentence.evaluation.beir import load_beir
 
         if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
             raise ValueError(f"--top-k must be a whole number of at least 1 (the first stage's documents reranked "
@@ -307,8 +273,8 @@ def rerank_rows(path: str | os.PathLike, always_rerank_positives: bool = True, f
     ``ValueError`` naming ``flag`` (the command's option that gave the file), the file (and row)."""
     import itertools
 
-    from bertkit.embedding.data import SAMPLE_ROWS, table_records
-    from bertkit.embedding.data_layout import resolve_columns
+    from bertkit.sentence.data import SAMPLE_ROWS, table_records
+    from bertkit.sentence.data_layout import resolve_columns
 
     if not os.path.exists(path):
         raise ValueError(f"{flag} {os.fspath(path)}: no such file; give a file of (query, positive, negatives) "

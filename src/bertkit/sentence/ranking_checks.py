@@ -4,7 +4,7 @@ A ranking loss compares a row's positive with other candidates: in-batch negativ
 negatives (the row's own), or a row's passages among themselves. Where a training file and the settings leave
 every row without a candidate, the loss is the same constant (0) at every step, its gradient is exactly zero, and
 a run would "succeed" with the model it started from. These checks read the training files (the opened
-:class:`~bertkit.embedding.data.EmbeddingDataset`'s, stopping as soon as a file is shown to have something to
+:class:`~bertkit.sentence.data.EmbeddingDataset`'s, stopping as soon as a file is shown to have something to
 rank) and raise one ``ValueError`` naming the flag or file, why nothing is ranked, and what to change.
 :func:`check_bi_encoder_data` serves ``finetune embed``, :func:`check_reranker_data` ``finetune rerank``; the
 Trainer's zero-gradient warning covers what only shows while training.
@@ -17,11 +17,11 @@ from typing import Any
 
 from torch import nn
 
-from bertkit.embedding import rerank_losses
-from bertkit.embedding.contrastive import MultipleNegativesRankingLoss
-from bertkit.embedding.data import EmbeddingDataset, training_rows
-from bertkit.embedding.distillation import GISTEmbedLoss
-from bertkit.embedding.pairwise import CoSENTLoss
+from bertkit.sentence.data import EmbeddingDataset, training_rows
+from bertkit.sentence.losses import rerank as rerank_losses
+from bertkit.sentence.losses.contrastive import MultipleNegativesRankingLoss
+from bertkit.sentence.losses.distillation import GISTEmbedLoss
+from bertkit.sentence.losses.pairwise import CoSENTLoss
 
 #: how a user gets hard negatives for rows that have none
 _MINE = "add hard negatives (bertkit embed mine MODEL --data FILE -o MINED)"
@@ -34,7 +34,7 @@ def check_bi_encoder_data(dataset: EmbeddingDataset, loss: nn.Module, loss_name:
     duplicate); CoSENT / AnglE with one row per batch or one score for every row. ``dataset.batch_size`` is the
     global batch, which the in-batch losses rank over (CoSENT orders each rank's rows: the same check at one
     process)."""
-    from bertkit.embedding.training import innermost_loss  # training imports this module
+    from bertkit.sentence.training import innermost_loss  # training imports this module
 
     inner = innermost_loss(loss)
     for index, path in enumerate(dataset.files):
@@ -82,7 +82,7 @@ def check_reranker_data(dataset: EmbeddingDataset, loss: nn.Module, loss_name: s
                 raise ValueError(f"{path}: every row holds one passage, so --loss listnet has nothing to rank and its "
                                  "loss is 0 at every step; use --loss bce for (query, passage, label) rows, or give "
                                  f"rows with negatives ({_MINE}).")
-        elif isinstance(loss, rerank_losses.MultipleNegativesRankingLoss):
+        elif isinstance(loss, rerank_losses.CrossEncoderMultipleNegativesRankingLoss):
             if any(_negatives(row) for row in _rows(dataset, index)):
                 continue
             if loss.num_negatives == 0:

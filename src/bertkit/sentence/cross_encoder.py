@@ -1,9 +1,10 @@
 """Cross-encoders (rerankers): a sequence classifier that reads a (query, passage) pair as one input.
 
 :class:`CrossEncoder` scores pairs as sentence-transformers' ``CrossEncoder`` does (``predict``, ``rank``) on
-bertkit's own scoring path, the ``rerank`` pipeline that ``bertkit serve`` answers ``/rerank`` with: each pair
-tokenized together (``[CLS] query [SEP] passage [SEP]``, the longer text cut first past ``max_length``, as
-sentence-transformers cuts), then the classifier over length-sorted batches.
+bertkit's fast inference path: each pair tokenized together (``[CLS] query [SEP] passage [SEP]``, the longer
+text cut first past ``max_length``, as sentence-transformers cuts), then the classifier over length-sorted
+batches. This is the one scoring path: the ``rerank`` pipeline (what ``bertkit serve`` answers ``/rerank`` with)
+wraps a :class:`CrossEncoder` as the ``embeddings`` pipeline wraps a ``SentenceTransformer``.
 
 The activation applied to the logits is sentence-transformers' rule: the one the checkpoint names
 (``config_sentence_transformers.json``'s ``activation_fn`` in a sentence-transformers 6 directory, else
@@ -33,13 +34,18 @@ from torch import nn
 
 from bertkit.checks import check_int
 from bertkit.inference.batching import check_batch_size, pad, run_sorted
+from bertkit.inference.precision import prepare
 from bertkit.io import atomic_write_text, read_json_object
+from bertkit.modeling.text import resolve_device
 from bertkit.tasks.sources import inspect_source
+from bertkit.tokenization.cut import cut_pairs
 
 #: short names ``activation`` takes, and the torch classes sentence-transformers records for them
 ACTIVATIONS = {"sigmoid": "torch.nn.modules.activation.Sigmoid", "identity": "torch.nn.modules.linear.Identity",
                "tanh": "torch.nn.modules.activation.Tanh"}
-#: how a pair past ``max_length`` is cut: the longer text first (sentence-transformers' ``truncation=True``)
+#: how a pair past ``max_length`` is cut: the passage only, or the longer text first (sentence-transformers'
+#: ``truncation=True``, this class's own cut)
+PAIR_CUTS = ("only_second", "longest_first")
 _PAIR_CUT = "longest_first"
 _ST_CONFIG = "config_sentence_transformers.json"
 
@@ -90,7 +96,6 @@ class CrossEncoder:
                  max_length: int | None = None, device: str | torch.device | None = None,
                  activation: str | nn.Module | None = None, *, from_bi_encoder: bool = False, dtype: Any = "auto"):
         from bertkit.modeling.heads import BERTForSequenceClassification
-        from bertkit.pipelines.classification import RerankPipeline
         from bertkit.tasks.sources import load_model_and_tokenizer
 
         check_int("num_labels", num_labels, 1, none_means="the checkpoint's")
@@ -98,52 +103,91 @@ class CrossEncoder:
         source, settings = _read_sentence_transformers(model_name_or_path, bi_encoder=from_bi_encoder)
         overrides = {"num_labels": num_labels} if num_labels is not None else {}
         model, tokenizer = load_model_and_tokenizer(source, BERTForSequenceClassification, **overrides)
-        length = max_length or _saved_length(settings, tokenizer)
-        self.pipeline = RerankPipeline(model, tokenizer, device=device, dtype=dtype, max_length=length,
-                                       truncation=_PAIR_CUT)
-        self.dtype_choice = self.pipeline.dtype_choice
-        tokenizer.model_max_length = self.pipeline.max_length  # what save() records
-        self.model, self.tokenizer = self.pipeline.model, tokenizer
+        self._place(model, tokenizer, max_length or _saved_length(settings, tokenizer), device, dtype)
+        tokenizer.model_max_length = self.max_length  # what save() records
         recorded = settings.get("activation_fn") or _config_activation(source)
-        self.activation = resolve_activation(
-            activation if activation is not None else recorded if recorded is not None else
-            "sigmoid" if self.num_labels == 1 else "identity")
+        self._activate(activation if activation is not None else recorded)
+
+    @classmethod
+    def from_model(cls, model: nn.Module, tokenizer: Any, *, max_length: int | None = None,
+                   device: str | torch.device | None = None, dtype: Any = "auto",
+                   activation: str | nn.Module | None = None) -> CrossEncoder:
+        """A cross-encoder over a loaded sequence classifier ``model`` (a ``BERTForSequenceClassification`` of any
+        family) and its ``tokenizer``, put on ``device`` in ``dtype`` as :class:`CrossEncoder` puts a loaded one;
+        ``max_length`` (default: the model's positions) and ``activation`` as there (default: sigmoid for one
+        label, identity for several). The ``rerank`` pipeline scores through one."""
+        check_int("max_length", max_length, 1, none_means="the model's positions")
+        cross = cls.__new__(cls)
+        cross._place(model, tokenizer, max_length, device, dtype)
+        cross._activate(activation)
+        return cross
+
+    def _place(self, model: nn.Module, tokenizer: Any, max_length: int | None, device: Any, dtype: Any) -> None:
+        """Eval mode, on ``device``, in ``dtype`` on the fast path; pairs cut at ``max_length`` within the model."""
+        self.model, self.tokenizer = model.eval(), tokenizer
+        if device is not None:
+            model.to(resolve_device(device))
+        self.dtype_choice = prepare(model, dtype, "rerank")
+        limit = getattr(getattr(model, "config", None), "max_tokens", 512)
+        self.max_length = min(max_length or limit, limit)
+        self.pad_values = {"input_ids": tokenizer.pad_token_id, "token_type_ids": 0, "attention_mask": 0}
+
+    def _activate(self, activation: str | nn.Module | None) -> None:
+        self.activation = resolve_activation(activation if activation is not None else
+                                             "sigmoid" if self.num_labels == 1 else "identity")
 
     @property
     def num_labels(self) -> int:
         return self.model.config.num_labels
 
     @property
-    def max_length(self) -> int:
-        return self.pipeline.max_length
-
-    @property
     def device(self) -> torch.device:
-        return self.pipeline.device
+        return next(self.model.parameters()).device
 
     # --------------------------------------------------------------------------------- the scoring path
+    def features(self, pairs: Sequence[tuple[str, str]], truncation: str = _PAIR_CUT,
+                 truncation_side: str = "right") -> list[dict[str, list]]:
+        """The unpadded token rows (``input_ids``, ``token_type_ids``, ``attention_mask`` lists) of ``pairs``, each
+        pair tokenized together and cut past :attr:`max_length` by ``truncation`` (one of :data:`PAIR_CUTS`) at
+        ``truncation_side``; each text is first cut to the part truncation keeps
+        (:func:`~bertkit.tokenization.cut.cut_pairs`: the same tokens, at a cost bounded by ``max_length``)."""
+        for pair in pairs:
+            if not (isinstance(pair, list | tuple) and len(pair) == 2 and all(isinstance(t, str) for t in pair)):
+                raise ValueError(f"a cross-encoder scores (query, passage) pairs of two strings; got {pair!r}.")
+        if truncation not in PAIR_CUTS:
+            raise ValueError(f"truncation must be one of {PAIR_CUTS}, got {truncation!r}.")
+        rows = []
+        for query, passage in pairs:
+            (first,), (second,) = cut_pairs(self.tokenizer, [query], [passage], self.max_length, truncation_side,
+                                            truncation)
+            encoding = self.tokenizer(first, second, truncation=truncation, max_length=self.max_length,
+                                      truncation_side=truncation_side, return_token_type_ids=True)
+            rows.append(dict(encoding))
+        return rows
+
     def tokenize(self, pairs: Sequence[tuple[str, str]]) -> dict[str, torch.Tensor]:
         """``pairs`` tokenized together and padded: ``input_ids``, ``token_type_ids``, ``attention_mask``, each
         ``[n, L]`` on the model's device (the inputs of :meth:`score`)."""
-        return pad([self._feature(pair) for pair in pairs], self.pipeline.pad_values, self.device)
+        return pad(self.features(pairs), self.pad_values, self.device)
 
     def score(self, inputs: Mapping[str, torch.Tensor]) -> torch.Tensor:
         """The classifier's logits ``[n, num_labels]`` for :meth:`tokenize`'s ``inputs``; with gradients unless
         called under ``torch.no_grad`` (the ``score`` the reranking losses call)."""
-        return self.pipeline.outputs(dict(inputs))
+        return self.model(inputs["input_ids"], inputs["attention_mask"], inputs["token_type_ids"])
 
-    def _feature(self, pair: Any) -> dict[str, list]:
-        if not (isinstance(pair, list | tuple) and len(pair) == 2 and all(isinstance(t, str) for t in pair)):
-            raise ValueError(f"a cross-encoder scores (query, passage) pairs of two strings; got {pair!r}.")
-        return self.pipeline.encode(pair[0], pair[1], self.pipeline.params, truncation=_PAIR_CUT)
+    @torch.inference_mode()
+    def forward(self, rows: list[dict[str, list]]) -> list[np.ndarray]:
+        """float32 logits ``[num_labels]`` of each of :meth:`features`' ``rows``, run as one padded batch."""
+        logits = self.score(pad(rows, self.pad_values, self.device)).float().cpu().numpy()
+        return list(logits)
 
     def logits(self, pairs: Sequence[tuple[str, str]], batch_size: int = 32) -> np.ndarray:
         """float32 ``[n, num_labels]`` logits of ``pairs``, in length-sorted batches of ``batch_size``."""
         check_batch_size(batch_size)
-        features = [self._feature(pair) for pair in pairs]
+        features = self.features(pairs)
         if not features:
             return np.zeros((0, self.num_labels), dtype=np.float32)
-        rows = run_sorted(features, [len(f["input_ids"]) for f in features], batch_size, self.pipeline.forward)
+        rows = run_sorted(features, [len(f["input_ids"]) for f in features], batch_size, self.forward)
         return np.stack(rows)
 
     # ------------------------------------------------------------------------------- sentence-transformers' API
@@ -217,6 +261,18 @@ def _read_sentence_transformers(source: str | os.PathLike,
     return folder, settings
 
 
+def is_cross_encoder(model_dir: str | os.PathLike) -> bool:
+    """Whether the directory ``model_dir`` holds a cross-encoder: a sequence classifier (its ``config.json``
+    names a ``*ForSequenceClassification`` architecture), alone (as :meth:`CrossEncoder.save` and
+    sentence-transformers 4-5 write one) or as the one Transformer module of a sentence-transformers 6
+    directory (:func:`bertkit.tasks.sources.inspect_source`'s ``cross_encoder``). An embedding model (a
+    ``modules.json`` with pooling, a bare encoder) or a directory without a checkpoint is not one."""
+    if not Path(model_dir).is_dir():
+        return False
+    try:
+        return inspect_source(model_dir).cross_encoder
+    except FileNotFoundError:  # no checkpoint in it
+        return False
 def saved_max_length(source: str | os.PathLike, tokenizer: Any) -> int | None:
     """The pair length the cross-encoder directory ``source`` was saved with (``tokenizer``: its loaded tokenizer):
     a sentence-transformers 6 Transformer module's ``max_seq_length``, else the tokenizer's ``model_max_length``

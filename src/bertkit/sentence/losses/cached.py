@@ -16,7 +16,7 @@ returned tensor (gradient accumulation's ``1/k``, a loss scaler's factor) scales
 The replay calls ``embed`` inside ``backward()``; DDP's reducer refuses a parameter that receives its
 gradient several times in one backward, so under data parallelism run the model outside DDP (or in its
 ``no_sync()``) and average the gradients over the ranks after the backward: the Trainer does it with
-``grad_sync="manual"``, which :class:`~bertkit.embedding.training.BiEncoder` declares for this loss. A loop of
+``grad_sync="manual"``, which :class:`~bertkit.sentence.training.BiEncoder` declares for this loss. A loop of
 your own may instead set ``on_replayed`` (an attribute of :class:`CachedMultipleNegativesRankingLoss`, called at
 the end of the replay, inside ``backward()``). Each backward replays every mini-batch again, so call backward
 once per forward.
@@ -29,8 +29,8 @@ from collections.abc import Callable, Mapping, Sequence
 import torch
 from torch import nn
 
-from bertkit.embedding.batch import Embed, PairBatch
-from bertkit.embedding.contrastive import MultipleNegativesRankingLoss
+from bertkit.sentence.batch import Embed, PairBatch
+from bertkit.sentence.losses.contrastive import MultipleNegativesRankingLoss
 
 #: ``objective(embeddings, batch) -> scalar``: a loss on one ``[n, d]`` tensor per column
 Objective = Callable[[Sequence[torch.Tensor], PairBatch], torch.Tensor]
@@ -116,7 +116,7 @@ def gradcache(embed: Embed, batch: PairBatch, objective: Objective, mini_batch_s
 
 
 class CachedMultipleNegativesRankingLoss(nn.Module):
-    """:class:`~bertkit.embedding.contrastive.MultipleNegativesRankingLoss` in GradCache form (module docstring):
+    """:class:`~bertkit.sentence.losses.contrastive.MultipleNegativesRankingLoss` in GradCache form (module docstring):
     the same loss and gradients at the memory of ``mini_batch_size`` rows, for one more forward per row.
 
     ``mini_batch_size`` only bounds memory; the batch size (the number of in-batch negatives) is the batch's.

@@ -1,4 +1,4 @@
-"""The guide model of GIST training (:class:`~bertkit.embedding.distillation.GISTEmbedLoss`): a frozen embedding
+"""The guide model of GIST training (:class:`~bertkit.sentence.losses.distillation.GISTEmbedLoss`): a frozen embedding
 model called, like the student, on a column's tokenized inputs.
 
 A guide whose tokenizer has the student's vocabulary reads the student's token ids as they are. Any other guide
@@ -45,8 +45,8 @@ def load_guide(source: str | os.PathLike, student_tokenizer) -> Guide:
     """The :class:`Guide` of the embedding model at ``source`` (a sentence-transformers directory, or any
     checkpoint bertkit loads, mean-pooled); one it cannot load, or a cross-encoder (which embeds nothing), is
     refused naming ``--guide``."""
-    from bertkit.embedding.reranking import is_cross_encoder
     from bertkit.sentence import SentenceTransformer
+    from bertkit.sentence.cross_encoder import is_cross_encoder
 
     if is_cross_encoder(source):
         raise ValueError(f"--guide {os.fspath(source)} is a cross-encoder (a reranker): it scores (query, passage) "

@@ -1,10 +1,10 @@
 """Fine-tuning a cross-encoder (a reranker) on the one training engine: :func:`finetune_reranker`.
 
-The same run as :func:`bertkit.embedding.training.finetune_embeddings` (the dataset as the Trainer's batch
+The same run as :func:`bertkit.sentence.training.finetune_embeddings` (the dataset as the Trainer's batch
 source, ``batch_size`` the rows per optimizer step over all processes, run directory, exact resume,
-``metrics.jsonl``, ``results.json``), with a :class:`~bertkit.embedding.cross_encoder.CrossEncoder` as the model
-and a reranking loss (:mod:`bertkit.embedding.rerank_losses`) on a
-:class:`~bertkit.embedding.rerank_losses.RerankBatch`:
+``metrics.jsonl``, ``results.json``), with a :class:`~bertkit.sentence.cross_encoder.CrossEncoder` as the model
+and a reranking loss (:mod:`bertkit.sentence.losses.rerank`) on a
+:class:`~bertkit.sentence.losses.rerank.RerankBatch`:
 
 * (query, passage, label) rows: each row's one passage with its label (0/1 or a score);
 * (query, positive, negatives...) rows: the positive first, then the negatives, labelled 1, 0, 0, ... (a row's
@@ -15,9 +15,9 @@ and a reranking loss (:mod:`bertkit.embedding.rerank_losses`) on a
 sentence-transformers' ``CrossEncoder`` loads it with the same scores and ``bertkit serve`` serves it on
 ``/rerank``.
 
-With rows to rerank and/or a BEIR directory and a first stage (:mod:`bertkit.embedding.reranking`'s
+With rows to rerank and/or a BEIR directory and a first stage (:mod:`bertkit.sentence.evaluation.reranking`'s
 evaluators), the cross-encoder wrapping the model being trained is scored at step 0, every N steps and at the
-end, as the bi-encoder is (:class:`~bertkit.embedding.eval_schedule.EvalSchedule`): ``"eval"`` records of
+end, as the bi-encoder is (:class:`~bertkit.sentence.eval_schedule.EvalSchedule`): ``"eval"`` records of
 ``metrics.jsonl``, the final scores in ``results.json`` and a before/after table in the model card.
 """
 
@@ -33,11 +33,12 @@ from typing import Any
 import torch
 from torch import nn
 
-from bertkit.embedding.data import RowBatch
-from bertkit.embedding.data_layout import UNIT, LabelRule
-from bertkit.embedding.ir_metrics import DEFAULT_K
-from bertkit.embedding.ranking_checks import check_reranker_data
-from bertkit.embedding.training import (
+from bertkit.sentence.data import RowBatch
+from bertkit.sentence.data_layout import UNIT, LabelRule
+from bertkit.sentence.evaluation.ir_metrics import DEFAULT_K
+from bertkit.sentence.losses import RERANK_LOSSES, build_rerank_loss  # noqa: F401 (RERANK_LOSSES: its old public place)
+from bertkit.sentence.ranking_checks import check_reranker_data
+from bertkit.sentence.training import (
     BATCH_SIZE_COUNTS,
     RowBatchRecipe,
     TrainingFiles,
@@ -49,31 +50,11 @@ from bertkit.embedding.training import (
 from bertkit.training import TrainingConfig
 from bertkit.training.run import RunResult, run_recipe
 
-RERANK_LOSSES = ("bce", "listnet", "lambda", "mnrl")
-
-
-def build_rerank_loss(name: str, *, mini_batch_size: int | None = None,
-                      num_negatives: int | None = None) -> nn.Module:
-    """The reranking loss ``name`` (one of :data:`RERANK_LOSSES`); ``num_negatives`` (in-batch negatives per
-    row) is mnrl's alone."""
-    from bertkit.embedding import rerank_losses
-
-    if name not in RERANK_LOSSES:
-        raise ValueError(f"--loss {name!r} is not a loss bertkit trains rerankers with; choose one of "
-                         f"{', '.join(RERANK_LOSSES)}.")
-    if num_negatives is not None and name != "mnrl":
-        raise ValueError(f"--num-negatives does not apply to --loss {name}; it applies to mnrl.")
-    options: dict[str, Any] = {"mini_batch_size": mini_batch_size}
-    if num_negatives is not None:
-        options["num_negatives"] = num_negatives
-    return {"bce": rerank_losses.BinaryCrossEntropyLoss, "listnet": rerank_losses.ListNetLoss,
-            "lambda": rerank_losses.LambdaLoss, "mnrl": rerank_losses.MultipleNegativesRankingLoss}[name](**options)
-
 
 class RerankCollator:
     """The Trainer's ``collate_fn``: a ``RowBatch`` -> ``{"rows": [n] int64, "rerank": RerankBatch}`` (see the
     module docstring for the labels); ``labelled``: whether the loss reads labels. Under DDP it is given the
-    global batch and keeps rank ``rank`` 's share (:meth:`~bertkit.embedding.data.RowBatch.part`); the reranking
+    global batch and keeps rank ``rank`` 's share (:meth:`~bertkit.sentence.data.RowBatch.part`); the reranking
     losses score each rank's rows on their own (mnrl's in-batch negatives come from the rank's share)."""
 
     def __init__(self, tokenize, labelled: bool, rank: int = 0, world_size: int = 1):
@@ -81,7 +62,7 @@ class RerankCollator:
         self.rank, self.world_size = rank, world_size
 
     def __call__(self, batch: RowBatch) -> dict[str, Any]:
-        from bertkit.embedding.rerank_losses import RerankBatch
+        from bertkit.sentence.losses.rerank import RerankBatch
 
         batch = batch.part(self.rank, self.world_size)
         queries, documents, labels = [], [], []
@@ -181,7 +162,7 @@ def finetune_reranker(model: str | os.PathLike, train_files: str | os.PathLike |
     :data:`RERANK_LOSSES` or a :class:`RerankLoss`) as ``training`` says (default :data:`RERANK_DEFAULTS`) and
     write ``output_dir``; :class:`RerankRecipe` run by :func:`~bertkit.training.run.run_recipe`. ``data``,
     ``resume``, ``overwrite``, ``apply_changes``, ``callbacks`` and the keyword arguments of before: as
-    :func:`~bertkit.embedding.training.finetune_embeddings` (the prompts and ``allow_repeated_queries`` are a
+    :func:`~bertkit.sentence.training.finetune_embeddings` (the prompts and ``allow_repeated_queries`` are a
     bi-encoder's).
 
     ``evaluation`` (:class:`RerankEvaluation`) scores the model being trained at step 0, every ``eval_every``
@@ -230,7 +211,7 @@ class RerankRecipe(RowBatchRecipe):
         return bool(self.evaluators)
 
     def start(self, run, config) -> None:
-        from bertkit.embedding.cross_encoder import CrossEncoder
+        from bertkit.sentence.cross_encoder import CrossEncoder
         from bertkit.training.config import resolve_device
 
         super().start(run, config)
@@ -257,7 +238,7 @@ class RerankRecipe(RowBatchRecipe):
         self.cross.save(output / self.model_dir)
 
     def load(self, output: Path) -> None:
-        from bertkit.embedding.cross_encoder import CrossEncoder
+        from bertkit.sentence.cross_encoder import CrossEncoder
 
         kept = CrossEncoder(output / self.model_dir, num_labels=1, dtype="fp32", device=self.cross.device)
         self.cross.model.load_state_dict(kept.model.state_dict())
@@ -283,9 +264,9 @@ def rerank_evaluators(rows, beir, first_stage, top_k: int, every: int | None, sp
     None to leave it out; both empty without either), built before training: the data read and checked, the
     first stage retrieved. A missing file or directory, bad content, a BEIR directory without a first stage (or
     the reverse), ``every`` without data and a bad k or top k are one-line ``ValueError`` s naming the flag."""
-    from bertkit.embedding.eval_schedule import check_beir_directory, check_every, check_needed
-    from bertkit.embedding.ir_metrics import check_k_values
-    from bertkit.embedding.reranking import BeirRerankEvaluator, RowsRerankEvaluator
+    from bertkit.sentence.eval_schedule import check_beir_directory, check_every, check_needed
+    from bertkit.sentence.evaluation.ir_metrics import check_k_values
+    from bertkit.sentence.evaluation.reranking import BeirRerankEvaluator, RowsRerankEvaluator
 
     check_every(every)
     if (beir is None) != (first_stage is None):
@@ -323,7 +304,7 @@ def rerank_evaluators(rows, beir, first_stage, top_k: int, every: int | None, sp
 
 
 def evaluate_reranker(cross, evaluators: Mapping[str, Any]) -> dict[str, float]:
-    """The flat metrics of ``cross`` (a :class:`~bertkit.embedding.cross_encoder.CrossEncoder`) from each of
+    """The flat metrics of ``cross`` (a :class:`~bertkit.sentence.cross_encoder.CrossEncoder`) from each of
     ``evaluators`` (:func:`rerank_evaluators`'); with both, the rows' are prefixed ``rerank_`` and the BEIR
     directory's ``beir_``."""
     both = len(evaluators) > 1

@@ -13,7 +13,7 @@ the combined batch when every rank holds the same number of rows.
 
 :func:`gather_ids` gathers a column's text ids the same way (a plain all-gather, no gradient), so that a loss
 can mask a candidate from another rank that repeats a row's text (the ids are numbered over the global batch,
-see :class:`~bertkit.embedding.data.PairCollator`).
+see :class:`~bertkit.sentence.data.PairCollator`).
 """
 
 from __future__ import annotations

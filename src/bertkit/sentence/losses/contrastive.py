@@ -1,14 +1,14 @@
 """Multiple-negatives ranking (InfoNCE with in-batch negatives), plain and symmetric, across ranks.
 
-Every loss here is called as ``loss(embed, batch)`` (see :mod:`bertkit.embedding`) and also offers
+Every loss here is called as ``loss(embed, batch)`` (see :mod:`bertkit.sentence.losses`) and also offers
 ``from_embeddings(embeddings, batch)``, the same loss on one ``[n, d]`` tensor per column, which is what the
 cached (GradCache) form and the Matryoshka wrapper evaluate.
 
 Duplicates: a candidate whose text is identical (equal ``batch.text_ids``) to the row's own positive or to
 its anchor is masked out of that row's negatives (its logit set to ``-inf``), never the row's own positive.
 Masking is by text identity, not by comparing embeddings, so it holds under dropout. Across ranks the
-candidates' text ids are gathered with their embeddings (:func:`~bertkit.embedding.gather.gather_ids`); the
-ids must then be comparable across ranks, as :class:`~bertkit.embedding.data.PairCollator` makes them (numbered
+candidates' text ids are gathered with their embeddings (:func:`~bertkit.sentence.losses.gather.gather_ids`); the
+ids must then be comparable across ranks, as :class:`~bertkit.sentence.data.PairCollator` makes them (numbered
 over the global batch), so a duplicate held by another rank is masked too.
 """
 
@@ -20,9 +20,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bertkit.embedding.batch import Embed, PairBatch, same_text
-from bertkit.embedding.gather import gather_ids, gather_with_grad
-from bertkit.embedding.similarity import SIMILARITIES, pairwise
+from bertkit.retrieval.similarity import SIMILARITIES, pairwise
+from bertkit.sentence.batch import Embed, PairBatch, same_text
+from bertkit.sentence.losses.gather import gather_ids, gather_with_grad
 
 
 def embed_columns(embed: Embed, batch: PairBatch) -> list[torch.Tensor]:
@@ -62,7 +62,7 @@ class MultipleNegativesRankingLoss(nn.Module):
     positive and every hard negative of the batch (of every rank, when ``gather_across_ranks`` and a process
     group of more than one rank is initialised); the loss is the mean over this rank's rows of the
     cross-entropy of ``scale * similarity(anchor_i, candidates)`` with row i's positive as the target (its
-    global index ``start + i``, see :func:`~bertkit.embedding.gather.gather_with_grad`). Duplicates are masked
+    global index ``start + i``, see :func:`~bertkit.sentence.losses.gather.gather_with_grad`). Duplicates are masked
     (module docstring). ``symmetric``: the mean of that and the positive -> anchor direction, where positive i's
     candidates are every anchor of the batch (the anchors only, no hard negatives), as sentence-transformers'
     MultipleNegativesSymmetricRankingLoss.

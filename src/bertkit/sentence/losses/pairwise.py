@@ -1,6 +1,6 @@
 """Score and pair losses for bi-encoders: CoSENT, AnglE, cosine MSE, triplet, contrastive and online contrastive.
 
-Every loss is an ``nn.Module`` called as ``loss(embed, batch)`` on a :class:`~bertkit.embedding.batch.PairBatch`
+Every loss is an ``nn.Module`` called as ``loss(embed, batch)`` on a :class:`~bertkit.sentence.batch.PairBatch`
 and returns a scalar. Columns are read by role name (``anchor``, ``positive``, ``negative_1``...), never by
 position. On the same embeddings each loss equals sentence-transformers 6.2.0's loss of the same name, value
 and gradients (tests/test_embedding_pairwise.py); where ours differs (it refuses what ST would silently
@@ -14,8 +14,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bertkit.embedding.batch import Embed, PairBatch
-from bertkit.embedding.similarity import SIMILARITIES, rowwise
+from bertkit.retrieval.similarity import SIMILARITIES, rowwise
+from bertkit.sentence.batch import Embed, PairBatch
 
 DISTANCES = ("euclidean", "cosine", "manhattan")
 

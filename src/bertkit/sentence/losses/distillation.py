@@ -1,6 +1,6 @@
 """Losses that learn from a teacher: its scores (MarginMSE, KL distillation) or its embeddings (GIST's guide).
 
-Called as ``loss(embed, batch)`` like the losses of :mod:`bertkit.embedding.pairwise` (same column, label and
+Called as ``loss(embed, batch)`` like the losses of :mod:`bertkit.sentence.losses.pairwise` (same column, label and
 error conventions); each equals sentence-transformers 6.2.0's loss of the same name on the same embeddings.
 """
 
@@ -10,9 +10,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bertkit.embedding.batch import Embed, PairBatch, same_text
-from bertkit.embedding.pairwise import checked_labels, embed_columns, negative_columns
-from bertkit.embedding.similarity import SIMILARITIES, pairwise, rowwise
+from bertkit.retrieval.similarity import SIMILARITIES, pairwise, rowwise
+from bertkit.sentence.batch import Embed, PairBatch, same_text
+from bertkit.sentence.losses.pairwise import checked_labels, embed_columns, negative_columns
 
 
 def check_similarity(loss: nn.Module, similarity: str) -> str:

@@ -37,7 +37,7 @@ _FIX = ("rename the columns (anchor, positive, negative_1.., label) or name the 
 
 
 @dataclass(frozen=True)
-class Layout:
+class ColumnLayout:
     """``roles``: role -> the file's column, in role order (``anchor``, ``positive``, ``negative_1``, ...,
     or ``negatives`` for one column of lists, then ``label``); ``by``: ``"name"``, ``"position"`` or
     ``"columns"`` (given by the caller)."""
@@ -51,7 +51,8 @@ class Layout:
 
 
 def resolve_columns(names: Sequence[str], sample_rows: Sequence[Mapping[str, Any]],
-                    columns: Mapping[str, str | Sequence[str]] | None = None, *, path: str = "training file") -> Layout:
+                    columns: Mapping[str, str | Sequence[str]] | None = None, *,
+                    path: str = "training file") -> ColumnLayout:
     """The roles of a file's columns ``names``, decided by ``columns`` (role -> column name; ``"negative"`` may
     name a list of columns), else by name, else by position (see the module docstring). ``sample_rows`` (the
     file's first rows) tell numbers from text and list columns from text columns. Raises a one-line
@@ -108,7 +109,7 @@ def _refuse(path: str, assignment: Sequence[tuple[str, str]], why: str) -> Value
     return ValueError(f"{path}: cannot tell the roles of its columns ({said}): {why}; {_FIX}.")
 
 
-def _by_name(names: list[str], guesses: dict[str, str | None], kinds: dict[str, str], path: str) -> Layout:
+def _by_name(names: list[str], guesses: dict[str, str | None], kinds: dict[str, str], path: str) -> ColumnLayout:
     assignment = [(name, guesses[name] or "?") for name in names]
     unexplained = [name for name in names if guesses[name] is None]
     if unexplained:
@@ -133,7 +134,7 @@ def _by_name(names: list[str], guesses: dict[str, str | None], kinds: dict[str, 
     return _checked(names, roles, kinds, path, "name")
 
 
-def _by_position(names: list[str], kinds: dict[str, str], path: str) -> Layout:
+def _by_position(names: list[str], kinds: dict[str, str], path: str) -> ColumnLayout:
     label = names[-1] if len(names) >= 2 and kinds[names[-1]] in ("number", "scores") else None
     texts = [name for name in names if name != label]
     roles = dict(zip(texts, ["anchor", "positive", *(f"negative_{i}" for i in range(1, len(texts) - 1))]))
@@ -148,7 +149,7 @@ def _by_position(names: list[str], kinds: dict[str, str], path: str) -> Layout:
     return _checked(names, roles, kinds, path, "position")
 
 
-def _checked(names: list[str], roles: dict[str, str], kinds: dict[str, str], path: str, by: str) -> Layout:
+def _checked(names: list[str], roles: dict[str, str], kinds: dict[str, str], path: str, by: str) -> ColumnLayout:
     """The layout of ``roles`` (column -> role), refused when the anchor or positive lacks its column or the
     label holds no number in the sample."""
     assignment = [(name, roles.get(name, "?")) for name in names]
@@ -162,10 +163,10 @@ def _checked(names: list[str], roles: dict[str, str], kinds: dict[str, str], pat
     order = ["anchor", "positive", *sorted((r for r in taken if r.startswith("negative_")),
                                            key=lambda r: int(r.split("_")[1])), "negatives", "label"]
     by_role = {role: name for name, role in roles.items()}
-    return Layout({role: by_role[role] for role in order if role in by_role}, by)
+    return ColumnLayout({role: by_role[role] for role in order if role in by_role}, by)
 
 
-def _given(names: list[str], columns: Mapping[str, str | Sequence[str]], path: str) -> Layout:
+def _given(names: list[str], columns: Mapping[str, str | Sequence[str]], path: str) -> ColumnLayout:
     """The layout the caller named: role -> column (``"negative"``: one column or a list of them)."""
     roles: dict[str, str] = {}
     for role, column in columns.items():
@@ -191,7 +192,7 @@ def _given(names: list[str], columns: Mapping[str, str | Sequence[str]], path: s
     roles.update({name: f"negative_{i}" for i, name in enumerate(negatives, 1)})
     order = ["anchor", "positive", *(f"negative_{i}" for i in range(1, len(negatives) + 1)), "negatives", "label"]
     by_role = {role: name for name, role in roles.items()}
-    return Layout({role: by_role[role] for role in order if role in by_role}, "columns")
+    return ColumnLayout({role: by_role[role] for role in order if role in by_role}, "columns")
 
 
 def parse_columns(text: str) -> dict[str, str | list[str]]:
@@ -212,7 +213,7 @@ def parse_columns(text: str) -> dict[str, str | list[str]]:
     return columns
 
 
-def check_row(values: Mapping[str, Any], layout: Layout, where: str) -> dict[str, Any]:
+def check_row(values: Mapping[str, Any], layout: ColumnLayout, where: str) -> dict[str, Any]:
     """``{role: value}`` of one row (``values``: column -> value), checked: a lacking column, a blank or
     non-text text, a negatives cell that is not a list of texts, a label that is not a finite number raise a
     one-line ``ValueError`` starting with ``where`` (the file and row)."""

@@ -4,7 +4,7 @@ A training file is JSON lines (or one JSON list), CSV, TSV (read by :mod:`bertki
 compressed), Parquet, an Arrow stream (each told by its content whatever its name: :mod:`bertkit.data.sniff`),
 or a ``datasets.save_to_disk`` directory (its Arrow files, found by
 :func:`bertkit.data.partitions.expand_inputs`). Its columns take roles (anchor, positive, negatives, label)
-as :mod:`bertkit.embedding.data_layout` decides from the names or positions. :func:`training_rows` reads
+as :mod:`bertkit.sentence.data_layout` decides from the names or positions. :func:`training_rows` reads
 one file row by row; nothing holds a whole file.
 
 :class:`EmbeddingDataset` yields :class:`RowBatch` es, each from one file (the rows of a batch share their
@@ -16,7 +16,7 @@ The order is a function of the seed, the epoch and the files only; :meth:`Embedd
 the position (epoch, batches taken), and a dataset given it back resumes at the next batch (by reading
 past the batches already taken, without tokenizing them).
 
-:class:`PairCollator` tokenizes a :class:`RowBatch` into a :class:`~bertkit.embedding.batch.PairBatch`.
+:class:`PairCollator` tokenizes a :class:`RowBatch` into a :class:`~bertkit.sentence.batch.PairBatch`.
 """
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ import torch
 
 from bertkit.data.partitions import expand_inputs, pyarrow_module
 from bertkit.data.sniff import sniff_format
-from bertkit.embedding.batch import PairBatch
-from bertkit.embedding.data_layout import Layout, check_row, resolve_columns
+from bertkit.sentence.batch import PairBatch
+from bertkit.sentence.data_layout import ColumnLayout, check_row, resolve_columns
 from bertkit.tasks.readers import iter_rows, where
 from bertkit.tokenization.cut import cut_texts
 
@@ -112,9 +112,9 @@ def _arrow_records(path: str, name: str, numbers: Iterator[int], kind: str) -> I
 
 
 def file_layout(path: str | os.PathLike, columns: Mapping[str, Any] | None = None,
-                encoding: str = "utf-8") -> Layout:
+                encoding: str = "utf-8") -> ColumnLayout:
     """The roles of the columns of ``path``, from its first :data:`SAMPLE_ROWS` rows (see
-    :func:`~bertkit.embedding.data_layout.resolve_columns`); a file without rows is refused."""
+    :func:`~bertkit.sentence.data_layout.resolve_columns`); a file without rows is refused."""
     sample = [values for _, values in itertools.islice(table_records(path, encoding), SAMPLE_ROWS)]
     if not sample:
         raise ValueError(f"{os.fspath(path)} holds no rows; remove it from the training files.")
@@ -122,12 +122,12 @@ def file_layout(path: str | os.PathLike, columns: Mapping[str, Any] | None = Non
     return resolve_columns(names, sample, columns, path=os.fspath(path))
 
 
-def training_rows(path: str | os.PathLike, layout: Layout, encoding: str = "utf-8",
+def training_rows(path: str | os.PathLike, layout: ColumnLayout, encoding: str = "utf-8",
                   check: Callable[[dict[str, Any], str], None] | None = None) -> Iterator[tuple[str, dict[str, Any]]]:
     """``(where, row)`` per row of ``path``, each checked against ``layout``
-    (:func:`~bertkit.embedding.data_layout.check_row`: the first bad row raises, naming the file and row) and by
+    (:func:`~bertkit.sentence.data_layout.check_row`: the first bad row raises, naming the file and row) and by
     ``check(row, where)`` (what the loss needs of a row, e.g. a
-    :class:`~bertkit.embedding.data_layout.LabelRule`)."""
+    :class:`~bertkit.sentence.data_layout.LabelRule`)."""
     for place, values in table_records(path, encoding):
         row = check_row(values, layout, place)
         if check is not None:
@@ -144,7 +144,7 @@ class EmbeddingDataset:
     ``"proportional"`` or ``"round_robin"``. ``shuffle_buffer``: rows held to shuffle a file's rows (1:
     file order). ``drop_last``: leave out a file's last, short batch. Opening the dataset reads every file
     once, checking each row (against its layout, and by ``check(row, where)``: what the loss needs of a row, e.g. a
-    :class:`~bertkit.embedding.data_layout.LabelRule`) and counting them, so bad data fails before training starts.
+    :class:`~bertkit.sentence.data_layout.LabelRule`) and counting them, so bad data fails before training starts.
 
     Iterating yields the current epoch's batches from the current position; at its end the position moves
     to the next epoch's start. ``len()`` is the number of batches per epoch.
@@ -253,7 +253,7 @@ def _shuffled(items: Iterator, size: int, rng: random.Random) -> Iterator:
 # ---------------------------------------------------------------------------- collation
 
 class PairCollator:
-    """A :class:`RowBatch` -> :class:`~bertkit.embedding.batch.PairBatch`: each column tokenized by
+    """A :class:`RowBatch` -> :class:`~bertkit.sentence.batch.PairBatch`: each column tokenized by
     ``tokenizer`` (a bertkit tokenizer) to ``max_length`` tokens (default: the tokenizer's limit), padded to
     the column's longest; ``prompts`` (role -> text, ``"negative"`` for every negative) prefixed to the
     column's texts (a prompted column's inputs also hold ``prompt_length [n]``: its tokens, as

@@ -1,4 +1,5 @@
-"""An embedding model's evaluation reports: retrieval on a BEIR directory, correlation on an STS file.
+"""An embedding model's evaluation: retrieval metrics of an encoder, and the reports of ``bertkit evaluate``
+(retrieval on a BEIR directory, correlation on an STS file).
 
 What ``bertkit evaluate MODEL --beir DIR`` / ``--sts FILE`` call. MODEL is any directory
 :class:`bertkit.sentence.SentenceTransformer` loads (a sentence-transformers directory, or a BERT with mean
@@ -10,12 +11,33 @@ pooling). Queries are encoded with the model's ``query`` prompt and documents wi
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
-from bertkit.embedding.ir_metrics import DEFAULT_K, check_k_values
+from bertkit.retrieval.dense import Encode, retrieve
+from bertkit.sentence.evaluation.ir_metrics import DEFAULT_K, check_k_values, evaluate_rankings
 
 DOCUMENT_PROMPTS = ("document", "passage", "corpus")
+
+
+def evaluate_retrieval(encode_queries: Encode, encode_corpus: Encode, corpus: Mapping[str, str],
+                       queries: Mapping[str, str], qrels: Mapping[str, Mapping[str, int]], *,
+                       k_values: Iterable[int] = DEFAULT_K, batch_size: int = 32, chunk_size: int = 50_000,
+                       query_chunk_size: int = 256, similarity: str = "cosine",
+                       ignore_identical_ids: bool = False) -> dict:
+    """Retrieval metrics of an encoder on ``corpus`` for the queries of ``qrels``:
+    :func:`~bertkit.retrieval.dense.retrieve` to the largest k, scored by
+    :func:`~bertkit.sentence.evaluation.ir_metrics.evaluate_rankings` (``{"queries", "metrics", "per_query"}``: the
+    mean over the judged queries, and each one's). A judged query missing from ``queries`` raises ``ValueError``."""
+    k_values = check_k_values(k_values)
+    missing = [q for q in qrels if q not in queries]
+    if missing:
+        raise ValueError(f"{len(missing)} judged queries have no text ({', '.join(map(repr, missing[:3]))}"
+                         f"{', ...' if len(missing) > 3 else ''}); pass every query of qrels in queries.")
+    hits = retrieve(encode_queries, encode_corpus, corpus, {q: queries[q] for q in qrels}, depth=k_values[-1],
+                    batch_size=batch_size, chunk_size=chunk_size, query_chunk_size=query_chunk_size,
+                    similarity=similarity, ignore_identical_ids=ignore_identical_ids)
+    return evaluate_rankings({q: [doc for doc, _ in ranked] for q, ranked in hits.items()}, qrels, k_values)
 
 
 def load_encoder(model_dir: str | os.PathLike, *, dtype: str = "auto", max_seq_length: int | None = None,
@@ -59,9 +81,8 @@ def beir_report(model, directory: str | os.PathLike, *, split: str = "test", k_v
     """Retrieval metrics of ``model`` (a loaded SentenceTransformer) on the ``split`` of the BEIR ``directory``:
     ``{"beir", "split", "similarity", "ignore_identical_ids", "prompts", "documents", "queries", "k", "metrics",
     "per_query"}``; ``similarity`` defaults to the model's own (see
-    :func:`~bertkit.embedding.retrieval.retrieve` for ``ignore_identical_ids``)."""
-    from bertkit.embedding.beir import load_beir
-    from bertkit.embedding.retrieval import evaluate_retrieval
+    :func:`~bertkit.retrieval.dense.retrieve` for ``ignore_identical_ids``)."""
+    from bertkit.sentence.evaluation.beir import load_beir
 
     k_values = check_k_values(k_values, "--k")
     data = load_beir(directory, split)
@@ -80,7 +101,7 @@ def beir_report(model, directory: str | os.PathLike, *, split: str = "test", k_v
 
 def sts_report(model, path: str | os.PathLike, *, batch_size: int = 64) -> dict[str, Any]:
     """``{"sts", "pairs", "metrics"}``: Pearson and Spearman of cosine and dot of ``model`` on the STS file."""
-    from bertkit.embedding.sts import evaluate_sts, read_sts
+    from bertkit.sentence.evaluation.sts import evaluate_sts, read_sts
 
     pairs, scores = read_sts(path)
     metrics = evaluate_sts(_encoder(model, None, batch_size), pairs, scores, batch_size=batch_size)

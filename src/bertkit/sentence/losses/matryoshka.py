@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bertkit.embedding.batch import Embed, PairBatch
+from bertkit.sentence.batch import Embed, PairBatch
 
 
 def _check_dims(dims: Sequence[int], weights: Sequence[float] | None) -> tuple[list[int], list[float]]:
