@@ -115,7 +115,7 @@ def ModernBERTConfig(**overrides: Any) -> BERTConfig:
 
 
 @dataclass(frozen=True)
-class Recipe:
+class SizeRecipe:
     """How to pretrain one model size from raw text on modest hardware: the CLI's defaults for that size.
 
     ``next_sentence_prediction=False`` trains MLM alone on contiguous text (as RoBERTa does);
@@ -138,25 +138,28 @@ class Recipe:
 #: size -> pretraining recipe. ``tiny`` was tuned on the bundled Austen corpus and confirmed on a book the
 #: project never trained on (README "Pretraining"); the larger sizes scale it towards Google's settings
 #: (lr 1e-4, batch 256 x 128 for BERT-base) and are untuned starting points.
-RECIPES: dict[str, Recipe] = {
-    "tiny": Recipe(learning_rate=2e-3, batch_size=32, max_seq_length=64, masked_lm_prob=0.3, max_steps=3500,
+#: the old name of :class:`SizeRecipe` (a recipe of the run is :class:`bertkit.training.run.Recipe`)
+Recipe = SizeRecipe
+
+RECIPES: dict[str, SizeRecipe] = {
+    "tiny": SizeRecipe(learning_rate=2e-3, batch_size=32, max_seq_length=64, masked_lm_prob=0.3, max_steps=3500,
                    warmup_ratio=0.05, vocab_size=4000, next_sentence_prediction=False, tuned=True,
                    note="2 CPU cores, ~5 min: many small steps leave the unigram plateau sooner than few large ones; "
                         "on a 1 MB book NSP memorises its pairs and stalls MLM, so it is off"),
-    "mini": Recipe(learning_rate=1e-3, batch_size=64, max_seq_length=128, masked_lm_prob=0.2, max_steps=10_000,
+    "mini": SizeRecipe(learning_rate=1e-3, batch_size=64, max_seq_length=128, masked_lm_prob=0.2, max_steps=10_000,
                    warmup_ratio=0.05, vocab_size=8000),
-    "small": Recipe(learning_rate=5e-4, batch_size=128, max_seq_length=128, masked_lm_prob=0.15, max_steps=20_000,
+    "small": SizeRecipe(learning_rate=5e-4, batch_size=128, max_seq_length=128, masked_lm_prob=0.15, max_steps=20_000,
                     warmup_ratio=0.05, vocab_size=16_000),
-    "medium": Recipe(learning_rate=3e-4, batch_size=128, max_seq_length=128, masked_lm_prob=0.15, max_steps=50_000,
+    "medium": SizeRecipe(learning_rate=3e-4, batch_size=128, max_seq_length=128, masked_lm_prob=0.15, max_steps=50_000,
                      warmup_ratio=0.02, vocab_size=30_522),
-    "base": Recipe(learning_rate=1e-4, batch_size=256, max_seq_length=128, masked_lm_prob=0.15, max_steps=100_000,
+    "base": SizeRecipe(learning_rate=1e-4, batch_size=256, max_seq_length=128, masked_lm_prob=0.15, max_steps=100_000,
                    warmup_ratio=0.01, vocab_size=30_522),
-    "large": Recipe(learning_rate=1e-4, batch_size=256, max_seq_length=128, masked_lm_prob=0.15, max_steps=100_000,
+    "large": SizeRecipe(learning_rate=1e-4, batch_size=256, max_seq_length=128, masked_lm_prob=0.15, max_steps=100_000,
                     warmup_ratio=0.01, vocab_size=30_522),
 }
 
 
-def recipe_for(size_or_hidden: str | int) -> Recipe:
+def recipe_for(size_or_hidden: str | int) -> SizeRecipe:
     """The recipe of a size name, or for a custom config the largest size whose hidden size is at most
     ``size_or_hidden`` (``tiny``'s below that)."""
     if isinstance(size_or_hidden, str):

@@ -131,8 +131,8 @@ def read_corpus(path: str, encoding: str) -> list[str]:
 def cross_encoder(path: str, batch_size: int, device: str | None, dtype: str = "auto"):
     """A ``(query, passage)`` pairs -> scores function of bertkit's reranker pipeline on ``path`` (a model without
     a trained scoring head is refused, naming --rescore)."""
-    from bertkit.tasks.sources import require_scoring_head
     from bertkit.pipelines import pipeline
+    from bertkit.tasks.sources import require_scoring_head
 
     require_scoring_head(path, "--rescore")
     pipe = pipeline("rerank", model=path, device=device, batch_size=batch_size, dtype=dtype)
