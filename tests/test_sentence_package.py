@@ -119,6 +119,19 @@ def test_the_rerank_pipeline_scores_through_a_cross_encoder(classifier_dir):
         np.testing.assert_allclose(raw, cross.logits([(query, passage)])[0, 0], rtol=1e-6, atol=1e-6)
 
 
+def test_a_length_set_on_the_rerank_pipeline_cuts_its_pairs(classifier_dir):
+    """The server sets the pipeline's length (--max-input-length, a reranker's trained length): the cross-encoder
+    under it cuts at that length, as the pipeline did before it scored through one."""
+    reranker = pipeline("rerank", classifier_dir, dtype="fp32")
+    query, passage = PAIRS[2]
+    assert len(reranker.preprocess((query, passage), reranker.params)[0]["input_ids"]) == 32
+    reranker.max_length = 12
+    assert reranker.cross_encoder.max_length == 12
+    assert len(reranker.preprocess((query, passage), reranker.params)[0]["input_ids"]) == 12
+    cut = CrossEncoder.from_model(reranker.model, reranker.tokenizer, max_length=12).logits([(query, passage)])[0]
+    np.testing.assert_allclose(reranker(query, [passage], raw_scores=True)[0]["score"], cut[0], rtol=1e-6)
+
+
 def test_serving_imports_no_sentence_training_code():
     training = ("bertkit.sentence.training", "bertkit.sentence.rerank_training", "bertkit.sentence.losses",
                 "bertkit.sentence.evaluation", "bertkit.sentence.data", "bertkit.sentence.mining",

@@ -114,6 +114,16 @@ class RerankPipeline(_SequenceScores):
                                                      dtype=dtype)
         return self.cross_encoder.dtype_choice, self.cross_encoder.max_length
 
+    @property
+    def max_length(self) -> int:
+        """Where a pair is cut: the cross-encoder's length, so a length set here (the server's
+        ``--max-input-length``, a reranker's trained length) is the one its features are cut at."""
+        return self.cross_encoder.max_length
+
+    @max_length.setter
+    def max_length(self, value: int) -> None:
+        self.cross_encoder.max_length = value
+
     def __call__(self, query: str, passages: list[str] | None = None, **params: Any) -> list[dict[str, Any]]:
         """``[{"index", "score", "text"}]`` for ``passages`` against ``query``, best first."""
         if not isinstance(query, str) or not isinstance(passages, list | tuple) \
