@@ -1,11 +1,11 @@
 """Fine-tuning for every task, on the one training engine.
 
 :func:`finetune` reads the data with the task (:mod:`bertkit.tasks.base` says what a task
-brings), loads any checkpoint bertkit reads with its tokenizer, trains with
-:class:`~bertkit.training.Trainer` (dynamic padding, shuffled batches, AdamW with
-linear warmup and decay, exact resume, bf16, DDP), scores the validation set after every
-epoch with the task's metrics, keeps the best model in ``OUT/model`` and stops early when
-asked. Then it scores the best model on every split and writes:
+brings), loads any checkpoint bertkit reads with its tokenizer and runs the :class:`Finetuning` recipe on the
+one run (:func:`~bertkit.training.run.run_recipe`: dynamic padding, shuffled batches, AdamW with linear warmup
+and decay, exact resume, bf16, DDP), which scores the validation set after every epoch with the task's
+metrics, keeps the best model in ``OUT/model`` and stops early when asked. Then it scores the best model on
+every split and writes:
 
 * ``OUT/model/``: the model in HF format with its tokenizer and ``task.json`` (what
   :func:`evaluate` and :func:`predict` need to rebuild the task);
