@@ -71,6 +71,7 @@ _LAZY = {
     "SentenceTransformer": "bertkit.sentence",
     "semantic_search": "bertkit.sentence",
     "CrossEncoder": "bertkit.sentence.cross_encoder",
+    "SparseEncoder": "bertkit.sentence.sparse",
 }
 
 if TYPE_CHECKING:  # for IDEs and type checkers
@@ -91,6 +92,7 @@ if TYPE_CHECKING:  # for IDEs and type checkers
     from bertkit.sentence import SentenceTransformer as SentenceTransformer
     from bertkit.sentence import semantic_search as semantic_search
     from bertkit.sentence.cross_encoder import CrossEncoder as CrossEncoder
+    from bertkit.sentence.sparse import SparseEncoder as SparseEncoder
     from bertkit.tokenization import AutoTokenizer as AutoTokenizer
     from bertkit.tokenization import BatchEncoding as BatchEncoding
     from bertkit.tokenization import BERTTokenizer as BERTTokenizer

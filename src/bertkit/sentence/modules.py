@@ -2,9 +2,11 @@
 
 ``modules.json`` lists the pipeline: a ``Transformer`` (the BERT, with ``sentence_bert_config.json``:
 ``max_seq_length``, ``do_lower_case``), a ``Pooling`` (its ``config.json`` names the modes), then optionally
-``Dense`` layers (``config.json`` + ``linear.weight`` / ``linear.bias``) and a ``Normalize``.
-:func:`read_layout` reads the directory into a :class:`Layout`; :class:`Pooling` and :class:`Dense`
-compute what sentence-transformers' modules of the same names compute.
+``Dense`` layers (``config.json`` + ``linear.weight`` / ``linear.bias``) and a ``Normalize``. A sparse encoder's
+directory (sentence-transformers >= 5) has the masked-LM form instead: an ``MLMTransformer`` (or a ``Transformer``
+whose ``sentence_bert_config.json`` says ``"transformer_task": "fill-mask"``) and a ``SpladePooling``.
+:func:`read_layout` reads the directory into a :class:`Layout`; :class:`Pooling`, :class:`Dense` and
+:class:`SpladePooling` compute what sentence-transformers' modules of the same names compute.
 """
 
 from __future__ import annotations
@@ -99,6 +101,28 @@ class Dense(nn.Module):
         return self.activation(self.linear(x))
 
 
+class SpladePooling(nn.Module):
+    """MLM logits ``[B, L, V]`` and the attention mask -> SPLADE vectors ``[B, V]``: ``log1p(relu(logits))`` (a
+    second ``log1p`` for ``activation="log1p_relu"``, OpenSearch's models), then the max or the sum over real
+    tokens. Padding counts 0, which neither reduction can exceed or add to, since every weight is >= 0."""
+
+    STRATEGIES, ACTIVATIONS = ("max", "sum"), ("relu", "log1p_relu")
+
+    def __init__(self, strategy: str = "max", activation: str = "relu"):
+        super().__init__()
+        if strategy not in self.STRATEGIES:
+            raise ValueError(f"SpladePooling pooling_strategy {strategy!r} is not one of {self.STRATEGIES}.")
+        if activation not in self.ACTIVATIONS:
+            raise ValueError(f"SpladePooling activation_function {activation!r} is not one of {self.ACTIVATIONS}.")
+        self.strategy, self.activation = strategy, activation
+
+    def forward(self, logits: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        weights = torch.log1p(torch.relu(logits * mask[..., None].to(logits.dtype)))
+        if self.activation == "log1p_relu":
+            weights = torch.log1p(weights)
+        return weights.amax(dim=1) if self.strategy == "max" else weights.sum(dim=1)
+
+
 @dataclass
 class Layout:
     """What a sentence-transformers directory holds: where the BERT is, and the modules after it."""
@@ -112,6 +136,9 @@ class Layout:
     prompts: dict[str, str] = field(default_factory=dict)
     default_prompt_name: str | None = None
     similarity_fn_name: str | None = None
+    masked_lm: bool = False  # the transformer's output is its MLM logits (a sparse encoder's)
+    splade: SpladePooling | None = None
+    max_active_dims: int | None = None
 
 
 def is_sentence_transformer(path: str | Path) -> bool:
@@ -126,8 +153,9 @@ def read_layout(root: str | Path) -> Layout:
     layout: Layout | None = None
     for entry in sorted(_json(root / "modules.json"), key=lambda m: m.get("idx", 0)):
         kind, where = entry["type"].rsplit(".", 1)[-1], root / entry.get("path", "")
-        if kind == "Transformer":
+        if kind in ("Transformer", "MLMTransformer"):
             layout = Layout(transformer=where, **_transformer_settings(where, root))
+            layout.masked_lm = kind == "MLMTransformer" or _fill_mask(where, root)
         elif layout is None:
             raise ValueError(f"{root}/modules.json: {kind} comes before the Transformer module.")
         elif kind == "Pooling":
@@ -136,9 +164,13 @@ def read_layout(root: str | Path) -> Layout:
             layout.dense.append(_dense(where))
         elif kind == "Normalize":
             layout.normalize = True
+        elif kind == "SpladePooling":
+            config = _json(where / "config.json")
+            layout.splade = SpladePooling(config.get("pooling_strategy", "max"),
+                                          config.get("activation_function", "relu"))
         else:
             raise ValueError(f"{root}/modules.json names a {entry['type']} module; bertkit runs Transformer, "
-                             "Pooling, Dense and Normalize modules.")
+                             "MLMTransformer, Pooling, Dense, Normalize and SpladePooling modules.")
     if layout is None:
         raise ValueError(f"{root}/modules.json has no Transformer module.")
     settings = root / "config_sentence_transformers.json"
@@ -146,6 +178,7 @@ def read_layout(root: str | Path) -> Layout:
     layout.prompts = dict(extra.get("prompts") or {})
     layout.default_prompt_name = extra.get("default_prompt_name")
     layout.similarity_fn_name = extra.get("similarity_fn_name")
+    layout.max_active_dims = extra.get("max_active_dims")
     return layout
 
 
@@ -169,6 +202,14 @@ def _transformer_settings(where: Path, root: Path) -> dict[str, Any]:
         length = _json(where / "tokenizer_config.json").get("model_max_length")
         length = length if isinstance(length, int) and length < 1_000_000 else None  # HF's "unset" is 1e30
     return {"max_seq_length": length, "do_lower_case": bool(settings.get("do_lower_case", False))}
+
+
+def _fill_mask(where: Path, root: Path) -> bool:
+    """Whether a ``Transformer`` module runs its masked-LM head (sentence-transformers >= 6's fill-mask task)."""
+    for folder in (where, root):
+        if (folder / "sentence_bert_config.json").is_file():
+            return _json(folder / "sentence_bert_config.json").get("transformer_task") == "fill-mask"
+    return False
 
 
 def _pooling(config: dict[str, Any]) -> Pooling:

@@ -1,0 +1,148 @@
+"""bertkit.SparseEncoder against sentence-transformers 6.2's SparseEncoder (the reference): SPLADE directories that
+sentence-transformers itself writes from a tiny random odd-sized BERT masked LM (no downloads), loaded by both."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+
+st = pytest.importorskip("sentence_transformers")
+transformers = pytest.importorskip("transformers")
+
+from sentence_transformers.base.modules import Transformer  # noqa: E402
+from sentence_transformers.sparse_encoder.modules import MLMTransformer, SpladePooling  # noqa: E402
+
+import bertkit  # noqa: E402
+
+WORDS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *"abcdefghijklmnopqrstuvwxyz",
+         "the", "cat", "dog", "sat", "on", "mat", "berlin", "city", "river", "how", "many", "people", "live", "in",
+         "is", "big", "##s", "##ed", "what", "old", "new", "town", "query", "passage", ":"]
+QUERIES = ["how many people live in berlin", "what is the big river", "the cat", "old town", "dog"]
+DOCS = ["berlin is a big city on a river", "the cat sat on the mat", "many dogs live in the new town",
+        "what river", "the old town of berlin is big and the river is old and the people are many " * 3, "cats"]
+PROMPTS = {"query": "query: ", "passage": "passage: "}
+TOL = {"atol": 1e-5, "rtol": 1e-5}
+
+
+def _mlm(directory) -> str:
+    torch.manual_seed(0)
+    config = transformers.BertConfig(vocab_size=len(WORDS), hidden_size=36, num_hidden_layers=2,
+                                     num_attention_heads=3, intermediate_size=37, max_position_embeddings=64,
+                                     initializer_range=0.3, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    transformers.BertForMaskedLM(config).save_pretrained(directory)
+    (directory / "vocab.txt").write_text("\n".join(WORDS) + "\n")
+    transformers.BertTokenizerFast(str(directory / "vocab.txt")).save_pretrained(directory)
+    return str(directory)
+
+
+@pytest.fixture(scope="module")
+def mlm(tmp_path_factory) -> str:
+    return _mlm(tmp_path_factory.mktemp("mlm"))
+
+
+def _sparse_dir(mlm: str, out, strategy: str = "max", activation: str = "relu", legacy: bool = True,
+                **settings) -> str:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # MLMTransformer's deprecation: the form most published models have
+        first = MLMTransformer(mlm) if legacy else Transformer(mlm, transformer_task="fill-mask")
+    model = st.SparseEncoder(modules=[first, SpladePooling(strategy, activation)], device="cpu", **settings)
+    model.save(str(out))
+    return str(out)
+
+
+@pytest.fixture(scope="module")
+def splade(mlm, tmp_path_factory):
+    path = _sparse_dir(mlm, tmp_path_factory.mktemp("splade"), prompts=PROMPTS)
+    return bertkit.SparseEncoder(path, dtype="fp32"), st.SparseEncoder(path, device="cpu")
+
+
+def _dense(x):
+    return x.to_dense() if x.is_sparse else x
+
+
+def test_encode_query_and_document_equal_sentence_transformers(splade):
+    ours, ref = splade
+    for method in ("encode_query", "encode_document", "encode"):
+        for texts in (QUERIES, DOCS):
+            got, want = getattr(ours, method)(texts, batch_size=2), getattr(ref, method)(texts, batch_size=2)
+            assert got.is_sparse and got.shape == (len(texts), len(WORDS))
+            assert (_dense(want) > 0).sum() > 3 * len(texts)  # the random head activates words: a real comparison
+            torch.testing.assert_close(_dense(got), _dense(want), **TOL)
+    # the prompts matter: a query is not encoded as the same text without its prompt
+    assert not torch.allclose(_dense(ours.encode_query(QUERIES)), _dense(ours.encode(QUERIES)))
+
+
+def test_max_active_dims_dense_and_list_outputs(splade):
+    ours, ref = splade
+    got = ours.encode_document(DOCS, max_active_dims=4, convert_to_sparse_tensor=False)
+    want = ref.encode_document(DOCS, max_active_dims=4, convert_to_sparse_tensor=False)
+    assert not got.is_sparse and ((got != 0).sum(1) <= 4).all()
+    torch.testing.assert_close(got, want, **TOL)
+    rows = ours.encode_query(QUERIES, convert_to_tensor=False, max_active_dims=3)
+    torch.testing.assert_close(torch.stack([_dense(r) for r in rows]),
+                               _dense(ref.encode_query(QUERIES, max_active_dims=3)), **TOL)
+    single = ours.encode_query(QUERIES[0])
+    assert single.shape == (len(WORDS),)
+    torch.testing.assert_close(_dense(single), _dense(ref.encode_query(QUERIES[0])), **TOL)
+    with pytest.raises(ValueError, match="max_active_dims must be a positive integer"):
+        ours.encode(DOCS, max_active_dims=0)
+
+
+def test_similarity_decode_and_sparsity(splade):
+    ours, ref = splade
+    q, d = ours.encode_query(QUERIES), ours.encode_document(DOCS)
+    torch.testing.assert_close(ours.similarity(q, d), ref.similarity(ref.encode_query(QUERIES),
+                                                                      ref.encode_document(DOCS)), **TOL)
+    assert ours.similarity_fn_name == "dot"
+    for top_k in (None, 3):
+        got, want = ours.decode(d, top_k=top_k), ref.decode(ref.encode_document(DOCS), top_k=top_k)
+        assert [[t for t, _ in row] for row in got] == [[t for t, _ in row] for row in want]
+        torch.testing.assert_close(torch.tensor([w for row in got for _, w in row]),
+                                   torch.tensor([w for row in want for _, w in row]), **TOL)
+    assert ours.decode(d[0], top_k=2) == ours.decode(d, top_k=2)[0]
+    ratio = ours.sparsity(d)
+    assert ratio["active_dims"] == pytest.approx(ref.sparsity(ref.encode_document(DOCS))["active_dims"])
+    with pytest.raises(ValueError, match="top_k must be a positive integer"):
+        ours.decode(d, top_k=0)
+
+
+@pytest.mark.parametrize(("strategy", "activation", "legacy"), [("sum", "relu", True), ("max", "log1p_relu", False)])
+def test_pooling_variants_and_saved_settings(mlm, tmp_path, strategy, activation, legacy):
+    """Sum pooling, OpenSearch's log1p_relu, the fill-mask Transformer form of sentence-transformers >= 6, and a
+    directory's own max_active_dims."""
+    path = _sparse_dir(mlm, tmp_path / "m", strategy, activation, legacy, max_active_dims=5)
+    ours, ref = bertkit.SparseEncoder(path, dtype="fp32"), st.SparseEncoder(path, device="cpu")
+    assert ours.max_active_dims == 5
+    got = ours.encode_document(DOCS)
+    assert ((_dense(got) != 0).sum(1) <= 5).all()
+    torch.testing.assert_close(_dense(got), _dense(ref.encode_document(DOCS)), **TOL)
+    torch.testing.assert_close(_dense(ours.encode(DOCS, max_active_dims=40)),
+                               _dense(ref.encode(DOCS, max_active_dims=40)), **TOL)
+
+
+def test_wrong_directories_say_which_class(mlm, splade, tmp_path):
+    with pytest.raises(ValueError, match=r"bertkit\.SentenceTransformer"):
+        bertkit.SparseEncoder(_dense_dir(mlm, tmp_path / "dense"))
+    with pytest.raises(ValueError, match=r"no modules\.json"):
+        bertkit.SparseEncoder(mlm)
+    with pytest.raises(ValueError, match=r"bertkit\.SparseEncoder"):
+        bertkit.SentenceTransformer(str(splade[0].layout.transformer))
+
+
+def test_empty_input_and_default_dtype(splade):
+    """No texts: an empty ``[0, V]`` sparse tensor. The default ``dtype="auto"`` (bf16 where the hardware computes
+    it natively) stays close to the exact vectors."""
+    ours, ref = splade
+    out = ours.encode([])
+    assert out.is_sparse and out.shape == (0, len(WORDS))
+    auto = bertkit.SparseEncoder(str(ours.layout.transformer))
+    torch.testing.assert_close(_dense(auto.encode_document(DOCS)), _dense(ref.encode_document(DOCS)),
+                               atol=0.05, rtol=0.05)
+
+
+def _dense_dir(mlm: str, out) -> str:
+    st.SentenceTransformer(mlm, device="cpu").save(str(out))
+    return str(out)
+
