@@ -11,8 +11,12 @@ import torch
 st = pytest.importorskip("sentence_transformers")
 transformers = pytest.importorskip("transformers")
 
-from sentence_transformers.base.modules import Transformer  # noqa: E402
-from sentence_transformers.sparse_encoder.modules import MLMTransformer, SpladePooling  # noqa: E402
+from sentence_transformers.base.modules import Router, Transformer  # noqa: E402
+from sentence_transformers.sparse_encoder.modules import (  # noqa: E402
+    MLMTransformer,
+    SparseStaticEmbedding,
+    SpladePooling,
+)
 
 import bertkit  # noqa: E402
 
@@ -146,3 +150,54 @@ def _dense_dir(mlm: str, out) -> str:
     st.SentenceTransformer(mlm, device="cpu").save(str(out))
     return str(out)
 
+
+
+def _router_dir(mlm: str, out, **settings) -> str:
+    """An inference-free model: random static weights (some negative: max_active_dims keeps magnitudes) for
+    queries, SPLADE for documents."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        document = [MLMTransformer(mlm), SpladePooling("max")]
+    torch.manual_seed(1)
+    static = SparseStaticEmbedding(tokenizer=transformers.AutoTokenizer.from_pretrained(mlm),
+                                   weight=torch.rand(len(WORDS)) * 3 - 0.5)
+    router = Router.for_query_document(query_modules=[static], document_modules=document)
+    st.SparseEncoder(modules=[router], device="cpu", **settings).save(str(out))
+    return str(out)
+
+
+@pytest.fixture(scope="module")
+def inference_free(mlm, tmp_path_factory):
+    path = _router_dir(mlm, tmp_path_factory.mktemp("router"), prompts=PROMPTS)
+    return bertkit.SparseEncoder(path, dtype="fp32"), st.SparseEncoder(path, device="cpu")
+
+
+def test_router_static_queries_and_splade_documents(inference_free):
+    ours, ref = inference_free
+    queries = [*QUERIES, "the the cat cat", "berlin " * 70]  # repeated tokens count once; no truncation
+    for method, texts in (("encode_query", queries), ("encode_document", DOCS), ("encode", DOCS)):
+        got, want = getattr(ours, method)(texts, batch_size=3), getattr(ref, method)(texts, batch_size=3)
+        assert (_dense(want) != 0).sum() > 2 * len(texts)
+        torch.testing.assert_close(_dense(got), _dense(want), **TOL)
+    got = ours.encode_query(queries, max_active_dims=2, convert_to_sparse_tensor=False)
+    torch.testing.assert_close(got, ref.encode_query(queries, max_active_dims=2, convert_to_sparse_tensor=False),
+                               **TOL)
+    torch.testing.assert_close(ours.similarity(ours.encode_query(QUERIES), ours.encode_document(DOCS)),
+                               ref.similarity(ref.encode_query(QUERIES), ref.encode_document(DOCS)), **TOL)
+    assert [t for t, _ in ours.decode(ours.encode_query(QUERIES[0]))] == \
+        [t for t, _ in ref.decode(ref.encode_query(QUERIES[0]))]
+    with pytest.raises(ValueError, match="task 'passage' has no route"):
+        ours.encode(DOCS, task="passage")
+
+
+def test_router_with_a_query_side_of_another_vocabulary_is_refused(mlm, tmp_path):
+    path = _router_dir(mlm, tmp_path / "router")
+    static = next((tmp_path / "router").glob("query_0_*"))
+    from safetensors.torch import save_file
+
+    save_file({"weight": torch.ones(len(WORDS) + 3)}, str(static / "model.safetensors"))
+    with pytest.raises(ValueError, match="vocabularies of different sizes"):
+        bertkit.SparseEncoder(path)
+    save_file({"weight": torch.ones(len(WORDS) - 3)}, str(static / "model.safetensors"))
+    with pytest.raises(ValueError, match="the static weights cover"):
+        bertkit.SparseEncoder(path)

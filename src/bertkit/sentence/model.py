@@ -52,9 +52,9 @@ class SentenceTransformer(nn.Module):
 
         path = Path(model_name_or_path)
         layout = read_layout(path) if is_sentence_transformer(path) else Layout(transformer=path)
-        if layout.masked_lm:
-            raise ValueError(f"{path} is a sparse encoder's directory (a masked-LM module); load it with "
-                             "bertkit.SparseEncoder.")
+        if layout.masked_lm or layout.routes or layout.static:
+            raise ValueError(f"{path} is a sparse encoder's directory (a masked-LM, Router or static module); "
+                             "load it with bertkit.SparseEncoder.")
         if pooling is not None:
             layout.pooling = Pooling((pooling,) if isinstance(pooling, str) else tuple(pooling),
                                      include_prompt=layout.pooling.include_prompt)

@@ -139,6 +139,9 @@ class Layout:
     masked_lm: bool = False  # the transformer's output is its MLM logits (a sparse encoder's)
     splade: SpladePooling | None = None
     max_active_dims: int | None = None
+    static: bool = False  # ``transformer`` holds a SparseStaticEmbedding: a tokenizer and a weight per token
+    routes: dict[str, Layout] = field(default_factory=dict)  # a Router's pipelines by task (query, document)
+    default_route: str | None = None
 
 
 def is_sentence_transformer(path: str | Path) -> bool:
@@ -150,14 +153,31 @@ def read_layout(root: str | Path) -> Layout:
     """The :class:`Layout` of the sentence-transformers directory ``root``; ValueError for a module type
     bertkit does not run (naming it)."""
     root = Path(root)
+    entries = sorted(_json(root / "modules.json"), key=lambda m: m.get("idx", 0))
+    layout = _modules(root, [(entry["type"], entry.get("path", "")) for entry in entries], root / "modules.json")
+    settings = root / "config_sentence_transformers.json"
+    extra = _json(settings) if settings.is_file() else {}
+    layout.prompts = dict(extra.get("prompts") or {})
+    layout.default_prompt_name = extra.get("default_prompt_name")
+    layout.similarity_fn_name = extra.get("similarity_fn_name")
+    layout.max_active_dims = extra.get("max_active_dims")
+    return layout
+
+
+def _modules(root: Path, modules: list[tuple[str, str]], listed_in: Path) -> Layout:
+    """The layout of one pipeline of ``(type, path)`` modules (the directory's, or one route of a Router)."""
     layout: Layout | None = None
-    for entry in sorted(_json(root / "modules.json"), key=lambda m: m.get("idx", 0)):
-        kind, where = entry["type"].rsplit(".", 1)[-1], root / entry.get("path", "")
+    for name, path in modules:
+        kind, where = name.rsplit(".", 1)[-1], root / path
         if kind in ("Transformer", "MLMTransformer"):
             layout = Layout(transformer=where, **_transformer_settings(where, root))
             layout.masked_lm = kind == "MLMTransformer" or _fill_mask(where, root)
+        elif kind == "SparseStaticEmbedding":  # a tokenizer and one weight per vocabulary entry, no model
+            layout = Layout(transformer=where, static=True)
+        elif kind == "Router" and len(modules) == 1:
+            layout = _router(root, where)
         elif layout is None:
-            raise ValueError(f"{root}/modules.json: {kind} comes before the Transformer module.")
+            raise ValueError(f"{listed_in}: {kind} comes before the Transformer module.")
         elif kind == "Pooling":
             layout.pooling = _pooling(_json(where / "config.json"))
         elif kind == "Dense":
@@ -169,17 +189,27 @@ def read_layout(root: str | Path) -> Layout:
             layout.splade = SpladePooling(config.get("pooling_strategy", "max"),
                                           config.get("activation_function", "relu"))
         else:
-            raise ValueError(f"{root}/modules.json names a {entry['type']} module; bertkit runs Transformer, "
-                             "MLMTransformer, Pooling, Dense, Normalize and SpladePooling modules.")
+            raise ValueError(f"{listed_in} names a {name} module; bertkit runs Transformer, MLMTransformer, "
+                             "Pooling, Dense, Normalize, SpladePooling, SparseStaticEmbedding and a Router of them.")
     if layout is None:
-        raise ValueError(f"{root}/modules.json has no Transformer module.")
-    settings = root / "config_sentence_transformers.json"
-    extra = _json(settings) if settings.is_file() else {}
-    layout.prompts = dict(extra.get("prompts") or {})
-    layout.default_prompt_name = extra.get("default_prompt_name")
-    layout.similarity_fn_name = extra.get("similarity_fn_name")
-    layout.max_active_dims = extra.get("max_active_dims")
+        raise ValueError(f"{listed_in} has no Transformer module.")
     return layout
+
+
+def _router(root: Path, where: Path) -> Layout:
+    """A Router: one layout per route (``query``, ``document``) from ``router_config.json``."""
+    config = _json(where / "router_config.json")
+    types, parameters = config.get("types", {}), config.get("parameters", {})
+    routes = {route: _modules(where, [(types[name], name) for name in names], where / "router_config.json")
+              for route, names in config.get("structure", {}).items()}
+    default = parameters.get("default_route")
+    if not routes or (default is not None and default not in routes):
+        raise ValueError(f"{where / 'router_config.json'}: no routes, or a default_route {default!r} that is not "
+                         "one of them.")
+    if parameters.get("route_mappings"):
+        raise ValueError(f"{where / 'router_config.json'} has route_mappings; bertkit routes by task name only "
+                         "(query, document): remove them or route by the task names.")
+    return Layout(transformer=where, routes=routes, default_route=default)
 
 
 def _json(path: Path) -> Any:

@@ -2,7 +2,9 @@
 
 A SPLADE directory (``MLMTransformer`` + ``SpladePooling``, :mod:`.modules`) runs its masked-LM head
 (:class:`bertkit.BERTForMaskedLM`, any family whose MLM head bertkit loads) on the fast inference path and
-pools the logits into one weight per vocabulary entry. :meth:`SparseEncoder.encode` and its query/document
+pools the logits into one weight per vocabulary entry. An inference-free directory (a ``Router``:
+``SparseStaticEmbedding`` for queries, SPLADE for documents) weighs a query's tokens with one learned weight per
+vocabulary entry, without a forward pass. :meth:`SparseEncoder.encode` and its query/document
 forms take sentence-transformers' arguments and return what its ``SparseEncoder`` returns (a sparse COO tensor
 by default); with ``dtype="fp32"`` the vectors equal sentence-transformers' to 1e-5.
 """
@@ -20,67 +22,75 @@ from torch import nn
 from bertkit.inference.batching import check_batch_size, pad, run_sorted
 from bertkit.inference.precision import prepare, resolve
 from bertkit.sentence.model import SentenceTransformer
-from bertkit.sentence.modules import is_sentence_transformer, read_layout
+from bertkit.sentence.modules import Layout, is_sentence_transformer, read_layout
 from bertkit.sentence.util import similarity
 
 DOCUMENT_PROMPTS = ("document", "passage", "corpus")  # encode_document's default prompt names, in this order
 
 
 class SparseEncoder(nn.Module):
-    """Masked-LM logits -> SPLADE pooling, loaded from a sentence-transformers sparse encoder directory.
+    """SPLADE (masked-LM logits -> SpladePooling), or a Router of a static query side and a SPLADE document side,
+    loaded from a sentence-transformers sparse encoder directory.
 
     ``forward(input_ids, attention_mask, token_type_ids=None)`` returns the dense ``[B, V]`` weights (before
-    ``max_active_dims``). ``max_active_dims`` (the directory's, or the argument): the largest weights kept per
-    vector; :meth:`similarity` is the dot product unless the directory names another.
+    ``max_active_dims``) of the default route. ``max_active_dims`` (the directory's, or the argument): the largest
+    weights kept per vector; :meth:`similarity` is the dot product unless the directory names another.
     """
 
     def __init__(self, model_name_or_path: str | os.PathLike, device: str | torch.device | None = None, *,
                  dtype: Any = "auto", optimize: bool = True, max_active_dims: int | None = None):
         """``dtype`` and ``optimize`` as :class:`bertkit.SentenceTransformer`'s (``"fp32"``: exact)."""
         super().__init__()
-        from bertkit.modeling.lm_heads import BERTForMaskedLM
         from bertkit.modeling.text import resolve_device
-        from bertkit.tasks.sources import load_model_and_tokenizer
 
         path = Path(model_name_or_path)
         if not is_sentence_transformer(path):
             raise ValueError(f"{path} has no modules.json; SparseEncoder loads sentence-transformers' sparse "
-                             "encoder directories (MLMTransformer + SpladePooling).")
-        layout = read_layout(path)
-        if not layout.masked_lm or layout.splade is None:
-            raise ValueError(f"{path} is not a SPLADE directory (it needs an MLMTransformer and a SpladePooling "
-                             "module); load a dense model with bertkit.SentenceTransformer.")
-        self.layout = layout
-        self.mlm, self.tokenizer = load_model_and_tokenizer(layout.transformer, BERTForMaskedLM, warn=False)
-        self.splade = layout.splade
-        limit = self.mlm.config.max_tokens
-        self.max_seq_length = min(layout.max_seq_length or limit, limit)
+                             "encoder directories (MLMTransformer + SpladePooling, or a Router of them).")
+        self.layout = layout = read_layout(path)
+        routes = layout.routes or {"": layout}
+        self.routes = nn.ModuleDict({name or "main": _route(sub, path) for name, sub in routes.items()})
+        self.default_route = layout.default_route if layout.routes else "main"
+        main = self.routes[self.default_route or next(iter(self.routes))]
+        self.tokenizer = main.tokenizer
+        sizes = {name: route.vocab_size for name, route in self.routes.items()}
+        if len(set(sizes.values())) > 1:
+            raise ValueError(f"{path}: the Router's routes weigh vocabularies of different sizes {sizes}; the query "
+                             "side must use the document side's tokenizer.")
         self.prompts, self.default_prompt_name = layout.prompts, layout.default_prompt_name
         self.similarity_fn_name = layout.similarity_fn_name or "dot"
         self.max_active_dims = _check_dims(max_active_dims if max_active_dims is not None
                                            else layout.max_active_dims, "max_active_dims")
         self.to(resolve_device(device) if device is not None else "cpu").eval()
         self.dtype_choice = None
-        if optimize:
-            self.dtype_choice = prepare(self.mlm, dtype, "sparse-embeddings")
-        elif dtype not in (None, "auto"):
-            self.to(resolve(dtype, self.device, "sparse-embeddings").torch_dtype)
+        for route in self.routes.values():
+            if isinstance(route, _Splade) and optimize:
+                self.dtype_choice = prepare(route.mlm, dtype, "sparse-embeddings")
+            elif isinstance(route, _Splade) and dtype not in (None, "auto"):
+                route.to(resolve(dtype, self.device, "sparse-embeddings").torch_dtype)
 
-    # one implementation of prompts and tokenization with the dense model kind (they read the same attributes)
-    prompt = SentenceTransformer.prompt
-    features = SentenceTransformer.features
+    prompt = SentenceTransformer.prompt  # one implementation of prompts with the dense model kind
 
     @property
     def device(self) -> torch.device:
         return next(self.parameters()).device
 
     def get_sentence_embedding_dimension(self) -> int:
-        return self.mlm.config.vocab_size
+        return next(iter(self.routes.values())).vocab_size
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                 token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
-        logits = self.mlm(input_ids, attention_mask, token_type_ids)
-        return self.splade(logits.float(), attention_mask)
+        return self.routes[self.default_route](input_ids, attention_mask, token_type_ids)
+
+    def route(self, task: str | None = None) -> nn.Module:
+        """The pipeline that encodes ``task``'s texts: a Router's route of that name (its default for None);
+        a SPLADE model's one pipeline for any task."""
+        if not self.layout.routes:
+            return self.routes["main"]
+        name = task if task is not None else self.default_route
+        if name not in self.routes:
+            raise ValueError(f"task {task!r} has no route in this model; pass one of {sorted(self.routes)}.")
+        return self.routes[name]
 
     # ------------------------------------------------------------------------------------------ encode
     def encode(self, sentences: str | Sequence[str], prompt_name: str | None = None, prompt: str | None = None,
@@ -95,12 +105,11 @@ class SparseEncoder(nn.Module):
         weights per vector (default: the model's); ``convert_to_sparse_tensor`` gives sparse COO tensors, else
         dense; ``convert_to_tensor`` stacks them, else a list of rows. Results are on the CPU (``save_to_cpu``
         is accepted for compatibility); ``device`` must be the model's own. ``task`` (``"query"`` /
-        ``"document"``) routes a Router model; a SPLADE model runs both alike. ``batch_tokens`` as
-        :meth:`bertkit.SentenceTransformer.encode`'s.
+        ``"document"``) picks a Router's route (None: its default route); a SPLADE model runs every task alike.
+        ``batch_tokens`` as :meth:`bertkit.SentenceTransformer.encode`'s.
         """
         check_batch_size(batch_size)
-        if task not in (None, "query", "document"):
-            raise ValueError(f"task must be 'query', 'document' or None, got {task!r}.")
+        route = self.route(task)
         if device is not None and torch.device(device) != self.device:
             raise ValueError(f"encode(device={device!r}) but the model is on {self.device}; call "
                              f"model.to({device!r}) first.")
@@ -108,8 +117,8 @@ class SparseEncoder(nn.Module):
         single = isinstance(sentences, str)
         texts = [sentences] if single else list(sentences)
         progress = show_progress_bar if show_progress_bar is not None else len(texts) >= 8 * batch_size
-        rows = self.features(texts, self.prompt(prompt_name, prompt))
-        vectors = run_sorted(rows, [len(row["input_ids"]) for row in rows], batch_size, self._batch_runner(),
+        rows = route.features(texts, self.prompt(prompt_name, prompt))
+        vectors = run_sorted(rows, [len(row["input_ids"]) for row in rows], batch_size, self._batch_runner(route),
                              max_tokens=batch_tokens, progress=progress, description="encode")
         embeddings = torch.stack(vectors) if vectors else torch.empty(0, self.get_sentence_embedding_dimension())
         if dims is not None:
@@ -135,13 +144,13 @@ class SparseEncoder(nn.Module):
             prompt_name = next((name for name in DOCUMENT_PROMPTS if name in self.prompts), None)
         return self.encode(sentences, prompt_name, prompt, task="document", **options)
 
-    def _batch_runner(self):
-        pad_values = {"input_ids": self.tokenizer.pad_token_id, "token_type_ids": 0, "attention_mask": 0}
+    def _batch_runner(self, route: nn.Module):
+        pad_values = {"input_ids": route.tokenizer.pad_token_id, "token_type_ids": 0, "attention_mask": 0}
 
         @torch.inference_mode()
         def run(rows: list[dict]) -> list[torch.Tensor]:
             batch = pad(rows, pad_values, self.device)
-            return list(self(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"]).cpu())
+            return list(route(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"]).float().cpu())
 
         return run
 
@@ -175,6 +184,71 @@ class SparseEncoder(nn.Module):
         dense = dense.reshape(-1, dense.shape[-1])
         active = (dense != 0).sum(dim=1).float().mean().item() if len(dense) else 0.0
         return {"active_dims": active, "sparsity_ratio": 1.0 - active / dense.shape[-1]}
+
+
+class _Splade(nn.Module):
+    """One SPLADE pipeline: the masked-LM head's logits, pooled (:class:`~bertkit.sentence.modules.SpladePooling`)."""
+
+    def __init__(self, layout: Layout):
+        super().__init__()
+        from bertkit.modeling.lm_heads import BERTForMaskedLM
+        from bertkit.tasks.sources import load_model_and_tokenizer
+
+        self.layout, self.splade = layout, layout.splade
+        self.mlm, self.tokenizer = load_model_and_tokenizer(layout.transformer, BERTForMaskedLM, warn=False)
+        limit = self.mlm.config.max_tokens
+        self.max_seq_length = min(layout.max_seq_length or limit, limit)
+        self.vocab_size = self.mlm.config.vocab_size
+
+    features = SentenceTransformer.features  # one tokenization with the dense model kind (the same attributes)
+
+    def forward(self, input_ids, attention_mask, token_type_ids=None) -> torch.Tensor:
+        logits = self.mlm(input_ids, attention_mask, token_type_ids)
+        return self.splade(logits.float(), attention_mask)
+
+
+class _Static(nn.Module):
+    """An inference-free side (``SparseStaticEmbedding``): each distinct token of a text (no special tokens) weighs
+    its learned weight; no model runs."""
+
+    def __init__(self, layout: Layout):
+        super().__init__()
+        from bertkit.tokenization import load_tokenizer
+        from bertkit.weights.hf import read_state_dict
+
+        self.tokenizer = load_tokenizer(layout.transformer)
+        weights = read_state_dict(layout.transformer)
+        if set(weights) != {"weight"} or weights["weight"].ndim != 1:
+            raise ValueError(f"{layout.transformer}: a SparseStaticEmbedding holds one 1-D 'weight' tensor, found "
+                             f"{sorted(weights)}.")
+        self.weight = nn.Parameter(weights["weight"].float(), requires_grad=False)
+        self.vocab_size = self.weight.shape[0]
+        if len(self.tokenizer) > self.vocab_size:
+            raise ValueError(f"{layout.transformer}: the tokenizer has {len(self.tokenizer)} tokens but the static "
+                             f"weights cover {self.vocab_size}; save the weights with that tokenizer's vocabulary.")
+
+    def features(self, texts: list[str], prefix: str = "") -> list[dict]:
+        if not texts:
+            return []
+        encoding = self.tokenizer([prefix + text for text in texts], add_special_tokens=False, truncation=True,
+                                  return_token_type_ids=True)
+        return [{key: encoding[key][i] for key in ("input_ids", "token_type_ids", "attention_mask")}
+                for i in range(len(texts))]
+
+    def forward(self, input_ids, attention_mask, token_type_ids=None) -> torch.Tensor:
+        present = torch.zeros(input_ids.shape[0], self.vocab_size, dtype=self.weight.dtype, device=input_ids.device)
+        present.scatter_reduce_(1, input_ids, attention_mask.to(present.dtype), "amax")  # padding marks nothing
+        return present * self.weight
+
+
+def _route(layout: Layout, root: Path) -> nn.Module:
+    if layout.static:
+        return _Static(layout)
+    if layout.masked_lm and layout.splade is not None:
+        return _Splade(layout)
+    raise ValueError(f"{root} is not a sparse encoder (it needs an MLMTransformer and a SpladePooling module, or "
+                     "a Router of them and a SparseStaticEmbedding); load a dense model with "
+                     "bertkit.SentenceTransformer.")
 
 
 def keep_largest(embeddings: torch.Tensor, k: int) -> torch.Tensor:
