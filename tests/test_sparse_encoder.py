@@ -124,6 +124,9 @@ def test_pooling_variants_and_saved_settings(mlm, tmp_path, strategy, activation
     torch.testing.assert_close(_dense(got), _dense(ref.encode_document(DOCS)), **TOL)
     torch.testing.assert_close(_dense(ours.encode(DOCS, max_active_dims=40)),
                                _dense(ref.encode(DOCS, max_active_dims=40)), **TOL)
+    saved = st.SparseEncoder(str(ours.save(tmp_path / "saved")), device="cpu")
+    assert saved.max_active_dims == 5 and saved[-1].pooling_strategy == strategy
+    torch.testing.assert_close(_dense(saved.encode_document(DOCS)), _dense(got), **TOL)
 
 
 def test_wrong_directories_say_which_class(mlm, splade, tmp_path):
@@ -201,3 +204,15 @@ def test_router_with_a_query_side_of_another_vocabulary_is_refused(mlm, tmp_path
     save_file({"weight": torch.ones(len(WORDS) - 3)}, str(static / "model.safetensors"))
     with pytest.raises(ValueError, match="the static weights cover"):
         bertkit.SparseEncoder(path)
+
+
+@pytest.mark.parametrize("kind", ["splade", "inference_free"])
+def test_saved_directory_loads_in_both_with_the_same_vectors(kind, request, tmp_path):
+    ours, ref = request.getfixturevalue(kind)
+    saved = ours.save(tmp_path / "saved")
+    again, theirs = bertkit.SparseEncoder(saved, dtype="fp32"), st.SparseEncoder(str(saved), device="cpu")
+    assert theirs.prompts == ref.prompts
+    for method, texts in (("encode_query", QUERIES), ("encode_document", DOCS)):
+        want = _dense(getattr(ref, method)(texts))
+        torch.testing.assert_close(_dense(getattr(theirs, method)(texts)), want, **TOL)
+        torch.testing.assert_close(_dense(getattr(again, method)(texts)), want, **TOL)

@@ -7,6 +7,11 @@ files), ``modules.json`` listing ``Transformer`` (path ``""``), ``1_Pooling``, t
 ``config_sentence_transformers.json`` (prompts, default prompt, similarity function, versions); an optional
 model card ``README.md``. Module types are written under their long-standing names
 (``sentence_transformers.models.Pooling``), which every version reads. Every file is written atomically.
+
+A :class:`~bertkit.sentence.SparseEncoder` is written as sentence-transformers 6 writes one
+(:func:`save_sparse_encoder`): ``MLMTransformer`` at the root and ``1_SpladePooling``, or one ``Router`` whose
+``router_config.json`` lists each route's modules in folders ``{route}_{index}_{kind}`` (a
+``SparseStaticEmbedding``: tokenizer files and its ``weight`` vector).
 """
 
 from __future__ import annotations
@@ -23,12 +28,18 @@ from bertkit.sentence.modules import POOLING_MODES, Dense
 
 if TYPE_CHECKING:
     from bertkit.sentence.model import SentenceTransformer
+    from bertkit.sentence.sparse import SparseEncoder
 
 MODULE_TYPES = {"Transformer": "sentence_transformers.models.Transformer",
                 "Pooling": "sentence_transformers.models.Pooling",
                 "Dense": "sentence_transformers.models.Dense",
                 "Normalize": "sentence_transformers.models.Normalize"}
 SIMILARITY_FUNCTIONS = ("cosine", "dot", "euclidean", "manhattan")
+SPARSE_TYPES = {"MLMTransformer": "sentence_transformers.sparse_encoder.modules.mlm_transformer.MLMTransformer",
+                "SpladePooling": "sentence_transformers.sparse_encoder.modules.splade_pooling.SpladePooling",
+                "SparseStaticEmbedding":
+                    "sentence_transformers.sparse_encoder.modules.sparse_static_embedding.SparseStaticEmbedding",
+                "Router": "sentence_transformers.base.modules.router.Router"}
 
 
 def save_sentence_transformer(model: SentenceTransformer, directory: str | os.PathLike, *,
@@ -62,6 +73,62 @@ def save_sentence_transformer(model: SentenceTransformer, directory: str | os.Pa
     if model_card is not None:
         atomic_write_text(root / "README.md", model_card)
     return root
+
+
+def save_sparse_encoder(model: SparseEncoder, directory: str | os.PathLike, *,
+                        model_card: str | None = None) -> Path:
+    """Write ``model`` as a sentence-transformers sparse encoder directory at ``directory`` (created if missing)
+    that sentence-transformers 6 and bertkit load with the same vectors; returns it. ``model_card`` as for
+    :func:`save_sentence_transformer`."""
+    root = Path(directory)
+    root.mkdir(parents=True, exist_ok=True)
+    if model.similarity_fn_name not in SIMILARITY_FUNCTIONS:
+        raise ValueError(f"similarity_fn_name must be one of {SIMILARITY_FUNCTIONS}, got {model.similarity_fn_name!r}")
+    if not model.layout.routes:
+        modules = _save_sparse_route(model.routes["main"], root, lambda index, kind: "" if index == 0 else
+                                     f"{index}_{kind}")
+        _write_json(root / "modules.json", [{"idx": i, "name": str(i), "path": path, "type": SPARSE_TYPES[kind]}
+                                            for i, (path, kind) in enumerate(modules)])
+    else:
+        types, structure = {}, {}
+        for name, route in model.routes.items():
+            folders = _save_sparse_route(route, root, lambda index, kind, name=name: f"{name}_{index}_{kind}")
+            types.update({path: SPARSE_TYPES[kind] for path, kind in folders})
+            structure[name] = [path for path, _ in folders]
+        _write_json(root / "router_config.json", {
+            "types": types, "structure": structure,
+            "parameters": {"default_route": model.default_route, "allow_empty_key": True, "route_mappings": {}}})
+        _write_json(root / "modules.json", [{"idx": 0, "name": "0", "path": "", "type": SPARSE_TYPES["Router"]}])
+    settings = {"__version__": {"bertkit": _bertkit_version(), "pytorch": torch.__version__},
+                "model_type": "SparseEncoder", "prompts": dict(model.prompts),
+                "default_prompt_name": model.default_prompt_name, "similarity_fn_name": model.similarity_fn_name}
+    if model.max_active_dims is not None:
+        settings["max_active_dims"] = model.max_active_dims
+    _write_json(root / "config_sentence_transformers.json", settings)
+    if model_card is not None:
+        atomic_write_text(root / "README.md", model_card)
+    return root
+
+
+def _save_sparse_route(route: Any, root: Path, folder) -> list[tuple[str, str]]:
+    """Write one route's modules (``folder(index, kind)`` names each one's folder); their ``(path, kind)``."""
+    from safetensors.torch import save_file
+
+    if hasattr(route, "mlm"):  # SPLADE: the masked LM, then its pooling
+        model_path, pooling_path = folder(0, "MLMTransformer"), folder(1, "SpladePooling")
+        route.mlm.save_pretrained(root / model_path)
+        route.tokenizer.save_pretrained(root / model_path)
+        _write_json(root / model_path / "sentence_bert_config.json",
+                    {"max_seq_length": route.max_seq_length, "do_lower_case": bool(route.layout.do_lower_case)})
+        _write_json(root / pooling_path / "config.json", {"pooling_strategy": route.splade.strategy,
+                                                          "activation_function": route.splade.activation})
+        return [(model_path, "MLMTransformer"), (pooling_path, "SpladePooling")]
+    path = folder(0, "SparseStaticEmbedding")
+    route.tokenizer.save_pretrained(root / path)
+    weights = {"weight": route.weight.detach().float().contiguous().cpu()}
+    atomic_write(root / path / "model.safetensors", lambda target: save_file(weights, target))
+    _write_json(root / path / "config.json", {"frozen": False})
+    return [(path, "SparseStaticEmbedding")]
 
 
 def _module(index: int, path: str, kind: str) -> dict[str, Any]:

@@ -71,6 +71,16 @@ class SparseEncoder(nn.Module):
 
     prompt = SentenceTransformer.prompt  # one implementation of prompts with the dense model kind
 
+    def save(self, path: str | os.PathLike, model_card: str | None = None) -> Path:
+        """Write a sentence-transformers sparse encoder directory
+        (:func:`bertkit.sentence.saving.save_sparse_encoder`) that sentence-transformers and bertkit load with
+        the same vectors; returns its path."""
+        from bertkit.sentence.saving import save_sparse_encoder
+
+        return save_sparse_encoder(self, path, model_card=model_card)
+
+    save_pretrained = save
+
     @property
     def device(self) -> torch.device:
         return next(self.parameters()).device
