@@ -216,3 +216,30 @@ def test_saved_directory_loads_in_both_with_the_same_vectors(kind, request, tmp_
         want = _dense(getattr(ref, method)(texts))
         torch.testing.assert_close(_dense(getattr(theirs, method)(texts)), want, **TOL)
         torch.testing.assert_close(_dense(getattr(again, method)(texts)), want, **TOL)
+
+
+FAMILIES = {  # HF masked-LM classes and configs of the families whose MLM head bertkit loads
+    "distilbert": ("DistilBertForMaskedLM", dict(dim=36, n_heads=3, hidden_dim=37, n_layers=2), "DistilBertConfig"),
+    "roberta": ("RobertaForMaskedLM", dict(hidden_size=36, num_attention_heads=3, intermediate_size=37,
+                                           num_hidden_layers=2, pad_token_id=0), "RobertaConfig"),
+    "modernbert": ("ModernBertForMaskedLM", dict(hidden_size=36, num_attention_heads=3, intermediate_size=37,
+                                                 num_hidden_layers=2, pad_token_id=0, cls_token_id=2, sep_token_id=3,
+                                                 bos_token_id=2, eos_token_id=3, global_attn_every_n_layers=1),
+                   "ModernBertConfig"),
+}
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_other_families_masked_lm_heads(family, tmp_path):
+    model_class, settings, config_class = FAMILIES[family]
+    torch.manual_seed(0)
+    config = getattr(transformers, config_class)(vocab_size=len(WORDS), max_position_embeddings=70,
+                                                 initializer_range=0.3, **settings)
+    getattr(transformers, model_class)(config).save_pretrained(tmp_path / "mlm")
+    (tmp_path / "vocab.txt").write_text("\n".join(WORDS) + "\n")
+    transformers.BertTokenizerFast(str(tmp_path / "vocab.txt")).save_pretrained(tmp_path / "mlm")
+    path = _sparse_dir(str(tmp_path / "mlm"), tmp_path / "sparse", prompts=PROMPTS)
+    ours, ref = bertkit.SparseEncoder(path, dtype="fp32"), st.SparseEncoder(path, device="cpu")
+    got, want = _dense(ours.encode_document(DOCS[:4])), _dense(ref.encode_document(DOCS[:4]))
+    assert (want > 0).sum() > 8
+    torch.testing.assert_close(got, want, **TOL)
