@@ -243,3 +243,30 @@ def test_other_families_masked_lm_heads(family, tmp_path):
     got, want = _dense(ours.encode_document(DOCS[:4])), _dense(ref.encode_document(DOCS[:4]))
     assert (want > 0).sum() > 8
     torch.testing.assert_close(got, want, **TOL)
+
+
+def test_csr_autoencoder_over_a_dense_model(mlm, tmp_path):
+    """CSR: a dense Transformer + Pooling under a SparseAutoEncoder (standardised input, top-k latents); its k is
+    the default max_active_dims, and a larger one at encode time keeps more latents, as in the reference."""
+    from sentence_transformers.sentence_transformer.modules import Pooling
+    from sentence_transformers.sparse_encoder.modules import SparseAutoEncoder
+
+    torch.manual_seed(2)
+    autoencoder = SparseAutoEncoder(36, hidden_dim=47, k=5, normalize=True)
+    for parameter in autoencoder.parameters():
+        parameter.data.normal_(0, 0.5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        modules = [Transformer(mlm), Pooling(36, "mean"), autoencoder]
+    path = str(tmp_path / "csr")
+    st.SparseEncoder(modules=modules, device="cpu", prompts=PROMPTS).save(path)
+    ours, ref = bertkit.SparseEncoder(path, dtype="fp32"), st.SparseEncoder(path, device="cpu")
+    assert ours.max_active_dims == 5 and ours.get_sentence_embedding_dimension() == 47
+    for options in ({}, {"max_active_dims": 9}):
+        got, want = _dense(ours.encode_document(DOCS, **options)), _dense(ref.encode_document(DOCS, **options))
+        assert (want != 0).sum() > 2 * len(DOCS)
+        torch.testing.assert_close(got, want, **TOL)
+    saved = st.SparseEncoder(str(ours.save(tmp_path / "saved")), device="cpu")
+    torch.testing.assert_close(_dense(saved.encode_query(QUERIES)), _dense(ref.encode_query(QUERIES)), **TOL)
+    with pytest.raises(ValueError, match=r"bertkit\.SparseEncoder"):
+        bertkit.SentenceTransformer(path)

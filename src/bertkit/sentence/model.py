@@ -38,12 +38,15 @@ class SentenceTransformer(nn.Module):
     """
 
     def __init__(self, model_name_or_path: str | os.PathLike, device: str | torch.device | None = None, *,
-                 dtype: Any = "auto", optimize: bool = True, pooling: str | Sequence[str] | None = None):
+                 dtype: Any = "auto", optimize: bool = True, pooling: str | Sequence[str] | None = None,
+                 layout: Layout | None = None):
         """``dtype``: ``"auto"`` (bf16 where the hardware computes it natively and the measured embedding
         quality allows, else fp32: :mod:`bertkit.inference.precision`), ``"fp32"`` (exact), ``"bf16"``,
         ``"int8"``, a torch dtype, or None (as loaded); what it became is :attr:`dtype_choice`.
         ``pooling``: the pooling mode(s) (``mean``, ``cls``, ``max``, ``lasttoken``, ...) in place of the
-        directory's (a plain checkpoint has none: mean). ``optimize=False`` keeps the model trainable
+        directory's (a plain checkpoint has none: mean). ``layout``: the directory read already (the dense
+        part of a sparse encoder's CSR directory, whose sparse head runs in :class:`bertkit.SparseEncoder`).
+        ``optimize=False`` keeps the model trainable
         (``model.train()``; ``model(**inputs)`` gives embeddings with gradients), in float32 under ``"auto"``."""
         super().__init__()
         from bertkit.modeling.backbone import BERT
@@ -51,10 +54,11 @@ class SentenceTransformer(nn.Module):
         from bertkit.tasks.sources import load_model_and_tokenizer
 
         path = Path(model_name_or_path)
-        layout = read_layout(path) if is_sentence_transformer(path) else Layout(transformer=path)
-        if layout.masked_lm or layout.routes or layout.static:
-            raise ValueError(f"{path} is a sparse encoder's directory (a masked-LM, Router or static module); "
-                             "load it with bertkit.SparseEncoder.")
+        if layout is None:
+            layout = read_layout(path) if is_sentence_transformer(path) else Layout(transformer=path)
+        if layout.masked_lm or layout.routes or layout.static or layout.autoencoder is not None:
+            raise ValueError(f"{path} is a sparse encoder's directory (a masked-LM, Router, static or autoencoder "
+                             "module); load it with bertkit.SparseEncoder.")
         if pooling is not None:
             layout.pooling = Pooling((pooling,) if isinstance(pooling, str) else tuple(pooling),
                                      include_prompt=layout.pooling.include_prompt)

@@ -123,6 +123,27 @@ class SpladePooling(nn.Module):
         return weights.amax(dim=1) if self.strategy == "max" else weights.sum(dim=1)
 
 
+class SparseAutoEncoder(nn.Module):
+    """CSR's sparse head over a dense sentence vector ``[B, D]``: (standardised when ``normalize``), less
+    ``pre_bias``, through the tied encoder with ``latent_bias``, then the ``k`` largest latents kept and ReLU'd
+    -> ``[B, hidden_dim]``, as sentence-transformers' module of the same name at inference."""
+
+    def __init__(self, input_dim: int, hidden_dim: int, k: int, normalize: bool = False):
+        super().__init__()
+        self.input_dim, self.hidden_dim, self.k, self.normalize = input_dim, hidden_dim, k, normalize
+        self.pre_bias = nn.Parameter(torch.zeros(input_dim))
+        self.latent_bias = nn.Parameter(torch.zeros(hidden_dim))
+        self.weight = nn.Parameter(torch.zeros(hidden_dim, input_dim))  # the encoder's (the decoder is its transpose)
+
+    def forward(self, x: torch.Tensor, k: int | None = None) -> torch.Tensor:
+        if self.normalize:  # unbiased std, as the reference computes it
+            x = x - x.mean(dim=-1, keepdim=True)
+            x = x / (x.std(dim=-1, keepdim=True) + 1e-5)
+        latents = F.linear(x - self.pre_bias, self.weight, self.latent_bias)
+        top = latents.topk(min(k or self.k, self.hidden_dim), dim=-1)
+        return torch.zeros_like(latents).scatter(-1, top.indices, top.values).relu()
+
+
 @dataclass
 class Layout:
     """What a sentence-transformers directory holds: where the BERT is, and the modules after it."""
@@ -142,6 +163,7 @@ class Layout:
     static: bool = False  # ``transformer`` holds a SparseStaticEmbedding: a tokenizer and a weight per token
     routes: dict[str, Layout] = field(default_factory=dict)  # a Router's pipelines by task (query, document)
     default_route: str | None = None
+    autoencoder: SparseAutoEncoder | None = None  # CSR: a sparse head after the dense modules
 
 
 def is_sentence_transformer(path: str | Path) -> bool:
@@ -184,13 +206,16 @@ def _modules(root: Path, modules: list[tuple[str, str]], listed_in: Path) -> Lay
             layout.dense.append(_dense(where))
         elif kind == "Normalize":
             layout.normalize = True
+        elif kind == "SparseAutoEncoder":
+            layout.autoencoder = _autoencoder(where)
         elif kind == "SpladePooling":
             config = _json(where / "config.json")
             layout.splade = SpladePooling(config.get("pooling_strategy", "max"),
                                           config.get("activation_function", "relu"))
         else:
             raise ValueError(f"{listed_in} names a {name} module; bertkit runs Transformer, MLMTransformer, "
-                             "Pooling, Dense, Normalize, SpladePooling, SparseStaticEmbedding and a Router of them.")
+                             "Pooling, Dense, Normalize, SpladePooling, SparseStaticEmbedding, SparseAutoEncoder "
+                             "and a Router of them.")
     if layout is None:
         raise ValueError(f"{listed_in} has no Transformer module.")
     return layout
@@ -257,6 +282,21 @@ def _dense(where: Path) -> Dense:
     module = Dense(config["in_features"], config["out_features"], config.get("bias", True),
                    config.get("activation_function", "torch.nn.modules.activation.Tanh"))
     module.load_state_dict(read_state_dict(where))
+    return module
+
+
+def _autoencoder(where: Path) -> SparseAutoEncoder:
+    from bertkit.weights.hf import read_state_dict
+
+    config = _json(where / "config.json")
+    module = SparseAutoEncoder(config["input_dim"], config.get("hidden_dim", 512), config.get("k", 8),
+                               bool(config.get("normalize", False)))
+    weights = read_state_dict(where)
+    tied = weights.get("decoder.linear.weight", weights.get("encoder.weight"))
+    if tied is None or "pre_bias" not in weights or "latent_bias" not in weights:
+        raise ValueError(f"{where}: a SparseAutoEncoder needs pre_bias, latent_bias and decoder.linear.weight; "
+                         f"found {sorted(weights)}.")
+    module.load_state_dict({"pre_bias": weights["pre_bias"], "latent_bias": weights["latent_bias"], "weight": tied})
     return module
 
 

@@ -11,7 +11,8 @@ model card ``README.md``. Module types are written under their long-standing nam
 A :class:`~bertkit.sentence.SparseEncoder` is written as sentence-transformers 6 writes one
 (:func:`save_sparse_encoder`): ``MLMTransformer`` at the root and ``1_SpladePooling``, or one ``Router`` whose
 ``router_config.json`` lists each route's modules in folders ``{route}_{index}_{kind}`` (a
-``SparseStaticEmbedding``: tokenizer files and its ``weight`` vector).
+``SparseStaticEmbedding``: tokenizer files and its ``weight`` vector), or CSR: the dense directory above and a
+``SparseAutoEncoder`` after it.
 """
 
 from __future__ import annotations
@@ -39,7 +40,9 @@ SPARSE_TYPES = {"MLMTransformer": "sentence_transformers.sparse_encoder.modules.
                 "SpladePooling": "sentence_transformers.sparse_encoder.modules.splade_pooling.SpladePooling",
                 "SparseStaticEmbedding":
                     "sentence_transformers.sparse_encoder.modules.sparse_static_embedding.SparseStaticEmbedding",
-                "Router": "sentence_transformers.base.modules.router.Router"}
+                "Router": "sentence_transformers.base.modules.router.Router",
+                "SparseAutoEncoder":
+                    "sentence_transformers.sparse_encoder.modules.sparse_auto_encoder.SparseAutoEncoder"}
 
 
 def save_sentence_transformer(model: SentenceTransformer, directory: str | os.PathLike, *,
@@ -84,7 +87,12 @@ def save_sparse_encoder(model: SparseEncoder, directory: str | os.PathLike, *,
     root.mkdir(parents=True, exist_ok=True)
     if model.similarity_fn_name not in SIMILARITY_FUNCTIONS:
         raise ValueError(f"similarity_fn_name must be one of {SIMILARITY_FUNCTIONS}, got {model.similarity_fn_name!r}")
-    if not model.layout.routes:
+    kinds = {type(route).__name__ for route in model.routes.values()}
+    if "_CSR" in kinds and model.layout.routes:
+        raise ValueError("SparseEncoder.save writes CSR (SparseAutoEncoder) models outside a Router only.")
+    if "_CSR" in kinds:
+        _save_csr(model.routes["main"], root)
+    elif not model.layout.routes:
         modules = _save_sparse_route(model.routes["main"], root, lambda index, kind: "" if index == 0 else
                                      f"{index}_{kind}")
         _write_json(root / "modules.json", [{"idx": i, "name": str(i), "path": path, "type": SPARSE_TYPES[kind]}
@@ -108,6 +116,24 @@ def save_sparse_encoder(model: SparseEncoder, directory: str | os.PathLike, *,
     if model_card is not None:
         atomic_write_text(root / "README.md", model_card)
     return root
+
+
+def _save_csr(route: Any, root: Path) -> None:
+    """The dense directory, then ``{n}_SparseAutoEncoder`` (its config and the tied weights) in ``modules.json``."""
+    from safetensors.torch import save_file
+
+    save_sentence_transformer(route.dense, root)
+    modules = json.loads((root / "modules.json").read_text())
+    index, sae = len(modules), route.autoencoder
+    path = f"{index}_SparseAutoEncoder"
+    _write_json(root / path / "config.json", {"input_dim": sae.input_dim, "hidden_dim": sae.hidden_dim, "k": sae.k,
+                                              "normalize": sae.normalize})
+    tensors = {"pre_bias": sae.pre_bias, "latent_bias": sae.latent_bias, "decoder.linear.weight": sae.weight}
+    tensors = {name: t.detach().float().contiguous().cpu() for name, t in tensors.items()}
+    tensors["stats_last_nonzero"] = torch.zeros(sae.hidden_dim, dtype=torch.long)  # training statistics: fresh
+    atomic_write(root / path / "model.safetensors", lambda target: save_file(tensors, target))
+    modules.append({"idx": index, "name": str(index), "path": path, "type": SPARSE_TYPES["SparseAutoEncoder"]})
+    _write_json(root / "modules.json", modules)
 
 
 def _save_sparse_route(route: Any, root: Path, folder) -> list[tuple[str, str]]:

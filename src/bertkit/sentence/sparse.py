@@ -11,6 +11,7 @@ by default); with ``dtype="fp32"`` the vectors equal sentence-transformers' to 1
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -49,7 +50,8 @@ class SparseEncoder(nn.Module):
                              "encoder directories (MLMTransformer + SpladePooling, or a Router of them).")
         self.layout = layout = read_layout(path)
         routes = layout.routes or {"": layout}
-        self.routes = nn.ModuleDict({name or "main": _route(sub, path) for name, sub in routes.items()})
+        self.routes = nn.ModuleDict({name or "main": _route(sub, path, dtype, optimize)
+                                     for name, sub in routes.items()})
         self.default_route = layout.default_route if layout.routes else "main"
         main = self.routes[self.default_route or next(iter(self.routes))]
         self.tokenizer = main.tokenizer
@@ -59,12 +61,15 @@ class SparseEncoder(nn.Module):
                              "side must use the document side's tokenizer.")
         self.prompts, self.default_prompt_name = layout.prompts, layout.default_prompt_name
         self.similarity_fn_name = layout.similarity_fn_name or "dot"
-        self.max_active_dims = _check_dims(max_active_dims if max_active_dims is not None
-                                           else layout.max_active_dims, "max_active_dims")
+        if max_active_dims is None:  # CSR's default: its autoencoder's k
+            max_active_dims = layout.max_active_dims or (layout.autoencoder.k if layout.autoencoder else None)
+        self.max_active_dims = _check_dims(max_active_dims, "max_active_dims")
         self.to(resolve_device(device) if device is not None else "cpu").eval()
         self.dtype_choice = None
         for route in self.routes.values():
-            if isinstance(route, _Splade) and optimize:
+            if isinstance(route, _CSR):
+                self.dtype_choice = route.dense.dtype_choice
+            elif isinstance(route, _Splade) and optimize:
                 self.dtype_choice = prepare(route.mlm, dtype, "sparse-embeddings")
             elif isinstance(route, _Splade) and dtype not in (None, "auto"):
                 route.to(resolve(dtype, self.device, "sparse-embeddings").torch_dtype)
@@ -90,7 +95,7 @@ class SparseEncoder(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                 token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
-        return self.routes[self.default_route](input_ids, attention_mask, token_type_ids)
+        return self.routes[self.default_route](input_ids, attention_mask, token_type_ids, self.max_active_dims)
 
     def route(self, task: str | None = None) -> nn.Module:
         """The pipeline that encodes ``task``'s texts: a Router's route of that name (its default for None);
@@ -128,7 +133,7 @@ class SparseEncoder(nn.Module):
         texts = [sentences] if single else list(sentences)
         progress = show_progress_bar if show_progress_bar is not None else len(texts) >= 8 * batch_size
         rows = route.features(texts, self.prompt(prompt_name, prompt))
-        vectors = run_sorted(rows, [len(row["input_ids"]) for row in rows], batch_size, self._batch_runner(route),
+        vectors = run_sorted(rows, [len(row["input_ids"]) for row in rows], batch_size, self._batch_runner(route, dims),
                              max_tokens=batch_tokens, progress=progress, description="encode")
         embeddings = torch.stack(vectors) if vectors else torch.empty(0, self.get_sentence_embedding_dimension())
         if dims is not None:
@@ -154,13 +159,14 @@ class SparseEncoder(nn.Module):
             prompt_name = next((name for name in DOCUMENT_PROMPTS if name in self.prompts), None)
         return self.encode(sentences, prompt_name, prompt, task="document", **options)
 
-    def _batch_runner(self, route: nn.Module):
+    def _batch_runner(self, route: nn.Module, dims: int | None):
         pad_values = {"input_ids": route.tokenizer.pad_token_id, "token_type_ids": 0, "attention_mask": 0}
 
         @torch.inference_mode()
         def run(rows: list[dict]) -> list[torch.Tensor]:
             batch = pad(rows, pad_values, self.device)
-            return list(route(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"]).float().cpu())
+            vectors = route(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], dims)
+            return list(vectors.float().cpu())
 
         return run
 
@@ -212,7 +218,7 @@ class _Splade(nn.Module):
 
     features = SentenceTransformer.features  # one tokenization with the dense model kind (the same attributes)
 
-    def forward(self, input_ids, attention_mask, token_type_ids=None) -> torch.Tensor:
+    def forward(self, input_ids, attention_mask, token_type_ids=None, max_active_dims=None) -> torch.Tensor:
         logits = self.mlm(input_ids, attention_mask, token_type_ids)
         return self.splade(logits.float(), attention_mask)
 
@@ -245,13 +251,33 @@ class _Static(nn.Module):
         return [{key: encoding[key][i] for key in ("input_ids", "token_type_ids", "attention_mask")}
                 for i in range(len(texts))]
 
-    def forward(self, input_ids, attention_mask, token_type_ids=None) -> torch.Tensor:
+    def forward(self, input_ids, attention_mask, token_type_ids=None, max_active_dims=None) -> torch.Tensor:
         present = torch.zeros(input_ids.shape[0], self.vocab_size, dtype=self.weight.dtype, device=input_ids.device)
         present.scatter_reduce_(1, input_ids, attention_mask.to(present.dtype), "amax")  # padding marks nothing
         return present * self.weight
 
 
-def _route(layout: Layout, root: Path) -> nn.Module:
+class _CSR(nn.Module):
+    """CSR: a dense sentence-transformers pipeline (:class:`bertkit.SentenceTransformer`) under a
+    :class:`~bertkit.sentence.modules.SparseAutoEncoder`; ``max_active_dims`` is its ``k``."""
+
+    def __init__(self, layout: Layout, root: Path, dtype: Any, optimize: bool):
+        super().__init__()
+        self.autoencoder = layout.autoencoder
+        self.dense = SentenceTransformer(root, dtype=dtype, optimize=optimize,
+                                         layout=dataclasses.replace(layout, autoencoder=None))
+        self.tokenizer, self.vocab_size = self.dense.tokenizer, self.autoencoder.hidden_dim
+
+    def features(self, texts: list[str], prefix: str = "") -> list[dict]:
+        return self.dense.features(texts, prefix)
+
+    def forward(self, input_ids, attention_mask, token_type_ids=None, max_active_dims=None) -> torch.Tensor:
+        return self.autoencoder(self.dense(input_ids, attention_mask, token_type_ids).float(), max_active_dims)
+
+
+def _route(layout: Layout, root: Path, dtype: Any, optimize: bool) -> nn.Module:
+    if layout.autoencoder is not None:
+        return _CSR(layout, root, dtype, optimize)
     if layout.static:
         return _Static(layout)
     if layout.masked_lm and layout.splade is not None:
