@@ -4,7 +4,8 @@ A SPLADE directory (``MLMTransformer`` + ``SpladePooling``, :mod:`.modules`) run
 (:class:`bertkit.BERTForMaskedLM`, any family whose MLM head bertkit loads) on the fast inference path and
 pools the logits into one weight per vocabulary entry. An inference-free directory (a ``Router``:
 ``SparseStaticEmbedding`` for queries, SPLADE for documents) weighs a query's tokens with one learned weight per
-vocabulary entry, without a forward pass. :meth:`SparseEncoder.encode` and its query/document
+vocabulary entry, without a forward pass. A CSR directory runs a dense :class:`bertkit.SentenceTransformer`
+under a ``SparseAutoEncoder`` (top-k latents). :meth:`SparseEncoder.encode` and its query/document
 forms take sentence-transformers' arguments and return what its ``SparseEncoder`` returns (a sparse COO tensor
 by default); with ``dtype="fp32"`` the vectors equal sentence-transformers' to 1e-5.
 """
@@ -30,8 +31,8 @@ DOCUMENT_PROMPTS = ("document", "passage", "corpus")  # encode_document's defaul
 
 
 class SparseEncoder(nn.Module):
-    """SPLADE (masked-LM logits -> SpladePooling), or a Router of a static query side and a SPLADE document side,
-    loaded from a sentence-transformers sparse encoder directory.
+    """SPLADE (masked-LM logits -> SpladePooling), a Router of a static query side and a SPLADE document side, or
+    CSR (dense embedding -> SparseAutoEncoder), loaded from a sentence-transformers sparse encoder directory.
 
     ``forward(input_ids, attention_mask, token_type_ids=None)`` returns the dense ``[B, V]`` weights (before
     ``max_active_dims``) of the default route. ``max_active_dims`` (the directory's, or the argument): the largest
@@ -47,10 +48,11 @@ class SparseEncoder(nn.Module):
         path = Path(model_name_or_path)
         if not is_sentence_transformer(path):
             raise ValueError(f"{path} has no modules.json; SparseEncoder loads sentence-transformers' sparse "
-                             "encoder directories (MLMTransformer + SpladePooling, or a Router of them).")
+                             "encoder directories (MLMTransformer + SpladePooling, a Router of them, or CSR).")
         self.layout = layout = read_layout(path)
         routes = layout.routes or {"": layout}
-        self.routes = nn.ModuleDict({name or "main": _route(sub, path, dtype, optimize)
+        device = resolve_device(device) if device is not None else torch.device("cpu")
+        self.routes = nn.ModuleDict({name or "main": _route(sub, path, device, dtype, optimize)
                                      for name, sub in routes.items()})
         self.default_route = layout.default_route if layout.routes else "main"
         main = self.routes[self.default_route or next(iter(self.routes))]
@@ -64,7 +66,7 @@ class SparseEncoder(nn.Module):
         if max_active_dims is None:  # CSR's default: its autoencoder's k
             max_active_dims = layout.max_active_dims or (layout.autoencoder.k if layout.autoencoder else None)
         self.max_active_dims = _check_dims(max_active_dims, "max_active_dims")
-        self.to(resolve_device(device) if device is not None else "cpu").eval()
+        self.to(device).eval()
         self.dtype_choice = None
         for route in self.routes.values():
             if isinstance(route, _CSR):
@@ -95,7 +97,7 @@ class SparseEncoder(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                 token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
-        return self.routes[self.default_route](input_ids, attention_mask, token_type_ids, self.max_active_dims)
+        return self.route()(input_ids, attention_mask, token_type_ids, self.max_active_dims)
 
     def route(self, task: str | None = None) -> nn.Module:
         """The pipeline that encodes ``task``'s texts: a Router's route of that name (its default for None);
@@ -261,10 +263,10 @@ class _CSR(nn.Module):
     """CSR: a dense sentence-transformers pipeline (:class:`bertkit.SentenceTransformer`) under a
     :class:`~bertkit.sentence.modules.SparseAutoEncoder`; ``max_active_dims`` is its ``k``."""
 
-    def __init__(self, layout: Layout, root: Path, dtype: Any, optimize: bool):
+    def __init__(self, layout: Layout, root: Path, device: torch.device, dtype: Any, optimize: bool):
         super().__init__()
         self.autoencoder = layout.autoencoder
-        self.dense = SentenceTransformer(root, dtype=dtype, optimize=optimize,
+        self.dense = SentenceTransformer(root, device, dtype=dtype, optimize=optimize,
                                          layout=dataclasses.replace(layout, autoencoder=None))
         self.tokenizer, self.vocab_size = self.dense.tokenizer, self.autoencoder.hidden_dim
 
@@ -275,9 +277,9 @@ class _CSR(nn.Module):
         return self.autoencoder(self.dense(input_ids, attention_mask, token_type_ids).float(), max_active_dims)
 
 
-def _route(layout: Layout, root: Path, dtype: Any, optimize: bool) -> nn.Module:
-    if layout.autoencoder is not None:
-        return _CSR(layout, root, dtype, optimize)
+def _route(layout: Layout, root: Path, device: torch.device, dtype: Any, optimize: bool) -> nn.Module:
+    if layout.autoencoder is not None:  # prepared on its device by SentenceTransformer
+        return _CSR(layout, root, device, dtype, optimize).to(device)
     if layout.static:
         return _Static(layout)
     if layout.masked_lm and layout.splade is not None:
