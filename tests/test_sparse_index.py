@@ -12,12 +12,13 @@ from bertkit.retrieval.sparse import SparseIndex, SparseIndexWriter, build_spars
 V = 37  # odd-sized vocabulary
 
 
-def random_sparse(n, active, seed, grid=True):
+def random_sparse(n, active, seed, grid=True, vocab_size=V):
     """``[n, V]`` dense vectors with about ``active`` nonzero terms each; with ``grid`` the weights are multiples of
     0.5 (sums exact, so ties are exact ties)."""
     g = torch.Generator().manual_seed(seed)
-    mask = torch.rand(n, V, generator=g) < active / V
-    weights = torch.randint(1, 5, (n, V), generator=g) / 2 if grid else torch.rand(n, V, generator=g) * 3
+    mask = torch.rand(n, vocab_size, generator=g) < active / vocab_size
+    weights = (torch.randint(1, 5, (n, vocab_size), generator=g) / 2 if grid
+               else torch.rand(n, vocab_size, generator=g) * 3)
     return weights * mask
 
 
@@ -59,6 +60,16 @@ def test_search_equals_dense_dot_with_segments(tmp_path, grid):
     for (a, pa), (b, pb) in zip(one_segment.search(queries, 10), index.search(queries, 10)):
         assert (a == b).all() and (pa == pb).all()
         assert a.dtype == np.float32 and pa.dtype == np.int64
+
+
+def test_few_postings_against_a_large_corpus(tmp_path):
+    """Queries whose postings are few beside the corpus are scored by sorting them, not by an accumulator."""
+    corpus, queries = random_sparse(600, 2, 4, vocab_size=401), random_sparse(12, 3, 5, vocab_size=401)
+    index = build_sparse_index([corpus], tmp_path / "idx", 401, "m", max_postings=300)
+    assert all(int((index.offsets[t + 1] - index.offsets[t]).sum()) * 16 < 600 for t in
+               [q.nonzero()[:, 0].numpy() for q in queries])
+    for k in (1, 4, 1000):
+        check_equal(index.search(queries, k), brute_force(queries, corpus, k))
 
 
 def test_pairs_input_and_ties_deterministic(tmp_path):

@@ -276,8 +276,12 @@ class SparseIndex:
             np.arange(lengths.sum())
         docs = np.asarray(self.docs[positions], dtype=np.int64)
         contributions = np.asarray(self.weights[positions], dtype=np.float64) * np.repeat(query_weights, lengths)
-        matched, inverse = np.unique(docs, return_inverse=True)  # ascending positions
-        scores = np.bincount(inverse, weights=contributions, minlength=len(matched)).astype(np.float32)
+        if len(docs) * 16 < self.documents:  # few postings against a large corpus: sort them
+            matched, inverse = np.unique(docs, return_inverse=True)  # ascending positions
+            scores = np.bincount(inverse, weights=contributions, minlength=len(matched)).astype(np.float32)
+        else:  # an accumulator over the corpus: two vectorised passes, cheaper than sorting many postings
+            matched = np.flatnonzero(np.bincount(docs, minlength=self.documents))  # ascending positions
+            scores = np.bincount(docs, weights=contributions, minlength=self.documents)[matched].astype(np.float32)
         if len(matched) > k:  # keep the k best and everything tied with the k-th, then order those exactly
             kth = np.partition(scores, len(scores) - k)[len(scores) - k]
             keep = scores >= kth
