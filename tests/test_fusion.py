@@ -2,7 +2,7 @@
 
 import pytest
 
-from bertkit.retrieval.fusion import reciprocal_rank_fusion, weighted_sum_fusion
+from bertkit.retrieval.fusion import fuse_runs, reciprocal_rank_fusion, weighted_sum_fusion
 
 DENSE = [("a", 0.9), ("b", 0.8), ("c", 0.5)]
 SPARSE = [("c", 12.0), ("d", 10.0), ("a", 4.0)]
@@ -30,7 +30,20 @@ def test_weighted_sum_fusion_by_hand():
     assert weighted_sum_fusion([[("x", 2.0), ("y", 2.0)], []]) == [("y", 1.0), ("x", 1.0)]  # equal: all 1
 
 
+def test_fuse_runs_per_query():
+    dense_run, sparse_run = {"q1": DENSE, "q2": [("z", 1.0)]}, {"q1": SPARSE, "q3": [("y", 5.0)]}
+    fused = fuse_runs([dense_run, sparse_run], "rrf", k=60, depth=3)
+    assert list(fused) == ["q1", "q2", "q3"]
+    assert fused["q1"] == reciprocal_rank_fusion([DENSE, SPARSE], k=60, depth=3)
+    assert fused["q2"] == [("z", 1 / 61)] and fused["q3"] == [("y", 1 / 61)]
+    weighted = fuse_runs([dense_run, sparse_run], "weighted-sum", weights=[0.7, 0.3])
+    assert weighted["q1"] == weighted_sum_fusion([DENSE, SPARSE], weights=[0.7, 0.3])
+    assert weighted["q3"] == [("y", 0.3)]
+
+
 def test_fusion_errors():
+    with pytest.raises(ValueError, match="method must be one of"):
+        fuse_runs([], "max")
     with pytest.raises(ValueError, match="one weight per ranked list: 1 weights for 2 lists"):
         reciprocal_rank_fusion([DENSE, SPARSE], weights=[1.0])
     with pytest.raises(ValueError, match="normalize must be one of"):

@@ -7,12 +7,14 @@ ties (and as ``retrieve`` orders its lists).
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 
 Ranked = Sequence[tuple[Hashable, float]]
 
 #: the normalisations :func:`weighted_sum_fusion` puts each list's scores through before summing
 NORMALIZATIONS = ("minmax", "none")
+#: the fusions :func:`fuse_runs` applies, by name
+FUSIONS = ("rrf", "weighted-sum")
 
 
 def reciprocal_rank_fusion(rankings: Sequence[Ranked], *, k: int = 60, weights: Sequence[float] | None = None,
@@ -64,3 +66,16 @@ def _ranked(fused: dict[Hashable, float], depth: int | None) -> list[tuple[Hasha
     ranked = sorted(fused.items(), key=lambda item: item[0], reverse=True)  # greater id first among ties ...
     ranked.sort(key=lambda item: item[1], reverse=True)  # ... kept by the stable sort on score
     return ranked[:depth]
+
+
+def fuse_runs(runs: Sequence[Mapping[str, Ranked]], method: str = "rrf", *, depth: int | None = None,
+              **options) -> dict[str, list[tuple[Hashable, float]]]:
+    """``{query id: fused ranked list}`` of ``runs``, each ``{query id: ranked list}`` (say ``retrieve``'s and
+    ``retrieve_sparse``'s answers), for every query id of any run (a run without it adds an empty list):
+    ``method`` ``"rrf"`` is :func:`reciprocal_rank_fusion`, ``"weighted-sum"`` :func:`weighted_sum_fusion`, each
+    given ``options`` (``k``, ``weights``, ``normalize``)."""
+    if method not in FUSIONS:
+        raise ValueError(f"method must be one of {FUSIONS}, got {method!r}.")
+    fuse = reciprocal_rank_fusion if method == "rrf" else weighted_sum_fusion
+    queries = list(dict.fromkeys(query for run in runs for query in run))  # first seen first
+    return {query: fuse([run.get(query, []) for run in runs], depth=depth, **options) for query in queries}

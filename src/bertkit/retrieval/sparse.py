@@ -83,8 +83,9 @@ class SparseIndexWriter:
     """Builds a :class:`SparseIndex` in ``directory`` (new or empty) from document vectors added in chunks.
 
     ``vocab_size`` is the width of the vectors; ``model`` names what made them (recorded in the manifest, so that
-    an index is searched with queries of the same model). At most ``max_postings`` postings (about 16 bytes each)
-    are held in memory; beyond that they go to a segment on disk."""
+    an index is searched with queries of the same model). At most ``max_postings`` postings (20 bytes each, twice that
+    while they are sorted into a segment) are held in memory; beyond that they go to a segment on disk, and the
+    merge holds one segment at a time."""
 
     def __init__(self, directory: str | os.PathLike, vocab_size: int, model: str, *, max_postings: int = 10_000_000):
         if vocab_size < 1:
@@ -132,8 +133,9 @@ class SparseIndexWriter:
             raise ValueError("the corpus is empty: a sparse index needs at least one document.")
         self._flush()
         names = [self.segments / f"{i:06d}" for i in range(self._segment_count)]
-        counts = [np.load(f"{name}.counts.npy") for name in names]  # [V] each: small
-        total = np.sum(counts, axis=0) if counts else np.zeros(self.vocab_size, np.int64)
+        total = np.zeros(self.vocab_size, np.int64)
+        for name in names:  # one [V] count at a time: thousands of segments must not hold thousands of counts
+            total += np.load(f"{name}.counts.npy")
         offsets = np.zeros(self.vocab_size + 1, np.int64)
         np.cumsum(total, out=offsets[1:])
         postings = int(offsets[-1])
@@ -143,7 +145,8 @@ class SparseIndexWriter:
         # segments hold ascending documents, one after the other: appending each segment's postings of a term
         # after the earlier segments' keeps every posting list in document order
         cursor = offsets[:-1].copy()
-        for name, count in zip(names, counts):
+        for name in names:
+            count = np.load(f"{name}.counts.npy")
             seg_docs = np.load(f"{name}.docs.npy", mmap_mode="r")
             seg_starts = np.repeat(cursor - np.concatenate([[0], np.cumsum(count)[:-1]]), count)
             targets = seg_starts + np.arange(len(seg_docs))
