@@ -85,6 +85,33 @@ def test_pairs_input_and_ties_deterministic(tmp_path):
     assert positions.tolist() == [0, 2] and scores.tolist() == [2.0, 2.0]
 
 
+def test_resume_after_an_interrupted_build(tmp_path):
+    corpus = random_sparse(60, 6, 6)
+    whole = build_sparse_index([corpus[i:i + 5] for i in range(0, 60, 5)], tmp_path / "whole", V, "m",
+                               max_postings=25)
+    writer = SparseIndexWriter(tmp_path / "idx", V, "m")
+    for i in range(0, 25, 5):
+        writer.add(corpus[i:i + 5])
+    writer.flush()  # what a corpus-scale build does at a checkpoint
+    writer.add(corpus[25:35])  # buffered only: lost with the process
+    flushed = 25
+    stray = tmp_path / "idx" / "segments" / f"{writer._segment_count:06d}.docs.npy"
+    np.save(stray, np.zeros(3, np.uint32))  # a segment written as the build died, before its record
+    del writer  # interrupted: the buffered documents are lost, the flushed ones kept
+    one_line_error("unfinished build: pass resume=True", SparseIndexWriter, tmp_path / "idx", V, "m")
+    one_line_error("is of 'm' vectors of 37 terms, not 'other' of 37", SparseIndexWriter, tmp_path / "idx", V,
+                   "other", resume=True)
+    resumed = SparseIndexWriter(tmp_path / "idx", V, "m", max_postings=25, resume=True)
+    assert resumed.documents == flushed and not stray.exists()
+    for i in range(flushed, 60, 7):
+        resumed.add(corpus[i:min(i + 7, 60)])
+    index = resumed.finish()
+    assert index.manifest["documents"] == 60
+    for array in ("offsets", "docs", "weights"):
+        assert (getattr(index, array) == getattr(whole, array)).all()
+    assert SparseIndexWriter(tmp_path / "fresh", V, "m", resume=True).documents == 0  # nothing to resume: new
+
+
 def test_save_load_manifest(tmp_path):
     corpus = random_sparse(20, 5, 2)
     build_sparse_index([corpus], tmp_path / "idx", V, "org/tiny-splade")

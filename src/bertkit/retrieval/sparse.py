@@ -8,9 +8,11 @@ weights, in compact numpy arrays (``offsets [V + 1]``, ``docs [P]``, ``weights [
 :class:`SparseIndexWriter` builds one in bounded memory: documents are added in chunks, their postings buffered
 up to ``max_postings`` and then flushed to a segment on disk; :meth:`~SparseIndexWriter.finish` merges the
 segments into the index one segment at a time, writes the manifest last (atomically: an index without one is
-unfinished) and removes the segments. :meth:`SparseIndex.load` memory-maps the arrays and checks them against
-the manifest; :meth:`SparseIndex.search` scores a batch of queries term at a time, exactly, and returns each
-query's best ``k`` documents that share a term with it, best first, a tie to the lower document position.
+unfinished) and removes the segments. Each flush records how many documents the segments hold, so an
+interrupted build resumes (``resume=True``) after the last flush. :meth:`SparseIndex.load` memory-maps the
+arrays and checks them against the manifest; :meth:`SparseIndex.search` scores a batch of queries term at a
+time, exactly, and returns each query's best ``k`` documents that share a term with it, best first, a tie to
+the lower document position.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import torch
 FORMAT = "bertkit-sparse-index"
 VERSION = 1
 MANIFEST = "manifest.json"
+PROGRESS = "progress.json"  # in segments/: how far an unfinished build got
 ARRAYS = ("offsets", "docs", "weights")
 
 #: sparse vectors, one per row: a torch sparse (COO or CSR) or dense ``[n, vocab_size]`` tensor, a dense numpy
@@ -87,21 +90,47 @@ class SparseIndexWriter:
     while they are sorted into a segment) are held in memory; beyond that they go to a segment on disk, and the
     merge holds one segment at a time."""
 
-    def __init__(self, directory: str | os.PathLike, vocab_size: int, model: str, *, max_postings: int = 10_000_000):
+    def __init__(self, directory: str | os.PathLike, vocab_size: int, model: str, *, max_postings: int = 10_000_000,
+                 resume: bool = False):
         if vocab_size < 1:
             raise ValueError(f"vocab_size must be at least 1, got {vocab_size}.")
         if max_postings < 1:
             raise ValueError(f"max_postings must be at least 1, got {max_postings}.")
         self.directory = Path(directory)
-        if self.directory.exists() and any(self.directory.iterdir()):
-            raise ValueError(f"index directory {str(self.directory)!r} is not empty; pass a new or empty directory.")
         self.segments = self.directory / "segments"
-        self.segments.mkdir(parents=True, exist_ok=True)
         self.vocab_size, self.model, self.max_postings = vocab_size, model, max_postings
         self.documents = 0
         self._buffer: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
         self._buffered = 0
         self._segment_count = 0
+        if resume and (self.segments / PROGRESS).is_file():
+            self._resume()
+        elif self.directory.exists() and any(self.directory.iterdir()):
+            hint = " (an unfinished build: pass resume=True to continue it)" if (self.segments / PROGRESS).is_file() \
+                else ""
+            raise ValueError(f"index directory {str(self.directory)!r} is not empty{hint}; pass a new or empty "
+                             f"directory.")
+        self.segments.mkdir(parents=True, exist_ok=True)
+
+    def _resume(self) -> None:
+        """Continues the unfinished build in ``directory`` from its last flush: ``documents`` says how many of the
+        corpus's documents it holds (add the rest); a segment written after the last record is dropped."""
+        path = self.segments / PROGRESS
+        try:
+            progress = json.loads(path.read_text())
+            recorded = (progress["vocab_size"], progress["model"], int(progress["documents"]),
+                        int(progress["segments"]))
+        except (ValueError, KeyError, TypeError) as error:
+            raise ValueError(f"{str(path)!r} is corrupted ({error}); start the build again in a new directory.") \
+                from None
+        if recorded[:2] != (self.vocab_size, self.model):
+            raise ValueError(f"the unfinished build in {str(self.directory)!r} is of {recorded[1]!r} vectors of "
+                             f"{recorded[0]} terms, not {self.model!r} of {self.vocab_size}; resume it with those or "
+                             f"pass a new directory.")
+        self.documents, self._segment_count = recorded[2], recorded[3]
+        for file in self.segments.glob("*.npy"):
+            if int(file.name.split(".")[0]) >= self._segment_count:  # written after the last record
+                file.unlink()
 
     def add(self, rows: SparseRows) -> range:
         """Adds the documents of ``rows`` (see :data:`SparseRows`); returns their positions in the index."""
@@ -110,28 +139,31 @@ class SparseIndexWriter:
         self._buffered += len(term)
         start, self.documents = self.documents, self.documents + n
         if self._buffered >= self.max_postings:
-            self._flush()
+            self.flush()
         return range(start, self.documents)
 
-    def _flush(self) -> None:
-        """Writes the buffered postings as a segment: its per-term counts and its postings by (term, doc)."""
-        if not self._buffer:
-            return
-        term, doc, weight = (np.concatenate(parts) for parts in zip(*self._buffer))
-        self._buffer, self._buffered = [], 0
-        order = np.lexsort((doc, term))
-        name = self.segments / f"{self._segment_count:06d}"
-        np.save(f"{name}.counts.npy", np.bincount(term, minlength=self.vocab_size).astype(np.int64))
-        np.save(f"{name}.docs.npy", doc[order].astype(_doc_dtype(self.documents)))
-        np.save(f"{name}.weights.npy", weight[order])
-        self._segment_count += 1
+    def flush(self) -> None:
+        """Writes the buffered postings as a segment (its per-term counts and its postings by (term, doc)) and
+        records the progress: a build resumed later (``resume=True``) starts after the documents added so far."""
+        if self._buffer:
+            term, doc, weight = (np.concatenate(parts) for parts in zip(*self._buffer))
+            self._buffer, self._buffered = [], 0
+            order = np.lexsort((doc, term))
+            name = self.segments / f"{self._segment_count:06d}"
+            np.save(f"{name}.counts.npy", np.bincount(term, minlength=self.vocab_size).astype(np.int64))
+            np.save(f"{name}.docs.npy", doc[order].astype(_doc_dtype(self.documents)))
+            np.save(f"{name}.weights.npy", weight[order])
+            self._segment_count += 1
+        progress = {"format": FORMAT, "version": VERSION, "vocab_size": self.vocab_size, "model": self.model,
+                    "documents": self.documents, "segments": self._segment_count}
+        _write_atomically(self.segments / PROGRESS, json.dumps(progress) + "\n")
 
     def finish(self) -> SparseIndex:
         """Merges the segments into the index, writes the manifest and returns the index, loaded.
         ``ValueError`` if no document was added."""
         if self.documents == 0:
             raise ValueError("the corpus is empty: a sparse index needs at least one document.")
-        self._flush()
+        self.flush()
         names = [self.segments / f"{i:06d}" for i in range(self._segment_count)]
         total = np.zeros(self.vocab_size, np.int64)
         for name in names:  # one [V] count at a time: thousands of segments must not hold thousands of counts
@@ -165,11 +197,16 @@ class SparseIndexWriter:
             files[f"{array}.npy"] = _file_record(self.directory / f"{array}.npy")
         manifest = {"format": FORMAT, "version": VERSION, "vocab_size": self.vocab_size, "model": self.model,
                     "documents": self.documents, "postings": postings, "files": files}
-        tmp = self.directory / f"{MANIFEST}.tmp"
-        tmp.write_text(json.dumps(manifest, indent=2) + "\n")
-        os.replace(tmp, self.directory / MANIFEST)
+        _write_atomically(self.directory / MANIFEST, json.dumps(manifest, indent=2) + "\n")
         shutil.rmtree(self.segments)
         return SparseIndex.load(self.directory, vocab_size=self.vocab_size, verify=False)
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    """``path`` holds ``text`` or what it held before, never a part: written aside, then renamed over it."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
 
 
 def _doc_dtype(documents: int) -> type:
