@@ -83,6 +83,9 @@ def test_pairs_input_and_ties_deterministic(tmp_path):
     assert len(empty_scores) == 0
     (scores, positions), = index.search([([5], [1.0])], 2)  # three tied at 2.0: the two lowest positions
     assert positions.tolist() == [0, 2] and scores.tolist() == [2.0, 2.0]
+    blank = build_sparse_index([[([], []), ([], [])]], tmp_path / "blank", V, "m")  # documents, no postings
+    assert len(blank) == 2 and [len(p) for _, p in blank.search([([5], [1.0])], 3)] == [0]
+    assert len(SparseIndex.load(tmp_path / "blank")) == 2
 
 
 def test_resume_after_an_interrupted_build(tmp_path):
