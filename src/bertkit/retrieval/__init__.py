@@ -4,9 +4,20 @@
 :func:`search`: the best rows of a corpus for each query, exact, in bounded memory; :func:`retrieve`: a corpus
 encoded once and searched for every query, by ids; :func:`encode_sorted`: texts encoded in length-sorted batches;
 :func:`pairwise` / :func:`rowwise`: the similarity functions they rank by (:data:`SIMILARITIES`).
+
+Sparse vectors (term id -> weight): :class:`SparseIndexWriter` / :func:`build_sparse_index` build an inverted
+index in bounded memory, :class:`SparseIndex` loads and searches it exactly; :func:`retrieve_sparse`: a corpus
+encoded once into one and searched for every query, by ids, with :func:`sparsity_figures`.
+:func:`reciprocal_rank_fusion` and :func:`weighted_sum_fusion` fuse ranked lists (dense + sparse: hybrid),
+:func:`fuse_runs` every query's.
 """
 
 from bertkit.retrieval.dense import encode_sorted, retrieve, search
+from bertkit.retrieval.fusion import fuse_runs, reciprocal_rank_fusion, weighted_sum_fusion
 from bertkit.retrieval.similarity import SIMILARITIES, pairwise, rowwise
+from bertkit.retrieval.sparse import SparseIndex, SparseIndexWriter, build_sparse_index
+from bertkit.retrieval.sparse_retrieve import encode_sparse_sorted, retrieve_sparse, sparsity_figures
 
-__all__ = ["SIMILARITIES", "encode_sorted", "pairwise", "retrieve", "rowwise", "search"]
+__all__ = ["SIMILARITIES", "SparseIndex", "SparseIndexWriter", "build_sparse_index", "encode_sorted",
+           "encode_sparse_sorted", "fuse_runs", "pairwise", "reciprocal_rank_fusion", "retrieve", "retrieve_sparse",
+           "rowwise", "search", "sparsity_figures", "weighted_sum_fusion"]
