@@ -24,12 +24,12 @@ def m3_dir(tmp_path_factory):
     return directory
 
 
-def flag_embedding_weights(directory, text: str) -> dict[str, float]:
+def flag_embedding_weights(directory, text: str, max_length: int = 512) -> dict[str, float]:
     """FlagEmbedding's lexical weights of one text, written out from its definition on HF's model."""
     tokenizer = transformers.AutoTokenizer.from_pretrained(directory)
     model = transformers.XLMRobertaModel.from_pretrained(directory, attn_implementation="eager").eval()
     state = torch.load(directory / "sparse_linear.pt", weights_only=True)
-    inputs = tokenizer(text, return_tensors="pt", truncation=True, max_length=512)
+    inputs = tokenizer(text, return_tensors="pt", truncation=True, max_length=max_length)
     with torch.no_grad():
         hidden = model(**inputs).last_hidden_state[0]
     weights = torch.relu(hidden @ state["weight"].T + state["bias"]).squeeze(-1)
@@ -53,7 +53,18 @@ def test_lexical_weights_equal_flag_embeddings_definition(m3_dir):
         torch.testing.assert_close(torch.tensor([weights[k] for k in expected]),
                                    torch.tensor(list(expected.values())), atol=1e-5, rtol=1e-5)
     assert got[2] == {} and 0 < len(got[0]) < len(model.tokenizer(TEXTS[0])["input_ids"])
-    assert model.encode(TEXTS[1]) == pytest.approx(got[1])
+    assert model.encode(TEXTS[1]) == pytest.approx(got[1]) and model.encode([]) == []
+
+
+def test_texts_are_truncated_to_max_length_as_flag_embedding_truncates(m3_dir):
+    long = "Captain Wentworth had no fortune, and Lady Russell said so. " * 20  # past the model's 64 positions
+    for max_length in (8, 1000):
+        model = BGEM3Lexical(m3_dir, dtype="fp32", max_length=max_length)
+        expected = flag_embedding_weights(m3_dir, long, max_length=min(max_length, 64))
+        got = model.encode(long)
+        assert got.keys() == expected.keys()
+        torch.testing.assert_close(torch.tensor([got[k] for k in expected]), torch.tensor(list(expected.values())),
+                                   atol=1e-5, rtol=1e-5)
 
 
 def test_lexical_matching_score_is_the_sum_of_products_over_shared_ids(m3_dir):
