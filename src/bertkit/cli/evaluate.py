@@ -1,5 +1,8 @@
 """``bertkit evaluate MODEL_DIR --data FILE [--task T]``: a fine-tuned model's metrics on a labelled file.
 ``bertkit evaluate MODEL_DIR --beir DIR [--split test] [--k 1,3,5,10,100]``: an embedding model's retrieval.
+``bertkit evaluate SPARSE_DIR --beir DIR [--max-active-dims N]``: a sparse encoder's retrieval (SPLADE, ...).
+``bertkit evaluate MODEL_DIR --beir DIR --sparse-model SPARSE_DIR [--fusion rrf|weighted-sum]``: hybrid retrieval,
+the dense model, the sparse model and their fusion side by side.
 ``bertkit evaluate MODEL_DIR --sts FILE``: an embedding model's similarity correlations.
 ``bertkit evaluate RERANKER --beir DIR --first-stage EMBEDDER_DIR|RUN_FILE [--top-k 100]``: a cross-encoder
 reranking a first stage's top k.
@@ -14,6 +17,19 @@ and NDCG, MRR, MAP, Recall, Precision and Accuracy (hit rate) at each --k are co
 --sts FILE is a CSV/TSV/JSONL of sentence1, sentence2, score: Pearson and Spearman of cosine and dot. The
 means are printed as JSON; the report, with every query's metrics for --beir, is written to -o FILE
 (default: evaluation_beir.json / evaluation_sts.json in the current directory, never inside MODEL_DIR).
+
+A sparse encoder (a sentence-transformers SPARSE_DIR: SPLADE, an inference-free Router, CSR; what
+bertkit.SparseEncoder loads) is recognised by its modules.json: with --beir its corpus is encoded once into an
+inverted index (exact top k, memory bounded by --chunk-size texts at a time), and the report adds the mean active
+dimensions of a query and of a document, their sparsity ratios and avg_flops (the expected multiplications of a
+query-document dot product), as sentence-transformers' SparseInformationRetrievalEvaluator reports them.
+--max-active-dims N keeps each vector's N largest weights (default: the model's own).
+
+Hybrid: MODEL_DIR a dense embedding model and --sparse-model SPARSE_DIR. Each model retrieves max(--top-k, the
+largest --k) documents per query (default --top-k 100), the two lists are fused per query -- --fusion rrf
+(reciprocal-rank fusion, score sum of w / (--rrf-k + rank); the default) or weighted-sum (each list's scores
+min-max normalised to [0, 1], weighted and summed) with --fusion-weights W_DENSE,W_SPARSE (default 1,1) -- and
+the report holds the metrics of "dense", "sparse" and "fused" side by side (also printed as a table on stderr).
 
 A cross-encoder (a sequence classifier with one label, as bertkit.CrossEncoder saves one) takes --beir with
 --first-stage (an embedding model directory, or a run file of TREC lines 'qid Q0 docid rank score tag' or JSON
@@ -38,6 +54,7 @@ import argparse
 import json
 
 from bertkit.cli import ArgumentParser, add_dtype_argument
+from bertkit.cli.evaluate_sparse import add_sparse_arguments, sparse_main, wants_sparse
 from bertkit.cli.finetune import TASK_FLAGS, task_options
 
 
@@ -91,12 +108,14 @@ def add_embedding_arguments(parser: ArgumentParser, inputs) -> None:
     group.add_argument("-o", "--output", metavar="FILE",
                        help="where the JSON report is written (default evaluation_beir.json / evaluation_sts.json "
                             "/ evaluation_rerank.json in the current directory)")
+    add_sparse_arguments(parser)
     group = parser.add_argument_group("cross-encoder options (--rerank, --beir with --first-stage)")
     group.add_argument("--first-stage", metavar="EMBEDDER_DIR|RUN_FILE",
                        help="--beir with a cross-encoder: what gives each query its candidates, an embedding model "
                             "directory or a run file (TREC 'qid Q0 docid rank score tag' lines, or .json)")
     group.add_argument("--top-k", type=int, default=100,
-                       help="--first-stage: the documents reranked per query (default 100)")
+                       help="--first-stage: the documents reranked per query; --sparse-model: the documents each "
+                            "run gives the fusion (default 100)")
     group.add_argument("--always-rerank-positives", action="store_true",
                        help="--first-stage: add the relevant documents the first stage missed to the candidates "
                             "(the reranker alone); --rerank with 'documents': always on unless "
@@ -144,6 +163,8 @@ def embedding_main(args: argparse.Namespace) -> int:
 
     if args.rerank is not None or is_cross_encoder(args.model) or args.first_stage is not None:
         return rerank_main(args)
+    if wants_sparse(args):
+        return sparse_main(args)
     flag, source = ("--beir", args.beir) if args.beir is not None else ("--sts", args.sts)
     output = args.output or f"evaluation_{flag[2:]}.json"
     from bertkit.io import atomic_write_text, refuse_output_over_input

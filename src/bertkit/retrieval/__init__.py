@@ -9,15 +9,17 @@ Sparse vectors (term id -> weight): :class:`SparseIndexWriter` / :func:`build_sp
 index in bounded memory, :class:`SparseIndex` loads and searches it exactly; :func:`retrieve_sparse`: a corpus
 encoded once into one and searched for every query, by ids, with :func:`sparsity_figures`.
 :func:`reciprocal_rank_fusion` and :func:`weighted_sum_fusion` fuse ranked lists (dense + sparse: hybrid),
-:func:`fuse_runs` every query's.
+:func:`fuse_runs` every query's; :func:`hybrid_search`: dense vectors and a sparse index of one corpus searched
+together, fused.
 """
 
 from bertkit.retrieval.dense import encode_sorted, retrieve, search
 from bertkit.retrieval.fusion import fuse_runs, reciprocal_rank_fusion, weighted_sum_fusion
+from bertkit.retrieval.hybrid import hybrid_search
 from bertkit.retrieval.similarity import SIMILARITIES, pairwise, rowwise
 from bertkit.retrieval.sparse import SparseIndex, SparseIndexWriter, build_sparse_index
 from bertkit.retrieval.sparse_retrieve import encode_sparse_sorted, retrieve_sparse, sparsity_figures
 
 __all__ = ["SIMILARITIES", "SparseIndex", "SparseIndexWriter", "build_sparse_index", "encode_sorted",
-           "encode_sparse_sorted", "fuse_runs", "pairwise", "reciprocal_rank_fusion", "retrieve", "retrieve_sparse",
-           "rowwise", "search", "sparsity_figures", "weighted_sum_fusion"]
+           "encode_sparse_sorted", "fuse_runs", "hybrid_search", "pairwise", "reciprocal_rank_fusion", "retrieve",
+           "retrieve_sparse", "rowwise", "search", "sparsity_figures", "weighted_sum_fusion"]
