@@ -31,7 +31,8 @@ def mlm_dir(directory: pathlib.Path) -> str:
 
 
 def sparse_dirs(root: pathlib.Path) -> dict[str, str]:
-    """``{"splade", "inference-free", "csr", "bge-m3"}`` -> a directory of that kind under ``root``."""
+    """``{"splade", "inference-free", "csr", "bge-m3"}`` -> a directory of that kind under ``root``, and ``"mlm"``:
+    the masked LM the first three start from."""
     import sentence_transformers as st
     import transformers
     from sentence_transformers.base.modules import Router, Transformer
@@ -65,5 +66,5 @@ def sparse_dirs(root: pathlib.Path) -> dict[str, str]:
     linear = torch.nn.Linear(36, 1)
     torch.nn.init.normal_(linear.weight, std=0.5)  # about half the positions positive, the rest dropped by relu
     torch.save(linear.state_dict(), m3 / "sparse_linear.pt")
-    dirs["bge-m3"] = str(m3)
+    dirs["bge-m3"], dirs["mlm"] = str(m3), mlm
     return dirs
