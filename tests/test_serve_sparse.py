@@ -22,6 +22,7 @@ openai = pytest.importorskip("openai")
 st = pytest.importorskip("sentence_transformers")
 pytest.importorskip("transformers")
 
+import bertkit  # noqa: E402
 from bertkit.sentence.bge_m3 import BGEM3Lexical  # noqa: E402
 from bertkit.serving import create_app  # noqa: E402
 from serve_helpers import error_of, serving  # noqa: E402
@@ -155,6 +156,7 @@ def test_empty_and_huge_inputs_as_for_dense_models(encoder):
 
 
 def test_bge_m3_serves_lexical_weights_beside_dense_vectors(dirs):
+    assert bertkit.BGEM3Lexical is BGEM3Lexical and bertkit.lexical_matching_score  # the root exports them
     model = BGEM3Lexical(dirs["bge-m3"], dtype="fp32")
     texts = ["Anne Elliot walked the the the walk.", "Persuasion ☃", "", "Captain Wentworth had no fortune. " * 3]
     with serving(create_app(dirs["bge-m3"], dtype="fp32")) as (url, _):
