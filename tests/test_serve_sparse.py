@@ -79,6 +79,9 @@ def test_embed_sparse_equals_encode_query_and_encode_document(encoder):
     (single,) = post(url, "/embed_sparse", {"inputs": "the cat", "task": "query"}).json()
     np.testing.assert_allclose(dense([single], size)[0], ref.encode_query("the cat").to_dense().numpy(), **TOL)
     assert post(url, "/", {"inputs": "the cat"}).json() == post(url, "/embed_sparse", {"inputs": "the cat"}).json()
+    ids = [t["id"] for t in post(url, "/tokenize", {"inputs": "the cat"}).json()[0]]  # token ids: no prompt added
+    answer = post(url, "/embed_sparse", {"inputs": [ids, "the cat"]}).json()
+    np.testing.assert_allclose(dense(answer, size), ref.encode(["the cat"] * 2, convert_to_sparse_tensor=False), **TOL)
 
 
 def test_embed_answers_as_tei_answers_a_splade_model(encoder):

@@ -219,14 +219,6 @@ class SparseEmbeddingsPipeline(_TextsOrIds):
         self.finite(*vectors)
         return [self._answer(vector, params) for vector in vectors]
 
-    def _rows(self, items: list[Any], encode_texts: Any) -> list[dict]:
-        """Every item's token row: texts through ``encode_texts(texts)``, token-id lists as they are."""
-        rows: list[Any] = [None] * len(items)
-        texts = [i for i, item in enumerate(items) if isinstance(item, str)]
-        for i, row in zip(texts, encode_texts([items[i] for i in texts]) if texts else []):
-            rows[i] = row
-        return [row if row is not None else self.id_row(item) for row, item in zip(rows, items)]
-
     def _sorted(self, rows: list[dict], pad_values: dict[str, int], model: Any) -> list[np.ndarray]:
         """``model(batch)`` per row (numpy float32, in row order) over length-sorted padded batches."""
         @torch.inference_mode()
@@ -238,25 +230,40 @@ class SparseEmbeddingsPipeline(_TextsOrIds):
                           max_tokens=self.batch_tokens)
 
     def _encoder_vectors(self, items: list[Any], params: dict[str, Any]) -> list[np.ndarray]:
-        """A :class:`~bertkit.SparseEncoder`'s vectors: the route of ``task``, its prompt, ``max_active_dims``."""
-        route = self.model.route(params["task"])
-        prefix = self.prompt(params["prompt_name"], params["task"])
-        dims = self.model.max_active_dims
-        rows = self._rows(items, lambda texts: route.features(texts, prefix))
-        pad_values = {"input_ids": route.tokenizer.pad_token_id, "token_type_ids": 0, "attention_mask": 0}
-        vectors = self._sorted(rows, pad_values, lambda b: route(b["input_ids"], b["attention_mask"],
+        """A :class:`~bertkit.SparseEncoder`'s vectors: texts through its own ``encode`` (the route of ``task``,
+        that side's prompt, ``max_active_dims``); token-id lists through the route as they are (no prompt)."""
+        task, vectors = params["task"], [None] * len(items)
+        texts = [i for i, item in enumerate(items) if isinstance(item, str)]
+        if texts:
+            encoded = self.model.encode([items[i] for i in texts], prompt=self.prompt(params["prompt_name"], task),
+                                        task=task, batch_size=self.batch_size, batch_tokens=self.batch_tokens,
+                                        show_progress_bar=False, convert_to_sparse_tensor=False)
+            for i, vector in zip(texts, encoded):
+                vectors[i] = vector.numpy()
+        given = [i for i, vector in enumerate(vectors) if vector is None]
+        if given:
+            route, dims = self.model.route(task), self.model.max_active_dims
+            pad_values = {"input_ids": route.tokenizer.pad_token_id, "token_type_ids": 0, "attention_mask": 0}
+            rows = [self.id_row(items[i]) for i in given]
+            out = self._sorted(rows, pad_values, lambda b: route(b["input_ids"], b["attention_mask"],
                                                                  b["token_type_ids"], dims))
-        if dims is None or not vectors:
-            return vectors
-        return list(keep_largest(torch.from_numpy(np.stack(vectors)), dims).numpy())
+            if dims is not None:
+                out = list(keep_largest(torch.from_numpy(np.stack(out)), dims).numpy())
+            for i, vector in zip(given, out):
+                vectors[i] = vector
+        return vectors
 
     def _lexical_vectors(self, items: list[Any], params: dict[str, Any]) -> list[np.ndarray]:
         """BGE-M3's lexical weights as vocabulary-sized vectors (:class:`~bertkit.BGEM3Lexical`'s definition)."""
         model, side = self.model, params["truncation_side"]
-        rows = self._rows(items, lambda texts: [
-            {"input_ids": ids, "token_type_ids": [0] * len(ids), "attention_mask": [1] * len(ids)}
-            for ids in model.tokenizer(texts, truncation=True, max_length=self.max_length,
-                                       truncation_side=side)["input_ids"]])
+        texts = [item for item in items if isinstance(item, str)]
+        encoded = iter(model.tokenizer(texts, truncation=True, max_length=self.max_length,
+                                       truncation_side=side)["input_ids"] if texts else [])
+        rows = []
+        for item in items:
+            ids = next(encoded) if isinstance(item, str) else None
+            rows.append(self.id_row(item) if ids is None else
+                        {"input_ids": ids, "token_type_ids": [0] * len(ids), "attention_mask": [1] * len(ids)})
         pad_values = {"input_ids": model.tokenizer.pad_token_id, "token_type_ids": 0, "attention_mask": 0}
         weights = self._sorted(rows, pad_values, lambda b: model(b["input_ids"], b["attention_mask"]))
         vectors = []
