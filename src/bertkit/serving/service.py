@@ -19,7 +19,6 @@ from bertkit.serving.errors import ServeError
 from bertkit.serving.inputs import Prepared, count_tokens, prepare
 from bertkit.serving.metrics import Metrics
 from bertkit.serving.settings import PIPELINE_TASKS, ServeSettings, resolve_task, trained_length
-from bertkit.tasks.sources import SPARSE_ENCODERS, inspect_source
 from bertkit.tasks.table import rows_with_route, served_tasks
 
 #: text-embeddings-inference's refusal of ``normalize`` for a SPLADE model (``/embed`` by default, and the OpenAI
@@ -44,6 +43,7 @@ class Service:
         from bertkit.modeling.text import resolve_device
         from bertkit.pipelines import pipeline
         from bertkit.pipelines.embeddings import SparseEmbeddingsPipeline
+        from bertkit.tasks.sources import SPARSE_ENCODERS, inspect_source
 
         self.settings = settings
         if settings.workers > 1:  # N processes share the cores: each takes its part, not all of them
