@@ -181,6 +181,8 @@ def test_bge_m3_serves_lexical_weights_beside_dense_vectors(dirs):
 def test_task_and_pooling_are_refused_where_they_mean_nothing(dirs):
     with pytest.raises(ValueError, match=r"--pooling: .* sparse encoder"):
         create_app(dirs["splade"], pooling="mean")
+    with pytest.raises(ValueError, match=r"--pooling splade: .* BGE-M3"):
+        create_app(dirs["bge-m3"], pooling="splade")
     with serving(create_app(dirs["mlm"], task="embeddings", dtype="fp32")) as (url, _):  # a dense model
         assert "picks a side of a sparse model" in error_of(post(url, "/tokenize", {"inputs": "x", "task": "query"}),
                                                             422)

@@ -55,6 +55,9 @@ class Service:
         if settings.pooling is not None and self.sparse in SPARSE_ENCODERS:
             raise ValueError(f"--pooling: {settings.name} is a sentence-transformers sparse encoder ({self.sparse}) "
                              "whose own modules pool; leave --pooling out.")
+        if settings.pooling == "splade" and self.sparse == "bge-m3":
+            raise ValueError(f"--pooling splade: {settings.name} is a BGE-M3 directory without a masked-LM head; its "
+                             "lexical weights are served on /embed_sparse as it is: leave --pooling splade out.")
         if settings.pooling == "splade":
             self.sparse = "splade"
         self.splade = self.sparse in SPARSE_ENCODERS
@@ -231,11 +234,11 @@ class Service:
     def sparse_info(self) -> dict[str, Any] | None:
         """``/info``'s ``sparse`` (bertkit's): the kind, the vectors' size, ``max_active_dims``, and for a Router
         its routes, its default and the routes that run no model (``static``: an inference-free query side)."""
+        from bertkit.sentence.sparse import SparseEncoder
+
         if "sparse" not in self.pipes:
             return None
         model = self.pipes["sparse"].model
-        from bertkit.sentence.sparse import SparseEncoder
-
         if not isinstance(model, SparseEncoder):
             size = model.bert.config.vocab_size if self.sparse == "bge-m3" else _config(model).vocab_size
             return {"kind": self.sparse, "dimensions": size, "max_active_dims": None, "routes": None,
