@@ -21,9 +21,8 @@ import torch
 from torch import nn
 
 from bertkit.inference.batching import check_batch_size, pad, run_sorted
+from bertkit.tasks.sources import SPARSE_LINEAR  # the token-weight layer's file, one name with inspect_source
 
-#: the file FlagEmbedding writes the token-weight layer to, beside the XLM-R weights
-SPARSE_LINEAR = "sparse_linear.pt"
 #: the special tokens whose ids carry no lexical weight (FlagEmbedding drops cls, eos, pad and unk; XLM-R's sep
 #: is its eos)
 DROPPED_TOKENS = ("cls_token", "eos_token", "sep_token", "pad_token", "unk_token")

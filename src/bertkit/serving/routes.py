@@ -31,7 +31,7 @@ from bertkit.serving.bodies import respond, validated
 from bertkit.serving.errors import ServeError
 from bertkit.serving.gate import PARSED
 from bertkit.serving.inputs import CHARS_PER_TOKEN, Prepared
-from bertkit.serving.service import Service
+from bertkit.serving.service import SPLADE_NORMALIZE, Service
 from bertkit.tasks.table import table_routes
 
 
@@ -116,10 +116,16 @@ async def embed(service: Service, body: schemas.EmbedRequest) -> Response:
     if not service.splade:
         vectors, _ = await _embed(service, body, {"normalize": body.normalize, "dimensions": body.dimensions})
         return await _answer(service, "/embed", vectors)
-    if body.normalize or body.dimensions is not None:  # TEI's answer for a SPLADE model
-        raise ServeError(424, "normalize and dimensions are not available for SPLADE models: send "
-                              "\"normalize\": false, or use /embed_sparse.", "Backend", param="normalize")
+    if body.normalize:  # TEI's answer for a SPLADE model (normalize is true unless sent false)
+        raise ServeError(424, f"{SPLADE_NORMALIZE}: send \"normalize\": false for the vocabulary-sized vector, or use "
+                              "/embed_sparse.", "Backend", param="normalize")
     vectors, _ = await _embed(service, body, {"normalize": False}, "sparse")
+    if body.dimensions is not None:  # TEI keeps the first dimensions of any vector
+        if body.dimensions > len(vectors[0]):
+            raise ServeError(422, f"dimensions {body.dimensions} is more than this model's {len(vectors[0])}: "
+                                  "`dimensions` should be smaller than the maximum embedding dimension.",
+                             param="dimensions")
+        vectors = [v[:body.dimensions] for v in vectors]
     return await _answer(service, "/embed", vectors)
 
 
@@ -131,7 +137,7 @@ async def embed_all(service: Service, body: schemas.EmbedAllRequest) -> Response
 
 async def embed_sparse(service: Service, body: schemas.EmbedSparseRequest) -> Response:
     service.serves("/embed_sparse")
-    vectors, _ = await _embed(service, body, {"output": "sparse"}, "sparse")
+    vectors, _ = await _embed(service, body, {"output": "sparse", "task": body.task}, "sparse")
     return await _answer(service, "/embed_sparse", vectors)
 
 
@@ -150,8 +156,9 @@ async def similarity(service: Service, body: schemas.SimilarityRequest) -> Respo
 
 async def openai_embeddings(service: Service, body: schemas.OpenAIEmbeddingsRequest) -> Response:
     service.serves("/v1/embeddings")
-    if service.splade:
-        raise ServeError(424, "this server answers SPLADE vectors: use /embed_sparse.")
+    if service.splade:  # TEI's OpenAI route normalises, which a SPLADE model refuses
+        raise ServeError(424, f"{SPLADE_NORMALIZE}: this server runs a sparse model ({service.sparse}), whose "
+                              "vectors are on /embed_sparse.", "Backend")
     request = schemas.EmbedRequest(inputs=body.input, dimensions=body.dimensions, truncate=body.truncate)
     vectors, prepared = await _embed(service, request, {"normalize": True, "dimensions": body.dimensions},
                                      field="input")
@@ -222,7 +229,8 @@ async def fill_mask(service: Service, body: schemas.FillMaskRequest) -> Response
 async def tokenize(service: Service, body: schemas.TokenizeRequest) -> Response:
     texts = _listed(body.inputs)
     service.check_batch(texts)
-    prefix = _prompt(service, "main", body.prompt_name)
+    tokenizer, special = service.side(body.task)  # an inference-free query side: its tokens, no special ones
+    prefix = _prompt(service, "sparse" if body.task is not None else "main", body.prompt_name, body.task)
     cap = CHARS_PER_TOKEN * service.max_input_length
     for i, text in enumerate(texts):
         if len(prefix) + len(text) > cap:
@@ -230,7 +238,8 @@ async def tokenize(service: Service, body: schemas.TokenizeRequest) -> Response:
                                   f"{CHARS_PER_TOKEN} per token of max_input_length {service.max_input_length}).",
                              param="inputs")
     # made one text at a time on the encoding thread: at most one text's tokens are held as dicts
-    return await _answer(service, "/tokenize", (_tokens(service, prefix + t, body.add_special_tokens) for t in texts))
+    return await _answer(service, "/tokenize", (_tokens(tokenizer, prefix + t, body.add_special_tokens and special)
+                                                for t in texts))
 
 
 async def decode(service: Service, body: schemas.DecodeRequest) -> Response:
@@ -310,7 +319,7 @@ async def _embed(service: Service, body: Any, params: dict[str, Any], pipe: str 
     inputs = _listed(body.inputs)
     service.check_batch(inputs, field)
     side = body.truncation_direction.lower()
-    prefix = _prompt(service, pipe, body.prompt_name)
+    prefix = _prompt(service, pipe, body.prompt_name, params.get("task"))
     prepared = await service.prepare(inputs, body.truncate, side, prefix=prefix, field=field)
     answers = await service.answer(prepared, {**params, "prompt_name": body.prompt_name, "truncation_side": side},
                                    pipe)
@@ -336,25 +345,26 @@ async def _inference_classify(service: Service, inputs: Any, parameters: schemas
                                            "function_to_apply": parameters.function_to_apply})
 
 
-def _prompt(service: Service, pipe: str, prompt_name: str | None) -> str:
-    """The prompt text of ``prompt_name`` (the model's default prompt when None); 422 for an unknown one."""
+def _prompt(service: Service, pipe: str, prompt_name: str | None, task: str | None = None) -> str:
+    """The prompt text of ``prompt_name`` (the model's default prompt when None; a sparse encoder's ``task`` side's
+    prompt, as ``encode_query`` / ``encode_document`` pick it); 422 for an unknown one."""
     pipeline = service.pipes[pipe]
     if not hasattr(pipeline, "prompt"):
         if prompt_name is not None:
             raise ServeError(422, "prompt_name: this model has no prompts.", param="prompt_name")
         return ""
     try:
-        return pipeline.prompt(prompt_name)
+        return pipeline.prompt(prompt_name, task) if task is not None else pipeline.prompt(prompt_name)
     except ValueError as error:
         raise ServeError(422, str(error), param="prompt_name") from None
 
 
-def _tokens(service: Service, text: str, add_special_tokens: bool) -> list[dict[str, Any]]:
+def _tokens(tokenizer: Any, text: str, add_special_tokens: bool) -> list[dict[str, Any]]:
     """text-embeddings-inference's ``/tokenize`` answer for one text: ``{"id", "text", "special", "start",
     "stop"}`` per token; ``text`` the characters it covers (a special token's own string, with no span)."""
-    encoded = service.tokenizer(text, add_special_tokens=add_special_tokens, return_offsets_mapping=True,
-                                return_special_tokens_mask=True)
-    names = service.tokenizer.convert_ids_to_tokens(encoded["input_ids"])
+    encoded = tokenizer(text, add_special_tokens=add_special_tokens, return_offsets_mapping=True,
+                        return_special_tokens_mask=True)
+    names = tokenizer.convert_ids_to_tokens(encoded["input_ids"])
     return [{"id": i, "text": name if special else text[start:stop], "special": bool(special),
              "start": None if special else start, "stop": None if special else stop}
             for i, name, special, (start, stop) in zip(encoded["input_ids"], names, encoded["special_tokens_mask"],

@@ -53,8 +53,13 @@ class EmbedAllRequest(_Embedding):
     pass
 
 
+#: bertkit's ``task`` field (sentence-transformers' ``encode(task=...)``): which side of a sparse model encodes
+TASK = Field(None, description="query or document: the side of an inference-free sparse model (its query side runs "
+                               "no model), with that side's prompt; null: the model's default route")
+
+
 class EmbedSparseRequest(_Embedding):
-    pass
+    task: str | None = TASK
 
 
 class SimilarityInput(Strict):
@@ -128,6 +133,7 @@ class TokenizeRequest(Strict):
     inputs: Text | list[Text] = Field(description=TEXTS_FORMS)
     add_special_tokens: bool = True
     prompt_name: str | None = None
+    task: str | None = TASK
 
 
 class DecodeRequest(Strict):

@@ -21,6 +21,10 @@ from bertkit.serving.metrics import Metrics
 from bertkit.serving.settings import PIPELINE_TASKS, ServeSettings, resolve_task, trained_length
 from bertkit.tasks.table import rows_with_route, served_tasks
 
+#: text-embeddings-inference's refusal of ``normalize`` for a SPLADE model (``/embed`` by default, and the OpenAI
+#: route, which always normalises): its words, then what to send instead
+SPLADE_NORMALIZE = "Backend error: `normalize` is not available for SPLADE models"
+
 #: forward passes inside a dynamic batch (the pipeline sorts it by length first): at most this many rows and
 #: padded tokens. On 2 CPU cores ~1,000 padded tokens per pass ran 1.2x faster than 16,384 and 1.8x faster
 #: than one unbounded pass over mixed 3-200-token texts (all-MiniLM-L6-v2); GPUs want larger passes.
@@ -28,8 +32,10 @@ FORWARD_BATCH, FORWARD_TOKENS = 64, {"cpu": 1024, "cuda": 16384}
 
 
 class Service:
-    """See the module doc. ``pipes["main"]`` answers the task; ``pipes["sparse"]`` SPLADE vectors where the model
-    has a masked-LM head (``--pooling splade``, or a fill-mask model)."""
+    """See the module doc. ``pipes["main"]`` answers the task; ``pipes["sparse"]`` sparse vectors where the model
+    has them: a sentence-transformers sparse encoder (SPLADE, inference-free, CSR: then it is the main pipeline
+    too, and ``splade`` is set), a masked-LM head (``--pooling splade``, or a fill-mask model), or BGE-M3's lexical
+    weights beside its dense vectors. ``sparse``: the kind (:data:`bertkit.tasks.sources.SPARSE_KINDS`), or None."""
 
     def __init__(self, settings: ServeSettings):
         import torch
@@ -37,14 +43,24 @@ class Service:
         from bertkit.modeling.text import resolve_device
         from bertkit.pipelines import pipeline
         from bertkit.pipelines.embeddings import SparseEmbeddingsPipeline
+        from bertkit.tasks.sources import SPARSE_ENCODERS, inspect_source
 
         self.settings = settings
         if settings.workers > 1:  # N processes share the cores: each takes its part, not all of them
             torch.set_num_threads(max(1, (os.cpu_count() or 1) // settings.workers))
         self.task = resolve_task(settings.model, settings.task, settings.pooling)
-        self.splade = settings.pooling == "splade"
+        self.sparse = inspect_source(settings.model).sparse if self.task == "embeddings" else None
         if settings.pooling is not None and self.task != "embeddings":
             raise ValueError(f"--pooling applies to embeddings; this server runs {self.task}.")
+        if settings.pooling is not None and self.sparse in SPARSE_ENCODERS:
+            raise ValueError(f"--pooling: {settings.name} is a sentence-transformers sparse encoder ({self.sparse}) "
+                             "whose own modules pool; leave --pooling out.")
+        if settings.pooling == "splade" and self.sparse == "bge-m3":
+            raise ValueError(f"--pooling splade: {settings.name} is a BGE-M3 directory without a masked-LM head; its "
+                             "lexical weights are served on /embed_sparse as it is: leave --pooling splade out.")
+        if settings.pooling == "splade":
+            self.sparse = "splade"
+        self.splade = self.sparse in SPARSE_ENCODERS
         device = resolve_device(settings.device) if settings.device else torch.device("cpu")
         self.device = device
         name = "sparse-embeddings" if self.splade else PIPELINE_TASKS[self.task]
@@ -55,7 +71,12 @@ class Service:
         self.pipes = {"main": self.pipe}
         if self.splade:
             self.pipes["sparse"] = self.pipe
+        elif self.sparse == "bge-m3":  # the lexical weights, beside the dense vectors of the main pipeline
+            self.pipes["sparse"] = pipeline("sparse-embeddings", model=settings.model, device=device,
+                                            dtype=settings.dtype, batch_size=FORWARD_BATCH,
+                                            batch_tokens=FORWARD_TOKENS.get(device.type))
         elif self.task == "fill-mask":  # the same masked-LM head gives SPLADE vectors
+            self.sparse = "splade"
             self.pipes["sparse"] = SparseEmbeddingsPipeline(self.pipe.model, self.pipe.tokenizer, dtype=None,
                                                             batch_size=FORWARD_BATCH,
                                                             batch_tokens=FORWARD_TOKENS.get(device.type))
@@ -124,8 +145,9 @@ class Service:
         owners = rows_with_route(route)
         tasks = [row.serve.name for row in owners if row.serve is not None]
         sparse = any(row.serve is None for row in owners)
+        dense = ("/embed", "/v1/embeddings", "/embeddings")  # a SPLADE model's dense routes (the last two refuse it)
         if (sparse and "sparse" not in self.pipes) or (not sparse and self.task not in tasks) or \
-                (self.splade and not sparse and route != "/embed"):  # a SPLADE model's dense route is /embed
+                (self.splade and not sparse and route not in dense):
             wants = "a model with a masked-LM head (--pooling splade, or a fill-mask model)" if sparse else \
                 " or ".join(tasks)
             raise ServeError(424, f"{route} needs {wants}; this server runs {self.task}"
@@ -188,14 +210,15 @@ class Service:
             installed = version("bertkit")
         except PackageNotFoundError:  # run from a source tree
             installed = "unknown"
-        config = _config(self.pipe.model)
         served = served_tasks()[self.task].serve
         labels = None
         if served.labels:
+            config = _config(self.pipe.model)
             id2label = config.id2label or {i: f"LABEL_{i}" for i in range(config.num_labels)}
             labels = {"id2label": {str(i): name for i, name in id2label.items()},
                       "label2id": {name: int(i) for i, name in id2label.items()}}
         model_type = {served.info_key: {"pooling": self.pooling()} if self.task == "embeddings" else labels or {}}
+        sparse = self.sparse_info()
         choice = self.pipe.dtype_choice
         return {"model_id": self.settings.name, "model_sha": None, "model_dtype": choice.torch_name,
                 "served_model_name": self.settings.name,
@@ -205,14 +228,54 @@ class Service:
                 "auto_truncate": self.settings.auto_truncate, "tokenization_workers": self.settings.tokenizers,
                 "version": installed, "sha": None, "docker_label": None, "task": self.task,
                 "labels": list(labels["id2label"].values()) if labels and self.task != "rerank" else None,
-                "dtype": choice.as_dict(), "numerics": numerics.describe(self.device, choice.name)}
+                "dtype": choice.as_dict(), "numerics": numerics.describe(self.device, choice.name),
+                **({"sparse": sparse} if sparse else {})}
+
+    def sparse_info(self) -> dict[str, Any] | None:
+        """``/info``'s ``sparse`` (bertkit's): the kind, the vectors' size, ``max_active_dims``, and for a Router
+        its routes, its default and the routes that run no model (``static``: an inference-free query side)."""
+        from bertkit.sentence.sparse import SparseEncoder
+
+        if "sparse" not in self.pipes:
+            return None
+        model = self.pipes["sparse"].model
+        if not isinstance(model, SparseEncoder):
+            size = model.bert.config.vocab_size if self.sparse == "bge-m3" else _config(model).vocab_size
+            return {"kind": self.sparse, "dimensions": size, "max_active_dims": None, "routes": None,
+                    "default_route": None, "static_routes": []}
+        routed = bool(model.layout.routes)
+        return {"kind": self.sparse, "dimensions": model.get_sentence_embedding_dimension(),
+                "max_active_dims": model.max_active_dims, "routes": sorted(model.routes) if routed else None,
+                "default_route": model.default_route if routed else None,
+                "static_routes": sorted(name for name, side in model.layout.routes.items() if side.static)}
+
+    def side(self, task: str | None) -> tuple[Any, bool]:
+        """``(tokenizer, adds special tokens)`` of the side ``task`` names (``/tokenize``'s ``task``): a Router's
+        route (an inference-free query side weighs its tokens without special tokens), else the model's own; 422
+        for a task on a model without sides or a route the model lacks."""
+        from bertkit.sentence.sparse import SparseEncoder
+
+        model = self.pipes["sparse"].model if "sparse" in self.pipes else None
+        if task is None:
+            return self.tokenizer, True
+        if not isinstance(model, SparseEncoder):
+            if self.sparse is None:
+                raise ServeError(422, f"task: {task!r} picks a side of a sparse model; this server runs "
+                                      f"{self.task} ({self.settings.name}): leave task out.", param="task")
+            return self.tokenizer, True  # one model for both sides
+        try:
+            route = model.route(task)
+        except ValueError as error:
+            raise ServeError(422, f"task: {error}", param="task") from None
+        static = model.layout.routes[task].static if model.layout.routes else False
+        return route.tokenizer, not static
 
     def pooling(self) -> str:
         """TEI's name of the embedding pooling: ``splade``, the sentence-transformers module's mode, or mean."""
         from bertkit.sentence.model import SentenceTransformer
 
         if self.splade:
-            return "splade"
+            return "csr" if self.sparse == "csr" else "splade"
         if self.settings.pooling:
             return self.settings.pooling
         if isinstance(self.pipe.model, SentenceTransformer):

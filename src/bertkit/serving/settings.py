@@ -116,7 +116,8 @@ def resolve_task(model: str | os.PathLike, task: str = "auto", pooling: str | No
     """``task``, or for ``auto`` the one the model answers: the served name of the task table's row that
     :func:`~bertkit.tasks.sources.inspect_source` reads from it (a cross-encoder: rerank with one label, as
     text-embeddings-inference decides, else classify; a sentence-transformers directory or a bare encoder:
-    embeddings; a masked-LM: fill-mask); ``pooling="splade"``: embeddings. A model named for ``rerank`` or
+    embeddings; a masked-LM: fill-mask; a sentence-transformers sparse encoder: embeddings, served as
+    text-embeddings-inference serves SPLADE); ``pooling="splade"``: embeddings. A model named for ``rerank`` or
     ``classify`` must hold a trained classifier: one that would score with a random head is refused, naming
     --task."""
     if task in ("rerank", "classify"):
@@ -130,6 +131,8 @@ def resolve_task(model: str | os.PathLike, task: str = "auto", pooling: str | No
     from bertkit.tasks.sources import inspect_source
 
     info = inspect_source(model)
+    if info.task == "sparse-embeddings":
+        return "embeddings"
     row = info.row
     if row is None or row.serve is None:
         held = (info.model or info.architecture or "model").rpartition(":")[2]

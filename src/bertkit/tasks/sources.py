@@ -10,8 +10,8 @@ content, so a run can tell on resume whether it is handed the same checkpoint.
 
 :func:`inspect_source` says what a source holds without loading it (family, architecture, the task of
 :mod:`bertkit.tasks.table` it answers, labels, trained length, sentence-transformers or cross-encoder layout,
-saved dtype): the one reading of ``config.json``, ``modules.json`` and ``task.json`` that ``pipeline()``,
-``serve``, ``export``, ``evaluate`` and the sentence-transformers loaders share.
+saved dtype, and which learned-sparse kind it is): the one reading of ``config.json``, ``modules.json`` and
+``task.json`` that ``pipeline()``, ``serve``, ``export``, ``evaluate`` and the sentence-transformers loaders share.
 """
 
 from __future__ import annotations
@@ -42,6 +42,15 @@ M = TypeVar("M", bound=BERTPreTrainedModel)
 #: the record ``bertkit finetune`` writes beside its model (:func:`read_task_file`)
 TASK_FILE = "task.json"
 MODULES_FILE = "modules.json"
+ROUTER_FILE = "router_config.json"
+#: the file FlagEmbedding writes BGE-M3's token-weight layer to, beside the XLM-R weights
+SPARSE_LINEAR = "sparse_linear.pt"
+#: what :attr:`SourceInfo.sparse` names: sentence-transformers' sparse encoders (SPLADE, an inference-free
+#: Router with a static query side, CSR over a dense model), and BGE-M3's lexical weights
+SPARSE_KINDS = ("splade", "inference-free", "csr", "bge-m3")
+#: the sparse kinds a :class:`bertkit.SparseEncoder` loads (the ``sparse-embeddings`` row holds them)
+SPARSE_ENCODERS = ("splade", "inference-free", "csr")
+_TRANSFORMERS = ("Transformer", "MLMTransformer")
 #: safetensors' and HF config's names of the float formats -> bertkit's
 _DTYPES = {"F32": "fp32", "BF16": "bf16", "F16": "fp16", "float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
 
@@ -139,7 +148,10 @@ class SourceInfo:
     row of :data:`bertkit.tasks.table.TABLE` it answers (None: none). ``labels``: a classifier's labels in id
     order. ``max_length``: the length it was trained or saved at (``task.json``, ``sentence_bert_config.json``),
     ``positions`` the longest input it takes. ``dtype``: the saved number format (``fp32``, ``bf16``, ``fp16``,
-    ``int8``; None where the files do not say without reading the weights).
+    ``int8``; None where the files do not say without reading the weights). ``sparse``: the learned-sparse kind
+    (:data:`SPARSE_KINDS`: ``splade``, ``inference-free``, ``csr`` — a sentence-transformers sparse encoder, task
+    ``sparse-embeddings`` — or ``bge-m3``, a dense model with FlagEmbedding's ``sparse_linear.pt``); None for
+    others. ``modules``: a Router's modules are named ``route/Type`` (``query/SparseStaticEmbedding``).
     """
 
     source: str
@@ -157,6 +169,7 @@ class SourceInfo:
     modules: tuple[str, ...] = ()
     record: dict[str, Any] | None = None
     config_path: Path | None = None
+    sparse: str | None = None
 
     @property
     def family(self) -> str:
@@ -181,7 +194,8 @@ class SourceInfo:
     def describe(self) -> str:
         """One line, what ``bertkit info`` prints: ``layout hf (cross-encoder), architecture
         BertForSequenceClassification, task rerank, labels ['LABEL_0'], max length 128 (takes 512), saved fp32``."""
-        parts = [f"layout {self.layout}" + (" (cross-encoder)" if self.cross_encoder else ""),
+        parts = [f"layout {self.layout}" + (" (cross-encoder)" if self.cross_encoder else "")
+                 + (f" (sparse: {self.sparse})" if self.sparse else ""),
                  f"architecture {self.architecture or 'unknown'}", f"task {self.task or 'none'}"]
         if self.modules:
             parts.append(f"modules {' > '.join(self.modules)}")
@@ -199,7 +213,8 @@ def inspect_source(source: str | os.PathLike) -> SourceInfo:
 
     The task: a cross-encoder (a sequence classifier alone, or the one module of a sentence-transformers
     directory) is ``rerank`` with one label, else ``text-classification``; another sentence-transformers
-    directory ``embeddings``; a ``task.json`` names its task; otherwise the architecture's row
+    directory ``embeddings`` (a sparse encoder's: ``sparse-embeddings``); a ``task.json`` names its task; otherwise
+    the architecture's row
     (:func:`bertkit.tasks.table.task_for_architecture`). ``FileNotFoundError`` when ``source`` holds no
     checkpoint; ``ValueError`` naming the file for a damaged ``modules.json``, config or ``task.json``.
     """
@@ -220,7 +235,10 @@ def inspect_source(source: str | os.PathLike) -> SourceInfo:
     record = read_task_file(path / TASK_FILE) if path.is_dir() and (path / TASK_FILE).is_file() else None
     cross = path.is_dir() and len(modules) <= 1 and config_path is not None and config_path.name == "config.json" \
         and architecture.endswith("ForSequenceClassification")  # what CrossEncoder and sentence-transformers load
+    sparse = _sparse_kind(path, modules)
     row, model = _task_row(path, architecture, config.num_labels, modules, record, cross)
+    if sparse in SPARSE_ENCODERS:
+        row, model = find_task("sparse-embeddings"), "bertkit.sentence.sparse:SparseEncoder"
     model = model or (f"{cls.__module__}:{cls.__qualname__}" if cls is not None else None)
     hf = config_path is not None and config_path.name == "config.json"
     layout = "sentence-transformers" if modules else "finetune" if record else "hf" if hf else "checkpoint"
@@ -230,7 +248,8 @@ def inspect_source(source: str | os.PathLike) -> SourceInfo:
         labels = tuple(id2label[i] for i in sorted(id2label))
     return SourceInfo(os.fspath(source), path, model_path, layout, config, architecture, model,
                       None if row is None else row.name, labels, _trained_length(path, model_path, record, modules),
-                      _saved_dtype(model_path, raw), cross, tuple(kind for kind, _ in modules), record, config_path)
+                      _saved_dtype(model_path, raw), cross, tuple(kind for kind, _ in modules), record, config_path,
+                      sparse)
 
 
 def read_task_file(path: str | os.PathLike) -> dict[str, Any]:
@@ -249,8 +268,9 @@ def read_task_file(path: str | os.PathLike) -> dict[str, Any]:
 
 
 def _modules(path: Path) -> list[tuple[str, str]]:
-    """A sentence-transformers directory's modules as ``(type, folder)`` in order, the Transformer first; ``[]``
-    without a ``modules.json``."""
+    """A sentence-transformers directory's modules as ``(type, folder)`` in order, the Transformer first (a
+    Router's: every route's modules, ``route/Type``, the first Transformer of them first); ``[]`` without a
+    ``modules.json``."""
     if not (path.is_dir() and (path / MODULES_FILE).is_file()):
         return []
     entries = read_json(path / MODULES_FILE, "the sentence-transformers modules")
@@ -259,8 +279,37 @@ def _modules(path: Path) -> list[tuple[str, str]]:
                          "\"type\": \"sentence_transformers.models.Transformer\"}, ...]): fix or restore it.")
     modules = [(str(e.get("type", "")).rsplit(".", 1)[-1], str(e.get("path", "")))
                for e in sorted(entries, key=lambda e: e.get("idx", 0))]
-    transformer = next((m for m in modules if m[0] == "Transformer"), modules[0])
+    if len(modules) == 1 and modules[0][0] == "Router":
+        modules = _router_modules(path, modules[0][1])
+    transformer = next((m for m in modules if m[0].rpartition("/")[2] in _TRANSFORMERS), modules[0])
     return [transformer, *(m for m in modules if m is not transformer)]
+
+
+def _router_modules(path: Path, folder: str) -> list[tuple[str, str]]:
+    """A Router's modules, every route's in order, as ``("route/Type", folder under the directory)``, read from its
+    ``router_config.json`` (``{"types": {folder: type}, "structure": {route: [folder, ...]}}``)."""
+    where = path / folder
+    config = read_json_object(where / ROUTER_FILE, "a sentence-transformers Router's routes")
+    types, structure = config.get("types"), config.get("structure")
+    if not isinstance(types, dict) or not isinstance(structure, dict) or not structure or \
+            not all(isinstance(names, list) and all(n in types for n in names) for names in structure.values()):
+        raise ValueError(f"{where / ROUTER_FILE} should map each route to module folders listed in its types "
+                         "({\"types\": {folder: type}, \"structure\": {\"query\": [folder], ...}}): fix or "
+                         "restore it.")
+    return [(f"{route}/{str(types[name]).rsplit('.', 1)[-1]}", os.path.join(folder, name))
+            for route, names in structure.items() for name in names]
+
+
+def _sparse_kind(path: Path, modules: list[tuple[str, str]]) -> str | None:
+    """The learned-sparse kind of :data:`SPARSE_KINDS` the directory holds (see :class:`SourceInfo`), or None."""
+    kinds = {kind.rpartition("/")[2] for kind, _ in modules}
+    if "SparseStaticEmbedding" in kinds:
+        return "inference-free"
+    if "SparseAutoEncoder" in kinds:
+        return "csr"
+    if "SpladePooling" in kinds:
+        return "splade"
+    return "bge-m3" if path.is_dir() and (path / SPARSE_LINEAR).is_file() else None
 
 
 def _read_config(path: Path, model_path: Path):
@@ -384,8 +433,8 @@ def _fingerprint(checkpoint) -> dict[str, Any]:
             "config_sha256": hashlib.sha256(config.encode()).hexdigest()}
 
 
-__all__ = ["TASK_FILE", "LoadedSource", "SourceInfo", "inspect_source", "load_model_and_tokenizer", "load_source",
-           "read_task_file", "source_config"]
+__all__ = ["SPARSE_ENCODERS", "SPARSE_KINDS", "SPARSE_LINEAR", "TASK_FILE", "LoadedSource", "SourceInfo",
+           "inspect_source", "load_model_and_tokenizer", "load_source", "read_task_file", "source_config"]
 
 
 def require_scoring_head(model: str | os.PathLike, flag: str) -> None:
