@@ -35,6 +35,8 @@ COMMANDS = {
     "convert": ("convert", "convert a checkpoint (HF, pytorch_pretrained_bert, Google TF, ...) to HF or TF"),
     "tokenizer": ("tokenizer", "train a WordPiece vocabulary, or tokenize text"),
     "data": ("data", "create pretraining data: NSP sentence pairs, masking, shards"),
+    "build-index": ("build_index", "index a corpus on disk (.jsonl, .parquet) for sparse retrieval (SPLADE)"),
+    "search": ("search", "top-k documents of an index (bertkit build-index) for queries, with latency"),
 }
 
 
