@@ -1,4 +1,4 @@
-"""``bertkit build-index sparse`` and ``bertkit search`` with a tiny SPLADE directory that sentence-transformers writes:
+"""``bertkit sparse-index build`` and ``bertkit search`` with a tiny SPLADE directory that sentence-transformers writes:
 a build killed half-way and resumed equals a one-go build, search returns the ids and scores of a brute-force dot
 product of bertkit.SparseEncoder's vectors, and bad input gets one line naming the file or argument."""
 
@@ -35,7 +35,7 @@ def setup(tmp_path_factory):
 
 
 def index_args(model, corpus, out, *extra):
-    return ["build-index", "sparse", str(model), "--corpus", str(corpus), "-o", str(out), "--dtype", "fp32", "--quiet",
+    return ["sparse-index", "build", str(model), "--corpus", str(corpus), "-o", str(out), "--dtype", "fp32", "--quiet",
             "--chunk-documents", "8", "--max-postings", "300", *extra]
 
 
@@ -123,3 +123,21 @@ def test_bad_input_one_line_errors(setup, capsys, tmp_path):
 def test_help_lists_the_commands():
     result = subprocess.run([sys.executable, "-m", "bertkit.cli", "--help"], capture_output=True, text=True)
     assert "index" in result.stdout and "search" in result.stdout
+
+
+def test_export_names_features_by_the_models_tokens(setup, tmp_path):
+    _, model, corpus, records = setup
+    assert main(index_args(model, corpus, tmp_path / "index")) == 0
+    assert main(["sparse-index", "export", str(tmp_path / "index"), "--model", str(model), "--to", "opensearch",
+                 "-o", str(tmp_path / "os")]) == 0
+    lines = [json.loads(line) for line in (tmp_path / "os" / "bulk.ndjson").read_text().splitlines()]
+    assert lines[0] == {"index": {"_index": "documents", "_id": "d0"}}
+    encoder = bertkit.SparseEncoder(model, dtype="fp32")
+    expected = dict(encoder.decode(encoder.encode_document([(records[0]["title"] + " " + records[0]["text"])])[0]))
+    assert lines[1]["sparse"].keys() == {t.replace(".", "%2E") for t in expected}
+    for token, weight in expected.items():
+        assert lines[1]["sparse"][token] == pytest.approx(weight, rel=1e-6)
+    assert main(["sparse-index", "export", str(tmp_path / "index"), "--model", str(model), "--to", "qdrant",
+                 "-o", str(tmp_path / "q"), "--field", "splade"]) == 0
+    point = json.loads((tmp_path / "q" / "points.jsonl").read_text().splitlines()[0])
+    assert point["id"] == 0 and point["payload"] == {"doc_id": "d0"} and len(point["vector"]["splade"]["indices"])

@@ -35,8 +35,9 @@ COMMANDS = {
     "convert": ("convert", "convert a checkpoint (HF, pytorch_pretrained_bert, Google TF, ...) to HF or TF"),
     "tokenizer": ("tokenizer", "train a WordPiece vocabulary, or tokenize text"),
     "data": ("data", "create pretraining data: NSP sentence pairs, masking, shards"),
-    "build-index": ("build_index", "index a corpus on disk (.jsonl, .parquet) for sparse retrieval (SPLADE)"),
-    "search": ("search", "top-k documents of an index (bertkit build-index) for queries, with latency"),
+    "sparse-index": ("sparse_index", "a sparse (SPLADE) index of a .jsonl / .parquet corpus: build (resumable), "
+                                     "export to Elasticsearch / OpenSearch / Qdrant"),
+    "search": ("search", "top-k documents of a sparse index for queries, with latency"),
 }
 
 

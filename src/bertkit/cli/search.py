@@ -3,7 +3,7 @@
     bertkit search INDEX --model MODEL --query "how many people live in berlin" -k 5
     bertkit search INDEX --model MODEL --queries queries.jsonl -k 100 --jsonl -o run.jsonl
 
-INDEX is a directory ``bertkit build-index sparse`` built; MODEL must be the model that built it (the index records its
+INDEX is a directory ``bertkit sparse-index build`` built; MODEL must be the model that built it (the index records its
 directory's name and a digest of its files; another is refused). Queries are encoded with the model's query side
 (``encode_query``: an inference-free model's static weights, without a forward pass) in one batch, then each is
 searched exactly (every document that shares a term with it is scored). ``--queries``: a .jsonl of
@@ -30,7 +30,7 @@ from bertkit.io import refuse_output_over_input
 def main(argv: list[str]) -> int:
     parser = ArgumentParser(prog="bertkit search", description=__doc__,
                             formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("index", help="an index directory that `bertkit build-index sparse` built")
+    parser.add_argument("index", help="an index directory that `bertkit sparse-index build` built")
     parser.add_argument("--model", required=True, help="the sparse encoder directory that built the index")
     given = parser.add_mutually_exclusive_group(required=True)
     given.add_argument("--query", nargs="+", metavar="TEXT", help="one or more query texts")
