@@ -371,21 +371,24 @@ class SparseIndex:
         return [self._search_one(term[a:b], weight[a:b], k) for a, b in itertools.pairwise(bounds)]
 
     def _search_one(self, terms: np.ndarray, query_weights: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-        starts, ends = self.offsets[terms], self.offsets[terms + 1]
-        lengths = ends - starts
-        if not lengths.sum():
+        starts, ends = self.offsets[terms].tolist(), self.offsets[terms + 1].tolist()
+        spans = [(a, b, w) for a, b, w in zip(starts, ends, query_weights.tolist()) if b > a]
+        if not spans:
             return np.empty(0, np.float32), np.empty(0, np.int64)
-        # the postings of the query's terms, gathered into one list; each weighted by the query's weight
-        positions = np.repeat(starts - np.concatenate([[0], np.cumsum(lengths)[:-1]]), lengths) + \
-            np.arange(lengths.sum())
-        docs = np.asarray(self.docs[positions], dtype=np.int64)
-        contributions = np.asarray(self.weights[positions], dtype=np.float64) * np.repeat(query_weights, lengths)
+        # the posting lists of the query's terms, copied as contiguous slices into one list (cheaper than
+        # gathering them by position), each weighted by the query's weight in float64
+        docs_view, weights_view = self.docs.view(np.ndarray), self.weights.view(np.ndarray)  # no memmap overhead
+        docs = np.concatenate([docs_view[a:b] for a, b, _ in spans])
+        contributions = np.concatenate([weights_view[a:b].astype(np.float64) * w for a, b, w in spans])
         if len(docs) * 16 < self.documents:  # few postings against a large corpus: sort them
             matched, inverse = np.unique(docs, return_inverse=True)  # ascending positions
             scores = np.bincount(inverse, weights=contributions, minlength=len(matched)).astype(np.float32)
         else:  # an accumulator over the corpus: two vectorised passes, cheaper than sorting many postings
-            matched = np.flatnonzero(np.bincount(docs, minlength=self.documents))  # ascending positions
+            shares = np.zeros(self.documents, bool)
+            shares[docs] = True
+            matched = np.flatnonzero(shares)  # ascending positions
             scores = np.bincount(docs, weights=contributions, minlength=self.documents)[matched].astype(np.float32)
+        matched = matched.astype(np.int64, copy=False)
         if len(matched) > k:  # keep the k best and everything tied with the k-th, then order those exactly
             kth = np.partition(scores, len(scores) - k)[len(scores) - k]
             keep = scores >= kth
