@@ -378,16 +378,21 @@ class SparseIndex:
         # the posting lists of the query's terms, copied as contiguous slices into one list (cheaper than
         # gathering them by position), each weighted by the query's weight in float64
         docs_view, weights_view = self.docs.view(np.ndarray), self.weights.view(np.ndarray)  # no memmap overhead
-        docs = np.concatenate([docs_view[a:b] for a, b, _ in spans])
-        contributions = np.concatenate([weights_view[a:b].astype(np.float64) * w for a, b, w in spans])
+        docs = np.concatenate([docs_view[a:b] for a, b, _ in spans]).astype(np.intp)
+        contributions = np.concatenate([weights_view[a:b] for a, b, _ in spans]) * \
+            np.repeat(np.array([w for _, _, w in spans], dtype=np.float64), [b - a for a, b, _ in spans])
         if len(docs) * 16 < self.documents:  # few postings against a large corpus: sort them
             matched, inverse = np.unique(docs, return_inverse=True)  # ascending positions
             scores = np.bincount(inverse, weights=contributions, minlength=len(matched)).astype(np.float32)
-        else:  # an accumulator over the corpus: two vectorised passes, cheaper than sorting many postings
-            shares = np.zeros(self.documents, bool)
-            shares[docs] = True
-            matched = np.flatnonzero(shares)  # ascending positions
-            scores = np.bincount(docs, weights=contributions, minlength=self.documents)[matched].astype(np.float32)
+        else:  # an accumulator over the corpus: vectorised passes, cheaper than sorting many postings
+            totals = np.bincount(docs, weights=contributions, minlength=self.documents)
+            if contributions.min() > 0:  # (SPLADE's weights) a document shares a term exactly when its sum is > 0
+                matched = np.flatnonzero(totals > 0)
+            else:
+                shares = np.zeros(self.documents, bool)
+                shares[docs] = True
+                matched = np.flatnonzero(shares)  # ascending positions
+            scores = totals[matched].astype(np.float32)
         matched = matched.astype(np.int64, copy=False)
         if len(matched) > k:  # keep the k best and everything tied with the k-th, then order those exactly
             kth = np.partition(scores, len(scores) - k)[len(scores) - k]
