@@ -118,6 +118,12 @@ def test_bad_input_one_line_errors(setup, capsys, tmp_path):
     one_line_error(capsys, index_args(model, corpus, corpus), "-o", "is the input --corpus")
     one_line_error(capsys, index_args(model, corpus, f"{model}/index"), "inside the directory MODEL")
     one_line_error(capsys, index_args(model, corpus, index), "bad", "is not empty")
+    queries = tmp_path / "q.txt"
+    queries.write_text("cat\n")
+    one_line_error(capsys, ["search", str(index), "--model", model, "--queries", str(queries), "-o", str(queries)],
+                   "is the input --queries")
+    one_line_error(capsys, ["sparse-index", "export", str(index), "--model", model, "--to", "qdrant", "-o",
+                            str(index / "out")], "inside the directory INDEX")
 
 
 def test_help_lists_the_commands():

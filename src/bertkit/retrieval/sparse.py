@@ -139,7 +139,8 @@ class SparseIndexWriter:
                              f"{self.info}; resume it with the same input or pass a new directory.")
         self.documents, self._segment_count, self.with_ids = recorded[2], recorded[3], recorded[5]
         for file in self.segments.iterdir():
-            if file.name != PROGRESS and int(file.name.split(".")[0]) >= self._segment_count:  # after the last record
+            number = file.name.split(".")[0]
+            if number.isdigit() and int(number) >= self._segment_count:  # written after the last record
                 file.unlink()
 
     def add(self, rows: SparseRows, ids: Sequence[str] | None = None) -> range:
