@@ -80,9 +80,9 @@ def search(args: argparse.Namespace) -> int:
     torch.set_num_threads(cores())
     queries = read_queries(args.queries) if args.queries else [(str(i), q) for i, q in enumerate(args.query, 1)]
     start = time.perf_counter()
+    # the index first: a search with another model is refused before that model is loaded
+    index = SparseIndex.load(args.index, model=model_fingerprint(args.model), verify=not args.no_verify)
     encoder = SparseEncoder(args.model, device=args.device, dtype=args.dtype)
-    index = SparseIndex.load(args.index, vocab_size=encoder.get_sentence_embedding_dimension(),
-                             model=model_fingerprint(args.model), verify=not args.no_verify)
     loaded = time.perf_counter()
     vectors = encoder.encode_query([text for _, text in queries], batch_size=args.batch_size)
     row, term, weight, _ = as_triples(vectors, index.vocab_size, "the queries")

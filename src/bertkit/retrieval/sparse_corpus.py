@@ -121,15 +121,21 @@ def _document(record: object, fields: CorpusFields, place: str) -> tuple[str, st
     return str(record[id_field]), text.strip()
 
 
-def _read_parquet(path: Path, fields: CorpusFields, skip: int) -> Iterator[tuple[str, str]]:
+def _parquet(path: str | os.PathLike):
+    """The ``pyarrow.parquet.ParquetFile`` of ``path``; ``ValueError`` without pyarrow or for a file it cannot
+    read."""
     try:
         import pyarrow.parquet as pq
     except ImportError:
         raise ValueError(f"--corpus {path}: reading Parquet needs pyarrow: pip install 'bertkit[data]'.") from None
     try:
-        parquet = pq.ParquetFile(path)
+        return pq.ParquetFile(path)
     except Exception as error:  # pyarrow's own errors: one line naming the file
         raise ValueError(f"--corpus {path}: not a readable Parquet file ({error}).") from None
+
+
+def _read_parquet(path: Path, fields: CorpusFields, skip: int) -> Iterator[tuple[str, str]]:
+    parquet = _parquet(path)
     names = parquet.schema_arrow.names
     id_field = fields.id or ("_id" if "_id" in names else "id")
     for name in (id_field, fields.text):
@@ -148,9 +154,7 @@ def _read_parquet(path: Path, fields: CorpusFields, skip: int) -> Iterator[tuple
 def count_documents(path: str | os.PathLike) -> int:
     """How many documents the corpus file holds (non-blank lines; Parquet: its row count), for progress."""
     if corpus_format(path) == "parquet":
-        import pyarrow.parquet as pq
-
-        return pq.ParquetFile(path).metadata.num_rows
+        return _parquet(path).metadata.num_rows
     count = 0
     with open(path, "rb") as f:
         for line in f:
