@@ -163,3 +163,36 @@ def test_errors(tmp_path):
     one_line_error("version 99 index; this bertkit reads", SparseIndex.load, tmp_path / "idx")
     manifest.unlink()
     one_line_error("holds no manifest.json: not a finished sparse index", SparseIndex.load, tmp_path / "idx")
+
+
+def test_ids_stored_beside_the_index(tmp_path):
+    writer = SparseIndexWriter(tmp_path / "index", V, "m", max_postings=5)
+    writer.add(random_sparse(4, 6, 0), ["a", "ü-2", "", "d"])
+    with pytest.raises(ValueError, match="came with ids; give ids in every call"):
+        writer.add(random_sparse(1, 6, 1))
+    with pytest.raises(ValueError, match="2 ids for 3 documents"):
+        writer.add(random_sparse(3, 6, 1), ["x", "y"])
+    writer.add(random_sparse(3, 6, 2), ["e", "f", "g"])
+    index = writer.finish()
+    assert index.ids([1, 6, 2, 0]) == ["ü-2", "g", "", "a"]
+    assert SparseIndex.load(tmp_path / "index").ids(np.array([4])) == ["e"]
+    (tmp_path / "index" / "ids.bin").write_bytes(b"x" * (tmp_path / "index" / "ids.bin").stat().st_size)
+    with pytest.raises(ValueError, match=r"ids\.bin' does not match its checksum"):
+        SparseIndex.load(tmp_path / "index")
+    plain = build_sparse_index([random_sparse(2, 6, 0)], tmp_path / "plain", V, "m")
+    with pytest.raises(ValueError, match="built without document ids"):
+        plain.ids([0])
+
+
+def test_signed_weights_a_zero_sum_still_shares_a_term(tmp_path):
+    """Weights of either sign (not SPLADE's): a document sharing a term is returned even when its sum is 0 or
+    negative, on the accumulator path (many postings per document) and the sorted one."""
+    corpus = random_sparse(40, 10, 3, grid=True) * torch.where(torch.rand(40, V) < 0.5, -1.0, 1.0)
+    corpus[7] = 0
+    corpus[7, [1, 2]] = torch.tensor([1.0, -1.0])  # sums to 0 against a query of 1s on terms 1 and 2
+    index = build_sparse_index([corpus], tmp_path / "index", V, "m")
+    queries = random_sparse(5, 8, 4, grid=True)
+    queries[0] = 0
+    queries[0, [1, 2]] = 1.0
+    check_equal(index.search(queries, 40), brute_force(queries, corpus, 40))
+    assert 7 in index.search(queries[:1], 40)[0][1].tolist()

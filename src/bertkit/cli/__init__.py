@@ -35,6 +35,9 @@ COMMANDS = {
     "convert": ("convert", "convert a checkpoint (HF, pytorch_pretrained_bert, Google TF, ...) to HF or TF"),
     "tokenizer": ("tokenizer", "train a WordPiece vocabulary, or tokenize text"),
     "data": ("data", "create pretraining data: NSP sentence pairs, masking, shards"),
+    "sparse-index": ("sparse_index", "a sparse (SPLADE) index of a .jsonl / .parquet corpus: build (resumable), "
+                                     "export to Elasticsearch / OpenSearch / Qdrant"),
+    "search": ("search", "top-k documents of a sparse index for queries, with latency"),
 }
 
 

@@ -8,6 +8,10 @@ encoded once and searched for every query, by ids; :func:`encode_sorted`: texts 
 Sparse vectors (term id -> weight): :class:`SparseIndexWriter` / :func:`build_sparse_index` build an inverted
 index in bounded memory, :class:`SparseIndex` loads and searches it exactly; :func:`retrieve_sparse`: a corpus
 encoded once into one and searched for every query, by ids, with :func:`sparsity_figures`.
+:func:`build_sparse_corpus_index`: a corpus on disk (:func:`read_corpus`: BEIR's corpus.jsonl, Parquet) indexed
+with its ids, resumable; :func:`export_index` writes an index for Elasticsearch / OpenSearch (``rank_features``:
+:func:`elasticsearch_actions`, :func:`elasticsearch_mapping`, :func:`elasticsearch_query`,
+:func:`rank_feature_names`) or Qdrant (:func:`qdrant_points`, :func:`qdrant_collection`).
 :func:`reciprocal_rank_fusion` and :func:`weighted_sum_fusion` fuse ranked lists (dense + sparse: hybrid),
 :func:`fuse_runs` every query's; :func:`hybrid_search`: dense vectors and a sparse index of one corpus searched
 together, fused.
@@ -18,8 +22,22 @@ from bertkit.retrieval.fusion import fuse_runs, reciprocal_rank_fusion, weighted
 from bertkit.retrieval.hybrid import hybrid_search
 from bertkit.retrieval.similarity import SIMILARITIES, pairwise, rowwise
 from bertkit.retrieval.sparse import SparseIndex, SparseIndexWriter, build_sparse_index
+from bertkit.retrieval.sparse_corpus import CorpusFields, build_sparse_corpus_index, model_fingerprint, read_corpus
+from bertkit.retrieval.sparse_export import (
+    document_vectors,
+    elasticsearch_actions,
+    elasticsearch_mapping,
+    elasticsearch_query,
+    export_index,
+    qdrant_collection,
+    qdrant_points,
+    rank_feature_names,
+)
 from bertkit.retrieval.sparse_retrieve import encode_sparse_sorted, retrieve_sparse, sparsity_figures
 
-__all__ = ["SIMILARITIES", "SparseIndex", "SparseIndexWriter", "build_sparse_index", "encode_sorted",
-           "encode_sparse_sorted", "fuse_runs", "hybrid_search", "pairwise", "reciprocal_rank_fusion", "retrieve",
-           "retrieve_sparse", "rowwise", "search", "sparsity_figures", "weighted_sum_fusion"]
+__all__ = ["SIMILARITIES", "CorpusFields", "SparseIndex", "SparseIndexWriter", "build_sparse_corpus_index",
+           "build_sparse_index", "document_vectors", "elasticsearch_actions", "elasticsearch_mapping",
+           "elasticsearch_query", "encode_sorted", "encode_sparse_sorted", "export_index", "fuse_runs",
+           "hybrid_search", "model_fingerprint", "pairwise", "qdrant_collection", "qdrant_points",
+           "rank_feature_names", "read_corpus", "reciprocal_rank_fusion", "retrieve", "retrieve_sparse", "rowwise",
+           "search", "sparsity_figures", "weighted_sum_fusion"]

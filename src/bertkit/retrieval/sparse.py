@@ -34,6 +34,9 @@ VERSION = 1
 MANIFEST = "manifest.json"
 PROGRESS = "progress.json"  # in segments/: how far an unfinished build got
 ARRAYS = ("offsets", "docs", "weights")
+#: the documents' ids, when they were added with ids: their UTF-8 bytes one after the other, and the offsets [N + 1]
+#: of each id's bytes (memory-mapped like the arrays: an id is read only when a result names it)
+ID_FILES = ("ids.bin", "ids.offsets.npy")
 
 #: sparse vectors, one per row: a torch sparse (COO or CSR) or dense ``[n, vocab_size]`` tensor, a dense numpy
 #: array, or a sequence of ``(term ids, weights)`` pairs
@@ -88,10 +91,11 @@ class SparseIndexWriter:
     ``vocab_size`` is the width of the vectors; ``model`` names what made them (recorded in the manifest, so that
     an index is searched with queries of the same model). At most ``max_postings`` postings (20 bytes each, twice that
     while they are sorted into a segment) are held in memory; beyond that they go to a segment on disk, and the
-    merge holds one segment at a time."""
+    merge holds one segment at a time. ``info`` (JSON) is recorded in the manifest as ``"info"``; a resumed build
+    must be given the same (e.g. what the corpus was), or it is refused."""
 
     def __init__(self, directory: str | os.PathLike, vocab_size: int, model: str, *, max_postings: int = 10_000_000,
-                 resume: bool = False):
+                 resume: bool = False, info: dict[str, Any] | None = None):
         if vocab_size < 1:
             raise ValueError(f"vocab_size must be at least 1, got {vocab_size}.")
         if max_postings < 1:
@@ -99,15 +103,18 @@ class SparseIndexWriter:
         self.directory = Path(directory)
         self.segments = self.directory / "segments"
         self.vocab_size, self.model, self.max_postings = vocab_size, model, max_postings
+        self.info = json.loads(json.dumps(info or {}))  # as it reads back from progress.json
         self.documents = 0
         self._buffer: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        self._ids: list[str] = []
+        self.with_ids: bool | None = None  # set by the first add: every add gives ids, or none does
         self._buffered = 0
         self._segment_count = 0
         if resume and (self.segments / PROGRESS).is_file():
             self._resume()
         elif self.directory.exists() and any(self.directory.iterdir()):
-            hint = " (an unfinished build: pass resume=True to continue it)" if (self.segments / PROGRESS).is_file() \
-                else ""
+            unfinished = (self.segments / PROGRESS).is_file()
+            hint = " (an unfinished build: pass resume=True, or --resume, to continue it)" if unfinished else ""
             raise ValueError(f"index directory {str(self.directory)!r} is not empty{hint}; pass a new or empty "
                              f"directory.")
         self.segments.mkdir(parents=True, exist_ok=True)
@@ -119,7 +126,7 @@ class SparseIndexWriter:
         try:
             progress = json.loads(path.read_text())
             recorded = (progress["vocab_size"], progress["model"], int(progress["documents"]),
-                        int(progress["segments"]))
+                        int(progress["segments"]), progress.get("info", {}), progress.get("ids"))
         except (ValueError, KeyError, TypeError) as error:
             raise ValueError(f"{str(path)!r} is corrupted ({error}); start the build again in a new directory.") \
                 from None
@@ -127,14 +134,28 @@ class SparseIndexWriter:
             raise ValueError(f"the unfinished build in {str(self.directory)!r} is of {recorded[1]!r} vectors of "
                              f"{recorded[0]} terms, not {self.model!r} of {self.vocab_size}; resume it with those or "
                              f"pass a new directory.")
-        self.documents, self._segment_count = recorded[2], recorded[3]
-        for file in self.segments.glob("*.npy"):
-            if int(file.name.split(".")[0]) >= self._segment_count:  # written after the last record
+        if recorded[4] != self.info:
+            raise ValueError(f"the unfinished build in {str(self.directory)!r} was started with {recorded[4]}, not "
+                             f"{self.info}; resume it with the same input or pass a new directory.")
+        self.documents, self._segment_count, self.with_ids = recorded[2], recorded[3], recorded[5]
+        for file in self.segments.iterdir():
+            number = file.name.split(".")[0]
+            if number.isdigit() and int(number) >= self._segment_count:  # written after the last record
                 file.unlink()
 
-    def add(self, rows: SparseRows) -> range:
-        """Adds the documents of ``rows`` (see :data:`SparseRows`); returns their positions in the index."""
+    def add(self, rows: SparseRows, ids: Sequence[str] | None = None) -> range:
+        """Adds the documents of ``rows`` (see :data:`SparseRows`), with their ``ids`` (strings, stored beside the
+        index: :meth:`SparseIndex.ids`) if given, in every call or in none; returns their positions in the index."""
         row, term, weight, n = as_triples(rows, self.vocab_size, "documents")
+        if self.with_ids is None:
+            self.with_ids = ids is not None
+        if (ids is not None) != self.with_ids:
+            raise ValueError(f"add(ids=...): the documents added before came {'with' if self.with_ids else 'without'} "
+                             f"ids; give ids in every call or in none.")
+        if ids is not None:
+            if len(ids) != n:
+                raise ValueError(f"add(ids=...): {len(ids)} ids for {n} documents; give one id per document.")
+            self._ids.extend(str(doc_id) for doc_id in ids)
         self._buffer.append((term, row + self.documents, weight))
         self._buffered += len(term)
         start, self.documents = self.documents, self.documents + n
@@ -153,9 +174,15 @@ class SparseIndexWriter:
             np.save(f"{name}.counts.npy", np.bincount(term, minlength=self.vocab_size).astype(np.int64))
             np.save(f"{name}.docs.npy", doc[order].astype(_doc_dtype(self.documents)))
             np.save(f"{name}.weights.npy", weight[order])
+            if self.with_ids:
+                encoded = [doc_id.encode("utf-8") for doc_id in self._ids]
+                Path(f"{name}.ids.bin").write_bytes(b"".join(encoded))
+                np.save(f"{name}.idlengths.npy", np.array([len(b) for b in encoded], dtype=np.int64))
+                self._ids = []
             self._segment_count += 1
         progress = {"format": FORMAT, "version": VERSION, "vocab_size": self.vocab_size, "model": self.model,
-                    "documents": self.documents, "segments": self._segment_count}
+                    "documents": self.documents, "segments": self._segment_count, "info": self.info,
+                    "ids": self.with_ids}
         _write_atomically(self.segments / PROGRESS, json.dumps(progress) + "\n")
 
     def finish(self) -> SparseIndex:
@@ -190,16 +217,37 @@ class SparseIndexWriter:
         del docs, weights
         with open(self.directory / "offsets.npy.tmp", "wb") as f:  # a file object: np.save adds no ".npy"
             np.save(f, offsets)
+        if self.with_ids:
+            self._merge_ids(names)
         files = {}
-        for array in ARRAYS:
-            tmp = self.directory / f"{array}.npy.tmp"
-            os.replace(tmp, self.directory / f"{array}.npy")
-            files[f"{array}.npy"] = _file_record(self.directory / f"{array}.npy")
+        for name in [f"{array}.npy" for array in ARRAYS] + (list(ID_FILES) if self.with_ids else []):
+            os.replace(self.directory / f"{name}.tmp", self.directory / name)
+            files[name] = _file_record(self.directory / name)
         manifest = {"format": FORMAT, "version": VERSION, "vocab_size": self.vocab_size, "model": self.model,
-                    "documents": self.documents, "postings": postings, "files": files}
+                    "documents": self.documents, "postings": postings, "ids": bool(self.with_ids),
+                    "info": self.info, "files": files}
         _write_atomically(self.directory / MANIFEST, json.dumps(manifest, indent=2) + "\n")
         shutil.rmtree(self.segments)
         return SparseIndex.load(self.directory, vocab_size=self.vocab_size, verify=False)
+
+
+    def _merge_ids(self, names: list[Path]) -> None:
+        """The segments' ids, in document order, into ``ids.bin.tmp`` and ``ids.offsets.npy.tmp``."""
+        offsets = np.zeros(self.documents + 1, np.int64)
+        done = 0
+        with open(self.directory / "ids.bin.tmp", "wb") as blob:
+            for name in names:
+                lengths = np.load(f"{name}.idlengths.npy")
+                np.cumsum(lengths, out=offsets[done + 1:done + 1 + len(lengths)])
+                offsets[done + 1:done + 1 + len(lengths)] += offsets[done]
+                done += len(lengths)
+                with open(f"{name}.ids.bin", "rb") as part:
+                    shutil.copyfileobj(part, blob)
+        if done != self.documents:
+            raise ValueError(f"the segments of {str(self.directory)!r} hold {done} ids for {self.documents} documents: "
+                             f"corrupted; build the index again.")
+        with open(self.directory / "ids.offsets.npy.tmp", "wb") as f:
+            np.save(f, offsets)
 
 
 def _write_atomically(path: Path, text: str) -> None:
@@ -231,6 +279,8 @@ class SparseIndex:
         self.vocab_size: int = manifest["vocab_size"]
         self.documents: int = manifest["documents"]
         self.model: str = manifest["model"]
+        self._id_bytes: np.ndarray | None = None
+        self._id_offsets: np.ndarray | None = None
 
     @classmethod
     def load(cls, directory: str | os.PathLike, *, vocab_size: int | None = None, model: str | None = None,
@@ -260,9 +310,9 @@ class SparseIndex:
             raise ValueError(f"the index in {str(directory)!r} was built by {manifest['model']!r}, not {model!r}; "
                              f"search it with that model or build another.")
         arrays = {}
-        for array in ARRAYS:
-            file = directory / f"{array}.npy"
-            record = manifest["files"].get(f"{array}.npy", {})
+        for name in [f"{array}.npy" for array in ARRAYS] + (list(ID_FILES) if manifest.get("ids") else []):
+            file = directory / name
+            record = manifest["files"].get(name, {})
             size = file.stat().st_size if file.is_file() else None
             if size != record.get("bytes"):
                 raise ValueError(f"index file {str(file)!r} is {'missing' if size is None else f'{size} bytes'}, the "
@@ -271,10 +321,12 @@ class SparseIndex:
                 raise ValueError(f"index file {str(file)!r} does not match its checksum in the manifest: corrupted; "
                                  f"build the index again.")
             try:
-                arrays[array] = np.load(file, mmap_mode="r")
+                arrays[name] = (np.load(file, mmap_mode="r") if name.endswith(".npy") else
+                                np.memmap(file, np.uint8, "r") if size else np.empty(0, np.uint8))
             except (ValueError, OSError) as error:
                 raise ValueError(f"index file {str(file)!r} is corrupted ({error}); build the index again.") from None
-        index = cls(directory, manifest, arrays["offsets"], arrays["docs"], arrays["weights"])
+        index = cls(directory, manifest, arrays["offsets.npy"], arrays["docs.npy"], arrays["weights.npy"])
+        index._id_bytes, index._id_offsets = arrays.get("ids.bin"), arrays.get("ids.offsets.npy")
         index._check(verify)
         return index
 
@@ -289,11 +341,24 @@ class SparseIndex:
             problem = "the offsets are not a cumulative count of the postings"
         elif full and P and int(self.docs.max()) >= self.documents:
             problem = f"a posting names a document beyond the {self.documents} documents"
+        elif self._id_offsets is not None and (
+                self._id_offsets.shape != (self.documents + 1,) or self._id_offsets[-1] != len(self._id_bytes)
+                or (full and (np.diff(self._id_offsets) < 0).any())):
+            problem = "the ids' offsets do not cover ids.bin, one id per document"
         if problem:
             raise ValueError(f"the index in {str(self.directory)!r} is corrupted ({problem}); build it again.")
 
     def __len__(self) -> int:
         return self.documents
+
+    def ids(self, positions: Sequence[int] | np.ndarray) -> list[str]:
+        """The ids of the documents at ``positions`` (as :meth:`search` returns them); ``ValueError`` for an index
+        built without ids."""
+        if self._id_offsets is None:
+            raise ValueError(f"the index in {str(self.directory)!r} was built without document ids; its results are "
+                             f"positions in the corpus (build it with ids to have them named).")
+        starts, ends = self._id_offsets[positions], self._id_offsets[np.asarray(positions) + 1]
+        return [bytes(self._id_bytes[a:b]).decode("utf-8") for a, b in zip(starts.tolist(), ends.tolist())]
 
     def search(self, queries: SparseRows, k: int) -> list[tuple[np.ndarray, np.ndarray]]:
         """For each query of ``queries`` (see :data:`SparseRows`; width ``vocab_size``): ``(scores, positions)``,
@@ -307,21 +372,29 @@ class SparseIndex:
         return [self._search_one(term[a:b], weight[a:b], k) for a, b in itertools.pairwise(bounds)]
 
     def _search_one(self, terms: np.ndarray, query_weights: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-        starts, ends = self.offsets[terms], self.offsets[terms + 1]
-        lengths = ends - starts
-        if not lengths.sum():
+        starts, ends = self.offsets[terms].tolist(), self.offsets[terms + 1].tolist()
+        spans = [(a, b, w) for a, b, w in zip(starts, ends, query_weights.tolist()) if b > a]
+        if not spans:
             return np.empty(0, np.float32), np.empty(0, np.int64)
-        # the postings of the query's terms, gathered into one list; each weighted by the query's weight
-        positions = np.repeat(starts - np.concatenate([[0], np.cumsum(lengths)[:-1]]), lengths) + \
-            np.arange(lengths.sum())
-        docs = np.asarray(self.docs[positions], dtype=np.int64)
-        contributions = np.asarray(self.weights[positions], dtype=np.float64) * np.repeat(query_weights, lengths)
+        # the posting lists of the query's terms, copied as contiguous slices into one list (cheaper than
+        # gathering them by position), each weighted by the query's weight in float64
+        docs_view, weights_view = self.docs.view(np.ndarray), self.weights.view(np.ndarray)  # no memmap overhead
+        docs = np.concatenate([docs_view[a:b] for a, b, _ in spans]).astype(np.intp)
+        contributions = np.concatenate([weights_view[a:b] for a, b, _ in spans]) * \
+            np.repeat(np.array([w for _, _, w in spans], dtype=np.float64), [b - a for a, b, _ in spans])
         if len(docs) * 16 < self.documents:  # few postings against a large corpus: sort them
             matched, inverse = np.unique(docs, return_inverse=True)  # ascending positions
             scores = np.bincount(inverse, weights=contributions, minlength=len(matched)).astype(np.float32)
-        else:  # an accumulator over the corpus: two vectorised passes, cheaper than sorting many postings
-            matched = np.flatnonzero(np.bincount(docs, minlength=self.documents))  # ascending positions
-            scores = np.bincount(docs, weights=contributions, minlength=self.documents)[matched].astype(np.float32)
+        else:  # an accumulator over the corpus: vectorised passes, cheaper than sorting many postings
+            totals = np.bincount(docs, weights=contributions, minlength=self.documents)
+            if contributions.min() > 0:  # (SPLADE's weights) a document shares a term exactly when its sum is > 0
+                matched = np.flatnonzero(totals > 0)
+            else:
+                shares = np.zeros(self.documents, bool)
+                shares[docs] = True
+                matched = np.flatnonzero(shares)  # ascending positions
+            scores = totals[matched].astype(np.float32)
+        matched = matched.astype(np.int64, copy=False)
         if len(matched) > k:  # keep the k best and everything tied with the k-th, then order those exactly
             kth = np.partition(scores, len(scores) - k)[len(scores) - k]
             keep = scores >= kth
