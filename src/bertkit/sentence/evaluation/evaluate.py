@@ -30,14 +30,19 @@ def evaluate_retrieval(encode_queries: Encode, encode_corpus: Encode, corpus: Ma
     :func:`~bertkit.sentence.evaluation.ir_metrics.evaluate_rankings` (``{"queries", "metrics", "per_query"}``: the
     mean over the judged queries, and each one's). A judged query missing from ``queries`` raises ``ValueError``."""
     k_values = check_k_values(k_values)
+    hits = retrieve(encode_queries, encode_corpus, corpus, judged_queries(queries, qrels), depth=k_values[-1],
+                    batch_size=batch_size, chunk_size=chunk_size, query_chunk_size=query_chunk_size,
+                    similarity=similarity, ignore_identical_ids=ignore_identical_ids)
+    return evaluate_rankings({q: [doc for doc, _ in ranked] for q, ranked in hits.items()}, qrels, k_values)
+
+
+def judged_queries(queries: Mapping[str, str], qrels: Mapping[str, Mapping[str, int]]) -> dict[str, str]:
+    """``{query id: text}`` of the queries ``qrels`` judges, in its order; ``ValueError`` if one has no text."""
     missing = [q for q in qrels if q not in queries]
     if missing:
         raise ValueError(f"{len(missing)} judged queries have no text ({', '.join(map(repr, missing[:3]))}"
                          f"{', ...' if len(missing) > 3 else ''}); pass every query of qrels in queries.")
-    hits = retrieve(encode_queries, encode_corpus, corpus, {q: queries[q] for q in qrels}, depth=k_values[-1],
-                    batch_size=batch_size, chunk_size=chunk_size, query_chunk_size=query_chunk_size,
-                    similarity=similarity, ignore_identical_ids=ignore_identical_ids)
-    return evaluate_rankings({q: [doc for doc, _ in ranked] for q, ranked in hits.items()}, qrels, k_values)
+    return {q: queries[q] for q in qrels}
 
 
 def load_encoder(model_dir: str | os.PathLike, *, dtype: str = "auto", max_seq_length: int | None = None,
