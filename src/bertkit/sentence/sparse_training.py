@@ -18,6 +18,7 @@ batch source, ``batch_size`` over all processes, DDP with every rank's candidate
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -30,6 +31,7 @@ import torch
 from bertkit.sentence.data import PairCollator, training_rows
 from bertkit.sentence.losses import build_sparse_loss
 from bertkit.sentence.losses.sparse import CachedSpladeLoss, RegulariserWarmup
+from bertkit.sentence.modules import is_sentence_transformer, read_layout
 from bertkit.sentence.ranking_checks import check_bi_encoder_data
 from bertkit.sentence.training import (
     BATCH_SIZE_COUNTS,
@@ -155,6 +157,19 @@ class SparseBiEncoder(BiEncoder):
         return loss, {name: torch.tensor(float(value)) for name, value in metrics.items()}
 
 
+def check_router_vocabulary(net, source) -> None:
+    """Refuse (one line naming ``--model``) an inference-free model whose static query side has another tokenizer
+    than its document side: the loss and the regularisers compare the two sides' vectors term by term."""
+    if not net.layout.routes:
+        return
+    query, document = net.route("query"), net.route("document")
+    ids = range(document.vocab_size)
+    if query.tokenizer.convert_ids_to_tokens(list(ids)) != document.tokenizer.convert_ids_to_tokens(list(ids)):
+        raise ValueError(f"--model {os.fspath(source)}: the query side's tokenizer is not the document side's, so "
+                         "the same term has different ids on each side; save the static query weights with the "
+                         "document side's tokenizer, or pass the SPLADE document side with --inference-free.")
+
+
 @dataclass(frozen=True)
 class SparseEvaluation:
     """What a sparse run is scored on during training: a BEIR directory (its ``split`` qrels, metrics at ``k``)."""
@@ -193,6 +208,8 @@ class SparseRecipe(RowBatchRecipe):
     def __init__(self, source, train_files, config, *, loss: SparseLoss, sparse: SparseModel, data: TrainingFiles,
                  evaluation: SparseEvaluation):
         files = [train_files] if isinstance(train_files, (str, os.PathLike)) else list(train_files)
+        if is_sentence_transformer(source) and read_layout(source).routes:  # an inference-free model already
+            sparse = dataclasses.replace(sparse, inference_free=True)
         objective = loss.build(sparse.inference_free)  # checks the options before anything loads
         if sparse.max_active_dims is not None and (isinstance(sparse.max_active_dims, bool) or
                                                    not isinstance(sparse.max_active_dims, int) or
@@ -230,22 +247,30 @@ class SparseRecipe(RowBatchRecipe):
         self.prompts = _prompts(data.query_prompt, data.document_prompt)
         saved_prompts = {"query": data.query_prompt or "", "document": data.document_prompt or ""} \
             if self.prompts else {}
-        with tempfile.TemporaryDirectory(prefix="bertkit-sparse-") as staging:
-            new_sparse_encoder(self.source, staging, inference_free=sparse.inference_free,
-                               documents=self.documents() if sparse.inference_free else None, pooling=sparse.pooling,
-                               activation=sparse.activation, max_active_dims=sparse.max_active_dims,
-                               max_seq_length=data.max_seq_length, prompts=saved_prompts)
-            net = SparseEncoder(staging, dtype="fp32", optimize=False)
+        if is_sentence_transformer(self.source) and (read_layout(self.source).routes or not sparse.inference_free):
+            net = SparseEncoder(self.source, dtype="fp32", optimize=False)  # a sparse model trained on as it is
+            check_router_vocabulary(net, self.source)
+            net.max_active_dims = sparse.max_active_dims or net.max_active_dims
+            net.prompts = {**net.prompts, **saved_prompts}
+        else:
+            with tempfile.TemporaryDirectory(prefix="bertkit-sparse-") as staging:
+                new_sparse_encoder(self.source, staging, inference_free=sparse.inference_free,
+                                   documents=self.documents() if sparse.inference_free else None,
+                                   pooling=sparse.pooling, activation=sparse.activation,
+                                   max_active_dims=sparse.max_active_dims, max_seq_length=data.max_seq_length,
+                                   prompts=saved_prompts)
+                net = SparseEncoder(staging, dtype="fp32", optimize=False)
+        self.router = bool(net.layout.routes)
         scales = {}
-        if sparse.inference_free:
+        if self.router:
             static = net.route("query").weight
             static.requires_grad_(True)
             scales["model.routes.query.weight"] = sparse.static_learning_rate / config.learning_rate
         net.train()
         rank, world = data_parallel()
-        document = net.route("document" if sparse.inference_free else None)
+        document = net.route("document" if self.router else None)
         self.collate_fn = BatchCollator(SparseCollator(
-            net.tokenizer, router=sparse.inference_free, max_length=document.max_seq_length, prompts=self.prompts,
+            document.tokenizer, router=self.router, max_length=document.max_seq_length, prompts=self.prompts,
             allow_repeated_queries=data.allow_repeated_queries, rank=rank, world_size=world))
         self.net, self.model = net, SparseBiEncoder(net, self.objective, scales)
 
@@ -264,10 +289,15 @@ class SparseRecipe(RowBatchRecipe):
                 "allow_repeated_queries": data.allow_repeated_queries, "encoding": data.encoding}
 
     def scores(self) -> dict[str, float]:
+        from bertkit.sentence.evaluation.beir import load_beir
         from bertkit.sentence.evaluation.sparse import evaluate_sparse_retrieval
 
         evaluation = self.evaluation
-        return evaluate_sparse_retrieval(self.net, evaluation.beir, split=evaluation.split, k_values=evaluation.k)
+        if getattr(self, "_beir", None) is None:  # read once, checked before the run (check_evaluation_data)
+            self._beir = load_beir(evaluation.beir, evaluation.split)
+        data = self._beir
+        return evaluate_sparse_retrieval(self.net, data.queries, data.corpus, data.qrels,
+                                         k_values=evaluation.k)["metrics"]
 
     def save(self, output: Path) -> None:
         self.net.save(output / self.model_dir)

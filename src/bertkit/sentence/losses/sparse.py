@@ -133,6 +133,11 @@ class SpladeLoss(nn.Module):
 
     def from_embeddings(self, embeddings: Sequence[torch.Tensor], batch: PairBatch) -> torch.Tensor:
         """The loss on one ``[n, V]`` tensor per column of ``batch`` (column order)."""
+        widths = [embedding.shape[-1] for embedding in embeddings]
+        if len(set(widths)) > 1:
+            raise ValueError(f"the query vectors have {widths[0]} dimensions and the document vectors {widths[1:]}: "
+                             "the base loss and the regularisers compare them term by term over one vocabulary; "
+                             "give the query and document sides one tokenizer (the --model's).")
         base = self.base(looked_up(batch, embeddings), batch)
         query_weight, document_weight = self.weights()
         documents = torch.cat(list(embeddings) if self.document_only else list(embeddings[1:]))
