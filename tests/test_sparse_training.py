@@ -233,6 +233,43 @@ def test_an_inference_free_model_whose_query_side_has_another_tokenizer_is_refus
     assert "\n" not in str(info.value)
 
 
+
+# ---------------------------------------------------------------------- the command
+def cli_run(data, out, *flags) -> int:
+    from bertkit.cli import main
+
+    return main(["finetune", "sparse", "--model", str(data["mlm"]), "--train", str(data["pairs"]), "-o", str(out),
+                 "--batch-size", "4", "--precision", "fp32", "--device", "cpu", "--threads", "1", *flags])
+
+
+def test_the_command_trains_an_inference_free_model_with_its_flags(data, tmp_path):
+    out = tmp_path / "out"
+    assert cli_run(data, out, "--max-steps", "2", "--inference-free", "--static-learning-rate", "0.01",
+                   "--document-regulariser", "l1", "--document-weight", "0.001", "--max-active-dims", "7",
+                   "--eval-beir", str(data["beir"]), "--eval-k", "1,10", "--query-prompt", "query: ") == 0
+    run = json.loads((out / "run.json").read_text())["sparse"]
+    assert run["inference_free"] and run["document_regulariser"] == "l1" and run["max_active_dims"] == 7
+    assert run["static_learning_rate"] == 0.01 and run["query_weight"] == 0.0
+    assert "inference-free SPLADE" in (out / "model" / "README.md").read_text()
+    settings = json.loads((out / "model" / "config_sentence_transformers.json").read_text())
+    assert settings["prompts"]["query"] == "query: " and settings["max_active_dims"] == 7
+    assert [r["step"] for r in records(out, "eval")] == [0, 2]
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--max-active-dims", "0"], "--max-active-dims must be a positive integer"),
+    (["--loss", "triplet"], "--loss 'triplet' is not a loss bertkit trains sparse encoders with; choose one of mnrl"),
+    (["--temperature", "2"], "--temperature does not apply to --loss mnrl; it applies to kl"),
+    (["--document-weight", "-1"], "--document-weight must be a non-negative number"),
+    (["--regulariser-warmup", "2"], "--regulariser-warmup must be between 0 and 1"),
+])
+def test_bad_flags_are_one_line_errors(data, tmp_path, capsys, flags, message):
+    assert cli_run(data, tmp_path / "o", *flags) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0]
+    assert not (tmp_path / "o").exists()
+
+
 if __name__ == "__main__":  # the torchrun worker of the DDP test
     sys.path.insert(0, str(Path(__file__).parent))
     torch.set_num_threads(1)
