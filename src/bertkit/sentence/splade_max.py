@@ -14,6 +14,8 @@ it to one of them.
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 from torch import nn
 
@@ -51,11 +53,17 @@ class MaxLogits(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
         hidden, weight, winners = ctx.saved_tensors
-        rows, length, width = hidden.shape
-        vocab = weight.shape[0]
         grad = grad.to(hidden.dtype)
         # the logits' gradient G [B * L, V] holds grad[b, v] at (winners[b, v], v) and zeros elsewhere: built as CSR
         # matrices directly (no sort of the B * V entries), once by vocabulary entry and once by token
+        with warnings.catch_warnings():  # torch calls its CSR tensors beta; these two products are all we ask of them
+            warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta", category=UserWarning)
+            return MaxLogits._backward(ctx, grad, hidden, weight, winners)
+
+    @staticmethod
+    def _backward(ctx, grad, hidden, weight, winners):
+        rows, length, width = hidden.shape
+        vocab = weight.shape[0]
         d_hidden = d_weight = d_bias = None
         if ctx.needs_input_grad[2]:  # G^T: vocabulary entry v's B entries lie in rows' order, as CSR wants them
             by_entry = torch.sparse_csr_tensor(torch.arange(0, vocab * rows + 1, rows, device=grad.device),
