@@ -29,6 +29,7 @@ from typing import Any
 import torch
 
 from bertkit.sentence.data import PairCollator, training_rows
+from bertkit.sentence.evaluation.ir_metrics import DEFAULT_K
 from bertkit.sentence.losses import build_sparse_loss
 from bertkit.sentence.losses.sparse import CachedSpladeLoss, RegulariserWarmup
 from bertkit.sentence.modules import is_sentence_transformer, read_layout
@@ -39,7 +40,6 @@ from bertkit.sentence.training import (
     EMBEDDING_DEFAULTS,
     BatchCollator,
     BiEncoder,
-    EmbeddingEvaluation,
     RowBatchRecipe,
     TrainingFiles,
     _prompts,
@@ -181,7 +181,7 @@ class SparseEvaluation:
 
     beir: str | os.PathLike | None = None
     split: str = "test"
-    k: Sequence[int] = EmbeddingEvaluation.k
+    k: Sequence[int] = DEFAULT_K
 
 
 def finetune_sparse(model: str | os.PathLike, train_files: str | os.PathLike | Sequence[str | os.PathLike],
