@@ -7,6 +7,7 @@
     bertkit finetune choice   --model SRC --train swag_train.csv --validation swag_val.csv -o OUT
     bertkit finetune embed    --model SRC --train pairs.jsonl -o OUT --loss mnrl   (see finetune embed --help)
     bertkit finetune rerank   --model SRC --train pairs.jsonl -o OUT --loss bce    (see finetune rerank --help)
+    bertkit finetune sparse   --model MLM --train pairs.jsonl -o OUT               (see finetune sparse --help)
 
 SRC is anything bertkit loads: an HF directory, a Google TF1 checkpoint (directory or zip), a
 pytorch_pretrained_bert archive, a registry name. OUT gets model/ (the best epoch by the
@@ -88,7 +89,7 @@ def task_options(args: argparse.Namespace, task: str) -> dict[str, Any]:
 
 
 def main(argv: list[str]) -> int:
-    if argv[:1] in (["embed"], ["rerank"]):  # a bi-encoder or a reranker: their own flags
+    if argv[:1] in (["embed"], ["rerank"], ["sparse"]):  # a bi-encoder, a reranker, a sparse encoder: own flags
         import importlib
 
         return importlib.import_module(f"bertkit.cli.finetune_{argv[0]}").main(argv[1:])
@@ -122,6 +123,8 @@ def build_parser() -> ArgumentParser:
                                    "(bertkit finetune embed --help)", add_help=False)
     tasks.add_parser("rerank", help="a cross-encoder (reranker): BCE, ListNet, LambdaLoss, MNRL "
                                     "(bertkit finetune rerank --help)", add_help=False)
+    tasks.add_parser("sparse", help="a learned-sparse encoder: SPLADE or inference-free SPLADE "
+                                    "(bertkit finetune sparse --help)", add_help=False)
     return parser
 
 

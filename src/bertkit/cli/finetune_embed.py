@@ -130,10 +130,11 @@ def training_files(args: argparse.Namespace, **bi_encoder: object):
                          encoding=args.encoding, max_seq_length=args.max_seq_length, **bi_encoder)
 
 
-def add_evaluation_flags(parser: argparse.ArgumentParser, *, reranker: bool) -> None:
-    """The flags of evaluation during training that ``finetune embed`` and ``finetune rerank`` share (--eval-beir,
+def add_evaluation_flags(parser: argparse.ArgumentParser, *, reranker: bool, sts: bool = True) -> None:
+    """The flags of evaluation during training that ``finetune embed``, ``rerank`` and ``sparse`` share (--eval-beir,
     --eval-split, --eval-k; --eval-every, --keep-best and --patience are every training command's), with the
-    bi-encoder's --eval-sts or the reranker's --eval-rerank, --eval-first-stage and --eval-top-k."""
+    bi-encoder's --eval-sts (unless not ``sts``) or the reranker's --eval-rerank, --eval-first-stage and
+    --eval-top-k."""
     group = parser.add_argument_group("evaluation during training")
     if reranker:
         group.add_argument("--eval-rerank", metavar="FILE", help="rows of query, positive(s) and negatives (or "
@@ -148,6 +149,7 @@ def add_evaluation_flags(parser: argparse.ArgumentParser, *, reranker: bool) -> 
     else:
         group.add_argument("--eval-beir", metavar="DIR", help="a BEIR directory (corpus.jsonl, queries.jsonl, "
                                                               "qrels/SPLIT.tsv): retrieval metrics")
+    if not reranker and sts:
         group.add_argument("--eval-sts", metavar="FILE", help="pairs with gold scores (sentence1, sentence2, "
                                                               "score): similarity correlations")
     group.add_argument("--eval-split", default="test", metavar="SPLIT",

@@ -28,14 +28,23 @@ def no_decay_parameter_names(model: nn.Module) -> set[str]:
 
 
 def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict]:
-    """Two AdamW groups, ``"decay"`` and ``"no_decay"``, over the trainable parameters (tied ones once)."""
+    """Two AdamW groups, ``"decay"`` and ``"no_decay"``, over the trainable parameters (tied ones once); a
+    parameter the model gives its own learning rate (its ``learning_rate_scales``: parameter name -> multiple of
+    the run's learning rate, e.g. an inference-free model's static query weights) is a group of its own with that
+    ``lr_scale``."""
     skip = no_decay_parameter_names(model)
-    decay, no_decay = [], []
+    scales = dict(getattr(model, "learning_rate_scales", {}))
+    decay, no_decay, own = [], [], []
     for name, p in model.named_parameters():
-        if p.requires_grad:
+        if not p.requires_grad:
+            continue
+        if name in scales:
+            own.append({"params": [p], "weight_decay": 0.0 if name in skip else weight_decay,
+                        "name": "no_decay" if name in skip else "decay", "lr_scale": scales[name]})
+        else:
             (no_decay if name in skip else decay).append(p)
     return [{"params": decay, "weight_decay": weight_decay, "name": "decay"},
-            {"params": no_decay, "weight_decay": 0.0, "name": "no_decay"}]
+            {"params": no_decay, "weight_decay": 0.0, "name": "no_decay"}, *own]
 
 
 def build_optimizer(model: nn.Module, config: TrainingConfig) -> torch.optim.AdamW:
@@ -48,6 +57,9 @@ def build_optimizer(model: nn.Module, config: TrainingConfig) -> torch.optim.Ada
     each step a hook bumps them, so a model scored between steps sees its current weights.
     """
     groups = parameter_groups(model, config.weight_decay)
+    for group in groups:
+        if "lr_scale" in group:
+            group["lr"] = config.learning_rate * group["lr_scale"]
     kwargs = dict(lr=config.learning_rate, betas=(config.adam_beta1, config.adam_beta2), eps=config.adam_epsilon)
     params = [p for group in groups for p in group["params"]]
     if params and {p.device.type for p in params} <= {"cuda", "cpu"}:

@@ -612,12 +612,13 @@ class Trainer:
         """After loading a checkpoint's optimizer and scheduler: use this config's optimizer settings and peak
         learning rate (the schedule's shape already comes from this config) from the current step on."""
         cfg = self.config
-        for group in self.optimizer.param_groups:
-            group.update(betas=(cfg.adam_beta1, cfg.adam_beta2), eps=cfg.adam_epsilon, initial_lr=cfg.learning_rate,
+        for group in self.optimizer.param_groups:  # a group's lr_scale: a parameter with its own learning rate
+            group.update(betas=(cfg.adam_beta1, cfg.adam_beta2), eps=cfg.adam_epsilon,
+                         initial_lr=cfg.learning_rate * group.get("lr_scale", 1.0),
                          weight_decay=cfg.weight_decay if group.get("name") == "decay" else 0.0)
-        self.scheduler.base_lrs = [cfg.learning_rate] * len(self.optimizer.param_groups)
+        self.scheduler.base_lrs = [group["initial_lr"] for group in self.optimizer.param_groups]
         for group, multiplier in zip(self.optimizer.param_groups, self.scheduler.lr_lambdas):
-            group["lr"] = cfg.learning_rate * multiplier(self.scheduler.last_epoch)
+            group["lr"] = group["initial_lr"] * multiplier(self.scheduler.last_epoch)
 
     def relocate(self, output_dir: str | os.PathLike) -> None:
         """Write everything from now on under ``output_dir`` (a run directory that was moved into place)."""

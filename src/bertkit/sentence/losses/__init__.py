@@ -4,6 +4,8 @@ A bi-encoder loss is called as ``loss(embed, batch)``: ``embed`` maps one column
 embeddings ``[n, d]`` (with gradients), ``batch`` is a :class:`~bertkit.sentence.batch.PairBatch`; a loss that
 runs the encoder itself (the cached, GradCache form) calls ``embed`` as often as it needs. A cross-encoder
 (reranker) loss is called as ``loss(score, batch)`` on a :class:`~bertkit.sentence.losses.rerank.RerankBatch`.
+A learned-sparse model (``bertkit finetune sparse``) trains with a bi-encoder loss of the ``sparse`` rows (their
+defaults: sentence-transformers' sparse losses') inside :class:`~bertkit.sentence.losses.sparse.SpladeLoss`.
 
 Each row of the table is one loss by its ``--loss`` name: the model kind it trains, its class, and the options it
 takes (each option's name, and the class's argument it sets). :func:`build` reads it, for ``bertkit finetune
@@ -24,8 +26,11 @@ from torch import nn
 BI_ENCODER = "bi-encoder"
 #: the kind of model a cross-encoder (reranker) loss trains (``bertkit finetune rerank``)
 CROSS_ENCODER = "cross-encoder"
+#: the kind of model a learned-sparse loss trains, inside SpladeLoss (``bertkit finetune sparse``)
+SPARSE = "sparse-encoder"
 # how an unknown --loss is told for each kind
-_TRAINS = {BI_ENCODER: "a loss bertkit trains with", CROSS_ENCODER: "a loss bertkit trains rerankers with"}
+_TRAINS = {BI_ENCODER: "a loss bertkit trains with", CROSS_ENCODER: "a loss bertkit trains rerankers with",
+           SPARSE: "a loss bertkit trains sparse encoders with"}
 
 
 @dataclass(frozen=True)
@@ -40,6 +45,7 @@ class LossEntry:
     target: str
     options: Mapping[str, str | tuple[str, Callable[[Any], Any]]] = field(default_factory=dict)
     needs: Mapping[str, str] = field(default_factory=dict)
+    defaults: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def cls(self) -> type[nn.Module]:
@@ -50,6 +56,7 @@ class LossEntry:
 
 _IN_BATCH = {"scale": "scale", "symmetric": "symmetric"}
 _RERANK = {"mini_batch_size": "mini_batch_size"}
+_DOT = {"similarity": "dot"}  # sparse vectors are scored by their dot product
 #: every loss bertkit trains with: the bi-encoder losses (``finetune embed``), then the cross-encoder ones
 #: (``finetune rerank``)
 LOSS_TABLE: tuple[LossEntry, ...] = (
@@ -74,6 +81,12 @@ LOSS_TABLE: tuple[LossEntry, ...] = (
     LossEntry("lambda", CROSS_ENCODER, "rerank:LambdaLoss", _RERANK),
     LossEntry("mnrl", CROSS_ENCODER, "rerank:CrossEncoderMultipleNegativesRankingLoss",
               {**_RERANK, "num_negatives": "num_negatives"}),
+    LossEntry("mnrl", SPARSE, "contrastive:MultipleNegativesRankingLoss", {"scale": "scale"},
+              defaults={"scale": 1.0, **_DOT}),
+    LossEntry("margin-mse", SPARSE, "distillation:MarginMSELoss", defaults=_DOT),
+    LossEntry("kl", SPARSE, "distillation:DistillKLDivLoss", {"temperature": "temperature"},
+              defaults={"temperature": 2.0, **_DOT}),
+    LossEntry("cosent", SPARSE, "pairwise:CoSENTLoss", {"scale": "scale"}, defaults={"scale": 20.0}),
 )
 
 
@@ -103,7 +116,7 @@ def build(kind: str, name: str, **options: Any) -> nn.Module:
     for option, why in entry.needs.items():
         if option not in given:
             raise ValueError(why)
-    arguments = {}
+    arguments = dict(entry.defaults)
     for option, value in given.items():
         argument, convert = entry.options[option] if isinstance(entry.options[option], tuple) else \
             (entry.options[option], None)
@@ -115,6 +128,8 @@ def build(kind: str, name: str, **options: Any) -> nn.Module:
 LOSSES = loss_names(BI_ENCODER)
 #: the ``--loss`` names of ``bertkit finetune rerank``
 RERANK_LOSSES = loss_names(CROSS_ENCODER)
+#: the ``--loss`` names of ``bertkit finetune sparse`` (each inside SpladeLoss)
+SPARSE_LOSSES = loss_names(SPARSE)
 
 
 def build_loss(name: str, *, scale: float | None = None, symmetric: bool = False,
@@ -136,11 +151,26 @@ def build_rerank_loss(name: str, *, mini_batch_size: int | None = None,
     return build(CROSS_ENCODER, name, mini_batch_size=mini_batch_size, num_negatives=num_negatives)
 
 
+def build_sparse_loss(name: str, *, scale: float | None = None, temperature: float | None = None,
+                      mini_batch_size: int | None = None, **splade: Any) -> nn.Module:
+    """The sparse loss ``name`` (one of :data:`SPARSE_LOSSES`, its options by :func:`build`) inside
+    :class:`~bertkit.sentence.losses.sparse.SpladeLoss` with ``splade`` (weights, regularisers, warm-up), or inside
+    its cached form :class:`~bertkit.sentence.losses.sparse.CachedSpladeLoss` with ``mini_batch_size``."""
+    from bertkit.sentence.losses.sparse import CachedSpladeLoss, SpladeLoss
+
+    base = build(SPARSE, name, scale=scale, temperature=temperature)
+    if mini_batch_size is not None:
+        return CachedSpladeLoss(base, mini_batch_size=mini_batch_size, **splade)
+    return SpladeLoss(base, **splade)
+
+
 #: the loss classes this package exports (imported on first use): each row's, and the Matryoshka wrapper
 _CLASSES = {entry.target.partition(":")[2]: entry.target.partition(":")[0] for entry in LOSS_TABLE} | \
-    {"MatryoshkaLoss": "matryoshka"}
-__all__ = ["BI_ENCODER", "CROSS_ENCODER", "LOSSES", "LOSS_TABLE", "LossEntry", "RERANK_LOSSES", "build",
-           "build_loss", "build_rerank_loss", "loss_entry", "loss_names", *sorted(_CLASSES)]
+    {"MatryoshkaLoss": "matryoshka", "SpladeLoss": "sparse", "CachedSpladeLoss": "sparse",
+     "RegulariserWarmup": "sparse"}
+__all__ = ["BI_ENCODER", "CROSS_ENCODER", "LOSSES", "LOSS_TABLE", "LossEntry", "RERANK_LOSSES", "SPARSE",
+           "SPARSE_LOSSES", "build", "build_loss", "build_rerank_loss", "build_sparse_loss", "loss_entry",
+           "loss_names", *sorted(_CLASSES)]
 
 
 def __getattr__(name: str) -> Any:
