@@ -166,6 +166,11 @@ def test_empty_input_and_default_dtype(splade):
     auto = bertkit.SparseEncoder(str(ours.layout.transformer))
     torch.testing.assert_close(_dense(auto.encode_document(DOCS)), _dense(ref.encode_document(DOCS)),
                                atol=0.05, rtol=0.05)
+    bf16 = bertkit.SparseEncoder(str(ours.layout.transformer), dtype="bf16")  # what auto picks on bf16 hardware
+    assert bf16.dtype_choice.name == "bf16" and bf16.routes["main"].mlm.cls.predictions.bias.dtype == torch.bfloat16
+    got = bf16.encode_document(DOCS, convert_to_sparse_tensor=False)
+    assert got.dtype == torch.float32
+    torch.testing.assert_close(got, _dense(ref.encode_document(DOCS)), atol=0.1, rtol=0.05)
 
 
 def _dense_dir(mlm: str, out) -> str:
