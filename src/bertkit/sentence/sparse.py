@@ -1,8 +1,10 @@
 """sentence-transformers' sparse encoder on bertkit's engine: ``SparseEncoder(path).encode_document(texts)``.
 
 A SPLADE directory (``MLMTransformer`` + ``SpladePooling``, :mod:`.modules`) runs its masked-LM head
-(:class:`bertkit.BERTForMaskedLM`, any family whose MLM head bertkit loads) on the fast inference path and
-pools the logits into one weight per vocabulary entry. An inference-free directory (a ``Router``:
+(:class:`bertkit.BERTForMaskedLM`, any family whose MLM head bertkit loads) on the fast inference path, on the real
+tokens only and a chunk at a time (:meth:`~bertkit.sentence.modules.SpladePooling.project`), pooled into one weight
+per vocabulary entry; a masked-LM checkpoint without ``modules.json`` is read as SPLADE with max pooling, as
+sentence-transformers reads it. An inference-free directory (a ``Router``:
 ``SparseStaticEmbedding`` for queries, SPLADE for documents) weighs a query's tokens with one learned weight per
 vocabulary entry, without a forward pass. A CSR directory runs a dense :class:`bertkit.SentenceTransformer`
 under a ``SparseAutoEncoder`` (top-k latents). :meth:`SparseEncoder.encode` and its query/document
