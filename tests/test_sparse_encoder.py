@@ -381,6 +381,11 @@ def test_fast_pooling_projects_real_tokens_only_and_equals_the_reference(strateg
     logits = head(hidden).detach()
     torch.testing.assert_close(Ours(strategy, activation)(logits, mask), reference.eval()(
         {"token_embeddings": logits.clone(), "attention_mask": mask})["sentence_embedding"], **TOL)
+    with torch.inference_mode():  # bf16 (dtype="auto" on bf16 hardware): float32 vectors, the all-padding row 0
+        half = head.linear.bfloat16()
+        got = Ours(strategy, activation).project(hidden.detach().bfloat16(), mask, half, 11, chunk_tokens=4)
+        assert got.dtype == torch.float32 and not got[2].any()
+        torch.testing.assert_close(got, Ours(strategy, activation)(half(hidden.detach().bfloat16()), mask))
 
 
 def test_training_through_forward_equals_sentence_transformers_gradients(splade):

@@ -110,9 +110,9 @@ class SpladePooling(nn.Module):
     :meth:`project` is the fast form: from the encoder's hidden states, the masked-LM head runs on the real tokens
     only, packed and a bounded number at a time, and each chunk's logits are reduced at once, so no ``[B, L, V]``
     tensor exists. Max pooling takes the max of the raw logits and activates the ``[B, V]`` result: ReLU and
-    ``log1p`` never decrease, so ``max(f(x)) == f(max(x))`` — the same numbers for a ``V``-th of the work, and the
-    gradient reaches the same (argmax) token. Padding never counts; every weight is >= 0, so an all-padding row
-    is 0 as in sentence-transformers' module.
+    ``log1p`` never decrease, so ``max(f(x)) == f(max(x))``: the same numbers, activated once per text instead of
+    once per token, and the gradient reaches the same (argmax) token. Padding never counts; every weight is >= 0,
+    so an all-padding row is 0 as in sentence-transformers' module.
     """
 
     STRATEGIES, ACTIVATIONS = ("max", "sum"), ("relu", "log1p_relu")
@@ -161,8 +161,9 @@ class SpladePooling(nn.Module):
                 part = logits[start - begin:stop - begin]
                 pieces[row].append(part.amax(0) if self.strategy == "max" else part.sum(0))
         reduce = torch.maximum if self.strategy == "max" else torch.add
-        rows = [functools.reduce(reduce, row) if row else hidden.new_zeros(vocab_size) for row in pieces]
-        out = torch.stack(rows).float() if rows else hidden.new_zeros(0, vocab_size, dtype=torch.float32)
+        empty = hidden.new_zeros(vocab_size, dtype=torch.float32)  # a row without real tokens: 0, as the reference
+        rows = [functools.reduce(reduce, row).float() if row else empty for row in pieces]
+        out = torch.stack(rows) if rows else hidden.new_zeros(0, vocab_size, dtype=torch.float32)
         return self.activate(out, inplace=inplace) if self.strategy == "max" else out
 
 
