@@ -3,7 +3,9 @@ sentence-transformers itself writes from a tiny random odd-sized BERT masked LM 
 
 from __future__ import annotations
 
+import shutil
 import warnings
+from pathlib import Path
 
 import pytest
 import torch
@@ -132,10 +134,27 @@ def test_pooling_variants_and_saved_settings(mlm, tmp_path, strategy, activation
 def test_wrong_directories_say_which_class(mlm, splade, tmp_path):
     with pytest.raises(ValueError, match=r"bertkit\.SentenceTransformer"):
         bertkit.SparseEncoder(_dense_dir(mlm, tmp_path / "dense"))
-    with pytest.raises(ValueError, match=r"no modules\.json"):
-        bertkit.SparseEncoder(mlm)
+    with pytest.raises(ValueError, match=r"neither a sentence-transformers directory .* nor a checkpoint"):
+        bertkit.SparseEncoder(tmp_path)
     with pytest.raises(ValueError, match=r"bertkit\.SparseEncoder"):
         bertkit.SentenceTransformer(str(splade[0].layout.transformer))
+
+
+def test_a_plain_masked_lm_loads_as_splade_and_a_base_without_the_head_is_refused(mlm, tmp_path):
+    """A masked-LM checkpoint without modules.json is SPLADE with max pooling, as sentence-transformers reads it; a
+    bare encoder (no MLM head) — alone or as a directory's MLMTransformer — is one line naming what to pass."""
+    ours, ref = bertkit.SparseEncoder(mlm, dtype="fp32"), st.SparseEncoder(mlm, device="cpu")
+    torch.testing.assert_close(_dense(ours.encode_document(DOCS)), _dense(ref.encode_document(DOCS)), **TOL)
+    bare = tmp_path / "bare"
+    transformers.BertModel.from_pretrained(mlm).save_pretrained(bare)
+    transformers.AutoTokenizer.from_pretrained(mlm).save_pretrained(bare)
+    with pytest.raises(ValueError, match=r"bare has no masked-LM head .*pass a checkpoint with its MLM head"):
+        bertkit.SparseEncoder(bare)
+    sparse = Path(_sparse_dir(mlm, tmp_path / "sparse"))
+    for name in ("config.json", "model.safetensors"):  # its MLMTransformer folder now holds the bare encoder
+        shutil.copy(bare / name, sparse / name)
+    with pytest.raises(ValueError, match=r"sparse has no masked-LM head"):
+        bertkit.SparseEncoder(sparse)
 
 
 def test_empty_input_and_default_dtype(splade):
@@ -147,6 +166,11 @@ def test_empty_input_and_default_dtype(splade):
     auto = bertkit.SparseEncoder(str(ours.layout.transformer))
     torch.testing.assert_close(_dense(auto.encode_document(DOCS)), _dense(ref.encode_document(DOCS)),
                                atol=0.05, rtol=0.05)
+    bf16 = bertkit.SparseEncoder(str(ours.layout.transformer), dtype="bf16")  # what auto picks on bf16 hardware
+    assert bf16.dtype_choice.name == "bf16" and bf16.routes["main"].mlm.cls.predictions.bias.dtype == torch.bfloat16
+    got = bf16.encode_document(DOCS, convert_to_sparse_tensor=False)
+    assert got.dtype == torch.float32
+    torch.testing.assert_close(got, _dense(ref.encode_document(DOCS)), atol=0.1, rtol=0.05)
 
 
 def _dense_dir(mlm: str, out) -> str:
@@ -270,3 +294,119 @@ def test_csr_autoencoder_over_a_dense_model(mlm, tmp_path):
     torch.testing.assert_close(_dense(saved.encode_query(QUERIES)), _dense(ref.encode_query(QUERIES)), **TOL)
     with pytest.raises(ValueError, match=r"bertkit\.SparseEncoder"):
         bertkit.SentenceTransformer(path)
+
+
+def _csr_modules(mlm: str, seed: int, pooling: str = "mean", include_prompt: bool = True) -> list:
+    from sentence_transformers.sentence_transformer.modules import Pooling
+    from sentence_transformers.sparse_encoder.modules import SparseAutoEncoder
+
+    torch.manual_seed(seed)
+    autoencoder = SparseAutoEncoder(36, hidden_dim=47, k=5, normalize=seed % 2 == 0)
+    for parameter in autoencoder.parameters():
+        parameter.data.normal_(0, 0.5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return [Transformer(mlm), Pooling(36, pooling, include_prompt=include_prompt), autoencoder]
+
+
+def test_csr_pooling_without_the_prompt(mlm, tmp_path):
+    """include_prompt=False: CSR's pooling leaves the prompt's tokens out, counted as sentence-transformers counts
+    them; with and without a prompt, and a saved copy keeps the setting."""
+    path = str(tmp_path / "csr")
+    st.SparseEncoder(modules=_csr_modules(mlm, 4, include_prompt=False), device="cpu", prompts=PROMPTS).save(path)
+    ours, ref = bertkit.SparseEncoder(path, dtype="fp32"), st.SparseEncoder(path, device="cpu")
+    for method in ("encode_query", "encode_document", "encode"):
+        got, want = _dense(getattr(ours, method)(DOCS, batch_size=4)), _dense(getattr(ref, method)(DOCS))
+        assert (want != 0).sum() > 2 * len(DOCS)
+        torch.testing.assert_close(got, want, **TOL)
+    saved = st.SparseEncoder(str(ours.save(tmp_path / "saved")), device="cpu")
+    torch.testing.assert_close(_dense(saved.encode_query(QUERIES)), _dense(ref.encode_query(QUERIES)), **TOL)
+
+
+def test_router_of_csr_routes_saves_for_both(mlm, tmp_path):
+    """A Router whose query and document sides are CSR pipelines (different poolings and autoencoders) loads, and
+    saves a directory that sentence-transformers and bertkit load with the same vectors."""
+    router = Router.for_query_document(query_modules=_csr_modules(mlm, 5, "cls"),
+                                       document_modules=_csr_modules(mlm, 6, "mean", include_prompt=False))
+    path = str(tmp_path / "router")
+    st.SparseEncoder(modules=[router], device="cpu", prompts=PROMPTS).save(path)
+    ours, ref = bertkit.SparseEncoder(path, dtype="fp32"), st.SparseEncoder(path, device="cpu")
+    saved = ours.save(tmp_path / "saved")
+    again, theirs = bertkit.SparseEncoder(saved, dtype="fp32"), st.SparseEncoder(str(saved), device="cpu")
+    for method, texts in (("encode_query", QUERIES), ("encode_document", DOCS)):
+        want = _dense(getattr(ref, method)(texts))
+        assert (want != 0).sum() > 2 * len(texts)
+        for model in (ours, again, theirs):
+            torch.testing.assert_close(_dense(getattr(model, method)(texts)), want, **TOL)
+
+
+class _CountingHead(torch.nn.Module):
+    """An MLM head that records how many tokens each call projects."""
+
+    def __init__(self, hidden: int, vocab: int):
+        super().__init__()
+        torch.manual_seed(3)
+        self.linear = torch.nn.Linear(hidden, vocab)
+        self.calls: list[int] = []
+
+    def forward(self, x):
+        self.calls.append(x.shape[0])
+        return self.linear(x)
+
+
+@pytest.mark.parametrize(("strategy", "activation"), [("max", "relu"), ("sum", "relu"), ("max", "log1p_relu"),
+                                                      ("sum", "log1p_relu")])
+def test_fast_pooling_projects_real_tokens_only_and_equals_the_reference(strategy, activation):
+    """SpladePooling.project: the head sees only real tokens, at most chunk_tokens at a time; vectors and gradients
+    equal sentence-transformers' module on the full [B, L, V] logits (padding rows included)."""
+    from bertkit.sentence.modules import SpladePooling as Ours
+
+    torch.manual_seed(0)
+    hidden = torch.randn(4, 7, 5, requires_grad=True)
+    mask = torch.tensor([[1] * 7, [1] * 3 + [0] * 4, [0] * 7, [1] * 5 + [0] * 2])
+    head = _CountingHead(5, 11)
+    reference = SpladePooling(strategy, activation).train()  # training mode: no in-place ops, a gradient
+    want = reference({"token_embeddings": head(hidden), "attention_mask": mask})["sentence_embedding"]
+    want_grads = torch.autograd.grad(want.square().sum(), [hidden, head.linear.weight])
+    for chunk in (1, 4, None):
+        head.calls.clear()
+        got = Ours(strategy, activation).project(hidden, mask, head, 11, chunk_tokens=chunk)
+        assert sum(head.calls) == int(mask.sum()) and max(head.calls) <= (chunk or 15)
+        torch.testing.assert_close(got, want, **TOL)
+        for g, w in zip(torch.autograd.grad(got.square().sum(), [hidden, head.linear.weight]), want_grads):
+            torch.testing.assert_close(g, w, **TOL)
+    with torch.inference_mode():  # in place: the same numbers
+        torch.testing.assert_close(Ours(strategy, activation).project(hidden, mask, head, 11, 3), want.detach(),
+                                   **TOL)
+    logits = head(hidden).detach()
+    torch.testing.assert_close(Ours(strategy, activation)(logits, mask), reference.eval()(
+        {"token_embeddings": logits.clone(), "attention_mask": mask})["sentence_embedding"], **TOL)
+    with torch.inference_mode():  # bf16 (dtype="auto" on bf16 hardware): float32 vectors, the all-padding row 0
+        half = head.linear.bfloat16()
+        got = Ours(strategy, activation).project(hidden.detach().bfloat16(), mask, half, 11, chunk_tokens=4)
+        assert got.dtype == torch.float32 and not got[2].any()
+        torch.testing.assert_close(got, Ours(strategy, activation)(half(hidden.detach().bfloat16()), mask))
+
+
+def test_training_through_forward_equals_sentence_transformers_gradients(splade):
+    """sparse-train trains through SparseEncoder.forward: its vectors and the head's and embeddings' gradients
+    equal sentence-transformers' in training mode (fp32)."""
+    ours, ref = splade
+    trainable = bertkit.SparseEncoder(str(ours.layout.transformer), dtype="fp32", optimize=False).train()
+    ref.train()
+    try:
+        features = ref.tokenize(DOCS)
+        want = ref(dict(features))["sentence_embedding"]
+        weights = torch.linspace(-1, 2, want.shape[1])
+        (want * weights).square().sum().backward()
+        got = trainable(features["input_ids"], features["attention_mask"], features.get("token_type_ids"))
+        (got * weights).square().sum().backward()
+    finally:
+        ref.eval()
+    torch.testing.assert_close(got, want, **TOL)
+    hf, mlm = ref[0].auto_model, trainable.routes["main"].mlm
+    pairs = [(mlm.cls.predictions.transform.dense.weight, hf.cls.predictions.transform.dense.weight),
+             (mlm.bert.embeddings.word_embeddings.weight, hf.bert.embeddings.word_embeddings.weight)]
+    for mine, theirs in pairs:
+        torch.testing.assert_close(mine.grad, theirs.grad, atol=1e-4, rtol=1e-4)
+        theirs.grad = None

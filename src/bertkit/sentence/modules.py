@@ -11,6 +11,8 @@ whose ``sentence_bert_config.json`` says ``"transformer_task": "fill-mask"``) an
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -102,11 +104,21 @@ class Dense(nn.Module):
 
 
 class SpladePooling(nn.Module):
-    """MLM logits ``[B, L, V]`` and the attention mask -> SPLADE vectors ``[B, V]``: ``log1p(relu(logits))`` (a
-    second ``log1p`` for ``activation="log1p_relu"``, OpenSearch's models), then the max or the sum over real
-    tokens. Padding counts 0, which neither reduction can exceed or add to, since every weight is >= 0."""
+    """MLM logits and the attention mask -> SPLADE vectors ``[B, V]``: ``log1p(relu(logits))`` (a second ``log1p``
+    for ``activation="log1p_relu"``, OpenSearch's models), then the max or the sum over real tokens.
+
+    :meth:`project` is the fast form: from the encoder's hidden states, the masked-LM head runs on the real tokens
+    only, packed and a bounded number at a time, and each chunk's logits are reduced at once, so no ``[B, L, V]``
+    tensor exists. Max pooling takes the max of the raw logits and activates the ``[B, V]`` result: ReLU and
+    ``log1p`` never decrease, so ``max(f(x)) == f(max(x))``: the same numbers, activated once per text instead of
+    once per token, and the gradient reaches the same (argmax) token. Padding never counts; every weight is >= 0,
+    so an all-padding row is 0 as in sentence-transformers' module.
+    """
 
     STRATEGIES, ACTIVATIONS = ("max", "sum"), ("relu", "log1p_relu")
+    #: logits computed at once by :meth:`project` (64 MiB in float32): large enough that the head's product runs
+    #: at its full rate (it reads the whole vocabulary's weights once per chunk), small enough to stay bounded
+    CHUNK_ELEMENTS = 1 << 24
 
     def __init__(self, strategy: str = "max", activation: str = "relu"):
         super().__init__()
@@ -117,10 +129,55 @@ class SpladePooling(nn.Module):
         self.strategy, self.activation = strategy, activation
 
     def forward(self, logits: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        weights = torch.log1p(torch.relu(logits * mask[..., None].to(logits.dtype)))
+        """``[B, L, V]`` logits (any float dtype) -> float32 ``[B, V]``."""
+        real = mask.bool()[..., None]
+        if self.strategy == "max":
+            return self.activate(logits.masked_fill(~real, float("-inf")).amax(dim=1).float())
+        return self.activate(logits.float()).masked_fill(~real, 0).sum(dim=1)
+
+    def activate(self, x: torch.Tensor, inplace: bool = False) -> torch.Tensor:
+        """``log1p(relu(x))`` (twice ``log1p`` for ``log1p_relu``); ``inplace`` overwrites ``x``."""
+        x = x.relu_().log1p_() if inplace else x.relu().log1p()
         if self.activation == "log1p_relu":
-            weights = torch.log1p(weights)
-        return weights.amax(dim=1) if self.strategy == "max" else weights.sum(dim=1)
+            x = x.log1p_() if inplace else x.log1p()
+        return x
+
+    def project(self, hidden: torch.Tensor, mask: torch.Tensor, head: Callable[[torch.Tensor], torch.Tensor],
+                vocab_size: int, chunk_tokens: int | None = None) -> torch.Tensor:
+        """SPLADE vectors (float32 ``[B, V]``) from hidden states ``[B, L, H]``: ``head`` (the MLM head, ``[n, H] ->
+        [n, V]``) runs on the real tokens of ``mask`` only, ``chunk_tokens`` at a time (default: about
+        :data:`CHUNK_ELEMENTS` logits), and each chunk is reduced before the next is computed. Differentiable."""
+        real = mask.bool()
+        lengths = real.sum(1).tolist()
+        tokens = hidden[real]  # [N, H], row after row
+        step = chunk_tokens or max(1, self.CHUNK_ELEMENTS // vocab_size)
+        inplace = not torch.is_grad_enabled()  # encoding: activate each chunk where it lies
+        pieces: list[list[torch.Tensor]] = [[] for _ in lengths]
+        for begin in range(0, len(tokens), step):
+            logits = head(tokens[begin:begin + step])
+            if self.strategy == "sum":
+                logits = self.activate(logits.float(), inplace=inplace)  # a fresh tensor of the head's
+            for row, start, stop in _row_parts(lengths, begin, begin + len(logits)):
+                part = logits[start - begin:stop - begin]
+                pieces[row].append(part.amax(0) if self.strategy == "max" else part.sum(0))
+        reduce = torch.maximum if self.strategy == "max" else torch.add
+        empty = hidden.new_zeros(vocab_size, dtype=torch.float32)  # a row without real tokens: 0, as the reference
+        rows = [functools.reduce(reduce, row).float() if row else empty for row in pieces]
+        out = torch.stack(rows) if rows else hidden.new_zeros(0, vocab_size, dtype=torch.float32)
+        return self.activate(out, inplace=inplace) if self.strategy == "max" else out
+
+
+def _row_parts(lengths: list[int], begin: int, end: int) -> Iterator[tuple[int, int, int]]:
+    """``(row, start, stop)``: the packed positions ``[start, stop)`` of each row (``lengths`` tokens each, one row
+    after the other) that fall inside ``[begin, end)``."""
+    start = 0
+    for row, length in enumerate(lengths):
+        stop = start + length
+        if stop > begin and start < end and length:
+            yield row, max(start, begin), min(stop, end)
+        if stop >= end:
+            return
+        start = stop
 
 
 class SparseAutoEncoder(nn.Module):
@@ -219,6 +276,16 @@ def _modules(root: Path, modules: list[tuple[str, str]], listed_in: Path) -> Lay
     if layout is None:
         raise ValueError(f"{listed_in} has no Transformer module.")
     return layout
+
+
+def masked_lm_layout(path: str | Path) -> Layout:
+    """A plain checkpoint (``config.json`` and weights, no ``modules.json``) read as sentence-transformers' sparse
+    encoder reads a masked LM: its MLM head under a max ``SpladePooling`` (ReLU, ``log1p``)."""
+    path = Path(path)
+    if not (path / "config.json").is_file():
+        raise ValueError(f"{path} is neither a sentence-transformers directory (no modules.json) nor a checkpoint (no "
+                         "config.json); pass a sparse encoder directory or a masked-LM checkpoint.")
+    return Layout(transformer=path, masked_lm=True, splade=SpladePooling("max"), **_transformer_settings(path, path))
 
 
 def _router(root: Path, where: Path) -> Layout:

@@ -43,6 +43,7 @@ SPARSE_TYPES = {"MLMTransformer": "sentence_transformers.sparse_encoder.modules.
                 "Router": "sentence_transformers.base.modules.router.Router",
                 "SparseAutoEncoder":
                     "sentence_transformers.sparse_encoder.modules.sparse_auto_encoder.SparseAutoEncoder"}
+ALL_TYPES = {**MODULE_TYPES, **SPARSE_TYPES}
 
 
 def save_sentence_transformer(model: SentenceTransformer, directory: str | os.PathLike, *,
@@ -56,22 +57,8 @@ def save_sentence_transformer(model: SentenceTransformer, directory: str | os.Pa
     root.mkdir(parents=True, exist_ok=True)
     if model.similarity_fn_name not in SIMILARITY_FUNCTIONS:
         raise ValueError(f"similarity_fn_name must be one of {SIMILARITY_FUNCTIONS}, got {model.similarity_fn_name!r}")
-    model.bert.save_pretrained(root, dtype=dtype)
-    model.tokenizer.save_pretrained(root)
-    modules = [_module(0, "", "Transformer")]
-    _write_json(root / "sentence_bert_config.json", {"max_seq_length": model.max_seq_length,
-                                                     "do_lower_case": bool(model.layout.do_lower_case)})
-    _write_json(root / "1_Pooling" / "config.json", _pooling_config(model))
-    modules.append(_module(1, "1_Pooling", "Pooling"))
-    for layer in model.dense:
-        index = len(modules)
-        _save_dense(layer, root / f"{index}_Dense")
-        modules.append(_module(index, f"{index}_Dense", "Dense"))
-    if model.normalize_output:
-        index = len(modules)
-        _write_json(root / f"{index}_Normalize" / "config.json", {})
-        modules.append(_module(index, f"{index}_Normalize", "Normalize"))
-    _write_json(root / "modules.json", modules)
+    modules = _save_pipeline(model, root, _root_folder, dtype)
+    _write_json(root / "modules.json", [_module(index, path, kind) for index, (path, kind) in enumerate(modules)])
     _write_json(root / "config_sentence_transformers.json", _settings(model))
     if model_card is not None:
         atomic_write_text(root / "README.md", model_card)
@@ -87,26 +74,19 @@ def save_sparse_encoder(model: SparseEncoder, directory: str | os.PathLike, *,
     root.mkdir(parents=True, exist_ok=True)
     if model.similarity_fn_name not in SIMILARITY_FUNCTIONS:
         raise ValueError(f"similarity_fn_name must be one of {SIMILARITY_FUNCTIONS}, got {model.similarity_fn_name!r}")
-    kinds = {type(route).__name__ for route in model.routes.values()}
-    if "_CSR" in kinds and model.layout.routes:
-        raise ValueError("SparseEncoder.save writes CSR (SparseAutoEncoder) models outside a Router only.")
-    if "_CSR" in kinds:
-        _save_csr(model.routes["main"], root)
-    elif not model.layout.routes:
-        modules = _save_sparse_route(model.routes["main"], root, lambda index, kind: "" if index == 0 else
-                                     f"{index}_{kind}")
-        _write_json(root / "modules.json", [{"idx": i, "name": str(i), "path": path, "type": SPARSE_TYPES[kind]}
-                                            for i, (path, kind) in enumerate(modules)])
+    if not model.layout.routes:
+        modules = _save_sparse_route(model.routes["main"], root, _root_folder)
+        _write_json(root / "modules.json", [_module(index, path, kind) for index, (path, kind) in enumerate(modules)])
     else:
         types, structure = {}, {}
         for name, route in model.routes.items():
             folders = _save_sparse_route(route, root, lambda index, kind, name=name: f"{name}_{index}_{kind}")
-            types.update({path: SPARSE_TYPES[kind] for path, kind in folders})
+            types.update({path: ALL_TYPES[kind] for path, kind in folders})
             structure[name] = [path for path, _ in folders]
         _write_json(root / "router_config.json", {
             "types": types, "structure": structure,
             "parameters": {"default_route": model.default_route, "allow_empty_key": True, "route_mappings": {}}})
-        _write_json(root / "modules.json", [{"idx": 0, "name": "0", "path": "", "type": SPARSE_TYPES["Router"]}])
+        _write_json(root / "modules.json", [_module(0, "", "Router")])
     settings = {"__version__": {"bertkit": _bertkit_version(), "pytorch": torch.__version__},
                 "model_type": "SparseEncoder", "prompts": dict(model.prompts),
                 "default_prompt_name": model.default_prompt_name, "similarity_fn_name": model.similarity_fn_name}
@@ -118,28 +98,52 @@ def save_sparse_encoder(model: SparseEncoder, directory: str | os.PathLike, *,
     return root
 
 
-def _save_csr(route: Any, root: Path) -> None:
-    """The dense directory, then ``{n}_SparseAutoEncoder`` (its config and the tied weights) in ``modules.json``."""
+def _root_folder(index: int, kind: str) -> str:
+    """Folders of a pipeline at a directory's root: the model itself at the root, ``{index}_{kind}`` after it."""
+    return "" if index == 0 else f"{index}_{kind}"
+
+
+def _save_pipeline(model: SentenceTransformer, root: Path, folder, dtype: str | None = None) -> list[tuple[str, str]]:
+    """Write a dense pipeline's modules (``folder(index, kind)`` names each one's folder); their ``(path, kind)``:
+    the Transformer (BERT, tokenizer, ``sentence_bert_config.json``), Pooling, each Dense, Normalize."""
+    path = folder(0, "Transformer")
+    model.bert.save_pretrained(root / path, dtype=dtype)
+    model.tokenizer.save_pretrained(root / path)
+    _write_json(root / path / "sentence_bert_config.json", {"max_seq_length": model.max_seq_length,
+                                                            "do_lower_case": bool(model.layout.do_lower_case)})
+    modules = [(path, "Transformer"), (folder(1, "Pooling"), "Pooling")]
+    _write_json(root / modules[-1][0] / "config.json", _pooling_config(model))
+    for layer in model.dense:
+        modules.append((folder(len(modules), "Dense"), "Dense"))
+        _save_dense(layer, root / modules[-1][0])
+    if model.normalize_output:
+        modules.append((folder(len(modules), "Normalize"), "Normalize"))
+        _write_json(root / modules[-1][0] / "config.json", {})
+    return modules
+
+
+def _save_autoencoder(sae: Any, where: Path) -> None:
+    """CSR's ``SparseAutoEncoder``: its config and the tied weights under sentence-transformers' names."""
     from safetensors.torch import save_file
 
-    save_sentence_transformer(route.dense, root)
-    modules = json.loads((root / "modules.json").read_text())
-    index, sae = len(modules), route.autoencoder
-    path = f"{index}_SparseAutoEncoder"
-    _write_json(root / path / "config.json", {"input_dim": sae.input_dim, "hidden_dim": sae.hidden_dim, "k": sae.k,
-                                              "normalize": sae.normalize})
+    _write_json(where / "config.json", {"input_dim": sae.input_dim, "hidden_dim": sae.hidden_dim, "k": sae.k,
+                                        "normalize": sae.normalize})
     tensors = {"pre_bias": sae.pre_bias, "latent_bias": sae.latent_bias, "decoder.linear.weight": sae.weight}
     tensors = {name: t.detach().float().contiguous().cpu() for name, t in tensors.items()}
     tensors["stats_last_nonzero"] = torch.zeros(sae.hidden_dim, dtype=torch.long)  # training statistics: fresh
-    atomic_write(root / path / "model.safetensors", lambda target: save_file(tensors, target))
-    modules.append({"idx": index, "name": str(index), "path": path, "type": SPARSE_TYPES["SparseAutoEncoder"]})
-    _write_json(root / "modules.json", modules)
+    atomic_write(where / "model.safetensors", lambda target: save_file(tensors, target))
 
 
 def _save_sparse_route(route: Any, root: Path, folder) -> list[tuple[str, str]]:
-    """Write one route's modules (``folder(index, kind)`` names each one's folder); their ``(path, kind)``."""
+    """Write one route's modules (``folder(index, kind)`` names each one's folder); their ``(path, kind)``:
+    SPLADE (MLMTransformer, SpladePooling), CSR (a dense pipeline, SparseAutoEncoder) or a SparseStaticEmbedding."""
     from safetensors.torch import save_file
 
+    if hasattr(route, "autoencoder"):  # CSR
+        modules = _save_pipeline(route.dense, root, folder)
+        modules.append((folder(len(modules), "SparseAutoEncoder"), "SparseAutoEncoder"))
+        _save_autoencoder(route.autoencoder, root / modules[-1][0])
+        return modules
     if hasattr(route, "mlm"):  # SPLADE: the masked LM, then its pooling
         model_path, pooling_path = folder(0, "MLMTransformer"), folder(1, "SpladePooling")
         route.mlm.save_pretrained(root / model_path)
@@ -158,7 +162,7 @@ def _save_sparse_route(route: Any, root: Path, folder) -> list[tuple[str, str]]:
 
 
 def _module(index: int, path: str, kind: str) -> dict[str, Any]:
-    return {"idx": index, "name": str(index), "path": path, "type": MODULE_TYPES[kind]}
+    return {"idx": index, "name": str(index), "path": path, "type": ALL_TYPES[kind]}
 
 
 def _pooling_config(model: SentenceTransformer) -> dict[str, Any]:

@@ -1,8 +1,10 @@
 """sentence-transformers' sparse encoder on bertkit's engine: ``SparseEncoder(path).encode_document(texts)``.
 
 A SPLADE directory (``MLMTransformer`` + ``SpladePooling``, :mod:`.modules`) runs its masked-LM head
-(:class:`bertkit.BERTForMaskedLM`, any family whose MLM head bertkit loads) on the fast inference path and
-pools the logits into one weight per vocabulary entry. An inference-free directory (a ``Router``:
+(:class:`bertkit.BERTForMaskedLM`, any family whose MLM head bertkit loads) on the fast inference path, on the real
+tokens only and a chunk at a time (:meth:`~bertkit.sentence.modules.SpladePooling.project`), pooled into one weight
+per vocabulary entry; a masked-LM checkpoint without ``modules.json`` is read as SPLADE with max pooling, as
+sentence-transformers reads it. An inference-free directory (a ``Router``:
 ``SparseStaticEmbedding`` for queries, SPLADE for documents) weighs a query's tokens with one learned weight per
 vocabulary entry, without a forward pass. A CSR directory runs a dense :class:`bertkit.SentenceTransformer`
 under a ``SparseAutoEncoder`` (top-k latents). :meth:`SparseEncoder.encode` and its query/document
@@ -23,8 +25,8 @@ from torch import nn
 
 from bertkit.inference.batching import check_batch_size, pad, run_sorted
 from bertkit.inference.precision import prepare, resolve
-from bertkit.sentence.model import SentenceTransformer
-from bertkit.sentence.modules import Layout, is_sentence_transformer, read_layout
+from bertkit.sentence.model import SentenceTransformer, prompt_tokens
+from bertkit.sentence.modules import Layout, is_sentence_transformer, masked_lm_layout, read_layout
 from bertkit.sentence.util import similarity
 
 DOCUMENT_PROMPTS = ("document", "passage", "corpus")  # encode_document's default prompt names, in this order
@@ -46,10 +48,7 @@ class SparseEncoder(nn.Module):
         from bertkit.modeling.text import resolve_device
 
         path = Path(model_name_or_path)
-        if not is_sentence_transformer(path):
-            raise ValueError(f"{path} has no modules.json; SparseEncoder loads sentence-transformers' sparse "
-                             "encoder directories (MLMTransformer + SpladePooling, a Router of them, or CSR).")
-        self.layout = layout = read_layout(path)
+        self.layout = layout = read_layout(path) if is_sentence_transformer(path) else masked_lm_layout(path)
         routes = layout.routes or {"": layout}
         device = resolve_device(device) if device is not None else torch.device("cpu")
         self.routes = nn.ModuleDict({name or "main": _route(sub, path, device, dtype, optimize)
@@ -134,17 +133,19 @@ class SparseEncoder(nn.Module):
         single = isinstance(sentences, str)
         texts = [sentences] if single else list(sentences)
         progress = show_progress_bar if show_progress_bar is not None else len(texts) >= 8 * batch_size
-        rows = route.features(texts, self.prompt(prompt_name, prompt))
-        vectors = run_sorted(rows, [len(row["input_ids"]) for row in rows], batch_size, self._batch_runner(route, dims),
+        prefix = self.prompt(prompt_name, prompt)
+        rows = route.features(texts, prefix)
+        runner = self._batch_runner(route, dims, prefix, sparse=convert_to_sparse_tensor)
+        vectors = run_sorted(rows, [len(row["input_ids"]) for row in rows], batch_size, runner,
                              max_tokens=batch_tokens, progress=progress, description="encode")
-        embeddings = torch.stack(vectors) if vectors else torch.empty(0, self.get_sentence_embedding_dimension())
-        if dims is not None:
-            embeddings = keep_largest(embeddings, dims)
-        if convert_to_tensor:
-            embeddings = embeddings.to_sparse() if convert_to_sparse_tensor else embeddings
-            return embeddings[0] if single else embeddings
-        rows_out = [row.to_sparse() if convert_to_sparse_tensor else row for row in embeddings]
-        return rows_out[0] if single else rows_out
+        size = self.get_sentence_embedding_dimension()
+        if not convert_to_tensor:
+            out = [_sparse_row(ids, values, size) for ids, values in vectors] if convert_to_sparse_tensor else vectors
+        elif convert_to_sparse_tensor:
+            out = _sparse_rows(vectors, size)
+        else:
+            out = torch.stack(vectors) if vectors else torch.empty(0, size)
+        return out[0] if single else out
 
     def encode_query(self, sentences: str | Sequence[str], prompt_name: str | None = None,
                      prompt: str | None = None, **options: Any) -> Any:
@@ -161,14 +162,23 @@ class SparseEncoder(nn.Module):
             prompt_name = next((name for name in DOCUMENT_PROMPTS if name in self.prompts), None)
         return self.encode(sentences, prompt_name, prompt, task="document", **options)
 
-    def _batch_runner(self, route: nn.Module, dims: int | None):
+    def _batch_runner(self, route: nn.Module, dims: int | None, prefix: str, sparse: bool):
+        """Each batch's vectors with ``dims`` kept, as dense CPU rows or (``sparse``) ``(ids, weights)`` pairs:
+        a corpus is never held as dense ``[N, V]``."""
         pad_values = {"input_ids": route.tokenizer.pad_token_id, "token_type_ids": 0, "attention_mask": 0}
+        prompt_length = prompt_tokens(route.tokenizer, prefix)  # CSR's pooling may leave the prompt out
 
         @torch.inference_mode()
-        def run(rows: list[dict]) -> list[torch.Tensor]:
+        def run(rows: list[dict]) -> list:
             batch = pad(rows, pad_values, self.device)
-            vectors = route(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], dims)
-            return list(vectors.float().cpu())
+            vectors = route(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], dims,
+                            prompt_length=prompt_length).float()
+            if dims is not None:
+                vectors = keep_largest(vectors, dims)
+            vectors = vectors.cpu()
+            if not sparse:
+                return list(vectors)
+            return [(ids, row[ids]) for row in vectors for ids in [row.nonzero().squeeze(1)]]
 
         return run
 
@@ -214,15 +224,27 @@ class _Splade(nn.Module):
 
         self.layout, self.splade = layout, layout.splade
         self.mlm, self.tokenizer = load_model_and_tokenizer(layout.transformer, BERTForMaskedLM, warn=False)
+        fresh = [key for key in self.mlm.load_report.initialized if key.startswith("cls.")]
+        if fresh:  # a random head would give noise, not term weights
+            raise ValueError(f"{layout.transformer} has no masked-LM head (its checkpoint lacks {fresh[0]}); SPLADE "
+                             "weighs terms with that head: pass a checkpoint with its MLM head (a ...ForMaskedLM or "
+                             "pretraining checkpoint) or a sentence-transformers sparse encoder directory.")
         limit = self.mlm.config.max_tokens
         self.max_seq_length = min(layout.max_seq_length or limit, limit)
         self.vocab_size = self.mlm.config.vocab_size
 
     features = SentenceTransformer.features  # one tokenization with the dense model kind (the same attributes)
 
-    def forward(self, input_ids, attention_mask, token_type_ids=None, max_active_dims=None) -> torch.Tensor:
-        logits = self.mlm(input_ids, attention_mask, token_type_ids)
-        return self.splade(logits.float(), attention_mask)
+    def forward(self, input_ids, attention_mask, token_type_ids=None, max_active_dims=None,
+                prompt_length: int = 0) -> torch.Tensor:
+        """Float32 ``[B, V]``: the encoder, then the MLM head on the real tokens alone, pooled chunk by chunk
+        (:meth:`~bertkit.sentence.modules.SpladePooling.project`)."""
+        hidden = self.mlm.bert(input_ids, attention_mask, token_type_ids)[0]
+        return self.pool(hidden, attention_mask)
+
+    def pool(self, hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """SPLADE vectors of the encoder's hidden states ``[B, L, H]``."""
+        return self.splade.project(hidden, attention_mask, self.mlm.cls.predictions, self.vocab_size)
 
 
 class _Static(nn.Module):
@@ -253,7 +275,8 @@ class _Static(nn.Module):
         return [{key: encoding[key][i] for key in ("input_ids", "token_type_ids", "attention_mask")}
                 for i in range(len(texts))]
 
-    def forward(self, input_ids, attention_mask, token_type_ids=None, max_active_dims=None) -> torch.Tensor:
+    def forward(self, input_ids, attention_mask, token_type_ids=None, max_active_dims=None,
+                prompt_length: int = 0) -> torch.Tensor:
         present = torch.zeros(input_ids.shape[0], self.vocab_size, dtype=self.weight.dtype, device=input_ids.device)
         present.scatter_reduce_(1, input_ids, attention_mask.to(present.dtype), "amax")  # padding marks nothing
         return present * self.weight
@@ -273,8 +296,12 @@ class _CSR(nn.Module):
     def features(self, texts: list[str], prefix: str = "") -> list[dict]:
         return self.dense.features(texts, prefix)
 
-    def forward(self, input_ids, attention_mask, token_type_ids=None, max_active_dims=None) -> torch.Tensor:
-        return self.autoencoder(self.dense(input_ids, attention_mask, token_type_ids).float(), max_active_dims)
+    def forward(self, input_ids, attention_mask, token_type_ids=None, max_active_dims=None,
+                prompt_length: int = 0) -> torch.Tensor:
+        """``prompt_length``: the prompt's leading tokens, which a pooling with ``include_prompt=False`` leaves out
+        (as sentence-transformers counts them: :func:`~bertkit.sentence.model.prompt_tokens`)."""
+        pooled = self.dense(input_ids, attention_mask, token_type_ids, prompt_length)
+        return self.autoencoder(pooled.float(), max_active_dims)
 
 
 def _route(layout: Layout, root: Path, device: torch.device, dtype: Any, optimize: bool) -> nn.Module:
@@ -293,6 +320,21 @@ def keep_largest(embeddings: torch.Tensor, k: int) -> torch.Tensor:
     """Each row with only its ``k`` largest weights by magnitude (the rest 0), a new tensor."""
     top = embeddings.abs().topk(min(k, embeddings.shape[-1]), dim=-1).indices
     return torch.zeros_like(embeddings).scatter(-1, top, embeddings.gather(-1, top))
+
+
+def _sparse_row(ids: torch.Tensor, values: torch.Tensor, size: int) -> torch.Tensor:
+    return torch.sparse_coo_tensor(ids[None], values, (size,), is_coalesced=True, check_invariants=False)
+
+
+def _sparse_rows(rows: list[tuple[torch.Tensor, torch.Tensor]], size: int) -> torch.Tensor:
+    """One coalesced sparse COO ``[N, size]`` tensor of rows given as ``(ids, weights)`` (ids ascending)."""
+    if not rows:
+        return torch.empty(0, size).to_sparse()
+    ids = torch.cat([row_ids for row_ids, _ in rows])
+    which = torch.repeat_interleave(torch.arange(len(rows)), torch.tensor([len(row_ids) for row_ids, _ in rows]))
+    values = torch.cat([weights for _, weights in rows])
+    return torch.sparse_coo_tensor(torch.stack([which, ids]), values, (len(rows), size), is_coalesced=True,
+                                   check_invariants=False)
 
 
 def _check_dims(value: int | None, name: str) -> int | None:
