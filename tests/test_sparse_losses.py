@@ -189,3 +189,24 @@ def test_max_logits_equal_the_masked_amax_of_the_full_logits_with_their_gradient
     for mine, theirs in zip(torch.autograd.grad(ours, [hidden, weight, bias], grad),
                             torch.autograd.grad(plain, [hidden, weight, bias], grad)):
         torch.testing.assert_close(mine, theirs)
+
+
+def test_max_logits_of_a_row_without_real_tokens_is_zero_after_the_activation_with_no_gradient():
+    """A row that is all padding (an empty text) pools to -inf, which ReLU/log1p make 0 as sentence-transformers
+    gives, and it sends no gradient anywhere; the other rows are untouched."""
+    from bertkit.sentence.modules import SpladePooling
+    from bertkit.sentence.splade_max import MaxLogits
+
+    torch.manual_seed(1)
+    hidden = torch.randn(3, 4, 5, dtype=torch.float64, requires_grad=True)
+    weight = torch.randn(13, 5, dtype=torch.float64, requires_grad=True)
+    mask = torch.tensor([[1, 1, 0, 0], [0, 0, 0, 0], [1, 1, 1, 1]])
+    pooled = SpladePooling().activate(MaxLogits.apply(hidden, mask, weight, None))
+    plain = SpladePooling()(hidden @ weight.t(), mask).double()  # its forward answers float32
+    assert not pooled[1].any()
+    torch.testing.assert_close(pooled, plain)
+    grad = torch.randn(3, 13, dtype=torch.float64)
+    for mine, theirs in zip(torch.autograd.grad(pooled, [hidden, weight], grad, retain_graph=True),
+                            torch.autograd.grad(plain, [hidden, weight], grad)):
+        torch.testing.assert_close(mine, theirs)
+    assert not torch.autograd.grad(pooled[1].sum(), hidden, allow_unused=True)[0].any()

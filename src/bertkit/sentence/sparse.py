@@ -27,6 +27,7 @@ from bertkit.inference.batching import check_batch_size, pad, run_sorted
 from bertkit.inference.precision import prepare, resolve
 from bertkit.sentence.model import SentenceTransformer, prompt_tokens
 from bertkit.sentence.modules import Layout, is_sentence_transformer, masked_lm_layout, read_layout
+from bertkit.sentence.splade_max import max_logits
 from bertkit.sentence.util import similarity
 
 DOCUMENT_PROMPTS = ("document", "passage", "corpus")  # encode_document's default prompt names, in this order
@@ -243,8 +244,12 @@ class _Splade(nn.Module):
         return self.pool(hidden, attention_mask)
 
     def pool(self, hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        """SPLADE vectors of the encoder's hidden states ``[B, L, H]``."""
-        return self.splade.project(hidden, attention_mask, self.mlm.cls.predictions, self.vocab_size)
+        """SPLADE vectors of the encoder's hidden states ``[B, L, H]``. Training by max pools through
+        :func:`~bertkit.sentence.splade_max.max_logits`, whose backward is sparse (one token per row and term)."""
+        head = self.mlm.cls.predictions
+        if self.splade.strategy == "max" and torch.is_grad_enabled():
+            return self.splade.activate(max_logits(head, hidden, attention_mask).float())
+        return self.splade.project(hidden, attention_mask, head, self.vocab_size)
 
 
 class _Static(nn.Module):

@@ -34,7 +34,6 @@ from bertkit.sentence.losses import build_sparse_loss
 from bertkit.sentence.losses.sparse import CachedSpladeLoss, RegulariserWarmup
 from bertkit.sentence.modules import is_sentence_transformer, read_layout
 from bertkit.sentence.ranking_checks import check_bi_encoder_data
-from bertkit.sentence.splade_max import splade_max
 from bertkit.sentence.training import (
     BATCH_SIZE_COUNTS,
     EMBEDDING_DEFAULTS,
@@ -132,9 +131,9 @@ class SparseCollator(PairCollator):
 
 class SparseBiEncoder(BiEncoder):
     """What the Trainer trains: the SpladeLoss of the batch on a trainable
-    :class:`~bertkit.sentence.sparse.SparseEncoder` (each column through its route; a max-pooling SPLADE route
-    through :func:`~bertkit.sentence.splade_max.splade_max`), the loss's parts and the regulariser weights as
-    metrics. ``clock()`` gives the optimizer steps taken (the warm-up reads it)."""
+    :class:`~bertkit.sentence.sparse.SparseEncoder` (each column through its route, whose max pooling trains
+    through :func:`~bertkit.sentence.splade_max.max_logits`'s sparse backward), the loss's parts and the regulariser
+    weights as metrics. ``clock()`` gives the optimizer steps taken (the warm-up reads it)."""
 
     def __init__(self, model, loss, learning_rate_scales: Mapping[str, float] | None = None):
         super().__init__(model, loss)
@@ -147,10 +146,7 @@ class SparseBiEncoder(BiEncoder):
 
     def embed(self, inputs: Mapping[str, torch.Tensor]) -> torch.Tensor:
         route = self.model.route(ROUTES[int(inputs["route"][0])] if self.model.layout.routes else None)
-        arguments = (inputs["input_ids"], inputs["attention_mask"], inputs.get("token_type_ids"))
-        if getattr(route, "mlm", None) is not None and route.splade.strategy == "max":  # the sparse backward
-            return splade_max(route.mlm, route.splade, *arguments)
-        return route(*arguments)
+        return route(inputs["input_ids"], inputs["attention_mask"], inputs.get("token_type_ids"))
 
     def training_step(self, batch: Mapping[str, Any]) -> tuple[torch.Tensor, dict[str, Any]]:
         self.loss.step = self.clock()

@@ -1,4 +1,5 @@
-"""SPLADE's max pooling for training, without the ``[B, L, V]`` logits or their dense gradient.
+"""SPLADE's max pooling for training (what :meth:`~bertkit.sentence.modules.SpladePooling.project` runs when
+gradients are wanted), without the ``[B, L, V]`` logits or their dense gradient.
 
 A SPLADE vector with max pooling is ``w_bv = f(max_t logit_btv)`` over the real tokens t of row b, where ``f`` is
 ``log1p(relu(.))`` (or a second ``log1p``): ``f`` never decreases, so the max can be taken on the logits before
@@ -39,7 +40,12 @@ class MaxLogits(torch.autograd.Function):
                 tokens, end = tokens + counts[end], end + 1
             first = sum(counts[:begin])
             logits = packed[first:first + tokens] @ weight.t()  # [tokens, V]
-            for part, offset in zip(logits.split(counts[begin:end]), torch.tensor(counts[begin:end]).cumsum(0)):
+            for row, (part, offset) in enumerate(zip(logits.split(counts[begin:end]),
+                                                     torch.tensor(counts[begin:end]).cumsum(0)), start=begin):
+                if not len(part):  # a row without real tokens: -inf, which the activation makes 0 (its gradient 0)
+                    values.append(logits.new_full((weight.shape[0],), float("-inf")))
+                    winners.append(torch.full((weight.shape[0],), row * length, device=flat.device))
+                    continue
                 value, index = part.max(dim=0)
                 values.append(value)
                 winners.append(flat[first + offset - part.shape[0] + index])
@@ -83,15 +89,8 @@ class MaxLogits(torch.autograd.Function):
         return d_hidden, None, d_weight, d_bias
 
 
-def splade_max(mlm: nn.Module, splade: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-               token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
-    """``[B, V]`` SPLADE vectors of a :class:`~bertkit.BERTForMaskedLM` ``mlm`` under a max-pooling
-    :class:`~bertkit.sentence.modules.SpladePooling` ``splade``: equal to the pooling of the full logits, at the
-    cost the module docstring says."""
-    if splade.strategy != "max":
-        raise ValueError(f"splade_max pools by max; this SpladePooling sums ({splade.strategy!r}).")
-    sequence, _ = mlm.bert(input_ids, attention_mask, token_type_ids)
-    head = mlm.cls.predictions
-    pooled = MaxLogits.apply(head.transform(sequence), attention_mask, head.decoder.weight, head.decoder.bias)
-    weights = torch.log1p(torch.relu(pooled.float()))
-    return torch.log1p(weights) if splade.activation == "log1p_relu" else weights
+def max_logits(head: nn.Module, hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """``[B, V]``: per row, the max over its real tokens of the MLM ``head``'s scores (a
+    :class:`~bertkit.modeling.layers.BERTLMPredictionHead`: ``transform``, then ``decoder``) of ``hidden [B, L, H]``,
+    with the sparse backward the module docstring says; a row without real tokens gives ``-inf``."""
+    return MaxLogits.apply(head.transform(hidden), mask, head.decoder.weight, head.decoder.bias)
