@@ -37,7 +37,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from sparse_data import write_data  # noqa: E402  (a sibling script, not a package)
+import record  # noqa: E402  (sibling scripts, not a package)
+from sparse_data import write_data  # noqa: E402
 
 TRAINERS = ("bertkit", "sentence-transformers")
 VARIANTS = ("splade", "inference-free")
@@ -179,16 +180,13 @@ def summary(runs: list[dict]) -> dict[str, dict[str, dict[str, float]]]:
     return out
 
 
-def table(stats: dict) -> str:
-    """Markdown: one row per trainer and variant, each metric's mean ± sd."""
-    lines = ["| variant | trainer | seeds | " + " | ".join(METRICS) + " | s/run |", "|" + "---|" * (len(METRICS) + 4)]
-    for key, metrics in sorted(stats.items(), key=lambda kv: (kv[0].split("/")[1], kv[0])):
-        trainer, variant = key.split("/")
-        cells = [f"{metrics[m]['mean']:.3f} ± {metrics[m]['sd']:.3f}" if "dims" not in m
-                 else f"{metrics[m]['mean']:.1f} ± {metrics[m]['sd']:.1f}" for m in METRICS]
-        lines.append(f"| {variant} | {trainer} | {metrics['ndcg@10']['n']} | " + " | ".join(cells)
-                     + f" | {metrics['seconds']['mean']:.0f} |")
-    return "\n".join(lines)
+def summary_rows(stats: dict) -> list[dict]:
+    """One row per variant and trainer: each metric's mean ± sd, the seeds, the mean seconds per run."""
+    return [{"variant": key.split("/")[1], "trainer": key.split("/")[0], "seeds": m["ndcg@10"]["n"],
+             **{metric: f"{m[metric]['mean']:.3f} ± {m[metric]['sd']:.3f}" if "dims" not in metric
+                else f"{m[metric]['mean']:.1f} ± {m[metric]['sd']:.1f}" for metric in METRICS},
+             "s/run": round(m["seconds"]["mean"])}
+            for key, m in sorted(stats.items(), key=lambda kv: (kv[0].split("/")[1], kv[0]))]
 
 
 def sha256_dir(path: Path) -> str:
@@ -206,13 +204,19 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--trainers", nargs="+", default=list(TRAINERS), choices=TRAINERS)
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS)
     parser.add_argument("--work", type=Path, help="keep the data and models here (default: a temporary directory)")
-    parser.add_argument("--json", type=Path, default=HERE / "results" / "sparse_quality.json")
+    parser.add_argument("--json", type=Path, default=HERE / "results" / "sparse_quality.json",
+                        help="the result file (default benchmarks/results/sparse_quality.json)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads of every run (default 1: on a "
                         "shared machine more threads spin waiting for each other)")
     for field in fields(Hyper):
         parser.add_argument("--" + field.name.replace("_", "-"), type=int if field.type == "int" else float,
                             default=field.default, help=f"(default {field.default})")
+    parser.add_argument("--merge", type=Path, nargs="+", metavar="RESULT",
+                        help="train nothing: write --json from the runs of these result files (e.g. one per seed, "
+                        "run side by side), which must share the base, data and hyperparameters")
     args = parser.parse_args(argv)
+    if args.merge:
+        return merge(args)
     hyper = Hyper(**{f.name: getattr(args, f.name) for f in fields(Hyper)})
     import torch
 
@@ -238,7 +242,23 @@ def main(argv: list[str] | None = None) -> dict:
                     print(json.dumps(runs[-1]), flush=True)
                     write_results(args, hyper, counts, base_scores, runs)
     stats = summary(runs)
-    print(table(stats))
+    print(record.markdown(summary_rows(stats)))
+    return stats
+
+
+def merge(args) -> dict:
+    """``--merge``: the runs of several result files as one result (their base, data and hyperparameters must
+    agree)."""
+    results = [json.loads(path.read_text(encoding="utf-8")) for path in args.merge]
+    for key in ("data", "base", "hyperparameters"):
+        if any(r[key] != results[0][key] for r in results):
+            raise SystemExit(f"--merge: the files' {key!r} differ; merge only runs of the same setting")
+    runs = [run for r in results for run in r["runs"]]
+    args.seeds, args.base = sorted({run["seed"] for run in runs}), Path(results[0]["base"]["path"])
+    first = results[0]
+    write_results(args, Hyper(**first["hyperparameters"]), first["data"], first["base"]["scores"], runs)
+    stats = summary(runs)
+    print(record.markdown(summary_rows(stats)))
     return stats
 
 
@@ -250,20 +270,27 @@ def score_base(base: Path, beir: Path) -> dict[str, float]:
 
 
 def write_results(args, hyper: Hyper, counts: dict, base_scores: dict, runs: list[dict]) -> None:
-    """The JSON so far (rewritten after every run, atomically)."""
+    """The result file so far (``benchmarks/record.py``'s layout; rewritten after every run, atomically): the
+    mean ± sd table, and every run, the data, the base and the hyperparameters as its data."""
     import sentence_transformers
     import torch
 
-    from bertkit.io import atomic_write_text
-
     stats = summary(runs)
-    report = {"data": {**counts, "recipe": "sparse_data.py: inverse cloze, train books vs held-out Persuasion"},
-              "base": {"path": str(args.base), "sha256": sha256_dir(args.base), "scores": base_scores},
-              "hyperparameters": asdict(hyper), "seeds": args.seeds,
-              "versions": {"torch": torch.__version__, "sentence-transformers": sentence_transformers.__version__},
-              "threads": torch.get_num_threads(), "summary": stats, "table": table(stats), "runs": runs}
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(args.json, json.dumps(report, indent=1) + "\n")
+    rows = summary_rows(stats)
+    notes = [f"held-out: {counts['queries']} queries over {counts['documents']} documents (Persuasion); "
+             f"{counts['train_pairs']} training pairs from the other five novels (sparse_data.py)",
+             f"base: {args.base} (sha256 {sha256_dir(args.base)[:12]}); untrained SPLADE head: NDCG@10 "
+             f"{base_scores['ndcg@10']:.3f}, active dims {base_scores['query_active_dims']:.0f} / "
+             f"{base_scores['corpus_active_dims']:.0f}",
+             "hyperparameters: " + ", ".join(f"{k} {v}" for k, v in asdict(hyper).items()),
+             f"one evaluator for both: sentence-transformers {sentence_transformers.__version__}'s "
+             f"SparseInformationRetrievalEvaluator; torch {torch.__version__}, {torch.get_num_threads()} thread(s)"]
+    record.write_result(args.json, "sparse_quality", [record.table(
+        "Learned-sparse training: bertkit vs sentence-transformers (mean ± sd over seeds)", rows, notes=notes)],
+        title="Learned-sparse training quality (SPLADE, inference-free)",
+        data={"data": counts, "base": {"path": str(args.base), "sha256": sha256_dir(args.base),
+                                        "scores": base_scores},
+              "hyperparameters": asdict(hyper), "seeds": args.seeds, "summary": stats, "runs": runs})
 
 
 if __name__ == "__main__":
