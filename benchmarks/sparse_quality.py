@@ -256,7 +256,8 @@ def merge(args) -> dict:
     runs = [run for r in results for run in r["runs"]]
     args.seeds, args.base = sorted({run["seed"] for run in runs}), Path(results[0]["base"]["path"])
     first = results[0]
-    write_results(args, Hyper(**first["hyperparameters"]), first["data"], first["base"]["scores"], runs)
+    write_results(args, Hyper(**first["hyperparameters"]), first["data"], first["base"]["scores"], runs,
+                  merged=len(results))
     stats = summary(runs)
     print(record.markdown(summary_rows(stats)))
     return stats
@@ -269,9 +270,11 @@ def score_base(base: Path, beir: Path) -> dict[str, float]:
         return score(Path(tmp), beir)
 
 
-def write_results(args, hyper: Hyper, counts: dict, base_scores: dict, runs: list[dict]) -> None:
+def write_results(args, hyper: Hyper, counts: dict, base_scores: dict, runs: list[dict],
+                  merged: int = 0) -> None:
     """The result file so far (``benchmarks/record.py``'s layout; rewritten after every run, atomically): the
-    mean ± sd table, and every run, the data, the base and the hyperparameters as its data."""
+    mean ± sd table, and every run, the data, the base and the hyperparameters as its data. ``merged``: the
+    number of files ``--merge`` read (the command recorded is then the one run that does the same)."""
     import sentence_transformers
     import torch
 
@@ -285,12 +288,18 @@ def write_results(args, hyper: Hyper, counts: dict, base_scores: dict, runs: lis
              "hyperparameters: " + ", ".join(f"{k} {v}" for k, v in asdict(hyper).items()),
              f"one evaluator for both: sentence-transformers {sentence_transformers.__version__}'s "
              f"SparseInformationRetrievalEvaluator; torch {torch.__version__}, {torch.get_num_threads()} thread(s)"]
+    argv = None
+    if merged:
+        argv = ["benchmarks/sparse_quality.py", "--base", str(args.base), "--seeds", *map(str, args.seeds)]
+        notes.append(f"the seeds ran as {merged} processes side by side (--seeds S --json FILE each), joined with "
+                     "--merge; s/run is each run's wall time with the others running")
     record.write_result(args.json, "sparse_quality", [record.table(
         "Learned-sparse training: bertkit vs sentence-transformers (mean ± sd over seeds)", rows, notes=notes)],
         title="Learned-sparse training quality (SPLADE, inference-free)",
         data={"data": counts, "base": {"path": str(args.base), "sha256": sha256_dir(args.base),
                                         "scores": base_scores},
-              "hyperparameters": asdict(hyper), "seeds": args.seeds, "summary": stats, "runs": runs})
+              "hyperparameters": asdict(hyper), "seeds": args.seeds, "summary": stats, "runs": runs},
+        argv=argv)
 
 
 if __name__ == "__main__":
