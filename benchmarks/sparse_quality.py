@@ -216,6 +216,9 @@ def main(argv: list[str] | None = None) -> dict:
                         "run side by side), which must share the base, data and hyperparameters")
     args = parser.parse_args(argv)
     if args.merge:
+        import torch
+
+        torch.set_num_threads(args.threads)  # recorded as the runs' threads (each run set --threads)
         return merge(args)
     hyper = Hyper(**{f.name: getattr(args, f.name) for f in fields(Hyper)})
     import torch
