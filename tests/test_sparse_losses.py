@@ -26,6 +26,7 @@ import bertkit  # noqa: E402
 from bertkit.sentence.batch import PairBatch  # noqa: E402
 from bertkit.sentence.losses import build_sparse_loss  # noqa: E402
 from bertkit.sentence.losses.sparse import RegulariserWarmup, SpladeLoss  # noqa: E402
+from bertkit.sentence.sparse_training import SparseBiEncoder  # noqa: E402
 from test_sparse_encoder import _mlm, _sparse_dir  # noqa: E402
 
 ANCHORS = ["how many people live in berlin", "what is the big river", "the cat", "old town", "dog sat"]
@@ -66,15 +67,16 @@ def _reference(path, make_base, columns, labels, cached=None, **options):
 
 
 def _ours(path, loss, features, labels):
+    """Our loss and gradients on the same batch, each column embedded as the training run embeds it
+    (:class:`~bertkit.sentence.sparse_training.SparseBiEncoder`: max pooling through splade_max)."""
     model = bertkit.SparseEncoder(path, dtype="fp32", optimize=False).train()
-    route = model.route()
     n = features[0]["input_ids"].shape[0]
     names = ["anchor", "positive", *(f"negative_{i}" for i in range(1, len(features) - 1))]
-    inputs = [{k: v for k, v in f.items() if k in ("input_ids", "attention_mask", "token_type_ids")}
-              for f in features]
+    inputs = [{k: v for k, v in f.items() if k in ("input_ids", "attention_mask", "token_type_ids")} |
+              {"route": torch.full((n,), min(c, 1))} for c, f in enumerate(features)]
     batch = PairBatch(names, inputs, [torch.arange(n) + c * n for c in range(len(features))], labels)
     loss.step, loss.total_steps = STEP, TOTAL
-    value = loss(lambda x: route(x["input_ids"], x["attention_mask"], x.get("token_type_ids")), batch)
+    value = loss(SparseBiEncoder(model, loss).embed, batch)
     value.backward()
     grads = {name.removeprefix("routes.main.mlm."): p.grad for name, p in model.named_parameters()}
     return value.detach(), grads
@@ -165,3 +167,25 @@ def test_bad_options_name_the_flag():
         build_sparse_loss("triplet")
     with pytest.raises(ValueError, match="--temperature does not apply to --loss mnrl"):
         build_sparse_loss("mnrl", temperature=2.0)
+
+
+@pytest.mark.parametrize("chunk", [2048, 10, 1])
+def test_max_logits_equal_the_masked_amax_of_the_full_logits_with_their_gradients(chunk, monkeypatch):
+    """The training path's max pooling (real tokens only, chunked, a sparse backward) against the plain one,
+    in float64 on rows with left and right padding."""
+    from bertkit.sentence.splade_max import MaxLogits
+
+    monkeypatch.setattr(MaxLogits, "chunk_tokens", chunk)
+    torch.manual_seed(0)
+    hidden = torch.randn(5, 9, 7, dtype=torch.float64, requires_grad=True)
+    weight = torch.randn(31, 7, dtype=torch.float64, requires_grad=True)
+    bias = torch.randn(31, dtype=torch.float64, requires_grad=True)
+    mask = torch.ones(5, 9, dtype=torch.long)
+    mask[1, 5:], mask[3, 2:], mask[4, :3] = 0, 0, 0
+    ours = MaxLogits.apply(hidden, mask, weight, bias)
+    plain = (hidden @ weight.t() + bias).masked_fill(~mask.bool()[..., None], float("-inf")).amax(dim=1)
+    torch.testing.assert_close(ours, plain)
+    grad = torch.randn(5, 31, dtype=torch.float64)
+    for mine, theirs in zip(torch.autograd.grad(ours, [hidden, weight, bias], grad),
+                            torch.autograd.grad(plain, [hidden, weight, bias], grad)):
+        torch.testing.assert_close(mine, theirs)

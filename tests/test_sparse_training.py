@@ -256,6 +256,20 @@ def test_the_command_trains_an_inference_free_model_with_its_flags(data, tmp_pat
     assert [r["step"] for r in records(out, "eval")] == [0, 2]
 
 
+
+def test_the_command_reports_the_loss_parts_and_regulariser_weights_to_tensorboard(data, tmp_path, capsys):
+    pytest.importorskip("tensorboard")
+    from test_report_to import assert_same_series, expected, tensorboard_scalars
+
+    out = tmp_path / "out"
+    assert cli_run(data, out, "--max-steps", "3", "--report-to", "tensorboard") == 0
+    capsys.readouterr()
+    want = expected(out)
+    assert {"train/base_loss", "train/document_regulariser", "train/document_regulariser_weight"} <= set(want)
+    scalars, _ = tensorboard_scalars(out)
+    assert_same_series(scalars, want)
+
+
 @pytest.mark.parametrize("flags, message", [
     (["--max-active-dims", "0"], "--max-active-dims must be a positive integer"),
     (["--loss", "triplet"], "--loss 'triplet' is not a loss bertkit trains sparse encoders with; choose one of mnrl"),

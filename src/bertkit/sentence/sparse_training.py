@@ -29,16 +29,17 @@ from typing import Any
 import torch
 
 from bertkit.sentence.data import PairCollator, training_rows
+from bertkit.sentence.evaluation.ir_metrics import DEFAULT_K
 from bertkit.sentence.losses import build_sparse_loss
 from bertkit.sentence.losses.sparse import CachedSpladeLoss, RegulariserWarmup
 from bertkit.sentence.modules import is_sentence_transformer, read_layout
 from bertkit.sentence.ranking_checks import check_bi_encoder_data
+from bertkit.sentence.splade_max import splade_max
 from bertkit.sentence.training import (
     BATCH_SIZE_COUNTS,
     EMBEDDING_DEFAULTS,
     BatchCollator,
     BiEncoder,
-    EmbeddingEvaluation,
     RowBatchRecipe,
     TrainingFiles,
     _prompts,
@@ -131,8 +132,9 @@ class SparseCollator(PairCollator):
 
 class SparseBiEncoder(BiEncoder):
     """What the Trainer trains: the SpladeLoss of the batch on a trainable
-    :class:`~bertkit.sentence.sparse.SparseEncoder` (each column through its route), the loss's parts and the
-    regulariser weights as metrics. ``clock()`` gives the optimizer steps taken (the warm-up reads it)."""
+    :class:`~bertkit.sentence.sparse.SparseEncoder` (each column through its route; a max-pooling SPLADE route
+    through :func:`~bertkit.sentence.splade_max.splade_max`), the loss's parts and the regulariser weights as
+    metrics. ``clock()`` gives the optimizer steps taken (the warm-up reads it)."""
 
     def __init__(self, model, loss, learning_rate_scales: Mapping[str, float] | None = None):
         super().__init__(model, loss)
@@ -145,7 +147,10 @@ class SparseBiEncoder(BiEncoder):
 
     def embed(self, inputs: Mapping[str, torch.Tensor]) -> torch.Tensor:
         route = self.model.route(ROUTES[int(inputs["route"][0])] if self.model.layout.routes else None)
-        return route(inputs["input_ids"], inputs["attention_mask"], inputs.get("token_type_ids"))
+        arguments = (inputs["input_ids"], inputs["attention_mask"], inputs.get("token_type_ids"))
+        if getattr(route, "mlm", None) is not None and route.splade.strategy == "max":  # the sparse backward
+            return splade_max(route.mlm, route.splade, *arguments)
+        return route(*arguments)
 
     def training_step(self, batch: Mapping[str, Any]) -> tuple[torch.Tensor, dict[str, Any]]:
         self.loss.step = self.clock()
@@ -176,7 +181,7 @@ class SparseEvaluation:
 
     beir: str | os.PathLike | None = None
     split: str = "test"
-    k: Sequence[int] = EmbeddingEvaluation.k
+    k: Sequence[int] = DEFAULT_K
 
 
 def finetune_sparse(model: str | os.PathLike, train_files: str | os.PathLike | Sequence[str | os.PathLike],
