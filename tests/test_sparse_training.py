@@ -120,6 +120,22 @@ def test_inference_free_query_side_starts_from_idf_and_learns_at_its_own_rate(da
     same_vectors_in_sentence_transformers(result.model_dir)
 
 
+
+def test_an_inference_free_query_side_cuts_queries_where_its_document_side_does(data, tmp_path):
+    """The saved static query side truncates at the training --max-seq-length, as sentence-transformers' Router
+    saves its one tokenizer, in bertkit and in sentence-transformers alike."""
+    st = pytest.importorskip("sentence_transformers")
+    import bertkit
+    from bertkit.sentence.sparse_build import new_sparse_encoder
+
+    start = new_sparse_encoder(data["mlm"], tmp_path / "start", inference_free=True, documents=TEXTS,
+                               max_seq_length=5)
+    long_query = " ".join(f"w{i}" for i in range(1, 8))  # 7 tokens: w6 and w7 fall past 5
+    ours = bertkit.SparseEncoder(start, dtype="fp32").encode_query([long_query], convert_to_tensor=True)
+    ref = st.SparseEncoder(str(start), device="cpu").encode_query([long_query], convert_to_tensor=True)
+    torch.testing.assert_close(ours.to_dense(), ref.to_dense())
+    assert int((ours.to_dense() > 0).sum()) == 5
+
 def killed_and_resumed(train, output_dir, step: int, **options):
     class Stop(Exception):
         pass

@@ -24,7 +24,6 @@ from bertkit.cli import ArgumentParser
 from bertkit.cli.finetune_embed import (
     add_evaluation_flags,
     add_run_flags,
-    batch_size_note,
     refuse_output_over_inputs,
     report,
     run_config,
@@ -95,6 +94,6 @@ def main(argv: list[str]) -> int:
         data=training_files(args, query_prompt=args.query_prompt, document_prompt=args.document_prompt,
                             allow_repeated_queries=args.allow_repeated_queries),
         evaluation=SparseEvaluation(beir=args.eval_beir, split=args.eval_split, k=args.eval_k),
-        callbacks=batch_size_note(args), **run_options(args))
+        **run_options(args))  # a new command: no note on what --batch-size counted before
     report(result)
     return 0

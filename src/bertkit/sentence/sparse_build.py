@@ -13,6 +13,7 @@ Router).
 
 from __future__ import annotations
 
+import copy
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -140,7 +141,9 @@ def new_sparse_encoder(base: str | os.PathLike, directory: str | os.PathLike, *,
         if documents is None:
             raise ValueError("an inference-free model needs the documents its query weights' IDF is counted over.")
         vocab = mlm.config.vocab_size
-        routes = {"query": _StaticParts(tokenizer, idf_weights(documents, tokenizer, vocab)), "document": splade}
+        query_tokenizer = copy.copy(tokenizer)  # cut queries where the document side cuts, as sentence-transformers'
+        query_tokenizer.model_max_length = splade.max_seq_length  # Router (one tokenizer for both sides) saves it
+        routes = {"query": _StaticParts(query_tokenizer, idf_weights(documents, tokenizer, vocab)), "document": splade}
     blueprint = _Blueprint(routes, inference_free, max_active_dims, dict(prompts or {}),
                            default_route="document" if inference_free else None)
     return save_sparse_encoder(blueprint, directory)
