@@ -21,31 +21,17 @@ from sentence_transformers.sparse_encoder.modules import (  # noqa: E402
 )
 
 import bertkit  # noqa: E402
+from sparse_dirs import PROMPTS, WORDS, mlm_dir  # noqa: E402
 
-WORDS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *"abcdefghijklmnopqrstuvwxyz",
-         "the", "cat", "dog", "sat", "on", "mat", "berlin", "city", "river", "how", "many", "people", "live", "in",
-         "is", "big", "##s", "##ed", "what", "old", "new", "town", "query", "passage", ":"]
 QUERIES = ["how many people live in berlin", "what is the big river", "the cat", "old town", "dog"]
 DOCS = ["berlin is a big city on a river", "the cat sat on the mat", "many dogs live in the new town",
         "what river", "the old town of berlin is big and the river is old and the people are many " * 3, "cats"]
-PROMPTS = {"query": "query: ", "passage": "passage: "}
 TOL = {"atol": 1e-5, "rtol": 1e-5}
-
-
-def _mlm(directory) -> str:
-    torch.manual_seed(0)
-    config = transformers.BertConfig(vocab_size=len(WORDS), hidden_size=36, num_hidden_layers=2,
-                                     num_attention_heads=3, intermediate_size=37, max_position_embeddings=64,
-                                     initializer_range=0.3, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
-    transformers.BertForMaskedLM(config).save_pretrained(directory)
-    (directory / "vocab.txt").write_text("\n".join(WORDS) + "\n")
-    transformers.BertTokenizerFast(str(directory / "vocab.txt")).save_pretrained(directory)
-    return str(directory)
 
 
 @pytest.fixture(scope="module")
 def mlm(tmp_path_factory) -> str:
-    return _mlm(tmp_path_factory.mktemp("mlm"))
+    return mlm_dir(tmp_path_factory.mktemp("mlm"))
 
 
 def _sparse_dir(mlm: str, out, strategy: str = "max", activation: str = "relu", legacy: bool = True,
