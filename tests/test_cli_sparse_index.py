@@ -16,7 +16,8 @@ import bertkit
 from bertkit.cli import main
 from bertkit.retrieval.sparse import SparseIndex
 from conftest import kill_when
-from test_sparse_encoder import WORDS, _mlm, _sparse_dir
+from sparse_dirs import WORDS, mlm_dir
+from test_sparse_encoder import _sparse_dir
 
 QUERIES = ["how many people live in berlin", "the cat sat", "old river town"]
 
@@ -24,7 +25,7 @@ QUERIES = ["how many people live in berlin", "the cat sat", "old river town"]
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
     root = tmp_path_factory.mktemp("cli-sparse")
-    model = _sparse_dir(_mlm(root / "mlm"), root / "splade")
+    model = _sparse_dir(mlm_dir(root / "mlm"), root / "splade")
     rng = np.random.default_rng(0)
     words = WORDS[5:]
     records = [{"_id": f"d{i}", "title": "berlin" if i % 5 == 0 else "",
@@ -94,7 +95,7 @@ def test_bad_input_one_line_errors(setup, capsys, tmp_path):
     root, model, corpus, _ = setup
     index = root / "bad"
     assert main(index_args(model, corpus, index)) == 0
-    other = _sparse_dir(_mlm(tmp_path / "mlm2"), tmp_path / "other", strategy="sum")
+    other = _sparse_dir(mlm_dir(tmp_path / "mlm2"), tmp_path / "other", strategy="sum")
     one_line_error(capsys, ["search", str(index), "--model", other, "--query", "x"], "was built by", "splade sha256:",
                    "other sha256:")
     manifest = json.loads((index / "manifest.json").read_text())

@@ -18,7 +18,8 @@ from sentence_transformers.sparse_encoder.evaluation import SparseInformationRet
 
 import bertkit  # noqa: E402
 from bertkit.sentence.evaluation.sparse import SPARSITY_FIGURES, as_qrels, evaluate_sparse_retrieval  # noqa: E402
-from test_sparse_encoder import WORDS, _mlm, _router_dir, _sparse_dir  # noqa: E402
+from sparse_dirs import WORDS, mlm_dir  # noqa: E402
+from test_sparse_encoder import _router_dir, _sparse_dir  # noqa: E402
 
 TERMS = WORDS[5:]  # real words, no special tokens
 K_VALUES = (1, 3, 5, 10, 100)
@@ -34,7 +35,7 @@ def _data(seed: int = 0, documents: int = 37, queries: int = 11):
 
 @pytest.fixture(scope="module")
 def mlm(tmp_path_factory) -> str:
-    return _mlm(tmp_path_factory.mktemp("mlm"))
+    return mlm_dir(tmp_path_factory.mktemp("mlm"))
 
 
 @pytest.fixture(scope="module")

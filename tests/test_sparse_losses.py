@@ -27,7 +27,8 @@ from bertkit.sentence.batch import PairBatch  # noqa: E402
 from bertkit.sentence.losses import build_sparse_loss  # noqa: E402
 from bertkit.sentence.losses.sparse import RegulariserWarmup, SpladeLoss  # noqa: E402
 from bertkit.sentence.sparse_training import SparseBiEncoder  # noqa: E402
-from test_sparse_encoder import _mlm, _sparse_dir  # noqa: E402
+from sparse_dirs import mlm_dir  # noqa: E402
+from test_sparse_encoder import _sparse_dir  # noqa: E402
 
 ANCHORS = ["how many people live in berlin", "what is the big river", "the cat", "old town", "dog sat"]
 POSITIVES = ["berlin is a big city", "the river is big", "the cat sat on the mat", "the old town", "a dog sat"]
@@ -39,7 +40,7 @@ STEP, TOTAL = 2, 12  # warm-up over int(12 / 3) = 4 steps: the weights at (2 / 4
 @pytest.fixture(scope="module")
 def splade(tmp_path_factory) -> str:
     root = tmp_path_factory.mktemp("splade-loss")
-    return _sparse_dir(_mlm(root / "mlm"), root / "splade")
+    return _sparse_dir(mlm_dir(root / "mlm"), root / "splade")
 
 
 class L1:
