@@ -21,6 +21,7 @@ import torch
 from bertkit.sentence.sparse_training import SparseEvaluation, SparseLoss, SparseModel, finetune_sparse
 from bertkit.sentence.training import TrainingFiles
 from bertkit.training import TrainingConfig
+from test_embedding_training import killed_and_resumed
 
 COMMON = dict(batch_size=4, learning_rate=1e-3, precision="fp32", device="cpu", progress_bar=False, threads=1,
               seed=7)
@@ -135,18 +136,6 @@ def test_an_inference_free_query_side_cuts_queries_where_its_document_side_does(
     ref = st.SparseEncoder(str(start), device="cpu").encode_query([long_query], convert_to_tensor=True)
     torch.testing.assert_close(ours.to_dense(), ref.to_dense())
     assert int((ours.to_dense() > 0).sum()) == 5
-
-def killed_and_resumed(train, output_dir, step: int, **options):
-    class Stop(Exception):
-        pass
-
-    def kill(trainer):
-        if trainer.state.step == step:
-            raise Stop()
-
-    with pytest.raises(Stop):
-        train(output_dir, callbacks={"on_step_end": kill}, **options)
-    return train(output_dir, resume=True, **options)
 
 
 @pytest.mark.parametrize("inference_free", [False, True])
