@@ -1,0 +1,139 @@
+"""bertkit.MultiVectorEncoder against sentence-transformers 6.2's MultiVectorEncoder (the reference): ColBERT
+directories that sentence-transformers writes from a tiny random odd-sized BERT (no downloads), loaded by both;
+MaxSim against its definition written out here."""
+
+from __future__ import annotations
+
+import string
+
+import pytest
+import torch
+
+st = pytest.importorskip("sentence_transformers")
+transformers = pytest.importorskip("transformers")
+
+from sentence_transformers.base.modules import Normalize, Transformer  # noqa: E402
+from sentence_transformers.base.modules.dense import Dense  # noqa: E402
+from sentence_transformers.multi_vector_encoder.modules import MultiVectorMask  # noqa: E402
+
+import bertkit  # noqa: E402
+from bertkit.sentence.maxsim import maxsim_rank, maxsim_scores  # noqa: E402
+
+WORDS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *"abcdefghijklmnopqrstuvwxyz", ",", ".", "?", "!",
+         "the", "cat", "dog", "sat", "on", "mat", "berlin", "city", "river", "how", "many", "people", "live", "in",
+         "is", "big", "##s", "##ed", "what", "old", "new", "town", "query", "passage", ":"]
+QUERIES = ["how many people live in berlin?", "what is the big river", "cat", "the old town, the new town, the city",
+           "dog!"]
+DOCS = ["berlin is a big city on a river.", "the cat sat on the mat, the dog sat on the cat.", "many dogs live in "
+        "the new town", "what river?", "the old town of berlin is big, and the river is old. " * 3, "cats"]
+TOL = {"atol": 1e-5, "rtol": 1e-5}
+SETTINGS = {  # name -> (Transformer settings, MultiVectorMask settings, Normalize, prompts)
+    "fixed": ({"document_length": 20, "query_expansion": {"strategy": "fixed", "length": 9}},
+              {"skiplist_words": list(string.punctuation)}, True, {"query": "query: ", "document": "passage: "}),
+    "min-attend": ({"query_length": 12, "query_expansion": {"strategy": "min", "length": 8, "attend": True}},
+                   {"skiplist_words": [",", ".", "?"], "skiplist_tasks": ["query", "document"]}, False, None),
+    "plain": ({"query_length": 7}, {}, True, None),
+}
+
+
+def bert_dir(directory) -> str:
+    torch.manual_seed(0)
+    config = transformers.BertConfig(vocab_size=len(WORDS), hidden_size=36, num_hidden_layers=2,
+                                     num_attention_heads=3, intermediate_size=37, max_position_embeddings=64,
+                                     initializer_range=0.3, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    transformers.BertModel(config).save_pretrained(directory)
+    (directory / "vocab.txt").write_text("\n".join(WORDS) + "\n")
+    transformers.BertTokenizerFast(str(directory / "vocab.txt")).save_pretrained(directory)
+    return str(directory)
+
+
+def colbert_dir(base: str, out, name: str) -> str:
+    transformer, mask, norm, prompts = SETTINGS[name]
+    torch.manual_seed(1)
+    modules = [Transformer(base, **transformer),
+               Dense(36, 13, bias=False, activation_function=torch.nn.Identity(),
+                     module_input_name="token_embeddings", module_output_name="token_embeddings"),
+               MultiVectorMask(**mask)]
+    if norm:
+        modules.append(Normalize(module_input_name="token_embeddings", module_output_name="token_embeddings"))
+    st.MultiVectorEncoder(modules=modules, device="cpu", prompts=prompts).save(str(out))
+    return str(out)
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory) -> str:
+    return bert_dir(tmp_path_factory.mktemp("bert"))
+
+
+@pytest.fixture(scope="module", params=sorted(SETTINGS))
+def pair(request, base, tmp_path_factory):
+    path = colbert_dir(base, tmp_path_factory.mktemp(request.param), request.param)
+    return bertkit.MultiVectorEncoder(path, dtype="fp32"), st.MultiVectorEncoder(path, device="cpu"), path
+
+
+def _same(ours, ref):
+    assert len(ours) == len(ref)
+    for a, b in zip(ours, ref):
+        torch.testing.assert_close(a, b.float(), **TOL)
+
+
+def test_token_vectors_equal_sentence_transformers(pair):
+    ours, ref, _ = pair
+    for method in ("encode_query", "encode_document", "encode"):
+        for texts in (QUERIES, DOCS):
+            _same(getattr(ours, method)(texts, batch_size=2), getattr(ref, method)(texts, batch_size=2))
+    torch.testing.assert_close(ours.encode_query("cat"), ref.encode_query("cat"), **TOL)
+
+
+def test_query_expansion_and_skiplist_shapes(pair):
+    ours, _, path = pair
+    transformer, mask, _, _ = SETTINGS[path.rsplit("/", 1)[-1].rstrip("0123456789")]
+    expansion = transformer.get("query_expansion")
+    queries = ours.encode_query(QUERIES)
+    if expansion and expansion["strategy"] == "fixed":
+        assert {len(q) for q in queries} == {expansion["length"]}
+    docs = ours.encode_document(DOCS, output_value=None)
+    if mask.get("skiplist_words"):
+        comma = WORDS.index(",")
+        assert all(comma not in d["input_ids"].tolist() for d in docs)
+
+
+def _maxsim(q, d):  # the definition: sum over query vectors of the best document vector
+    return (q @ d.T).max(dim=1).values.sum()
+
+
+def test_maxsim_is_its_definition_in_any_chunking():
+    torch.manual_seed(0)
+    queries = [torch.randn(n, 5) for n in (3, 1, 7, 0)]
+    docs = [torch.randn(n, 5) for n in (4, 11, 1, 30, 2)]
+    expected = torch.tensor([[_maxsim(q, d) if len(q) else 0.0 for d in docs] for q in queries])
+    for chunk in (None, 1, 5, 17, 64):
+        torch.testing.assert_close(maxsim_scores(queries, docs, chunk_elements=chunk), expected, **TOL)
+    normalised = maxsim_scores(queries, docs, length_normalize=True)
+    torch.testing.assert_close(normalised[:3], expected[:3] / torch.tensor([3.0, 1.0, 7.0])[:, None], **TOL)
+    ranked = maxsim_rank(queries[0], docs, top_k=2)
+    assert [r["corpus_id"] for r in ranked] == expected[0].argsort(descending=True)[:2].tolist()
+
+
+def test_similarity_and_rank_equal_sentence_transformers(pair):
+    ours, ref, _ = pair
+    q, d = ref.encode_query(QUERIES), ref.encode_document(DOCS)
+    torch.testing.assert_close(ours.similarity(q, d), ref.similarity(q, d).float(), **TOL)
+    ranked = ours.rank(QUERIES[0], DOCS, top_k=3, return_documents=True)
+    scores = ref.similarity([ref.encode_query(QUERIES[0])], d)[0]
+    assert [r["corpus_id"] for r in ranked] == scores.argsort(descending=True)[:3].tolist()
+    assert ranked[0]["text"] == DOCS[ranked[0]["corpus_id"]]
+
+
+def test_bad_input_is_one_clear_line(pair, tmp_path, base):
+    ours, _, _ = pair
+    with pytest.raises(ValueError, match=r"documents\[1\] has no token vectors"):
+        maxsim_scores([torch.ones(2, 3)], [torch.ones(1, 3), torch.ones(0, 3)])
+    with pytest.raises(ValueError, match="different sizes"):
+        maxsim_scores([torch.ones(2, 3)], [torch.ones(1, 4)])
+    with pytest.raises(ValueError, match="task must be one of"):
+        ours.encode(["x"], task="passage")
+    with pytest.raises(ValueError, match=r"bertkit\.MultiVectorEncoder"):
+        bertkit.SentenceTransformer(pair[2])
+    with pytest.raises(ValueError, match=r"no modules\.json"):
+        bertkit.MultiVectorEncoder(base)
