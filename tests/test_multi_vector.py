@@ -137,3 +137,15 @@ def test_bad_input_is_one_clear_line(pair, tmp_path, base):
         bertkit.SentenceTransformer(pair[2])
     with pytest.raises(ValueError, match=r"no modules\.json"):
         bertkit.MultiVectorEncoder(base)
+
+
+def test_saved_directory_loads_in_sentence_transformers_with_the_same_vectors(pair, tmp_path):
+    ours, ref, _ = pair
+    saved = ours.save(tmp_path / "saved")
+    again = st.MultiVectorEncoder(str(saved), device="cpu")
+    for method in ("encode_query", "encode_document"):
+        for texts in (QUERIES, DOCS):
+            _same(getattr(again, method)(texts), getattr(ref, method)(texts))
+    ours_again = bertkit.MultiVectorEncoder(saved, dtype="fp32")
+    _same(ours_again.encode_query(QUERIES), ref.encode_query(QUERIES))
+    assert ours_again.similarity_fn_name == ours.similarity_fn_name

@@ -90,6 +90,16 @@ class MultiVectorEncoder(nn.Module):
 
     prompt = SentenceTransformer.prompt  # one implementation of prompts with the dense model kind
 
+    def save(self, path: str | os.PathLike, model_card: str | None = None) -> Path:
+        """Write a sentence-transformers 6 ``MultiVectorEncoder`` directory
+        (:func:`bertkit.sentence.saving.save_multi_vector_encoder`) that sentence-transformers and bertkit load
+        with the same token vectors; returns its path."""
+        from bertkit.sentence.saving import save_multi_vector_encoder
+
+        return save_multi_vector_encoder(self, path, model_card=model_card)
+
+    save_pretrained = save
+
     @property
     def device(self) -> torch.device:
         return next(self.parameters()).device
