@@ -19,7 +19,8 @@ from sentence_transformers.multi_vector_encoder.modules import MultiVectorMask  
 import bertkit  # noqa: E402
 from bertkit.sentence.maxsim import maxsim_rank, maxsim_scores  # noqa: E402
 
-WORDS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *"abcdefghijklmnopqrstuvwxyz", ",", ".", "?", "!",
+WORDS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "[unused0]", "[unused1]", *"abcdefghijklmnopqrstuvwxyz",
+         ",", ".", "?", "!",
          "the", "cat", "dog", "sat", "on", "mat", "berlin", "city", "river", "how", "many", "people", "live", "in",
          "is", "big", "##s", "##ed", "what", "old", "new", "town", "query", "passage", ":"]
 QUERIES = ["how many people live in berlin?", "what is the big river", "cat", "the old town, the new town, the city",
@@ -135,7 +136,7 @@ def test_bad_input_is_one_clear_line(pair, tmp_path, base):
         ours.encode(["x"], task="passage")
     with pytest.raises(ValueError, match=r"bertkit\.MultiVectorEncoder"):
         bertkit.SentenceTransformer(pair[2])
-    with pytest.raises(ValueError, match=r"no modules\.json"):
+    with pytest.raises(ValueError, match="not a ColBERT directory"):
         bertkit.MultiVectorEncoder(base)
 
 
@@ -149,3 +150,58 @@ def test_saved_directory_loads_in_sentence_transformers_with_the_same_vectors(pa
     ours_again = bertkit.MultiVectorEncoder(saved, dtype="fp32")
     _same(ours_again.encode_query(QUERIES), ref.encode_query(QUERIES))
     assert ours_again.similarity_fn_name == ours.similarity_fn_name
+
+
+def pylate_dir(base: str, out) -> str:
+    """PyLate's layout (its documented save, written by hand: PyLate pins sentence-transformers < 6): Transformer
+    and a PyLate Dense, the ColBERT settings at the top level of config_sentence_transformers.json."""
+    import json
+    import shutil
+
+    colbert_dir(base, out, "plain")
+    shutil.rmtree(out / "2_MultiVectorMask")
+    shutil.rmtree(out / "3_Normalize")
+    (out / "modules.json").write_text(json.dumps([
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Dense", "type": "pylate.models.Dense.Dense"}]))
+    dense = json.loads((out / "1_Dense" / "config.json").read_text())
+    for key in ("module_input_name", "module_output_name"):
+        dense.pop(key)
+    (out / "1_Dense" / "config.json").write_text(json.dumps(dense))
+    (out / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 30, "do_lower_case": False}))
+    (out / "config_sentence_transformers.json").write_text(json.dumps({
+        "model_type": "ColBERT", "prompts": {}, "default_prompt_name": None, "similarity_fn_name": "MaxSim",
+        "query_prefix": "[unused0]", "document_prefix": "[unused1]", "query_length": 10, "document_length": 17,
+        "attend_to_expansion_tokens": False, "skiplist_words": [",", ".", "!"]}))
+    return str(out)
+
+
+def stanford_dir(base: str, out) -> str:
+    """A Stanford ColBERT checkpoint from its documented format: the BERT's weights under ``bert.`` and the
+    projection ``linear.weight`` in one file, config.json naming HF_ColBERT, artifact.metadata."""
+    import json
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    shutil.copytree(base, out, dirs_exist_ok=True)
+    weights = {"bert." + key: value for key, value in load_file(out / "model.safetensors").items()}
+    torch.manual_seed(2)
+    weights["linear.weight"] = torch.randn(11, 36) * 0.2
+    save_file(weights, out / "model.safetensors")
+    config = json.loads((out / "config.json").read_text())
+    (out / "config.json").write_text(json.dumps({**config, "architectures": ["HF_ColBERT"]}))
+    (out / "artifact.metadata").write_text(json.dumps({
+        "query_maxlen": 8, "doc_maxlen": 19, "query_token_id": "[unused0]", "doc_token_id": "[unused1]",
+        "mask_punctuation": True, "attend_to_mask_tokens": False, "dim": 11, "similarity": "cosine"}))
+    return str(out)
+
+
+@pytest.mark.parametrize("make", [pylate_dir, stanford_dir], ids=["pylate", "stanford"])
+def test_pylate_and_stanford_layouts_equal_sentence_transformers(make, base, tmp_path):
+    path = make(base, tmp_path / "model")
+    ours, ref = bertkit.MultiVectorEncoder(path, dtype="fp32"), st.MultiVectorEncoder(path, device="cpu")
+    for method in ("encode_query", "encode_document"):
+        for texts in (QUERIES, DOCS):
+            _same(getattr(ours, method)(texts, batch_size=2), getattr(ref, method)(texts, batch_size=2))
+    assert ours.encode_query("cat", output_value=None)["input_ids"][1] == WORDS.index("[unused0]")

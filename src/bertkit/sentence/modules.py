@@ -226,6 +226,7 @@ class Layout:
     document_length: int | None = None
     query_expansion: dict[str, Any] | None = None  # ColBERT's [MASK] padding of queries (see multi_vector.py)
     token_mask: dict[str, Any] | None = None  # a MultiVectorMask's settings: skiplist_words, skiplist_tasks, ...
+    markers: dict[str, str] = field(default_factory=dict)  # ColBERT's [Q]/[D] tokens that start a task's prompt
 
 
 def is_sentence_transformer(path: str | Path) -> bool:
@@ -235,7 +236,7 @@ def is_sentence_transformer(path: str | Path) -> bool:
 
 def is_multi_vector(layout: Layout) -> bool:
     """Whether a read directory is a multi-vector (ColBERT) model's: its model type, or a MultiVectorMask."""
-    return layout.model_type == "MultiVectorEncoder" or layout.token_mask is not None
+    return layout.model_type in ("MultiVectorEncoder", "ColBERT") or layout.token_mask is not None
 
 
 def read_layout(root: str | Path) -> Layout:

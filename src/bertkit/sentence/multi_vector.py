@@ -1,6 +1,7 @@
 """sentence-transformers' multi-vector (ColBERT) encoder on bertkit's engine: ``MultiVectorEncoder(path)``.
 
-A sentence-transformers 6 ``MultiVectorEncoder`` directory (:mod:`.modules`: a ``Transformer`` with
+A sentence-transformers 6 ``MultiVectorEncoder`` directory, a PyLate one or a Stanford ColBERT checkpoint
+(:mod:`.colbert_layouts`), read as sentence-transformers 6 reads it (:mod:`.modules`: a ``Transformer`` with
 ``query_length`` / ``document_length`` / ``query_expansion``, a projection ``Dense`` applied to every token, a
 ``MultiVectorMask`` and a token ``Normalize``) gives one vector per scored token:
 
@@ -26,9 +27,10 @@ from torch import nn
 
 from bertkit.inference.batching import check_batch_size, pad_lists, run_sorted
 from bertkit.inference.precision import prepare, resolve
+from bertkit.sentence.colbert_layouts import read_colbert_layout
 from bertkit.sentence.maxsim import maxsim_rank, maxsim_scores
 from bertkit.sentence.model import SentenceTransformer
-from bertkit.sentence.modules import is_multi_vector, is_sentence_transformer, normalize, read_layout
+from bertkit.sentence.modules import is_multi_vector, normalize
 from bertkit.tokenization.cut import cut_texts
 
 DOCUMENT_PROMPTS = ("document", "passage", "corpus")  # encode_document's default prompt names, in this order
@@ -53,10 +55,7 @@ class MultiVectorEncoder(nn.Module):
         from bertkit.tasks.sources import load_model_and_tokenizer
 
         path = Path(model_name_or_path)
-        if not is_sentence_transformer(path):
-            raise ValueError(f"{path} has no modules.json: bertkit.MultiVectorEncoder loads a sentence-transformers "
-                             "MultiVectorEncoder directory (Transformer, Dense, MultiVectorMask, Normalize).")
-        self.layout = layout = read_layout(path)
+        self.layout = layout = read_colbert_layout(path)
         if not is_multi_vector(layout):
             raise ValueError(f"{path} is not a multi-vector model (config_sentence_transformers.json's model_type is "
                              f"{layout.model_type!r} and it has no MultiVectorMask module); load it with "
@@ -64,7 +63,9 @@ class MultiVectorEncoder(nn.Module):
         if layout.masked_lm or layout.routes or layout.static or layout.autoencoder is not None:
             raise ValueError(f"{path}: a multi-vector model's pipeline is Transformer, Dense, MultiVectorMask, "
                              "Normalize; this one has a masked-LM, Router, static or autoencoder module.")
-        self.bert, self.tokenizer = load_model_and_tokenizer(layout.transformer, BERT, warn=False)
+        # a Stanford checkpoint holds its projection (read with the layout) beside the BERT's weights
+        self.bert, self.tokenizer = load_model_and_tokenizer(layout.transformer, BERT, warn=False,
+                                                             strict=layout.model_type != "HF_ColBERT")
         self.dense = nn.ModuleList(layout.dense)
         self.normalize_output = layout.normalize
         limit = self.bert.config.max_tokens
@@ -79,6 +80,8 @@ class MultiVectorEncoder(nn.Module):
         self.skiplist_words = list(mask.get("skiplist_words") or [])
         self.skiplist_ids = self._token_ids(self.skiplist_words)
         self.keep_only_token_ids = mask.get("keep_only_token_ids")
+        vocab = self.tokenizer.get_vocab()  # a marker outside the vocabulary stays text, as in sentence-transformers
+        self.marker_ids = {marker: vocab[marker] for marker in layout.markers.values() if marker in vocab}
         self.prompts, self.default_prompt_name = layout.prompts, layout.default_prompt_name
         self.similarity_fn_name = layout.similarity_fn_name or "maxsim"
         self.to(resolve_device(device) if device is not None else "cpu").eval()
@@ -178,6 +181,9 @@ class MultiVectorEncoder(nn.Module):
             length = expansion["length"]
         elif expansion is not None:  # "min": the expansion length is a floor, the query length still a ceiling
             length = max(length, expansion["length"])
+        marker = next((m for m in self.marker_ids if prefix.startswith(m)), None)
+        if marker is not None:  # one token after [CLS], counted in the length
+            prefix, length = prefix[len(marker):], length - 1
         lower = self.layout.do_lower_case
         texts = cut_texts(self.tokenizer, texts, length, "right", prefix=prefix, lower=lower)
         texts = [(prefix + t).lower() if lower else prefix + t for t in texts]
@@ -186,6 +192,10 @@ class MultiVectorEncoder(nn.Module):
         rows = []
         for i in range(len(texts)):
             row = {key: list(encoding[key][i]) for key in ("input_ids", "token_type_ids", "attention_mask")}
+            if marker is not None:
+                row["input_ids"].insert(1, self.marker_ids[marker])
+                row["token_type_ids"].insert(1, 0)
+                row["attention_mask"].insert(1, 1)
             row["scored"] = self._scored(row["input_ids"], task)
             if expansion is not None:
                 self._expand(row, expansion)
