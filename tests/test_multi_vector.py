@@ -205,3 +205,7 @@ def test_pylate_and_stanford_layouts_equal_sentence_transformers(make, base, tmp
         for texts in (QUERIES, DOCS):
             _same(getattr(ours, method)(texts, batch_size=2), getattr(ref, method)(texts, batch_size=2))
     assert ours.encode_query("cat", output_value=None)["input_ids"][1] == WORDS.index("[unused0]")
+    saved = ours.save(tmp_path / "saved")  # the markers stay one token in both libraries
+    for again in (st.MultiVectorEncoder(str(saved), device="cpu"), bertkit.MultiVectorEncoder(saved, dtype="fp32")):
+        _same(again.encode_query(QUERIES), ref.encode_query(QUERIES))
+        _same(again.encode_document(DOCS), ref.encode_document(DOCS))

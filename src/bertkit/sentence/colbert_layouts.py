@@ -6,6 +6,7 @@
   ``Dense`` only; the markers (``query_prefix`` / ``document_prefix``), lengths, ``do_query_expansion``,
   ``attend_to_expansion_tokens`` and ``skiplist_words`` (default: punctuation) at the top level of that file;
   token vectors always normalised.
+  bertkit's saves of a model with markers carry the same ``query_prefix`` / ``document_prefix`` keys.
 - Stanford ColBERT (``config.json``'s ``architectures`` holds ``HF_ColBERT``, no ``modules.json``): the BERT and
   the projection ``linear.weight`` in one checkpoint, ``artifact.metadata`` (``query_maxlen``, ``doc_maxlen``,
   ``query_token_id`` / ``doc_token_id`` markers, ``attend_to_mask_tokens``, ``mask_punctuation``); queries always
@@ -32,9 +33,10 @@ def read_colbert_layout(path: str | Path) -> Layout:
     when it is none of them."""
     path = Path(path)
     if is_sentence_transformer(path):
-        layout = read_layout(path)
+        layout, settings = read_layout(path), _settings(path)
+        _markers(layout, settings)
         if layout.model_type == "ColBERT":
-            _pylate(layout, _settings(path))
+            _pylate(layout, settings)
         return layout
     config = path / "config.json"
     if config.is_file() and "HF_ColBERT" in (_json(config).get("architectures") or []):
@@ -44,13 +46,18 @@ def read_colbert_layout(path: str | Path) -> Layout:
                      "HF_ColBERT, with artifact.metadata).")
 
 
-def _pylate(layout: Layout, settings: dict[str, Any]) -> None:
-    """PyLate's top-level settings, as sentence-transformers 6 translates them."""
+def _markers(layout: Layout, settings: dict[str, Any]) -> None:
+    """The top-level ``query_prefix`` / ``document_prefix`` (PyLate's, and bertkit's saves of a model with markers):
+    put before the task's prompt, as one token."""
     for role in ("query", "document"):
         marker = settings.get(f"{role}_prefix")
         if marker:
             layout.prompts[role] = marker + (layout.prompts.get(role) or "").removeprefix(marker)
             layout.markers[role] = marker
+
+
+def _pylate(layout: Layout, settings: dict[str, Any]) -> None:
+    """PyLate's top-level settings, as sentence-transformers 6 translates them."""
     layout.query_length = settings.get("query_length") or layout.query_length
     layout.document_length = settings.get("document_length") or layout.document_length
     if settings.get("do_query_expansion") is not False:

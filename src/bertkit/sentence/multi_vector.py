@@ -83,7 +83,9 @@ class MultiVectorEncoder(nn.Module):
         vocab = self.tokenizer.get_vocab()  # a marker outside the vocabulary stays text, as in sentence-transformers
         self.marker_ids = {marker: vocab[marker] for marker in layout.markers.values() if marker in vocab}
         self.prompts, self.default_prompt_name = layout.prompts, layout.default_prompt_name
-        self.similarity_fn_name = layout.similarity_fn_name or "maxsim"
+        # another name (PyLate's "MaxSim", a dense model's "cosine") falls back to MaxSim, as in sentence-transformers
+        saved = layout.similarity_fn_name
+        self.similarity_fn_name = saved if saved in ("maxsim", "meanmaxsim") else "maxsim"
         self.to(resolve_device(device) if device is not None else "cpu").eval()
         self.dtype_choice = None
         if optimize:

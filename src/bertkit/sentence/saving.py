@@ -140,10 +140,13 @@ def save_multi_vector_encoder(model: MultiVectorEncoder, directory: str | os.Pat
         modules.append((f"{len(modules)}_Normalize", "TokenNormalize"))
         _write_json(root / modules[-1][0] / "config.json", TOKENS)
     _write_json(root / "modules.json", [_module(index, path, kind) for index, (path, kind) in enumerate(modules)])
-    _write_json(root / "config_sentence_transformers.json", {
-        "__version__": {"bertkit": _bertkit_version(), "pytorch": torch.__version__},
-        "model_type": "MultiVectorEncoder", "prompts": dict(model.prompts),
-        "default_prompt_name": model.default_prompt_name, "similarity_fn_name": model.similarity_fn_name})
+    settings = {"__version__": {"bertkit": _bertkit_version(), "pytorch": torch.__version__},
+                "model_type": "MultiVectorEncoder", "prompts": dict(model.prompts),
+                "default_prompt_name": model.default_prompt_name, "similarity_fn_name": model.similarity_fn_name}
+    if layout.markers:  # PyLate's keys: sentence-transformers 6 then reads each marker as one token, not as text
+        settings.update({f"{role}_prefix": marker for role, marker in layout.markers.items()})
+        settings["query_expansion"] = model.query_expansion  # else those keys would switch PyLate's default on
+    _write_json(root / "config_sentence_transformers.json", settings)
     if model_card is not None:
         atomic_write_text(root / "README.md", model_card)
     return root
