@@ -209,3 +209,29 @@ def test_pylate_and_stanford_layouts_equal_sentence_transformers(make, base, tmp
     for again in (st.MultiVectorEncoder(str(saved), device="cpu"), bertkit.MultiVectorEncoder(saved, dtype="fp32")):
         _same(again.encode_query(QUERIES), ref.encode_query(QUERIES))
         _same(again.encode_document(DOCS), ref.encode_document(DOCS))
+
+
+def test_reranks_a_run_file_by_maxsim_as_sentence_transformers_scores(pair, tmp_path):
+    import json
+
+    from bertkit.sentence.evaluation.reranking import BeirRerankEvaluator
+
+    ours, ref, _ = pair
+    (tmp_path / "qrels").mkdir()
+    (tmp_path / "corpus.jsonl").write_text("".join(json.dumps({"_id": f"d{i}", "text": text}) + "\n"
+                                                   for i, text in enumerate(DOCS)))
+    (tmp_path / "queries.jsonl").write_text("".join(json.dumps({"_id": f"q{i}", "text": text}) + "\n"
+                                                    for i, text in enumerate(QUERIES)))
+    (tmp_path / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\n" + "".join(
+        f"q{i}\td{i}\t1\n" for i in range(len(QUERIES))))
+    (tmp_path / "run.trec").write_text("".join(  # a BM25-like first stage: every document, some order
+        f"q{i} Q0 d{j} {j} {float(len(DOCS) - (i + j) % len(DOCS))} bm25\n"
+        for i in range(len(QUERIES)) for j in range(len(DOCS))))
+    evaluator = BeirRerankEvaluator(tmp_path, tmp_path / "run.trec", top_k=4)
+    run = evaluator.rerank(ours, batch_size=3)
+    for query, scores in run.items():
+        assert len(scores) == 4
+        q = ref.encode_query(QUERIES[int(query[1:])])
+        d = ref.encode_document([DOCS[int(doc[1:])] for doc in scores])
+        torch.testing.assert_close(torch.tensor(list(scores.values())), ref.similarity([q], d)[0].float(), **TOL)
+    assert set(evaluator.report(ours)["reranked"]) >= {"ndcg@10", "mrr@10"}

@@ -36,6 +36,7 @@ from bertkit.tokenization.cut import cut_texts
 DOCUMENT_PROMPTS = ("document", "passage", "corpus")  # encode_document's default prompt names, in this order
 TASKS = ("query", "document", None)
 STRATEGIES = ("fixed", "min")
+RERANK_DOCUMENTS = 8192  # candidate documents whose vectors :meth:`MultiVectorEncoder.score_lists` holds at once
 
 
 class MultiVectorEncoder(nn.Module):
@@ -259,6 +260,27 @@ class MultiVectorEncoder(nn.Module):
         d = self.encode_document(list(documents), batch_size=batch_size)
         return maxsim_rank(q, d, top_k=top_k, texts=documents if return_documents else None,
                            length_normalize=self.similarity_fn_name == "meanmaxsim")
+
+    def score_lists(self, lists: Sequence[tuple[str, Sequence[str]]], batch_size: int = 32) -> list[list[float]]:
+        """MaxSim of each ``(query, [document, ...])`` pair, list by list: a first stage's candidates reranked
+        (what :mod:`bertkit.sentence.evaluation.reranking` asks of a reranker). Lists are encoded a block of at
+        most :data:`RERANK_DOCUMENTS` documents at a time, each distinct text once per block."""
+        scores: list[list[float]] = []
+        start = 0
+        while start < len(lists):
+            end, count = start, 0
+            while end < len(lists) and (end == start or count + len(lists[end][1]) <= RERANK_DOCUMENTS):
+                count += len(lists[end][1])
+                end += 1
+            block = lists[start:end]
+            texts = list(dict.fromkeys(doc for _, documents in block for doc in documents))
+            vectors = dict(zip(texts, self.encode_document(texts, batch_size=batch_size)))
+            queries = self.encode_query([query for query, _ in block], batch_size=batch_size)
+            for query, (_, documents) in zip(queries, block):
+                row = self.similarity([query], [vectors[doc] for doc in documents])[0] if documents else []
+                scores.append([float(x) for x in row])
+            start = end
+        return scores
 
     # ------------------------------------------------------------------------------------------ settings
     def _expansion_id(self, path: Path) -> int | None:
