@@ -235,3 +235,14 @@ def test_reranks_a_run_file_by_maxsim_as_sentence_transformers_scores(pair, tmp_
         d = ref.encode_document([DOCS[int(doc[1:])] for doc in scores])
         torch.testing.assert_close(torch.tensor(list(scores.values())), ref.similarity([q], d)[0].float(), **TOL)
     assert set(evaluator.report(ours)["reranked"]) >= {"ndcg@10", "mrr@10"}
+
+
+def test_a_module_bertkit_does_not_run_is_named(base, tmp_path):
+    from sentence_transformers.multi_vector_encoder.modules import HierarchicalTokenPooling
+
+    modules = [Transformer(base), Dense(36, 13, bias=False, activation_function=torch.nn.Identity(),
+                                        module_input_name="token_embeddings", module_output_name="token_embeddings"),
+               MultiVectorMask(), HierarchicalTokenPooling(2.0)]
+    st.MultiVectorEncoder(modules=modules, device="cpu").save(str(tmp_path / "pooled"))
+    with pytest.raises(ValueError, match="HierarchicalTokenPooling module"):
+        bertkit.MultiVectorEncoder(tmp_path / "pooled")
