@@ -237,12 +237,29 @@ def test_reranks_a_run_file_by_maxsim_as_sentence_transformers_scores(pair, tmp_
     assert set(evaluator.report(ours)["reranked"]) >= {"ndcg@10", "mrr@10"}
 
 
-def test_a_module_bertkit_does_not_run_is_named(base, tmp_path):
+
+def test_token_pooling_equals_sentence_transformers(base, tmp_path):
     from sentence_transformers.multi_vector_encoder.modules import HierarchicalTokenPooling
 
     modules = [Transformer(base), Dense(36, 13, bias=False, activation_function=torch.nn.Identity(),
                                         module_input_name="token_embeddings", module_output_name="token_embeddings"),
-               MultiVectorMask(), HierarchicalTokenPooling(2.0)]
+               MultiVectorMask(), Normalize(module_input_name="token_embeddings"), HierarchicalTokenPooling(2.0)]
     st.MultiVectorEncoder(modules=modules, device="cpu").save(str(tmp_path / "pooled"))
-    with pytest.raises(ValueError, match="HierarchicalTokenPooling module"):
-        bertkit.MultiVectorEncoder(tmp_path / "pooled")
+    ours, ref = bertkit.MultiVectorEncoder(tmp_path / "pooled", dtype="fp32"), st.MultiVectorEncoder(
+        str(tmp_path / "pooled"), device="cpu")
+    _same(ours.encode_document(DOCS), ref.encode_document(DOCS))
+    _same(ours.encode_query(QUERIES), ref.encode_query(QUERIES))  # documents only: queries keep every vector
+    assert len(ours.encode_document(DOCS[4])) < len(ours.encode_query(DOCS[4]))
+    again = st.MultiVectorEncoder(str(ours.save(tmp_path / "saved")), device="cpu")
+    _same(again.encode_document(DOCS), ref.encode_document(DOCS))
+
+
+def test_a_module_bertkit_does_not_run_is_named(base, tmp_path):
+    import json
+
+    path = colbert_dir(base, tmp_path / "odd", "plain")
+    modules = json.loads((tmp_path / "odd" / "modules.json").read_text())
+    modules.append({"idx": 4, "name": "4", "path": "4_Lambda", "type": "mylib.LambdaTokenPooling"})
+    (tmp_path / "odd" / "modules.json").write_text(json.dumps(modules))
+    with pytest.raises(ValueError, match=r"names a mylib\.LambdaTokenPooling module"):
+        bertkit.MultiVectorEncoder(path)

@@ -227,6 +227,7 @@ class Layout:
     query_expansion: dict[str, Any] | None = None  # ColBERT's [MASK] padding of queries (see multi_vector.py)
     token_mask: dict[str, Any] | None = None  # a MultiVectorMask's settings: skiplist_words, skiplist_tasks, ...
     markers: dict[str, str] = field(default_factory=dict)  # ColBERT's [Q]/[D] tokens that start a task's prompt
+    token_pooling: dict[str, Any] | None = None  # a HierarchicalTokenPooling's settings (the pipeline's last module)
 
 
 def is_sentence_transformer(path: str | Path) -> bool:
@@ -275,8 +276,13 @@ def _modules(root: Path, modules: list[tuple[str, str]], listed_in: Path) -> Lay
             layout.dense.append(_dense(where))
         elif kind == "Normalize":
             layout.normalize = True
+        elif layout.token_pooling is not None:  # pooled vectors are what the model gives: nothing runs after
+            raise ValueError(f"{listed_in}: {kind} comes after the HierarchicalTokenPooling; bertkit runs the token "
+                             "pooling as the last module.")
         elif kind == "MultiVectorMask":  # which token vectors a multi-vector model scores
             layout.token_mask = _json(where / "config.json")
+        elif kind == "HierarchicalTokenPooling":
+            layout.token_pooling = _json(where / "config.json")
         elif kind == "SparseAutoEncoder":
             layout.autoencoder = _autoencoder(where)
         elif kind == "SpladePooling":
@@ -286,7 +292,7 @@ def _modules(root: Path, modules: list[tuple[str, str]], listed_in: Path) -> Lay
         else:
             raise ValueError(f"{listed_in} names a {name} module; bertkit runs Transformer, MLMTransformer, "
                              "Pooling, Dense, Normalize, SpladePooling, SparseStaticEmbedding, SparseAutoEncoder, "
-                             "MultiVectorMask and a Router of them.")
+                             "MultiVectorMask, HierarchicalTokenPooling and a Router of them.")
     if layout is None:
         raise ValueError(f"{listed_in} has no Transformer module.")
     return layout

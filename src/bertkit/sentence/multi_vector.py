@@ -31,6 +31,7 @@ from bertkit.sentence.colbert_layouts import read_colbert_layout
 from bertkit.sentence.maxsim import maxsim_rank, maxsim_scores
 from bertkit.sentence.model import SentenceTransformer
 from bertkit.sentence.modules import is_multi_vector, normalize
+from bertkit.sentence.token_pooling import HierarchicalTokenPooling
 from bertkit.tokenization.cut import cut_texts
 
 DOCUMENT_PROMPTS = ("document", "passage", "corpus")  # encode_document's default prompt names, in this order
@@ -81,6 +82,8 @@ class MultiVectorEncoder(nn.Module):
         self.skiplist_words = list(mask.get("skiplist_words") or [])
         self.skiplist_ids = self._token_ids(self.skiplist_words)
         self.keep_only_token_ids = mask.get("keep_only_token_ids")
+        pooling = layout.token_pooling
+        self.token_pooling = HierarchicalTokenPooling.from_config(pooling) if pooling is not None else None
         vocab = self.tokenizer.get_vocab()  # a marker outside the vocabulary stays text, as in sentence-transformers
         self.marker_ids = {marker: vocab[marker] for marker in layout.markers.values() if marker in vocab}
         self.prompts, self.default_prompt_name = layout.prompts, layout.default_prompt_name
@@ -153,8 +156,10 @@ class MultiVectorEncoder(nn.Module):
         texts = [sentences] if single else list(sentences)
         progress = show_progress_bar if show_progress_bar is not None else len(texts) >= 8 * batch_size
         rows = self.features(texts, self.prompt(prompt_name, prompt), task)
+        pooling = self.token_pooling if self.token_pooling is not None and self.token_pooling.applies_to(task) \
+            else None
         out = run_sorted(rows, [len(row["input_ids"]) for row in rows], batch_size,
-                         self._batch_runner(output_value, normalize_embeddings), max_tokens=batch_tokens,
+                         self._batch_runner(output_value, normalize_embeddings, pooling), max_tokens=batch_tokens,
                          progress=progress, description="encode")
         if convert_to_numpy and output_value is not None:
             out = [vectors.numpy() for vectors in out]
@@ -223,7 +228,8 @@ class MultiVectorEncoder(nn.Module):
         row["attention_mask"] += [int(expansion["attend"])] * missing
         row["scored"] += self._scored([self.expansion_id], "query") * missing
 
-    def _batch_runner(self, output_value: str | None, normalize_embeddings: bool):
+    def _batch_runner(self, output_value: str | None, normalize_embeddings: bool,
+                      pooling: HierarchicalTokenPooling | None = None):
         @torch.inference_mode()
         def run(rows: list[dict]) -> list[Any]:
             ids = pad_lists([row["input_ids"] for row in rows], self.tokenizer.pad_token_id).to(self.device)
@@ -238,9 +244,12 @@ class MultiVectorEncoder(nn.Module):
             for i, n in enumerate(lengths):
                 keep = scored[i, :n]
                 row = vectors[i, :n][keep]
+                if pooling is not None:  # a pooled vector stands for several tokens: no ids then
+                    row = pooling.pool(row)
                 row = normalize(row) if normalize_embeddings else row
                 out.append(row if output_value is not None else
-                           {"token_embeddings": row, "input_ids": ids[i, :n][keep].cpu(), "attention_mask": keep})
+                           {"token_embeddings": row, "input_ids": None if pooling else ids[i, :n][keep].cpu(),
+                            "attention_mask": keep})
             return out
 
         return run

@@ -53,7 +53,9 @@ MULTI_VECTOR_TYPES = {
     "MultiVectorTransformer": "sentence_transformers.base.modules.transformer.Transformer",
     "TokenDense": "sentence_transformers.base.modules.dense.Dense",
     "MultiVectorMask": "sentence_transformers.multi_vector_encoder.modules.multi_vector_mask.MultiVectorMask",
-    "TokenNormalize": "sentence_transformers.base.modules.normalize.Normalize"}
+    "TokenNormalize": "sentence_transformers.base.modules.normalize.Normalize",
+    "HierarchicalTokenPooling":
+        "sentence_transformers.multi_vector_encoder.modules.token_pooling.HierarchicalTokenPooling"}
 ALL_TYPES = {**MODULE_TYPES, **SPARSE_TYPES, **MULTI_VECTOR_TYPES}
 TOKENS = {"module_input_name": "token_embeddings", "module_output_name": "token_embeddings"}  # per-token modules
 
@@ -139,6 +141,9 @@ def save_multi_vector_encoder(model: MultiVectorEncoder, directory: str | os.Pat
     if model.normalize_output:
         modules.append((f"{len(modules)}_Normalize", "TokenNormalize"))
         _write_json(root / modules[-1][0] / "config.json", TOKENS)
+    if model.token_pooling is not None:
+        modules.append((f"{len(modules)}_HierarchicalTokenPooling", "HierarchicalTokenPooling"))
+        _write_json(root / modules[-1][0] / "config.json", model.token_pooling.config())
     _write_json(root / "modules.json", [_module(index, path, kind) for index, (path, kind) in enumerate(modules)])
     settings = {"__version__": {"bertkit": _bertkit_version(), "pytorch": torch.__version__},
                 "model_type": "MultiVectorEncoder", "prompts": dict(model.prompts),
