@@ -263,3 +263,11 @@ def test_a_module_bertkit_does_not_run_is_named(base, tmp_path):
     (tmp_path / "odd" / "modules.json").write_text(json.dumps(modules))
     with pytest.raises(ValueError, match=r"names a mylib\.LambdaTokenPooling module"):
         bertkit.MultiVectorEncoder(path)
+
+
+def test_a_query_cut_to_the_expansion_length_warns_and_nothing_to_encode_is_empty(pair):
+    ours, _, path = pair
+    if "fixed" in path:
+        with pytest.warns(UserWarning, match="filled the whole query_expansion length"):
+            ours.encode_query("the old town of berlin is big and the river is old")
+    assert ours.encode_query([]) == [] and ours.encode_document([]) == []

@@ -18,6 +18,7 @@ With ``dtype="fp32"`` the vectors equal sentence-transformers 6.2's ``encode_que
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -197,6 +198,12 @@ class MultiVectorEncoder(nn.Module):
         texts = [(prefix + t).lower() if lower else prefix + t for t in texts]
         encoding = self.tokenizer(texts, truncation=True, max_length=length, return_token_type_ids=True) \
             if texts else {}
+        full = texts and expansion is not None and expansion["strategy"] == "fixed" and any(
+            len(ids) >= length for ids in encoding["input_ids"])
+        if full:  # as sentence-transformers warns: the query may have lost words, and has no expansion
+            warnings.warn(f"a query filled the whole query_expansion length ({expansion['length']} tokens): anything "
+                          "after it was cut off; shorten it or save the model with a longer query_expansion length.",
+                          stacklevel=3)
         rows = []
         for i in range(len(texts)):
             row = {key: list(encoding[key][i]) for key in ("input_ids", "token_type_ids", "attention_mask")}
