@@ -234,7 +234,15 @@ def test_reranks_a_run_file_by_maxsim_as_sentence_transformers_scores(pair, tmp_
         q = ref.encode_query(QUERIES[int(query[1:])])
         d = ref.encode_document([DOCS[int(doc[1:])] for doc in scores])
         torch.testing.assert_close(torch.tensor(list(scores.values())), ref.similarity([q], d)[0].float(), **TOL)
-    assert set(evaluator.report(ours)["reranked"]) >= {"ndcg@10", "mrr@10"}
+    report = evaluator.report(ours)
+    assert set(report["reranked"]) >= {"ndcg@10", "mrr@10"}
+
+    from bertkit.cli import main  # the same through `bertkit evaluate MODEL --beir DIR --first-stage RUN`
+
+    output = tmp_path / "rerank.json"
+    assert main(["evaluate", pair[2], "--beir", str(tmp_path), "--first-stage", str(tmp_path / "run.trec"),
+                 "--top-k", "4", "-o", str(output)]) == 0
+    assert json.loads(output.read_text())["reranked"] == pytest.approx(report["reranked"])
 
 
 

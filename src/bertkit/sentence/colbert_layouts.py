@@ -46,6 +46,16 @@ def read_colbert_layout(path: str | Path) -> Layout:
                      "HF_ColBERT, with artifact.metadata).")
 
 
+def is_colbert_directory(path: str | Path) -> bool:
+    """Whether ``path`` is a ColBERT directory in one of the three layouts (read, nothing loaded)."""
+    from bertkit.sentence.modules import is_multi_vector
+
+    try:
+        return is_multi_vector(read_colbert_layout(path))
+    except (ValueError, OSError):
+        return False
+
+
 def _markers(layout: Layout, settings: dict[str, Any]) -> None:
     """The top-level ``query_prefix`` / ``document_prefix`` (PyLate's, and bertkit's saves of a model with markers):
     put before the task's prompt, as one token."""
