@@ -72,6 +72,7 @@ _LAZY = {
     "semantic_search": "bertkit.sentence",
     "CrossEncoder": "bertkit.sentence.cross_encoder",
     "SparseEncoder": "bertkit.sentence.sparse",
+    "MultiVectorEncoder": "bertkit.sentence.multi_vector",
     "BGEM3Lexical": "bertkit.sentence.bge_m3",
     "lexical_matching_score": "bertkit.sentence.bge_m3",
 }
@@ -96,6 +97,7 @@ if TYPE_CHECKING:  # for IDEs and type checkers
     from bertkit.sentence.bge_m3 import BGEM3Lexical as BGEM3Lexical
     from bertkit.sentence.bge_m3 import lexical_matching_score as lexical_matching_score
     from bertkit.sentence.cross_encoder import CrossEncoder as CrossEncoder
+    from bertkit.sentence.multi_vector import MultiVectorEncoder as MultiVectorEncoder
     from bertkit.sentence.sparse import SparseEncoder as SparseEncoder
     from bertkit.tokenization import AutoTokenizer as AutoTokenizer
     from bertkit.tokenization import BatchEncoding as BatchEncoding

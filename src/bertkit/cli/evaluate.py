@@ -188,9 +188,11 @@ def embedding_main(args: argparse.Namespace) -> int:
 
 def rerank_main(args: argparse.Namespace) -> int:
     """A cross-encoder's --rerank rows or --beir with --first-stage; refuses a model or flags of the other kind."""
+    from bertkit.sentence.colbert_layouts import is_colbert_directory
     from bertkit.sentence.cross_encoder import is_cross_encoder
 
-    if not is_cross_encoder(args.model):
+    colbert = is_colbert_directory(args.model)  # a late-interaction reranker: MaxSim in place of a classifier
+    if not colbert and not is_cross_encoder(args.model):
         flag = "--rerank" if args.rerank is not None else "--first-stage"
         raise ValueError(f"{flag} evaluates a cross-encoder, but MODEL_DIR {args.model} is an embedding model (not a "
                          "sequence classifier); give a reranker directory, or evaluate this model with --beir alone.")
@@ -217,7 +219,8 @@ def rerank_main(args: argparse.Namespace) -> int:
 
     fp32 = DtypeChoice("fp32", "fp32", "evaluate scores a cross-encoder in fp32; --dtype applies to an embedding "
                                        "first stage")
-    reranker = bertkit.CrossEncoder(args.model, max_length=args.max_seq_length, dtype=fp32)
+    reranker = bertkit.MultiVectorEncoder(args.model, dtype="fp32") if colbert else \
+        bertkit.CrossEncoder(args.model, max_length=args.max_seq_length, dtype=fp32)
     if args.rerank is not None:
         evaluator = RowsRerankEvaluator(args.rerank, k_values=args.k, batch_size=args.batch_size,
                                         always_rerank_positives=not args.rerank_documents_only)

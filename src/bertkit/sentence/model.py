@@ -21,7 +21,7 @@ from torch import nn
 
 from bertkit.inference.batching import CHUNK_BATCHES, check_batch_size, chunks, pad, run_sorted
 from bertkit.inference.precision import prepare, resolve
-from bertkit.sentence.modules import Layout, Pooling, is_sentence_transformer, normalize, read_layout
+from bertkit.sentence.modules import Layout, Pooling, is_multi_vector, is_sentence_transformer, normalize, read_layout
 from bertkit.sentence.util import PRECISIONS, quantize_embeddings, similarity
 from bertkit.tokenization.cut import cut_texts
 
@@ -59,6 +59,9 @@ class SentenceTransformer(nn.Module):
         if layout.masked_lm or layout.routes or layout.static or layout.autoencoder is not None:
             raise ValueError(f"{path} is a sparse encoder's directory (a masked-LM, Router, static or autoencoder "
                              "module); load it with bertkit.SparseEncoder.")
+        if is_multi_vector(layout):
+            raise ValueError(f"{path} is a multi-vector (ColBERT) model's directory; load it with "
+                             "bertkit.MultiVectorEncoder.")
         if pooling is not None:
             layout.pooling = Pooling((pooling,) if isinstance(pooling, str) else tuple(pooling),
                                      include_prompt=layout.pooling.include_prompt)

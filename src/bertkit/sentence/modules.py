@@ -221,11 +221,23 @@ class Layout:
     routes: dict[str, Layout] = field(default_factory=dict)  # a Router's pipelines by task (query, document)
     default_route: str | None = None
     autoencoder: SparseAutoEncoder | None = None  # CSR: a sparse head after the dense modules
+    model_type: str | None = None  # config_sentence_transformers.json's (``MultiVectorEncoder``, ...)
+    query_length: int | None = None  # a multi-vector Transformer's per-task token limits
+    document_length: int | None = None
+    query_expansion: dict[str, Any] | None = None  # ColBERT's [MASK] padding of queries (see multi_vector.py)
+    token_mask: dict[str, Any] | None = None  # a MultiVectorMask's settings: skiplist_words, skiplist_tasks, ...
+    markers: dict[str, str] = field(default_factory=dict)  # ColBERT's [Q]/[D] tokens that start a task's prompt
+    token_pooling: dict[str, Any] | None = None  # a HierarchicalTokenPooling's settings (the pipeline's last module)
 
 
 def is_sentence_transformer(path: str | Path) -> bool:
     """Whether ``path`` is a sentence-transformers directory (it has ``modules.json``)."""
     return (Path(path) / "modules.json").is_file()
+
+
+def is_multi_vector(layout: Layout) -> bool:
+    """Whether a read directory is a multi-vector (ColBERT) model's: its model type, or a MultiVectorMask."""
+    return layout.model_type in ("MultiVectorEncoder", "ColBERT") or layout.token_mask is not None
 
 
 def read_layout(root: str | Path) -> Layout:
@@ -240,6 +252,7 @@ def read_layout(root: str | Path) -> Layout:
     layout.default_prompt_name = extra.get("default_prompt_name")
     layout.similarity_fn_name = extra.get("similarity_fn_name")
     layout.max_active_dims = extra.get("max_active_dims")
+    layout.model_type = extra.get("model_type")
     return layout
 
 
@@ -263,6 +276,13 @@ def _modules(root: Path, modules: list[tuple[str, str]], listed_in: Path) -> Lay
             layout.dense.append(_dense(where))
         elif kind == "Normalize":
             layout.normalize = True
+        elif layout.token_pooling is not None:  # pooled vectors are what the model gives: nothing runs after
+            raise ValueError(f"{listed_in}: {kind} comes after the HierarchicalTokenPooling; bertkit runs the token "
+                             "pooling as the last module.")
+        elif kind == "MultiVectorMask":  # which token vectors a multi-vector model scores
+            layout.token_mask = _json(where / "config.json")
+        elif kind == "HierarchicalTokenPooling":
+            layout.token_pooling = _json(where / "config.json")
         elif kind == "SparseAutoEncoder":
             layout.autoencoder = _autoencoder(where)
         elif kind == "SpladePooling":
@@ -271,8 +291,8 @@ def _modules(root: Path, modules: list[tuple[str, str]], listed_in: Path) -> Lay
                                           config.get("activation_function", "relu"))
         else:
             raise ValueError(f"{listed_in} names a {name} module; bertkit runs Transformer, MLMTransformer, "
-                             "Pooling, Dense, Normalize, SpladePooling, SparseStaticEmbedding, SparseAutoEncoder "
-                             "and a Router of them.")
+                             "Pooling, Dense, Normalize, SpladePooling, SparseStaticEmbedding, SparseAutoEncoder, "
+                             "MultiVectorMask, HierarchicalTokenPooling and a Router of them.")
     if layout is None:
         raise ValueError(f"{listed_in} has no Transformer module.")
     return layout
@@ -323,7 +343,8 @@ def _transformer_settings(where: Path, root: Path) -> dict[str, Any]:
     if length is None and (where / "tokenizer_config.json").is_file():
         length = _json(where / "tokenizer_config.json").get("model_max_length")
         length = length if isinstance(length, int) and length < 1_000_000 else None  # HF's "unset" is 1e30
-    return {"max_seq_length": length, "do_lower_case": bool(settings.get("do_lower_case", False))}
+    return {"max_seq_length": length, "do_lower_case": bool(settings.get("do_lower_case", False)),
+            **{key: settings.get(key) for key in ("query_length", "document_length", "query_expansion")}}
 
 
 def _fill_mask(where: Path, root: Path) -> bool:

@@ -13,6 +13,11 @@ A :class:`~bertkit.sentence.SparseEncoder` is written as sentence-transformers 6
 ``router_config.json`` lists each route's modules in folders ``{route}_{index}_{kind}`` (a
 ``SparseStaticEmbedding``: tokenizer files and its ``weight`` vector), or CSR: the dense directory above and a
 ``SparseAutoEncoder`` after it.
+
+A :class:`~bertkit.sentence.MultiVectorEncoder` is written as sentence-transformers 6 writes one
+(:func:`save_multi_vector_encoder`): the ``Transformer`` at the root (its ``sentence_bert_config.json`` with the
+query/document lengths and the query expansion), each projection ``Dense`` on ``token_embeddings``, the
+``MultiVectorMask`` (skiplist) and a token ``Normalize``, under sentence-transformers 6's module names.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from bertkit.sentence.modules import POOLING_MODES, Dense
 
 if TYPE_CHECKING:
     from bertkit.sentence.model import SentenceTransformer
+    from bertkit.sentence.multi_vector import MultiVectorEncoder
     from bertkit.sentence.sparse import SparseEncoder
 
 MODULE_TYPES = {"Transformer": "sentence_transformers.models.Transformer",
@@ -43,7 +49,15 @@ SPARSE_TYPES = {"MLMTransformer": "sentence_transformers.sparse_encoder.modules.
                 "Router": "sentence_transformers.base.modules.router.Router",
                 "SparseAutoEncoder":
                     "sentence_transformers.sparse_encoder.modules.sparse_auto_encoder.SparseAutoEncoder"}
-ALL_TYPES = {**MODULE_TYPES, **SPARSE_TYPES}
+MULTI_VECTOR_TYPES = {
+    "MultiVectorTransformer": "sentence_transformers.base.modules.transformer.Transformer",
+    "TokenDense": "sentence_transformers.base.modules.dense.Dense",
+    "MultiVectorMask": "sentence_transformers.multi_vector_encoder.modules.multi_vector_mask.MultiVectorMask",
+    "TokenNormalize": "sentence_transformers.base.modules.normalize.Normalize",
+    "HierarchicalTokenPooling":
+        "sentence_transformers.multi_vector_encoder.modules.token_pooling.HierarchicalTokenPooling"}
+ALL_TYPES = {**MODULE_TYPES, **SPARSE_TYPES, **MULTI_VECTOR_TYPES}
+TOKENS = {"module_input_name": "token_embeddings", "module_output_name": "token_embeddings"}  # per-token modules
 
 
 def save_sentence_transformer(model: SentenceTransformer, directory: str | os.PathLike, *,
@@ -92,6 +106,51 @@ def save_sparse_encoder(model: SparseEncoder, directory: str | os.PathLike, *,
                 "default_prompt_name": model.default_prompt_name, "similarity_fn_name": model.similarity_fn_name}
     if model.max_active_dims is not None:
         settings["max_active_dims"] = model.max_active_dims
+    _write_json(root / "config_sentence_transformers.json", settings)
+    if model_card is not None:
+        atomic_write_text(root / "README.md", model_card)
+    return root
+
+
+def save_multi_vector_encoder(model: MultiVectorEncoder, directory: str | os.PathLike, *,
+                              model_card: str | None = None) -> Path:
+    """Write ``model`` as a sentence-transformers 6 ``MultiVectorEncoder`` directory at ``directory`` (created if
+    missing) that sentence-transformers and bertkit load with the same token vectors; returns it. ``model_card``
+    as for :func:`save_sentence_transformer`."""
+    root = Path(directory)
+    root.mkdir(parents=True, exist_ok=True)
+    if model.similarity_fn_name not in ("maxsim", "meanmaxsim"):
+        raise ValueError(f"similarity_fn_name must be 'maxsim' or 'meanmaxsim', got {model.similarity_fn_name!r}")
+    model.bert.save_pretrained(root)
+    model.tokenizer.save_pretrained(root)
+    layout = model.layout
+    transformer = {"transformer_task": "feature-extraction", "module_output_name": "token_embeddings",
+                   "max_seq_length": model.max_seq_length, "do_lower_case": bool(layout.do_lower_case)}
+    lengths = {"query_length": layout.query_length, "document_length": layout.document_length,
+               "query_expansion": model.query_expansion}
+    transformer.update({key: value for key, value in lengths.items() if value is not None})
+    _write_json(root / "sentence_bert_config.json", transformer)
+    modules = [("", "MultiVectorTransformer")]
+    for layer in model.dense:
+        modules.append((f"{len(modules)}_Dense", "TokenDense"))
+        _save_dense(layer, root / modules[-1][0], TOKENS)
+    modules.append((f"{len(modules)}_MultiVectorMask", "MultiVectorMask"))
+    _write_json(root / modules[-1][0] / "config.json", {
+        "skiplist_words": list(model.skiplist_words), "skiplist_tasks": list(model.skiplist_tasks),
+        "keep_only_token_ids": model.keep_only_token_ids})
+    if model.normalize_output:
+        modules.append((f"{len(modules)}_Normalize", "TokenNormalize"))
+        _write_json(root / modules[-1][0] / "config.json", TOKENS)
+    if model.token_pooling is not None:
+        modules.append((f"{len(modules)}_HierarchicalTokenPooling", "HierarchicalTokenPooling"))
+        _write_json(root / modules[-1][0] / "config.json", model.token_pooling.config())
+    _write_json(root / "modules.json", [_module(index, path, kind) for index, (path, kind) in enumerate(modules)])
+    settings = {"__version__": {"bertkit": _bertkit_version(), "pytorch": torch.__version__},
+                "model_type": "MultiVectorEncoder", "prompts": dict(model.prompts),
+                "default_prompt_name": model.default_prompt_name, "similarity_fn_name": model.similarity_fn_name}
+    if layout.markers:  # PyLate's keys: sentence-transformers 6 then reads each marker as one token, not as text
+        settings.update({f"{role}_prefix": marker for role, marker in layout.markers.items()})
+        settings["query_expansion"] = model.query_expansion  # else those keys would switch PyLate's default on
     _write_json(root / "config_sentence_transformers.json", settings)
     if model_card is not None:
         atomic_write_text(root / "README.md", model_card)
@@ -177,14 +236,16 @@ def _pooling_config(model: SentenceTransformer) -> dict[str, Any]:
     return config
 
 
-def _save_dense(layer: Dense, where: Path) -> None:
+def _save_dense(layer: Dense, where: Path, extra: dict[str, Any] | None = None) -> None:
+    """A Dense's config (with ``extra`` settings, e.g. the token inputs of a multi-vector model) and weights."""
     from safetensors.torch import save_file
 
     linear = layer.linear
     activation = type(layer.activation)
     _write_json(where / "config.json", {"in_features": linear.in_features, "out_features": linear.out_features,
                                         "bias": linear.bias is not None,
-                                        "activation_function": f"{activation.__module__}.{activation.__name__}"})
+                                        "activation_function": f"{activation.__module__}.{activation.__name__}",
+                                        **(extra or {})})
     tensors = {f"linear.{name}": t.detach().contiguous().cpu() for name, t in linear.state_dict().items()}
     atomic_write(where / "model.safetensors", lambda path: save_file(tensors, path))
 

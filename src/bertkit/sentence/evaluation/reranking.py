@@ -61,7 +61,11 @@ def _evaluating(cross_encoder):
 
 def score_lists(cross_encoder, lists: Sequence[tuple[str, Sequence[str]]], batch_size: int = 32) -> list[list[float]]:
     """The cross-encoder's score of each ``(query, [document, ...])`` pair, list by list, from ``predict`` calls
-    over blocks of whole lists of at most :data:`PAIR_CHUNK` pairs (``predict`` sorts each block by length)."""
+    over blocks of whole lists of at most :data:`PAIR_CHUNK` pairs (``predict`` sorts each block by length). A
+    late-interaction model (:class:`bertkit.MultiVectorEncoder`) scores the lists itself, by MaxSim."""
+    if hasattr(cross_encoder, "score_lists"):
+        scores = cross_encoder.score_lists(lists, batch_size)
+        return check_rows(scores, lambda i: f"the query {lists[i][0]!r:.80} (one of its documents)")
     if cross_encoder.num_labels != 1:
         raise ValueError(f"reranking needs a one-label cross-encoder (one relevance score per pair); this one has "
                          f"{cross_encoder.num_labels} labels.")
