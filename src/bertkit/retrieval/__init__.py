@@ -18,7 +18,9 @@ together, fused.
 
 Multi-vector (late interaction, token vectors ``[n_i, d]`` per document): :class:`MultiVectorIndexWriter` /
 :func:`build_multivector_index` build an exact index in bounded memory, :class:`MultiVectorIndex` loads it and
-searches it by MaxSim, exactly.
+searches it by MaxSim, exactly; :func:`build_plaid_index` compresses one in the PLAID manner (k-means centroids,
+residuals in 2 or 4 bits) into a :class:`PlaidIndex`, searched by candidate generation from the centroids and MaxSim
+on the short list.
 """
 
 from bertkit.retrieval.dense import encode_sorted, retrieve, search
@@ -29,6 +31,7 @@ from bertkit.retrieval.multivector import (
     MultiVectorIndexWriter,
     build_multivector_index,
 )
+from bertkit.retrieval.plaid import PlaidIndex, build_plaid_index
 from bertkit.retrieval.similarity import SIMILARITIES, pairwise, rowwise
 from bertkit.retrieval.sparse import SparseIndex, SparseIndexWriter, build_sparse_index
 from bertkit.retrieval.sparse_corpus import CorpusFields, build_sparse_corpus_index, model_fingerprint, read_corpus
@@ -44,8 +47,8 @@ from bertkit.retrieval.sparse_export import (
 )
 from bertkit.retrieval.sparse_retrieve import encode_sparse_sorted, retrieve_sparse, sparsity_figures
 
-__all__ = ["SIMILARITIES", "CorpusFields", "MultiVectorIndex", "MultiVectorIndexWriter", "SparseIndex",
-           "SparseIndexWriter", "build_multivector_index", "build_sparse_corpus_index",
+__all__ = ["SIMILARITIES", "CorpusFields", "MultiVectorIndex", "MultiVectorIndexWriter", "PlaidIndex", "SparseIndex",
+           "SparseIndexWriter", "build_multivector_index", "build_plaid_index", "build_sparse_corpus_index",
            "build_sparse_index", "document_vectors", "elasticsearch_actions", "elasticsearch_mapping",
            "elasticsearch_query", "encode_sorted", "encode_sparse_sorted", "export_index", "fuse_runs",
            "hybrid_search", "model_fingerprint", "pairwise", "qdrant_collection", "qdrant_points",

@@ -185,9 +185,15 @@ def maxsim_block(queries: torch.Tensor, query_of_row: torch.Tensor, count: int, 
     """MaxSim ``[count, documents]`` of ``count`` queries (their token vectors stacked, ``queries [M, d]``, row ``r``
     of query ``query_of_row[r]``) against ``documents`` documents (``tokens [t, d]``, token ``j`` of document
     ``doc_of_token[j]``); float32, exact. Memory: ``M * (t + documents)`` scores."""
-    similarity = queries @ tokens.T
-    best = torch.full((len(queries), documents), -torch.inf, dtype=similarity.dtype)
-    best.scatter_reduce_(1, doc_of_token.expand(len(queries), -1), similarity, "amax")
+    return segment_maxsim(queries @ tokens.T, query_of_row, count, doc_of_token, documents)
+
+
+def segment_maxsim(similarity: torch.Tensor, query_of_row: torch.Tensor, count: int, doc_of_token: torch.Tensor,
+                   documents: int) -> torch.Tensor:
+    """:func:`maxsim_block` from the token-pair scores ``similarity [M, t]`` (exact ones, or a compressed index's
+    approximations of them)."""
+    best = torch.full((len(similarity), documents), -torch.inf, dtype=similarity.dtype)
+    best.scatter_reduce_(1, doc_of_token.expand(len(similarity), -1), similarity, "amax")
     return torch.zeros(count, documents, dtype=similarity.dtype).index_add_(0, query_of_row, best)
 
 
