@@ -73,9 +73,9 @@ def recall_at_10(found, truth):
     return np.mean([len(set(a[1].tolist()) & set(b[1].tolist())) / 10 for a, b in zip(found, truth)])
 
 
-@pytest.mark.parametrize(("nbits", "floor"), [(2, 0.8), (4, 0.85)])
+@pytest.mark.parametrize(("nbits", "floor"), [(2, 0.83), (4, 0.9)])
 def test_recall_at_10_against_the_exact_index(corpus, tmp_path, nbits, floor):
-    """(measured 0.85 and 0.885: the synthetic top 10s hold near-ties that 2 or 4 bits do not separate; with the
+    """(measured 0.86 and 0.925: the synthetic top 10s hold near-ties that 2 or 4 bits do not separate; with the
     short list reranked on the exact vectors, recall is that of the candidate generation alone)"""
     exact, queries = corpus
     index = build_plaid_index(exact, tmp_path / "p", nbits=nbits, centroids=64, iterations=4)

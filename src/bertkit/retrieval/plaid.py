@@ -69,8 +69,8 @@ def build_plaid_index(source: MultiVectorIndex, directory: str | os.PathLike, *,
     """A :class:`PlaidIndex` in ``directory`` of the documents of the exact index ``source``.
 
     ``centroids`` (default :func:`default_centroids`) are found by k-means over up to ``sample`` token vectors drawn
-    with ``seed``; 1/20th more (at least 1,000 where there are) are held out to set the residual buckets. The tokens
-    are then compressed ``max_tokens`` at a time (bounded memory)."""
+    with ``seed``, less the 1/20th of them held out to set the residual buckets. The tokens are then compressed
+    ``max_tokens`` at a time (bounded memory)."""
     if nbits not in NBITS:
         raise ValueError(f"nbits must be one of {NBITS}, got {nbits}.")
     if source.dim * nbits % 8:
@@ -80,9 +80,10 @@ def build_plaid_index(source: MultiVectorIndex, directory: str | os.PathLike, *,
     directory = Path(directory)
     _prepare(directory)
     generator = torch.Generator().manual_seed(seed)
-    drawn = _sample(source, min(source.tokens, sample + max(sample // 20, 1000)), generator)
+    drawn = _sample(source, min(source.tokens, sample), generator)
     drawn = drawn[torch.randperm(len(drawn), generator=generator)]
-    held_out, train = drawn[:max(1, len(drawn) - sample)], drawn[max(1, len(drawn) - sample):]
+    held = max(1, len(drawn) // 20)  # as PLAID: residual statistics from vectors the centroids were not fit to
+    held_out, train = drawn[:held], drawn[held:]
     train = train if len(train) >= count else drawn
     norms = drawn.norm(dim=1)
     normalize = bool(((norms - 1).abs() < 1e-2).all())  # unit vectors (as ColBERT's): decompressed ones are too
