@@ -16,10 +16,11 @@ import torch
 NBITS = (2, 4)
 
 
-def nearest(vectors: torch.Tensor, centroids: torch.Tensor, chunk: int = 1 << 14) -> torch.Tensor:
-    """The nearest centroid (Euclidean) of each vector, ``[t]`` int64: argmax of ``x.c - |c|^2 / 2``, in chunks of
-    ``chunk`` vectors (a ``[chunk, K]`` score matrix at a time)."""
+def nearest(vectors: torch.Tensor, centroids: torch.Tensor, scores: int = 1 << 24) -> torch.Tensor:
+    """The nearest centroid (Euclidean) of each vector, ``[t]`` int64: argmax of ``x.c - |c|^2 / 2``, a chunk of
+    vectors at a time (at most about ``scores`` vector-centroid scores held: 64 MiB)."""
     half_norms = 0.5 * (centroids * centroids).sum(1)
+    chunk = max(1, scores // len(centroids))
     return torch.cat([(part @ centroids.T - half_norms).argmax(1) for part in vectors.split(chunk)]) \
         if len(vectors) else torch.empty(0, dtype=torch.int64)
 
@@ -69,6 +70,9 @@ class Codec:
         per_byte = 8 // nbits
         # bucket j of a byte's per_byte buckets sits at bits nbits * (per_byte - 1 - j): the first in the high bits
         self._shifts = torch.arange(per_byte - 1, -1, -1, dtype=torch.uint8) * nbits
+        # the values of each possible byte's buckets [256, per_byte]: decompression is one lookup per byte
+        every_byte = torch.arange(256, dtype=torch.uint8).unsqueeze(1)
+        self._table = self.weights[((every_byte >> self._shifts) & ((1 << nbits) - 1)).long()]
 
     @property
     def residual_bytes(self) -> int:
@@ -83,7 +87,5 @@ class Codec:
 
     def decompress(self, codes: torch.Tensor, packed: torch.Tensor) -> torch.Tensor:
         """The float32 vectors ``[t, d]`` that ``codes`` and ``packed`` stand for."""
-        mask = (1 << self.nbits) - 1
-        buckets = ((packed.unsqueeze(2) >> self._shifts) & mask).view(len(packed), -1)
-        vectors = self.centroids[codes] + self.weights[buckets.long()]
+        vectors = self.centroids[codes] + self._table[packed.long()].view(len(packed), -1)
         return torch.nn.functional.normalize(vectors, dim=1) if self.normalize else vectors
