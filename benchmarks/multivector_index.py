@@ -101,6 +101,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", type=Path, help="write the table here (benchmarks/record.py's format)")
     args = parser.parse_args(argv)
+    command = ["benchmarks/multivector_index.py", *(sys.argv[1:] if argv is None else argv)]
     with tempfile.TemporaryDirectory() as work:
         rows = [row for n in args.sizes for row in run_size(n, args, Path(work))]
     print(record.markdown(rows))
@@ -109,7 +110,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
                  "recall against the exact index's top k (ties broken by position)"]
         record.write_result(args.json, "multivector-index", [record.table(
             "Multi-vector indexes: PLAID recall, size and latency beside exact MaxSim", rows, notes=notes)],
-            title="Multi-vector index (exact and PLAID)", argv=["benchmarks/multivector_index.py", *(argv or [])])
+            title="Multi-vector index (exact and PLAID)", argv=command)
     return rows
 
 
