@@ -15,11 +15,23 @@ with its ids, resumable; :func:`export_index` writes an index for Elasticsearch 
 :func:`reciprocal_rank_fusion` and :func:`weighted_sum_fusion` fuse ranked lists (dense + sparse: hybrid),
 :func:`fuse_runs` every query's; :func:`hybrid_search`: dense vectors and a sparse index of one corpus searched
 together, fused.
+
+Multi-vector (late interaction, token vectors ``[n_i, d]`` per document): :class:`MultiVectorIndexWriter` /
+:func:`build_multivector_index` build an exact index in bounded memory, :class:`MultiVectorIndex` loads it and
+searches it by MaxSim, exactly; :func:`build_plaid_index` compresses one in the PLAID manner (k-means centroids,
+residuals in 2 or 4 bits) into a :class:`PlaidIndex`, searched by candidate generation from the centroids and MaxSim
+on the short list.
 """
 
 from bertkit.retrieval.dense import encode_sorted, retrieve, search
 from bertkit.retrieval.fusion import fuse_runs, reciprocal_rank_fusion, weighted_sum_fusion
 from bertkit.retrieval.hybrid import hybrid_search
+from bertkit.retrieval.multivector import (
+    MultiVectorIndex,
+    MultiVectorIndexWriter,
+    build_multivector_index,
+)
+from bertkit.retrieval.plaid import PlaidIndex, build_plaid_index
 from bertkit.retrieval.similarity import SIMILARITIES, pairwise, rowwise
 from bertkit.retrieval.sparse import SparseIndex, SparseIndexWriter, build_sparse_index
 from bertkit.retrieval.sparse_corpus import CorpusFields, build_sparse_corpus_index, model_fingerprint, read_corpus
@@ -35,9 +47,10 @@ from bertkit.retrieval.sparse_export import (
 )
 from bertkit.retrieval.sparse_retrieve import encode_sparse_sorted, retrieve_sparse, sparsity_figures
 
-__all__ = ["SIMILARITIES", "CorpusFields", "SparseIndex", "SparseIndexWriter", "build_sparse_corpus_index",
+__all__ = ["SIMILARITIES", "CorpusFields", "MultiVectorIndex", "MultiVectorIndexWriter", "PlaidIndex", "SparseIndex",
+           "SparseIndexWriter", "build_multivector_index", "build_plaid_index", "build_sparse_corpus_index",
            "build_sparse_index", "document_vectors", "elasticsearch_actions", "elasticsearch_mapping",
            "elasticsearch_query", "encode_sorted", "encode_sparse_sorted", "export_index", "fuse_runs",
            "hybrid_search", "model_fingerprint", "pairwise", "qdrant_collection", "qdrant_points",
-           "rank_feature_names", "read_corpus", "reciprocal_rank_fusion", "retrieve", "retrieve_sparse", "rowwise",
-           "search", "sparsity_figures", "weighted_sum_fusion"]
+           "rank_feature_names", "read_corpus", "reciprocal_rank_fusion", "retrieve", "retrieve_sparse",
+           "rowwise", "search", "sparsity_figures", "weighted_sum_fusion"]

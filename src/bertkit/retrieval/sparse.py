@@ -17,7 +17,6 @@ the lower document position.
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 import json
 import os
@@ -29,14 +28,23 @@ from typing import Any
 import numpy as np
 import torch
 
+from bertkit.retrieval.index_files import (
+    ID_FILES,
+    IdTable,
+    doc_dtype,
+    file_record,
+    load_files,
+    merge_ids,
+    read_manifest,
+    write_atomically,
+    write_ids,
+)
+
 FORMAT = "bertkit-sparse-index"
 VERSION = 1
 MANIFEST = "manifest.json"
 PROGRESS = "progress.json"  # in segments/: how far an unfinished build got
 ARRAYS = ("offsets", "docs", "weights")
-#: the documents' ids, when they were added with ids: their UTF-8 bytes one after the other, and the offsets [N + 1]
-#: of each id's bytes (memory-mapped like the arrays: an id is read only when a result names it)
-ID_FILES = ("ids.bin", "ids.offsets.npy")
 
 #: sparse vectors, one per row: a torch sparse (COO or CSR) or dense ``[n, vocab_size]`` tensor, a dense numpy
 #: array, or a sequence of ``(term ids, weights)`` pairs
@@ -172,18 +180,16 @@ class SparseIndexWriter:
             order = np.lexsort((doc, term))
             name = self.segments / f"{self._segment_count:06d}"
             np.save(f"{name}.counts.npy", np.bincount(term, minlength=self.vocab_size).astype(np.int64))
-            np.save(f"{name}.docs.npy", doc[order].astype(_doc_dtype(self.documents)))
+            np.save(f"{name}.docs.npy", doc[order].astype(doc_dtype(self.documents)))
             np.save(f"{name}.weights.npy", weight[order])
             if self.with_ids:
-                encoded = [doc_id.encode("utf-8") for doc_id in self._ids]
-                Path(f"{name}.ids.bin").write_bytes(b"".join(encoded))
-                np.save(f"{name}.idlengths.npy", np.array([len(b) for b in encoded], dtype=np.int64))
+                write_ids(str(name), self._ids)
                 self._ids = []
             self._segment_count += 1
         progress = {"format": FORMAT, "version": VERSION, "vocab_size": self.vocab_size, "model": self.model,
                     "documents": self.documents, "segments": self._segment_count, "info": self.info,
                     "ids": self.with_ids}
-        _write_atomically(self.segments / PROGRESS, json.dumps(progress) + "\n")
+        write_atomically(self.segments / PROGRESS, json.dumps(progress) + "\n")
 
     def finish(self) -> SparseIndex:
         """Merges the segments into the index, writes the manifest and returns the index, loaded.
@@ -198,7 +204,7 @@ class SparseIndexWriter:
         offsets = np.zeros(self.vocab_size + 1, np.int64)
         np.cumsum(total, out=offsets[1:])
         postings = int(offsets[-1])
-        docs = np.lib.format.open_memmap(self.directory / "docs.npy.tmp", "w+", _doc_dtype(self.documents),
+        docs = np.lib.format.open_memmap(self.directory / "docs.npy.tmp", "w+", doc_dtype(self.documents),
                                          (postings,))
         weights = np.lib.format.open_memmap(self.directory / "weights.npy.tmp", "w+", np.float32, (postings,))
         # segments hold ascending documents, one after the other: appending each segment's postings of a term
@@ -218,55 +224,19 @@ class SparseIndexWriter:
         with open(self.directory / "offsets.npy.tmp", "wb") as f:  # a file object: np.save adds no ".npy"
             np.save(f, offsets)
         if self.with_ids:
-            self._merge_ids(names)
+            merge_ids(self.directory, names, self.documents)
         files = {}
         for name in [f"{array}.npy" for array in ARRAYS] + (list(ID_FILES) if self.with_ids else []):
             os.replace(self.directory / f"{name}.tmp", self.directory / name)
-            files[name] = _file_record(self.directory / name)
+            files[name] = file_record(self.directory / name)
         manifest = {"format": FORMAT, "version": VERSION, "vocab_size": self.vocab_size, "model": self.model,
                     "documents": self.documents, "postings": postings, "ids": bool(self.with_ids),
                     "info": self.info, "files": files}
-        _write_atomically(self.directory / MANIFEST, json.dumps(manifest, indent=2) + "\n")
+        write_atomically(self.directory / MANIFEST, json.dumps(manifest, indent=2) + "\n")
         shutil.rmtree(self.segments)
         return SparseIndex.load(self.directory, vocab_size=self.vocab_size, verify=False)
 
 
-    def _merge_ids(self, names: list[Path]) -> None:
-        """The segments' ids, in document order, into ``ids.bin.tmp`` and ``ids.offsets.npy.tmp``."""
-        offsets = np.zeros(self.documents + 1, np.int64)
-        done = 0
-        with open(self.directory / "ids.bin.tmp", "wb") as blob:
-            for name in names:
-                lengths = np.load(f"{name}.idlengths.npy")
-                np.cumsum(lengths, out=offsets[done + 1:done + 1 + len(lengths)])
-                offsets[done + 1:done + 1 + len(lengths)] += offsets[done]
-                done += len(lengths)
-                with open(f"{name}.ids.bin", "rb") as part:
-                    shutil.copyfileobj(part, blob)
-        if done != self.documents:
-            raise ValueError(f"the segments of {str(self.directory)!r} hold {done} ids for {self.documents} documents: "
-                             f"corrupted; build the index again.")
-        with open(self.directory / "ids.offsets.npy.tmp", "wb") as f:
-            np.save(f, offsets)
-
-
-def _write_atomically(path: Path, text: str) -> None:
-    """``path`` holds ``text`` or what it held before, never a part: written aside, then renamed over it."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
-def _doc_dtype(documents: int) -> type:
-    return np.uint32 if documents <= np.iinfo(np.uint32).max else np.int64
-
-
-def _file_record(path: Path) -> dict[str, Any]:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 24), b""):
-            digest.update(block)
-    return {"bytes": path.stat().st_size, "sha256": digest.hexdigest()}
 
 
 class SparseIndex:
@@ -279,8 +249,7 @@ class SparseIndex:
         self.vocab_size: int = manifest["vocab_size"]
         self.documents: int = manifest["documents"]
         self.model: str = manifest["model"]
-        self._id_bytes: np.ndarray | None = None
-        self._id_offsets: np.ndarray | None = None
+        self._ids = IdTable(directory, None, None)
 
     @classmethod
     def load(cls, directory: str | os.PathLike, *, vocab_size: int | None = None, model: str | None = None,
@@ -289,19 +258,8 @@ class SparseIndex:
         for them. Each file's size is checked against the manifest (a truncated file is refused); with
         ``verify`` also its checksum and the posting lists' structure (reads every byte once)."""
         directory = Path(directory)
-        path = directory / MANIFEST
-        if not path.is_file():
-            raise ValueError(f"{str(directory)!r} holds no {MANIFEST}: not a finished sparse index (an interrupted "
-                             f"build leaves none); build it again with SparseIndexWriter.")
-        try:
-            manifest = json.loads(path.read_text())
-            fmt, version = manifest["format"], manifest["version"]
-            int(manifest["vocab_size"]), int(manifest["documents"]), int(manifest["postings"]), manifest["files"]
-        except (ValueError, KeyError, TypeError) as error:
-            raise ValueError(f"{str(path)!r} is corrupted ({error}); build the index again.") from None
-        if fmt != FORMAT or version != VERSION:
-            raise ValueError(f"{str(path)!r} is a {fmt!r} version {version} index; this bertkit reads {FORMAT!r} "
-                             f"version {VERSION}: build the index again.")
+        manifest = read_manifest(directory / MANIFEST, FORMAT, VERSION, ("vocab_size", "documents", "postings",
+                                                                         "files"), "sparse index")
         if vocab_size is not None and manifest["vocab_size"] != vocab_size:
             raise ValueError(f"the index in {str(directory)!r} was built for a vocabulary of {manifest['vocab_size']} "
                              f"terms, not {vocab_size}; search it with the model that built it "
@@ -309,24 +267,10 @@ class SparseIndex:
         if model is not None and manifest["model"] != model:
             raise ValueError(f"the index in {str(directory)!r} was built by {manifest['model']!r}, not {model!r}; "
                              f"search it with that model or build another.")
-        arrays = {}
-        for name in [f"{array}.npy" for array in ARRAYS] + (list(ID_FILES) if manifest.get("ids") else []):
-            file = directory / name
-            record = manifest["files"].get(name, {})
-            size = file.stat().st_size if file.is_file() else None
-            if size != record.get("bytes"):
-                raise ValueError(f"index file {str(file)!r} is {'missing' if size is None else f'{size} bytes'}, the "
-                                 f"manifest says {record.get('bytes')}: truncated or corrupted; build the index again.")
-            if verify and _file_record(file)["sha256"] != record.get("sha256"):
-                raise ValueError(f"index file {str(file)!r} does not match its checksum in the manifest: corrupted; "
-                                 f"build the index again.")
-            try:
-                arrays[name] = (np.load(file, mmap_mode="r") if name.endswith(".npy") else
-                                np.memmap(file, np.uint8, "r") if size else np.empty(0, np.uint8))
-            except (ValueError, OSError) as error:
-                raise ValueError(f"index file {str(file)!r} is corrupted ({error}); build the index again.") from None
+        names = [f"{array}.npy" for array in ARRAYS] + (list(ID_FILES) if manifest.get("ids") else [])
+        arrays = load_files(directory, manifest, names, verify)
         index = cls(directory, manifest, arrays["offsets.npy"], arrays["docs.npy"], arrays["weights.npy"])
-        index._id_bytes, index._id_offsets = arrays.get("ids.bin"), arrays.get("ids.offsets.npy")
+        index._ids = IdTable(directory, arrays.get("ids.bin"), arrays.get("ids.offsets.npy"))
         index._check(verify)
         return index
 
@@ -341,10 +285,8 @@ class SparseIndex:
             problem = "the offsets are not a cumulative count of the postings"
         elif full and P and int(self.docs.max()) >= self.documents:
             problem = f"a posting names a document beyond the {self.documents} documents"
-        elif self._id_offsets is not None and (
-                self._id_offsets.shape != (self.documents + 1,) or self._id_offsets[-1] != len(self._id_bytes)
-                or (full and (np.diff(self._id_offsets) < 0).any())):
-            problem = "the ids' offsets do not cover ids.bin, one id per document"
+        else:
+            problem = self._ids.problem(self.documents, full)
         if problem:
             raise ValueError(f"the index in {str(self.directory)!r} is corrupted ({problem}); build it again.")
 
@@ -354,11 +296,7 @@ class SparseIndex:
     def ids(self, positions: Sequence[int] | np.ndarray) -> list[str]:
         """The ids of the documents at ``positions`` (as :meth:`search` returns them); ``ValueError`` for an index
         built without ids."""
-        if self._id_offsets is None:
-            raise ValueError(f"the index in {str(self.directory)!r} was built without document ids; its results are "
-                             f"positions in the corpus (build it with ids to have them named).")
-        starts, ends = self._id_offsets[positions], self._id_offsets[np.asarray(positions) + 1]
-        return [bytes(self._id_bytes[a:b]).decode("utf-8") for a, b in zip(starts.tolist(), ends.tolist())]
+        return self._ids(positions)
 
     def search(self, queries: SparseRows, k: int) -> list[tuple[np.ndarray, np.ndarray]]:
         """For each query of ``queries`` (see :data:`SparseRows`; width ``vocab_size``): ``(scores, positions)``,
