@@ -32,11 +32,6 @@ from bertkit.tasks.sources import COLBERT_LINEAR, SPARSE_LINEAR  # the heads' fi
 DROPPED_TOKENS = ("cls_token", "eos_token", "sep_token", "pad_token", "unk_token")
 
 
-def has_lexical_weights(path: str | os.PathLike) -> bool:
-    """Whether the directory holds BGE-M3's token-weight layer (``sparse_linear.pt``)."""
-    return (Path(path) / SPARSE_LINEAR).is_file()
-
-
 def load_linear(path: str | os.PathLike, name: str, in_features: int, out_features: int | None = None) -> nn.Linear:
     """The ``Linear(in_features, out_features)`` in ``path/name`` (any output size where ``out_features`` is
     None), read as tensors only (no pickled code runs: ``torch.load(weights_only=True)``)."""
@@ -48,18 +43,17 @@ def load_linear(path: str | os.PathLike, name: str, in_features: int, out_featur
     except Exception as error:  # a truncated file or one holding more than tensors
         raise ValueError(f"{file} is not a tensor state dict ({type(error).__name__}): write it with "
                          "torch.save(linear.state_dict(), ...).") from None
-    weight, bias = (state.get("weight"), state.get("bias")) if isinstance(state, Mapping) else (None, None)
-    out = weight.shape[0] if isinstance(weight, torch.Tensor) and weight.dim() == 2 else None
-    if out_features is not None and out != out_features:
-        out = None
-    if out is None or tuple(weight.shape) != (out, in_features) or set(state) - {"weight", "bias"} or \
-            (bias is not None and (not isinstance(bias, torch.Tensor) or tuple(bias.shape) != (out,))) or out < 1:
+    tensors = isinstance(state, Mapping) and set(state) in ({"weight"}, {"weight", "bias"}) and \
+        all(isinstance(v, torch.Tensor) for v in state.values())
+    out = out_features or (state["weight"].shape[0] if tensors and state["weight"].dim() == 2 else 0)
+    wanted = {"weight": (out, in_features), "bias": (out,)}
+    if not tensors or out < 1 or any(tuple(v.shape) != wanted[k] for k, v in state.items()):
         shapes = {k: tuple(getattr(v, "shape", ())) for k, v in state.items()} if isinstance(state, Mapping) \
             else type(state).__name__
         n = out_features or "n"
         raise ValueError(f"{file} holds {shapes}, not a Linear({in_features}, {n}): weight ({n}, {in_features}) "
                          f"and an optional bias ({n},).")
-    linear = nn.Linear(in_features, out, bias=bias is not None)
+    linear = nn.Linear(in_features, out, bias="bias" in state)
     linear.load_state_dict({k: v.float() for k, v in state.items()})
     return linear
 
@@ -196,13 +190,9 @@ class BGEM3(BGEM3Encoder):
         single = isinstance(texts, str)
 
         def run(out: M3Output, rows: list[dict]) -> list[tuple]:
-            results = []
-            for i, row in enumerate(rows):
-                n = len(row["input_ids"])
-                results.append((out.dense[i].cpu().numpy(),
-                                self.lexical_weights(out.sparse[i, :n].cpu(), row["input_ids"]),
-                                out.colbert[i, :n - 1].cpu().numpy()))
-            return results
+            dense, sparse, colbert = (t.cpu() for t in out)
+            return [(dense[i].numpy(), self.lexical_weights(sparse[i, :len(row["input_ids"])], row["input_ids"]),
+                     colbert[i, :len(row["input_ids"]) - 1].numpy()) for i, row in enumerate(rows)]
 
         results = self.run_texts([texts] if single else list(texts), batch_size, run, max_length)
         dense = np.stack([r[0] for r in results]) if results else \
