@@ -100,6 +100,9 @@ def test_scores_equal_flag_embeddings_formulas(m3_dir, reference):
                                        torch.tensor(list(expected.values()), dtype=torch.float64),
                                        atol=1e-5, rtol=1e-5)
     assert got["sparse"][0] > 0 and got["colbert"][0] != got["dense"][0]  # shared words; distinct scores
+    one = model.compute_score((TEXTS[0], TEXTS[4]), max_passage_length=20, weights=weights)  # one pair: floats
+    assert one == pytest.approx({mode: scores[0] for mode, scores in got.items()}, abs=1e-6)
+    assert model.compute_score([]) == {mode: [] for mode in got}
     vecs = model.encode([TEXTS[0], TEXTS[4]])["colbert_vecs"]
     assert colbert_score(vecs[0], vecs[1]) == pytest.approx(flag_colbert_score(*map(torch.from_numpy, vecs)))
 
@@ -157,5 +160,5 @@ def test_missing_heads_are_named(m3_dir, tmp_path):
         BGEM3(bad)
     with pytest.raises(ValueError, match="heads: 'dense' is not a BGE-M3 head"):
         BGEM3(m3_dir, heads=("dense",))
-    with pytest.raises(TypeError, match=r"pairs: pass a list of \(query, passage\) pairs"):
-        BGEM3(m3_dir).compute_score(("a", "b"))
+    with pytest.raises(TypeError, match=r"pairs: pass a \(query, passage\) pair of strings or a list of them"):
+        BGEM3(m3_dir).compute_score([("a", "b", "c")])

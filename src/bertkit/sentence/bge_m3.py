@@ -202,15 +202,18 @@ class BGEM3(BGEM3Encoder):
             return {"dense_vecs": dense[0], "lexical_weights": lexical[0], "colbert_vecs": colbert[0]}
         return {"dense_vecs": dense, "lexical_weights": lexical, "colbert_vecs": colbert}
 
-    def compute_score(self, pairs: Sequence[tuple[str, str]], batch_size: int = 32, max_query_length: int = 512,
-                      max_passage_length: int = 8192, weights: Sequence[float] = (1.0, 1.0, 1.0),
-                      ) -> dict[str, list[float]]:
-        """The five scores of each ``(query, passage)`` pair, as FlagEmbedding's ``compute_score``
-        (:func:`fused_scores`). Each pair's ColBERT score is over its passage's own tokens (as FlagEmbedding's
-        ``colbert_score`` on ``encode``'s vectors; its ``compute_score`` also lets a query token score 0 against the
-        padding of a batch's shorter passages)."""
-        if isinstance(pairs, tuple) or any(not isinstance(p, (tuple, list)) or len(p) != 2 for p in pairs):
-            raise TypeError("pairs: pass a list of (query, passage) pairs.")
+    def compute_score(self, pairs: Sequence[tuple[str, str]] | tuple[str, str], batch_size: int = 32,
+                      max_query_length: int = 512, max_passage_length: int = 8192,
+                      weights: Sequence[float] = (1.0, 1.0, 1.0)) -> dict[str, list[float]] | dict[str, float]:
+        """The five scores of each ``(query, passage)`` pair (one pair: one float per mode), as FlagEmbedding's
+        ``compute_score`` (:func:`fused_scores`). Each pair's ColBERT score is over its passage's own tokens (as
+        FlagEmbedding's ``colbert_score`` on ``encode``'s vectors; its ``compute_score`` also lets a query token
+        score 0 against the padding of a batch's shorter passages)."""
+        single = isinstance(pairs, tuple) and len(pairs) == 2 and all(isinstance(t, str) for t in pairs)
+        pairs = [pairs] if single else list(pairs)
+        if any(not isinstance(p, (tuple, list)) or len(p) != 2 or not all(isinstance(t, str) for t in p)
+               for p in pairs):
+            raise TypeError("pairs: pass a (query, passage) pair of strings or a list of them.")
         queries = self.encode([q for q, _ in pairs], batch_size, max_query_length)
         passages = self.encode([p for _, p in pairs], batch_size, max_passage_length)
         dense = (queries["dense_vecs"] * passages["dense_vecs"]).sum(-1).astype(np.float64)
@@ -218,7 +221,8 @@ class BGEM3(BGEM3Encoder):
                            zip(queries["lexical_weights"], passages["lexical_weights"])], dtype=np.float64)
         colbert = np.array([colbert_score(q, p) for q, p in zip(queries["colbert_vecs"], passages["colbert_vecs"])],
                            dtype=np.float64)
-        return {mode: scores.tolist() for mode, scores in fused_scores(dense, sparse, colbert, weights).items()}
+        fused = fused_scores(dense, sparse, colbert, weights)
+        return {mode: scores[0].item() if single else scores.tolist() for mode, scores in fused.items()}
 
 
 def colbert_score(query: np.ndarray | torch.Tensor, passage: np.ndarray | torch.Tensor) -> float:
