@@ -73,6 +73,7 @@ _LAZY = {
     "CrossEncoder": "bertkit.sentence.cross_encoder",
     "SparseEncoder": "bertkit.sentence.sparse",
     "MultiVectorEncoder": "bertkit.sentence.multi_vector",
+    "BGEM3": "bertkit.sentence.bge_m3",
     "BGEM3Lexical": "bertkit.sentence.bge_m3",
     "lexical_matching_score": "bertkit.sentence.bge_m3",
 }
@@ -94,6 +95,7 @@ if TYPE_CHECKING:  # for IDEs and type checkers
     from bertkit.presets import preset_config as preset_config
     from bertkit.sentence import SentenceTransformer as SentenceTransformer
     from bertkit.sentence import semantic_search as semantic_search
+    from bertkit.sentence.bge_m3 import BGEM3 as BGEM3
     from bertkit.sentence.bge_m3 import BGEM3Lexical as BGEM3Lexical
     from bertkit.sentence.bge_m3 import lexical_matching_score as lexical_matching_score
     from bertkit.sentence.cross_encoder import CrossEncoder as CrossEncoder

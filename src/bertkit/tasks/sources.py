@@ -45,6 +45,8 @@ MODULES_FILE = "modules.json"
 ROUTER_FILE = "router_config.json"
 #: the file FlagEmbedding writes BGE-M3's token-weight layer to, beside the XLM-R weights
 SPARSE_LINEAR = "sparse_linear.pt"
+#: the file FlagEmbedding writes BGE-M3's multi-vector (ColBERT) projection to
+COLBERT_LINEAR = "colbert_linear.pt"
 #: what :attr:`SourceInfo.sparse` names: sentence-transformers' sparse encoders (SPLADE, an inference-free
 #: Router with a static query side, CSR over a dense model), and BGE-M3's lexical weights
 SPARSE_KINDS = ("splade", "inference-free", "csr", "bge-m3")
@@ -433,8 +435,8 @@ def _fingerprint(checkpoint) -> dict[str, Any]:
             "config_sha256": hashlib.sha256(config.encode()).hexdigest()}
 
 
-__all__ = ["SPARSE_ENCODERS", "SPARSE_KINDS", "SPARSE_LINEAR", "TASK_FILE", "LoadedSource", "SourceInfo",
-           "inspect_source", "load_model_and_tokenizer", "load_source", "read_task_file", "source_config"]
+__all__ = ["COLBERT_LINEAR", "SPARSE_ENCODERS", "SPARSE_KINDS", "SPARSE_LINEAR", "TASK_FILE", "LoadedSource",
+           "SourceInfo", "inspect_source", "load_model_and_tokenizer", "load_source", "read_task_file", "source_config"]
 
 
 def require_scoring_head(model: str | os.PathLike, flag: str) -> None:
