@@ -212,6 +212,19 @@ def test_the_command_trains_a_new_colbert_with_its_flags(data, tmp_path):
     assert [r["step"] for r in records(out, "eval")] == [0, 2]
 
 
+def test_the_command_reports_its_losses_to_tensorboard(data, tmp_path, capsys):
+    pytest.importorskip("tensorboard")
+    from test_report_to import assert_same_series, expected, tensorboard_scalars
+
+    out = tmp_path / "out"
+    assert cli_run(data, out, "--max-steps", "3", "--dim", "8", "--report-to", "tensorboard") == 0
+    capsys.readouterr()
+    want = expected(out)
+    assert "train/loss" in want
+    scalars, _ = tensorboard_scalars(out)
+    assert_same_series(scalars, want)
+
+
 @pytest.mark.parametrize("flags, message", [
     (["--loss", "triplet"], "--loss 'triplet' is not a loss bertkit trains ColBERT models with; choose one of mnrl"),
     (["--temperature", "2"], "--temperature does not apply to --loss mnrl; it applies to kl"),
