@@ -231,11 +231,13 @@ def test_the_command_reports_its_losses_to_tensorboard(data, tmp_path, capsys):
     (["--dim", "0"], "--dim must be a positive integer"),
     (["--max-seq-length", "9"], "--max-seq-length does not apply to a ColBERT run"),
     (["--query-expansion", "500"], "--query-expansion 500: .* takes at most 40 tokens"),
+    (["--loss", "kl"], "pairs.jsonl: --loss kl distills a teacher's scores .* \\['anchor', 'positive'\\]"),
 ])
 def test_bad_flags_are_one_line_errors(data, tmp_path, capsys, flags, message):
     assert cli_run(data, tmp_path / "o", "--max-steps", "1", *flags) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and __import__("re").search(message, err[0]), err
+    assert not (tmp_path / "o").exists()
 
 
 def test_new_model_flags_on_a_colbert_are_refused_in_one_line(data, tmp_path, capsys):

@@ -56,6 +56,13 @@ class ColBERTSettings:
         if self.similarity not in ("maxsim", "meanmaxsim"):
             raise ValueError(f"--similarity must be maxsim or meanmaxsim, got {self.similarity!r}.")
 
+    def check_lengths(self, base: str | os.PathLike, limit: int) -> None:
+        """Refuse (one line naming the flag) a length above ``limit``, the tokens ``base`` takes."""
+        for flag, value in (("--query-length", self.query_length), ("--document-length", self.document_length),
+                            ("--query-expansion", self.query_expansion)):
+            if value is not None and value > limit:
+                raise ValueError(f"{flag} {value}: {os.fspath(base)} takes at most {limit} tokens.")
+
     @property
     def skiplist_words(self) -> list[str]:
         return list(SKIPLISTS[self.skiplist] if isinstance(self.skiplist, str) else self.skiplist)
@@ -80,11 +87,7 @@ def new_multi_vector_encoder(base: str | os.PathLike, directory: str | os.PathLi
                          f"({layers[-1].linear.out_features} outputs), which becomes the projection with its learned "
                          "weights; leave --dim out.")
     limit = dense.max_seq_length
-    for flag, value in (("--query-length", settings.query_length), ("--document-length", settings.document_length),
-                        ("--query-expansion", settings.query_expansion)):
-        if value is not None and value > dense.bert.config.max_tokens:
-            raise ValueError(f"{flag} {value}: {os.fspath(base)} takes at most {dense.bert.config.max_tokens} "
-                             "tokens.")
+    settings.check_lengths(base, dense.bert.config.max_tokens)
     expansion = {"strategy": "fixed", "attend": False, "token": None, "length": settings.query_expansion} \
         if settings.query_expansion else None
     layout = SimpleNamespace(do_lower_case=dense.layout.do_lower_case, query_length=settings.query_length,

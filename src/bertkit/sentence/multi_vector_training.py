@@ -30,7 +30,7 @@ from typing import Any
 import torch
 
 from bertkit.inference.batching import pad_lists
-from bertkit.sentence.data import PairCollator
+from bertkit.sentence.data import PairCollator, training_rows
 from bertkit.sentence.evaluation.ir_metrics import DEFAULT_K
 from bertkit.sentence.losses import build_multi_vector_loss
 from bertkit.sentence.multi_vector_build import ColBERTSettings
@@ -141,6 +141,20 @@ def finetune_colbert(model: str | os.PathLike, train_files: str | os.PathLike | 
                       apply_changes=apply_changes, callbacks=callbacks)
 
 
+def check_teacher_scores(dataset, loss_name: str) -> None:
+    """Refuse, before the run opens, a distillation loss (margin-mse, kl) on a file whose first row lacks hard
+    negatives or teacher scores (a ``label``): one line naming the file and the columns it needs."""
+    if loss_name not in ("margin-mse", "kl"):
+        return
+    for path, layout in zip(dataset.files, dataset.layouts):
+        row = next((row for _, row in training_rows(path, layout, dataset.encoding)), {})
+        negatives = row.get("negatives") or [k for k in row if k.startswith("negative")]
+        if not negatives or row.get("label") is None:
+            raise ValueError(f"{path}: --loss {loss_name} distills a teacher's scores of each row's positive and "
+                             f"hard negatives, but its rows have {sorted(row)}; give rows of query, positive, "
+                             "negatives and a label (the teacher's scores), or use --loss mnrl.")
+
+
 class MultiVectorRecipe(RowBatchRecipe):
     """A ColBERT model trained with a MaxSim loss on batches of rows (module docstring)."""
 
@@ -158,6 +172,10 @@ class MultiVectorRecipe(RowBatchRecipe):
             raise ValueError(f"--model {os.fspath(source)} is a ColBERT model already, trained with its own "
                              "projection, lengths, expansion and skiplist; leave the new-model flags (--dim, "
                              "--query-length, ...) out, or start from a plain encoder.")
+        if not self.existing:  # the base's limit, read from its config: refused before the run directory opens
+            from bertkit.tasks.sources import inspect_source
+
+            colbert.check_lengths(source, inspect_source(source).config.max_tokens)
         if data.max_seq_length is not None:
             raise ValueError("--max-seq-length does not apply to a ColBERT run: give --query-length and "
                              "--document-length (a new model's), which the model keeps.")
@@ -165,6 +183,7 @@ class MultiVectorRecipe(RowBatchRecipe):
                                                evaluation.k)
         dataset = data.dataset(files, config, None)  # every row checked before the run opens
         check_bi_encoder_data(dataset, objective, loss.name)
+        check_teacher_scores(dataset, loss.name)
         self.loss, self.colbert, self.data, self.evaluation = loss, colbert, data, evaluation
         super().__init__(source, files, config, dataset, None, objective)
 
