@@ -32,7 +32,7 @@ from test_embedding_training import WORDS, killed_and_resumed, write_base, write
 
 COMMON = dict(batch_size=4, learning_rate=1e-3, precision="fp32", device="cpu", progress_bar=False, threads=1,
               seed=7)
-TEXTS = ["w1 w2 w3", "w2 w4", "w5 w6 w2 w2 w9 w10 w11", "w7"]
+TEXTS = ["w1 w2 w3", "w2 w4", "w5 w6 w2 w2 w9", "w7"]  # queries within the expansion length: none cut
 
 
 def config(**fields) -> TrainingConfig:
@@ -202,11 +202,11 @@ def cli_run(data, out, *flags, model=None) -> int:
 
 def test_the_command_trains_a_new_colbert_with_its_flags(data, tmp_path):
     out = tmp_path / "out"
-    assert cli_run(data, out, "--max-steps", "2", "--dim", "12", "--query-expansion", "7", "--skiplist",
+    assert cli_run(data, out, "--max-steps", "2", "--dim", "12", "--query-expansion", "12", "--skiplist",
                    "punctuation", "--query-prompt", "query: ", "--eval-beir", str(data["beir"]), "--eval-k",
                    "1,10") == 0
     run = json.loads((out / "run.json").read_text())["colbert"]
-    assert run["dim"] == 12 and run["query_expansion"]["length"] == 7 and run["new_model"] and run["scale"] is None
+    assert run["dim"] == 12 and run["query_expansion"]["length"] == 12 and run["new_model"] and run["scale"] is None
     settings = json.loads((out / "model" / "config_sentence_transformers.json").read_text())
     assert settings["prompts"]["query"] == "query: " and settings["model_type"] == "MultiVectorEncoder"
     assert [r["step"] for r in records(out, "eval")] == [0, 2]
