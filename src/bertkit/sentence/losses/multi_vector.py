@@ -46,12 +46,18 @@ def scored_mask(inputs: Mapping[str, torch.Tensor]) -> torch.Tensor:
 def maxsim_matrix(queries: torch.Tensor, query_mask: torch.Tensor, documents: torch.Tensor,
                   document_mask: torch.Tensor) -> torch.Tensor:
     """``[Q, N]`` float32 MaxSim of every query ``[Q, m, D]`` with every document ``[N, t, D]`` (masks ``[Q, m]``,
-    ``[N, t]``: the scored vectors), a block of documents at a time so at most :data:`CHUNK_ELEMENTS` products
-    exist at once."""
-    q, m, _ = queries.shape
-    block = max(1, CHUNK_ELEMENTS // max(1, q * m * documents.shape[1]))
-    parts = [_maxsim(queries[:, None], query_mask[:, None], documents[None, s:s + block],
-                     document_mask[None, s:s + block]) for s in range(0, documents.shape[0], block)]
+    ``[N, t]``: the scored vectors): one matrix product of all query vectors with a block of documents' vectors at
+    a time (no copy of either side per pair), at most :data:`CHUNK_ELEMENTS` products at once."""
+    q, m, dim = queries.shape
+    n, t, _ = documents.shape
+    flat = queries.reshape(q * m, dim)
+    block = max(1, CHUNK_ELEMENTS // max(1, q * m * t))
+    parts = []
+    for start in range(0, n, block):
+        docs, mask = documents[start:start + block], document_mask[start:start + block].bool()
+        products = (flat @ docs.reshape(-1, dim).T).view(q, m, len(docs), t)
+        scores = _reduce(products, mask[None, None], query_mask[:, :, None])  # [Q, b]
+        parts.append(scores.masked_fill(~mask.any(dim=1)[None, :], EMPTY_DOCUMENT_SCORE))
     return torch.cat(parts, dim=1) if parts else queries.new_zeros((q, 0), dtype=torch.float32)
 
 
@@ -59,17 +65,18 @@ def maxsim_pairs(queries: torch.Tensor, query_mask: torch.Tensor, documents: tor
                  document_mask: torch.Tensor) -> torch.Tensor:
     """``[n]`` float32 MaxSim of query i ``[n, m, D]`` with document i ``[n, t, D]`` (masks as
     :func:`maxsim_matrix`'s)."""
-    return _maxsim(queries, query_mask, documents, document_mask)
+    mask = document_mask.bool()
+    products = torch.bmm(queries, documents.transpose(1, 2))  # [n, m, t]
+    scores = _reduce(products, mask[:, None, :], query_mask)
+    return scores.masked_fill(~mask.any(dim=1), EMPTY_DOCUMENT_SCORE)
 
 
-def _maxsim(queries, query_mask, documents, document_mask) -> torch.Tensor:
-    """MaxSim over broadcast leading dimensions: queries ``[..., m, D]``, documents ``[..., t, D]``."""
-    products = queries @ documents.transpose(-1, -2)  # [..., m, t]
+def _reduce(products: torch.Tensor, document_mask: torch.Tensor, query_mask: torch.Tensor) -> torch.Tensor:
+    """Products ``[Q, m, ..., t]`` -> the max over the scored document tokens (the last axis), summed in float32
+    over the scored query tokens (axis 1); the masks broadcast against the products and against the maxima."""
     # a masked document token must never win the max, even over a negative product: the dtype's minimum
-    products = products.masked_fill(~document_mask.bool()[..., None, :], torch.finfo(products.dtype).min)
-    best = products.max(dim=-1).values.float()  # [..., m]: summed in float32
-    scores = (best * query_mask.to(best.dtype)).sum(dim=-1)
-    return scores.masked_fill(~document_mask.bool().any(dim=-1), EMPTY_DOCUMENT_SCORE)
+    best = products.masked_fill(~document_mask, torch.finfo(products.dtype).min).max(dim=-1).values.float()
+    return (best * query_mask.to(best.dtype)).sum(dim=1)
 
 
 def _pad_width(vectors: torch.Tensor, mask: torch.Tensor, width: int) -> tuple[torch.Tensor, torch.Tensor]:
