@@ -122,13 +122,20 @@ class MultiVectorEncoder(nn.Module):
                 token_type_ids: torch.Tensor | None = None, every_position: bool = False) -> torch.Tensor:
         """``[B, L, D]`` vectors; positions attend to the tokens of ``attention_mask``. ``every_position``: the
         positions outside the mask get their vectors too (a query's expansion, scored but not attended to)."""
+        return self.project(self._hidden(input_ids, attention_mask, token_type_ids, every_position))
+
+    def project(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The projection (and normalisation) of token states ``[..., H]`` -> ``[..., D]``, any leading shape."""
+        for layer in self.dense:
+            hidden = layer(hidden)
+        return normalize(hidden) if self.normalize_output else hidden
+
+    def _hidden(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor | None,
+                every_position: bool) -> torch.Tensor:
         mask = attention_mask.bool()
         if every_position:  # a [B, L, S] mask: unpadded execution (which drops unattended positions) stays off
             mask = mask[:, None, :].expand(-1, mask.shape[1], -1)
-        x = self.bert(input_ids, mask, token_type_ids)[0]
-        for layer in self.dense:
-            x = layer(x)
-        return normalize(x) if self.normalize_output else x
+        return self.bert(input_ids, mask, token_type_ids)[0]
 
     # ------------------------------------------------------------------------------------------ encode
     def encode(self, sentences: str | Sequence[str], prompt_name: str | None = None, prompt: str | None = None,
@@ -239,25 +246,26 @@ class MultiVectorEncoder(nn.Module):
                       pooling: HierarchicalTokenPooling | None = None):
         @torch.inference_mode()
         def run(rows: list[dict]) -> list[Any]:
-            ids = pad_lists([row["input_ids"] for row in rows], self.tokenizer.pad_token_id).to(self.device)
-            types = pad_lists([row["token_type_ids"] for row in rows], 0).to(self.device)
-            attended = pad_lists([row["attention_mask"] for row in rows], 0).to(self.device)
+            ids = pad_lists([row["input_ids"] for row in rows], self.tokenizer.pad_token_id)
+            types = pad_lists([row["token_type_ids"] for row in rows], 0)
+            attended = pad_lists([row["attention_mask"] for row in rows], 0)
             scored = pad_lists([row["scored"] for row in rows], 0).bool()
-            lengths = [len(row["input_ids"]) for row in rows]
             # a position computed but not attended (a query's expansion): every position gets its own vector
-            hidden = any(sum(row["attention_mask"]) < n for row, n in zip(rows, lengths))
-            vectors = self(ids, attended, types, every_position=hidden).float().cpu()
-            out = []
-            for i, n in enumerate(lengths):
-                keep = scored[i, :n]
-                row = vectors[i, :n][keep]
-                if pooling is not None:  # a pooled vector stands for several tokens: no ids then
-                    row = pooling.pool(row)
-                row = normalize(row) if normalize_embeddings else row
-                out.append(row if output_value is not None else
-                           {"token_embeddings": row, "input_ids": None if pooling else ids[i, :n][keep].cpu(),
-                            "attention_mask": keep})
-            return out
+            every = bool((attended.sum(1) < torch.tensor([len(row["input_ids"]) for row in rows])).any())
+            hidden = self._hidden(ids.to(self.device), attended.to(self.device), types.to(self.device), every)
+            # only the scored tokens are projected: padding and skiplist positions never reach the Dense layers
+            flat = self.project(hidden[scored.to(self.device)]).float()
+            if normalize_embeddings and pooling is None:
+                flat = normalize(flat)
+            counts = scored.sum(1).tolist()
+            out = list(flat.cpu().split(counts))
+            if pooling is not None:  # a pooled vector stands for several tokens: no ids then
+                out = [normalize(v) if normalize_embeddings else v for v in map(pooling.pool, out)]
+            if output_value is not None:
+                return out
+            token_ids = ids[scored].split(counts) if pooling is None else [None] * len(rows)
+            return [{"token_embeddings": v, "input_ids": t, "attention_mask": scored[i, :len(row["input_ids"])]}
+                    for i, (v, t, row) in enumerate(zip(out, token_ids, rows))]
 
         return run
 
