@@ -146,6 +146,8 @@ def test_bad_input_is_one_clear_line(pair, tmp_path, base):
         bertkit.SentenceTransformer(pair[2])
     with pytest.raises(ValueError, match="not a ColBERT directory"):
         bertkit.MultiVectorEncoder(base)
+    with pytest.raises(ValueError, match=r"missing is not a directory: pass a ColBERT model's directory"):
+        bertkit.MultiVectorEncoder(tmp_path / "missing")
 
 
 def test_saved_directory_loads_in_sentence_transformers_with_the_same_vectors(pair, tmp_path):

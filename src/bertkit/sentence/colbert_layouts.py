@@ -32,6 +32,9 @@ def read_colbert_layout(path: str | Path) -> Layout:
     """The :class:`Layout` of a ColBERT directory in any of the three layouts; ValueError naming the directory
     when it is none of them."""
     path = Path(path)
+    if not path.is_dir():
+        raise ValueError(f"{path} is not a directory: pass a ColBERT model's directory (download it first, e.g. with "
+                         "huggingface_hub.snapshot_download).")
     if is_sentence_transformer(path):
         layout, settings = read_layout(path), _settings(path)
         _markers(layout, settings)
