@@ -256,8 +256,9 @@ class MultiVectorEncoder(nn.Module):
             raise ValueError(f"sentences[{long[0]}] is a query longer than the model's query length ({query_length} "
                              f"tokens; {len(long)} of {len(rows)} queries are): shorten it, or pass truncate=True to "
                              "cut it to that length as sentence-transformers does.")
-        warnings.warn(f"{len(long)} queries were longer than the model's query length ({query_length} tokens) and were "
-                      "cut: anything after it is not scored; shorten them or use a model with a longer query length.",
+        warnings.warn(f"queries longer than the model's query length ({query_length} tokens) were cut ({len(long)} of "
+                      f"{len(rows)}): what follows is not scored; shorten them or use a model with a longer query "
+                      "length.",
                       stacklevel=5)
         for i, row in zip(long, self._tokenize([texts[i] for i in long], length)):
             rows[i] = row
