@@ -136,6 +136,10 @@ def test_a_bge_m3_directory_is_a_multi_vector_model_with_its_colbert_vecs(m3_dir
     torch.testing.assert_close(scores, torch.tensor([[colbert_score(q, p) for p in expected[3:]]
                                                      for q in expected[:2]]), atol=1e-5, rtol=1e-5)
     assert ours.similarity_fn_name == "meanmaxsim" and ours.get_sentence_embedding_dimension() == COLBERT_DIM
+    st = pytest.importorskip("sentence_transformers")
+    saved = st.MultiVectorEncoder(str(ours.save(tmp_path / "saved")), device="cpu")  # an ST6 directory: same vectors
+    for a, b in zip(ours.encode_document(TEXTS), saved.encode_document(TEXTS)):
+        torch.testing.assert_close(a, b.float(), atol=1e-5, rtol=1e-5)
     shutil.copytree(m3_dir, tmp_path / "bad")
     torch.save({"weight": torch.zeros(4, 35)}, tmp_path / "bad" / "colbert_linear.pt")
     with pytest.raises(ValueError, match=r"colbert_linear\.pt holds .* not a Linear\(36, n\)"):
