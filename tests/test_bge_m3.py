@@ -122,6 +122,30 @@ def test_one_encoder_pass_per_batch_gives_all_outputs(m3_dir):
         assert a == pytest.approx(b)
 
 
+def test_a_bge_m3_directory_is_a_multi_vector_model_with_its_colbert_vecs(m3_dir, reference, tmp_path):
+    import bertkit
+
+    ours, m3 = bertkit.MultiVectorEncoder(m3_dir, dtype="fp32"), BGEM3(m3_dir, dtype="fp32")
+    expected = m3.encode(TEXTS, batch_size=2)["colbert_vecs"]
+    for method in ("encode_document", "encode_query"):
+        got = getattr(ours, method)(TEXTS, batch_size=2)
+        for text, vectors, want in zip(TEXTS, got, expected):
+            torch.testing.assert_close(vectors, torch.from_numpy(want), atol=1e-5, rtol=1e-5)
+            torch.testing.assert_close(vectors, reference(text)["colbert"], atol=1e-5, rtol=1e-5)
+    scores = ours.similarity(ours.encode_query(TEXTS[:2]), ours.encode_document(TEXTS[3:]))
+    torch.testing.assert_close(scores, torch.tensor([[colbert_score(q, p) for p in expected[3:]]
+                                                     for q in expected[:2]]), atol=1e-5, rtol=1e-5)
+    assert ours.similarity_fn_name == "meanmaxsim" and ours.get_sentence_embedding_dimension() == COLBERT_DIM
+    st = pytest.importorskip("sentence_transformers")
+    saved = st.MultiVectorEncoder(str(ours.save(tmp_path / "saved")), device="cpu")  # an ST6 directory: same vectors
+    for a, b in zip(ours.encode_document(TEXTS), saved.encode_document(TEXTS)):
+        torch.testing.assert_close(a, b.float(), atol=1e-5, rtol=1e-5)
+    shutil.copytree(m3_dir, tmp_path / "bad")
+    torch.save({"weight": torch.zeros(4, 35)}, tmp_path / "bad" / "colbert_linear.pt")
+    with pytest.raises(ValueError, match=r"colbert_linear\.pt holds .* not a Linear\(36, n\)"):
+        bertkit.MultiVectorEncoder(tmp_path / "bad")
+
+
 def test_fused_scores_and_colbert_score_refuse_bad_input():
     with pytest.raises(ValueError, match="weights: three non-negative numbers"):
         fused_scores(np.ones(2), np.ones(2), np.ones(2), (1.0, 1.0))

@@ -5,6 +5,7 @@ MaxSim against its definition written out here."""
 from __future__ import annotations
 
 import string
+import warnings
 
 import pytest
 import torch
@@ -72,6 +73,13 @@ def pair(request, base, tmp_path_factory):
     return bertkit.MultiVectorEncoder(path, dtype="fp32"), st.MultiVectorEncoder(path, device="cpu"), path
 
 
+def _call(model, method, texts, **options):
+    """``model.method(texts)`` as sentence-transformers encodes: bertkit cuts an over-long query when asked to."""
+    if isinstance(model, bertkit.MultiVectorEncoder) and method == "encode_query":
+        options["truncate"] = True
+    return getattr(model, method)(texts, **options)
+
+
 def _same(ours, ref):
     assert len(ours) == len(ref)
     for a, b in zip(ours, ref):
@@ -82,7 +90,7 @@ def test_token_vectors_equal_sentence_transformers(pair):
     ours, ref, _ = pair
     for method in ("encode_query", "encode_document", "encode"):
         for texts in (QUERIES, DOCS):
-            _same(getattr(ours, method)(texts, batch_size=2), getattr(ref, method)(texts, batch_size=2))
+            _same(_call(ours, method, texts, batch_size=2), getattr(ref, method)(texts, batch_size=2))
     torch.testing.assert_close(ours.encode_query("cat"), ref.encode_query("cat"), **TOL)
 
 
@@ -90,7 +98,7 @@ def test_query_expansion_and_skiplist_shapes(pair):
     ours, _, path = pair
     transformer, mask, _, _ = SETTINGS[path.rsplit("/", 1)[-1].rstrip("0123456789")]
     expansion = transformer.get("query_expansion")
-    queries = ours.encode_query(QUERIES)
+    queries = ours.encode_query(QUERIES, truncate=True)
     if expansion and expansion["strategy"] == "fixed":
         assert {len(q) for q in queries} == {expansion["length"]}
     docs = ours.encode_document(DOCS, output_value=None)
@@ -120,7 +128,7 @@ def test_similarity_and_rank_equal_sentence_transformers(pair):
     ours, ref, _ = pair
     q, d = ref.encode_query(QUERIES), ref.encode_document(DOCS)
     torch.testing.assert_close(ours.similarity(q, d), ref.similarity(q, d).float(), **TOL)
-    ranked = ours.rank(QUERIES[0], DOCS, top_k=3, return_documents=True)
+    ranked = ours.rank(QUERIES[0], DOCS, top_k=3, return_documents=True, truncate=True)
     scores = ref.similarity([ref.encode_query(QUERIES[0])], d)[0]
     assert [r["corpus_id"] for r in ranked] == scores.argsort(descending=True)[:3].tolist()
     assert ranked[0]["text"] == DOCS[ranked[0]["corpus_id"]]
@@ -138,6 +146,8 @@ def test_bad_input_is_one_clear_line(pair, tmp_path, base):
         bertkit.SentenceTransformer(pair[2])
     with pytest.raises(ValueError, match="not a ColBERT directory"):
         bertkit.MultiVectorEncoder(base)
+    with pytest.raises(ValueError, match=r"missing is not a directory: pass a ColBERT model's directory"):
+        bertkit.MultiVectorEncoder(tmp_path / "missing")
 
 
 def test_saved_directory_loads_in_sentence_transformers_with_the_same_vectors(pair, tmp_path):
@@ -146,9 +156,9 @@ def test_saved_directory_loads_in_sentence_transformers_with_the_same_vectors(pa
     again = st.MultiVectorEncoder(str(saved), device="cpu")
     for method in ("encode_query", "encode_document"):
         for texts in (QUERIES, DOCS):
-            _same(getattr(again, method)(texts), getattr(ref, method)(texts))
+            _same(_call(again, method, texts), getattr(ref, method)(texts))
     ours_again = bertkit.MultiVectorEncoder(saved, dtype="fp32")
-    _same(ours_again.encode_query(QUERIES), ref.encode_query(QUERIES))
+    _same(ours_again.encode_query(QUERIES, truncate=True), ref.encode_query(QUERIES))
     assert ours_again.similarity_fn_name == ours.similarity_fn_name
 
 
@@ -203,11 +213,11 @@ def test_pylate_and_stanford_layouts_equal_sentence_transformers(make, base, tmp
     ours, ref = bertkit.MultiVectorEncoder(path, dtype="fp32"), st.MultiVectorEncoder(path, device="cpu")
     for method in ("encode_query", "encode_document"):
         for texts in (QUERIES, DOCS):
-            _same(getattr(ours, method)(texts, batch_size=2), getattr(ref, method)(texts, batch_size=2))
+            _same(_call(ours, method, texts, batch_size=2), getattr(ref, method)(texts, batch_size=2))
     assert ours.encode_query("cat", output_value=None)["input_ids"][1] == WORDS.index("[unused0]")
     saved = ours.save(tmp_path / "saved")  # the markers stay one token in both libraries
     for again in (st.MultiVectorEncoder(str(saved), device="cpu"), bertkit.MultiVectorEncoder(saved, dtype="fp32")):
-        _same(again.encode_query(QUERIES), ref.encode_query(QUERIES))
+        _same(_call(again, "encode_query", QUERIES), ref.encode_query(QUERIES))
         _same(again.encode_document(DOCS), ref.encode_document(DOCS))
 
 
@@ -256,8 +266,9 @@ def test_token_pooling_equals_sentence_transformers(base, tmp_path):
     ours, ref = bertkit.MultiVectorEncoder(tmp_path / "pooled", dtype="fp32"), st.MultiVectorEncoder(
         str(tmp_path / "pooled"), device="cpu")
     _same(ours.encode_document(DOCS), ref.encode_document(DOCS))
-    _same(ours.encode_query(QUERIES), ref.encode_query(QUERIES))  # documents only: queries keep every vector
-    assert len(ours.encode_document(DOCS[4])) < len(ours.encode_query(DOCS[4]))
+    # documents only: queries keep every vector
+    _same(ours.encode_query(QUERIES, truncate=True), ref.encode_query(QUERIES))
+    assert len(ours.encode_document(DOCS[4])) < len(ours.encode_query(DOCS[4], truncate=True))
     again = st.MultiVectorEncoder(str(ours.save(tmp_path / "saved")), device="cpu")
     _same(again.encode_document(DOCS), ref.encode_document(DOCS))
 
@@ -273,9 +284,42 @@ def test_a_module_bertkit_does_not_run_is_named(base, tmp_path):
         bertkit.MultiVectorEncoder(path)
 
 
-def test_a_query_cut_to_the_expansion_length_warns_and_nothing_to_encode_is_empty(pair):
-    ours, _, path = pair
-    if "fixed" in path:
-        with pytest.warns(UserWarning, match="filled the whole query_expansion length"):
-            ours.encode_query("the old town of berlin is big and the river is old")
+def test_a_query_longer_than_the_query_length_is_one_line_unless_truncate(pair):
+    ours, ref, _ = pair
+    fits = next(n for n in range(1, 60) if _too_long(ours, "cat " * (n + 1)))
+    exact = "cat " * fits  # the longest query that fits: encoded whole, equal to sentence-transformers', no warning
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        torch.testing.assert_close(ours.encode_query(exact), ref.encode_query(exact), **TOL)
+    with pytest.raises(ValueError, match=r"^sentences\[1\] is a query longer than the model's query length "
+                                         r"\(\d+ tokens; 1 of 2 queries are\): .* pass truncate=True"):
+        ours.encode_query(["cat", exact + "cat"])
+    with pytest.warns(UserWarning, match="longer than the model.s query length .* were cut"):
+        cut = ours.encode_query(exact + "dog dog", truncate=True)
+    torch.testing.assert_close(cut, ref.encode_query(exact + "dog dog"), **TOL)
+    assert ours.encode_document(exact + "dog dog").shape[0] > 0  # documents are cut to their own length, silently
     assert ours.encode_query([]) == [] and ours.encode_document([]) == []
+
+
+def _too_long(model, text: str) -> bool:
+    try:
+        model.encode_query(text)
+    except ValueError:
+        return True
+    return False
+
+
+def test_a_document_with_nothing_to_score_is_one_line(base, tmp_path):
+    ours_path = colbert_dir(base, tmp_path / "punct", "fixed")
+    ours, ref = bertkit.MultiVectorEncoder(ours_path, dtype="fp32"), st.MultiVectorEncoder(ours_path, device="cpu")
+    only_punctuation = ours.encode_document("?!, .")  # its [CLS] / [SEP] vectors stay, as sentence-transformers'
+    torch.testing.assert_close(only_punctuation, ref.encode_document("?!, ."), **TOL)
+    assert len(only_punctuation) > 0
+    modules = [Transformer(base), Dense(36, 13, bias=False, activation_function=torch.nn.Identity(),
+                                        module_input_name="token_embeddings", module_output_name="token_embeddings"),
+               MultiVectorMask(keep_only_token_ids=[WORDS.index("cat")])]
+    st.MultiVectorEncoder(modules=modules, device="cpu").save(str(tmp_path / "keep"))
+    keep = bertkit.MultiVectorEncoder(tmp_path / "keep", dtype="fp32")
+    assert len(keep.encode_document("the cat")) == 1
+    with pytest.raises(ValueError, match=r"^sentences\[1\] leaves no token vector to score .*: drop it"):
+        keep.encode_document(["the cat", "the dog"])

@@ -25,6 +25,7 @@ import torch
 from torch import nn
 
 from bertkit.inference.batching import check_batch_size, pad, run_sorted
+from bertkit.sentence.maxsim import maxsim_scores
 from bertkit.tasks.sources import COLBERT_LINEAR, SPARSE_LINEAR  # the heads' files, one name with inspect_source
 
 #: the special tokens whose ids carry no lexical weight (FlagEmbedding drops cls, eos, pad and unk; XLM-R's sep
@@ -227,12 +228,13 @@ class BGEM3(BGEM3Encoder):
 
 def colbert_score(query: np.ndarray | torch.Tensor, passage: np.ndarray | torch.Tensor) -> float:
     """FlagEmbedding's ColBERT score of a query's ``[n, D]`` vectors against a passage's ``[m, D]``: the sum over
-    query vectors of their largest dot product with a passage vector, divided by ``n``."""
+    query vectors of their largest dot product with a passage vector, divided by ``n``: MeanMaxSim
+    (:func:`~bertkit.sentence.maxsim.maxsim_scores` with ``length_normalize``, the one MaxSim)."""
     q, p = torch.as_tensor(query, dtype=torch.float32), torch.as_tensor(passage, dtype=torch.float32)
     if q.dim() != 2 or p.dim() != 2 or q.shape[1] != p.shape[1] or not len(q) or not len(p):
         raise ValueError(f"colbert_score takes two non-empty [n, D] matrices of one D, got {tuple(q.shape)} and "
                          f"{tuple(p.shape)}: pass encode()'s colbert_vecs of one text each.")
-    return float((q @ p.T).max(dim=1).values.sum() / len(q))
+    return float(maxsim_scores([q], [p], length_normalize=True)[0, 0])
 
 
 def fused_scores(dense: np.ndarray, sparse: np.ndarray, colbert: np.ndarray,

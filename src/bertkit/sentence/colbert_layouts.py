@@ -11,6 +11,11 @@
   the projection ``linear.weight`` in one checkpoint, ``artifact.metadata`` (``query_maxlen``, ``doc_maxlen``,
   ``query_token_id`` / ``doc_token_id`` markers, ``attend_to_mask_tokens``, ``mask_punctuation``); queries always
   expanded, vectors normalised.
+- BGE-M3 (an XLM-R checkpoint with FlagEmbedding's ``colbert_linear.pt`` beside it; its dense ``modules.json``, if
+  any, is not read): FlagEmbedding's ``colbert_vecs`` as :class:`bertkit.BGEM3` gives them, i.e. the projection
+  (with its bias) and normalisation of every token but the first (``<s>``, whose state is the dense vector, is the
+  skiplist of both tasks), 512 tokens per text (FlagEmbedding's ``encode`` default), no markers or expansion,
+  scored by MeanMaxSim (FlagEmbedding's ``colbert_score``).
 
 A marker (``[unused0]``, ``[Q]``) is one vocabulary token put after ``[CLS]``, never split into characters: the
 layout keeps it in the prompt and names it in ``markers``, as sentence-transformers 6 reads these layouts.
@@ -23,15 +28,22 @@ from pathlib import Path
 from typing import Any
 
 from bertkit.sentence.modules import Dense, Layout, _transformer_settings, is_sentence_transformer, read_layout
+from bertkit.tasks.sources import COLBERT_LINEAR
 
 PUNCTUATION = list(string.punctuation)  # the skiplist PyLate and Stanford ColBERT apply unless told otherwise
 STANFORD_MARKERS = {"query": "[unused0]", "document": "[unused1]"}
+M3_LENGTH = 512  # the tokens FlagEmbedding's BGE-M3 encode keeps per text by default (BGEM3's max_length)
 
 
 def read_colbert_layout(path: str | Path) -> Layout:
     """The :class:`Layout` of a ColBERT directory in any of the three layouts; ValueError naming the directory
     when it is none of them."""
     path = Path(path)
+    if not path.is_dir():
+        raise ValueError(f"{path} is not a directory: pass a ColBERT model's directory (download it first, e.g. with "
+                         "huggingface_hub.snapshot_download).")
+    if (path / COLBERT_LINEAR).is_file():
+        return _bge_m3(path)
     if is_sentence_transformer(path):
         layout, settings = read_layout(path), _settings(path)
         _markers(layout, settings)
@@ -42,8 +54,8 @@ def read_colbert_layout(path: str | Path) -> Layout:
     if config.is_file() and "HF_ColBERT" in (_json(config).get("architectures") or []):
         return _stanford(path)
     raise ValueError(f"{path} is not a ColBERT directory bertkit reads: a sentence-transformers MultiVectorEncoder "
-                     "or PyLate directory (modules.json) or a Stanford ColBERT checkpoint (config.json naming "
-                     "HF_ColBERT, with artifact.metadata).")
+                     "or PyLate directory (modules.json), a Stanford ColBERT checkpoint (config.json naming "
+                     f"HF_ColBERT, with artifact.metadata) or a BGE-M3 directory ({COLBERT_LINEAR}).")
 
 
 def is_colbert_directory(path: str | Path) -> bool:
@@ -102,6 +114,35 @@ def _stanford(path: Path) -> Layout:
                               "length": metadata.get("query_maxlen") or 32}
     layout.token_mask = {"skiplist_words": PUNCTUATION if metadata.get("mask_punctuation", True) else []}
     return layout
+
+
+def _bge_m3(path: Path) -> Layout:
+    """A BGE-M3 directory's multi-vector head: ``colbert_linear.pt`` (tensors only) after the XLM-R encoder."""
+    from bertkit.sentence.bge_m3 import load_linear
+
+    config = _json(path / "config.json") if (path / "config.json").is_file() else {}
+    hidden = config.get("hidden_size")
+    if not isinstance(hidden, int):
+        raise ValueError(f"{path / 'config.json'}: a BGE-M3 directory's encoder config needs hidden_size.")
+    linear = load_linear(path, COLBERT_LINEAR, hidden)
+    dense = Dense(hidden, linear.out_features, bias=linear.bias is not None, activation="Identity")
+    dense.linear.load_state_dict(linear.state_dict())
+    layout = Layout(transformer=path, **_transformer_settings(path, path))
+    layout.max_seq_length = min(layout.max_seq_length or M3_LENGTH, M3_LENGTH)
+    layout.dense, layout.normalize, layout.model_type = [dense], True, "BGE-M3"
+    layout.token_mask = {"skiplist_words": [_cls_token(path)], "skiplist_tasks": ["query", "document"]}
+    layout.similarity_fn_name = "meanmaxsim"
+    return layout
+
+
+def _cls_token(path: Path) -> str:
+    """The tokenizer's first token (XLM-R's ``<s>``) from its saved settings."""
+    for name in ("special_tokens_map.json", "tokenizer_config.json"):
+        token = _json(path / name).get("cls_token") if (path / name).is_file() else None
+        token = token.get("content") if isinstance(token, dict) else token
+        if isinstance(token, str):
+            return token
+    return "<s>"
 
 
 def _settings(path: Path) -> dict[str, Any]:

@@ -122,20 +122,27 @@ class MultiVectorEncoder(nn.Module):
                 token_type_ids: torch.Tensor | None = None, every_position: bool = False) -> torch.Tensor:
         """``[B, L, D]`` vectors; positions attend to the tokens of ``attention_mask``. ``every_position``: the
         positions outside the mask get their vectors too (a query's expansion, scored but not attended to)."""
+        return self.project(self._hidden(input_ids, attention_mask, token_type_ids, every_position))
+
+    def project(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The projection (and normalisation) of token states ``[..., H]`` -> ``[..., D]``, any leading shape."""
+        for layer in self.dense:
+            hidden = layer(hidden)
+        return normalize(hidden) if self.normalize_output else hidden
+
+    def _hidden(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor | None,
+                every_position: bool) -> torch.Tensor:
         mask = attention_mask.bool()
         if every_position:  # a [B, L, S] mask: unpadded execution (which drops unattended positions) stays off
             mask = mask[:, None, :].expand(-1, mask.shape[1], -1)
-        x = self.bert(input_ids, mask, token_type_ids)[0]
-        for layer in self.dense:
-            x = layer(x)
-        return normalize(x) if self.normalize_output else x
+        return self.bert(input_ids, mask, token_type_ids)[0]
 
     # ------------------------------------------------------------------------------------------ encode
     def encode(self, sentences: str | Sequence[str], prompt_name: str | None = None, prompt: str | None = None,
                batch_size: int = 32, show_progress_bar: bool | None = None,
                output_value: str | None = "token_embeddings", convert_to_numpy: bool = False,
                device: str | None = None, normalize_embeddings: bool = False, task: str | None = None,
-               batch_tokens: int | None = None) -> Any:
+               batch_tokens: int | None = None, truncate: bool = False) -> Any:
         """Each text's ``[n_i, D]`` scored token vectors (float32 CPU tensors; arrays with ``convert_to_numpy``),
         in input order; one string gives one ``[n, D]``.
 
@@ -144,6 +151,12 @@ class MultiVectorEncoder(nn.Module):
         (else the model's default prompt) goes before each text; ``normalize_embeddings`` L2-normalises each
         vector; ``output_value=None`` gives dicts with the ``input_ids`` and the scored ``attention_mask`` too.
         ``batch_tokens`` bounds each forward pass by padded tokens.
+
+        Documents are cut to the document length, as in every ColBERT. A query longer than the query length is a
+        ValueError naming it unless ``truncate`` (then it is cut, with a warning, as sentence-transformers cuts it):
+        the words past the length would silently not count. A document left with no vector to score (every token
+        outside ``keep_only_token_ids`` or on the skiplist, special tokens included) is a ValueError naming it; one
+        of punctuation alone keeps its ``[CLS]`` / ``[SEP]`` vectors, as in sentence-transformers.
         """
         check_batch_size(batch_size)
         if task not in TASKS:
@@ -156,7 +169,12 @@ class MultiVectorEncoder(nn.Module):
         single = isinstance(sentences, str)
         texts = [sentences] if single else list(sentences)
         progress = show_progress_bar if show_progress_bar is not None else len(texts) >= 8 * batch_size
-        rows = self.features(texts, self.prompt(prompt_name, prompt), task)
+        rows = self.features(texts, self.prompt(prompt_name, prompt), task, truncate=truncate)
+        if task != "query":
+            empty = next((i for i, row in enumerate(rows) if not any(row["scored"])), None)
+            if empty is not None:
+                raise ValueError(f"sentences[{empty}] leaves no token vector to score (every token is on the model's "
+                                 "skiplist or outside its keep_only_token_ids): drop it or give it words to score.")
         pooling = self.token_pooling if self.token_pooling is not None and self.token_pooling.applies_to(task) \
             else None
         out = run_sorted(rows, [len(row["input_ids"]) for row in rows], batch_size,
@@ -181,32 +199,25 @@ class MultiVectorEncoder(nn.Module):
             prompt_name = next((name for name in DOCUMENT_PROMPTS if name in self.prompts), None)
         return self.encode(sentences, prompt_name, prompt, task="document", **options)
 
-    def features(self, texts: list[str], prefix: str = "", task: str | None = None) -> list[dict]:
+    def features(self, texts: list[str], prefix: str = "", task: str | None = None, *,
+                 truncate: bool = True) -> list[dict]:
         """Token rows for ``texts`` after ``prefix``: ``input_ids``, ``token_type_ids``, ``attention_mask`` (the
-        tokens attended to) and ``scored`` (the tokens whose vectors are kept), each a list."""
+        tokens attended to) and ``scored`` (the tokens whose vectors are kept), each a list. Documents are cut to
+        the document length; a query longer than the query length is cut with a warning (``truncate``) or is a
+        ValueError naming ``sentences[i]`` (``truncate=False``, what :meth:`encode` asks by default)."""
         expansion = self.query_expansion if task == "query" else None
-        length = {"query": self.query_length, "document": self.document_length}.get(task, self.max_seq_length)
-        if expansion is not None and expansion["strategy"] == "fixed":
-            length = expansion["length"]
-        elif expansion is not None:  # "min": the expansion length is a floor, the query length still a ceiling
-            length = max(length, expansion["length"])
+        length = self.text_length(task)
         marker = next((m for m in self.marker_ids if prefix.startswith(m)), None)
         if marker is not None:  # one token after [CLS], counted in the length
             prefix, length = prefix[len(marker):], length - 1
         lower = self.layout.do_lower_case
-        texts = cut_texts(self.tokenizer, texts, length, "right", prefix=prefix, lower=lower)
+        limit = length + 1 if task == "query" else length  # a query's one token more tells that it was cut
+        texts = cut_texts(self.tokenizer, texts, limit, "right", prefix=prefix, lower=lower)
         texts = [(prefix + t).lower() if lower else prefix + t for t in texts]
-        encoding = self.tokenizer(texts, truncation=True, max_length=length, return_token_type_ids=True) \
-            if texts else {}
-        full = texts and expansion is not None and expansion["strategy"] == "fixed" and any(
-            len(ids) >= length for ids in encoding["input_ids"])
-        if full:  # as sentence-transformers warns: the query may have lost words, and has no expansion
-            warnings.warn(f"a query filled the whole query_expansion length ({expansion['length']} tokens): anything "
-                          "after it was cut off; shorten it or save the model with a longer query_expansion length.",
-                          stacklevel=3)
-        rows = []
-        for i in range(len(texts)):
-            row = {key: list(encoding[key][i]) for key in ("input_ids", "token_type_ids", "attention_mask")}
+        rows = self._tokenize(texts, limit)
+        if task == "query":
+            rows = self._cut_queries(texts, rows, length, truncate, length + (marker is not None))
+        for row in rows:
             if marker is not None:
                 row["input_ids"].insert(1, self.marker_ids[marker])
                 row["token_type_ids"].insert(1, 0)
@@ -214,7 +225,43 @@ class MultiVectorEncoder(nn.Module):
             row["scored"] = self._scored(row["input_ids"], task)
             if expansion is not None:
                 self._expand(row, expansion)
-            rows.append(row)
+        return rows
+
+    def text_length(self, task: str | None) -> int:
+        """The most tokens a text of ``task`` keeps (markers included): the query length (the expansion's under
+        ``"fixed"``, at least the expansion's under ``"min"``), the document length, or ``max_seq_length``."""
+        expansion = self.query_expansion if task == "query" else None
+        length = {"query": self.query_length, "document": self.document_length}.get(task, self.max_seq_length)
+        if expansion is not None and expansion["strategy"] == "fixed":
+            return expansion["length"]
+        if expansion is not None:  # "min": the expansion length is a floor, the query length still a ceiling
+            return max(length, expansion["length"])
+        return length
+
+    def _tokenize(self, texts: list[str], length: int) -> list[dict]:
+        if not texts:
+            return []
+        encoding = self.tokenizer(texts, truncation=True, max_length=length, return_token_type_ids=True)
+        keys = ("input_ids", "token_type_ids", "attention_mask")
+        return [{key: list(encoding[key][i]) for key in keys} for i in range(len(texts))]
+
+    def _cut_queries(self, texts: list[str], rows: list[dict], length: int, truncate: bool,
+                     query_length: int) -> list[dict]:
+        """Rows tokenized to one token over ``length``: the longer ones are over-long queries, cut to ``length``
+        (with a warning, as sentence-transformers cuts them) or, without ``truncate``, a ValueError."""
+        long = [i for i, row in enumerate(rows) if len(row["input_ids"]) > length]
+        if not long:
+            return rows
+        if not truncate:
+            raise ValueError(f"sentences[{long[0]}] is a query longer than the model's query length ({query_length} "
+                             f"tokens; {len(long)} of {len(rows)} queries are): shorten it, or pass truncate=True to "
+                             "cut it to that length as sentence-transformers does.")
+        warnings.warn(f"queries longer than the model's query length ({query_length} tokens) were cut ({len(long)} of "
+                      f"{len(rows)}): what follows is not scored; shorten them or use a model with a longer query "
+                      "length.",
+                      stacklevel=5)
+        for i, row in zip(long, self._tokenize([texts[i] for i in long], length)):
+            rows[i] = row
         return rows
 
     def _scored(self, ids: list[int], task: str | None) -> list[int]:
@@ -239,25 +286,26 @@ class MultiVectorEncoder(nn.Module):
                       pooling: HierarchicalTokenPooling | None = None):
         @torch.inference_mode()
         def run(rows: list[dict]) -> list[Any]:
-            ids = pad_lists([row["input_ids"] for row in rows], self.tokenizer.pad_token_id).to(self.device)
-            types = pad_lists([row["token_type_ids"] for row in rows], 0).to(self.device)
-            attended = pad_lists([row["attention_mask"] for row in rows], 0).to(self.device)
+            ids = pad_lists([row["input_ids"] for row in rows], self.tokenizer.pad_token_id)
+            types = pad_lists([row["token_type_ids"] for row in rows], 0)
+            attended = pad_lists([row["attention_mask"] for row in rows], 0)
             scored = pad_lists([row["scored"] for row in rows], 0).bool()
-            lengths = [len(row["input_ids"]) for row in rows]
             # a position computed but not attended (a query's expansion): every position gets its own vector
-            hidden = any(sum(row["attention_mask"]) < n for row, n in zip(rows, lengths))
-            vectors = self(ids, attended, types, every_position=hidden).float().cpu()
-            out = []
-            for i, n in enumerate(lengths):
-                keep = scored[i, :n]
-                row = vectors[i, :n][keep]
-                if pooling is not None:  # a pooled vector stands for several tokens: no ids then
-                    row = pooling.pool(row)
-                row = normalize(row) if normalize_embeddings else row
-                out.append(row if output_value is not None else
-                           {"token_embeddings": row, "input_ids": None if pooling else ids[i, :n][keep].cpu(),
-                            "attention_mask": keep})
-            return out
+            every = bool((attended.sum(1) < torch.tensor([len(row["input_ids"]) for row in rows])).any())
+            hidden = self._hidden(ids.to(self.device), attended.to(self.device), types.to(self.device), every)
+            # only the scored tokens are projected: padding and skiplist positions never reach the Dense layers
+            flat = self.project(hidden[scored.to(self.device)]).float()
+            if normalize_embeddings and pooling is None:
+                flat = normalize(flat)
+            counts = scored.sum(1).tolist()
+            out = list(flat.cpu().split(counts))
+            if pooling is not None:  # a pooled vector stands for several tokens: no ids then
+                out = [normalize(v) if normalize_embeddings else v for v in map(pooling.pool, out)]
+            if output_value is not None:
+                return out
+            token_ids = ids[scored].split(counts) if pooling is None else [None] * len(rows)
+            return [{"token_embeddings": v, "input_ids": t, "attention_mask": scored[i, :len(row["input_ids"])]}
+                    for i, (v, t, row) in enumerate(zip(out, token_ids, rows))]
 
         return run
 
@@ -269,10 +317,10 @@ class MultiVectorEncoder(nn.Module):
                              length_normalize=self.similarity_fn_name == "meanmaxsim")
 
     def rank(self, query: str, documents: Sequence[str], top_k: int | None = None, return_documents: bool = False,
-             batch_size: int = 32) -> list[dict]:
+             batch_size: int = 32, truncate: bool = False) -> list[dict]:
         """``documents`` ranked for ``query`` by MaxSim: ``{"corpus_id", "score"}`` (and ``"text"``) dicts, best
-        first, at most ``top_k``."""
-        q = self.encode_query(query, batch_size=batch_size)
+        first, at most ``top_k``; ``truncate`` as :meth:`encode`'s."""
+        q = self.encode_query(query, batch_size=batch_size, truncate=truncate)
         d = self.encode_document(list(documents), batch_size=batch_size)
         return maxsim_rank(q, d, top_k=top_k, texts=documents if return_documents else None,
                            length_normalize=self.similarity_fn_name == "meanmaxsim")
@@ -280,7 +328,8 @@ class MultiVectorEncoder(nn.Module):
     def score_lists(self, lists: Sequence[tuple[str, Sequence[str]]], batch_size: int = 32) -> list[list[float]]:
         """MaxSim of each ``(query, [document, ...])`` pair, list by list: a first stage's candidates reranked
         (what :mod:`bertkit.sentence.evaluation.reranking` asks of a reranker). Lists are encoded a block of at
-        most :data:`RERANK_DOCUMENTS` documents at a time, each distinct text once per block."""
+        most :data:`RERANK_DOCUMENTS` documents at a time, each distinct text once per block. Long queries are cut
+        (``truncate=True``), as sentence-transformers' evaluators cut them, so the numbers are comparable."""
         scores: list[list[float]] = []
         start = 0
         while start < len(lists):
@@ -291,7 +340,7 @@ class MultiVectorEncoder(nn.Module):
             block = lists[start:end]
             texts = list(dict.fromkeys(doc for _, documents in block for doc in documents))
             vectors = dict(zip(texts, self.encode_document(texts, batch_size=batch_size)))
-            queries = self.encode_query([query for query, _ in block], batch_size=batch_size)
+            queries = self.encode_query([query for query, _ in block], batch_size=batch_size, truncate=True)
             for query, (_, documents) in zip(queries, block):
                 row = self.similarity([query], [vectors[doc] for doc in documents])[0] if documents else []
                 scores.append([float(x) for x in row])
