@@ -308,7 +308,8 @@ async def _root_colbert(service: Service, data: dict[str, Any], parameters: dict
     ``InferenceClient.feature_extraction`` reads), or ``/rerank`` for a body with ``query`` and ``texts``."""
     if "query" in data and "texts" in data:
         return await rerank(service, await read(schemas.RerankRequest, _known(data, schemas.RerankRequest)))
-    return await embed_all(service, await read(schemas.EmbedAllRequest, _known(data, schemas.EmbedAllRequest)))
+    given = {**_known(parameters, schemas.EmbedAllRequest), **_known(data, schemas.EmbedAllRequest)}
+    return await embed_all(service, await read(schemas.EmbedAllRequest, given))
 
 
 async def _root_fill_mask(service: Service, data: dict[str, Any], parameters: dict[str, Any], read: Read):
