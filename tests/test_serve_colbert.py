@@ -83,6 +83,9 @@ def test_inspect_source_names_each_colbert_layout(dirs, tmp_path):
     m3 = family_dir(tmp_path, "xlm-roberta", "AutoModel", seed=3)
     torch.save(torch.nn.Linear(36, 7).state_dict(), m3 / "colbert_linear.pt")
     assert (inspect_source(m3).multi_vector, inspect_source(m3).task) == ("bge-m3", "embeddings")
+    (m3 / "modules.json").write_text('[{"idx": 0, "name": "0", "path": "", "type": '
+                                     '"sentence_transformers.models.Transformer"}]')  # as BAAI/bge-m3 has one
+    assert (inspect_source(m3).multi_vector, inspect_source(m3).task) == ("bge-m3", "embeddings")
 
 
 def test_embed_all_equals_encode_query_and_encode_document(layout):

@@ -333,15 +333,16 @@ def _multi_vector_kind(path: Path, modules: list[tuple[str, str]], raw: dict[str
     from the files alone (:func:`bertkit.sentence.colbert_layouts.read_colbert_layout` reads the settings)."""
     if not path.is_dir():
         return None
-    if modules:
-        if "MultiVectorMask" in {kind.rpartition("/")[2] for kind, _ in modules}:
-            return "sentence-transformers"
-        settings = path / "config_sentence_transformers.json"
-        model_type = read_json_object(settings, "sentence-transformers settings").get("model_type") \
-            if settings.is_file() else None
-        return {"ColBERT": "pylate", "MultiVectorEncoder": "sentence-transformers"}.get(model_type)
-    if "HF_ColBERT" in (raw.get("architectures") or []):
+    if "MultiVectorMask" in {kind.rpartition("/")[2] for kind, _ in modules}:
+        return "sentence-transformers"
+    settings = path / "config_sentence_transformers.json"
+    model_type = read_json_object(settings, "sentence-transformers settings").get("model_type") \
+        if modules and settings.is_file() else None
+    if model_type in ("ColBERT", "MultiVectorEncoder"):
+        return "pylate" if model_type == "ColBERT" else "sentence-transformers"
+    if not modules and "HF_ColBERT" in (raw.get("architectures") or []):
         return "stanford"
+    # BAAI/bge-m3 is a sentence-transformers directory (CLS pooling) with FlagEmbedding's heads beside it
     return "bge-m3" if (path / COLBERT_LINEAR).is_file() else None
 
 
