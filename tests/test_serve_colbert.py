@@ -88,6 +88,25 @@ def test_inspect_source_names_each_colbert_layout(dirs, tmp_path):
     assert (inspect_source(m3).multi_vector, inspect_source(m3).task) == ("bge-m3", "embeddings")
 
 
+def test_the_pipeline_fits_texts_exactly_at_either_end(dirs):
+    pipe = bertkit.pipeline("colbert", model=dirs["stanford"], dtype="fp32")
+    long = "the old town, the new town, the city of berlin is big and the river is old " * 3
+    for task in ("query", "document"):
+        prefix, width = pipe.prompt(None, task), pipe.width(task)
+        (_,), (count,) = pipe.fit([long], prefix, task)
+        assert count > width
+        for side in ("right", "left"):
+            (kept,), (n,) = pipe.fit([long], prefix, task, side, truncate=True)
+            assert n == width and (long.startswith(kept) if side == "right" else long.endswith(kept))
+            assert pipe.fit([kept], prefix, task)[1] == [width]  # exactly the width, not a token less
+            row = pipe.model.features([kept], prefix, task)[0]
+            assert sum(row["attention_mask"]) == width  # the model cuts nothing more
+    vectors = pipe(["cat", "the dog"], task="query")
+    assert [len(v) for v in vectors] == [pipe.width("query")] * 2
+    with pytest.raises(ValueError, match="no multi-vector model"):
+        bertkit.pipeline("colbert", model=dirs["bert"])
+
+
 def test_embed_all_equals_encode_query_and_encode_document(layout):
     url, ref = layout
     for task, method, texts in (("query", ref.encode_query, QUERIES), ("document", ref.encode_document, DOCS),
