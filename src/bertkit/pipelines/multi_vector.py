@@ -5,9 +5,9 @@ its markers, query expansion, projection and skiplist) or a BGE-M3 directory (it
 ``colbert_vecs`` of :class:`bertkit.BGEM3`). ``task`` picks the side: ``"query"`` (``encode_query``: the query
 prompt or marker, expansion to the query width) or ``"document"`` (``encode_document``; also None). Answers:
 ``output="tokens"``: each text's ``[n, D]`` vectors (those it is scored by: after the projection and the skiplist)
-as lists; ``output="scores"``: each ``(query, text)`` pair's MaxSim (the model's own: ``meanmaxsim`` divides by the
-query's vector count, BGE-M3's ColBERT score is that mean too). A text that leaves no vector (only skiplist
-tokens) is a ValueError quoting it.
+as lists (``"arrays"``: float32 arrays); ``output="scores"``: each ``(query, text)`` pair's MaxSim (the model's
+own: ``meanmaxsim`` divides by the query's vector count, BGE-M3's ColBERT score is that mean too). A text that
+leaves no vector (only skiplist tokens) is a ValueError quoting it.
 
 :meth:`MultiVectorPipeline.fit` counts a side's tokens (markers and special tokens included) and cuts texts
 exactly to the side's width at either end: what a server checks a request against.
@@ -28,7 +28,7 @@ from bertkit.sentence.multi_vector import DOCUMENT_PROMPTS, MultiVectorEncoder
 from bertkit.tasks.sources import COLBERT_LAYOUTS, inspect_source
 from bertkit.tokenization.cut import CHARS_PER_TOKEN
 
-OUTPUTS = ("tokens", "scores")
+OUTPUTS = ("tokens", "arrays", "scores")
 SIDES = ("query", "document", None)
 
 
@@ -144,10 +144,10 @@ class MultiVectorPipeline(Pipeline):
 
     # --------------------------------------------------------------------------------------------- answers
     def run(self, items: list[Any], params: dict[str, Any]) -> list[Any]:
-        if params["output"] == "tokens":
+        if params["output"] != "scores":
             self._texts(items)
-            prefix = self.prompt(params["prompt_name"], params["task"])
-            return [v.tolist() for v in self.vectors(items, params["task"], prefix)]
+            vectors = self.vectors(items, params["task"], self.prompt(params["prompt_name"], params["task"]))
+            return vectors if params["output"] == "arrays" else [v.tolist() for v in vectors]
         if not all(isinstance(i, tuple | list) and len(i) == 2 and all(isinstance(t, str) for t in i) for i in items):
             raise ValueError("output='scores' takes (query, text) pairs of strings.")
         queries = list(dict.fromkeys(q for q, _ in items))

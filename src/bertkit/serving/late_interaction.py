@@ -167,14 +167,12 @@ async def search(service: Any, body: schemas.SearchRequest) -> Response:
     service.check_batch(texts)
     prepared, _ = await fitted(service, texts, "query", body.prompt_name, body.truncate,
                                body.truncation_direction.lower())
-    queries = await service.answer(prepared, {"task": "query", "prompt_name": body.prompt_name, "output": "tokens"},
+    queries = await service.answer(prepared, {"task": "query", "prompt_name": body.prompt_name, "output": "arrays"},
                                    "colbert")
     options = {"nprobe": body.nprobe or 4, "candidates": max(body.candidates or 256, body.k)} if plaid else {}
 
     def run() -> list[list[dict[str, Any]]]:
-        import numpy as np
-
-        found = index.search([np.asarray(q, dtype=np.float32) for q in queries], body.k, **options)
+        found = index.search(queries, body.k, **options)
         named = bool(index.manifest.get("ids"))
         return [[{"id": doc, "score": float(score)} for doc, score in
                  zip(index.ids(positions) if named else positions.tolist(), scores.tolist())]
