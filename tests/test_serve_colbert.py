@@ -32,7 +32,7 @@ import bertkit  # noqa: E402
 from bertkit.retrieval.multivector import MultiVectorIndexWriter  # noqa: E402
 from bertkit.retrieval.plaid import build_plaid_index  # noqa: E402
 from bertkit.retrieval.sparse_corpus import model_fingerprint  # noqa: E402
-from bertkit.sentence.bge_m3 import BGEM3  # noqa: E402
+from bertkit.sentence.bge_m3 import BGEM3, colbert_score  # noqa: E402
 from bertkit.serving import create_app  # noqa: E402
 from bertkit.tasks.sources import inspect_source  # noqa: E402
 from family_dirs import family_dir  # noqa: E402
@@ -274,3 +274,8 @@ def test_bge_m3_embed_all_gives_its_colbert_vecs(tmp_path):
         assert np.array(dense).shape == want["dense_vecs"].shape
         assert post(url, "/embed_sparse", {"inputs": texts}).status_code == 200
         assert error_of(post(url, "/rerank", {"query": "a", "texts": ["b"]}), 424, "Backend")
+    with serving(create_app(m3, task="colbert", dtype="fp32")) as (url, _):  # served as a ColBERT: its score
+        ranked = post(url, "/rerank", {"query": texts[0], "texts": texts[1:]}).json()
+        vecs = want["colbert_vecs"]
+        for r in ranked:
+            assert r["score"] == pytest.approx(colbert_score(vecs[0], vecs[1 + r["index"]]), abs=1e-5)
