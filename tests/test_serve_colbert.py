@@ -55,6 +55,7 @@ def dirs(tmp_path_factory):
     (root / "bert").mkdir()
     base = bert_dir(root / "bert")
     colbert_dir(base, root / "fixed", "fixed")
+    colbert_dir(base, root / "min-attend", "min-attend")
     pylate_dir(base, root / "pylate")
     stanford_dir(base, root / "stanford")
     torch.manual_seed(4)  # 16 dimensions: a PLAID index packs 2-bit residuals of them in whole bytes
@@ -64,7 +65,12 @@ def dirs(tmp_path_factory):
                MultiVectorMask(skiplist_words=list(string.punctuation)),
                Normalize(module_input_name="token_embeddings", module_output_name="token_embeddings")]
     st.MultiVectorEncoder(modules=modules, device="cpu").save(str(root / "wide"))
-    return {name: str(root / name) for name in ("bert", "fixed", "pylate", "stanford", "wide")}
+    torch.manual_seed(4)  # a skiplist with the special tokens: a text of punctuation leaves no vector
+    modules = [Transformer(base), Dense(36, 8, bias=False, activation_function=torch.nn.Identity(),
+                                        module_input_name="token_embeddings", module_output_name="token_embeddings"),
+               MultiVectorMask(skiplist_words=["[CLS]", "[SEP]", ".", "!"])]
+    st.MultiVectorEncoder(modules=modules, device="cpu").save(str(root / "bare"))
+    return {name: str(root / name) for name in ("bert", "fixed", "min-attend", "pylate", "stanford", "wide", "bare")}
 
 
 @pytest.fixture(scope="module", params=["fixed", "pylate", "stanford"])
@@ -183,6 +189,19 @@ def test_bad_requests_are_one_line_each(layout):
     assert error_of(post(url, "/rerank", {"query": "cat", "texts": []}), 400, "Empty")
     assert "embeddings" in error_of(post(url, "/embed", {"inputs": "cat"}), 424, "Backend")
     assert "--index" in error_of(post(url, "/search", {"inputs": "cat"}), 424, "Backend")
+
+
+def test_a_min_expansion_query_and_a_text_that_leaves_no_vector(dirs):
+    ref = st.MultiVectorEncoder(dirs["min-attend"], device="cpu")
+    with serving(create_app(dirs["min-attend"], dtype="fp32")) as (url, _):
+        for got, want in zip(post(url, "/embed_all", {"inputs": QUERIES, "task": "query"}).json(),
+                             ref.encode_query(QUERIES)):  # padded to 8, longer ones kept up to the query length
+            np.testing.assert_allclose(np.array(got), want.numpy(), **TOL)
+    with serving(create_app(dirs["bare"], dtype="fp32")) as (url, _):
+        message = error_of(post(url, "/embed_all", {"inputs": ["the cat", "!.!"]}), 422)
+        assert "'!.!' leaves no token vector" in message and "\n" not in message
+        assert "'.'" in error_of(post(url, "/rerank", {"query": "cat", "texts": ["the cat", "."]}), 422)
+        assert len(post(url, "/embed_all", {"inputs": "the cat"}).json()[0]) == 2
 
 
 # ------------------------------------------------------------------------------------------------- /search
