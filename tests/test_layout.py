@@ -70,8 +70,9 @@ LAYERS["retrieval"] = {"inference"}
 LAYERS["sentence"] = {*LAYERS["tasks"], "tasks", "retrieval"}
 LAYERS["pipelines"] = {*LAYERS["tasks"], "tasks", "sentence"}
 LAYERS["export"] = {*LAYERS["tasks"], "tasks", "sentence"}
-# serving reads what a model directory holds from the task table (tasks.sources.inspect_source)
-LAYERS["serving"] = {*LAYERS["pipelines"], "pipelines"}
+# serving reads what a model directory holds from the task table (tasks.sources.inspect_source), and searches a
+# multi-vector index given at start (bertkit serve --index: retrieval's indexes, below sentence)
+LAYERS["serving"] = {*LAYERS["pipelines"], "pipelines", "retrieval"}
 # the old import path of bertkit.sentence's and bertkit.retrieval's training API: re-exports only
 LAYERS["embedding"] = {"sentence", "retrieval"}
 

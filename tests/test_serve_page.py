@@ -256,6 +256,29 @@ def test_rerank_page_ranks_the_passages(browser, models):
     assert texts(browser, "#result .score") == [f"{w['score']:.3f}" for w in want]
 
 
+def test_colbert_page_reranks_the_passages_by_maxsim(browser, tmp_path):
+    st = pytest.importorskip("sentence_transformers")
+    from sentence_transformers.base.modules import Transformer
+    from sentence_transformers.base.modules.dense import Dense
+    from sentence_transformers.multi_vector_encoder.modules import MultiVectorMask
+
+    torch.manual_seed(0)
+    st.MultiVectorEncoder(modules=[Transformer(str(MINILM), query_expansion={"strategy": "fixed", "length": 16}),
+                                   Dense(384, 16, bias=False, activation_function=torch.nn.Identity(),
+                                         module_input_name="token_embeddings", module_output_name="token_embeddings"),
+                                   MultiVectorMask(skiplist_words=[",", "."])], device="cpu").save(str(tmp_path / "c"))
+    query, passages = "who wrote emma?", ["Emma is a novel by Jane Austen.", "Paris is in France.", "Bread & <jam>"]
+    with serving(tmp_path / "c", "colbert") as base:
+        assert open_page(browser, base) == "ready", shown(browser, "error")
+        assert shown(browser, "task") == "colbert"
+        fill(browser, "query", query)
+        fill(browser, "passages", "\n".join(passages))
+        assert press_run(browser) == "done", shown(browser, "error")
+        want = call(base, "/rerank", {"query": query, "texts": passages, "return_text": True})
+    assert texts(browser, "#result .name") == [w["text"] for w in want]
+    assert texts(browser, "#result .score") == [f"{w['score']:.3f}" for w in want]
+
+
 # ------------------------------------------------------------------ errors
 
 def test_a_missing_api_key_is_shown_and_the_key_then_sent(browser, models):

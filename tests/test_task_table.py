@@ -75,7 +75,7 @@ def test_every_served_task_and_fine_tuning_task_is_a_row():
     from bertkit.serving.settings import PIPELINE_TASKS, TASKS
     from bertkit.tasks.finetuning import TASKS as FINETUNE_TASKS
 
-    assert TASKS == ("auto", "embeddings", "classify", "ner", "qa", "fill-mask", "rerank")
+    assert TASKS == ("auto", "embeddings", "classify", "ner", "qa", "fill-mask", "rerank", "colbert")
     assert {name: row.name for name, row in served_tasks().items()} == PIPELINE_TASKS
     assert all(row.pipeline is not None and row.routes for row in served_tasks().values())
     from bertkit.cli.finetune import TASK_FLAGS
@@ -98,7 +98,8 @@ def test_the_hf_architecture_names_map_back():
     for row in TABLE:
         assert set(row.architectures) <= set(ARCHITECTURES), row.name
         cls = resolve(row.model)
-        assert cls is bertkit.SentenceTransformer or cls in ARCHITECTURES.values(), row.name
+        assert cls in (bertkit.SentenceTransformer, bertkit.MultiVectorEncoder) or cls in ARCHITECTURES.values(), \
+            row.name
     factory_classes = {cls for cls, _ in FACTORY_TASKS.values()} | {bertkit.BERT}
     assert {resolve(row.model) for row in TABLE if row.finetune in ("classify", "tag", "qa", "choice")} \
         <= factory_classes

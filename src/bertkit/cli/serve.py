@@ -5,7 +5,9 @@
     curl -s localhost:8080/embed -H 'Content-Type: application/json' -d '{"inputs": ["Hello", "Bonjour"]}'
 
 The task is read from the model (a sentence-transformers directory: embeddings; a classifier: classify, or
-rerank with one label; a tagger: ner; QA; an MLM: fill-mask) unless --task names it. --workers N runs N
+rerank with one label; a tagger: ner; QA; an MLM: fill-mask; a ColBERT directory: colbert, its token vectors on
+/embed_all and MaxSim on /rerank) unless --task names it. --index DIR: /search answers the best documents of that
+multi-vector index (exact or PLAID), which the served ColBERT model must have built. --workers N runs N
 processes on one port (each loads the model; the server is stateless, so replicas also go behind any load
 balancer). Needs the serve extra: pip install 'bertkit[serve]'.
 """
@@ -42,6 +44,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--served-model-name",
                         help="the name /info and OpenAI's /v1/models give (default: a run's model, runs/NAME/model, "
                              "is NAME; any other model its folder's name)")
+    parser.add_argument("--index", metavar="DIR",
+                        help="a multi-vector index (exact or PLAID) built by this ColBERT model: /search answers "
+                             "its best documents for each query")
     parser.add_argument("--tokenization-workers", type=int, help="threads counting and cutting inputs")
     add_dtype_argument(parser)
     parser.add_argument("--api-key", help="require 'Authorization: Bearer KEY' (or set BERTKIT_API_KEY); an "
@@ -66,7 +71,7 @@ def main(argv: list[str]) -> int:
                              tokenization_workers=args.tokenization_workers, dtype=args.dtype, api_key=api_key,
                              workers=args.workers, device=args.device, max_connections=args.max_connections,
                              timeout_keep_alive=args.timeout_keep_alive, body_timeout=args.body_timeout,
-                             max_response_bytes=args.max_response_bytes).check()
+                             max_response_bytes=args.max_response_bytes, index=args.index).check()
     try:
         import uvicorn
     except ImportError:

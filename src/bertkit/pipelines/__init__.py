@@ -11,6 +11,7 @@ task                       answers
 ``token-classification``   entities with character offsets (``ner``), five aggregation strategies
 ``question-answering``     spans of contexts of any length (doc-stride windows), top-k, impossible
 ``rerank``                 cross-encoder scores of passages for a query, best first
+``multi-vector``           a ColBERT's token vectors per side, MaxSim of (query, text) pairs
 =========================  ====================================================================
 
 ``SRC`` is anything bertkit loads (a directory, a TF checkpoint, a registered name); the model runs on

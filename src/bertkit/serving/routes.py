@@ -26,7 +26,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import FileResponse, PlainTextResponse, Response
 from pydantic import BaseModel
 
-from bertkit.serving import schemas
+from bertkit.serving import late_interaction, schemas
 from bertkit.serving.bodies import respond, validated
 from bertkit.serving.errors import ServeError
 from bertkit.serving.gate import PARSED
@@ -131,6 +131,11 @@ async def embed(service: Service, body: schemas.EmbedRequest) -> Response:
 
 async def embed_all(service: Service, body: schemas.EmbedAllRequest) -> Response:
     service.serves("/embed_all")
+    if "colbert" in service.pipes:  # a ColBERT's (or BGE-M3's) token vectors: after projection and skiplist
+        return await late_interaction.embed_all(service, body)
+    if body.task is not None:
+        raise ServeError(422, f"task: {body.task!r} picks a side of a multi-vector model; this server runs "
+                              f"{service.task} ({service.settings.name}): leave task out.", param="task")
     vectors, _ = await _embed(service, body, {"output": "tokens"})
     return await _answer(service, "/embed_all", vectors)
 
@@ -187,6 +192,8 @@ async def predict(service: Service, body: schemas.PredictRequest) -> Response:
 
 async def rerank(service: Service, body: schemas.RerankRequest) -> Response:
     service.serves("/rerank")
+    if service.task == "colbert":  # scored by MaxSim
+        return await late_interaction.rerank(service, body)
     service.check_batch(body.texts, "texts")
     prepared = await service.prepare([(body.query, text) for text in body.texts], body.truncate,
                                      body.truncation_direction.lower(), field="texts", first="query")
@@ -229,6 +236,9 @@ async def fill_mask(service: Service, body: schemas.FillMaskRequest) -> Response
 async def tokenize(service: Service, body: schemas.TokenizeRequest) -> Response:
     texts = _listed(body.inputs)
     service.check_batch(texts)
+    if service.task == "colbert":  # the tokens each side encodes, and which are scored
+        return await _answer(service, "/tokenize", await service.offload(
+            lambda: late_interaction.tokenize(service, body, texts)))
     tokenizer, special = service.side(body.task)  # an inference-free query side: its tokens, no special ones
     prefix = _prompt(service, "sparse" if body.task is not None else "main", body.prompt_name, body.task)
     cap = CHARS_PER_TOKEN * service.max_input_length
@@ -261,6 +271,7 @@ HANDLERS: dict[str, Route] = {
     "/embeddings": Route(openai_embeddings, None, include_in_schema=False),
     "/predict": Route(predict, list), "/rerank": Route(rerank, list[dict[str, Any]]), "/ner": Route(ner, list),
     "/qa": Route(qa, Any), "/fill-mask": Route(fill_mask, list),
+    "/search": Route(late_interaction.search, list[list[dict[str, Any]]]),
 }
 #: the routes every server answers, whatever its task
 ALWAYS: dict[str, Route] = {"/tokenize": Route(tokenize, list[list[dict[str, Any]]]),
@@ -292,6 +303,15 @@ async def _root_rerank(service: Service, data: dict[str, Any], parameters: dict[
     return await rerank(service, await read(schemas.RerankRequest, _known(data, schemas.RerankRequest)))
 
 
+async def _root_colbert(service: Service, data: dict[str, Any], parameters: dict[str, Any], read: Read):
+    """TEI's ``POST /`` runs the served model's route: a ColBERT's is ``/embed_all`` (what HF's
+    ``InferenceClient.feature_extraction`` reads), or ``/rerank`` for a body with ``query`` and ``texts``."""
+    if "query" in data and "texts" in data:
+        return await rerank(service, await read(schemas.RerankRequest, _known(data, schemas.RerankRequest)))
+    given = {**_known(parameters, schemas.EmbedAllRequest), **_known(data, schemas.EmbedAllRequest)}
+    return await embed_all(service, await read(schemas.EmbedAllRequest, given))
+
+
 async def _root_fill_mask(service: Service, data: dict[str, Any], parameters: dict[str, Any], read: Read):
     return await fill_mask(service, await read(schemas.FillMaskRequest, {
         "inputs": data.get("inputs"), **_known(parameters, schemas.FillMaskRequest)}))
@@ -310,7 +330,8 @@ async def _root_qa(service: Service, data: dict[str, Any], parameters: dict[str,
 
 #: served task (the task table's ``serve`` name) -> what ``POST /`` does with a body
 ROOT = {"embeddings": _root_embeddings, "classify": _root_classify, "rerank": _root_rerank,
-        "fill-mask": _root_fill_mask, "ner": _root_ner, "qa": _root_qa}
+        "fill-mask": _root_fill_mask, "ner": _root_ner, "qa": _root_qa,
+        "colbert": _root_colbert}
 
 
 async def _embed(service: Service, body: Any, params: dict[str, Any], pipe: str = "main",

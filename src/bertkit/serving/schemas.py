@@ -49,13 +49,14 @@ class EmbedRequest(_Embedding):
     dimensions: int | None = Field(None, ge=1, description="keep the first dimensions (Matryoshka models)")
 
 
-class EmbedAllRequest(_Embedding):
-    pass
-
-
 #: bertkit's ``task`` field (sentence-transformers' ``encode(task=...)``): which side of a sparse model encodes
 TASK = Field(None, description="query or document: the side of an inference-free sparse model (its query side runs "
                                "no model), with that side's prompt; null: the model's default route")
+
+
+class EmbedAllRequest(_Embedding):
+    task: str | None = Field(None, description="a multi-vector (ColBERT) model's side: query (its marker and "
+                                               "expansion) or document (null: document, as an index holds it)")
 
 
 class EmbedSparseRequest(_Embedding):
@@ -134,6 +135,17 @@ class TokenizeRequest(Strict):
     add_special_tokens: bool = True
     prompt_name: str | None = None
     task: str | None = TASK
+
+
+class SearchRequest(_Embedding):
+    """bertkit's ``/search``: the best ``k`` documents of the server's multi-vector index for each query."""
+
+    inputs: Text | list[Text] = Field(description=TEXTS_FORMS)
+    k: int = Field(10, ge=1, le=1000)
+    nprobe: int | None = Field(None, ge=1, le=4096, description="a PLAID index's centroids probed per query token "
+                                                                "(default 4)")
+    candidates: int | None = Field(None, ge=1, le=65536, description="a PLAID index's short list scored exactly "
+                                                                     "(default 256, at least k)")
 
 
 class DecodeRequest(Strict):

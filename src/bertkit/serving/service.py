@@ -35,7 +35,11 @@ class Service:
     """See the module doc. ``pipes["main"]`` answers the task; ``pipes["sparse"]`` sparse vectors where the model
     has them: a sentence-transformers sparse encoder (SPLADE, inference-free, CSR: then it is the main pipeline
     too, and ``splade`` is set), a masked-LM head (``--pooling splade``, or a fill-mask model), or BGE-M3's lexical
-    weights beside its dense vectors. ``sparse``: the kind (:data:`bertkit.tasks.sources.SPARSE_KINDS`), or None."""
+    weights beside its dense vectors. ``sparse``: the kind (:data:`bertkit.tasks.sources.SPARSE_KINDS`), or None.
+    ``pipes["colbert"]``: token vectors after a projection, scored by MaxSim, where the model has them (a ColBERT
+    directory: then it is the main pipeline; BGE-M3's ``colbert_linear.pt``); ``multi_vector``: the kind
+    (:data:`bertkit.tasks.sources.MULTI_VECTOR_KINDS`), or None. ``index``: the multi-vector index ``/search``
+    searches (``--index``), or None."""
 
     def __init__(self, settings: ServeSettings):
         import torch
@@ -43,13 +47,19 @@ class Service:
         from bertkit.modeling.text import resolve_device
         from bertkit.pipelines import pipeline
         from bertkit.pipelines.embeddings import SparseEmbeddingsPipeline
+        from bertkit.serving.late_interaction import open_index
         from bertkit.tasks.sources import SPARSE_ENCODERS, inspect_source
 
         self.settings = settings
         if settings.workers > 1:  # N processes share the cores: each takes its part, not all of them
             torch.set_num_threads(max(1, (os.cpu_count() or 1) // settings.workers))
         self.task = resolve_task(settings.model, settings.task, settings.pooling)
-        self.sparse = inspect_source(settings.model).sparse if self.task == "embeddings" else None
+        held = inspect_source(settings.model)
+        self.sparse = held.sparse if self.task == "embeddings" else None
+        self.multi_vector = held.multi_vector if self.task in ("embeddings", "colbert") else None
+        if settings.index is not None and self.task != "colbert":
+            raise ValueError(f"--index: {settings.name} is served as {self.task}; a multi-vector index is searched "
+                             "with the ColBERT model that built it (give that model, or leave --index out).")
         if settings.pooling is not None and self.task != "embeddings":
             raise ValueError(f"--pooling applies to embeddings; this server runs {self.task}.")
         if settings.pooling is not None and self.sparse in SPARSE_ENCODERS:
@@ -80,6 +90,11 @@ class Service:
             self.pipes["sparse"] = SparseEmbeddingsPipeline(self.pipe.model, self.pipe.tokenizer, dtype=None,
                                                             batch_size=FORWARD_BATCH,
                                                             batch_tokens=FORWARD_TOKENS.get(device.type))
+        self.index = None
+        if self.task == "colbert":
+            self.pipes["colbert"] = self.pipe
+        elif self.multi_vector == "bge-m3" and self.sparse == "bge-m3":
+            self._bge_m3_colbert()
         self.max_input_length = self._input_limit()
         for pipe in self.pipes.values():
             pipe.max_length = self.max_input_length
@@ -90,6 +105,21 @@ class Service:
         self.batcher = DynamicBatcher(self._run, max_batch_tokens=settings.max_batch_tokens,
                                       max_concurrent_requests=settings.max_concurrent_requests, metrics=self.metrics)
         self.probe()
+        if settings.index is not None:  # after the probe: a broken model is named before the index is read
+            self.index = open_index(settings.index, settings.model, self.pipe.dimension)
+
+    def _bge_m3_colbert(self) -> None:
+        """BGE-M3's ColBERT vectors (``/embed_all``) from the encoder its lexical weights already load: its
+        ``colbert_linear.pt`` put beside the token-weight layer, so the XLM-R weights are held once for both."""
+        from bertkit.pipelines.multi_vector import MultiVectorPipeline
+        from bertkit.sentence.bge_m3 import load_linear
+        from bertkit.tasks.sources import COLBERT_LINEAR
+
+        encoder = self.pipes["sparse"].model
+        linear = load_linear(self.settings.model, COLBERT_LINEAR, encoder.bert.config.hidden_size)
+        encoder.colbert_linear = linear.to(encoder.device)
+        self.pipes["colbert"] = MultiVectorPipeline(encoder, encoder.tokenizer, dtype=None, batch_size=FORWARD_BATCH,
+                                                    batch_tokens=FORWARD_TOKENS.get(self.device.type))
 
     def _input_limit(self) -> int:
         """``--max-input-length``, else the length the model was fine-tuned at (a reranker: saved with), at most
@@ -205,6 +235,7 @@ class Service:
         from importlib.metadata import PackageNotFoundError, version
 
         from bertkit.modeling import numerics
+        from bertkit.serving.late_interaction import multi_vector_info
 
         try:
             installed = version("bertkit")
@@ -217,7 +248,8 @@ class Service:
             id2label = config.id2label or {i: f"LABEL_{i}" for i in range(config.num_labels)}
             labels = {"id2label": {str(i): name for i, name in id2label.items()},
                       "label2id": {name: int(i) for i, name in id2label.items()}}
-        model_type = {served.info_key: {"pooling": self.pooling()} if self.task == "embeddings" else labels or {}}
+        model_type = {served.info_key: {"pooling": self.pooling()} if self.task in ("embeddings", "colbert")
+                      else labels or {}}
         sparse = self.sparse_info()
         choice = self.pipe.dtype_choice
         return {"model_id": self.settings.name, "model_sha": None, "model_dtype": choice.torch_name,
@@ -229,7 +261,8 @@ class Service:
                 "version": installed, "sha": None, "docker_label": None, "task": self.task,
                 "labels": list(labels["id2label"].values()) if labels and self.task != "rerank" else None,
                 "dtype": choice.as_dict(), "numerics": numerics.describe(self.device, choice.name),
-                **({"sparse": sparse} if sparse else {})}
+                **({"sparse": sparse} if sparse else {}),
+                **({"multi_vector": multi_vector_info(self)} if "colbert" in self.pipes else {})}
 
     def sparse_info(self) -> dict[str, Any] | None:
         """``/info``'s ``sparse`` (bertkit's): the kind, the vectors' size, ``max_active_dims``, and for a Router
@@ -276,6 +309,8 @@ class Service:
 
         if self.splade:
             return "csr" if self.sparse == "csr" else "splade"
+        if self.task == "colbert":  # one vector per scored token (bertkit's name; TEI has no ColBERT pooling)
+            return "colbert"
         if self.settings.pooling:
             return self.settings.pooling
         if isinstance(self.pipe.model, SentenceTransformer):

@@ -65,6 +65,8 @@ class ServeSettings:
     timeout_keep_alive: float = 5.0
     body_timeout: float = 60.0
     max_response_bytes: int = MAX_RESPONSE_BYTES
+    #: A multi-vector index (exact or PLAID) that ``/search`` searches; built by the served ColBERT model.
+    index: str | None = None
 
     def check(self) -> ServeSettings:
         if self.task not in TASKS:
@@ -82,6 +84,9 @@ class ServeSettings:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
                 raise ValueError(f"{name} must be a positive number of seconds, got {value!r}.")
+        if self.index is not None and not (Path(self.index) / "manifest.json").is_file():
+            raise ValueError(f"--index {self.index}: no manifest.json there; give a finished index directory that "
+                             "`bertkit index` built with this model.")
         if not 0 <= self.port < 65536:
             raise ValueError(f"port must be in [0, 65535], got {self.port}.")
         if self.api_key is not None and (not isinstance(self.api_key, str) or not self.api_key.strip()):

@@ -52,6 +52,12 @@ COLBERT_LINEAR = "colbert_linear.pt"
 SPARSE_KINDS = ("splade", "inference-free", "csr", "bge-m3")
 #: the sparse kinds a :class:`bertkit.SparseEncoder` loads (the ``sparse-embeddings`` row holds them)
 SPARSE_ENCODERS = ("splade", "inference-free", "csr")
+#: what :attr:`SourceInfo.multi_vector` names: a ColBERT directory of sentence-transformers 6 (a ``MultiVectorMask``
+#: module), PyLate (``model_type`` ColBERT) or Stanford ColBERT (``HF_ColBERT``), all loaded by
+#: :class:`bertkit.MultiVectorEncoder` (the ``multi-vector`` row); or BGE-M3's ``colbert_linear.pt``
+MULTI_VECTOR_KINDS = ("sentence-transformers", "pylate", "stanford", "bge-m3")
+#: the multi-vector kinds :class:`bertkit.MultiVectorEncoder` loads
+COLBERT_LAYOUTS = ("sentence-transformers", "pylate", "stanford")
 _TRANSFORMERS = ("Transformer", "MLMTransformer")
 #: safetensors' and HF config's names of the float formats -> bertkit's
 _DTYPES = {"F32": "fp32", "BF16": "bf16", "F16": "fp16", "float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
@@ -153,7 +159,9 @@ class SourceInfo:
     ``int8``; None where the files do not say without reading the weights). ``sparse``: the learned-sparse kind
     (:data:`SPARSE_KINDS`: ``splade``, ``inference-free``, ``csr`` — a sentence-transformers sparse encoder, task
     ``sparse-embeddings`` — or ``bge-m3``, a dense model with FlagEmbedding's ``sparse_linear.pt``); None for
-    others. ``modules``: a Router's modules are named ``route/Type`` (``query/SparseStaticEmbedding``).
+    others. ``multi_vector``: the late-interaction kind (:data:`MULTI_VECTOR_KINDS`: a ColBERT directory, task
+``multi-vector``, or ``bge-m3``, a BGE-M3 directory with ``colbert_linear.pt``); None for others. ``modules``: a
+Router's modules are named ``route/Type`` (``query/SparseStaticEmbedding``).
     """
 
     source: str
@@ -172,6 +180,7 @@ class SourceInfo:
     record: dict[str, Any] | None = None
     config_path: Path | None = None
     sparse: str | None = None
+    multi_vector: str | None = None
 
     @property
     def family(self) -> str:
@@ -197,7 +206,8 @@ class SourceInfo:
         """One line, what ``bertkit info`` prints: ``layout hf (cross-encoder), architecture
         BertForSequenceClassification, task rerank, labels ['LABEL_0'], max length 128 (takes 512), saved fp32``."""
         parts = [f"layout {self.layout}" + (" (cross-encoder)" if self.cross_encoder else "")
-                 + (f" (sparse: {self.sparse})" if self.sparse else ""),
+                 + (f" (sparse: {self.sparse})" if self.sparse else "")
+                 + (f" (multi-vector: {self.multi_vector})" if self.multi_vector else ""),
                  f"architecture {self.architecture or 'unknown'}", f"task {self.task or 'none'}"]
         if self.modules:
             parts.append(f"modules {' > '.join(self.modules)}")
@@ -241,6 +251,10 @@ def inspect_source(source: str | os.PathLike) -> SourceInfo:
     row, model = _task_row(path, architecture, config.num_labels, modules, record, cross)
     if sparse in SPARSE_ENCODERS:
         row, model = find_task("sparse-embeddings"), "bertkit.sentence.sparse:SparseEncoder"
+    multi_vector = _multi_vector_kind(path, modules, raw)
+    if multi_vector in COLBERT_LAYOUTS:
+        row = find_task("multi-vector")
+        model = row.model
     model = model or (f"{cls.__module__}:{cls.__qualname__}" if cls is not None else None)
     hf = config_path is not None and config_path.name == "config.json"
     layout = "sentence-transformers" if modules else "finetune" if record else "hf" if hf else "checkpoint"
@@ -251,7 +265,7 @@ def inspect_source(source: str | os.PathLike) -> SourceInfo:
     return SourceInfo(os.fspath(source), path, model_path, layout, config, architecture, model,
                       None if row is None else row.name, labels, _trained_length(path, model_path, record, modules),
                       _saved_dtype(model_path, raw), cross, tuple(kind for kind, _ in modules), record, config_path,
-                      sparse)
+                      sparse, multi_vector)
 
 
 def read_task_file(path: str | os.PathLike) -> dict[str, Any]:
@@ -312,6 +326,24 @@ def _sparse_kind(path: Path, modules: list[tuple[str, str]]) -> str | None:
     if "SpladePooling" in kinds:
         return "splade"
     return "bge-m3" if path.is_dir() and (path / SPARSE_LINEAR).is_file() else None
+
+
+def _multi_vector_kind(path: Path, modules: list[tuple[str, str]], raw: dict[str, Any]) -> str | None:
+    """The late-interaction kind of :data:`MULTI_VECTOR_KINDS` the directory holds (see :class:`SourceInfo`), read
+    from the files alone (:func:`bertkit.sentence.colbert_layouts.read_colbert_layout` reads the settings)."""
+    if not path.is_dir():
+        return None
+    if "MultiVectorMask" in {kind.rpartition("/")[2] for kind, _ in modules}:
+        return "sentence-transformers"
+    settings = path / "config_sentence_transformers.json"
+    model_type = read_json_object(settings, "sentence-transformers settings").get("model_type") \
+        if modules and settings.is_file() else None
+    if model_type in ("ColBERT", "MultiVectorEncoder"):
+        return "pylate" if model_type == "ColBERT" else "sentence-transformers"
+    if not modules and "HF_ColBERT" in (raw.get("architectures") or []):
+        return "stanford"
+    # BAAI/bge-m3 is a sentence-transformers directory (CLS pooling) with FlagEmbedding's heads beside it
+    return "bge-m3" if (path / COLBERT_LINEAR).is_file() else None
 
 
 def _read_config(path: Path, model_path: Path):
@@ -435,7 +467,8 @@ def _fingerprint(checkpoint) -> dict[str, Any]:
             "config_sha256": hashlib.sha256(config.encode()).hexdigest()}
 
 
-__all__ = ["COLBERT_LINEAR", "SPARSE_ENCODERS", "SPARSE_KINDS", "SPARSE_LINEAR", "TASK_FILE", "LoadedSource",
+__all__ = ["COLBERT_LAYOUTS", "COLBERT_LINEAR", "MULTI_VECTOR_KINDS", "SPARSE_ENCODERS", "SPARSE_KINDS",
+           "SPARSE_LINEAR", "TASK_FILE", "LoadedSource",
            "SourceInfo", "inspect_source", "load_model_and_tokenizer", "load_source", "read_task_file", "source_config"]
 
 

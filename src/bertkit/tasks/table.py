@@ -113,6 +113,10 @@ TABLE: tuple[TaskRow, ...] = (
     TaskRow("rerank", f"{_HEADS}:BERTForSequenceClassification", (), ("BertForSequenceClassification",), 1,
             pipeline="bertkit.pipelines.classification:RerankPipeline", export=_SENTENCE_SCORES, routes=("/rerank",),
             serve=Served("rerank", ("probe", "probe"), "reranker", labels=True), finetune="rerank"),
+    # a ColBERT directory: token vectors after the projection and skiplist, MaxSim reranking, an index's search
+    TaskRow("multi-vector", "bertkit.sentence.multi_vector:MultiVectorEncoder", ("colbert", "late-interaction"),
+            pipeline="bertkit.pipelines.multi_vector:MultiVectorPipeline", routes=("/embed_all", "/rerank", "/search"),
+            serve=Served("colbert", "probe", "embedding")),
     TaskRow("sparse-embeddings", f"{_LM}:BERTForMaskedLM", ("splade",),
             pipeline="bertkit.pipelines.embeddings:SparseEmbeddingsPipeline", routes=("/embed_sparse",)),
     TaskRow("feature-extraction", "bertkit.modeling.backbone:BERT", ("backbone",),

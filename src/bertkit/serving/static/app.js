@@ -186,6 +186,9 @@ const TASKS = {
   },
 };
 
+// a ColBERT model reranks by MaxSim on the same route, with the same form (its scores are sums, not in [0, 1])
+TASKS.colbert = TASKS.rerank;
+
 // ------------------------------------------------------------------ page state
 
 let task = null; // the key of TASKS the form is built for
