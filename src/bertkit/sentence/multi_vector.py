@@ -173,8 +173,9 @@ class MultiVectorEncoder(nn.Module):
         if task != "query":
             empty = next((i for i, row in enumerate(rows) if not any(row["scored"])), None)
             if empty is not None:
-                raise ValueError(f"sentences[{empty}] leaves no token vector to score (every token is on the model's "
-                                 "skiplist or outside its keep_only_token_ids): drop it or give it words to score.")
+                raise ValueError(f"sentences[{empty}] {texts[empty][:60]!r} leaves no token vector to score (every "
+                                 "token is on the model's skiplist or outside its keep_only_token_ids): drop it or "
+                                 "give it words to score.")
         pooling = self.token_pooling if self.token_pooling is not None and self.token_pooling.applies_to(task) \
             else None
         out = run_sorted(rows, [len(row["input_ids"]) for row in rows], batch_size,

@@ -98,8 +98,9 @@ def multivector_run(model, corpus: Mapping[str, str], queries: Mapping[str, str]
     query_ids = list(queries)
     extra = int(ignore_identical_ids)  # one more is retrieved: the query itself may be among them
     with evaluating(model):
+        # a judged query longer than the query length is cut (with a warning), as sentence-transformers' evaluator
         vectors = model.encode_query([queries[q] for q in query_ids], prompt_name=query_prompt_name,
-                                     batch_size=batch_size, show_progress_bar=False)
+                                     batch_size=batch_size, show_progress_bar=False, truncate=True)
         if index is None:
             with tempfile.TemporaryDirectory(prefix="bertkit-multivector-") as scratch:
                 built = encode_corpus(model, corpus, index_directory or os.path.join(scratch, "index"),
