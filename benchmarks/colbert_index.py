@@ -25,6 +25,7 @@ import argparse
 import json
 import random
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -86,6 +87,7 @@ def prefix_index(big: MultiVectorIndex, n: int, directory: Path) -> MultiVectorI
     """The exact index of ``big``'s first ``n`` documents (the same stored vectors; one a rerun left is reused)."""
     if (directory / "manifest.json").is_file():
         return MultiVectorIndex.load(directory, model=big.model)
+    shutil.rmtree(directory, ignore_errors=True)  # a killed run's unfinished copy
     writer = MultiVectorIndexWriter(directory, big.dim, big.model, dtype=big.manifest["dtype"])
     for start in range(0, n, 1000):
         stop = min(n, start + 1000)

@@ -193,10 +193,11 @@ def maxsim_block(queries: torch.Tensor, query_of_row: torch.Tensor, count: int, 
 def segment_maxsim(similarity: torch.Tensor, query_of_row: torch.Tensor, count: int, doc_of_token: torch.Tensor,
                    documents: int) -> torch.Tensor:
     """:func:`maxsim_block` from the token-pair scores ``similarity [M, t]`` (exact ones, or a compressed index's
-    approximations of them)."""
+    approximations of them). The rows are grouped by query, in order (as :func:`stack_queries` stacks them)."""
     best = torch.full((len(similarity), documents), -torch.inf, dtype=similarity.dtype)
     best.scatter_reduce_(1, doc_of_token.expand(len(similarity), -1), similarity, "amax")
-    return torch.zeros(count, documents, dtype=similarity.dtype).index_add_(0, query_of_row, best)
+    # a sum per query's block of rows: several times faster than index_add_ with its repeated indices on CPU
+    return torch.stack([rows.sum(0) for rows in best.split(torch.bincount(query_of_row, minlength=count).tolist())])
 
 
 def stack_queries(queries: list[np.ndarray]) -> tuple[torch.Tensor, torch.Tensor]:
