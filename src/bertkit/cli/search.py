@@ -4,7 +4,7 @@
     bertkit search INDEX --model MODEL --queries queries.jsonl -k 100 --jsonl -o run.jsonl
     bertkit search PLAID_INDEX --model COLBERT --queries queries.jsonl --rerank EXACT_INDEX
 
-INDEX is a directory ``bertkit sparse-index build`` or ``bertkit index build|compress`` built (its manifest says
+INDEX is a directory ``bertkit sparse-index build`` or ``bertkit colbert-index build|compress`` built (its manifest says
 which); MODEL must be the model that built it (the index records its directory's name and a digest of its files;
 another is refused). Queries are encoded with the model's query side in one batch, then each is searched: a sparse
 index exactly (every document that shares a term with it is scored), an exact multi-vector index by MaxSim over
@@ -37,7 +37,8 @@ SPARSE_FORMAT, EXACT_FORMAT, PLAID_FORMAT = "bertkit-sparse-index", "bertkit-mul
 def main(argv: list[str]) -> int:
     parser = ArgumentParser(prog="bertkit search", description=__doc__,
                             formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("index", help="an index directory that `bertkit sparse-index build` or `bertkit index` built")
+    parser.add_argument("index", help="an index directory that `bertkit sparse-index build` or `bertkit "
+                                      "colbert-index` built")
     parser.add_argument("--model", required=True, help="the model directory (sparse encoder, ColBERT) that built "
                                                        "the index")
     given = parser.add_mutually_exclusive_group(required=True)

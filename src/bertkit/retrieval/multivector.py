@@ -50,7 +50,8 @@ def as_token_arrays(texts: TokenVectors, dim: int, what: str) -> list[np.ndarray
     width, a text of no tokens, or a value that is NaN or infinite."""
     arrays = []
     for i, text in enumerate(texts):
-        array = np.asarray(torch.as_tensor(text).detach().to(torch.float32).cpu())
+        array = np.asarray(text, dtype=np.float32) if isinstance(text, np.ndarray) else \
+            np.asarray(torch.as_tensor(text).detach().to(torch.float32).cpu())  # (a read-only array stays numpy)
         if array.ndim != 2 or array.shape[1] != dim:
             raise ValueError(f"{what}[{i}]: expected token vectors [n, {dim}] (the index's dimension), got shape "
                              f"{array.shape}; encode with the model the index was built for.")

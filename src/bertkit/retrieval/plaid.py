@@ -7,7 +7,10 @@ Files: ``centroids.npy [K, d]``, ``buckets.npy [2, 2**nbits]`` (cutoffs, then bu
 unused), ``codes.npy [T]`` (each token's centroid), ``residuals.npy [T, d * nbits / 8]`` (packed buckets),
 ``offsets.npy [N + 1]`` and ids as the exact index has them, and ``ivf/``, the centroid -> documents lists as a
 :class:`SparseIndex` (term = centroid, weight = how many of the document's tokens it holds). The manifest is written
-last; an interrupted build leaves none (a rebuild in the same directory starts over).
+last; an interrupted build leaves none, and ``.building`` records how far it got: built again with the same source
+and arguments it goes on after its last compressed slice (otherwise it starts over). :func:`append_plaid_index` adds
+documents compressed with the existing codec, the ivf remade from every token's code, swapped in at one commit
+point (:func:`~bertkit.retrieval.index_files.commit_replace`).
 """
 
 from __future__ import annotations
