@@ -106,6 +106,7 @@ def searched(capsys, index, model, *extra):
                  "--dtype", "fp32", *extra]) == 0
     out, err = capsys.readouterr()
     assert "search per query mean" in err and "encode" in err
+    searched.err = err
     return [json.loads(line) for line in out.splitlines()]
 
 
@@ -123,10 +124,16 @@ def test_exact_and_compressed_search_return_maxsim_ids_and_scores(setup, capsys)
                            "--rerank", str(root / "exact"))
     for line, (best, _) in zip(exact_lines, expected):
         assert [hit["id"] for hit in line["hits"]] == [records[p]["_id"] for p in best]
-    decompressed = searched(capsys, root / "plaid", model)
+    assert "scored exactly on" not in searched.err  # --rerank given: nothing to say
+    # by default the short list is scored on the exact index it was compressed from, while that is there
+    default = searched(capsys, root / "plaid", model, "--nprobe", "16", "--candidates", "120")
+    assert f"scored exactly on {(root / 'exact').resolve()}" in searched.err and default == [
+        {**line, "search_ms": d["search_ms"]} for line, d in zip(exact_lines, default)]
+    decompressed = searched(capsys, root / "plaid", model, "--decompressed")
+    assert "scored on the decompressed vectors" in searched.err
     assert all(len(line["hits"]) == 4 for line in decompressed)
     one_line_error(capsys, ["search", str(root / "exact"), "--model", model, "--query", "x", "--nprobe", "2"],
-                   "--nprobe, --candidates and --rerank apply to a compressed (PLAID) index")
+                   "--nprobe, --candidates, --rerank and --decompressed apply to a compressed (PLAID) index")
 
 
 def test_append_equals_a_one_go_build_and_plaid_appends_with_its_codec(setup, tmp_path):
