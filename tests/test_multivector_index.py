@@ -113,3 +113,12 @@ def test_corpus_builder_names_the_document_left_without_vectors_and_the_empty_co
     index = build_multivector_corpus_index(lambda texts: [np.ones((2, 4), np.float32) for _ in texts], corpus,
                                            tmp_path / "k", dim=4, model="m", progress=False)
     assert index.ids([0, 1]) == ["a", "dots"] and index.manifest["info"]["corpus"] == "c.jsonl"
+
+
+def test_a_build_killed_before_its_first_segment_resumes_from_nothing(tmp_path):
+    MultiVectorIndexWriter(tmp_path / "i", 4, "m")  # started, then gone before anything was flushed
+    with pytest.raises(ValueError, match="an unfinished build: pass resume=True"):
+        MultiVectorIndexWriter(tmp_path / "i", 4, "m")
+    writer = MultiVectorIndexWriter(tmp_path / "i", 4, "m", resume=True)
+    writer.add([np.ones((3, 4), np.float32)])
+    assert writer.finish().documents == 1

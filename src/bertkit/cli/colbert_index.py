@@ -169,11 +169,11 @@ def append_index(args: argparse.Namespace) -> int:
         _said(index, "an interrupted append was finished; nothing else added", start)
         return 0
     corpus, total = checked_corpus(args.corpus)
-    staging = append_staging(index, max_tokens=args.max_tokens, info=corpus_info(corpus, _fields(args)))
     encode, dim = _encoder(args, args.model)
     if dim != index.dim:
         raise ValueError(f"--model {args.model} makes {dim}-dimensional vectors; the index in {args.index!r} holds "
                          f"{index.dim}-dimensional ones: append with the model that built it.")
+    staging = append_staging(index, max_tokens=args.max_tokens, info=corpus_info(corpus, _fields(args)))
     if not isinstance(staging, MultiVectorIndex):
         add_corpus(staging, encode, corpus, total, fields=_fields(args), encoding=args.encoding,
                    chunk_documents=args.chunk_documents, progress=not args.quiet)

@@ -93,6 +93,8 @@ class MultiVectorIndexWriter:
             raise ValueError(f"index directory {str(self.directory)!r} is not empty{hint}; pass a new or empty "
                              f"directory.")
         self.segments.mkdir(parents=True, exist_ok=True)
+        if not (self.segments / PROGRESS).is_file():
+            self.flush()  # a build killed before its first segment resumes from nothing, not "not empty"
 
     def _settings(self) -> dict[str, Any]:
         return {"format": FORMAT, "version": VERSION, "dim": self.dim, "model": self.model, "dtype": self.dtype,
