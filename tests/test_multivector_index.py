@@ -93,3 +93,32 @@ def test_bad_input_is_one_line(tmp_path):
     writer.add(docs)
     one_line_error("pass resume=True", MultiVectorIndexWriter, tmp_path / "half", 4, "m")
     one_line_error("was started with", MultiVectorIndexWriter, tmp_path / "half", 4, "other", resume=True)
+
+
+def test_corpus_builder_names_the_document_left_without_vectors_and_the_empty_corpus(tmp_path):
+    from bertkit.retrieval.multivector_corpus import build_multivector_corpus_index
+
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text('{"_id": "a", "text": "two words"}\n{"_id": "dots", "text": "..."}\n')
+
+    def encode(texts):  # one vector per word: "..." has none
+        return [np.ones((len(t.split()) - (t == "..."), 4), np.float32) for t in texts]
+
+    with pytest.raises(ValueError, match=r"c\.jsonl: document 'dots' has no token vectors") as error:
+        build_multivector_corpus_index(encode, corpus, tmp_path / "i", dim=4, model="m", progress=False)
+    assert "\n" not in str(error.value) and not (tmp_path / "i" / "manifest.json").exists()
+    (tmp_path / "e.jsonl").write_text("\n")
+    with pytest.raises(ValueError, match=r"e\.jsonl: no documents"):
+        build_multivector_corpus_index(encode, tmp_path / "e.jsonl", tmp_path / "j", dim=4, model="m")
+    index = build_multivector_corpus_index(lambda texts: [np.ones((2, 4), np.float32) for _ in texts], corpus,
+                                           tmp_path / "k", dim=4, model="m", progress=False)
+    assert index.ids([0, 1]) == ["a", "dots"] and index.manifest["info"]["corpus"] == "c.jsonl"
+
+
+def test_a_build_killed_before_its_first_segment_resumes_from_nothing(tmp_path):
+    MultiVectorIndexWriter(tmp_path / "i", 4, "m")  # started, then gone before anything was flushed
+    with pytest.raises(ValueError, match="an unfinished build: pass resume=True"):
+        MultiVectorIndexWriter(tmp_path / "i", 4, "m")
+    writer = MultiVectorIndexWriter(tmp_path / "i", 4, "m", resume=True)
+    writer.add([np.ones((3, 4), np.float32)])
+    assert writer.finish().documents == 1

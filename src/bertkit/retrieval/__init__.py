@@ -18,9 +18,11 @@ together, fused.
 
 Multi-vector (late interaction, token vectors ``[n_i, d]`` per document): :class:`MultiVectorIndexWriter` /
 :func:`build_multivector_index` build an exact index in bounded memory, :class:`MultiVectorIndex` loads it and
-searches it by MaxSim, exactly; :func:`build_plaid_index` compresses one in the PLAID manner (k-means centroids,
-residuals in 2 or 4 bits) into a :class:`PlaidIndex`, searched by candidate generation from the centroids and MaxSim
-on the short list.
+searches it by MaxSim, exactly; :func:`build_multivector_corpus_index` builds one from a corpus on disk with an
+encoder (resumable); :func:`build_plaid_index` compresses one in the PLAID manner (k-means centroids, residuals in
+2 or 4 bits; resumable) into a :class:`PlaidIndex`, searched by candidate generation from the centroids and MaxSim
+on the short list; :func:`append_multivector_index` / :func:`append_plaid_index` add documents to either (the
+compressed one with its existing codec), swapped in at once.
 """
 
 from bertkit.retrieval.dense import encode_sorted, retrieve, search
@@ -29,9 +31,11 @@ from bertkit.retrieval.hybrid import hybrid_search
 from bertkit.retrieval.multivector import (
     MultiVectorIndex,
     MultiVectorIndexWriter,
+    append_multivector_index,
     build_multivector_index,
 )
-from bertkit.retrieval.plaid import PlaidIndex, build_plaid_index
+from bertkit.retrieval.multivector_corpus import build_multivector_corpus_index
+from bertkit.retrieval.plaid import PlaidIndex, append_plaid_index, build_plaid_index
 from bertkit.retrieval.similarity import SIMILARITIES, pairwise, rowwise
 from bertkit.retrieval.sparse import SparseIndex, SparseIndexWriter, build_sparse_index
 from bertkit.retrieval.sparse_corpus import CorpusFields, build_sparse_corpus_index, model_fingerprint, read_corpus
@@ -48,7 +52,8 @@ from bertkit.retrieval.sparse_export import (
 from bertkit.retrieval.sparse_retrieve import encode_sparse_sorted, retrieve_sparse, sparsity_figures
 
 __all__ = ["SIMILARITIES", "CorpusFields", "MultiVectorIndex", "MultiVectorIndexWriter", "PlaidIndex", "SparseIndex",
-           "SparseIndexWriter", "build_multivector_index", "build_plaid_index", "build_sparse_corpus_index",
+           "SparseIndexWriter", "append_multivector_index", "append_plaid_index", "build_multivector_corpus_index",
+           "build_multivector_index", "build_plaid_index", "build_sparse_corpus_index",
            "build_sparse_index", "document_vectors", "elasticsearch_actions", "elasticsearch_mapping",
            "elasticsearch_query", "encode_sorted", "encode_sparse_sorted", "export_index", "fuse_runs",
            "hybrid_search", "model_fingerprint", "pairwise", "qdrant_collection", "qdrant_points",

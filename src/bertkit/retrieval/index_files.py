@@ -48,6 +48,9 @@ def file_record(path: Path) -> dict[str, Any]:
 def read_manifest(path: Path, fmt: str, version: int, keys: Sequence[str], what: str) -> dict[str, Any]:
     """The manifest at ``path`` of a ``fmt`` index, version ``version``, holding ``keys``; ``ValueError`` naming the
     file when it is missing (``what`` names the index and how to build it), corrupted, or another format."""
+    if not path.is_file() and (path.parent / NEXT_MANIFEST).is_file():
+        raise ValueError(f"{str(path.parent)!r}: an append to this {what} was interrupted while its files were "
+                         f"swapped in; run the same append again to finish it.")
     if not path.is_file():
         raise ValueError(f"{str(path.parent)!r} holds no {path.name}: not a finished {what} (an interrupted build "
                          f"leaves none); build it again.")
@@ -62,6 +65,22 @@ def read_manifest(path: Path, fmt: str, version: int, keys: Sequence[str], what:
         raise ValueError(f"{str(path)!r} is a {found!r} version {found_version} index; this bertkit reads {fmt!r} "
                          f"version {version} here: build the index again (or load it with its own class).")
     return manifest
+
+
+def index_format(directory: str | os.PathLike, formats: Sequence[str]) -> str:
+    """The format of the finished index in ``directory`` (its manifest's ``"format"``), one of ``formats``;
+    ``ValueError`` naming the directory otherwise."""
+    path = Path(directory) / "manifest.json"
+    if not path.is_file():
+        read_manifest(path, "", 0, (), "index")  # raises: no manifest (an unfinished build or append), said once
+    try:
+        manifest = json.loads(path.read_text())
+        found = manifest["format"]
+    except (ValueError, KeyError, TypeError) as error:
+        raise ValueError(f"{str(path)!r} is corrupted ({error}); build the index again.") from None
+    if found not in formats:
+        raise ValueError(f"{str(directory)!r} holds a {found!r} index; expected one of {list(formats)}.")
+    return found
 
 
 def load_files(directory: Path, manifest: dict[str, Any], names: Sequence[str], verify: bool) -> dict[str, np.ndarray]:
@@ -133,3 +152,38 @@ class IdTable:
         positions = np.asarray(positions, dtype=np.int64)
         starts, ends = self.id_offsets[positions], self.id_offsets[positions + 1]
         return [bytes(self.id_bytes[a:b]).decode("utf-8") for a, b in zip(starts.tolist(), ends.tolist())]
+
+
+#: an append's manifest, written once every new file is in place beside the old one as ``NAME.next``: from then on
+#: the append is committed, and :func:`finish_replace` (idempotent) swaps the files in and renames it manifest.json
+NEXT_MANIFEST = "manifest.next.json"
+
+
+def commit_replace(directory: Path, manifest: dict[str, Any], names: Sequence[str]) -> None:
+    """Replaces ``directory``'s files (or sub-directories) ``names`` by their ``NAME.next`` and its manifest by
+    ``manifest``, as one step for a reader: the old index loads until the commit, the new one after it, and a kill
+    in between leaves no manifest.json (nothing loads) until :func:`finish_replace` runs again."""
+    write_atomically(directory / NEXT_MANIFEST, json.dumps({**manifest, "replacing": list(names)}, indent=2) + "\n")
+    finish_replace(directory)
+
+
+def finish_replace(directory: Path) -> bool:
+    """Completes a committed :func:`commit_replace` in ``directory`` (a no-op without one); ``True`` if there was."""
+    pending = directory / NEXT_MANIFEST
+    if not pending.is_file():
+        return False
+    manifest = json.loads(pending.read_text())
+    (directory / "manifest.json").unlink(missing_ok=True)
+    for name in manifest.pop("replacing"):
+        new, old = directory / f"{name}.next", directory / f"{name}.old"
+        if new.is_dir():  # a directory cannot be renamed over a full one: the old one goes aside first
+            if (directory / name).exists():
+                os.replace(directory / name, old)
+            os.replace(new, directory / name)
+        elif new.exists():
+            os.replace(new, directory / name)
+        if old.is_dir():
+            shutil.rmtree(old)
+    write_atomically(pending, json.dumps(manifest, indent=2) + "\n")
+    os.replace(pending, directory / "manifest.json")
+    return True

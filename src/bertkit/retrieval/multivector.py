@@ -25,6 +25,7 @@ import torch
 from bertkit.retrieval.index_files import (
     ID_FILES,
     IdTable,
+    commit_replace,
     file_record,
     load_files,
     merge_ids,
@@ -37,6 +38,7 @@ FORMAT = "bertkit-multivector-index"
 VERSION = 1
 MANIFEST = "manifest.json"
 PROGRESS = "progress.json"  # in segments/: how far an unfinished build got
+STAGING = "append"  # in an index: the exact index of the documents an unfinished append adds (a resumable build)
 DTYPES = {"float16": np.float16, "float32": np.float32}
 
 #: token vectors of several texts: a sequence of ``[n_i, d]`` arrays or tensors, or one ``[B, n, d]`` tensor
@@ -48,7 +50,8 @@ def as_token_arrays(texts: TokenVectors, dim: int, what: str) -> list[np.ndarray
     width, a text of no tokens, or a value that is NaN or infinite."""
     arrays = []
     for i, text in enumerate(texts):
-        array = np.asarray(torch.as_tensor(text).detach().to(torch.float32).cpu())
+        array = np.asarray(text, dtype=np.float32) if isinstance(text, np.ndarray) else \
+            np.asarray(torch.as_tensor(text).detach().to(torch.float32).cpu())  # (a read-only array stays numpy)
         if array.ndim != 2 or array.shape[1] != dim:
             raise ValueError(f"{what}[{i}]: expected token vectors [n, {dim}] (the index's dimension), got shape "
                              f"{array.shape}; encode with the model the index was built for.")
@@ -90,6 +93,8 @@ class MultiVectorIndexWriter:
             raise ValueError(f"index directory {str(self.directory)!r} is not empty{hint}; pass a new or empty "
                              f"directory.")
         self.segments.mkdir(parents=True, exist_ok=True)
+        if not (self.segments / PROGRESS).is_file():
+            self.flush()  # a build killed before its first segment resumes from nothing, not "not empty"
 
     def _settings(self) -> dict[str, Any]:
         return {"format": FORMAT, "version": VERSION, "dim": self.dim, "model": self.model, "dtype": self.dtype,
@@ -191,10 +196,11 @@ def maxsim_block(queries: torch.Tensor, query_of_row: torch.Tensor, count: int, 
 def segment_maxsim(similarity: torch.Tensor, query_of_row: torch.Tensor, count: int, doc_of_token: torch.Tensor,
                    documents: int) -> torch.Tensor:
     """:func:`maxsim_block` from the token-pair scores ``similarity [M, t]`` (exact ones, or a compressed index's
-    approximations of them)."""
+    approximations of them). The rows are grouped by query, in order (as :func:`stack_queries` stacks them)."""
     best = torch.full((len(similarity), documents), -torch.inf, dtype=similarity.dtype)
     best.scatter_reduce_(1, doc_of_token.expand(len(similarity), -1), similarity, "amax")
-    return torch.zeros(count, documents, dtype=similarity.dtype).index_add_(0, query_of_row, best)
+    # a sum per query's block of rows: several times faster than index_add_ with its repeated indices on CPU
+    return torch.stack([rows.sum(0) for rows in best.split(torch.bincount(query_of_row, minlength=count).tolist())])
 
 
 def stack_queries(queries: list[np.ndarray]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -305,3 +311,66 @@ def build_multivector_index(chunks: Sequence[TokenVectors], directory: str | os.
     for chunk in chunks:
         writer.add(chunk)
     return writer.finish()
+
+
+def append_staging(index: Any, *, max_tokens: int = 1_000_000,
+                   info: dict[str, Any] | None = None) -> MultiVectorIndexWriter | MultiVectorIndex:
+    """Where an append to the finished ``index`` (exact or PLAID) collects its new documents: a
+    :class:`MultiVectorIndexWriter` in ``index.directory/append`` (an unfinished one resumed), or the staged
+    documents' finished index if an earlier run got that far. (Before loading the index, call
+    :func:`~bertkit.retrieval.index_files.finish_replace`: an append killed after its commit is finished by it.)"""
+    staging = index.directory / STAGING
+    if (staging / MANIFEST).is_file():
+        return MultiVectorIndex.load(staging, dim=index.dim, model=index.model)
+    return MultiVectorIndexWriter(staging, index.dim, index.model, dtype=index.manifest.get("dtype", "float32"),
+                                  max_tokens=max_tokens, resume=True, info=info)
+
+
+def concatenated_ids(directory: Path, old: IdTable, new: IdTable, files: dict[str, Any]) -> None:
+    """``ids.bin.next`` / ``ids.offsets.npy.next`` in ``directory``: the ids of ``old`` then of ``new``."""
+    with open(directory / "ids.bin.next", "wb") as blob:
+        for table in (old, new):
+            blob.write(memoryview(np.asarray(table.id_bytes)))
+    offsets = np.concatenate([old.id_offsets, new.id_offsets[1:] + old.id_offsets[-1]])
+    with open(directory / "ids.offsets.npy.next", "wb") as f:
+        np.save(f, offsets)
+    for name in ID_FILES:
+        files[name] = file_record(directory / f"{name}.next")
+
+
+def check_appendable(index: Any, new: MultiVectorIndex) -> None:
+    """``ValueError`` unless the staged documents ``new`` fit ``index`` (its ids: given for all or for none)."""
+    if bool(index.manifest.get("ids")) != bool(new.manifest.get("ids")):
+        how = "with" if index.manifest.get("ids") else "without"
+        raise ValueError(f"the index in {str(index.directory)!r} was built {how} document ids; append documents the "
+                         f"same way.")
+
+
+def append_multivector_index(index: MultiVectorIndex, new: MultiVectorIndex, *,
+                             max_tokens: int = 1 << 20) -> MultiVectorIndex:
+    """``index`` with the documents of ``new`` (the staged append, same model and width) after its own, written
+    beside it and swapped in as one step (see :func:`~bertkit.retrieval.index_files.commit_replace`); the staged
+    index is removed. Memory: ``max_tokens`` vectors at a time."""
+    check_appendable(index, new)
+    directory, dtype = index.directory, DTYPES[index.manifest["dtype"]]
+    vectors = np.lib.format.open_memmap(directory / "vectors.npy.next", "w+", dtype,
+                                        (index.tokens + new.tokens, index.dim))
+    for at, source in ((0, index), (index.tokens, new)):
+        for first in range(0, source.tokens, max_tokens):
+            part = source.vectors[first:first + max_tokens]
+            vectors[at + first:at + first + len(part)] = part
+    vectors.flush()
+    del vectors
+    with open(directory / "offsets.npy.next", "wb") as f:
+        np.save(f, np.concatenate([index.offsets, new.offsets[1:] + index.tokens]))
+    files = dict(index.manifest["files"])
+    for name in ("vectors.npy", "offsets.npy"):
+        files[name] = file_record(directory / f"{name}.next")
+    if index.manifest.get("ids"):
+        concatenated_ids(directory, index.ids, new.ids, files)
+    manifest = {**index.manifest, "documents": index.documents + new.documents,
+                "tokens": index.tokens + new.tokens, "files": files}
+    names = ["vectors.npy", "offsets.npy"] + (list(ID_FILES) if index.manifest.get("ids") else [])
+    shutil.rmtree(new.directory)  # before the commit: a kill after it must not find these documents to add again
+    commit_replace(directory, manifest, names)
+    return MultiVectorIndex.load(directory, verify=False)

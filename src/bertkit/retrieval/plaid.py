@@ -7,7 +7,10 @@ Files: ``centroids.npy [K, d]``, ``buckets.npy [2, 2**nbits]`` (cutoffs, then bu
 unused), ``codes.npy [T]`` (each token's centroid), ``residuals.npy [T, d * nbits / 8]`` (packed buckets),
 ``offsets.npy [N + 1]`` and ids as the exact index has them, and ``ivf/``, the centroid -> documents lists as a
 :class:`SparseIndex` (term = centroid, weight = how many of the document's tokens it holds). The manifest is written
-last; an interrupted build leaves none (a rebuild in the same directory starts over).
+last; an interrupted build leaves none, and ``.building`` records how far it got: built again with the same source
+and arguments it goes on after its last compressed slice (otherwise it starts over). :func:`append_plaid_index` adds
+documents compressed with the existing codec, the ivf remade from every token's code, swapped in at one commit
+point (:func:`~bertkit.retrieval.index_files.commit_replace`).
 """
 
 from __future__ import annotations
@@ -16,18 +19,29 @@ import json
 import math
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from bertkit.retrieval.index_files import ID_FILES, IdTable, file_record, load_files, read_manifest, write_atomically
+from bertkit.retrieval.index_files import (
+    ID_FILES,
+    IdTable,
+    commit_replace,
+    file_record,
+    load_files,
+    read_manifest,
+    write_atomically,
+)
 from bertkit.retrieval.multivector import (
     MultiVectorIndex,
     TokenVectors,
     as_token_arrays,
+    check_appendable,
     check_built_for,
+    concatenated_ids,
     merge_top,
     segment_maxsim,
 )
@@ -46,15 +60,28 @@ def default_centroids(tokens: int) -> int:
     return 1 << math.floor(math.log2(16 * math.sqrt(tokens)))
 
 
+def _resume_point(directory: Path, settings: dict[str, Any]) -> dict[str, Any] | None:
+    """The progress of an interrupted build in ``directory`` with these ``settings`` (its codec trained: build it
+    on from there), or ``None``."""
+    try:
+        progress = json.loads((directory / BUILDING).read_text())
+    except (OSError, ValueError):
+        return None
+    codec_saved = all((directory / name).is_file() for name in ("centroids.npy", "buckets.npy"))
+    if not isinstance(progress, dict) or progress.get("settings") != settings or not codec_saved \
+            or (directory / MANIFEST).is_file():
+        return None
+    return progress
+
+
 def _prepare(directory: Path) -> None:
     """``directory`` made ready for a build: new, empty, or a partial build (which is removed)."""
     if directory.exists() and any(directory.iterdir()):
         if not (directory / BUILDING).is_file() or (directory / MANIFEST).is_file():
             raise ValueError(f"index directory {str(directory)!r} is not empty; pass a new or empty directory.")
-        shutil.rmtree(directory)  # an interrupted build of ours: start over
+        shutil.rmtree(directory)  # an interrupted build of another source or settings: start over
     directory.mkdir(parents=True, exist_ok=True)
-    (directory / BUILDING).write_text("a PLAID index build is under way or was interrupted; building again here "
-                                      "starts over\n")
+    (directory / BUILDING).write_text("{}\n")
 
 
 def _sample(source: MultiVectorIndex, size: int, generator: torch.Generator) -> torch.Tensor:
@@ -63,22 +90,9 @@ def _sample(source: MultiVectorIndex, size: int, generator: torch.Generator) -> 
     return torch.from_numpy(np.array(source.vectors[picks], dtype=np.float32))
 
 
-def build_plaid_index(source: MultiVectorIndex, directory: str | os.PathLike, *, nbits: int = 2,
-                      centroids: int | None = None, sample: int = 262_144, iterations: int = 8, seed: int = 0,
-                      max_tokens: int = 1 << 18) -> PlaidIndex:
-    """A :class:`PlaidIndex` in ``directory`` of the documents of the exact index ``source``.
-
-    ``centroids`` (default :func:`default_centroids`) are found by k-means over up to ``sample`` token vectors drawn
-    with ``seed``, less the 1/20th of them held out to set the residual buckets. The tokens are then compressed
-    ``max_tokens`` at a time (bounded memory)."""
-    if nbits not in NBITS:
-        raise ValueError(f"nbits must be one of {NBITS}, got {nbits}.")
-    if source.dim * nbits % 8:
-        raise ValueError(f"nbits {nbits} with {source.dim}-dimensional vectors does not fill whole bytes; use a "
-                         f"dimension that is a multiple of {8 // nbits}.")
-    count = min(centroids or default_centroids(source.tokens), source.tokens)
-    directory = Path(directory)
-    _prepare(directory)
+def train_codec(source: MultiVectorIndex, count: int, nbits: int, sample: int, iterations: int, seed: int) -> Codec:
+    """The :class:`Codec` of ``source``: ``count`` k-means centroids of up to ``sample`` of its token vectors drawn
+    with ``seed``, less the 1/20th of them held out to set the residual buckets."""
     generator = torch.Generator().manual_seed(seed)
     drawn = _sample(source, min(source.tokens, sample), generator)
     drawn = drawn[torch.randperm(len(drawn), generator=generator)]
@@ -89,44 +103,139 @@ def build_plaid_index(source: MultiVectorIndex, directory: str | os.PathLike, *,
     normalize = bool(((norms - 1).abs() < 1e-2).all())  # unit vectors (as ColBERT's): decompressed ones are too
     centres = kmeans(train, count, iterations=iterations, seed=seed, normalize=normalize)
     cutoffs, weights = residual_buckets(held_out - centres[nearest(held_out, centres)], nbits)
-    codec = Codec(centres, cutoffs, weights, nbits, normalize)
-    _compress(source, codec, directory, max_tokens)
-    files = {}
-    for name in ARRAYS + (ID_FILES if source.manifest.get("ids") else ()):
-        files[name] = file_record(directory / name)
+    return Codec(centres, cutoffs, weights, nbits, normalize)
+
+
+def _save_codec(directory: Path, codec: Codec) -> None:
+    np.save(directory / "centroids.npy", codec.centroids.numpy())
+    np.save(directory / "buckets.npy", torch.stack([torch.cat([codec.cutoffs, torch.zeros(1)]), codec.weights]).numpy())
+
+
+def _read_codec(centroids: np.ndarray, buckets: np.ndarray, nbits: int, normalize: bool) -> Codec:
+    table = torch.from_numpy(np.array(buckets))
+    return Codec(torch.from_numpy(np.array(centroids)), table[0, :-1], table[1], nbits, normalize)
+
+
+def build_plaid_index(source: MultiVectorIndex, directory: str | os.PathLike, *, nbits: int = 2,
+                      centroids: int | None = None, sample: int = 262_144, iterations: int = 8, seed: int = 0,
+                      max_tokens: int = 1 << 18) -> PlaidIndex:
+    """A :class:`PlaidIndex` in ``directory`` of the documents of the exact index ``source``.
+
+    ``centroids`` (default :func:`default_centroids`) and the buckets: :func:`train_codec`. The tokens are then
+    compressed ``max_tokens`` at a time (bounded memory), the progress recorded after each slice: a build killed
+    after its codec was trained, run again with the same source and arguments, goes on from its last slice and
+    gives the same bytes; with others it starts over."""
+    if nbits not in NBITS:
+        raise ValueError(f"nbits must be one of {NBITS}, got {nbits}.")
+    if source.dim * nbits % 8:
+        raise ValueError(f"nbits {nbits} with {source.dim}-dimensional vectors does not fill whole bytes; use a "
+                         f"dimension that is a multiple of {8 // nbits}.")
+    count = min(centroids or default_centroids(source.tokens), source.tokens)
+    directory = Path(directory)
+    settings = {"model": source.model, "documents": source.documents, "tokens": source.tokens,
+                "vectors": source.manifest["files"]["vectors.npy"]["sha256"], "nbits": nbits, "centroids": count,
+                "sample": sample, "iterations": iterations, "seed": seed}
+    progress = _resume_point(directory, settings)
+    if progress is None:
+        _prepare(directory)
+        codec = train_codec(source, count, nbits, sample, iterations, seed)
+        _save_codec(directory, codec)
+        np.save(directory / "offsets.npy", np.asarray(source.offsets))
+        for name in ID_FILES if source.manifest.get("ids") else ():
+            shutil.copyfile(source.directory / name, directory / name)
+        code_type = np.uint16 if count <= 1 << 16 else np.int32
+        np.lib.format.open_memmap(directory / "codes.npy", "w+", code_type, (source.tokens,)).flush()
+        np.lib.format.open_memmap(directory / "residuals.npy", "w+", np.uint8,
+                                  (source.tokens, codec.residual_bytes)).flush()
+        progress = {"settings": settings, "normalize": codec.normalize, "documents": 0}
+        write_atomically(directory / BUILDING, json.dumps(progress) + "\n")
+    else:
+        codec = _read_codec(np.load(directory / "centroids.npy"), np.load(directory / "buckets.npy"), nbits,
+                            progress["normalize"])
+    codes = np.load(directory / "codes.npy", mmap_mode="r+")
+    packed = np.load(directory / "residuals.npy", mmap_mode="r+")
+
+    def record(documents: int) -> None:
+        codes.flush(), packed.flush()
+        write_atomically(directory / BUILDING, json.dumps({**progress, "documents": documents}) + "\n")
+
+    compress_into(source, codec, codes, packed, 0, max_tokens, start=progress["documents"], done=record)
+    record(source.documents)
+    write_ivf(directory / "ivf", codes, source.offsets, count, source.model, max_tokens)
+    files = {name: file_record(directory / name) for name in ARRAYS + (ID_FILES if source.manifest.get("ids") else ())}
     manifest = {"format": FORMAT, "version": VERSION, "dim": source.dim, "model": source.model, "nbits": nbits,
-                "centroids": count, "normalize": normalize, "documents": source.documents, "tokens": source.tokens,
-                "ids": bool(source.manifest.get("ids")), "seed": seed, "info": source.manifest.get("info", {}),
-                "files": files}
+                "centroids": count, "normalize": codec.normalize, "documents": source.documents,
+                "tokens": source.tokens, "ids": bool(source.manifest.get("ids")), "seed": seed,
+                "source": str(source.directory.resolve()), "info": source.manifest.get("info", {}), "files": files}
     write_atomically(directory / MANIFEST, json.dumps(manifest, indent=2) + "\n")
     (directory / BUILDING).unlink()
     return PlaidIndex.load(directory, verify=False)
 
 
-def _compress(source: MultiVectorIndex, codec: Codec, directory: Path, max_tokens: int) -> None:
-    """Every token of ``source`` compressed into ``directory`` a slice of documents at a time, with the ivf."""
-    np.save(directory / "centroids.npy", codec.centroids.numpy())
-    buckets = torch.stack([torch.cat([codec.cutoffs, torch.zeros(1)]), codec.weights])
-    np.save(directory / "buckets.npy", buckets.numpy())
-    np.save(directory / "offsets.npy", np.asarray(source.offsets))
-    for name in ID_FILES if source.manifest.get("ids") else ():
-        shutil.copyfile(source.directory / name, directory / name)
-    code_type = np.uint16 if len(codec.centroids) <= 1 << 16 else np.int32
-    codes = np.lib.format.open_memmap(directory / "codes.npy", "w+", code_type, (source.tokens,))
-    packed = np.lib.format.open_memmap(directory / "residuals.npy", "w+", np.uint8,
-                                       (source.tokens, codec.residual_bytes))
-    ivf = SparseIndexWriter(directory / "ivf", len(codec.centroids), f"centroids of {source.model}")
-    for start, end in source.slices(max_tokens):
-        first, last = int(source.offsets[start]), int(source.offsets[end])
+def compress_into(source: MultiVectorIndex, codec: Codec, codes: np.ndarray, packed: np.ndarray, at: int,
+                  max_tokens: int, *, start: int = 0, done: Callable[[int], None] | None = None) -> None:
+    """The tokens of ``source``'s documents from ``start`` on compressed into ``codes`` / ``packed`` from row
+    ``at + offsets[start]`` on, ``max_tokens`` at a time; ``done(documents)`` after each slice."""
+    for first_doc, end in source.slices(max_tokens):
+        if end <= start:
+            continue
+        first_doc = max(first_doc, start)
+        first, last = int(source.offsets[first_doc]), int(source.offsets[end])
         part_codes, part_packed = codec.compress(torch.from_numpy(np.array(source.vectors[first:last], np.float32)))
-        codes[first:last], packed[first:last] = part_codes.numpy(), part_packed.numpy()
-        lengths = torch.from_numpy(np.diff(source.offsets[start:end + 1]))
-        rows = torch.repeat_interleave(torch.arange(end - start), lengths)
-        ivf.add(torch.sparse_coo_tensor(torch.stack([rows, part_codes]), torch.ones(len(rows)),
-                                        (end - start, len(codec.centroids)), check_invariants=False))
-    codes.flush(), packed.flush()
-    del codes, packed
+        codes[at + first:at + last], packed[at + first:at + last] = part_codes.numpy(), part_packed.numpy()
+        if done is not None:
+            done(end)
+
+
+def write_ivf(directory: Path, codes: np.ndarray, offsets: np.ndarray, centroids: int, model: str,
+              max_tokens: int) -> None:
+    """The centroid -> documents lists of the documents at ``offsets`` whose tokens have ``codes``, written as a
+    :class:`SparseIndex` in ``directory`` (removed first: a killed build's is remade), ``max_tokens`` at a time."""
+    if directory.exists():
+        shutil.rmtree(directory)
+    ivf = SparseIndexWriter(directory, centroids, f"centroids of {model}")
+    documents, start = len(offsets) - 1, 0
+    while start < documents:
+        end = int(np.searchsorted(offsets, offsets[start] + max_tokens, side="right")) - 1
+        end = min(max(end, start + 1), documents)
+        part = torch.from_numpy(codes[offsets[start]:offsets[end]].astype(np.int64))
+        rows = torch.repeat_interleave(torch.arange(end - start), torch.from_numpy(np.diff(offsets[start:end + 1])))
+        ivf.add(torch.sparse_coo_tensor(torch.stack([rows, part]), torch.ones(len(rows)), (end - start, centroids),
+                                        check_invariants=False))
+        start = end
     ivf.finish()
+
+
+def append_plaid_index(index: PlaidIndex, new: MultiVectorIndex, *, max_tokens: int = 1 << 18) -> PlaidIndex:
+    """``index`` with the documents of ``new`` (the staged append of the same model and width, see
+    :func:`~bertkit.retrieval.multivector.append_staging`) after its own: compressed with the existing codec (its
+    centroids and buckets are kept), the ivf remade from every token's centroid, all written beside the old files and
+    swapped in as one step (:func:`~bertkit.retrieval.index_files.commit_replace`); the staged index is removed."""
+    check_appendable(index, new)
+    directory, tokens = index.directory, index.tokens + new.tokens
+    codes = np.lib.format.open_memmap(directory / "codes.npy.next", "w+", index.codes.dtype, (tokens,))
+    packed = np.lib.format.open_memmap(directory / "residuals.npy.next", "w+", np.uint8,
+                                       (tokens, index.codec.residual_bytes))
+    for first in range(0, index.tokens, max_tokens):
+        last = min(first + max_tokens, index.tokens)
+        codes[first:last], packed[first:last] = index.codes[first:last], index.residuals[first:last]
+    compress_into(new, index.codec, codes, packed, index.tokens, max_tokens)
+    codes.flush(), packed.flush()
+    offsets = np.concatenate([index.offsets, new.offsets[1:] + index.tokens])
+    with open(directory / "offsets.npy.next", "wb") as f:
+        np.save(f, offsets)
+    write_ivf(directory / "ivf.next", codes, offsets, len(index.codec.centroids), index.model, max_tokens)
+    del codes, packed
+    files = dict(index.manifest["files"])
+    for name in ("codes.npy", "residuals.npy", "offsets.npy"):
+        files[name] = file_record(directory / f"{name}.next")
+    if index.manifest.get("ids"):
+        concatenated_ids(directory, index.ids, new.ids, files)
+    manifest = {**index.manifest, "documents": index.documents + new.documents, "tokens": tokens, "files": files}
+    names = ["codes.npy", "residuals.npy", "offsets.npy", "ivf"] + (list(ID_FILES) if manifest.get("ids") else [])
+    shutil.rmtree(new.directory)  # before the commit: a kill after it must not find these documents to add again
+    commit_replace(directory, manifest, names)
+    return PlaidIndex.load(directory, verify=False)
 
 
 class PlaidIndex:
@@ -137,9 +246,7 @@ class PlaidIndex:
         self.codes, self.residuals, self.offsets = arrays["codes.npy"], arrays["residuals.npy"], arrays["offsets.npy"]
         self.dim, self.model, self.nbits = manifest["dim"], manifest["model"], manifest["nbits"]
         self.documents, self.tokens = manifest["documents"], manifest["tokens"]
-        buckets = torch.from_numpy(np.array(arrays["buckets.npy"]))
-        self.codec = Codec(torch.from_numpy(np.array(arrays["centroids.npy"])), buckets[0, :-1], buckets[1],
-                           self.nbits, manifest["normalize"])
+        self.codec = _read_codec(arrays["centroids.npy"], arrays["buckets.npy"], self.nbits, manifest["normalize"])
         self.ids = IdTable(directory, arrays.get("ids.bin"), arrays.get("ids.offsets.npy"))
 
     @classmethod
