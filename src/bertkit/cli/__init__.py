@@ -37,8 +37,8 @@ COMMANDS = {
     "data": ("data", "create pretraining data: NSP sentence pairs, masking, shards"),
     "sparse-index": ("sparse_index", "a sparse (SPLADE) index of a .jsonl / .parquet corpus: build (resumable), "
                                      "export to Elasticsearch / OpenSearch / Qdrant"),
-    "colbert-index": ("colbert_index", "a late-interaction (ColBERT) index of a .jsonl / .parquet corpus: build "
-                                       "(resumable), compress (PLAID), append"),
+    "index": ("colbert_index", "a late-interaction (ColBERT) index of a .jsonl / .parquet corpus: build "
+                               "(resumable), compress (PLAID), append"),
     "search": ("search", "top-k documents of a sparse or multi-vector (ColBERT) index for queries, with latency"),
 }
 

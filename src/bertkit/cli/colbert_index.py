@@ -1,8 +1,8 @@
-"""``bertkit colbert-index build|compress|append``: a late-interaction (ColBERT) index of a .jsonl / .parquet corpus.
+"""``bertkit index build|compress|append``: a late-interaction (ColBERT) index of a .jsonl / .parquet corpus.
 
-    bertkit colbert-index build COLBERT_DIR --corpus corpus.jsonl -o exact-index
-    bertkit colbert-index compress exact-index -o plaid-index --nbits 2
-    bertkit colbert-index append exact-index --model COLBERT_DIR --corpus more.jsonl
+    bertkit index build COLBERT_DIR --corpus corpus.jsonl -o exact-index
+    bertkit index compress exact-index -o plaid-index --nbits 2
+    bertkit index append exact-index --model COLBERT_DIR --corpus more.jsonl
     bertkit search plaid-index --model COLBERT_DIR --query "who wrote persuasion" -k 10
 
 ``build``: every document encoded with the model's document side (markers, skiplist, projection) into an exact
@@ -56,7 +56,7 @@ def _corpus_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(argv: list[str]) -> int:
-    parser = ArgumentParser(prog="bertkit colbert-index", description=__doc__,
+    parser = ArgumentParser(prog="bertkit index", description=__doc__,
                             formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="action", required=True)
     build = sub.add_parser("build", help="an exact multi-vector index of a .jsonl / .parquet corpus, with its ids")
@@ -69,7 +69,7 @@ def main(argv: list[str]) -> int:
                        help="how the token vectors are stored (default float16: half the bytes)")
     _corpus_arguments(build)
     compress = sub.add_parser("compress", help="a PLAID-style compressed index of an exact one")
-    compress.add_argument("index", help="an exact index that `bertkit colbert-index build` wrote")
+    compress.add_argument("index", help="an exact index that `bertkit index build` wrote")
     compress.add_argument("-o", "--output", required=True, help="the compressed index directory (new or empty, or "
                                                                 "an interrupted compress of the same index)")
     compress.add_argument("--nbits", type=int, choices=(2, 4), default=2,
@@ -82,7 +82,7 @@ def main(argv: list[str]) -> int:
     compress.add_argument("--seed", type=int, default=0, help="of the sample and the initial centroids (default 0)")
     compress.add_argument("--threads", type=int, help="torch threads (default: every core this process may use)")
     append = sub.add_parser("append", help="new documents added to a finished index, exact or compressed")
-    append.add_argument("index", help="an index that `bertkit colbert-index build` or `compress` wrote")
+    append.add_argument("index", help="an index that `bertkit index build` or `compress` wrote")
     append.add_argument("--model", required=True, help="the ColBERT directory that built the index")
     _corpus_arguments(append)
     args = parser.parse_args(argv)

@@ -226,6 +226,12 @@ def _anchor(name: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
 
 
+def page_file(name: str) -> str:
+    """The file name of top-level subcommand ``name``'s page under ``reference/cli/``: ``<name>.md``, except
+    ``index``'s, since ``index.md`` is the directory's own page (the list of commands)."""
+    return "index-command.md" if name == "index" else f"{name}.md"
+
+
 def command_page(name: str, found: list[Command] | None = None) -> str:
     """The Markdown page of top-level subcommand ``name``: its section, then one per nested subcommand."""
     found = commands() if found is None else found

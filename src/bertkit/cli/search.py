@@ -4,7 +4,7 @@
     bertkit search INDEX --model MODEL --queries queries.jsonl -k 100 --jsonl -o run.jsonl
     bertkit search PLAID_INDEX --model COLBERT --queries queries.jsonl --decompressed
 
-INDEX is a directory ``bertkit sparse-index build`` or ``bertkit colbert-index build|compress`` built (its manifest
+INDEX is a directory ``bertkit sparse-index build`` or ``bertkit index build|compress`` built (its manifest
 says which); MODEL must be the model that built it (the index records its directory's name and a digest of its
 files; another is refused). Queries are encoded with the model's query side in one batch, then each is searched: a
 sparse index exactly (every document that shares a term with it is scored), an exact multi-vector index by MaxSim
@@ -38,8 +38,8 @@ SPARSE_FORMAT, EXACT_FORMAT, PLAID_FORMAT = "bertkit-sparse-index", "bertkit-mul
 def main(argv: list[str]) -> int:
     parser = ArgumentParser(prog="bertkit search", description=__doc__,
                             formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("index", help="an index directory that `bertkit sparse-index build` or `bertkit "
-                                      "colbert-index` built")
+    parser.add_argument("index", help="an index directory that `bertkit sparse-index build` or `bertkit index` "
+                                      "built")
     parser.add_argument("--model", required=True, help="the model directory (sparse encoder, ColBERT) that built "
                                                        "the index")
     given = parser.add_mutually_exclusive_group(required=True)
@@ -63,6 +63,9 @@ def main(argv: list[str]) -> int:
                                                                "from, where it still is)")
     final.add_argument("--decompressed", action="store_true",
                        help="a compressed index: score its short list on its decompressed vectors")
+    parser.add_argument("--truncate", action="store_true", help="a multi-vector index: cut a query longer than the "
+                                                                "model's query length (with a warning) instead of "
+                                                                "refusing it")
     parser.add_argument("--device", help="cpu (default), cuda, gpu")
     add_dtype_argument(parser)
     args = parser.parse_args(argv)
@@ -133,7 +136,8 @@ def _multivector(args: argparse.Namespace, verify: bool, kind: str):
                          f"the model that built it.")
 
     def encode(texts: list[str]) -> list:
-        return [[vectors] for vectors in encoder.encode_query(texts, batch_size=args.batch_size)]
+        return [[vectors] for vectors in encoder.encode_query(texts, batch_size=args.batch_size,
+                                                              truncate=args.truncate)]
 
     return index, encode, options
 

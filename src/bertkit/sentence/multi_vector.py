@@ -255,8 +255,8 @@ class MultiVectorEncoder(nn.Module):
             return rows
         if not truncate:
             raise ValueError(f"sentences[{long[0]}] is a query longer than the model's query length ({query_length} "
-                             f"tokens; {len(long)} of {len(rows)} queries are): shorten it, or pass truncate=True to "
-                             "cut it to that length as sentence-transformers does.")
+                             f"tokens; {len(long)} of {len(rows)} queries are): shorten it, or have it cut to that "
+                             "length as sentence-transformers does (truncate=True; bertkit search --truncate).")
         warnings.warn(f"queries longer than the model's query length ({query_length} tokens) were cut ({len(long)} of "
                       f"{len(rows)}): what follows is not scored; shorten them or use a model with a longer query "
                       "length.",
