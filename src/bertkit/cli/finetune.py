@@ -8,6 +8,7 @@
     bertkit finetune embed    --model SRC --train pairs.jsonl -o OUT --loss mnrl   (see finetune embed --help)
     bertkit finetune rerank   --model SRC --train pairs.jsonl -o OUT --loss bce    (see finetune rerank --help)
     bertkit finetune sparse   --model MLM --train pairs.jsonl -o OUT               (see finetune sparse --help)
+    bertkit finetune colbert  --model SRC --train pairs.jsonl -o OUT               (see finetune colbert --help)
 
 SRC is anything bertkit loads: an HF directory, a Google TF1 checkpoint (directory or zip), a
 pytorch_pretrained_bert archive, a registry name. OUT gets model/ (the best epoch by the
@@ -89,7 +90,7 @@ def task_options(args: argparse.Namespace, task: str) -> dict[str, Any]:
 
 
 def main(argv: list[str]) -> int:
-    if argv[:1] in (["embed"], ["rerank"], ["sparse"]):  # a bi-encoder, a reranker, a sparse encoder: own flags
+    if argv[:1] in (["embed"], ["rerank"], ["sparse"], ["colbert"]):  # bi-encoder, reranker, sparse, ColBERT: own flags
         import importlib
 
         return importlib.import_module(f"bertkit.cli.finetune_{argv[0]}").main(argv[1:])
@@ -125,6 +126,8 @@ def build_parser() -> ArgumentParser:
                                     "(bertkit finetune rerank --help)", add_help=False)
     tasks.add_parser("sparse", help="a learned-sparse encoder: SPLADE or inference-free SPLADE "
                                     "(bertkit finetune sparse --help)", add_help=False)
+    tasks.add_parser("colbert", help="a multi-vector (ColBERT) model: MNRL over MaxSim, MarginMSE, KL distillation "
+                                     "(bertkit finetune colbert --help)", add_help=False)
     return parser
 
 

@@ -6,6 +6,8 @@ runs the encoder itself (the cached, GradCache form) calls ``embed`` as often as
 (reranker) loss is called as ``loss(score, batch)`` on a :class:`~bertkit.sentence.losses.rerank.RerankBatch`.
 A learned-sparse model (``bertkit finetune sparse``) trains with a bi-encoder loss of the ``sparse`` rows (their
 defaults: sentence-transformers' sparse losses') inside :class:`~bertkit.sentence.losses.sparse.SpladeLoss`.
+A multi-vector (ColBERT) model (``bertkit finetune colbert``) trains with the ``multi-vector`` rows
+(:mod:`bertkit.sentence.losses.multi_vector`: the same calls, on token vectors scored by MaxSim).
 
 Each row of the table is one loss by its ``--loss`` name: the model kind it trains, its class, and the options it
 takes (each option's name, and the class's argument it sets). :func:`build` reads it, for ``bertkit finetune
@@ -28,9 +30,12 @@ BI_ENCODER = "bi-encoder"
 CROSS_ENCODER = "cross-encoder"
 #: the kind of model a learned-sparse loss trains, inside SpladeLoss (``bertkit finetune sparse``)
 SPARSE = "sparse-encoder"
+#: the kind of model a multi-vector (ColBERT) loss trains, on MaxSim scores (``bertkit finetune colbert``)
+MULTI_VECTOR = "multi-vector"
 # how an unknown --loss is told for each kind
 _TRAINS = {BI_ENCODER: "a loss bertkit trains with", CROSS_ENCODER: "a loss bertkit trains rerankers with",
-           SPARSE: "a loss bertkit trains sparse encoders with"}
+           SPARSE: "a loss bertkit trains sparse encoders with",
+           MULTI_VECTOR: "a loss bertkit trains ColBERT models with"}
 
 
 @dataclass(frozen=True)
@@ -87,6 +92,13 @@ LOSS_TABLE: tuple[LossEntry, ...] = (
     LossEntry("kl", SPARSE, "distillation:DistillKLDivLoss", {"temperature": "temperature"},
               defaults={"temperature": 2.0, **_DOT}),
     LossEntry("cosent", SPARSE, "pairwise:CoSENTLoss", {"scale": "scale"}, defaults={"scale": 20.0}),
+    LossEntry("mnrl", MULTI_VECTOR, "multi_vector:MultiVectorMultipleNegativesRankingLoss", {"scale": "scale"}),
+    LossEntry("cached-mnrl", MULTI_VECTOR, "multi_vector:CachedMultiVectorMultipleNegativesRankingLoss",
+              {"scale": "scale", "mini_batch_size": "mini_batch_size"}),
+    LossEntry("margin-mse", MULTI_VECTOR, "multi_vector:MultiVectorMarginMSELoss"),
+    LossEntry("kl", MULTI_VECTOR, "multi_vector:MultiVectorDistillKLDivLoss",
+              {"temperature": "temperature", "student_temperature": "student_temperature",
+               "teacher_temperature": "teacher_temperature"}),
 )
 
 
@@ -130,6 +142,8 @@ LOSSES = loss_names(BI_ENCODER)
 RERANK_LOSSES = loss_names(CROSS_ENCODER)
 #: the ``--loss`` names of ``bertkit finetune sparse`` (each inside SpladeLoss)
 SPARSE_LOSSES = loss_names(SPARSE)
+#: the ``--loss`` names of ``bertkit finetune colbert``
+MULTI_VECTOR_LOSSES = loss_names(MULTI_VECTOR)
 
 
 def build_loss(name: str, *, scale: float | None = None, symmetric: bool = False,
@@ -164,13 +178,20 @@ def build_sparse_loss(name: str, *, scale: float | None = None, temperature: flo
     return SpladeLoss(base, **splade)
 
 
+def build_multi_vector_loss(name: str, **options: Any) -> nn.Module:
+    """The multi-vector (ColBERT) loss ``name`` (one of :data:`MULTI_VECTOR_LOSSES`) with its options
+    (:func:`build`: ``scale``, ``mini_batch_size``, ``temperature``, ``student_temperature``,
+    ``teacher_temperature``)."""
+    return build(MULTI_VECTOR, name, **options)
+
+
 #: the loss classes this package exports (imported on first use): each row's, and the Matryoshka wrapper
 _CLASSES = {entry.target.partition(":")[2]: entry.target.partition(":")[0] for entry in LOSS_TABLE} | \
     {"MatryoshkaLoss": "matryoshka", "SpladeLoss": "sparse", "CachedSpladeLoss": "sparse",
      "RegulariserWarmup": "sparse"}
-__all__ = ["BI_ENCODER", "CROSS_ENCODER", "LOSSES", "LOSS_TABLE", "LossEntry", "RERANK_LOSSES", "SPARSE",
-           "SPARSE_LOSSES", "build", "build_loss", "build_rerank_loss", "build_sparse_loss", "loss_entry",
-           "loss_names", *sorted(_CLASSES)]
+__all__ = ["BI_ENCODER", "CROSS_ENCODER", "LOSSES", "LOSS_TABLE", "LossEntry", "MULTI_VECTOR", "MULTI_VECTOR_LOSSES",
+           "RERANK_LOSSES", "SPARSE", "SPARSE_LOSSES", "build", "build_loss", "build_multi_vector_loss",
+           "build_rerank_loss", "build_sparse_loss", "loss_entry", "loss_names", *sorted(_CLASSES)]
 
 
 def __getattr__(name: str) -> Any:

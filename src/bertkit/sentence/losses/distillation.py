@@ -31,6 +31,37 @@ def candidate_scores(loss: nn.Module, embed: Embed, batch: PairBatch, similarity
     return torch.stack([rowwise(anchor, candidate, similarity) for candidate in candidates], dim=1)
 
 
+def margin_mse(loss: nn.Module, scores: torch.Tensor, batch: PairBatch) -> torch.Tensor:
+    """MarginMSE of the student's ``scores [n, 1 + k]`` (positive, then each negative) against the batch's labels:
+    the teacher's margins ``[n, k]`` (``[n]`` too when k is 1) or its scores ``[n, 1 + k]`` (margins taken here)."""
+    k = scores.shape[1] - 1
+    needs = f"the teacher's margin per negative [{batch.rows}, {k}], or its scores [{batch.rows}, {k + 1}]"
+    labels = checked_labels(loss, batch, needs).to(scores)
+    if labels.dim() == 1 and k == 1:
+        labels = labels[:, None]
+    if labels.dim() == 2 and labels.shape[1] == k + 1:
+        labels = labels[:, :1] - labels[:, 1:]
+    if labels.dim() != 2 or labels.shape[1] != k:
+        raise ValueError(f"{type(loss).__name__} needs {needs} for {k} negative column(s); the batch's labels "
+                         f"have shape {list(batch.labels.shape)}")
+    return F.mse_loss(scores[:, :1] - scores[:, 1:], labels)
+
+
+def distill_kl(loss: nn.Module, scores: torch.Tensor, batch: PairBatch, student_temperature: float,
+               teacher_temperature: float) -> torch.Tensor:
+    """KL(teacher || student) of the student's ``scores [n, 1 + k]`` against the teacher's (the batch's labels,
+    ``-inf`` rules a candidate out), each side divided by its temperature, summed over candidates, averaged over
+    rows, times ``student_temperature ** 2``."""
+    needs = f"the teacher's scores of the positive and each negative, [{batch.rows}, {scores.shape[1]}]"
+    labels = checked_labels(loss, batch, needs, allow_minus_inf=True)
+    if labels.shape != scores.shape or (labels == float("-inf")).all(1).any():
+        raise ValueError(f"{type(loss).__name__} needs {needs}, not all -inf; the batch's labels have shape "
+                         f"{list(labels.shape)}")
+    student = torch.log_softmax(scores / student_temperature, dim=1)
+    teacher = torch.softmax(labels.to(scores) / teacher_temperature, dim=1)
+    return F.kl_div(student, teacher, reduction="batchmean") * student_temperature**2
+
+
 class MarginMSELoss(nn.Module):
     """The mean squared error between the student's margins ``sim(anchor, positive) - sim(anchor, negative_j)``
     and the teacher's, on (anchor, positive, negative_1, ..., negative_k) rows.
@@ -44,18 +75,7 @@ class MarginMSELoss(nn.Module):
         self.similarity = check_similarity(self, similarity)
 
     def forward(self, embed: Embed, batch: PairBatch) -> torch.Tensor:
-        scores = candidate_scores(self, embed, batch, self.similarity)  # [n, 1 + k]
-        k = scores.shape[1] - 1
-        needs = f"the teacher's margin per negative [{batch.rows}, {k}], or its scores [{batch.rows}, {k + 1}]"
-        labels = checked_labels(self, batch, needs).to(scores)
-        if labels.dim() == 1 and k == 1:
-            labels = labels[:, None]
-        if labels.dim() == 2 and labels.shape[1] == k + 1:
-            labels = labels[:, :1] - labels[:, 1:]
-        if labels.dim() != 2 or labels.shape[1] != k:
-            raise ValueError(f"{type(self).__name__} needs {needs} for {k} negative column(s); the batch's labels "
-                             f"have shape {list(batch.labels.shape)}")
-        return F.mse_loss(scores[:, :1] - scores[:, 1:], labels)
+        return margin_mse(self, candidate_scores(self, embed, batch, self.similarity), batch)
 
 
 class DistillKLDivLoss(nn.Module):
@@ -75,14 +95,7 @@ class DistillKLDivLoss(nn.Module):
 
     def forward(self, embed: Embed, batch: PairBatch) -> torch.Tensor:
         scores = candidate_scores(self, embed, batch, self.similarity)  # [n, 1 + k]
-        needs = f"the teacher's scores of the positive and each negative, [{batch.rows}, {scores.shape[1]}]"
-        labels = checked_labels(self, batch, needs, allow_minus_inf=True)
-        if labels.shape != scores.shape or (labels == float("-inf")).all(1).any():
-            raise ValueError(f"{type(self).__name__} needs {needs}, not all -inf; the batch's labels have shape "
-                             f"{list(labels.shape)}")
-        student = torch.log_softmax(scores / self.temperature, dim=1)
-        teacher = torch.softmax(labels.to(scores) / self.temperature, dim=1)
-        return F.kl_div(student, teacher, reduction="batchmean") * self.temperature**2
+        return distill_kl(self, scores, batch, self.temperature, self.temperature)
 
 
 class GISTEmbedLoss(nn.Module):
