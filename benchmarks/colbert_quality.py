@@ -85,8 +85,8 @@ def training_file(data: Path, train_pairs: int) -> Path:
 # ------------------------------------------------------------------------------------------------ scoring
 def evaluator(kind: str, beir: Path):
     """sentence-transformers' IR evaluator of ``kind`` ("colbert": MaxSim, "dense": cosine) over ``beir``."""
-    from sentence_transformers.evaluation import InformationRetrievalEvaluator
     from sentence_transformers.multi_vector_encoder.evaluation import MultiVectorInformationRetrievalEvaluator
+    from sentence_transformers.sentence_transformer.evaluation import InformationRetrievalEvaluator
 
     from bertkit.sentence.evaluation.beir import load_beir
 
@@ -144,11 +144,15 @@ def train_st(base: Path, hyper: Hyper, train: Path, out: Path, seed: int) -> flo
     return seconds
 
 
-def common_flags(hyper: Hyper, seed: int, threads: int) -> list[str]:
-    """The flags both bertkit commands share (the same hyperparameters as the reference run)."""
+def common_flags(command: str, hyper: Hyper, seed: int, threads: int) -> list[str]:
+    """The flags of ``bertkit finetune COMMAND`` for the reference run's hyperparameters (a ColBERT keeps a
+    query and a document length where a dense model has one sequence length)."""
+    length = str(hyper.max_seq_length)
+    lengths = ["--query-length", length, "--document-length", length] if command == "colbert" else [
+        "--max-seq-length", length]
     return ["--loss", "mnrl", "--epochs", str(hyper.epochs), "--batch-size", str(hyper.batch_size),
             "--learning-rate", str(hyper.learning_rate), "--warmup-ratio", str(hyper.warmup_ratio),
-            "--weight-decay", str(hyper.weight_decay), "--max-seq-length", str(hyper.max_seq_length),
+            "--weight-decay", str(hyper.weight_decay), *lengths,
             "--precision", "fp32", "--device", "cpu", "--seed", str(seed), "--threads", str(threads)]
 
 
@@ -158,7 +162,7 @@ def run_bertkit(command: str, base: Path, hyper: Hyper, train: Path, out: Path, 
     import torch
 
     argv = [sys.executable, "-m", "bertkit.cli", "finetune", command, "--model", str(base), "--train", str(train),
-            "-o", str(out), *common_flags(hyper, seed, torch.get_num_threads())]
+            "-o", str(out), *common_flags(command, hyper, seed, torch.get_num_threads())]
     start = time.perf_counter()
     subprocess.run(argv, check=True)
     return time.perf_counter() - start
@@ -210,19 +214,19 @@ def summary_rows(stats: dict, runs: list[dict]) -> list[dict]:
     return rows
 
 
-def write_results(path: Path, base: Path, hyper: Hyper, counts: dict, base_scores: dict, runs: list[dict],
+def write_results(path: Path, base: Path, hyper: Hyper, counts: dict, base_scores: dict | None, runs: list[dict],
                   threads: int, argv: list[str] | None = None) -> dict:
     """The result file so far (``record.py``'s layout, atomically): the mean ± sd table; the runs, the data, the
     base and the hyperparameters as its data."""
     import sentence_transformers
 
     stats = summary(runs)
+    untrained = (f"untrained: dense NDCG@10 {base_scores['dense']['ndcg@10']:.3f}, as a ColBERT with a random "
+                 f"projection {base_scores['colbert']['ndcg@10']:.3f}" if base_scores else "untrained: not scored")
     notes = [f"held-out: {counts['queries']} queries over {counts['documents']} documents (Persuasion); "
              f"{hyper.train_pairs or counts['train_pairs']} training pairs from the other five novels "
              "(sparse_data.py)",
-             f"base: all-MiniLM-L6-v2 ({base.name}, sha256 {sha256_dir(base)[:12]}); untrained: dense NDCG@10 "
-             f"{base_scores['dense']['ndcg@10']:.3f}, as a ColBERT with a random projection "
-             f"{base_scores['colbert']['ndcg@10']:.3f}",
+             f"base: all-MiniLM-L6-v2 ({base.name}, sha256 {sha256_dir(base)[:12]}); {untrained}",
              "hyperparameters: " + ", ".join(f"{k} {v}" for k, v in asdict(hyper).items() if k != "train_pairs"),
              "ColBERT: 128-dim projection added to the plain encoder, no markers, no query expansion, no skiplist "
              "(sentence-transformers 6's defaults for a plain encoder); MNRL over MaxSim, scale 1; dense: mean "
@@ -254,8 +258,9 @@ def merge(paths: list[Path], out: Path, threads: int) -> dict:
     argv = ["benchmarks/colbert_quality.py", "--seeds", *map(str, sorted({r["seed"] for r in runs}))]
     if first["hyperparameters"]["train_pairs"]:
         argv += ["--train-pairs", str(first["hyperparameters"]["train_pairs"])]
+    base_scores = next((r["base"]["scores"] for r in results if r["base"]["scores"]), None)
     return write_results(out, Path(first["base"]["path"]), Hyper(**first["hyperparameters"]), first["data"],
-                         first["base"]["scores"], runs, threads, argv=argv)
+                         base_scores, runs, threads, argv=argv)
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -271,6 +276,8 @@ def main(argv: list[str] | None = None) -> dict:
     for field in fields(Hyper):
         parser.add_argument("--" + field.name.replace("_", "-"), type=int if field.type == "int" else float,
                             default=field.default, help=f"(default {field.default})")
+    parser.add_argument("--no-base", action="store_true", help="leave the untrained models unscored (when several "
+                        "processes share the work, one scores them)")
     parser.add_argument("--merge", type=Path, nargs="+", metavar="RESULT",
                         help="train nothing: write --json from the runs of these result files")
     args = parser.parse_args(argv)
@@ -288,7 +295,7 @@ def main(argv: list[str] | None = None) -> dict:
         counts = write_data(work / "data")
         train, beir = training_file(work / "data", hyper.train_pairs), work / "data" / "beir"
         print(f"data: {counts}; base {base}; {asdict(hyper)}", flush=True)
-        base_scores = score_base(base, beir, hyper)
+        base_scores = None if args.no_base else score_base(base, beir, hyper)
         print(f"untrained: {base_scores}", flush=True)
         runs = []
         for seed in args.seeds:
