@@ -253,6 +253,10 @@ def merge(paths: list[Path], out: Path, threads: int) -> dict:
     if len({r["base"]["sha256"] for r in results}) != 1:
         raise SystemExit("--merge: the files' bases differ; merge only runs of the same base")
     first = results[0]
+    seen = [(run["trainer"], run["seed"]) for r in results for run in r["runs"]]
+    twice = sorted({key for key in seen if seen.count(key) > 1})
+    if twice:
+        raise SystemExit(f"--merge: the files hold {twice} (trainer, seed) more than once; merge each run once")
     runs = sorted((run for r in results for run in r["runs"]), key=lambda r: (list(TRAINERS).index(r["trainer"]),
                                                                               r["seed"]))
     argv = ["benchmarks/colbert_quality.py", "--seeds", *map(str, sorted({r["seed"] for r in runs}))]

@@ -92,3 +92,5 @@ def test_merge_joins_runs_made_apart_and_refuses_other_settings(tmp_path):
     other = _result(tmp_path, "other", _runs("bertkit-dense"), None, train_pairs=6, learning_rate=1.0)
     with pytest.raises(SystemExit, match="'hyperparameters' differ"):
         quality.merge([parts[0], other], tmp_path / "bad.json", 1)
+    with pytest.raises(SystemExit, match=r"\('bertkit', 1\)"):
+        quality.merge([parts[1], parts[1]], tmp_path / "bad.json", 1)
