@@ -259,11 +259,13 @@ def merge(paths: list[Path], out: Path, threads: int) -> dict:
         raise SystemExit(f"--merge: the files hold {twice} (trainer, seed) more than once; merge each run once")
     runs = sorted((run for r in results for run in r["runs"]), key=lambda r: (list(TRAINERS).index(r["trainer"]),
                                                                               r["seed"]))
+    hyper = Hyper(**first["hyperparameters"])
     argv = ["benchmarks/colbert_quality.py", "--seeds", *map(str, sorted({r["seed"] for r in runs}))]
-    if first["hyperparameters"]["train_pairs"]:
-        argv += ["--train-pairs", str(first["hyperparameters"]["train_pairs"])]
+    for field in fields(Hyper):  # the one command that runs the same: every setting off its default
+        if getattr(hyper, field.name) != field.default:
+            argv += ["--" + field.name.replace("_", "-"), str(getattr(hyper, field.name))]
     base_scores = next((r["base"]["scores"] for r in results if r["base"]["scores"]), None)
-    return write_results(out, Path(first["base"]["path"]), Hyper(**first["hyperparameters"]), first["data"],
+    return write_results(out, Path(first["base"]["path"]), hyper, first["data"],
                          base_scores, runs, threads, argv=argv)
 
 

@@ -81,14 +81,14 @@ def _result(tmp_path: Path, name: str, runs: list[dict], base_scores, **hyper) -
 
 def test_merge_joins_runs_made_apart_and_refuses_other_settings(tmp_path):
     scores = {"dense": {"ndcg@10": 0.1}, "colbert": {"ndcg@10": 0.15}}
-    parts = [_result(tmp_path, "st", _runs("sentence-transformers"), scores, train_pairs=6),
-             _result(tmp_path, "bk", _runs("bertkit"), None, train_pairs=6)]
+    parts = [_result(tmp_path, "st", _runs("sentence-transformers"), scores, train_pairs=6, learning_rate=1e-4),
+             _result(tmp_path, "bk", _runs("bertkit"), None, train_pairs=6, learning_rate=1e-4)]
     stats = quality.merge(parts, tmp_path / "all.json", 1)
     assert set(stats) == {"bertkit", "sentence-transformers"}
     merged = json.loads((tmp_path / "all.json").read_text())
     assert merged["base"]["scores"] == scores  # taken from the one file that scored the untrained models
     assert [r["trainer"] for r in merged["runs"]] == ["bertkit"] * 3 + ["sentence-transformers"] * 3
-    assert "--train-pairs 6" in merged["header"]["command"]
+    assert merged["header"]["command"].endswith("--seeds 1 2 3 --learning-rate 0.0001 --train-pairs 6")
     other = _result(tmp_path, "other", _runs("bertkit-dense"), None, train_pairs=6, learning_rate=1.0)
     with pytest.raises(SystemExit, match="'hyperparameters' differ"):
         quality.merge([parts[0], other], tmp_path / "bad.json", 1)
