@@ -225,4 +225,6 @@ def test_cli_bad_input_is_one_line(even, colbert, tmp_path, capsys):
     refused("--index goes with --beir DIR alone", even, "--sts", str(tmp_path / "sts.tsv"), "--index",
             str(tmp_path / "exact"))
     refused("is not a ColBERT directory", str(tmp_path / "beir"), *beir, "--index", str(tmp_path / "exact"))
+    refused("--exact-index scores a PLAID index's short list", even, *beir, "--index", str(tmp_path / "exact"),
+            "--exact-index", str(tmp_path / "exact"))
     refused("--candidates must be at least 1", even, *beir, "--index", str(tmp_path / "exact"), "--candidates", "0")

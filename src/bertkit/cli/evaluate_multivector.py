@@ -88,6 +88,7 @@ def _check_flags(args: argparse.Namespace) -> None:
 def _report(args: argparse.Namespace) -> dict:
     import bertkit
     from bertkit.retrieval.multivector import MultiVectorIndex
+    from bertkit.retrieval.plaid import PlaidIndex
     from bertkit.retrieval.sparse_corpus import model_fingerprint
     from bertkit.sentence.evaluation.multi_vector import multivector_beir_report, open_index
 
@@ -101,6 +102,9 @@ def _report(args: argparse.Namespace) -> dict:
     index = open_index(args.index, model=fingerprint, dim=dim) if args.index is not None else None
     exact = MultiVectorIndex.load(args.exact_index, model=fingerprint, dim=dim) \
         if args.exact_index is not None else None
+    if exact is not None and not isinstance(index, PlaidIndex):
+        raise ValueError(f"--exact-index scores a PLAID index's short list, but --index {args.index} is an exact "
+                         "index (searched exactly already); leave --exact-index out.")
     report = multivector_beir_report(model, args.beir, split=args.split, k_values=args.k, batch_size=args.batch_size,
                                      chunk_size=min(args.chunk_size, ENCODE_CHUNK), index=index, exact=exact,
                                      nprobe=args.nprobe or NPROBE, candidates=args.candidates or CANDIDATES,
