@@ -76,8 +76,8 @@ def parser_for(prog: str, doc: str, embedding: bool = False) -> ArgumentParser:
     ``embedding``, evaluate's --beir / --sts inputs and their options too."""
     parser = ArgumentParser(prog=prog, description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("model", help="a fine-tuned model directory (OUT/model of bertkit finetune)"
-                        + (", an embedding model with --beir / --sts, or a cross-encoder with --rerank / --beir "
-                           "--first-stage" if embedding else ""))
+                        + (", an embedding model with --beir / --sts, a ColBERT with --beir, or a cross-encoder "
+                           "with --rerank / --beir --first-stage" if embedding else ""))
     parser.add_argument("--task", choices=sorted(TASK_FLAGS), help="default: the one in MODEL_DIR/task.json")
     data_help = "the file to run on (same formats as finetune)"
     if embedding:  # exactly one of --data, --beir, --sts
