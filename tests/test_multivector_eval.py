@@ -4,7 +4,10 @@ sentence-transformers itself writes, no downloads), exactly and through a kept e
 
 from __future__ import annotations
 
+import json
 import random
+import re
+import shutil
 
 import pytest
 import torch
@@ -47,14 +50,14 @@ def colbert(request, base, tmp_path_factory) -> str:
 
 @pytest.fixture(scope="module")
 def even(base, tmp_path_factory) -> str:
-    """A ColBERT of 14-dimensional vectors (a PLAID index packs 4-bit residuals into whole bytes)."""
+    """A ColBERT of 16-dimensional vectors (a PLAID index packs 2- or 4-bit residuals into whole bytes)."""
     from sentence_transformers.base.modules import Normalize, Transformer
     from sentence_transformers.base.modules.dense import Dense
     from sentence_transformers.multi_vector_encoder.modules import MultiVectorMask
 
     torch.manual_seed(2)
     out = tmp_path_factory.mktemp("even")
-    modules = [Transformer(base, query_length=12), Dense(36, 14, bias=False, activation_function=torch.nn.Identity(),
+    modules = [Transformer(base, query_length=12), Dense(36, 16, bias=False, activation_function=torch.nn.Identity(),
                                                          module_input_name="token_embeddings",
                                                          module_output_name="token_embeddings"),
                MultiVectorMask(skiplist_words=[",", "."]),
@@ -148,3 +151,80 @@ def test_graded_judgements_and_identical_ids(colbert):
         assert len(every[query]) == len(corpus)
         scores = [s for _, s in every[query]]
         assert scores == sorted(scores, reverse=True)
+
+
+# ------------------------------------------------------------------------------------------ bertkit evaluate --beir
+def _write_beir(directory, seed: int = 4):
+    """A BEIR directory of random word documents, each query judging 1-4 documents relevant (1) and one not (0)."""
+    corpus, texts, relevant = _data(seed, documents=29, queries=7)
+    (directory / "qrels").mkdir(parents=True)
+    (directory / "corpus.jsonl").write_text("".join(json.dumps({"_id": d, "text": t}) + "\n"
+                                                    for d, t in corpus.items()))
+    (directory / "queries.jsonl").write_text("".join(json.dumps({"_id": q, "text": t}) + "\n"
+                                                     for q, t in texts.items()))
+    rows = ["query-id\tcorpus-id\tscore"]
+    for q, docs in relevant.items():
+        rows += [f"{q}\t{d}\t1" for d in sorted(docs)] + [f"{q}\t{next(d for d in corpus if d not in docs)}\t0"]
+    (directory / "qrels" / "test.tsv").write_text("\n".join(rows) + "\n")
+    return corpus, texts, relevant
+
+
+def _run(argv, capsys) -> dict:
+    from bertkit.cli import main
+
+    assert main(["evaluate", *argv, "--dtype", "fp32"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_cli_exact_kept_and_plaid_beir(even, tmp_path, capsys):
+    corpus, queries, relevant = _write_beir(tmp_path / "beir")
+    beir = ["--beir", str(tmp_path / "beir"), "--k", "1,3,10", "--batch-size", "3"]
+    output = tmp_path / "exact.json"
+    printed = _run([even, *beir, "--chunk-size", "5", "--save-index", str(tmp_path / "exact"), "-o", str(output)],
+                   capsys)
+    report = json.loads(output.read_text())
+    assert printed == {key: value for key, value in report.items() if key != "per_query"}
+    assert report["kind"] == "multi-vector" and report["model"] == even and report["dtype"] == "fp32"
+    assert report["similarity"] == "maxsim" and report["documents"] == len(corpus)
+    assert report["queries"] == len(queries) and report["k"] == [1, 3, 10]
+    assert report["search"]["method"] == "exact" and report["search"]["index"] == str(tmp_path / "exact")
+    theirs = _reference(even, corpus, queries, relevant)
+    for name, value in report["metrics"].items():  # map@k: trec_eval's (see _assert_parity)
+        if not name.startswith("map@"):
+            assert value == pytest.approx(theirs[name], abs=1e-5), name
+    kept = _run([even, *beir, "--index", str(tmp_path / "exact"), "-o", str(tmp_path / "kept.json")], capsys)
+    assert kept["search"]["method"] == "exact index" and kept["metrics"] == report["metrics"]
+    build_plaid_index(MultiVectorIndex.load(tmp_path / "exact"), tmp_path / "plaid", nbits=2, centroids=8)
+    plaid = _run([even, *beir, "--index", str(tmp_path / "plaid"), "--exact-index", str(tmp_path / "exact"),
+                  "--nprobe", "8", "--candidates", str(len(corpus)), "-o", str(tmp_path / "plaid.json")], capsys)
+    assert plaid["search"]["method"] == "plaid" and plaid["search"]["nprobe"] == 8
+    assert plaid["metrics"] == pytest.approx(report["metrics"])  # every document a candidate, scored exactly
+
+
+def test_cli_bad_input_is_one_line(even, colbert, tmp_path, capsys):
+    from bertkit.cli import main
+
+    _write_beir(tmp_path / "beir")
+    beir = ["--beir", str(tmp_path / "beir")]
+    _run([even, *beir, "--save-index", str(tmp_path / "exact"), "-o", str(tmp_path / "a.json")], capsys)
+
+    def refused(match, *argv):
+        capsys.readouterr()
+        assert main(["evaluate", *argv, "-o", str(tmp_path / "out.json")]) == 1
+        err = capsys.readouterr().err.splitlines()[-1]
+        assert err.startswith("bertkit: error: ") and re.search(match, err), err
+
+    shutil.copytree(even, tmp_path / "other")  # the same weights under another name: another model to an index
+    refused(r"was built by 'even\S* sha256:\w+', not 'other sha256:\w+'; search it with that model",
+            str(tmp_path / "other"), *beir, "--index", str(tmp_path / "exact"))
+    refused("holds vectors of 16 dimensions, not 13", colbert, *beir, "--index", str(tmp_path / "exact"))
+    refused("--nprobe sets how a PLAID index is searched; add --index", even, *beir, "--nprobe", "3")
+    refused("--similarity scores a dense model", even, *beir, "--similarity", "dot")
+    refused("--save-index keeps the index an evaluation builds", even, *beir, "--index", str(tmp_path / "exact"),
+            "--save-index", str(tmp_path / "again"))
+    refused("--index goes with --beir DIR alone", even, "--sts", str(tmp_path / "sts.tsv"), "--index",
+            str(tmp_path / "exact"))
+    refused("is not a ColBERT directory", str(tmp_path / "beir"), *beir, "--index", str(tmp_path / "exact"))
+    refused("--exact-index scores a PLAID index's short list", even, *beir, "--index", str(tmp_path / "exact"),
+            "--exact-index", str(tmp_path / "exact"))
+    refused("--candidates must be at least 1", even, *beir, "--index", str(tmp_path / "exact"), "--candidates", "0")

@@ -1,6 +1,7 @@
 """``bertkit evaluate MODEL_DIR --data FILE [--task T]``: a fine-tuned model's metrics on a labelled file.
 ``bertkit evaluate MODEL_DIR --beir DIR [--split test] [--k 1,3,5,10,100]``: an embedding model's retrieval.
 ``bertkit evaluate SPARSE_DIR --beir DIR [--max-active-dims N]``: a sparse encoder's retrieval (SPLADE, ...).
+``bertkit evaluate COLBERT_DIR --beir DIR [--index INDEX_DIR]``: a multi-vector (ColBERT) model's retrieval by MaxSim.
 ``bertkit evaluate MODEL_DIR --beir DIR --sparse-model SPARSE_DIR [--fusion rrf|weighted-sum]``: hybrid retrieval,
 the dense model, the sparse model and their fusion side by side.
 ``bertkit evaluate MODEL_DIR --sts FILE``: an embedding model's similarity correlations.
@@ -24,6 +25,17 @@ inverted index (exact top k, memory bounded by --chunk-size texts at a time), an
 dimensions of a query and of a document, their sparsity ratios and avg_flops (the expected multiplications of a
 query-document dot product), as sentence-transformers' SparseInformationRetrievalEvaluator reports them.
 --max-active-dims N keeps each vector's N largest weights (default: the model's own).
+
+A ColBERT (a sentence-transformers 6 MultiVectorEncoder, PyLate or Stanford directory; what
+bertkit.MultiVectorEncoder loads) on --beir alone: its queries and documents are encoded with their own sides
+(markers, query expansion, skiplist), the corpus --chunk-size texts at a time (at most 4096) into an exact index,
+and every judged query is ranked by exact MaxSim over the whole corpus; --save-index DIR keeps that index.
+--index DIR searches a kept index of the corpus instead (only the queries are encoded): an exact one by exact
+MaxSim, a PLAID one by its candidate generation (--nprobe centroids per query token, --candidates documents) and
+MaxSim on its decompressed vectors, or on --exact-index DIR's stored ones. The index must be built by MODEL_DIR
+(its manifest names the model's files' digest) from the BEIR corpus, with its ids. The report says how the corpus
+was searched ("search") and how long it took. With --first-stage a ColBERT reranks that stage's candidates by
+MaxSim instead, reported as a cross-encoder's.
 
 Hybrid: MODEL_DIR a dense embedding model and --sparse-model SPARSE_DIR. Each model retrieves max(--top-k, the
 largest --k) documents per query (default --top-k 100), the two lists are fused per query -- --fusion rrf
@@ -54,6 +66,7 @@ import argparse
 import json
 
 from bertkit.cli import ArgumentParser, add_dtype_argument
+from bertkit.cli.evaluate_multivector import add_multivector_arguments, multivector_main, wants_multivector
 from bertkit.cli.evaluate_sparse import add_sparse_arguments, sparse_main, wants_sparse
 from bertkit.cli.finetune import TASK_FLAGS, task_options
 
@@ -63,8 +76,8 @@ def parser_for(prog: str, doc: str, embedding: bool = False) -> ArgumentParser:
     ``embedding``, evaluate's --beir / --sts inputs and their options too."""
     parser = ArgumentParser(prog=prog, description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("model", help="a fine-tuned model directory (OUT/model of bertkit finetune)"
-                        + (", an embedding model with --beir / --sts, or a cross-encoder with --rerank / --beir "
-                           "--first-stage" if embedding else ""))
+                        + (", an embedding model with --beir / --sts, a ColBERT with --beir, or a cross-encoder "
+                           "with --rerank / --beir --first-stage" if embedding else ""))
     parser.add_argument("--task", choices=sorted(TASK_FLAGS), help="default: the one in MODEL_DIR/task.json")
     data_help = "the file to run on (same formats as finetune)"
     if embedding:  # exactly one of --data, --beir, --sts
@@ -109,6 +122,7 @@ def add_embedding_arguments(parser: ArgumentParser, inputs) -> None:
                        help="where the JSON report is written (default evaluation_beir.json / evaluation_sts.json "
                             "/ evaluation_rerank.json in the current directory)")
     add_sparse_arguments(parser)
+    add_multivector_arguments(parser)
     group = parser.add_argument_group("cross-encoder options (--rerank, --beir with --first-stage)")
     group.add_argument("--first-stage", metavar="EMBEDDER_DIR|RUN_FILE",
                        help="--beir with a cross-encoder: what gives each query its candidates, an embedding model "
@@ -161,6 +175,8 @@ def embedding_main(args: argparse.Namespace) -> int:
     """--beir / --sts / --rerank: the report's means on stdout, the whole report written atomically to -o."""
     from bertkit.sentence.cross_encoder import is_cross_encoder
 
+    if wants_multivector(args):
+        return multivector_main(args)
     if args.rerank is not None or is_cross_encoder(args.model) or args.first_stage is not None:
         return rerank_main(args)
     if wants_sparse(args):

@@ -157,8 +157,9 @@ def encode_corpus(model, corpus: Mapping[str, str], directory: str | os.PathLike
     return writer.finish()
 
 
-def open_index(index: Index | str | os.PathLike) -> Index:
-    """``index`` loaded (checked against its manifest) when it is a directory: exact or PLAID, by its manifest."""
+def open_index(index: Index | str | os.PathLike, *, model: str | None = None, dim: int | None = None) -> Index:
+    """``index`` loaded (checked against its manifest, and with ``model`` / ``dim`` against what built it) when it
+    is a directory: exact or PLAID, as its manifest says."""
     if isinstance(index, MultiVectorIndex | PlaidIndex):
         return index
     path = Path(index)
@@ -166,7 +167,7 @@ def open_index(index: Index | str | os.PathLike) -> Index:
         kind = json.loads((path / "manifest.json").read_text()).get("format")
     except (OSError, ValueError, AttributeError):
         kind = None  # no readable manifest: the exact index's loader says what is wrong, in one line
-    return PlaidIndex.load(path) if kind == PLAID_FORMAT else MultiVectorIndex.load(path)
+    return (PlaidIndex if kind == PLAID_FORMAT else MultiVectorIndex).load(path, model=model, dim=dim)
 
 
 def check_index(index: Index, corpus: Mapping[str, str], dim: int) -> None:
@@ -208,3 +209,41 @@ def multivector_prompts(model) -> dict[str, str | None]:
 
     return {"query": "query" if "query" in model.prompts else None,
             "document": next((name for name in DOCUMENT_PROMPTS if name in model.prompts), None)}
+
+
+def multivector_beir_report(model, directory: str | os.PathLike, *, split: str = "test",
+                            k_values: Iterable[int] = DEFAULT_K, batch_size: int = 64, chunk_size: int = 4096,
+                            index: IndexSource = None, exact: MultiVectorIndex | None = None, nprobe: int = NPROBE,
+                            candidates: int = CANDIDATES, index_directory: str | os.PathLike | None = None,
+                            model_name: str = "multi-vector-encoder",
+                            ignore_identical_ids: bool = False) -> dict[str, Any]:
+    """:func:`~bertkit.sentence.evaluation.evaluate.beir_report`'s record for a multi-vector model: ``{"kind":
+    "multi-vector", "beir", "split", "similarity", "ignore_identical_ids", "prompts", "search", "documents",
+    "queries", "k", "metrics", "per_query"}``; ``search`` says how the corpus was searched (``"exact"``, an
+    ``"exact index"`` or ``"plaid"`` with its settings) and ``seconds`` how long encoding and search took."""
+    import time
+
+    from bertkit.sentence.evaluation.beir import load_beir
+
+    k_values = check_k_values(k_values, "--k")
+    data = load_beir(directory, split)
+    index = open_index(index) if index is not None else None
+    search: dict[str, Any] = {"method": "exact", "index": None if index_directory is None else
+                              os.fspath(index_directory)}
+    if isinstance(index, PlaidIndex):
+        search = {"method": "plaid", "index": str(index.directory), "nbits": index.nbits, "nprobe": nprobe,
+                  "candidates": max(candidates, k_values[-1]), "scored_on": "decompressed" if exact is None else
+                  f"exact index {str(exact.directory)!r}"}
+    elif index is not None:
+        search = {"method": "exact index", "index": str(index.directory)}
+    started = time.perf_counter()
+    result = evaluate_multivector_retrieval(model, data.queries, data.corpus, data.qrels, k_values=k_values,
+                                            batch_size=batch_size, chunk_size=chunk_size, index=index, exact=exact,
+                                            nprobe=nprobe, candidates=candidates, index_directory=index_directory,
+                                            model_name=model_name, ignore_identical_ids=ignore_identical_ids)
+    search["seconds"] = round(time.perf_counter() - started, 3)
+    return {"kind": "multi-vector", "beir": os.fspath(directory), "split": split,
+            "similarity": getattr(model, "similarity_fn_name", "maxsim"), "ignore_identical_ids": ignore_identical_ids,
+            "prompts": multivector_prompts(model), "search": search, "documents": len(data.corpus),
+            "queries": result["queries"], "k": list(k_values), "metrics": result["metrics"],
+            "per_query": result["per_query"]}
