@@ -155,9 +155,9 @@ def append_index(args: argparse.Namespace) -> int:
     refuse_output_over_input(("INDEX", args.index), [("--corpus", args.corpus)], models=[("--model", args.model)])
     from bertkit.retrieval.index_files import finish_replace, index_format
     from bertkit.retrieval.multivector import MultiVectorIndex, append_multivector_index, append_staging
-    from bertkit.retrieval.multivector_corpus import add_corpus, checked_corpus, corpus_info
+    from bertkit.retrieval.multivector_corpus import add_corpus
     from bertkit.retrieval.plaid import PlaidIndex, append_plaid_index
-    from bertkit.retrieval.sparse_corpus import model_fingerprint
+    from bertkit.retrieval.sparse_corpus import checked_corpus, corpus_info, model_fingerprint
 
     start = time.perf_counter()
     finished = finish_replace(Path(args.index))  # an append killed after its commit: only its swap was left
@@ -168,7 +168,7 @@ def append_index(args: argparse.Namespace) -> int:
     if finished:
         _said(index, "an interrupted append was finished; nothing else added", start)
         return 0
-    corpus, total = checked_corpus(args.corpus)
+    corpus, total = checked_corpus(args.corpus, args.chunk_documents)
     encode, dim = _encoder(args, args.model)
     if dim != index.dim:
         raise ValueError(f"--model {args.model} makes {dim}-dimensional vectors; the index in {args.index!r} holds "

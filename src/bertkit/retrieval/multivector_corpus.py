@@ -20,27 +20,10 @@ from typing import Any
 
 from bertkit.progress import progress_bar
 from bertkit.retrieval.multivector import MultiVectorIndex, MultiVectorIndexWriter
-from bertkit.retrieval.sparse_corpus import CorpusFields, count_documents, read_corpus
+from bertkit.retrieval.sparse_corpus import CorpusFields, checked_corpus, corpus_chunks, corpus_info
 
 #: texts -> one ``[n_i, d]`` array or tensor of token vectors per text
 EncodeTokens = Callable[[list[str]], Sequence[Any]]
-
-
-def corpus_info(corpus: Path, fields: CorpusFields) -> dict[str, Any]:
-    """What an index records of the corpus it was built from (a resumed build must be given the same)."""
-    return {"corpus": corpus.name, "corpus_bytes": corpus.stat().st_size,
-            "fields": [fields.id, fields.text, fields.title]}
-
-
-def checked_corpus(corpus: str | os.PathLike) -> tuple[Path, int]:
-    """``(path, documents)`` of a corpus file; ``ValueError`` naming ``--corpus`` if it is missing or empty."""
-    corpus = Path(corpus)
-    if not corpus.is_file():
-        raise ValueError(f"--corpus {corpus}: no such file.")
-    total = count_documents(corpus)
-    if total == 0:
-        raise ValueError(f"--corpus {corpus}: no documents; the corpus needs at least one record.")
-    return corpus, total
 
 
 def encode_chunk(encode: EncodeTokens, chunk: list[tuple[str, str]], corpus: Path) -> list[Any]:
@@ -60,23 +43,10 @@ def encode_chunk(encode: EncodeTokens, chunk: list[tuple[str, str]], corpus: Pat
 def add_corpus(writer: MultiVectorIndexWriter, encode: EncodeTokens, corpus: Path, total: int, *,
                fields: CorpusFields, encoding: str, chunk_documents: int, progress: bool) -> None:
     """Every document of ``corpus`` the writer does not hold yet, encoded ``chunk_documents`` at a time and added."""
-    if chunk_documents < 1:
-        raise ValueError(f"--chunk-documents must be at least 1, got {chunk_documents}.")
-    bar = progress_bar(total=total, initial=writer.documents, unit="doc", desc="index", disable=not progress)
-    chunk: list[tuple[str, str]] = []
-
-    def add() -> None:
-        writer.add(encode_chunk(encode, chunk, corpus), [doc_id for doc_id, _ in chunk])
-        bar.update(len(chunk))
-        chunk.clear()
-
-    with bar:
-        for document in read_corpus(corpus, fields, encoding=encoding, skip=writer.documents):
-            chunk.append(document)
-            if len(chunk) == chunk_documents:
-                add()
-        if chunk:
-            add()
+    with progress_bar(total=total, initial=writer.documents, unit="doc", desc="index", disable=not progress) as bar:
+        for chunk in corpus_chunks(corpus, fields, encoding=encoding, skip=writer.documents, size=chunk_documents):
+            writer.add(encode_chunk(encode, chunk, corpus), [doc_id for doc_id, _ in chunk])
+            bar.update(len(chunk))
 
 
 def build_multivector_corpus_index(encode: EncodeTokens, corpus: str | os.PathLike, directory: str | os.PathLike,
@@ -90,7 +60,7 @@ def build_multivector_corpus_index(encode: EncodeTokens, corpus: str | os.PathLi
     ``resume``: continue an unfinished build of the same corpus and model. ``ValueError`` naming the file for an
     empty corpus, a bad record or a document without token vectors."""
     fields = fields or CorpusFields()
-    corpus, total = checked_corpus(corpus)
+    corpus, total = checked_corpus(corpus, chunk_documents)
     writer = MultiVectorIndexWriter(directory, dim, model, dtype=dtype, max_tokens=max_tokens, resume=resume,
                                     info=corpus_info(corpus, fields))
     add_corpus(writer, encode, corpus, total, fields=fields, encoding=encoding, chunk_documents=chunk_documents,

@@ -175,6 +175,40 @@ def model_fingerprint(directory: str | os.PathLike) -> str:
     return f"{directory.resolve().name} sha256:{digest.hexdigest()[:16]}"
 
 
+def checked_corpus(corpus: str | os.PathLike, chunk_documents: int = 1) -> tuple[Path, int]:
+    """``(path, documents)`` of a corpus file to be read ``chunk_documents`` at a time; ``ValueError`` naming
+    ``--corpus`` if it is missing or empty, ``--chunk-documents`` if it is below 1."""
+    if chunk_documents < 1:
+        raise ValueError(f"--chunk-documents must be at least 1, got {chunk_documents}.")
+    corpus = Path(corpus)
+    if not corpus.is_file():
+        raise ValueError(f"--corpus {corpus}: no such file.")
+    total = count_documents(corpus)
+    if total == 0:
+        raise ValueError(f"--corpus {corpus}: no documents; the corpus needs at least one record.")
+    return corpus, total
+
+
+def corpus_info(corpus: Path, fields: CorpusFields) -> dict:
+    """What an index records of the corpus it was built from (a resumed build must be given the same)."""
+    return {"corpus": corpus.name, "corpus_bytes": corpus.stat().st_size,
+            "fields": [fields.id, fields.text, fields.title]}
+
+
+def corpus_chunks(path: str | os.PathLike, fields: CorpusFields, *, encoding: str = "utf-8", skip: int = 0,
+                  size: int = 1024) -> Iterator[list[tuple[str, str]]]:
+    """:func:`read_corpus`'s ``(id, text)`` documents from the ``skip``-th on, ``size`` at a time (the last list
+    may be shorter): what an index builder encodes and adds at once (:func:`checked_corpus` checks ``size``)."""
+    chunk: list[tuple[str, str]] = []
+    for document in read_corpus(path, fields, encoding=encoding, skip=skip):
+        chunk.append(document)
+        if len(chunk) == size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+
+
 def build_sparse_corpus_index(encode: EncodeSparse, corpus: str | os.PathLike, directory: str | os.PathLike, *,
                               vocab_size: int, model: str, fields: CorpusFields = CorpusFields(),
                               encoding: str = "utf-8", batch_size: int = 32, chunk_documents: int = 1024,
@@ -184,31 +218,12 @@ def build_sparse_corpus_index(encode: EncodeSparse, corpus: str | os.PathLike, d
     module docstring), each document encoded by ``encode`` (texts -> sparse vectors of width ``vocab_size``, made
     by ``model``) and stored with its id. ``resume``: continue an unfinished build of the same corpus and model
     in ``directory``. ``ValueError`` naming the file for an empty corpus or a bad record."""
-    if chunk_documents < 1:
-        raise ValueError(f"--chunk-documents must be at least 1, got {chunk_documents}.")
-    corpus = Path(corpus)
-    if not corpus.is_file():
-        raise ValueError(f"--corpus {corpus}: no such file.")
-    total = count_documents(corpus)
-    if total == 0:
-        raise ValueError(f"--corpus {corpus}: no documents; the corpus needs at least one record.")
-    info = {"corpus": corpus.name, "corpus_bytes": corpus.stat().st_size, "fields": [fields.id, fields.text,
-                                                                                      fields.title]}
-    writer = SparseIndexWriter(directory, vocab_size, model, max_postings=max_postings, resume=resume, info=info)
-    bar = progress_bar(total=total, initial=writer.documents, unit="doc", desc="index", disable=not progress)
-    chunk: list[tuple[str, str]] = []
-
-    def add() -> None:
-        ids, texts = zip(*chunk)
-        writer.add(encode_sparse_sorted(encode, list(texts), batch_size, vocab_size, f"--corpus {corpus}"), ids)
-        bar.update(len(chunk))
-        chunk.clear()
-
-    with bar:
-        for document in read_corpus(corpus, fields, encoding=encoding, skip=writer.documents):
-            chunk.append(document)
-            if len(chunk) == chunk_documents:
-                add()
-        if chunk:
-            add()
+    corpus, total = checked_corpus(corpus, chunk_documents)
+    writer = SparseIndexWriter(directory, vocab_size, model, max_postings=max_postings, resume=resume,
+                               info=corpus_info(corpus, fields))
+    with progress_bar(total=total, initial=writer.documents, unit="doc", desc="index", disable=not progress) as bar:
+        for chunk in corpus_chunks(corpus, fields, encoding=encoding, skip=writer.documents, size=chunk_documents):
+            ids, texts = zip(*chunk)
+            writer.add(encode_sparse_sorted(encode, list(texts), batch_size, vocab_size, f"--corpus {corpus}"), ids)
+            bar.update(len(chunk))
     return writer.finish()

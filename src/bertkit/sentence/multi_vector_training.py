@@ -40,7 +40,7 @@ from bertkit.sentence.training import (
     EMBEDDING_DEFAULTS,
     BatchCollator,
     BiEncoder,
-    RowBatchRecipe,
+    EncoderRecipe,
     TrainingFiles,
     _prompts,
     check_evaluation_data,
@@ -155,7 +155,7 @@ def check_teacher_scores(dataset, loss_name: str) -> None:
                              "negatives and a label (the teacher's scores), or use --loss mnrl.")
 
 
-class MultiVectorRecipe(RowBatchRecipe):
+class MultiVectorRecipe(EncoderRecipe):
     """A ColBERT model trained with a MaxSim loss on batches of rows (module docstring)."""
 
     settings_section = "colbert"
@@ -246,18 +246,10 @@ class MultiVectorRecipe(RowBatchRecipe):
             self.net.train(was_training)
         return report["metrics"]
 
-    def save(self, output: Path) -> None:
-        self.net.save(output / self.model_dir)
-
-    def load(self, output: Path) -> None:
+    def reopen(self, directory: Path) -> torch.nn.Module:
         from bertkit.sentence.multi_vector import MultiVectorEncoder
 
-        kept = MultiVectorEncoder(output / self.model_dir, dtype="fp32", optimize=False)
-        self.net.load_state_dict(kept.state_dict())
-
-    def finish(self, trainer, result: RunResult) -> dict[str, Any]:
-        self.net.eval()
-        return super().finish(trainer, result)
+        return MultiVectorEncoder(directory, dtype="fp32", optimize=False)
 
     def card(self, trainer, results: Mapping[str, Any], schedule) -> str:
         net = self.net

@@ -39,7 +39,7 @@ from bertkit.sentence.training import (
     EMBEDDING_DEFAULTS,
     BatchCollator,
     BiEncoder,
-    RowBatchRecipe,
+    EncoderRecipe,
     TrainingFiles,
     _prompts,
     check_evaluation_data,
@@ -200,7 +200,7 @@ def finetune_sparse(model: str | os.PathLike, train_files: str | os.PathLike | S
                       apply_changes=apply_changes, callbacks=callbacks)
 
 
-class SparseRecipe(RowBatchRecipe):
+class SparseRecipe(EncoderRecipe):
     """A sparse encoder trained with SpladeLoss on batches of rows (module docstring)."""
 
     settings_section = "sparse"
@@ -300,18 +300,10 @@ class SparseRecipe(RowBatchRecipe):
         return evaluate_sparse_retrieval(self.net, data.queries, data.corpus, data.qrels,
                                          k_values=evaluation.k)["metrics"]
 
-    def save(self, output: Path) -> None:
-        self.net.save(output / self.model_dir)
-
-    def load(self, output: Path) -> None:
+    def reopen(self, directory: Path) -> torch.nn.Module:
         from bertkit.sentence.sparse import SparseEncoder
 
-        kept = SparseEncoder(output / self.model_dir, dtype="fp32", optimize=False)
-        self.net.load_state_dict(kept.state_dict())
-
-    def finish(self, trainer, result: RunResult) -> dict[str, Any]:
-        self.net.eval()
-        return super().finish(trainer, result)
+        return SparseEncoder(directory, dtype="fp32", optimize=False)
 
     def card(self, trainer, results: Mapping[str, Any], schedule) -> str:
         from bertkit.sentence.training import evaluation_card

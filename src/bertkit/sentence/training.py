@@ -326,7 +326,27 @@ def check_accumulation(dataset: EmbeddingDataset, accumulation: int, loss: nn.Mo
                        accumulation, dataset.batch_size)
 
 
-class EmbeddingRecipe(RowBatchRecipe):
+class EncoderRecipe(RowBatchRecipe):
+    """A :class:`RowBatchRecipe` whose trained module :attr:`net` is an encoder saved in its own layout as
+    ``OUT/<model_dir>``: :meth:`reopen` reads such a directory back (the kept best model, for :meth:`load`), and
+    the finished model is left in eval mode."""
+
+    def reopen(self, directory: Path) -> nn.Module:
+        """The encoder saved in ``directory``, in fp32."""
+        raise NotImplementedError
+
+    def save(self, output: Path) -> None:
+        self.net.save(output / self.model_dir)
+
+    def load(self, output: Path) -> None:
+        self.net.load_state_dict(self.reopen(output / self.model_dir).state_dict())
+
+    def finish(self, trainer, result: RunResult) -> dict[str, Any]:
+        self.net.eval()
+        return super().finish(trainer, result)
+
+
+class EmbeddingRecipe(EncoderRecipe):
     """A bi-encoder fine-tuned with a loss on batches of rows (:func:`finetune_embeddings` says what each part
     does); the model directory is a sentence-transformers directory with a model card."""
 
@@ -387,18 +407,10 @@ class EmbeddingRecipe(RowBatchRecipe):
         evaluation = self.evaluation
         return evaluate_embeddings(self.net, evaluation.beir, evaluation.sts, evaluation.split, evaluation.k)
 
-    def save(self, output: Path) -> None:
-        self.net.save(output / self.model_dir)
-
-    def load(self, output: Path) -> None:
+    def reopen(self, directory: Path) -> nn.Module:
         from bertkit.sentence import SentenceTransformer
 
-        kept = SentenceTransformer(output / self.model_dir, optimize=False)
-        self.net.load_state_dict(kept.state_dict())
-
-    def finish(self, trainer, result: RunResult) -> dict[str, Any]:
-        self.net.eval()
-        return super().finish(trainer, result)
+        return SentenceTransformer(directory, optimize=False)
 
     def card(self, trainer, results: Mapping[str, Any], schedule) -> str:
         net, data = self.net, self.data
