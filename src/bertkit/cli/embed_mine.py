@@ -27,7 +27,6 @@ from bertkit.io import refuse_output_over_input
 
 ANCHORS = ("anchor", "query")
 POSITIVES = ("positive", "document", "passage")
-DOCUMENT_PROMPTS = ("document", "passage", "corpus")
 
 
 def main(argv: list[str]) -> int:
@@ -66,12 +65,12 @@ def main(argv: list[str]) -> int:
         _require_faiss()
     from bertkit.sentence import SentenceTransformer
     from bertkit.sentence.mining import mine_hard_negatives, write_rows
+    from bertkit.sentence.sides import side_prompts
 
     queries, positives = read_pairs(args.data, args.anchor_column, args.positive_column, args.encoding)
     corpus = read_corpus(args.corpus, args.encoding) if args.corpus else []
     model = SentenceTransformer(args.model, device=args.device, dtype=args.dtype)
-    document_prompt = next((name for name in DOCUMENT_PROMPTS if name in model.prompts), None)
-    query_prompt = "query" if "query" in model.prompts else None
+    query_prompt, document_prompt = side_prompts(model.prompts).values()
     mined = mine_hard_negatives(
         queries, positives, corpus,
         lambda texts: model.encode(texts, batch_size=args.batch_size, prompt_name=document_prompt),

@@ -29,7 +29,8 @@ from bertkit.modeling.lm_heads import BERTForMaskedLM
 from bertkit.pipelines.base import Pipeline
 from bertkit.sentence.model import SentenceTransformer
 from bertkit.sentence.modules import Pooling, is_sentence_transformer, normalize
-from bertkit.sentence.sparse import DOCUMENT_PROMPTS, SparseEncoder, keep_largest
+from bertkit.sentence.sides import side_prompts
+from bertkit.sentence.sparse import SparseEncoder, keep_largest
 from bertkit.tasks.sources import SPARSE_ENCODERS, inspect_source
 
 OUTPUTS = ("sentence", "tokens")
@@ -203,10 +204,8 @@ class SparseEmbeddingsPipeline(_TextsOrIds):
         if not isinstance(self.model, SparseEncoder):
             return super().prompt(prompt_name)
         prompts = self.model.prompts
-        if prompt_name is None and task == "query" and "query" in prompts:
-            prompt_name = "query"
-        elif prompt_name is None and task == "document":
-            prompt_name = next((name for name in DOCUMENT_PROMPTS if name in prompts), None)
+        if prompt_name is None and task in ("query", "document"):
+            prompt_name = side_prompts(prompts)[task]
         return self.model.prompt(prompt_name)
 
     def run(self, items: list[Any], params: dict[str, Any]) -> list[Any]:

@@ -24,7 +24,8 @@ import torch
 from bertkit.pipelines.base import Pipeline
 from bertkit.sentence.bge_m3 import BGEM3Encoder
 from bertkit.sentence.maxsim import maxsim_scores
-from bertkit.sentence.multi_vector import DOCUMENT_PROMPTS, MultiVectorEncoder
+from bertkit.sentence.multi_vector import MultiVectorEncoder
+from bertkit.sentence.sides import side_prompts
 from bertkit.tasks.sources import COLBERT_LAYOUTS, inspect_source
 from bertkit.tokenization.cut import CHARS_PER_TOKEN
 
@@ -88,10 +89,8 @@ class MultiVectorPipeline(Pipeline):
                 raise ValueError(f"prompt_name {prompt_name!r}: a BGE-M3 model has no prompts.")
             return ""
         prompts = self.model.prompts
-        if prompt_name is None and task == "query" and "query" in prompts:
-            prompt_name = "query"
-        elif prompt_name is None and task != "query":
-            prompt_name = next((name for name in DOCUMENT_PROMPTS if name in prompts), None)
+        if prompt_name is None:
+            prompt_name = side_prompts(prompts)["query" if task == "query" else "document"]
         return self.model.prompt(prompt_name)
 
     def width(self, task: str | None) -> int:

@@ -32,16 +32,16 @@ from bertkit.sentence.colbert_layouts import read_colbert_layout
 from bertkit.sentence.maxsim import maxsim_rank, maxsim_scores
 from bertkit.sentence.model import SentenceTransformer
 from bertkit.sentence.modules import is_multi_vector, normalize
+from bertkit.sentence.sides import QueryDocumentSides
 from bertkit.sentence.token_pooling import HierarchicalTokenPooling
 from bertkit.tokenization.cut import cut_texts
 
-DOCUMENT_PROMPTS = ("document", "passage", "corpus")  # encode_document's default prompt names, in this order
 TASKS = ("query", "document", None)
 STRATEGIES = ("fixed", "min")
 RERANK_DOCUMENTS = 8192  # candidate documents whose vectors :meth:`MultiVectorEncoder.score_lists` holds at once
 
 
-class MultiVectorEncoder(nn.Module):
+class MultiVectorEncoder(QueryDocumentSides, nn.Module):
     """BERT -> projection ``Dense`` layers (per token) -> optional normalisation, with ColBERT's query expansion
     and document skiplist, loaded from a sentence-transformers ``MultiVectorEncoder`` directory.
 
@@ -184,21 +184,6 @@ class MultiVectorEncoder(nn.Module):
         if convert_to_numpy and output_value is not None:
             out = [vectors.numpy() for vectors in out]
         return out[0] if single else out
-
-    def encode_query(self, sentences: str | Sequence[str], prompt_name: str | None = None,
-                     prompt: str | None = None, **options: Any) -> Any:
-        """:meth:`encode` with ``task="query"`` and, unless a prompt is given, the model's ``query`` prompt."""
-        if prompt_name is None and prompt is None and "query" in self.prompts:
-            prompt_name = "query"
-        return self.encode(sentences, prompt_name, prompt, task="query", **options)
-
-    def encode_document(self, sentences: str | Sequence[str], prompt_name: str | None = None,
-                        prompt: str | None = None, **options: Any) -> Any:
-        """:meth:`encode` with ``task="document"`` and, unless a prompt is given, the first of the model's
-        ``document``, ``passage``, ``corpus`` prompts it has."""
-        if prompt_name is None and prompt is None:
-            prompt_name = next((name for name in DOCUMENT_PROMPTS if name in self.prompts), None)
-        return self.encode(sentences, prompt_name, prompt, task="document", **options)
 
     def features(self, texts: list[str], prefix: str = "", task: str | None = None, *,
                  truncate: bool = True) -> list[dict]:

@@ -27,13 +27,12 @@ from bertkit.inference.batching import check_batch_size, pad, run_sorted
 from bertkit.inference.precision import prepare, resolve
 from bertkit.sentence.model import SentenceTransformer, prompt_tokens
 from bertkit.sentence.modules import Layout, is_sentence_transformer, masked_lm_layout, read_layout
+from bertkit.sentence.sides import QueryDocumentSides
 from bertkit.sentence.splade_max import max_logits
 from bertkit.sentence.util import similarity
 
-DOCUMENT_PROMPTS = ("document", "passage", "corpus")  # encode_document's default prompt names, in this order
 
-
-class SparseEncoder(nn.Module):
+class SparseEncoder(QueryDocumentSides, nn.Module):
     """SPLADE (masked-LM logits -> SpladePooling), a Router of a static query side and a SPLADE document side, or
     CSR (dense embedding -> SparseAutoEncoder), loaded from a sentence-transformers sparse encoder directory.
 
@@ -147,21 +146,6 @@ class SparseEncoder(nn.Module):
         else:
             out = torch.stack(vectors) if vectors else torch.empty(0, size)
         return out[0] if single else out
-
-    def encode_query(self, sentences: str | Sequence[str], prompt_name: str | None = None,
-                     prompt: str | None = None, **options: Any) -> Any:
-        """:meth:`encode` with ``task="query"`` and, unless a prompt is given, the model's ``query`` prompt."""
-        if prompt_name is None and prompt is None and "query" in self.prompts:
-            prompt_name = "query"
-        return self.encode(sentences, prompt_name, prompt, task="query", **options)
-
-    def encode_document(self, sentences: str | Sequence[str], prompt_name: str | None = None,
-                        prompt: str | None = None, **options: Any) -> Any:
-        """:meth:`encode` with ``task="document"`` and, unless a prompt is given, the first of the model's
-        ``document``, ``passage``, ``corpus`` prompts it has."""
-        if prompt_name is None and prompt is None:
-            prompt_name = next((name for name in DOCUMENT_PROMPTS if name in self.prompts), None)
-        return self.encode(sentences, prompt_name, prompt, task="document", **options)
 
     def _batch_runner(self, route: nn.Module, dims: int | None, prefix: str, sparse: bool):
         """Each batch's vectors with ``dims`` kept, as dense CPU rows or (``sparse``) ``(ids, weights)`` pairs:

@@ -16,8 +16,7 @@ from typing import Any
 
 from bertkit.retrieval.dense import Encode, retrieve
 from bertkit.sentence.evaluation.ir_metrics import DEFAULT_K, check_k_values, evaluate_rankings
-
-DOCUMENT_PROMPTS = ("document", "passage", "corpus")
+from bertkit.sentence.sides import side_prompts
 
 
 def evaluate_retrieval(encode_queries: Encode, encode_corpus: Encode, corpus: Mapping[str, str],
@@ -67,10 +66,8 @@ def load_encoder(model_dir: str | os.PathLike, *, dtype: str = "auto", max_seq_l
 def retrieval_encoders(model, batch_size: int) -> tuple[Any, Any, dict[str, str | None]]:
     """``(encode queries, encode documents, {"query": prompt, "document": prompt})`` of a loaded
     SentenceTransformer, each prompt chosen as the module docstring says (None: the model's default)."""
-    query_prompt = "query" if "query" in model.prompts else None
-    document_prompt = next((name for name in DOCUMENT_PROMPTS if name in model.prompts), None)
-    return (_encoder(model, query_prompt, batch_size), _encoder(model, document_prompt, batch_size),
-            {"query": query_prompt, "document": document_prompt})
+    prompts = side_prompts(model.prompts)
+    return (_encoder(model, prompts["query"], batch_size), _encoder(model, prompts["document"], batch_size), prompts)
 
 
 def _encoder(model, prompt_name: str | None, batch_size: int):

@@ -20,7 +20,8 @@ from bertkit.retrieval.hybrid import RUNS, fusion_options
 from bertkit.sentence.evaluation.beir import load_beir
 from bertkit.sentence.evaluation.evaluate import retrieval_encoders
 from bertkit.sentence.evaluation.ir_metrics import DEFAULT_K, check_k_values, evaluate_rankings
-from bertkit.sentence.evaluation.sparse import sparse_prompts, sparse_run
+from bertkit.sentence.evaluation.sparse import sparse_run
+from bertkit.sentence.sides import side_prompts
 
 
 def hybrid_beir_report(dense_model, sparse_model, directory: str | os.PathLike, *, fusion: str = "rrf",
@@ -59,7 +60,7 @@ def hybrid_beir_report(dense_model, sparse_model, directory: str | os.PathLike, 
             "ignore_identical_ids": ignore_identical_ids, "documents": len(data.corpus),
             "queries": results["fused"]["queries"], "k": list(k_values),
             "dense": {"similarity": similarity, "prompts": prompts},
-            "sparse": {"similarity": sparse_model.similarity_fn_name, "prompts": sparse_prompts(sparse_model),
+            "sparse": {"similarity": sparse_model.similarity_fn_name, "prompts": side_prompts(sparse_model.prompts),
                        "max_active_dims": max_active_dims or sparse_model.max_active_dims},
             "metrics": {name: results[name]["metrics"] for name in RUNS},
             "per_query": {name: results[name]["per_query"] for name in RUNS}}

@@ -36,6 +36,7 @@ from bertkit.retrieval.plaid import PlaidIndex
 from bertkit.sentence.evaluation.evaluate import judged_queries
 from bertkit.sentence.evaluation.ir_metrics import DEFAULT_K, check_k_values, evaluate_rankings
 from bertkit.sentence.evaluation.sparse import as_qrels
+from bertkit.sentence.sides import side_prompts
 
 #: token-pair scores an exact search holds at once (128 MiB of float32)
 MAX_SCORES = 1 << 25
@@ -203,12 +204,6 @@ def search_index(index: Index, queries: Sequence[Any], depth: int, *, exact: Mul
     return [list(zip(index.ids(positions), scores.tolist())) for scores, positions in found]
 
 
-def multivector_prompts(model) -> dict[str, str | None]:
-    """``{"query": prompt name, "document": prompt name}`` that ``encode_query`` / ``encode_document`` use."""
-    from bertkit.sentence.evaluation.evaluate import DOCUMENT_PROMPTS
-
-    return {"query": "query" if "query" in model.prompts else None,
-            "document": next((name for name in DOCUMENT_PROMPTS if name in model.prompts), None)}
 
 
 def multivector_beir_report(model, directory: str | os.PathLike, *, split: str = "test",
@@ -244,6 +239,6 @@ def multivector_beir_report(model, directory: str | os.PathLike, *, split: str =
     search["seconds"] = round(time.perf_counter() - started, 3)
     return {"kind": "multi-vector", "beir": os.fspath(directory), "split": split,
             "similarity": getattr(model, "similarity_fn_name", "maxsim"), "ignore_identical_ids": ignore_identical_ids,
-            "prompts": multivector_prompts(model), "search": search, "documents": len(data.corpus),
+            "prompts": side_prompts(model.prompts), "search": search, "documents": len(data.corpus),
             "queries": result["queries"], "k": list(k_values), "metrics": result["metrics"],
             "per_query": result["per_query"]}

@@ -25,9 +25,10 @@ from typing import Any
 import torch
 
 from bertkit.retrieval.sparse_retrieve import retrieve_sparse
-from bertkit.sentence.evaluation.evaluate import DOCUMENT_PROMPTS, judged_queries
+from bertkit.sentence.evaluation.evaluate import judged_queries
 from bertkit.sentence.evaluation.ir_metrics import DEFAULT_K, check_k_values, evaluate_rankings
 from bertkit.sentence.modules import is_sentence_transformer, read_layout
+from bertkit.sentence.sides import side_prompts
 
 #: the similarities an inverted index scores: a dot product, or a dot product of L2-normalised vectors
 SPARSE_SIMILARITIES = ("dot", "cosine")
@@ -146,12 +147,6 @@ def load_sparse_encoder(model_dir: str | os.PathLike, *, dtype: str = "auto", ma
     return model, model.dtype_choice.name if model.dtype_choice is not None else "fp32"
 
 
-def sparse_prompts(model) -> dict[str, str | None]:
-    """``{"query": prompt name, "document": prompt name}`` that ``encode_query`` / ``encode_document`` use."""
-    return {"query": "query" if "query" in model.prompts else None,
-            "document": next((name for name in DOCUMENT_PROMPTS if name in model.prompts), None)}
-
-
 def sparse_beir_report(model, directory: str | os.PathLike, *, split: str = "test",
                        k_values: Iterable[int] = DEFAULT_K, batch_size: int = 64, chunk_size: int = 4096,
                        max_active_dims: int | None = None, max_postings: int = 10_000_000,
@@ -169,7 +164,7 @@ def sparse_beir_report(model, directory: str | os.PathLike, *, split: str = "tes
                                        max_postings=max_postings, model_name=model_name,
                                        ignore_identical_ids=ignore_identical_ids)
     return {"kind": "sparse", "beir": os.fspath(directory), "split": split, "similarity": model.similarity_fn_name,
-            "ignore_identical_ids": ignore_identical_ids, "prompts": sparse_prompts(model),
+            "ignore_identical_ids": ignore_identical_ids, "prompts": side_prompts(model.prompts),
             "max_active_dims": max_active_dims or model.max_active_dims, "documents": len(data.corpus),
             "queries": result["queries"], "k": list(k_values), "metrics": result["metrics"],
             "per_query": result["per_query"]}
