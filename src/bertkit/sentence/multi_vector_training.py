@@ -187,10 +187,6 @@ class MultiVectorRecipe(EncoderRecipe):
         self.loss, self.colbert, self.data, self.evaluation = loss, colbert, data, evaluation
         super().__init__(source, files, config, dataset, None, objective)
 
-    @property
-    def evaluates(self) -> bool:
-        return bool(self.described)
-
     def start(self, run, config) -> None:
         from bertkit.sentence.multi_vector import MultiVectorEncoder
         from bertkit.sentence.multi_vector_build import new_multi_vector_encoder

@@ -224,10 +224,6 @@ class SparseRecipe(EncoderRecipe):
         self.loss, self.sparse, self.data, self.evaluation = loss, sparse, data, evaluation
         super().__init__(source, files, config, dataset, None, objective)
 
-    @property
-    def evaluates(self) -> bool:
-        return bool(self.described)
-
     def documents(self) -> list[str]:
         """The distinct documents (positives and negatives) of the training files: the IDF's corpus."""
         seen: dict[str, None] = {}

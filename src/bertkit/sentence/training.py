@@ -329,7 +329,12 @@ def check_accumulation(dataset: EmbeddingDataset, accumulation: int, loss: nn.Mo
 class EncoderRecipe(RowBatchRecipe):
     """A :class:`RowBatchRecipe` whose trained module :attr:`net` is an encoder saved in its own layout as
     ``OUT/<model_dir>``: :meth:`reopen` reads such a directory back (the kept best model, for :meth:`load`), and
-    the finished model is left in eval mode."""
+    the finished model is left in eval mode. It evaluates when its evaluation data was described (``described``,
+    set by the subclass from ``check_evaluation_data``)."""
+
+    @property
+    def evaluates(self) -> bool:
+        return bool(self.described)
 
     def reopen(self, directory: Path) -> nn.Module:
         """The encoder saved in ``directory``, in fp32."""
@@ -363,10 +368,6 @@ class EmbeddingRecipe(EncoderRecipe):
         check_bi_encoder_data(dataset, objective, loss.name)  # before the run directory: a refused run leaves nothing
         self.loss, self.data, self.evaluation, self.pooling = loss, data, evaluation, pooling
         super().__init__(source, files, config, dataset, None, objective)
-
-    @property
-    def evaluates(self) -> bool:
-        return bool(self.described)
 
     def start(self, run, config) -> None:
         from bertkit.sentence import SentenceTransformer
