@@ -232,14 +232,9 @@ class MultiVectorRecipe(EncoderRecipe):
         if getattr(self, "_beir", None) is None:  # read once, checked before the run (check_evaluation_data)
             self._beir = load_beir(evaluation.beir, evaluation.split)
         data = self._beir
-        was_training = self.net.training
-        self.net.eval()
-        try:
-            with torch.inference_mode():
-                report = evaluate_multivector_retrieval(self.net, data.queries, data.corpus, data.qrels,
-                                                        k_values=evaluation.k)
-        finally:
-            self.net.train(was_training)
+        with torch.inference_mode():  # the evaluator itself puts the model in eval mode and back
+            report = evaluate_multivector_retrieval(self.net, data.queries, data.corpus, data.qrels,
+                                                    k_values=evaluation.k)
         return report["metrics"]
 
     def reopen(self, directory: Path) -> torch.nn.Module:
