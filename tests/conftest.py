@@ -10,20 +10,10 @@ import sys
 import time
 
 import pytest
+import torch
 
-# The suite starts many Python processes (`python -m bertkit.cli ...`, servers, benchmark scripts), each importing
-# bertkit from its source tree. Where the environment sets PYTHONDONTWRITEBYTECODE (sandboxes and some CI images do)
-# no bytecode is ever cached, so each process compiled every module it imported again: ~1 to 1.4 s of CPU per
-# `bertkit pretrain` start, measured under load on a 2-core machine. The suite writes and reuses bytecode as Python
-# does by default (into the ignored __pycache__/ folders); set before bertkit is first imported, so this process
-# caches it too.
-os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
-sys.dont_write_bytecode = False
-
-import torch  # noqa: E402
-
-from bertkit import BERTConfig, BERTForPreTraining  # noqa: E402
-from bertkit.modeling import fast  # noqa: E402
+from bertkit import BERTConfig, BERTForPreTraining
+from bertkit.modeling import fast
 
 #: the suite compares against float32 references, so ``dtype="auto"`` means fp32 here (and in the commands the
 #: tests start) whatever the machine; tests of ``auto`` itself remove this (tests/test_precision_auto.py)
