@@ -65,11 +65,10 @@ PLACES = (
     ("tokenize", "bertkit/serving/gate.py", "tokenization threads: JSON body"),
     ("tokenize", "thread.py", "tokenization threads: idle"),
     ("main", "bertkit/serving/batcher.py", "event loop: batch formation"),
-    ("main", "bertkit/serving/", "event loop: bertkit's request handling"),
+    ("main", "bertkit/serving/", "event loop: request handling (Gate, FastAPI, routes, validation)"),
     ("main", "h11", "event loop: HTTP (h11)"),
-    ("main", "fastapi", "event loop: FastAPI / Starlette"),
-    ("main", "starlette", "event loop: FastAPI / Starlette"),
-    ("main", "pydantic", "event loop: FastAPI / Starlette"),
+    ("main", "fastapi", "event loop: request handling (Gate, FastAPI, routes, validation)"),
+    ("main", "starlette", "event loop: request handling (Gate, FastAPI, routes, validation)"),
 )
 
 
