@@ -227,6 +227,20 @@ def vector_ok(body: object, dim: int) -> bool:
             and all(isinstance(x, (int, float)) for x in body[0]))
 
 
+@dataclasses.dataclass(frozen=True)
+class Route:
+    """How a server is asked for one text's vector: the path, the JSON body for a text, and the list of vectors
+    in a decoded answer (None when it has no such list). :data:`TEI` is bertkit serve's ``/embed``; other servers
+    (benchmarks/serve_peers.py) bring theirs."""
+
+    path: str
+    body: Callable[[str], dict]
+    vectors: Callable[[object], object]
+
+
+TEI = Route("/embed", lambda text: {"inputs": text, "truncate": True}, lambda body: body)
+
+
 class Connection:
     """One client's keep-alive HTTP/1.1 connection, opened on first use and again after an error.
 
@@ -272,10 +286,10 @@ class Connection:
 
 
 async def fire(url: str, texts: list[tuple[str, int]], clients: int, timeout: float, max_seconds: float,
-               dim: int, keep: int = 0) -> tuple[list[Outcome], float, dict[int, list[float]]]:
-    """Sends every text from ``clients`` concurrent clients, each on its own connection; returns the outcomes
-    of the requests that finished within ``max_seconds`` (the others are cancelled), the wall time, and the
-    vectors of the first ``keep`` texts."""
+               dim: int, keep: int = 0, route: Route = TEI) -> tuple[list[Outcome], float, dict[int, list[float]]]:
+    """Sends every text (as ``route`` asks for it) from ``clients`` concurrent clients, each on its own
+    connection; returns the outcomes of the requests that finished within ``max_seconds`` (the others are
+    cancelled), the wall time, and the vectors of the first ``keep`` texts."""
     host, port = url.removeprefix("http://").rsplit(":", 1)
     outcomes: list[Outcome] = []
     vectors: dict[int, list[float]] = {}
@@ -285,10 +299,10 @@ async def fire(url: str, texts: list[tuple[str, int]], clients: int, timeout: fl
         connection = Connection(host, int(port))
         try:
             for index, (text, _) in work:
-                payload = json.dumps({"inputs": text, "truncate": True}).encode()
+                payload = json.dumps(route.body(text)).encode()
                 start = time.perf_counter()
                 try:
-                    status, headers, content = await asyncio.wait_for(connection.post("/embed", payload), timeout)
+                    status, headers, content = await asyncio.wait_for(connection.post(route.path, payload), timeout)
                 except (asyncio.TimeoutError, OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError,
                         ValueError, IndexError) as error:
                     connection.close()
@@ -298,8 +312,8 @@ async def fire(url: str, texts: list[tuple[str, int]], clients: int, timeout: fl
                 seconds = time.perf_counter() - start
                 if status == 200:
                     try:
-                        body = json.loads(content)
-                    except ValueError:
+                        body = route.vectors(json.loads(content))
+                    except (ValueError, KeyError, TypeError):
                         body = None
                     if not vector_ok(body, dim):
                         status = "bad body"
