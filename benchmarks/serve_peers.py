@@ -224,6 +224,8 @@ def serve_rows(name: str, args: argparse.Namespace, texts: list[tuple[str, int]]
             row, vectors = measure(server, peer, texts[:count], clients, args, max_len, dim)
             seen.update(vectors)
             rows.append(row)
+            print(f"{peer.title}, {clients} client(s): {row['texts/s']:.2f} texts/s, server CPU "
+                  f"{row['server CPU ms/text']:.0f} ms/text, errors: {row['errors']}", flush=True)
         try:
             check = openai_check(peer, server.url, [t for t, _ in texts[:4]], seen)
         except Exception as error:  # any failure of the SDK call is the check's answer
