@@ -28,7 +28,7 @@ concurrent requests, counts 200 / 429 (with and without ``Retry-After``) / other
 that the server still answers a few sequential requests with 200.
 
     python benchmarks/serve_load.py [--servers bertkit,naive-bertkit,naive-st] [--clients 64]
-        [--requests 2000] [--max-seconds 300] [--threads 2] [--dtype fp32|bf16] [--device cpu|cuda]
+        [--requests 2000] [--max-seconds 300] [--threads 2] [--dtype fp32|bf16|int8] [--device cpu|cuda]
         [--offline-texts 500] [--model DIR] [--json rows.json]
     python benchmarks/serve_load.py --overload [--max-concurrent-requests 8] [--overload-clients 256]
         [--overload-requests 1024]
@@ -223,18 +223,23 @@ class Outcome:
 
 
 def vector_ok(body: object, dim: int) -> bool:
-    return (isinstance(body, list) and len(body) == 1 and isinstance(body[0], list) and len(body[0]) == dim
-            and all(isinstance(x, (int, float)) for x in body[0]))
+    return vectors_ok(body, dim, 1)
+
+
+def vectors_ok(body: object, dim: int, count: int) -> bool:
+    """Whether ``body`` is ``count`` vectors of ``dim`` numbers."""
+    return (isinstance(body, list) and len(body) == count and all(
+        isinstance(v, list) and len(v) == dim and all(isinstance(x, (int, float)) for x in v) for v in body))
 
 
 @dataclasses.dataclass(frozen=True)
 class Route:
-    """How a server is asked for one text's vector: the path, the JSON body for a text, and the list of vectors
-    in a decoded answer (None when it has no such list). :data:`TEI` is bertkit serve's ``/embed``; other servers
-    (benchmarks/serve_peers.py) bring theirs."""
+    """How a server is asked for vectors: the path, the JSON body for one text or a list of texts, and the list of
+    vectors in a decoded answer (None when it has no such list). :data:`TEI` is bertkit serve's ``/embed``; other
+    servers (benchmarks/serve_peers.py) bring theirs."""
 
     path: str
-    body: Callable[[str], dict]
+    body: Callable[[str | list[str]], dict]
     vectors: Callable[[object], object]
 
 
@@ -286,20 +291,25 @@ class Connection:
 
 
 async def fire(url: str, texts: list[tuple[str, int]], clients: int, timeout: float, max_seconds: float,
-               dim: int, keep: int = 0, route: Route = TEI) -> tuple[list[Outcome], float, dict[int, list[float]]]:
-    """Sends every text (as ``route`` asks for it) from ``clients`` concurrent clients, each on its own
-    connection; returns the outcomes of the requests that finished within ``max_seconds`` (the others are
-    cancelled), the wall time, and the vectors of the first ``keep`` texts."""
+               dim: int, keep: int = 0, per_request: int = 1,
+               route: Route | None = None) -> tuple[list[Outcome], float, dict[int, list[float]]]:
+    """Sends every text from ``clients`` concurrent clients, each on its own connection, ``per_request`` texts per
+    request (1: one text; more: a list) as ``route`` asks for them (default :data:`TEI`: ``"inputs"``); returns
+    one outcome per text of the requests that finished within ``max_seconds`` (the others are cancelled), the
+    wall time, and the vectors of the first ``keep`` texts."""
+    route = route or TEI
     host, port = url.removeprefix("http://").rsplit(":", 1)
     outcomes: list[Outcome] = []
     vectors: dict[int, list[float]] = {}
-    work = iter(enumerate(texts))  # shared by the clients: next() never yields to the event loop
+    # shared by the clients: next() never yields to the event loop
+    work = iter([(i, texts[i:i + per_request]) for i in range(0, len(texts), per_request)])
 
     async def client() -> None:
         connection = Connection(host, int(port))
         try:
-            for index, (text, _) in work:
-                payload = json.dumps(route.body(text)).encode()
+            for index, group in work:
+                inputs = group[0][0] if per_request == 1 else [text for text, _ in group]
+                payload = json.dumps(route.body(inputs)).encode()
                 start = time.perf_counter()
                 try:
                     status, headers, content = await asyncio.wait_for(connection.post(route.path, payload), timeout)
@@ -307,19 +317,19 @@ async def fire(url: str, texts: list[tuple[str, int]], clients: int, timeout: fl
                         ValueError, IndexError) as error:
                     connection.close()
                     name = "timeout" if isinstance(error, asyncio.TimeoutError) else type(error).__name__
-                    outcomes.append(Outcome(index, name, time.perf_counter() - start))
+                    outcomes.extend(Outcome(index + k, name, time.perf_counter() - start) for k in range(len(group)))
                     continue
                 seconds = time.perf_counter() - start
+                body = None
                 if status == 200:
-                    try:
+                    with contextlib.suppress(ValueError, KeyError, TypeError):
                         body = route.vectors(json.loads(content))
-                    except (ValueError, KeyError, TypeError):
-                        body = None
-                    if not vector_ok(body, dim):
+                    if not vectors_ok(body, dim, len(group)):
                         status = "bad body"
-                    elif index < keep:
-                        vectors[index] = body[0]
-                outcomes.append(Outcome(index, str(status), seconds, "retry-after" in headers))
+                    else:
+                        vectors.update((index + k, v) for k, v in enumerate(body) if index + k < keep)
+                outcomes.extend(Outcome(index + k, str(status), seconds, "retry-after" in headers)
+                                for k in range(len(group)))
         finally:
             connection.close()
 
@@ -479,11 +489,9 @@ def naive_server(kind: str, model: pathlib.Path, port: int, threads: int, dtype:
 
 
 def bertkit_encoder(model: pathlib.Path, dtype: str, device: str):
-    import torch
-
     from bertkit import SentenceTransformer
 
-    return SentenceTransformer(model, device=device, dtype=torch.bfloat16 if dtype == "bf16" else None)
+    return SentenceTransformer(model, device=device, dtype=dtype)
 
 
 def offline_row(args: argparse.Namespace, texts: list[tuple[str, int]]) -> dict:
@@ -535,7 +543,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--max-seconds", type=float, default=300, help="per server; then the rest are cancelled")
     parser.add_argument("--startup-timeout", type=float, default=180)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32", help="every server's, and offline")
+    parser.add_argument("--dtype", choices=["fp32", "bf16", "int8"], default="fp32", help="every server's, and offline")
     parser.add_argument("--device", default="cpu", help="every server's, and offline (cpu, cuda)")
     parser.add_argument("--offline-texts", type=int, default=500,
                         help="texts for the model-alone ceiling after the servers (0: skip it)")

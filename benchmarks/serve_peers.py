@@ -53,6 +53,7 @@ HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import record  # noqa: E402  (result files; imported early, it takes the start's load)
 import serve_load  # noqa: E402  (the load generator, its servers' lifecycle and its texts)
+from serve_speed import cpu_seconds  # noqa: E402  (a server's process tree's CPU seconds)
 
 OPENAI_NAME = "minilm"  # the model name both servers answer to on their OpenAI routes
 
@@ -91,11 +92,15 @@ def openai_vectors(body: object) -> list | None:
     return [d.get("embedding") for d in sorted(data, key=lambda d: d.get("index", 0))]
 
 
+def openai_body(inputs: str | list[str]) -> dict:
+    return {"model": OPENAI_NAME, "input": [inputs] if isinstance(inputs, str) else inputs}
+
+
 def route(peer: Peer) -> serve_load.Route:
     """The route the load is sent to: bertkit's own ``/embed``, infinity's own ``/embeddings``."""
     if peer.product == "bertkit":
         return serve_load.TEI
-    return serve_load.Route("/embeddings", lambda text: {"model": OPENAI_NAME, "input": [text]}, openai_vectors)
+    return serve_load.Route("/embeddings", openai_body, openai_vectors)
 
 
 def openai_base(peer: Peer, url: str) -> str:
@@ -154,19 +159,6 @@ def infinity_environment(workdir: pathlib.Path) -> None:
 
 
 # ---------------------------------------------------------------------------- measuring
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of ``pid``'s process tree, its reaped children included (/proc/*/stat)."""
-    ticks = os.sysconf("SC_CLK_TCK")
-    total = 0
-    for p in serve_load.process_tree(pid):
-        try:
-            fields = pathlib.Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue  # ended between the listing and the read
-        total += sum(int(f) for f in fields[11:15])  # utime, stime, cutime, cstime
-    return total / ticks
-
-
 def measure(server: serve_load.Server, peer: Peer, texts: list[tuple[str, int]], clients: int,
             args: argparse.Namespace, max_len: int, dim: int) -> tuple[dict, dict[int, list[float]]]:
     """One row: ``texts`` sent by ``clients`` clients, with the server's and this process's CPU time."""

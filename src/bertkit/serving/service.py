@@ -26,9 +26,11 @@ from bertkit.tasks.table import rows_with_route, served_tasks
 SPLADE_NORMALIZE = "Backend error: `normalize` is not available for SPLADE models"
 
 #: forward passes inside a dynamic batch (the pipeline sorts it by length first): at most this many rows and
-#: padded tokens. On 2 CPU cores ~1,000 padded tokens per pass ran 1.2x faster than 16,384 and 1.8x faster
-#: than one unbounded pass over mixed 3-200-token texts (all-MiniLM-L6-v2); GPUs want larger passes.
-FORWARD_BATCH, FORWARD_TOKENS = 64, {"cpu": 1024, "cuda": 16384}
+#: padded tokens. The fast path runs the products on the real tokens alone (bertkit.modeling.unpad), so a pass's
+#: padding costs only its attention, and fewer, larger passes win: on 2 shared CPU cores (all-MiniLM-L6-v2, fp32,
+#: 3-300-token texts) passes of <= 8,192 padded tokens took 0.45x the CPU time per text of passes of <= 1,024 and
+#: 0.8x that of plain batches of 32 (benchmarks/serve_speed.py, docs/how-to/int8-and-serving.md); GPUs: 16,384.
+FORWARD_BATCH, FORWARD_TOKENS = 64, {"cpu": 8192, "cuda": 16384}
 
 
 class Service:
