@@ -36,8 +36,10 @@ DIR OUT --dtype fp32`` writes the dequantized float checkpoint.
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -258,3 +260,21 @@ def dequantize_state(state: dict[str, torch.Tensor], block: dict, source: Any,
                          f"not list ({len(stray)} such tensors); the config and the weights file disagree.")
     return out
 
+
+
+def describe_block(directory: Any) -> str:
+    """``"; static int8: ..."``: what the static int8 checkpoint in ``directory`` records, in one phrase (its
+    int8 and float layers, the calibration set, the quality measured on its held-out texts); ``""`` for any
+    other checkpoint."""
+    config = Path(directory) / "config.json"
+    block = json.loads(config.read_text(encoding="utf-8")).get(KEY) if config.is_file() else None
+    if not isinstance(block, dict) or block.get("activations") != "static":
+        return ""
+    plan = block["plan"]
+    floats = sorted(name for name, entry in plan["layers"].items() if entry["mode"] != "int8")
+    calibration, quality = plan.get("calibration", {}), plan.get("quality", {})
+    measured = ", ".join(f"{name} {value:.4f}" for name, value in sorted(quality.items())) or "not measured"
+    kept = f" ({', '.join(floats[:3])}{', ...' if len(floats) > 3 else ''})" if floats else ""
+    return (f"; static int8: {len(block['modules'])} dense layers int8, {len(floats)} float{kept}; calibrated on "
+            f"{calibration.get('source')} ({calibration.get('texts')} texts, {calibration.get('held_out')} held "
+            f"out); held-out quality against fp32: {measured}")
