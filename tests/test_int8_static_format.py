@@ -315,3 +315,31 @@ def numpy_value(graph, name: str) -> float:
     from onnx import numpy_helper
 
     return round(float(next(numpy_helper.to_array(i) for i in graph.initializer if i.name == name)), 6)
+
+
+def test_bertkit_serve_runs_a_static_checkpoint_with_its_plan(tmp_path):
+    pytest.importorskip("fastapi")
+    pytest.importorskip("httpx")
+    from fastapi.testclient import TestClient
+
+    from bertkit.serving import create_app
+
+    source = english_dir(tmp_path / "fp32", num_labels=3, id2label={0: "a", 1: "b", 2: "c"})
+    model = bertkit.BERTForSequenceClassification.from_pretrained(source)
+    model.int8_plan = hand_plan(model)
+    model.save_pretrained(tmp_path / "int8", dtype="int8")
+    for name in ("vocab.txt", "tokenizer_config.json", "special_tokens_map.json"):
+        (tmp_path / "int8" / name).write_bytes((source / name).read_bytes())
+    text = " ".join(paragraphs(1)[0].split()[:30])
+    pipe = bertkit.pipeline("text-classification", model=tmp_path / "int8", top_k=None)
+    assert any(isinstance(m.packed, StaticInt8Kernel) for m in pipe.model.modules() if isinstance(m, Linear))
+    float_scores = bertkit.pipeline("text-classification", model=source, top_k=None, dtype="fp32")(text)
+    with TestClient(create_app(tmp_path / "int8")) as client:
+        assert client.get("/info").json()["model_dtype"] == "int8"
+        served = client.post("/predict", json={"inputs": text}).json()
+
+    def scores(answer) -> dict[str, float]:
+        return {d["label"]: d["score"] for d in answer}
+
+    assert scores(served) == pytest.approx(scores(pipe(text)), abs=1e-6)
+    assert scores(served) != pytest.approx(scores(float_scores), abs=1e-6)  # int8's numbers, not float's
