@@ -60,6 +60,8 @@ FIELDS: dict[str, Any] = {"method": METHOD, "bits": 8, "granularity": "per-outpu
 STATIC_FIELDS: dict[str, Any] = {**FIELDS, "format_version": 2, "activations": "static"}
 #: format version -> its fixed fields (version 1's block has no ``format_version``)
 VERSIONS: dict[int, dict[str, Any]] = {1: FIELDS, 2: STATIC_FIELDS}
+#: the plan's quality measures a conversion reports (key -> how it is named)
+SHOWN_QUALITY = {"top10": "top-10 neighbours", "ndcg10": "NDCG@10", "min_cosine": "min cosine"}
 #: the safetensors prefix of a static plan's tensors
 PLAN_PREFIX = "int8_plan."
 #: a layer's SmoothQuant vector in a plan's tensors: ``<layer>.smooth`` (``bertkit.inference.int8_plan``'s
@@ -95,12 +97,8 @@ def quantize_state(state: dict[str, torch.Tensor], modules: list[str], plan: Pla
     ``plan`` (layers under the same names as ``modules``): format version 2, only the layers the plan runs in
     int8 quantized, the plan's JSON in the block and its tensors in the state under :data:`PLAN_PREFIX`."""
     fields = FIELDS
-    if plan is not None:
-        layers = plan.meta["layers"]
-        missing = sorted(set(layers) - set(modules))
-        if missing:
-            raise ValueError(f"the static int8 plan names {missing[0]!r}, which is not a dense layer of the model "
-                             f"being saved ({len(missing)} such); the plan was made for another model.")
+    if plan is not None:  # a plan's layer without a weight here (an LM decoder tied to the embeddings) runs int8
+        layers = plan.meta["layers"]  # from the float table it shares, as in memory
         modules = [m for m in modules if m in layers and layers[m]["mode"] == "int8"]
         fields = {**STATIC_FIELDS, "plan": plan.meta}
     out = dict(state)
@@ -273,8 +271,8 @@ def describe_block(directory: Any) -> str:
     plan = block["plan"]
     floats = sorted(name for name, entry in plan["layers"].items() if entry["mode"] != "int8")
     calibration, quality = plan.get("calibration", {}), plan.get("quality", {})
-    measured = ", ".join(f"{name} {value:.4f}" for name, value in sorted(quality.items())) or "not measured"
+    measured = ", ".join(f"{label} {quality[key]:.4f}" for key, label in SHOWN_QUALITY.items() if key in quality)
     kept = f" ({', '.join(floats[:3])}{', ...' if len(floats) > 3 else ''})" if floats else ""
-    return (f"; static int8: {len(block['modules'])} dense layers int8, {len(floats)} float{kept}; calibrated on "
-            f"{calibration.get('source')} ({calibration.get('texts')} texts, {calibration.get('held_out')} held "
-            f"out); held-out quality against fp32: {measured}")
+    return (f"; static int8: {len(plan['layers']) - len(floats)} dense layers int8, {len(floats)} float{kept}; "
+            f"calibrated on {calibration.get('source')} ({calibration.get('texts')} texts + "
+            f"{calibration.get('held_out')} held out); held-out quality against fp32: {measured or 'not measured'}")
