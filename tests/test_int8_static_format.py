@@ -207,9 +207,9 @@ def test_the_language_check_measures_the_tokenizers_own_view():
 
 
 @pytest.mark.parametrize("content, message", [
-    (b"", "holds no text \\(it is empty or blank\\)"),
-    (b"\n  \n\n", "holds no text"),
-    ("\n".join(["The first text.", "A second one."]).encode(), "holds 2 texts; calibrating needs at least"),
+    (b"", "are empty; give at least 48 texts, one per line"),
+    (b"\n  \n\n", "are empty"),
+    ("\n".join(["The first text.", "A second one."]).encode(), "2 texts, too few to calibrate; give at least 48"),
     (("\n".join(["Собака вчера вечером быстро бежала по мокрому лугу за нашим домом."] * 70)).encode(),
      "looks like another language than the model's tokenizer expects: 98% of its word pieces"),
     ("\n".join(["Caf\xe9 au lait, s'il vous pla\xeet."] * 70).encode("latin-1"), "is not valid utf-8 text"),

@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from bertkit.tasks.calibration_set import read_calibration
+from bertkit.tasks.calibration_set import FLAG, check_language, read_calibration
 
 #: texts per forward pass while calibrating
 BATCH_SIZE = 32
@@ -30,10 +30,15 @@ def calibrated_plan(model: nn.Module, tokenizer, calibration: str | os.PathLike 
     (read and checked against ``tokenizer``: :func:`~bertkit.tasks.calibration_set.read_calibration`) or, for
     None, on the default set. ``embed(texts) -> [n, d]``: how the model's output is compared with float's
     (default: :func:`pooled_embedder`). The model is left float."""
+    from bertkit.inference.calibration import DEFAULT_SOURCE
     from bertkit.inference.int8_plan import calibrate
+    from bertkit.resources import calibration_texts
 
-    texts = source = None
-    if calibration is not None:
+    if calibration is None:  # English: a model of another language needs its own
+        texts, source = calibration_texts(), DEFAULT_SOURCE
+        check_language(texts, tokenizer, f"the default calibration set ({source}, English)",
+                       f"give {FLAG} FILE with texts in the model's language")
+    else:
         found = read_calibration(calibration, tokenizer)
         texts, source = found.texts, found.source
     return calibrate(model, texts, embed=embed or pooled_embedder(model, tokenizer), source=source)

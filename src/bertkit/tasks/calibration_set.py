@@ -6,8 +6,9 @@ decompressed as it is read). It is refused, in one line naming the file and the 
 
 * is not UTF-8 text (:func:`bertkit.data.corpus.decoding_error`: the byte, what the bytes look like, the
   encoding that reads them);
-* holds no text, or fewer than :data:`MIN_TEXTS` (the calibration keeps a share of them out of the activation
-  ranges to choose the layers that stay float by a retrieval metric, and that needs queries and documents);
+* holds no text, or fewer than :data:`bertkit.inference.calibration.MIN_TEXTS` (the calibration keeps a share
+  of them out of the activation ranges to choose the layers that stay float by a retrieval metric, which needs
+  queries and their neighbours): :func:`bertkit.inference.calibration.check_texts`;
 * is in another language than the model's tokenizer expects: more than :data:`MAX_FRAGMENTED` of the word
   pieces that hold a letter are ``[UNK]`` or a single letter. Measured with all-MiniLM-L6-v2's (English,
   uncased) tokenizer: English (Austen) 5 %, German 11 %, French 16 %, Russian 98 %, Greek 98 %, Arabic 100 %,
@@ -17,16 +18,14 @@ decompressed as it is read). It is refused, in one line naming the file and the 
 
 from __future__ import annotations
 
-import hashlib
 import io
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-#: the fewest texts a calibration file may hold (a 30 % held-out split of them is searched, each text a query
-#: against the rest, for the top-10 neighbours that pick the fallback layers: 64 texts give 19 queries)
-MIN_TEXTS = 64
+from bertkit.inference.calibration import MIN_TEXTS, check_texts, texts_sha256
+
 #: the largest share of letter-bearing word pieces that may be [UNK] or a single letter (see the module doc)
 MAX_FRAGMENTED = 0.5
 #: how many texts the language check tokenizes (the first ones: enough to judge, cheap on a large file)
@@ -60,33 +59,22 @@ def read_calibration(path: str | os.PathLike, tokenizer=None) -> CalibrationSet:
             texts = [" ".join(line.split()) for line in handle if line.strip()]
     except UnicodeDecodeError as error:
         raise ValueError(f"{FLAG} {decoding_error(path, 'utf-8', 'utf-8-sig', error)}") from None
-    check_texts(texts, path, tokenizer)
+    check_texts(texts, f"{FLAG} {path}")
+    check_language(texts, tokenizer, f"{FLAG} {path}", "calibrate on texts like the ones the model will embed")
     return CalibrationSet(texts, str(path), texts_sha256(texts))
 
 
-def texts_sha256(texts: Sequence[str]) -> str:
-    """The sha256 of ``texts`` joined by newlines (UTF-8): a calibration's fingerprint."""
-    return hashlib.sha256("\n".join(texts).encode("utf-8")).hexdigest()
-
-
-def check_texts(texts: Sequence[str], source: object, tokenizer=None) -> None:
-    """ValueError (one line naming ``source``) unless ``texts`` are at least :data:`MIN_TEXTS` non-blank texts
-    that ``tokenizer`` (when given) does not shred into letters (:func:`fragmented_share`)."""
-    if not texts:
-        raise ValueError(f"{FLAG} {source} holds no text (it is empty or blank); write one calibration text per "
-                         f"line, at least {MIN_TEXTS}, in the language the model was trained on.")
-    if len(texts) < MIN_TEXTS:
-        raise ValueError(f"{FLAG} {source} holds {len(texts)} texts; calibrating needs at least {MIN_TEXTS} (a "
-                         f"share is held out to choose the layers that stay float): add {MIN_TEXTS - len(texts)} "
-                         "more, one per line.")
+def check_language(texts: Sequence[str], tokenizer, source: str, fix: str) -> None:
+    """ValueError (one line: ``source``, the share measured, ``fix``) when ``tokenizer`` (None: no check) shreds
+    more than :data:`MAX_FRAGMENTED` of ``texts``' word pieces into [UNK] or single letters
+    (:func:`fragmented_share` of the first :data:`LANGUAGE_SAMPLE` texts)."""
     if tokenizer is None:
         return
     share = fragmented_share(texts[:LANGUAGE_SAMPLE], tokenizer)
     if share > MAX_FRAGMENTED:
-        raise ValueError(f"{FLAG} {source} looks like another language than the model's tokenizer expects: "
-                         f"{share:.0%} of its word pieces are [UNK] or single letters (text in the model's "
-                         f"language: ~5 %, refused above {MAX_FRAGMENTED:.0%}); calibrate on texts like the ones "
-                         "the model will embed.")
+        raise ValueError(f"{source} looks like another language than the model's tokenizer expects: {share:.0%} "
+                         f"of its word pieces are [UNK] or single letters (text in the model's language: ~5 %, "
+                         f"refused above {MAX_FRAGMENTED:.0%}); {fix}.")
 
 
 def fragmented_share(texts: Sequence[str], tokenizer) -> float:
