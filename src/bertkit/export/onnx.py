@@ -80,7 +80,8 @@ class ExportReport:
     ``max_abs_diff``: per output, the largest ``|ONNX Runtime - PyTorch|`` over both verification batches;
     ``int8_max_abs_diff`` the same for ``model.int8.onnx`` (None without it; held to no tolerance);
     ``int8_vs_bertkit_max_abs_diff``: ``model.int8.onnx`` against bertkit's own int8 kernels, for an int8 model
-    (an int8 checkpoint's; None otherwise). ``int8_activations``: ``"dynamic"`` (ONNX Runtime's quantization) or
+    (an int8 checkpoint's; None otherwise), per-token outputs at the texts' tokens (not padding, which bertkit's
+    unpadded path leaves out). ``int8_activations``: ``"dynamic"`` (ONNX Runtime's quantization) or
     ``"static"`` (the model's calibrated plan, QDQ), None without ``model.int8.onnx``.
     ``tolerance``: what float32 was held to. ``seconds``: the whole export, loading included.
     """
@@ -173,8 +174,9 @@ def export_onnx(model_or_source: nn.Module | str | os.PathLike, directory: str |
                                                                       products_only=int8_model))
     if quantize == "int8":
         int8_diffs = max_abs_diffs(directory / INT8_FILE, batches, expected, list(signature.outputs))
-        if expected_int8 is not None:
-            bertkit_diffs = max_abs_diffs(directory / INT8_FILE, batches, expected_int8, list(signature.outputs))
+        if expected_int8 is not None:  # at the texts' tokens: bertkit's unpadded path leaves padding out
+            bertkit_diffs = max_abs_diffs(directory / INT8_FILE, batches, expected_int8, list(signature.outputs),
+                                          tokens_only=signature.outputs)
     elif (directory / INT8_FILE).exists():  # an earlier export's: it would not match this model.onnx
         (directory / INT8_FILE).unlink()
     _save_tokenizer(tokenizer, model, directory)
@@ -208,10 +210,13 @@ def _save_tokenizer(tokenizer: Any | None, model: nn.Module, directory: Path) ->
 
 
 def max_abs_diffs(graph: bytes | str | os.PathLike, batches: list[dict[str, torch.Tensor]],
-                  expected: list[list[np.ndarray]], names: list[str]) -> dict[str, float]:
+                  expected: list[list[np.ndarray]], names: list[str],
+                  tokens_only: dict[str, list[str | None]] | None = None) -> dict[str, float]:
     """Per output, the largest ``|ONNX Runtime - expected|`` over ``batches`` (ONNX Runtime's CPU provider
-    running ``graph``: serialized bytes or a path). Raises :class:`ExportVerificationError` when the graph's
-    inputs are not the batches' (by name, in order) or an output's shape differs from the expected one."""
+    running ``graph``: serialized bytes or a path); ``tokens_only`` (output name -> axes): an output whose second
+    axis is ``"sequence"`` is compared at the batch's tokens only (attention mask 1), not at padding. Raises
+    :class:`ExportVerificationError` when the graph's inputs are not the batches' (by name, in order) or an
+    output's shape differs from the expected one."""
     ort = require("onnxruntime")
     options = ort.SessionOptions()
     options.log_severity_level = 3  # errors only
@@ -228,7 +233,11 @@ def max_abs_diffs(graph: bytes | str | os.PathLike, batches: list[dict[str, torc
             if ours.shape != theirs.shape:
                 raise ExportVerificationError(f"{name}: ONNX Runtime gives shape {list(ours.shape)}, PyTorch "
                                               f"{list(theirs.shape)} (inputs {list(batch['input_ids'].shape)}).")
-            diffs[name].append(float(np.abs(ours - theirs).max()))
+            difference = np.abs(ours - theirs)
+            axes = (tokens_only or {}).get(name) or []
+            if len(axes) > 1 and axes[1] == "sequence" and batch["attention_mask"].dim() == 2:
+                difference = difference[batch["attention_mask"].numpy().astype(bool)]
+            diffs[name].append(float(difference.max()))
     return {name: float(np.max(values)) for name, values in diffs.items()}  # np.max keeps a NaN
 
 

@@ -40,9 +40,12 @@ def static_int8_graph(source: str | os.PathLike, target: str | os.PathLike, mode
     wanted = {name: layers[name] for name in plan.int8_layers if name in layers}
     by_value = {_key(m.weight.detach().float().numpy()): name for name, m in wanted.items()}
     initializers = {init.name: init for init in graph.initializer}
+    # a weight the graph transposes as it runs (an LM decoder tied to the embedding table the Gather reads)
+    transposes = {node.output[0]: node.input[0] for node in graph.node if node.op_type == "Transpose"
+                  and node.input[0] in initializers and len(initializers[node.input[0]].dims) == 2}
     rewritten, nodes = set(), []
     for node in graph.node:
-        name, transposed = _layer_of(node, initializers, by_value)
+        name, transposed = _layer_of(node, initializers, transposes, by_value)
         if name is None or name in rewritten:
             nodes.append(node)
             continue
@@ -90,14 +93,20 @@ def _key(array: np.ndarray) -> tuple:
     return array.shape, np.ascontiguousarray(array, dtype=np.float32).tobytes()
 
 
-def _layer_of(node, initializers: dict, by_value: dict) -> tuple[str | None, bool]:
-    """``(layer name, whether the graph holds its weight transposed)`` of a MatMul / Gemm whose weight is one of
-    ``by_value``'s, else ``(None, False)``."""
+def _layer_of(node, initializers: dict, transposes: dict, by_value: dict) -> tuple[str | None, bool]:
+    """``(layer name, whether the graph holds its weight transposed)`` of a MatMul / Gemm whose weight (an
+    initializer, or one transposed by ``transposes``' node: output -> initializer) is one of ``by_value``'s, else
+    ``(None, False)``."""
     from onnx import helper, numpy_helper
 
-    if node.op_type not in ("MatMul", "Gemm") or len(node.input) < 2 or node.input[1] not in initializers:
+    if node.op_type not in ("MatMul", "Gemm") or len(node.input) < 2:
         return None, False
-    weight = numpy_helper.to_array(initializers[node.input[1]])
+    if node.input[1] in initializers:
+        weight = numpy_helper.to_array(initializers[node.input[1]])
+    elif node.input[1] in transposes:
+        weight = numpy_helper.to_array(initializers[transposes[node.input[1]]]).T
+    else:
+        return None, False
     if weight.ndim != 2:
         return None, False
     attributes = {a.name: helper.get_attribute_value(a) for a in node.attribute}
@@ -120,7 +129,11 @@ def _int8_weight(layer: Linear, smooth: torch.Tensor | None) -> tuple[np.ndarray
 
 
 def _drop_unused(graph) -> None:
-    """Remove the initializers no node reads any more (the float weights that were replaced)."""
+    """Remove what no node reads any more: the Transpose nodes of replaced weights, then the float weights."""
+    used = {name for node in graph.node for name in node.input} | {o.name for o in graph.output}
+    nodes = [node for node in graph.node if node.op_type != "Transpose" or any(o in used for o in node.output)]
+    del graph.node[:]
+    graph.node.extend(nodes)
     used = {name for node in graph.node for name in node.input} | {o.name for o in graph.output}
     kept = [init for init in graph.initializer if init.name in used]
     del graph.initializer[:]
