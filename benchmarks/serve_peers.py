@@ -61,19 +61,22 @@ OPENAI_NAME = "minilm"  # the model name both servers answer to on their OpenAI 
 @dataclasses.dataclass(frozen=True)
 class Peer:
     """One server of the table: ``product`` bertkit or infinity, the ``dtype`` it is given, infinity's
-    ``engine`` (torch or optimum) and, for optimum, which ONNX file (``onnx``: fp32 or int8)."""
+    ``engine`` (torch or optimum) and, for optimum, which ONNX file (``onnx``: fp32 or int8); ``static``:
+    bertkit serves its static int8 checkpoint (``bertkit convert --dtype int8``, made once in ``--workdir``)."""
 
     title: str
     product: str
     dtype: str
     engine: str = ""
     onnx: str = ""
+    static: bool = False
 
 
 SERVERS = {
     "bertkit-fp32": Peer("bertkit serve fp32", "bertkit", "fp32"),
     "bertkit-bf16": Peer("bertkit serve bf16", "bertkit", "bf16"),
-    "bertkit-int8": Peer("bertkit serve int8", "bertkit", "int8"),
+    "bertkit-int8": Peer("bertkit serve int8 (dynamic)", "bertkit", "int8"),
+    "bertkit-int8-static": Peer("bertkit serve int8 (static checkpoint)", "bertkit", "auto", static=True),
     "bertkit-auto": Peer("bertkit serve auto", "bertkit", "auto"),  # bf16 or int8 as the CPU and table say
     "infinity-torch-fp32": Peer("infinity torch fp32", "infinity", "float32", "torch"),
     "infinity-torch-bf16": Peer("infinity torch bf16", "infinity", "bfloat16", "torch"),
@@ -139,9 +142,22 @@ def onnx_dirs(args: argparse.Namespace) -> dict[str, pathlib.Path]:
     return {"fp32": fp32, "int8": int8}
 
 
+def static_int8(args: argparse.Namespace) -> pathlib.Path:
+    """bertkit's static int8 checkpoint of the model (calibrated on the shipped set), made once in ``--workdir``
+    (convert writes it whole or not at all)."""
+    out = args.workdir / "bertkit-int8"
+    if not (out / "config.json").exists():
+        run = subprocess.run([sys.executable, "-m", "bertkit.cli", "convert", str(args.model), "-o", str(out),
+                              "--dtype", "int8", "--overwrite"], capture_output=True, text=True)
+        if run.returncode != 0:
+            raise RuntimeError(f"bertkit convert --dtype int8 failed (exit {run.returncode}):\n{run.stderr[-3000:]}")
+    return out
+
+
 def command(peer: Peer, args: argparse.Namespace, port: int) -> list[str]:
     if peer.product == "bertkit":
-        return [sys.executable, "-m", "bertkit.cli", "serve", str(args.model), "--task", "embeddings",
+        model = static_int8(args) if peer.static else args.model
+        return [sys.executable, "-m", "bertkit.cli", "serve", str(model), "--task", "embeddings",
                 "--host", serve_load.HOST, "--port", str(port), "--dtype", peer.dtype,
                 "--served-model-name", OPENAI_NAME]
     model = "." if peer.onnx else str(args.model)  # "." : see the module's docstring; started in the folder
