@@ -232,6 +232,20 @@ def vectors_ok(body: object, dim: int, count: int) -> bool:
         isinstance(v, list) and len(v) == dim and all(isinstance(x, (int, float)) for x in v) for v in body))
 
 
+@dataclasses.dataclass(frozen=True)
+class Route:
+    """How a server is asked for vectors: the path, the JSON body for one text or a list of texts, and the list of
+    vectors in a decoded answer (None when it has no such list). :data:`TEI` is bertkit serve's ``/embed``; other
+    servers (benchmarks/serve_peers.py) bring theirs."""
+
+    path: str
+    body: Callable[[str | list[str]], dict]
+    vectors: Callable[[object], object]
+
+
+TEI = Route("/embed", lambda text: {"inputs": text, "truncate": True}, lambda body: body)
+
+
 class Connection:
     """One client's keep-alive HTTP/1.1 connection, opened on first use and again after an error.
 
@@ -277,10 +291,13 @@ class Connection:
 
 
 async def fire(url: str, texts: list[tuple[str, int]], clients: int, timeout: float, max_seconds: float,
-               dim: int, keep: int = 0, per_request: int = 1) -> tuple[list[Outcome], float, dict[int, list[float]]]:
+               dim: int, keep: int = 0, per_request: int = 1,
+               route: Route | None = None) -> tuple[list[Outcome], float, dict[int, list[float]]]:
     """Sends every text from ``clients`` concurrent clients, each on its own connection, ``per_request`` texts per
-    request (1: ``"inputs": text``; more: a list); returns one outcome per text of the requests that finished
-    within ``max_seconds`` (the others are cancelled), the wall time, and the vectors of the first ``keep`` texts."""
+    request (1: one text; more: a list) as ``route`` asks for them (default :data:`TEI`: ``"inputs"``); returns
+    one outcome per text of the requests that finished within ``max_seconds`` (the others are cancelled), the
+    wall time, and the vectors of the first ``keep`` texts."""
+    route = route or TEI
     host, port = url.removeprefix("http://").rsplit(":", 1)
     outcomes: list[Outcome] = []
     vectors: dict[int, list[float]] = {}
@@ -292,10 +309,10 @@ async def fire(url: str, texts: list[tuple[str, int]], clients: int, timeout: fl
         try:
             for index, group in work:
                 inputs = group[0][0] if per_request == 1 else [text for text, _ in group]
-                payload = json.dumps({"inputs": inputs, "truncate": True}).encode()
+                payload = json.dumps(route.body(inputs)).encode()
                 start = time.perf_counter()
                 try:
-                    status, headers, content = await asyncio.wait_for(connection.post("/embed", payload), timeout)
+                    status, headers, content = await asyncio.wait_for(connection.post(route.path, payload), timeout)
                 except (asyncio.TimeoutError, OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError,
                         ValueError, IndexError) as error:
                     connection.close()
@@ -305,8 +322,8 @@ async def fire(url: str, texts: list[tuple[str, int]], clients: int, timeout: fl
                 seconds = time.perf_counter() - start
                 body = None
                 if status == 200:
-                    with contextlib.suppress(ValueError):
-                        body = json.loads(content)
+                    with contextlib.suppress(ValueError, KeyError, TypeError):
+                        body = route.vectors(json.loads(content))
                     if not vectors_ok(body, dim, len(group)):
                         status = "bad body"
                     else:

@@ -8,7 +8,9 @@
   output channel, int8 embedding tables; activations quantized per batch as it runs). An int8 checkpoint's
   model (:mod:`bertkit.weights.int8`) gets it without asking: its float graph holds the dequantized weights, which
   ORT re-quantizes (products only: bertkit keeps embeddings float32), and the report compares it with bertkit's
-  own int8 kernels too;
+  own int8 kernels too. A static int8 model (a calibrated checkpoint's, or one carrying ``int8_plan``) gets its
+  plan instead: QuantizeLinear / DequantizeLinear around each int8 product with the calibrated activation scales
+  and bertkit's own int8 weights (:mod:`bertkit.export.qdq`), its float layers float;
 * the tokenizer files (``vocab.txt`` or ``tokenizer.json``, ``tokenizer_config.json``, ``special_tokens_map.json``)
   and ``config.json``;
   for a sentence-transformers model also its ``sentence_bert_config.json`` (``max_seq_length``, ``do_lower_case``),
@@ -53,7 +55,8 @@ from bertkit.export.models import (
     sample_batch,
     signature_of,
 )
-from bertkit.inference.quantized import checkpoint_dtype, running_dtype
+from bertkit.export.qdq import static_int8_graph
+from bertkit.inference.quantized import checkpoint_dtype, running_dtype, static_plan
 from bertkit.io import atomic_write, atomic_write_text
 from bertkit.modeling.fast import fast_path
 
@@ -77,7 +80,9 @@ class ExportReport:
     ``max_abs_diff``: per output, the largest ``|ONNX Runtime - PyTorch|`` over both verification batches;
     ``int8_max_abs_diff`` the same for ``model.int8.onnx`` (None without it; held to no tolerance);
     ``int8_vs_bertkit_max_abs_diff``: ``model.int8.onnx`` against bertkit's own int8 kernels, for an int8 model
-    (an int8 checkpoint's; None otherwise).
+    (an int8 checkpoint's; None otherwise), per-token outputs at the texts' tokens (not padding, which bertkit's
+    unpadded path leaves out). ``int8_activations``: ``"dynamic"`` (ONNX Runtime's quantization) or
+    ``"static"`` (the model's calibrated plan, QDQ), None without ``model.int8.onnx``.
     ``tolerance``: what float32 was held to. ``seconds``: the whole export, loading included.
     """
 
@@ -92,6 +97,7 @@ class ExportReport:
     tolerance: float
     seconds: float
     int8_vs_bertkit_max_abs_diff: dict[str, float] | None = None
+    int8_activations: str | None = None
 
     @property
     def onnx_path(self) -> Path:
@@ -136,7 +142,8 @@ def export_onnx(model_or_source: nn.Module | str | os.PathLike, directory: str |
         tokenizer = loaded if tokenizer is None else tokenizer
     _check_exportable(model)
     int8_model = running_dtype(model) == "int8"  # an int8 checkpoint's model (or one optimized to int8)
-    if quantize is None and checkpoint_dtype(model) == "int8":
+    plan = static_plan(described_by(model))
+    if quantize is None and (checkpoint_dtype(model) == "int8" or plan is not None):
         quantize = "int8"  # an int8 checkpoint exports as one ORT runs int8
     signature, bert = signature_of(model), described_by(model)
     batches = _batches(bert.config, signature)
@@ -155,14 +162,21 @@ def export_onnx(model_or_source: nn.Module | str | os.PathLike, directory: str |
 
     directory = Path(directory)
     atomic_write(directory / MODEL_FILE, lambda tmp: Path(tmp).write_bytes(graph))
-    int8_diffs = bertkit_diffs = None
-    if quantize == "int8":
+    int8_diffs = bertkit_diffs = activations = None
+    if quantize == "int8" and plan is not None:  # the calibrated plan's numbers, not ORT's own quantization
+        activations = "static"
+        atomic_write(directory / INT8_FILE, lambda tmp: static_int8_graph(directory / MODEL_FILE, tmp,
+                                                                          described_by(model), plan))
+    elif quantize == "int8":
         # an int8 model keeps its embeddings float32 in bertkit; ORT then quantizes only the products
+        activations = "dynamic"
         atomic_write(directory / INT8_FILE, lambda tmp: quantize_int8(directory / MODEL_FILE, tmp,
                                                                       products_only=int8_model))
+    if quantize == "int8":
         int8_diffs = max_abs_diffs(directory / INT8_FILE, batches, expected, list(signature.outputs))
-        if expected_int8 is not None:
-            bertkit_diffs = max_abs_diffs(directory / INT8_FILE, batches, expected_int8, list(signature.outputs))
+        if expected_int8 is not None:  # at the texts' tokens: bertkit's unpadded path leaves padding out
+            bertkit_diffs = max_abs_diffs(directory / INT8_FILE, batches, expected_int8, list(signature.outputs),
+                                          tokens_only=signature.outputs)
     elif (directory / INT8_FILE).exists():  # an earlier export's: it would not match this model.onnx
         (directory / INT8_FILE).unlink()
     _save_tokenizer(tokenizer, model, directory)
@@ -171,7 +185,7 @@ def export_onnx(model_or_source: nn.Module | str | os.PathLike, directory: str |
     report = ExportReport(directory, type(model).__name__, exporter, opset,
                           {name: list(signature.inputs) for name in input_names(bert.config)},
                           {name: list(axes) for name, axes in signature.outputs.items()}, diffs, int8_diffs,
-                          tolerance, round(time.perf_counter() - start, 3), bertkit_diffs)
+                          tolerance, round(time.perf_counter() - start, 3), bertkit_diffs, activations)
     atomic_write_text(directory / REPORT_FILE, json.dumps(report.to_json(), indent=2) + "\n")
     return report
 
@@ -196,10 +210,13 @@ def _save_tokenizer(tokenizer: Any | None, model: nn.Module, directory: Path) ->
 
 
 def max_abs_diffs(graph: bytes | str | os.PathLike, batches: list[dict[str, torch.Tensor]],
-                  expected: list[list[np.ndarray]], names: list[str]) -> dict[str, float]:
+                  expected: list[list[np.ndarray]], names: list[str],
+                  tokens_only: dict[str, list[str | None]] | None = None) -> dict[str, float]:
     """Per output, the largest ``|ONNX Runtime - expected|`` over ``batches`` (ONNX Runtime's CPU provider
-    running ``graph``: serialized bytes or a path). Raises :class:`ExportVerificationError` when the graph's
-    inputs are not the batches' (by name, in order) or an output's shape differs from the expected one."""
+    running ``graph``: serialized bytes or a path); ``tokens_only`` (output name -> axes): an output whose second
+    axis is ``"sequence"`` is compared at the batch's tokens only (attention mask 1), not at padding. Raises
+    :class:`ExportVerificationError` when the graph's inputs are not the batches' (by name, in order) or an
+    output's shape differs from the expected one."""
     ort = require("onnxruntime")
     options = ort.SessionOptions()
     options.log_severity_level = 3  # errors only
@@ -216,7 +233,11 @@ def max_abs_diffs(graph: bytes | str | os.PathLike, batches: list[dict[str, torc
             if ours.shape != theirs.shape:
                 raise ExportVerificationError(f"{name}: ONNX Runtime gives shape {list(ours.shape)}, PyTorch "
                                               f"{list(theirs.shape)} (inputs {list(batch['input_ids'].shape)}).")
-            diffs[name].append(float(np.abs(ours - theirs).max()))
+            difference = np.abs(ours - theirs)
+            axes = (tokens_only or {}).get(name) or []
+            if len(axes) > 1 and axes[1] == "sequence" and batch["attention_mask"].dim() == 2:
+                difference = difference[batch["attention_mask"].numpy().astype(bool)]
+            diffs[name].append(float(difference.max()))
     return {name: float(np.max(values)) for name, values in diffs.items()}  # np.max keeps a NaN
 
 
