@@ -12,7 +12,7 @@ milliseconds per 1,000 texts and the share of the total, dtypes side by side.
 The profiler times operators in wall time: on a busy machine every row grows alike, so compare shares, and
 take rates from ``precision_speed.py`` (interleaved rounds). ``--quick``: 24 texts, a tiny second model.
 
-    python benchmarks/model_profile.py [--texts 256] [--models minilm,base] [--dtypes fp32,bf16,int8]
+    python benchmarks/model_profile.py [--texts 256] [--models minilm,base] [--dtypes fp32,bf16,int8] [--threads 1]
 """
 
 from __future__ import annotations
@@ -116,17 +116,20 @@ def table(name: str, results: dict[str, dict[str, float]], texts: int) -> list[d
 def main(argv: list[str] | None = None) -> None:
     from precision_speed import paragraphs
 
+    from bertkit.devices import native_bf16
+
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--texts", type=int, default=256)
     parser.add_argument("--models", default="minilm,base")
-    parser.add_argument("--dtypes", default="fp32,bf16,int8")
+    parser.add_argument("--dtypes", default=None, help="default: fp32,int8, and bf16 where the CPU has it natively")
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--quick", action="store_true", help="24 short texts, a tiny second model")
     parser.add_argument("--json", type=Path, help="also write every row here")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     texts = paragraphs(24 if args.quick else args.texts, max_words=40 if args.quick else None)
-    which, dtypes = args.models.split(","), args.dtypes.split(",")
+    which = args.models.split(",")
+    dtypes = args.dtypes.split(",") if args.dtypes else ["fp32", *(["bf16"] if native_bf16() else []), "int8"]
     results: dict[str, dict[str, dict[str, float]]] = {m: {} for m in which}
     for dtype in dtypes:
         for name, model in models(which, dtype, args.quick).items():
