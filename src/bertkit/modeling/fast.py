@@ -299,9 +299,18 @@ def _dense(t: torch.Tensor) -> torch.Tensor:
     return t.contiguous()
 
 
+#: the same activations in place, for a product's fresh output that no gradient needs (the same numbers)
+INPLACE_ACTIVATIONS = {"gelu": torch.ops.aten.gelu_}
+
+
 def activate(y: torch.Tensor, activation: str | None) -> torch.Tensor:
-    """``y`` through the named activation of :data:`ACTIVATIONS` (None: unchanged)."""
-    return y if activation is None else ACTIVATIONS[activation](y)
+    """``y`` (a product's fresh output) through the named activation of :data:`ACTIVATIONS` (None: unchanged); in
+    place where no gradient needs ``y``: inference then allocates no second ``[N, intermediate]`` tensor."""
+    if activation is None:
+        return y
+    if not (torch.is_grad_enabled() and y.requires_grad) and not tracing():
+        return INPLACE_ACTIVATIONS[activation](y)
+    return ACTIVATIONS[activation](y)
 
 
 class _OneDNNLinear(torch.autograd.Function):

@@ -224,10 +224,10 @@ class BERTSelfAttention(nn.Module):
         """Projections on the packed tokens ``x [N, H]``, one masked attention call on ``[B, L]``."""
         fused = self._fused_projections(x) if queries is None else None
         if fused is not None:
-            q, k, v = packing.unpack(fused).chunk(3, dim=-1)  # [B, L, H] each
+            q, k, v = packing.spread(fused).chunk(3, dim=-1)  # [B, L, H] each
         else:
-            q = self.query(queries) if queries is not None else packing.unpack(self.query(x))  # [B, n, H]
-            k, v = packing.unpack(self.key(x)), packing.unpack(self.value(x))  # [B, L, H]
+            q = self.query(queries) if queries is not None else packing.spread(self.query(x))  # [B, n, H]
+            k, v = packing.spread(self.key(x)), packing.spread(self.value(x))  # [B, L, H]
         dropout_p = self.dropout_p if self.training else 0.0
         context, _ = attend(self._heads(q), self._heads(k), self._heads(v), packing.keys, dropout_p,
                             eager=self.eager, position_bias=position_bias)
@@ -247,7 +247,18 @@ class _ResidualOutput(nn.Module):
         self.dropout = Dropout(config.hidden_dropout_prob if dropout is None else dropout)
 
     def forward(self, hidden_states: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
-        return self.LayerNorm(self.dropout(self.dense(hidden_states)) + residual)
+        out = self.dropout(self.dense(hidden_states))
+        if self._sums_in_place(out, residual):
+            return self.LayerNorm(out.add_(residual))  # inference: the product's fresh output takes the sum
+        return self.LayerNorm(out + residual)
+
+    def _sums_in_place(self, out: torch.Tensor, residual: torch.Tensor) -> bool:
+        """Whether ``out`` (the product's output) may take the residual sum in place: no gradient needs it, it is
+        the fresh output of bertkit's own dense layer (no hook or replaced module could hand back another
+        tensor), of the residual's shape and dtype (autocast's products are narrower: the sum promotes)."""
+        return (not (torch.is_grad_enabled() and out.requires_grad) and type(self.dense) is Linear
+                and not self.dense._forward_hooks and out.shape == residual.shape and out.dtype == residual.dtype
+                and not fast.tracing())
 
 
 class BERTSelfOutput(_ResidualOutput):

@@ -148,7 +148,7 @@ class ModernBERTAttention(nn.Module):
         already cut to those rows) and the probabilities when eager. With ``packing``, ``x`` and the result are
         the packed ``[N, H]`` (``[B, n, H]`` at ``query_positions``)."""
         h = x.shape[-1]
-        qkv = self.Wqkv(x) if packing is None else packing.unpack(self.Wqkv(x))  # [B, L, 3H]
+        qkv = self.Wqkv(x) if packing is None else packing.spread(self.Wqkv(x))  # [B, L, 3H]
         b, length = qkv.shape[:2]
         q, k, v = qkv.view(b, length, 3, self.num_heads, self.head_dim).transpose(1, 3).unbind(dim=2)
         q, k = rotate(q, cos, sin), rotate(k, cos, sin)  # [B, nh, L, hd]

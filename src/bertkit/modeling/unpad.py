@@ -20,7 +20,7 @@ path on. The backbone calls it; layers receive the :class:`Packing` and ask it t
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -45,6 +45,7 @@ class Packing:
     first: torch.Tensor
     starts_real: bool
     real: int
+    _sources: torch.Tensor | None = field(default=None, repr=False, compare=False)
 
     @property
     def tokens(self) -> int:
@@ -63,7 +64,20 @@ class Packing:
         index = self.index
         if self.real != x.shape[0]:
             index, x = index[: self.real], x[: self.real]
-        return out.index_copy(0, index, x).view(self.batch, self.length, *x.shape[1:])
+        # in place: the out-of-place index_copy clones the zeros first, a third pass over [B, L, ...]
+        return out.index_copy_(0, index, x).view(self.batch, self.length, *x.shape[1:])
+
+    def spread(self, x: torch.Tensor) -> torch.Tensor:
+        """``[N', ...]`` -> ``[B, L, ...]`` for the masked attention call: real positions hold their rows, padding
+        positions some real row (finite, never zeroed): one gather, where :meth:`unpack` writes zeros first.
+        Masked keys get probability 0 and padding queries' outputs are dropped (:meth:`pack`), so attention's
+        results at real positions, and every gradient, are those of :meth:`unpack`'s zeros (differentiable)."""
+        if x.shape[0] != self.tokens:
+            raise ValueError(f"spread takes the packed rows [{self.tokens}, ...], got {tuple(x.shape)}.")
+        if self._sources is None:  # [B * L]: each position's packed row; padding positions row 0
+            sources = torch.zeros(self.batch * self.length, dtype=torch.long, device=self.index.device)
+            self._sources = sources.index_copy_(0, self.index, torch.arange(self.tokens, device=sources.device))
+        return x.index_select(0, self._sources).view(self.batch, self.length, *x.shape[1:])
 
     def first_tokens(self, x: torch.Tensor) -> torch.Tensor:
         """``[N, H]`` -> ``[B, 1, H]``: each row's position-0 token."""
