@@ -53,7 +53,8 @@ LAYERS: dict[str, set[str] | str] = {
     # works on any nn.Module; the one run (training/run.py) records the numerics and keeps the float32 GEMM
     # backend on resume (modeling.numerics, modeling.fast.GemmChoice)
     "training": {"modeling"},
-    "inference": {"config", "modeling", "dtypes"},
+    # resources: static int8's default calibration set (inference.calibration)
+    "inference": {"config", "modeling", "dtypes", "resources"},
     "tasks": {"config", "presets", "masking", "hooks", "resources", "tokenization", "modeling", "weights", "data",
               "training", "inference", "dtypes"},
     "models": {"config", "presets", "modeling", "tokenization"},  # mirror of lucid.models: re-exports only

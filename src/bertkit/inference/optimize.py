@@ -118,14 +118,19 @@ class Int8Kernel(_Kernel):
     """
 
     def prepare(self, layer: Linear):
-        q, scales = quantize_weight(layer.weight)  # float32 scales: an int8 checkpoint stores exactly these
+        return self.prepack(layer.weight, layer.bias)
+
+    @staticmethod
+    def prepack(weight: torch.Tensor, bias: torch.Tensor | None):
+        """fbgemm's packed int8 weight (and float bias) of a float ``weight``."""
+        q, scales = quantize_weight(weight)  # float32 scales: an int8 checkpoint stores exactly these
         if devices.int8_saturates():
             q, scales = seven_bit(q, scales)
         with warnings.catch_warnings():  # torch marks the quantized tensor API deprecated; it is what fbgemm takes
             warnings.simplefilter("ignore", UserWarning)
             qweight = torch._make_per_channel_quantized_tensor(
                 q, scales.double(), torch.zeros(q.shape[0], dtype=torch.long), 0)
-        bias = layer.bias.detach().float() if layer.bias is not None else None
+        bias = bias.detach().float() if bias is not None else None
         return torch.ops.quantized.linear_prepack(qweight, bias)
 
     def __call__(self, x: torch.Tensor, layer: Linear, activation: str | None = None) -> torch.Tensor:
@@ -141,6 +146,92 @@ class Int8Kernel(_Kernel):
             raise NonFiniteOutput(f"the input of the int8 layer {self.name or 'dense'} is non-finite (NaN or "
                                   f"infinity): a layer before it overflowed; {CAUSES}.") from None
         return activate(out, activation)
+
+
+class StaticInt8Kernel(Int8Kernel):
+    """int8 static quantization (:mod:`bertkit.inference.int8_plan`): the weights as :class:`Int8Kernel`'s, the
+    activations on a FIXED uint8 grid from calibration, ``q = clamp(round(x / scale) + zero_point, 0, 255)``; with
+    a SmoothQuant vector ``smooth`` the product is ``(x / smooth)`` times the weight with its input columns
+    multiplied by ``smooth`` (the same product in exact arithmetic, an easier range for the activations).
+
+    Saves the dynamic kernel's per-call range search over the activations; the output is float32 (fbgemm
+    dequantizes the int32 sums), so no output quantization is added. ``x`` values outside the grid's range are
+    clipped: the observer chose to (percentile, MSE) or saw none (min/max)."""
+
+    def __init__(self, name: str = "", scale: float = 1.0, zero_point: int = 0, smooth: torch.Tensor | None = None):
+        super().__init__(name)
+        self.scale, self.zero_point = float(scale), int(zero_point)
+        self.smooth = smooth
+        self.inverse = None if smooth is None else torch.reciprocal(smooth.float())
+
+    def prepare(self, layer: Linear):
+        weight = layer.weight if self.smooth is None else layer.weight * self.smooth.to(layer.weight)
+        return self.prepack(weight, layer.bias)
+
+    def __deepcopy__(self, memo):
+        return type(self)(self.name, self.scale, self.zero_point, self.smooth)
+
+    def __getstate__(self):
+        return {"name": self.name, "scale": self.scale, "zero_point": self.zero_point, "smooth": self.smooth}
+
+    def __setstate__(self, state):
+        self.__init__(**state)
+
+    def __repr__(self):
+        smooth = "" if self.smooth is None else ", smooth"
+        return f"{type(self).__name__}(scale={self.scale:.4g}, zero_point={self.zero_point}{smooth})"
+
+    def __call__(self, x: torch.Tensor, layer: Linear, activation: str | None = None) -> torch.Tensor:
+        if x.device.type != "cpu" or x.dtype != torch.float32 or not x.numel():
+            return activate(F.linear(x, layer.weight, layer.bias), activation)
+        if self.inverse is not None:
+            x = x * self.inverse
+        out = torch.ops.quantized.linear_with_input_q_dq_qweight_dq_output_fp32(
+            x, self.scale, self.zero_point, self.prepared(layer))
+        return activate(out, activation)
+
+
+def float_kernel(model_dtype: torch.dtype) -> type[_Kernel] | None:
+    """The float kernel class a CPU model of ``model_dtype`` gets (None: the eager product serves)."""
+    if not onednn_available():
+        return None
+    if ((model_dtype == torch.bfloat16 and onednn_bf16_available())
+            or (model_dtype == torch.float32 and gemm_backend() == "onednn")):
+        return PackedKernel
+    return None
+
+
+def attach_static_int8(model: nn.Module, plan) -> nn.Module:
+    """:func:`bertkit.inference.int8_plan.apply`: the plan's int8 layers get a :class:`StaticInt8Kernel`, every
+    other dense layer the float32 kernel; in place, eval mode, CPU float32. Returns ``model``."""
+    dense = {name: m for name, m in model.named_modules() if isinstance(m, Linear)}
+    unknown = sorted(set(plan.layers) - set(dense))
+    if unknown:
+        raise ValueError(f"the static int8 plan names {unknown[0]!r}, which is not a dense layer of this "
+                         f"{type(model).__name__} ({len(unknown)} such); calibrate this model: "
+                         "bertkit.inference.int8_plan.calibrate(model, texts).")
+    model.eval()
+    weight = next(model.parameters())
+    if weight.device.type != "cpu" or weight.dtype != torch.float32:
+        raise ValueError(f"static int8 runs a float32 model on CPU; this one is {weight.dtype} on {weight.device}: "
+                         "load it in float32 (dtype='fp32') on the CPU.")
+    if "x86" in torch.backends.quantized.supported_engines:
+        torch.backends.quantized.engine = "x86"
+    fallback = float_kernel(torch.float32)
+    for name, module in dense.items():
+        entry = plan.layers.get(name)
+        if entry is not None and entry.mode == "int8":
+            if entry.smooth is not None and entry.smooth.shape != (module.in_features,):
+                raise ValueError(f"the static int8 plan's smooth vector for {name} has shape "
+                                 f"{tuple(entry.smooth.shape)}, the layer takes {module.in_features} inputs; "
+                                 "calibrate this model again.")
+            module.packed = StaticInt8Kernel(name, entry.scale, entry.zero_point, entry.smooth)
+        else:
+            module.packed = fallback(name) if fallback is not None else None
+    for module in model.modules():
+        if hasattr(module, "fused_packed"):
+            module.fused_packed = None
+    return model
 
 
 def optimize_for_inference(model: nn.Module, *, dtype: torch.dtype | str | None = None, quantize: str | None = None,
@@ -196,11 +287,7 @@ def optimize_for_inference(model: nn.Module, *, dtype: torch.dtype | str | None 
     model_dtype = next(model.parameters()).dtype
     kernel = None
     if target.type == "cpu" and onednn_available():
-        if quantize == "int8":
-            kernel = Int8Kernel
-        elif ((model_dtype == torch.bfloat16 and onednn_bf16_available())
-              or (model_dtype == torch.float32 and gemm_backend() == "onednn")):
-            kernel = PackedKernel
+        kernel = Int8Kernel if quantize == "int8" else float_kernel(model_dtype)
     fuse = kernel is PackedKernel and model_dtype == torch.bfloat16
     for name, module in model.named_modules():
         if isinstance(module, Linear):
