@@ -2,7 +2,8 @@
 
 MODEL is anything bertkit loads (an HF or bertkit directory, the model/ a ``bertkit finetune`` run wrote, a
 sentence-transformers directory, a TF checkpoint, a registry name). An int8 checkpoint (``bertkit convert --dtype
-int8``) gets model.int8.onnx without --quantize, compared with bertkit's int8 kernels as well. DIR gets model.onnx
+int8``) gets model.int8.onnx without --quantize, compared with bertkit's int8 kernels as well; a static (calibrated)
+one's holds its calibrated activation scales as QuantizeLinear / DequantizeLinear nodes. DIR gets model.onnx
 (model.int8.onnx with --quantize int8), the tokenizer files, config.json and export.json. The export is run by ONNX
 Runtime and compared with PyTorch before anything is written; one line per ONNX file gives the largest difference
 per output.
@@ -37,7 +38,9 @@ def main(argv: list[str]) -> int:
     print(f"{report.onnx_path}: {report.model}, opset {report.opset} ({report.exporter} exporter), "
           f"{report.seconds:.1f} s; {_diffs(report.max_abs_diff)}")
     if report.int8_path is not None:
-        print(f"{report.int8_path}: int8 (dynamic quantization); {_diffs(report.int8_max_abs_diff)}")
+        how = ("static: the checkpoint's calibrated activation scales" if report.int8_activations == "static"
+               else "dynamic quantization")
+        print(f"{report.int8_path}: int8 ({how}); {_diffs(report.int8_max_abs_diff)}")
     if report.int8_vs_bertkit_max_abs_diff is not None:
         print(f"{report.int8_path}: against bertkit's int8 kernels, "
               f"{_diffs(report.int8_vs_bertkit_max_abs_diff).replace('PyTorch', 'bertkit int8')}")

@@ -8,7 +8,9 @@
   output channel, int8 embedding tables; activations quantized per batch as it runs). An int8 checkpoint's
   model (:mod:`bertkit.weights.int8`) gets it without asking: its float graph holds the dequantized weights, which
   ORT re-quantizes (products only: bertkit keeps embeddings float32), and the report compares it with bertkit's
-  own int8 kernels too;
+  own int8 kernels too. A static int8 model (a calibrated checkpoint's, or one carrying ``int8_plan``) gets its
+  plan instead: QuantizeLinear / DequantizeLinear around each int8 product with the calibrated activation scales
+  and bertkit's own int8 weights (:mod:`bertkit.export.qdq`), its float layers float;
 * the tokenizer files (``vocab.txt`` or ``tokenizer.json``, ``tokenizer_config.json``, ``special_tokens_map.json``)
   and ``config.json``;
   for a sentence-transformers model also its ``sentence_bert_config.json`` (``max_seq_length``, ``do_lower_case``),
@@ -53,7 +55,8 @@ from bertkit.export.models import (
     sample_batch,
     signature_of,
 )
-from bertkit.inference.quantized import checkpoint_dtype, running_dtype
+from bertkit.export.qdq import static_int8_graph
+from bertkit.inference.quantized import checkpoint_dtype, running_dtype, static_plan
 from bertkit.io import atomic_write, atomic_write_text
 from bertkit.modeling.fast import fast_path
 
@@ -77,7 +80,8 @@ class ExportReport:
     ``max_abs_diff``: per output, the largest ``|ONNX Runtime - PyTorch|`` over both verification batches;
     ``int8_max_abs_diff`` the same for ``model.int8.onnx`` (None without it; held to no tolerance);
     ``int8_vs_bertkit_max_abs_diff``: ``model.int8.onnx`` against bertkit's own int8 kernels, for an int8 model
-    (an int8 checkpoint's; None otherwise).
+    (an int8 checkpoint's; None otherwise). ``int8_activations``: ``"dynamic"`` (ONNX Runtime's quantization) or
+    ``"static"`` (the model's calibrated plan, QDQ), None without ``model.int8.onnx``.
     ``tolerance``: what float32 was held to. ``seconds``: the whole export, loading included.
     """
 
@@ -92,6 +96,7 @@ class ExportReport:
     tolerance: float
     seconds: float
     int8_vs_bertkit_max_abs_diff: dict[str, float] | None = None
+    int8_activations: str | None = None
 
     @property
     def onnx_path(self) -> Path:
@@ -136,7 +141,8 @@ def export_onnx(model_or_source: nn.Module | str | os.PathLike, directory: str |
         tokenizer = loaded if tokenizer is None else tokenizer
     _check_exportable(model)
     int8_model = running_dtype(model) == "int8"  # an int8 checkpoint's model (or one optimized to int8)
-    if quantize is None and checkpoint_dtype(model) == "int8":
+    plan = static_plan(described_by(model))
+    if quantize is None and (checkpoint_dtype(model) == "int8" or plan is not None):
         quantize = "int8"  # an int8 checkpoint exports as one ORT runs int8
     signature, bert = signature_of(model), described_by(model)
     batches = _batches(bert.config, signature)
@@ -155,11 +161,17 @@ def export_onnx(model_or_source: nn.Module | str | os.PathLike, directory: str |
 
     directory = Path(directory)
     atomic_write(directory / MODEL_FILE, lambda tmp: Path(tmp).write_bytes(graph))
-    int8_diffs = bertkit_diffs = None
-    if quantize == "int8":
+    int8_diffs = bertkit_diffs = activations = None
+    if quantize == "int8" and plan is not None:  # the calibrated plan's numbers, not ORT's own quantization
+        activations = "static"
+        atomic_write(directory / INT8_FILE, lambda tmp: static_int8_graph(directory / MODEL_FILE, tmp,
+                                                                          described_by(model), plan))
+    elif quantize == "int8":
         # an int8 model keeps its embeddings float32 in bertkit; ORT then quantizes only the products
+        activations = "dynamic"
         atomic_write(directory / INT8_FILE, lambda tmp: quantize_int8(directory / MODEL_FILE, tmp,
                                                                       products_only=int8_model))
+    if quantize == "int8":
         int8_diffs = max_abs_diffs(directory / INT8_FILE, batches, expected, list(signature.outputs))
         if expected_int8 is not None:
             bertkit_diffs = max_abs_diffs(directory / INT8_FILE, batches, expected_int8, list(signature.outputs))
@@ -171,7 +183,7 @@ def export_onnx(model_or_source: nn.Module | str | os.PathLike, directory: str |
     report = ExportReport(directory, type(model).__name__, exporter, opset,
                           {name: list(signature.inputs) for name in input_names(bert.config)},
                           {name: list(axes) for name, axes in signature.outputs.items()}, diffs, int8_diffs,
-                          tolerance, round(time.perf_counter() - start, 3), bertkit_diffs)
+                          tolerance, round(time.perf_counter() - start, 3), bertkit_diffs, activations)
     atomic_write_text(directory / REPORT_FILE, json.dumps(report.to_json(), indent=2) + "\n")
     return report
 

@@ -12,7 +12,7 @@ from bertkit import devices
 from bertkit.devices import native_bf16
 from bertkit.inference.finite import CAUSES, NonFiniteOutput
 from bertkit.inference.precision import ALIASES, FLOATS
-from bertkit.inference.quantized import checkpoint_dtype
+from bertkit.inference.quantized import checkpoint_dtype, static_plan
 from bertkit.modeling import fast
 from bertkit.modeling.fast import Linear, activate, gemm_backend, onednn_available, onednn_bf16_available
 from bertkit.modeling.quantization import dequantized_message, quantize_weight, seven_bit
@@ -278,6 +278,9 @@ def optimize_for_inference(model: nn.Module, *, dtype: torch.dtype | str | None 
             raise ValueError(f"quantize='int8' takes a float32 model; got dtype={dtype}. Leave dtype unset.")
         if "x86" in torch.backends.quantized.supported_engines:
             torch.backends.quantized.engine = "x86"
+        plan = static_plan(model)
+        if plan is not None:  # a static int8 checkpoint's model: its calibrated kernels, not dynamic ones
+            return attach_static_int8(model, plan)
     if dtype is not None:
         if dtype in (torch.bfloat16, torch.float16) and target.type == "cpu" and not (
                 dtype == torch.bfloat16 and native_bf16("cpu")):

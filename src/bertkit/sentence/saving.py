@@ -271,13 +271,24 @@ def _write_json(path: Path, value: Any) -> None:
 
 
 def convert_sentence_transformer(source: str | os.PathLike, dest: str | os.PathLike, *, dtype: str | None = None,
-                                 overwrite: bool = False) -> Path:
+                                 overwrite: bool = False, calibration: str | os.PathLike | None = None) -> Path:
     """The sentence-transformers directory ``source`` rewritten at ``dest`` with its BERT in ``dtype``
     (``"int8"`` / ``"fp32"``; None: as it is); ``dest`` and ``overwrite`` as :func:`bertkit.weights.convert.convert`
-    takes them (a failure leaves ``dest`` as it was). Returns ``dest``."""
+    takes them (a failure leaves ``dest`` as it was, and the calibration runs before anything is written).
+    ``"int8"`` is static int8 calibrated on the model's own embeddings of the texts in ``calibration``
+    (:func:`bertkit.tasks.calibrated.calibrated_plan`; None: the default set, or the plan a static int8
+    ``source`` has). Returns ``dest``."""
     from bertkit.sentence.model import SentenceTransformer
-    from bertkit.weights.convert import replacing_folder
+    from bertkit.tasks.calibrated import calibrated_plan
+    from bertkit.weights.convert import _check_destination, replacing_folder
+    from bertkit.weights.int8 import PlanState, fitted_plan
 
+    _check_destination(Path(dest), overwrite)  # before the calibration; checked again when writing
+    model = SentenceTransformer(source, optimize=False)
+    if dtype == "int8" and (calibration is not None or getattr(model.bert, "int8_plan", None) is None):
+        plan = calibrated_plan(model, model.tokenizer, calibration,
+                               embed=lambda texts: model.encode(texts, convert_to_tensor=True))
+        model.bert.int8_plan = fitted_plan(PlanState(*plan.to_state()), model.bert)  # named as the BERT's layers
     with replacing_folder(dest, overwrite) as staging:
-        save_sentence_transformer(SentenceTransformer(source, optimize=False), staging, dtype=dtype)
+        save_sentence_transformer(model, staging, dtype=dtype)
     return Path(dest)

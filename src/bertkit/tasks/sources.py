@@ -128,7 +128,8 @@ def load_source(source: str | os.PathLike, model_class: type[M], *, warn: bool =
                          "to another checkpoint. Put the checkpoint's own vocabulary there.")
     model = model_class(config)
     load_into(model, checkpoint.state_dict, strict=strict, warn=warn, source=resolved)
-    apply_load_dtype(model.eval(), checkpoint.quantization, dtype, resolved, warn)  # an int8 checkpoint runs int8
+    apply_load_dtype(model.eval(), checkpoint.quantization, dtype, resolved, warn,  # an int8 checkpoint runs int8
+                     plan=checkpoint.int8_plan)
     named = os.path.abspath(source) if isinstance(source, str | os.PathLike) and os.path.exists(source) \
         else str(source)  # a registered name
     return LoadedSource(model.eval(), tokenizer, named, resolved, _fingerprint(checkpoint))

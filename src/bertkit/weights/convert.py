@@ -17,7 +17,7 @@ import json
 import os
 import secrets
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -39,7 +39,7 @@ from bertkit.modeling.base import BERTPreTrainedModel
 from bertkit.modeling.electra import ELECTRAForPreTraining
 from bertkit.weights.adapt import load_into, tied_aliases
 from bertkit.weights.formats import Checkpoint, read_checkpoint
-from bertkit.weights.int8 import check_dtype
+from bertkit.weights.int8 import check_dtype, fitted_plan
 from bertkit.weights.tables import hf_to_tf
 
 #: HF architecture name -> bertkit class (BERT's names stand for every family's: ``bert_architecture_name``)
@@ -94,7 +94,8 @@ def _guess_class(checkpoint: Checkpoint) -> type[BERTPreTrainedModel]:
 
 
 def convert(source: str | os.PathLike, dest: str | os.PathLike, *, to: str = "hf",
-            do_lower_case: bool | None = None, overwrite: bool = False, dtype: str | None = None) -> Path:
+            do_lower_case: bool | None = None, overwrite: bool = False, dtype: str | None = None,
+            prepare: Callable[[BERTPreTrainedModel, Checkpoint], None] | None = None) -> Path:
     """Read ``source`` in any supported format and write it to the folder ``dest`` as ``to`` ("hf" or "tf").
 
     The tokenizer files travel along: the source's own, or a ``vocab.txt`` with
@@ -103,6 +104,9 @@ def convert(source: str | os.PathLike, dest: str | os.PathLike, *, to: str = "hf
 
     ``dtype`` (``to="hf"``): ``"int8"`` writes an int8 checkpoint (:mod:`bertkit.weights.int8`), ``"fp32"`` float
     weights (an int8 source's dequantized ones), None the source's format. ``to="tf"`` is float32 only.
+    ``prepare(model, checkpoint)`` runs on the loaded model before anything is written: a calibration that puts a
+    static int8 plan on it (:func:`bertkit.tasks.calibrated.calibrator`), which ``dtype="int8"`` then writes. A
+    static int8 source keeps its plan.
 
     ``dest`` must not exist or be empty; with ``overwrite=True`` a non-empty ``dest`` has its whole
     content replaced (``source`` may then be ``dest`` itself: it is read before anything is written).
@@ -117,10 +121,14 @@ def convert(source: str | os.PathLike, dest: str | os.PathLike, *, to: str = "hf
     if to == "tf" and dtype == "int8":
         raise ValueError("dtype='int8' writes bertkit's int8 format, an HF-style folder; Google's TF format holds "
                          "float32 only. Use to='hf' (bertkit convert: --to hf) for int8.")
+    _check_destination(Path(dest), overwrite)  # before a long preparation; checked again when writing
+    checkpoint = read_checkpoint(source)
+    model = model_for_checkpoint(checkpoint, source=source)
+    model.quantization = checkpoint.quantization  # saved as it came unless dtype says otherwise
+    model.int8_plan = None if checkpoint.int8_plan is None else fitted_plan(checkpoint.int8_plan, model)
+    if prepare is not None:  # all of it before the staging folder exists: a run killed here leaves nothing
+        prepare(model, checkpoint)
     with replacing_folder(dest, overwrite) as staging:
-        checkpoint = read_checkpoint(source)
-        model = model_for_checkpoint(checkpoint, source=source)
-        model.quantization = checkpoint.quantization  # saved as it came unless dtype says otherwise
         if to == "hf":
             model.save_pretrained(staging, dtype=dtype)
         else:

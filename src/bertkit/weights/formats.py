@@ -50,6 +50,8 @@ class Checkpoint:
     vocab_file: Path | None = None  # set when the source is a directory or file on disk
     #: an int8 checkpoint's ``"quantization"`` block (:mod:`bertkit.weights.int8`); its weights are dequantized
     quantization: dict | None = None
+    #: a static int8 checkpoint's plan (format version 2), its layers under bertkit's names
+    int8_plan: int8.PlanState | None = None
 
 
 def read_checkpoint(source: str | os.PathLike, *, verify: bool = True) -> Checkpoint:
@@ -141,17 +143,22 @@ def _with_config(state: dict[str, torch.Tensor], directory: Path, fmt: str) -> C
                                 "bertkit needs the architecture to build the model.")
     raw = read_json_object(config_path, "a model config")
     config = BERTConfig.from_json_file(config_path)
-    quantization = int8.read_block(raw, directory)
+    quantization, plan = int8.read_block(raw, directory), None
     if quantization is not None:  # float32 weights from here on; the model is made int8 again when loaded
-        state = int8.dequantize_state(state, quantization, directory)
+        state, plan = int8.take_plan(state, quantization, directory)
+        state = int8.dequantize_state(state, quantization, directory, plan)
     state = hf_family_to_bertkit(state, config.family)  # RoBERTa's roberta.* / lm_head.* -> bertkit's names
+    if plan is not None:  # its layers by their checkpoint (HF) names, as "modules" lists them
+        layers = plan.meta["layers"]
+        bertkit_names = hf_family_to_bertkit({name: name for name in layers}, config.family)
+        plan = int8.renamed_plan(plan, {old: new for new, old in bertkit_names.items()})
     if "classifier.weight" in state and "id2label" not in raw and "num_labels" not in raw:
         config = config.replace(num_labels=state["classifier.weight"].shape[0])  # TF classifiers record it nowhere
     architectures = raw.get("architectures") or [None]
     tokenizer_files = {n: (directory / n).read_bytes() for n in TOKENIZER_FILES if (directory / n).is_file()}
     vocab = directory / "vocab.txt"
     return Checkpoint(config, state, fmt, architectures[0], tokenizer_files, vocab if vocab.is_file() else None,
-                      quantization)
+                      quantization, plan)
 
 
 def is_archive(path: Path) -> bool:

@@ -192,22 +192,43 @@ def load_pretrained(self_or_cls, source: str | os.PathLike, config_overrides: di
                              f"is family {model.config.family!r}; build the model from the checkpoint with "
                              f"{type(model).__name__}.from_pretrained(...) on the class.")
     load_into(model, checkpoint.state_dict, strict=strict, warn=warn, source=source)
-    return apply_load_dtype(model.eval(), checkpoint.quantization, dtype, source, warn)
+    return apply_load_dtype(model.eval(), checkpoint.quantization, dtype, source, warn, plan=checkpoint.int8_plan)
 
 
-def apply_load_dtype(model, quantization: dict | None, dtype: str | None, source, warn: bool = True):
+def apply_load_dtype(model, quantization: dict | None, dtype: str | None, source, warn: bool = True,
+                     plan: int8.PlanState | None = None):
     """What every loader does last (``from_pretrained``, :func:`bertkit.tasks.sources.load_source`): the loaded
     ``model`` in ``dtype``: None / ``"auto"``: int8 for an int8 checkpoint, as it is otherwise;
     ``"int8"``: int8 kernels; ``"fp32"``: the float32 weights (dequantized ones, with a warning, for an int8
-    checkpoint). An int8 checkpoint's block is kept in ``model.quantization`` (saving keeps the format)."""
+    checkpoint). An int8 checkpoint's block is kept in ``model.quantization`` and a static one's ``plan``
+    (named as ``model``'s layers) in ``model.int8_plan``, so that saving keeps the format and int8 runs the
+    plan's static kernels. A plan this bertkit cannot run (another method version) is a ValueError naming
+    ``source``."""
     if dtype not in LOAD_DTYPES:
         raise ValueError(f"dtype must be one of {LOAD_DTYPES}, got {dtype!r}.")
     model.quantization = quantization
+    model.int8_plan = None if plan is None else int8.fitted_plan(plan, model)
     if dtype == "int8" or (quantization is not None and dtype in (None, "auto")):
-        model.optimize_for_inference(quantize="int8")  # loaders build models on the CPU, where int8 runs
+        try:
+            model.optimize_for_inference(quantize="int8")  # loaders build models on the CPU, where int8 runs
+        except ValueError as error:
+            if plan is None:
+                raise
+            raise ValueError(f"{source}: {error}") from None  # the plan's own words, with the file they are about
     elif quantization is not None and warn:
         warnings.warn(dequantized_message(source), LoadWarning, stacklevel=3)
     return model
+
+
+def _hf_plan(model) -> int8.PlanState | None:
+    """``model.int8_plan`` (an ``Int8Plan`` or a loaded :class:`~bertkit.weights.int8.PlanState`; None: dynamic
+    int8) with its layers under the checkpoint's (HF) names."""
+    plan = getattr(model, "int8_plan", None)
+    if plan is None:
+        return None
+    state = int8.PlanState(*plan.to_state())
+    hf_names = bertkit_to_hf_family({name: name for name in state.meta["layers"]}, model.config.family)
+    return int8.renamed_plan(state, {old: new for new, old in hf_names.items()})
 
 
 def save_pretrained(model, directory: str | os.PathLike, dtype: str | None = None) -> None:
@@ -215,12 +236,15 @@ def save_pretrained(model, directory: str | os.PathLike, dtype: str | None = Non
 
     ``dtype``: ``"fp32"`` writes the float weights; ``"int8"`` an int8 checkpoint (:mod:`bertkit.weights.int8`:
     every dense layer's weight int8 with its float32 scales, the rest float32), which loads as the model that
-    ``optimize_for_inference(quantize="int8")`` makes of this one, bit for bit; None writes what the model was
-    loaded from (int8 for an int8 checkpoint's model, float otherwise).
+    ``optimize_for_inference(quantize="int8")`` makes of this one, bit for bit; a model carrying a static int8
+    plan (``model.int8_plan``: :func:`bertkit.inference.int8_plan.calibrate`'s) is written as static int8
+    (format version 2: the plan's int8 layers quantized, its float ones float32, the plan beside them). None
+    writes what the model was loaded from (int8 for an int8 checkpoint's model, float otherwise).
     """
     dtype = int8.check_dtype(dtype)
     if dtype is None:
-        dtype = "int8" if getattr(model, "quantization", None) is not None else "fp32"
+        saved_int8 = getattr(model, "quantization", None) is not None or getattr(model, "int8_plan", None) is not None
+        dtype = "int8" if saved_int8 else "fp32"
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True)
     aliases = tied_aliases(model)
@@ -240,6 +264,7 @@ def save_pretrained(model, directory: str | os.PathLike, dtype: str | None = Non
     config = model.config.to_hf_dict(architecture=model.hf_architecture)
     if dtype == "int8":
         hf_dense = bertkit_to_hf_family(dict.fromkeys(dense), model.config.family)
-        state, config[int8.KEY] = int8.quantize_state(state, [name.removesuffix(".weight") for name in hf_dense])
+        state, config[int8.KEY] = int8.quantize_state(state, [name.removesuffix(".weight") for name in hf_dense],
+                                                      _hf_plan(model))
     atomic_write(d / SAFETENSORS_NAME, lambda tmp: save_file(state, tmp, metadata={"format": "pt"}))
     atomic_write_text(d / CONFIG_NAME, json.dumps(config, indent=2, sort_keys=True) + "\n")
