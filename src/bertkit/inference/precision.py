@@ -166,7 +166,7 @@ def table_allows(task: str | None, name: str = "bf16", bf16_off: bool = False) -
         what = f"{name} row measured with {devices.BF16_ENV}=0" if bf16_off else f"measured {name} row"
         return False, f"{row} has no {what} in the quality table"
     ok, why = passes(row, fp32, other)
-    return ok, f"{row} {name} quality: {why}"
+    return ok, f"{row} quality: {why}"
 
 
 def quality_note(task: str | None, name: str, recorded: dict | None = None) -> str:
