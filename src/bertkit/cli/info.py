@@ -147,13 +147,13 @@ def numerics_lines(source: str) -> str:
     picks), and, for a run's directory (or its ``model/``), what the run recorded in ``run.json``."""
     import torch
 
-    from bertkit.devices import cpu_bf16
+    from bertkit.devices import native_bf16
     from bertkit.modeling import numerics
     from bertkit.training.rundir import RUN_FILE, read_run_info
 
     here = numerics.describe("cpu", "fp32")
     lines = [f"numerics here: float32 GEMM {here['gemm']} ({here['gemm_reason']}); CPU kernels {here['cpu_kernels']}; "
-             f"{torch.get_num_threads()} threads; precision auto = {'bf16' if cpu_bf16() else 'fp32'} on this CPU"
+             f"{torch.get_num_threads()} threads; precision auto = {'bf16' if native_bf16() else 'fp32'} on this CPU"
              + ("" if not torch.cuda.is_available() else ", bf16 on the GPU"), inference_dtype_line()]
     path = Path(source)
     for run_dir in (path, path.parent) if path.is_dir() else ():
