@@ -23,6 +23,8 @@ from dataclasses import asdict, dataclass, field
 import torch
 from torch import nn
 
+__all__ = ["METHOD_VERSION", "CalibrationSource", "Int8Plan", "LayerPlan", "Targets", "apply", "calibrate"]
+
 #: the version of the calibration method and of the plan's layout; a plan of another version is not read
 METHOD_VERSION = 1
 METHOD = "bertkit-static-int8"
