@@ -23,6 +23,10 @@ from dataclasses import asdict, dataclass, field
 import torch
 from torch import nn
 
+from bertkit.inference.optimize import attach_static_int8
+
+__all__ = ["METHOD_VERSION", "CalibrationSource", "Int8Plan", "LayerPlan", "Targets", "apply", "calibrate"]
+
 #: the version of the calibration method and of the plan's layout; a plan of another version is not read
 METHOD_VERSION = 1
 METHOD = "bertkit-static-int8"
@@ -83,7 +87,7 @@ class Int8Plan:
 
     layers: dict[str, LayerPlan]
     calibration: CalibrationSource
-    observer: str = "percentile"
+    observer: str = "mse"
     smooth_alpha: float | None = None
     quality: dict[str, float] = field(default_factory=dict)
     method_version: int = METHOD_VERSION
@@ -143,7 +147,7 @@ class Targets:
 
 def calibrate(model: nn.Module, texts: Sequence[str] | None = None, *,
               embed: Callable[[list[str]], torch.Tensor] | None = None, source: str | None = None,
-              observer: str = "percentile", smooth_alpha: float | None = None, held_out: float = 0.3,
+              observer: str = "mse", smooth_alpha: float | None = None, held_out: float = 0.3,
               targets: Targets = Targets()) -> Int8Plan:
     """Measure ``model``'s dense layers on ``texts`` (None: the default set shipped in the package) and return
     the :class:`Int8Plan` for it; the model is left as it was (float, no kernels attached).
@@ -154,7 +158,7 @@ def calibrate(model: nn.Module, texts: Sequence[str] | None = None, *,
     strength (None: none); ``held_out``: the share of texts kept out of the ranges to measure retrieval on
     (each held-out text a query against the others), which chooses the fallbacks until ``targets`` hold.
     """
-    from bertkit.inference.calibration import run_calibration
+    from bertkit.inference.calibration import run_calibration  # here: calibration imports this module's types
 
     return run_calibration(model, texts, embed=embed, source=source, observer=observer,
                            smooth_alpha=smooth_alpha, held_out=held_out, targets=targets)
@@ -166,6 +170,4 @@ def apply(model: nn.Module, plan: Int8Plan) -> nn.Module:
     one the float kernel :func:`~bertkit.inference.optimize_for_inference` gives float32. ValueError (one line)
     when a plan's layer is not a dense layer of the model or its smooth vector does not fit it. Returns
     ``model``."""
-    from bertkit.inference.optimize import attach_static_int8
-
     return attach_static_int8(model, plan)
