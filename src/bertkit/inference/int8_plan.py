@@ -23,6 +23,8 @@ from dataclasses import asdict, dataclass, field
 import torch
 from torch import nn
 
+__all__ = ["METHOD_VERSION", "CalibrationSource", "Int8Plan", "LayerPlan", "Targets", "apply", "calibrate"]
+
 #: the version of the calibration method and of the plan's layout; a plan of another version is not read
 METHOD_VERSION = 1
 METHOD = "bertkit-static-int8"
@@ -83,7 +85,7 @@ class Int8Plan:
 
     layers: dict[str, LayerPlan]
     calibration: CalibrationSource
-    observer: str = "percentile"
+    observer: str = "mse"
     smooth_alpha: float | None = None
     quality: dict[str, float] = field(default_factory=dict)
     method_version: int = METHOD_VERSION
@@ -143,7 +145,7 @@ class Targets:
 
 def calibrate(model: nn.Module, texts: Sequence[str] | None = None, *,
               embed: Callable[[list[str]], torch.Tensor] | None = None, source: str | None = None,
-              observer: str = "percentile", smooth_alpha: float | None = None, held_out: float = 0.3,
+              observer: str = "mse", smooth_alpha: float | None = None, held_out: float = 0.3,
               targets: Targets = Targets()) -> Int8Plan:
     """Measure ``model``'s dense layers on ``texts`` (None: the default set shipped in the package) and return
     the :class:`Int8Plan` for it; the model is left as it was (float, no kernels attached).

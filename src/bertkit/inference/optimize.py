@@ -15,7 +15,7 @@ from bertkit.inference.precision import ALIASES, FLOATS
 from bertkit.inference.quantized import checkpoint_dtype, static_plan
 from bertkit.modeling import fast
 from bertkit.modeling.fast import Linear, activate, gemm_backend, onednn_available, onednn_bf16_available
-from bertkit.modeling.quantization import dequantized_message, quantize_weight, seven_bit
+from bertkit.modeling.quantization import dequantize_weight, dequantized_message, quantize_weight, seven_bit
 
 #: what ``dtype=`` takes here (the float names of :mod:`bertkit.dtypes`, their aliases; None keeps the model's)
 TORCH_DTYPES = {None: None, **FLOATS, **{alias: FLOATS[name] for alias, name in ALIASES.items()}}
@@ -165,7 +165,11 @@ class StaticInt8Kernel(Int8Kernel):
         self.inverse = None if smooth is None else torch.reciprocal(smooth.float())
 
     def prepare(self, layer: Linear):
-        weight = layer.weight if self.smooth is None else layer.weight * self.smooth.to(layer.weight)
+        weight = layer.weight
+        if self.smooth is not None:
+            # smooth the int8 checkpoint's weight (the float weight through quantize_weight and back), not the float
+            # one: a model loaded from that checkpoint then prepares the very same kernel weights
+            weight = dequantize_weight(*quantize_weight(weight)) * self.smooth.to(weight)
         return self.prepack(weight, layer.bias)
 
     def __deepcopy__(self, memo):
