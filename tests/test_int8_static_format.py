@@ -133,7 +133,9 @@ def test_every_loader_runs_a_static_checkpoint_with_its_plan(tmp_path):
     assert torch.equal(again.encode(texts, convert_to_tensor=True), bi_encoder.encode(texts, convert_to_tensor=True))
 
 
-def test_loading_a_static_checkpoint_as_fp32_gives_the_float_weights_with_the_smoothing_undone(tmp_path):
+def test_loading_a_static_checkpoint_as_fp32_gives_the_dequantized_weights_and_float_layers_as_saved(tmp_path):
+    from bertkit.modeling.quantization import dequantize_weight, quantize_weight
+
     model = model_of(bertkit.BERT)
     plan = hand_plan(model)
     model.int8_plan = plan
@@ -142,11 +144,10 @@ def test_loading_a_static_checkpoint_as_fp32_gives_the_float_weights_with_the_sm
         float_model = bertkit.BERT.from_pretrained(tmp_path, dtype="fp32")
     assert running_dtype(float_model) == "fp32"
     smoothed = next(name for name, p in plan.layers.items() if p.smooth is not None and p.mode == "int8")
-    original = model.get_submodule(smoothed).weight
-    loaded = float_model.get_submodule(smoothed).weight
-    # the int8 values of W s divided by s: W within half a step of its row's grid (times s's spread)
-    step = (original * plan.layers[smoothed].smooth).abs().amax(1, keepdim=True) / 127
-    assert ((loaded - original).abs() <= step / plan.layers[smoothed].smooth.min() * 0.51).all()
+    kept = next(iter(plan.fallbacks))
+    assert torch.equal(float_model.get_submodule(smoothed).weight,
+                       dequantize_weight(*quantize_weight(model.get_submodule(smoothed).weight)))
+    assert torch.equal(float_model.get_submodule(kept).weight, model.get_submodule(kept).weight)
 
 
 def test_version_one_dynamic_checkpoints_still_load_dynamic(tmp_path):
@@ -167,7 +168,7 @@ def test_version_one_dynamic_checkpoints_still_load_dynamic(tmp_path):
     ("no_plan", "static int8 \\(format version 2\\) without a 'plan' object"),
     ("drop_smooth", "the static int8 plan smooths '.*' but model.safetensors lacks its tensor"),
     ("stray_smooth", "model.safetensors holds int8_plan.nowhere.smooth, which belongs to no layer"),
-    ("smooth_shape", r"int8_plan\..*\.smooth is torch.float32 \[5\]; expected float32 \[36\]"),
+    ("smooth_shape", r"the static int8 plan's smooth vector for .* has shape \(5,\), the layer takes 36 inputs"),
 ])
 def test_a_static_checkpoint_of_another_version_or_damaged_is_one_line_naming_the_file(damage, message, tmp_path):
     model = model_of(bertkit.BERT)

@@ -8,9 +8,9 @@ found by its weight's values) becomes::
     x -> [Mul 1/s] -> QuantizeLinear(scale, zero_point: uint8) -> DequantizeLinear -> MatMul <- DequantizeLinear(q)
 
 with ``s`` the layer's SmoothQuant vector (when it has one), ``scale`` / ``zero_point`` its calibrated activation
-grid, and ``q`` / its per-output-channel scales bertkit's int8 weights of ``W s``
-(:func:`bertkit.modeling.quantization.quantize_weight`; 7-bit where the CPU's int8 products saturate, as the
-kernel does: :func:`bertkit.modeling.quantization.seven_bit`). Layers the plan keeps float stay float, embedding
+grid, and ``q`` / its per-output-channel scales the int8 weights the static kernel runs (of ``W``, or of ``W``'s
+int8 round trip times ``s``: :func:`bertkit.modeling.quantization.quantize_weight`; 7-bit where the CPU's int8
+products saturate, as the kernel does: :func:`bertkit.modeling.quantization.seven_bit`). Layers the plan keeps float stay float, embedding
 tables too: the graph computes what bertkit's static kernels compute, up to rounding.
 """
 
@@ -24,7 +24,7 @@ from torch import nn
 
 from bertkit import devices
 from bertkit.modeling.fast import Linear
-from bertkit.modeling.quantization import quantize_weight, seven_bit
+from bertkit.modeling.quantization import dequantize_weight, quantize_weight, seven_bit
 
 
 def static_int8_graph(source: str | os.PathLike, target: str | os.PathLike, model: nn.Module, plan) -> int:
@@ -120,8 +120,8 @@ def _layer_of(node, initializers: dict, transposes: dict, by_value: dict) -> tup
 def _int8_weight(layer: Linear, smooth: torch.Tensor | None) -> tuple[np.ndarray, np.ndarray]:
     """``(q int8 [out, in], scale float32 [out])``: the int8 weights the static kernel runs for ``layer``."""
     weight = layer.weight.detach().float()
-    if smooth is not None:
-        weight = weight * smooth.to(weight)
+    if smooth is not None:  # as the kernel: the int8 round trip of the weight, smoothed
+        weight = dequantize_weight(*quantize_weight(weight)) * smooth.to(weight)
     q, scale = quantize_weight(weight)
     if devices.int8_saturates():
         q, scale = seven_bit(q, scale)
