@@ -10,8 +10,8 @@ found by its weight's values) becomes::
 with ``s`` the layer's SmoothQuant vector (when it has one), ``scale`` / ``zero_point`` its calibrated activation
 grid, and ``q`` / its per-output-channel scales the int8 weights the static kernel runs (of ``W``, or of ``W``'s
 int8 round trip times ``s``: :func:`bertkit.modeling.quantization.quantize_weight`; 7-bit where the CPU's int8
-products saturate, as the kernel does: :func:`bertkit.modeling.quantization.seven_bit`). Layers the plan keeps float stay float, embedding
-tables too: the graph computes what bertkit's static kernels compute, up to rounding.
+products saturate, as the kernel does: :func:`bertkit.modeling.quantization.seven_bit`). Layers the plan keeps
+float stay float, embedding tables too: the graph computes what bertkit's static kernels compute, up to rounding.
 """
 
 from __future__ import annotations
