@@ -240,6 +240,11 @@ def test_a_calibration_file_is_read_as_lines_compressed_or_not(tmp_path):
     assert read.texts == unpacked.texts == texts and read.sha256 == unpacked.sha256
     with pytest.raises(ValueError, match=r"--calibration .*missing\.txt: no such file"):
         read_calibration(tmp_path / "missing.txt")
+    legacy = tmp_path / "latin-1.txt"  # the encoding the error advises reads it
+    legacy.write_bytes("\n".join(t + " Caf\xe9." for t in texts).encode("latin-1", "replace"))
+    with pytest.raises(ValueError, match=r"is not valid utf-8 text .*--encoding latin-1"):
+        read_calibration(legacy, tokenizer)
+    assert read_calibration(legacy, tokenizer, encoding="latin-1").texts[0].endswith(" Café.")
 
 
 def test_calibration_without_dtype_int8_is_refused(tmp_path, capsys):
