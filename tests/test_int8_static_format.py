@@ -315,6 +315,12 @@ def test_the_onnx_export_of_a_static_checkpoint_holds_its_plan_as_qdq_nodes(tmp_
     # ONNX Runtime's int8 products against bertkit's: rounding apart; both near the float model
     assert (got - ours).abs().max() <= 0.25 * (ours - reference).abs().max() + 1e-3
     assert max(record["int8_vs_bertkit_max_abs_diff"].values()) < 0.05
+    # a sentence model's graph never runs the encoder's pooler, which the plan has: the rest is rewritten
+    from bertkit.export import export_onnx
+    from bertkit.sentence import SentenceTransformer
+
+    report = export_onnx(SentenceTransformer(tmp_path / "int8"), tmp_path / "st-onnx")
+    assert report.int8_activations == "static" and max(report.int8_vs_bertkit_max_abs_diff.values()) < 0.05
 
 
 def numpy_value(graph, name: str) -> float:

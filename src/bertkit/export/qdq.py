@@ -30,7 +30,8 @@ from bertkit.modeling.quantization import dequantize_weight, quantize_weight, se
 def static_int8_graph(source: str | os.PathLike, target: str | os.PathLike, model: nn.Module, plan) -> int:
     """Write ``target``: the float graph ``source`` (of ``model``, the module ``plan``'s layer names are relative
     to) with every int8 layer of ``plan`` in QDQ form (see the module doc). Returns how many products were
-    rewritten; ValueError when one of the plan's int8 layers has no product in the graph."""
+    rewritten (a layer the graph never runs, a sentence model's pooler, has none); ValueError when none of the
+    plan's int8 layers has a product in the graph."""
     import onnx
     from onnx import helper, numpy_helper
 
@@ -77,10 +78,9 @@ def static_int8_graph(source: str | os.PathLike, target: str | os.PathLike, mode
                                     **{a.name: helper.get_attribute_value(a) for a in node.attribute}))
         nodes += new
         rewritten.add(name)
-    missing = sorted(set(wanted) - rewritten)
-    if missing:
-        raise ValueError(f"the ONNX graph has no product of {missing[0]!r} ({len(missing)} int8 layers of the plan "
-                         "not found); the graph was not exported from this model.")
+    if wanted and not rewritten:  # a layer missing alone is one the graph never runs (a sentence model's pooler)
+        raise ValueError(f"the ONNX graph has no product of any of the plan's {len(wanted)} int8 layers (such as "
+                         f"{sorted(wanted)[0]!r}); the graph was not exported from this model.")
     del graph.node[:]
     graph.node.extend(nodes)
     _drop_unused(graph)
