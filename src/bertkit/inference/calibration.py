@@ -29,6 +29,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from bertkit.inference.int8_plan import QMAX, QMIN, CalibrationSource, Int8Plan, LayerPlan, Targets
+from bertkit.inference.optimize import attach_static_int8
 from bertkit.modeling.fast import Linear
 
 OBSERVERS = ("minmax", "percentile", "mse")
@@ -242,8 +243,6 @@ def measure_layers(model: nn.Module, embed, texts: list[str], observer: str,
 def quality_of(model: nn.Module, embed, texts: list[str], reference: torch.Tensor,
                layers: dict[str, LayerPlan], calibration: CalibrationSource) -> dict[str, float]:
     """:func:`neighbour_agreement` of ``model`` with ``layers`` applied against the fp32 ``reference``."""
-    from bertkit.inference.optimize import attach_static_int8
-
     attach_static_int8(model, Int8Plan(layers, calibration))
     with torch.no_grad():
         return neighbour_agreement(reference, embed(texts))
@@ -313,8 +312,6 @@ def run_calibration(model: nn.Module, texts: Sequence[str] | None, *, embed=None
     provenance = CalibrationSource(source, texts_sha256(rows), len(calib), len(held))
     model.eval()
     with kernels_kept(model):
-        from bertkit.inference.optimize import attach_static_int8
-
         attach_static_int8(model, Int8Plan({}, provenance))  # float32 kernels everywhere: the reference
         with torch.no_grad():
             reference = embed(held)

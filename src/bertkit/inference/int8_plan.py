@@ -23,6 +23,8 @@ from dataclasses import asdict, dataclass, field
 import torch
 from torch import nn
 
+from bertkit.inference.optimize import attach_static_int8
+
 __all__ = ["METHOD_VERSION", "CalibrationSource", "Int8Plan", "LayerPlan", "Targets", "apply", "calibrate"]
 
 #: the version of the calibration method and of the plan's layout; a plan of another version is not read
@@ -156,7 +158,7 @@ def calibrate(model: nn.Module, texts: Sequence[str] | None = None, *,
     strength (None: none); ``held_out``: the share of texts kept out of the ranges to measure retrieval on
     (each held-out text a query against the others), which chooses the fallbacks until ``targets`` hold.
     """
-    from bertkit.inference.calibration import run_calibration
+    from bertkit.inference.calibration import run_calibration  # here: calibration imports this module's types
 
     return run_calibration(model, texts, embed=embed, source=source, observer=observer,
                            smooth_alpha=smooth_alpha, held_out=held_out, targets=targets)
@@ -168,6 +170,4 @@ def apply(model: nn.Module, plan: Int8Plan) -> nn.Module:
     one the float kernel :func:`~bertkit.inference.optimize_for_inference` gives float32. ValueError (one line)
     when a plan's layer is not a dense layer of the model or its smooth vector does not fit it. Returns
     ``model``."""
-    from bertkit.inference.optimize import attach_static_int8
-
     return attach_static_int8(model, plan)
