@@ -253,6 +253,7 @@ def _minilm() -> pathlib.Path:
     return pathlib.Path(gt.__file__).parent / "model"
 
 
+@pytest.mark.slow  # a calibration of all-MiniLM (minutes of CPU); the tiny models' tests above cover the format
 def test_minilm_static_int8_checkpoint_equals_in_memory_static_and_stays_near_fp32(tmp_path):
     from bertkit.cli import main
     from bertkit.sentence import SentenceTransformer
@@ -265,8 +266,12 @@ def test_minilm_static_int8_checkpoint_equals_in_memory_static_and_stays_near_fp
     assert main(["convert", str(source), str(tmp_path / "int8"), "--dtype", "int8",
                  "--calibration", str(tmp_path / "emma.txt")]) == 0
     assert (tmp_path / "int8" / "modules.json").is_file()
+    block = json.loads((tmp_path / "int8" / "config.json").read_text())["quantization"]
+    tensors = load_file(tmp_path / "int8" / "model.safetensors")
+    assert block["modules"] and {tensors[f"{m}.weight"].dtype for m in block["modules"]} == {torch.int8}
+    int8_bytes = sum(tensors[f"{m}.weight"].numel() for m in block["modules"])
     size = {d: (d / "model.safetensors").stat().st_size for d in (source, tmp_path / "int8")}
-    assert size[tmp_path / "int8"] < 0.7 * size[source]  # 90.9 MB -> ~59 MB: the float32 embeddings stay
+    assert size[source] - size[tmp_path / "int8"] >= 0.95 * 3 * int8_bytes  # 4 bytes -> 1 per int8 weight
 
     novel = pathlib.Path(bertkit.__file__).parent / "resources" / "austen" / "persuasion.txt.xz"
     with lzma.open(novel, "rt") as f:  # another novel than the calibration's

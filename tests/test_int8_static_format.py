@@ -133,7 +133,9 @@ def test_every_loader_runs_a_static_checkpoint_with_its_plan(tmp_path):
     assert torch.equal(again.encode(texts, convert_to_tensor=True), bi_encoder.encode(texts, convert_to_tensor=True))
 
 
-def test_loading_a_static_checkpoint_as_fp32_gives_the_float_weights_with_the_smoothing_undone(tmp_path):
+def test_loading_a_static_checkpoint_as_fp32_gives_the_dequantized_weights_and_float_layers_as_saved(tmp_path):
+    from bertkit.modeling.quantization import dequantize_weight, quantize_weight
+
     model = model_of(bertkit.BERT)
     plan = hand_plan(model)
     model.int8_plan = plan
@@ -142,11 +144,10 @@ def test_loading_a_static_checkpoint_as_fp32_gives_the_float_weights_with_the_sm
         float_model = bertkit.BERT.from_pretrained(tmp_path, dtype="fp32")
     assert running_dtype(float_model) == "fp32"
     smoothed = next(name for name, p in plan.layers.items() if p.smooth is not None and p.mode == "int8")
-    original = model.get_submodule(smoothed).weight
-    loaded = float_model.get_submodule(smoothed).weight
-    # the int8 values of W s divided by s: W within half a step of its row's grid (times s's spread)
-    step = (original * plan.layers[smoothed].smooth).abs().amax(1, keepdim=True) / 127
-    assert ((loaded - original).abs() <= step / plan.layers[smoothed].smooth.min() * 0.51).all()
+    kept = next(iter(plan.fallbacks))
+    assert torch.equal(float_model.get_submodule(smoothed).weight,
+                       dequantize_weight(*quantize_weight(model.get_submodule(smoothed).weight)))
+    assert torch.equal(float_model.get_submodule(kept).weight, model.get_submodule(kept).weight)
 
 
 def test_version_one_dynamic_checkpoints_still_load_dynamic(tmp_path):
@@ -167,7 +168,7 @@ def test_version_one_dynamic_checkpoints_still_load_dynamic(tmp_path):
     ("no_plan", "static int8 \\(format version 2\\) without a 'plan' object"),
     ("drop_smooth", "the static int8 plan smooths '.*' but model.safetensors lacks its tensor"),
     ("stray_smooth", "model.safetensors holds int8_plan.nowhere.smooth, which belongs to no layer"),
-    ("smooth_shape", r"int8_plan\..*\.smooth is torch.float32 \[5\]; expected float32 \[36\]"),
+    ("smooth_shape", r"the static int8 plan's smooth vector for .* has shape \(5,\), the layer takes 36 inputs"),
 ])
 def test_a_static_checkpoint_of_another_version_or_damaged_is_one_line_naming_the_file(damage, message, tmp_path):
     model = model_of(bertkit.BERT)
@@ -239,6 +240,11 @@ def test_a_calibration_file_is_read_as_lines_compressed_or_not(tmp_path):
     assert read.texts == unpacked.texts == texts and read.sha256 == unpacked.sha256
     with pytest.raises(ValueError, match=r"--calibration .*missing\.txt: no such file"):
         read_calibration(tmp_path / "missing.txt")
+    legacy = tmp_path / "latin-1.txt"  # the encoding the error advises reads it
+    legacy.write_bytes("\n".join(t + " Caf\xe9." for t in texts).encode("latin-1", "replace"))
+    with pytest.raises(ValueError, match=r"is not valid utf-8 text .*--encoding latin-1"):
+        read_calibration(legacy, tokenizer)
+    assert read_calibration(legacy, tokenizer, encoding="latin-1").texts[0].endswith(" Café.")
 
 
 def test_calibration_without_dtype_int8_is_refused(tmp_path, capsys):
@@ -309,6 +315,12 @@ def test_the_onnx_export_of_a_static_checkpoint_holds_its_plan_as_qdq_nodes(tmp_
     # ONNX Runtime's int8 products against bertkit's: rounding apart; both near the float model
     assert (got - ours).abs().max() <= 0.25 * (ours - reference).abs().max() + 1e-3
     assert max(record["int8_vs_bertkit_max_abs_diff"].values()) < 0.05
+    # a sentence model's graph never runs the encoder's pooler, which the plan has: the rest is rewritten
+    from bertkit.export import export_onnx
+    from bertkit.sentence import SentenceTransformer
+
+    report = export_onnx(SentenceTransformer(tmp_path / "int8"), tmp_path / "st-onnx")
+    assert report.int8_activations == "static" and max(report.int8_vs_bertkit_max_abs_diff.values()) < 0.05
 
 
 def numpy_value(graph, name: str) -> float:

@@ -30,6 +30,8 @@ def main(argv: list[str]) -> int:
                         help="with --dtype int8: the texts that calibrate the activation scales, one per line (at "
                              "least 64, in the model's language; default: a set of English sentences shipped with "
                              "bertkit)")
+    parser.add_argument("--encoding", default="utf-8",
+                        help="the --calibration file's text encoding (default utf-8; a byte-order mark is dropped)")
     parser.add_argument("--overwrite", action="store_true",
                         help="replace the contents of DST if it is not empty (kept until the conversion succeeds)")
     casing = parser.add_mutually_exclusive_group()
@@ -53,13 +55,13 @@ def main(argv: list[str]) -> int:
         from bertkit.sentence.saving import convert_sentence_transformer
 
         out = convert_sentence_transformer(args.source, dest, dtype=args.dtype, overwrite=args.overwrite,
-                                           calibration=args.calibration)
+                                           calibration=args.calibration, encoding=args.encoding)
         print(f"wrote {what}sentence-transformers model to {out}{_calibration_note(out)}")
         return 0
     from bertkit.tasks.calibrated import calibrator
     from bertkit.weights.convert import convert
 
-    prepare = calibrator(args.source, args.calibration) if args.dtype == "int8" else None
+    prepare = calibrator(args.source, args.calibration, args.encoding) if args.dtype == "int8" else None
     out = convert(args.source, dest, to=args.to, do_lower_case=args.do_lower_case, overwrite=args.overwrite,
                   dtype=args.dtype, prepare=prepare)
     print(f"wrote {what}{args.to.upper()} checkpoint to {out}{_calibration_note(out)}")

@@ -8,10 +8,10 @@ found by its weight's values) becomes::
     x -> [Mul 1/s] -> QuantizeLinear(scale, zero_point: uint8) -> DequantizeLinear -> MatMul <- DequantizeLinear(q)
 
 with ``s`` the layer's SmoothQuant vector (when it has one), ``scale`` / ``zero_point`` its calibrated activation
-grid, and ``q`` / its per-output-channel scales bertkit's int8 weights of ``W s``
-(:func:`bertkit.modeling.quantization.quantize_weight`; 7-bit where the CPU's int8 products saturate, as the
-kernel does: :func:`bertkit.modeling.quantization.seven_bit`). Layers the plan keeps float stay float, embedding
-tables too: the graph computes what bertkit's static kernels compute, up to rounding.
+grid, and ``q`` / its per-output-channel scales the int8 weights the static kernel runs (of ``W``, or of ``W``'s
+int8 round trip times ``s``: :func:`bertkit.modeling.quantization.quantize_weight`; 7-bit where the CPU's int8
+products saturate, as the kernel does: :func:`bertkit.modeling.quantization.seven_bit`). Layers the plan keeps
+float stay float, embedding tables too: the graph computes what bertkit's static kernels compute, up to rounding.
 """
 
 from __future__ import annotations
@@ -24,13 +24,14 @@ from torch import nn
 
 from bertkit import devices
 from bertkit.modeling.fast import Linear
-from bertkit.modeling.quantization import quantize_weight, seven_bit
+from bertkit.modeling.quantization import dequantize_weight, quantize_weight, seven_bit
 
 
 def static_int8_graph(source: str | os.PathLike, target: str | os.PathLike, model: nn.Module, plan) -> int:
     """Write ``target``: the float graph ``source`` (of ``model``, the module ``plan``'s layer names are relative
     to) with every int8 layer of ``plan`` in QDQ form (see the module doc). Returns how many products were
-    rewritten; ValueError when one of the plan's int8 layers has no product in the graph."""
+    rewritten (a layer the graph never runs, a sentence model's pooler, has none); ValueError when none of the
+    plan's int8 layers has a product in the graph."""
     import onnx
     from onnx import helper, numpy_helper
 
@@ -77,10 +78,9 @@ def static_int8_graph(source: str | os.PathLike, target: str | os.PathLike, mode
                                     **{a.name: helper.get_attribute_value(a) for a in node.attribute}))
         nodes += new
         rewritten.add(name)
-    missing = sorted(set(wanted) - rewritten)
-    if missing:
-        raise ValueError(f"the ONNX graph has no product of {missing[0]!r} ({len(missing)} int8 layers of the plan "
-                         "not found); the graph was not exported from this model.")
+    if wanted and not rewritten:  # a layer missing alone is one the graph never runs (a sentence model's pooler)
+        raise ValueError(f"the ONNX graph has no product of any of the plan's {len(wanted)} int8 layers (such as "
+                         f"{sorted(wanted)[0]!r}); the graph was not exported from this model.")
     del graph.node[:]
     graph.node.extend(nodes)
     _drop_unused(graph)
@@ -120,8 +120,8 @@ def _layer_of(node, initializers: dict, transposes: dict, by_value: dict) -> tup
 def _int8_weight(layer: Linear, smooth: torch.Tensor | None) -> tuple[np.ndarray, np.ndarray]:
     """``(q int8 [out, in], scale float32 [out])``: the int8 weights the static kernel runs for ``layer``."""
     weight = layer.weight.detach().float()
-    if smooth is not None:
-        weight = weight * smooth.to(weight)
+    if smooth is not None:  # as the kernel: the int8 round trip of the weight, smoothed
+        weight = dequantize_weight(*quantize_weight(weight)) * smooth.to(weight)
     q, scale = quantize_weight(weight)
     if devices.int8_saturates():
         q, scale = seven_bit(q, scale)

@@ -271,11 +271,13 @@ def _write_json(path: Path, value: Any) -> None:
 
 
 def convert_sentence_transformer(source: str | os.PathLike, dest: str | os.PathLike, *, dtype: str | None = None,
-                                 overwrite: bool = False, calibration: str | os.PathLike | None = None) -> Path:
+                                 overwrite: bool = False, calibration: str | os.PathLike | None = None,
+                                 encoding: str = "utf-8") -> Path:
     """The sentence-transformers directory ``source`` rewritten at ``dest`` with its BERT in ``dtype``
     (``"int8"`` / ``"fp32"``; None: as it is); ``dest`` and ``overwrite`` as :func:`bertkit.weights.convert.convert`
     takes them (a failure leaves ``dest`` as it was, and the calibration runs before anything is written).
-    ``"int8"`` is static int8 calibrated on the model's own embeddings of the texts in ``calibration``
+    ``"int8"`` is static int8 calibrated on the model's own embeddings of the texts in ``calibration`` (a file in
+    ``encoding``)
     (:func:`bertkit.tasks.calibrated.calibrated_plan`; None: the default set, or the plan a static int8
     ``source`` has). Returns ``dest``."""
     from bertkit.sentence.model import SentenceTransformer
@@ -286,7 +288,7 @@ def convert_sentence_transformer(source: str | os.PathLike, dest: str | os.PathL
     _check_destination(Path(dest), overwrite)  # before the calibration; checked again when writing
     model = SentenceTransformer(source, optimize=False)
     if dtype == "int8" and (calibration is not None or getattr(model.bert, "int8_plan", None) is None):
-        plan = calibrated_plan(model, model.tokenizer, calibration,
+        plan = calibrated_plan(model, model.tokenizer, calibration, encoding=encoding,
                                embed=lambda texts: model.encode(texts, convert_to_tensor=True))
         model.bert.int8_plan = fitted_plan(PlanState(*plan.to_state()), model.bert)  # named as the BERT's layers
     with replacing_folder(dest, overwrite) as staging:

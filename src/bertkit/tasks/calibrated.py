@@ -25,10 +25,11 @@ BATCH_SIZE = 32
 
 
 def calibrated_plan(model: nn.Module, tokenizer, calibration: str | os.PathLike | None, *,
-                    embed: Callable[[list[str]], torch.Tensor] | None = None):
+                    embed: Callable[[list[str]], torch.Tensor] | None = None, encoding: str = "utf-8"):
     """The :class:`~bertkit.inference.int8_plan.Int8Plan` of ``model`` calibrated on the file ``calibration``
-    (read and checked against ``tokenizer``: :func:`~bertkit.tasks.calibration_set.read_calibration`) or, for
-    None, on the default set. ``embed(texts) -> [n, d]``: how the model's output is compared with float's
+    (in ``encoding``, read and checked against ``tokenizer``:
+    :func:`~bertkit.tasks.calibration_set.read_calibration`) or, for None, on the default set (English: checked
+    against ``tokenizer`` too). ``embed(texts) -> [n, d]``: how the model's output is compared with float's
     (default: :func:`pooled_embedder`). The model is left float."""
     from bertkit.inference.calibration import DEFAULT_SOURCE
     from bertkit.inference.int8_plan import calibrate
@@ -39,7 +40,7 @@ def calibrated_plan(model: nn.Module, tokenizer, calibration: str | os.PathLike 
         check_language(texts, tokenizer, f"the default calibration set ({source}, English)",
                        f"give {FLAG} FILE with texts in the model's language")
     else:
-        found = read_calibration(calibration, tokenizer)
+        found = read_calibration(calibration, tokenizer, encoding)
         texts, source = found.texts, found.source
     return calibrate(model, texts, embed=embed or pooled_embedder(model, tokenizer), source=source)
 
@@ -72,7 +73,7 @@ def pooled_embedder(model: nn.Module, tokenizer, batch_size: int = BATCH_SIZE
     return embed
 
 
-def calibrator(source: str | os.PathLike, calibration: str | os.PathLike | None
+def calibrator(source: str | os.PathLike, calibration: str | os.PathLike | None, encoding: str = "utf-8"
                ) -> Callable[[nn.Module, object], None]:
     """What :func:`bertkit.weights.convert.convert` runs on the loaded model before writing it (``prepare=``):
     the plan of :func:`calibrated_plan` put on the model; with no ``calibration`` file a static int8 source keeps
@@ -84,6 +85,6 @@ def calibrator(source: str | os.PathLike, calibration: str | os.PathLike | None
         if calibration is None and getattr(model, "int8_plan", None) is not None:
             return
         tokenizer = _checkpoint_tokenizer(checkpoint, Path(resolve_source(source)), source)
-        model.int8_plan = calibrated_plan(model, tokenizer, calibration)
+        model.int8_plan = calibrated_plan(model, tokenizer, calibration, encoding=encoding)
 
     return prepare

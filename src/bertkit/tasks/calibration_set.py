@@ -1,11 +1,12 @@
 """The texts a static int8 model is calibrated on (``bertkit convert ... --dtype int8 --calibration FILE``), read
 and checked before any calibration runs.
 
-A calibration file holds one text per line (UTF-8; blank lines are skipped; a ``.gz`` / ``.bz2`` / ``.xz`` file is
-decompressed as it is read). It is refused, in one line naming the file and the fix, when it
+A calibration file holds one text per line (UTF-8 unless ``--encoding`` says otherwise; blank lines are skipped; a
+``.gz`` / ``.bz2`` / ``.xz`` file is decompressed as it is read). It is refused, in one line naming the file and
+the fix, when it
 
-* is not UTF-8 text (:func:`bertkit.data.corpus.decoding_error`: the byte, what the bytes look like, the
-  encoding that reads them);
+* is not text in its encoding (:func:`bertkit.data.corpus.decoding_error`: the byte, what the bytes look like,
+  the ``--encoding`` that reads them);
 * holds no text, or fewer than :data:`bertkit.inference.calibration.MIN_TEXTS` (the calibration keeps a share
   of them out of the activation ranges to choose the layers that stay float by a retrieval metric, which needs
   queries and their neighbours): :func:`bertkit.inference.calibration.check_texts`;
@@ -18,6 +19,7 @@ decompressed as it is read). It is refused, in one line naming the file and the 
 
 from __future__ import annotations
 
+import codecs
 import io
 import os
 from collections.abc import Sequence
@@ -44,21 +46,22 @@ class CalibrationSet:
     sha256: str
 
 
-def read_calibration(path: str | os.PathLike, tokenizer=None) -> CalibrationSet:
-    """The texts of the calibration file ``path``, checked (see the module doc) against ``tokenizer`` (the
-    model's; None skips the language check). Raises ``ValueError`` (one line naming the file) for a file that
-    is missing, not UTF-8, empty, too short or of another language."""
+def read_calibration(path: str | os.PathLike, tokenizer=None, encoding: str = "utf-8") -> CalibrationSet:
+    """The texts of the calibration file ``path`` (in ``encoding``), checked (see the module doc) against
+    ``tokenizer`` (the model's; None skips the language check). Raises ``ValueError`` (one line naming the file)
+    for a file that is missing, not ``encoding`` text, empty, too short or of another language."""
     from bertkit.data.corpus import decoding_error, open_bytes
 
     path = Path(path)
     if not path.is_file():
         raise ValueError(f"{FLAG} {path}: no such file; give a text file with one calibration text per line "
                          f"(at least {MIN_TEXTS}), or leave {FLAG} out for the default set shipped with bertkit.")
+    codec = "utf-8-sig" if codecs.lookup(encoding).name == "utf-8" else encoding  # a byte-order mark is dropped
     try:
-        with io.TextIOWrapper(open_bytes(path), encoding="utf-8-sig") as handle:
+        with io.TextIOWrapper(open_bytes(path), encoding=codec) as handle:
             texts = [" ".join(line.split()) for line in handle if line.strip()]
     except UnicodeDecodeError as error:
-        raise ValueError(f"{FLAG} {decoding_error(path, 'utf-8', 'utf-8-sig', error)}") from None
+        raise ValueError(f"{FLAG} {decoding_error(path, encoding, codec, error)}") from None
     check_texts(texts, f"{FLAG} {path}")
     check_language(texts, tokenizer, f"{FLAG} {path}", "calibrate on texts like the ones the model will embed")
     return CalibrationSet(texts, str(path), texts_sha256(texts))

@@ -146,7 +146,7 @@ def _with_config(state: dict[str, torch.Tensor], directory: Path, fmt: str) -> C
     quantization, plan = int8.read_block(raw, directory), None
     if quantization is not None:  # float32 weights from here on; the model is made int8 again when loaded
         state, plan = int8.take_plan(state, quantization, directory)
-        state = int8.dequantize_state(state, quantization, directory, plan)
+        state = int8.dequantize_state(state, quantization, directory)
     state = hf_family_to_bertkit(state, config.family)  # RoBERTa's roberta.* / lm_head.* -> bertkit's names
     if plan is not None:  # its layers by their checkpoint (HF) names, as "modules" lists them
         layers = plan.meta["layers"]

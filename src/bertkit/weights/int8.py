@@ -24,8 +24,10 @@ static int8 (a calibrated model: ``bertkit convert SRC -o OUT --dtype int8 [--ca
 
 ``"plan"`` is :meth:`bertkit.inference.int8_plan.Int8Plan.to_state`'s JSON with the layers under the
 checkpoint's (HF) names; its tensors (a SmoothQuant vector per smoothed layer) are stored in
-``model.safetensors`` as ``int8_plan.<layer>.smooth``. A layer the plan keeps float (``"mode": "float"``) is
-not in ``modules``: its weight stays float32. A version-1 block has no ``format_version``.
+``model.safetensors`` as ``int8_plan.<layer>.smooth``. The int8 weights are version 1's (of the float weight; the
+static kernel of a smoothed layer smooths their round trip as it prepares). A layer the plan keeps float
+(``"mode": "float"``) is not in ``modules``: its weight stays float32. A version-1 block has no
+``format_version``.
 
 Reading (:func:`dequantize_state`) checks every listed tensor and its scale (present, dtype, shape, finite
 positive scales at most :data:`MAX_SCALE` that the quantizer makes) and gives the float32 weights; a damaged
@@ -64,9 +66,6 @@ VERSIONS: dict[int, dict[str, Any]] = {1: FIELDS, 2: STATIC_FIELDS}
 SHOWN_QUALITY = {"top10": "top-10 neighbours", "ndcg10": "NDCG@10", "min_cosine": "min cosine"}
 #: the safetensors prefix of a static plan's tensors
 PLAN_PREFIX = "int8_plan."
-#: a layer's SmoothQuant vector in a plan's tensors: ``<layer>.smooth`` (``bertkit.inference.int8_plan``'s
-#: ``SMOOTH_SUFFIX``; this layer may not import inference)
-SMOOTH_SUFFIX = ".smooth"
 
 
 @dataclass
@@ -102,12 +101,8 @@ def quantize_state(state: dict[str, torch.Tensor], modules: list[str], plan: Pla
         modules = [m for m in modules if m in layers and layers[m]["mode"] == "int8"]
         fields = {**STATIC_FIELDS, "plan": plan.meta}
     out = dict(state)
-    smooth = {} if plan is None else plan.tensors
-    for module in modules:
-        weight = state[f"{module}.weight"]
-        if f"{module}{SMOOTH_SUFFIX}" in smooth:  # the int8 values the kernel runs: (x / s) (W s)^T
-            weight = weight.float() * smooth[f"{module}{SMOOTH_SUFFIX}"].float()[None, :]
-        q, scale = quantize_weight(weight)
+    for module in modules:  # a smoothed layer's kernel smooths these int8 weights' round trip (W s) as it prepares
+        q, scale = quantize_weight(state[f"{module}.weight"])
         out[f"{module}.weight"], out[f"{module}.weight{SCALE_SUFFIX}"] = q.contiguous(), scale.contiguous()
     if plan is not None:
         out.update({f"{PLAN_PREFIX}{name}": t.detach().float().contiguous().cpu() for name, t in plan.tensors.items()})
@@ -210,16 +205,12 @@ def _check_scale_values(scale: torch.Tensor, scale_name: str, source: Any) -> No
                      "OUT --dtype int8).")
 
 
-def dequantize_state(state: dict[str, torch.Tensor], block: dict, source: Any,
-                     plan: PlanState | None = None) -> dict[str, torch.Tensor]:
+def dequantize_state(state: dict[str, torch.Tensor], block: dict, source: Any) -> dict[str, torch.Tensor]:
     """``state`` (an int8 checkpoint's tensors) with every listed weight dequantized to float32 and the scales
-    removed; a layer the static ``plan`` smooths has its stored ``W s`` divided by ``s`` again (the float weight;
-    its kernel multiplies by ``s``). Raises ValueError naming the tensor when one is missing, of the wrong dtype
-    or shape, when a scale is not finite and positive (or above :data:`MAX_SCALE`) or not one bertkit's quantizer
-    makes, when a smooth vector does not fit its layer, or when an int8 or scale tensor is not listed in the
-    block."""
+    removed. Raises ValueError naming the tensor when one is missing, of the wrong dtype or shape, when a scale
+    is not finite and positive (or above :data:`MAX_SCALE`) or not one bertkit's quantizer makes, or when an
+    int8 or scale tensor is not listed in the block."""
     listed = set(block["modules"])
-    smooth = {} if plan is None else plan.tensors
     out = dict(state)
     for module in sorted(listed):
         name, scale_name = f"{module}.weight", f"{module}.weight{SCALE_SUFFIX}"
@@ -243,13 +234,6 @@ def dequantize_state(state: dict[str, torch.Tensor], block: dict, source: Any,
             raise ValueError(f"{source}: {scale_name!r} holds scales bertkit's int8 quantizer does not make (not "
                              "the row's largest |weight| / 127), so the stored int8 values of "
                              f"{name!r} would not be the ones that run. The weights file is damaged.")
-        factors = smooth.get(f"{module}{SMOOTH_SUFFIX}")
-        if factors is not None:
-            if factors.dtype != torch.float32 or list(factors.shape) != [q.shape[1]]:
-                raise ValueError(f"{source}: {PLAN_PREFIX}{module}{SMOOTH_SUFFIX} is {factors.dtype} "
-                                 f"{list(factors.shape)}; expected float32 [{q.shape[1]}] (one factor per input of "
-                                 f"{name!r}). The weights file is damaged.")
-            weight = weight / factors[None, :]
         out[name] = weight
         del out[scale_name]
     stray = sorted(n for n, t in out.items() if t.dtype == torch.int8 or n.endswith(f".weight{SCALE_SUFFIX}"))
