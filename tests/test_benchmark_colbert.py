@@ -3,26 +3,14 @@ subset, the flags each bertkit command gets, the mean ± sd per trainer and the 
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
-BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+from benchmark_scripts import load_benchmark
 
-
-def _load(name: str, file: str):
-    sys.path.insert(0, str(BENCHMARKS))  # the scripts import their siblings
-    spec = importlib.util.spec_from_file_location(name, BENCHMARKS / file)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # a dataclass looks its module up there
-    spec.loader.exec_module(module)
-    return module
-
-
-quality = _load("bench_colbert_quality", "colbert_quality.py")
+quality = load_benchmark("bench_colbert_quality", "colbert_quality.py")
 
 
 def _runs(trainer: str, values=(0.2, 0.4, 0.6)) -> list[dict]:

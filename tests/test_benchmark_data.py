@@ -5,7 +5,6 @@ themselves are the benchmark's, not the suite's.)"""
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import json
 import os
 import signal
@@ -16,19 +15,10 @@ from pathlib import Path
 
 import pytest
 
-BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+from benchmark_scripts import load_benchmark
 
-
-def _load(name: str, file: str):
-    """A benchmark script as a module (by path: ``data`` is also the repository's data directory)."""
-    spec = importlib.util.spec_from_file_location(name, BENCHMARKS / file)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-bench = _load("bench_data", "data.py")
-corpus = _load("bench_data_corpus", "data_corpus.py")
+bench = load_benchmark("bench_data", "data.py")
+corpus = load_benchmark("bench_data_corpus", "data_corpus.py")
 meta_path, write_corpus = corpus.meta_path, corpus.write_corpus
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/smaps_rollup").exists(), reason="needs Linux /proc")

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import importlib.util
 import json
 import os
 import signal
@@ -18,24 +17,17 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
-BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+from benchmark_scripts import load_benchmark
+
 DIM = 5
 
 
-def _load(name: str, file: str):
-    sys.path.insert(0, str(BENCHMARKS))  # the scripts import their siblings
-    spec = importlib.util.spec_from_file_location(name, BENCHMARKS / file)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # a dataclass looks its module up there
-    spec.loader.exec_module(module)
-    return module
 
 
-peers = _load("bench_serve_peers", "serve_peers.py")
+peers = load_benchmark("bench_serve_peers", "serve_peers.py")
 
 
 def _vector(text: str) -> list[float]:

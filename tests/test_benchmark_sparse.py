@@ -4,29 +4,15 @@ table: the held-out data (split by book, deterministic, a BEIR directory bertkit
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
+from benchmark_scripts import load_benchmark
 from bertkit.sentence.evaluation.beir import load_beir
 
-BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
-
-
-def _load(name: str, file: str):
-    sys.path.insert(0, str(BENCHMARKS))  # the scripts import their siblings
-    spec = importlib.util.spec_from_file_location(name, BENCHMARKS / file)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # a dataclass looks its module up there
-    spec.loader.exec_module(module)
-    return module
-
-
-data = _load("bench_sparse_data", "sparse_data.py")
-quality = _load("bench_sparse_quality", "sparse_quality.py")
+data = load_benchmark("bench_sparse_data", "sparse_data.py")
+quality = load_benchmark("bench_sparse_quality", "sparse_quality.py")
 
 
 def test_held_out_books_are_a_beir_directory_and_never_trained_on(tmp_path):
