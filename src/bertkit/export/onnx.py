@@ -142,10 +142,10 @@ def export_onnx(model_or_source: nn.Module | str | os.PathLike, directory: str |
         tokenizer = loaded if tokenizer is None else tokenizer
     _check_exportable(model)
     int8_model = running_dtype(model) == "int8"  # an int8 checkpoint's model (or one optimized to int8)
-    plan = static_plan(described_by(model))
+    signature, bert = signature_of(model), described_by(model)  # a model bertkit does not export is refused here
+    plan = static_plan(bert)
     if quantize is None and (checkpoint_dtype(model) == "int8" or plan is not None):
         quantize = "int8"  # an int8 checkpoint exports as one ORT runs int8
-    signature, bert = signature_of(model), described_by(model)
     batches = _batches(bert.config, signature)
     module = ExportedModule(model)
     with _evaluating(module), fast_path(False), torch.no_grad():
@@ -166,7 +166,7 @@ def export_onnx(model_or_source: nn.Module | str | os.PathLike, directory: str |
     if quantize == "int8" and plan is not None:  # the calibrated plan's numbers, not ORT's own quantization
         activations = "static"
         atomic_write(directory / INT8_FILE, lambda tmp: static_int8_graph(directory / MODEL_FILE, tmp,
-                                                                          described_by(model), plan))
+                                                                          bert, plan))
     elif quantize == "int8":
         # an int8 model keeps its embeddings float32 in bertkit; ORT then quantizes only the products
         activations = "dynamic"
