@@ -45,8 +45,11 @@ lint: $(VENV)/.test-installed
 
 # one line per test file, its dots as its tests finish and its tests' time at the end (a CI log shows which file
 # runs and how long each took); pytest -q gives the plain dots
+# one pytest-xdist worker per core, a test file to a worker (its module fixtures are built once): the suite is
+# mostly one thread at a time (commands it starts, servers it waits on), so two workers use both cores of a 2-core
+# machine; the log ends with the slowest tests' times (xdist prints no line per file)
 test: lint
-	$(PY) -m pytest -o console_output_style=times
+	$(PY) -m pytest -n auto --dist loadfile --durations=25
 
 # the tests marked slow (a recipe's full claim, a benchmark script run whole: 10+ minutes each), which `make test`
 # leaves out

@@ -19,6 +19,12 @@ from bertkit.modeling import fast
 #: tests start) whatever the machine; tests of ``auto`` itself remove this (tests/test_precision_auto.py)
 os.environ["BERTKIT_DTYPE"] = "fp32"
 
+#: under pytest-xdist (``make test`` runs one worker per core) each worker and the commands it starts compute on
+#: one thread: two workers of two threads each on two cores would wait on each other's OpenMP barriers
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    torch.set_num_threads(1)
+
 
 def without_dtype_line(err: str) -> str:
     """A command's stderr less the one ``bertkit: dtype ...`` line the inference commands print when they load a

@@ -50,15 +50,16 @@ def test_docs_in_a_fresh_venv_installs_its_extra(tmp_path):
     assert "pip install -q -e '.[docs]'" in planned and "mkdocs build --strict" in planned
 
 
-def test_make_test_shows_each_file_and_its_time(tmp_path):
-    """``make test``'s pytest command, run on two small test files: one line per file, its dots and its tests'
-    time, so a log shows which file runs and how long each took (``-q`` printed only dots)."""
+def test_make_test_spreads_files_over_the_cores_and_shows_the_slowest(tmp_path):
+    """``make test``'s pytest command, run on two small test files: it runs them on pytest-xdist workers (a file
+    to a worker) and its log ends with the slowest tests' times, so a log shows where the suite's time went."""
     command = shlex.split(_planned(_venv(tmp_path, ".test-installed"), "test").strip().splitlines()[-1])
     assert command[1:3] == ["-m", "pytest"], command
+    assert "--dist" in command and command[command.index("--dist") + 1] == "loadfile", command
     for name in ("test_first.py", "test_second.py"):
         (tmp_path / name).write_text("def test_one():\n    pass\n\n\ndef test_two():\n    pass\n")
     run = subprocess.run([sys.executable, *command[1:], "-p", "no:cacheprovider", "test_first.py",
                           "test_second.py"], cwd=tmp_path, capture_output=True, text=True)
     assert run.returncode == 0, run.stdout + run.stderr
-    for name in ("test_first.py", "test_second.py"):
-        assert re.search(rf"^{name} \.\. +\d+(\.\d+)?(us|ms|s)$", run.stdout, re.MULTILINE), run.stdout
+    assert re.search(r"^created: \d+/\d+ workers?$", run.stdout, re.MULTILINE), run.stdout
+    assert "slowest 25 durations" in run.stdout and "4 passed" in run.stdout, run.stdout
