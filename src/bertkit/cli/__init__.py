@@ -39,6 +39,7 @@ COMMANDS = {
                                      "export to Elasticsearch / OpenSearch / Qdrant"),
     "index": ("colbert_index", "a late-interaction (ColBERT) index of a .jsonl / .parquet corpus: build "
                                "(resumable), compress (PLAID), append"),
+    "distill": ("distill", "distil an embedding model into a static (Model2Vec-style) token table: `distill static`"),
     "search": ("search", "top-k documents of a sparse or multi-vector (ColBERT) index for queries, with latency"),
 }
 

@@ -22,22 +22,30 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import torch
 from tokenizers import Tokenizer
 
 from bertkit.inference.batching import check_batch_size, pad, run_sorted
+from bertkit.io import refuse_output_over_input
+from bertkit.sentence.model import SentenceTransformer
+from bertkit.sentence.static import StaticEmbedding, is_static_directory, save_static
+from bertkit.tasks.sources import inspect_source
 
 logger = logging.getLogger(__name__)
 
 WEIGHTINGS = ("sif", "zipf", "none")
 #: vocabulary entries that never come out of real text: no row is learnt for them
 NEVER_PRODUCED = re.compile(r"\[unused\d+\]")
+#: tokens a text is cut to, as model2vec's encode cuts by default: written so every reader cuts at the same place
+MAX_LENGTH = 512
 
 
 @dataclass(frozen=True)
@@ -180,10 +188,11 @@ def with_words(backend: Tokenizer, words: Iterable[str]) -> tuple[Tokenizer, lis
         raise ValueError(f"adding words needs a WordPiece tokenizer (BERT's); this teacher's is "
                          f"{data['model'].get('type')}: distil without --vocabulary/--corpus.")
     vocab, added = data["model"].get("vocab", {}), []
+    known = backend.get_vocab(with_added_tokens=True)
     for word in words:
         pieces = word_pieces(backend, word)
-        if len(pieces) == 1 and pieces[0] not in vocab:
-            vocab[pieces[0]] = len(vocab)
+        if len(pieces) == 1 and pieces[0] not in known:
+            vocab[pieces[0]] = known[pieces[0]] = backend.get_vocab_size(with_added_tokens=True) + len(added)
             added.append(pieces[0])
     if len(words) > len(added):
         logger.info("%d of %d words added to the vocabulary (the rest were in it already or were several words)",
@@ -222,3 +231,30 @@ def distill_config(table: DistilledTable, teacher_path: str) -> dict:
             "explained_variance": None if table.explained_variance is None else round(table.explained_variance, 4),
             "hidden_dim": table.vectors.shape[1]}
 
+
+
+#: what inspect_source calls the checkpoints a teacher may be: embedding models and plain encoders (mean pooling)
+TEACHER_TASKS = ("embeddings", "feature-extraction", "fill-mask", "pretraining")
+
+
+def load_teacher(model: str | os.PathLike):
+    """``model`` as a float32 :class:`bertkit.SentenceTransformer`; ValueError naming MODEL when it is no
+    embedding model (a classifier, a sparse or multi-vector encoder, a static model already)."""
+    if is_static_directory(model):
+        raise ValueError(f"MODEL {model} is a static model already; distil from the transformer it came from.")
+    info = inspect_source(model)
+    if info.task not in TEACHER_TASKS or info.cross_encoder:
+        raise ValueError(f"MODEL {model} is a {info.task or info.architecture} model, not an embedding model; distil "
+                         "from a sentence-transformers directory or a plain BERT checkpoint.")
+    return SentenceTransformer(model, dtype="fp32")
+
+
+def distill_static(model: str | os.PathLike, output: str | os.PathLike, settings: DistillSettings = DistillSettings(),
+                   *, progress: bool = False) -> Path:
+    """Distil ``model`` (any embedding model bertkit loads) into the static model directory ``output``
+    (:func:`bertkit.sentence.static.save_static`: it loads in bertkit, model2vec and sentence-transformers, its
+    vectors normalised); returns ``output``. ``output`` must not be ``model`` nor lie inside it."""
+    refuse_output_over_input(("-o", output), [], models=[("MODEL", model)])
+    table = distill_table(load_teacher(model), settings, progress=progress)
+    module = StaticEmbedding(table.tokenizer, table.vectors, max_length=MAX_LENGTH)
+    return save_static(module, output, normalize=True, config=distill_config(table, os.fspath(model)))
