@@ -15,6 +15,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -119,21 +120,36 @@ class StaticEmbedding(nn.Module):
         ends = torch.cat([offsets[1:], offsets.new_tensor([len(input_ids)])])
         return summed / (ends - offsets).clamp(min=1)[:, None].to(summed.dtype)
 
-    @torch.inference_mode()
-    def encode(self, texts: str | list[str], batch_size: int = 1024, normalize: bool = False) -> np.ndarray:
-        """Float32 ``[N, D]`` vectors of ``texts`` in order (one string: ``[D]``), L2-normalised if asked."""
-        if batch_size <= 0:
-            raise ValueError(f"batch_size must be a positive integer, got {batch_size}.")
+    def encode(self, texts: str | list[str], batch_size: int = 1024, normalize: bool = False,
+               threads: int | None = None) -> np.ndarray:
+        """Float32 ``[N, D]`` vectors of ``texts`` in order (one string: ``[D]``), L2-normalised if asked.
+
+        Batches of ``batch_size`` texts run on ``threads`` threads (default: the cores, at most 4): the tokenizer
+        works outside Python's lock, so one batch's tokens are cut while another's become vectors; the vectors do
+        not depend on either setting."""
+        if batch_size <= 0 or (threads is not None and threads <= 0):
+            raise ValueError(f"batch_size and threads must be positive integers, got {batch_size} and {threads}.")
         single = isinstance(texts, str)
         texts = [texts] if single else list(texts)
         out = np.empty((len(texts), self.dim), dtype=np.float32)
-        for start in range(0, len(texts), batch_size):
-            flat, lengths = self.token_ids(texts[start:start + batch_size])
-            vectors = self.pool(torch.from_numpy(flat), torch.from_numpy(_offsets(lengths)))
-            if normalize:
-                vectors = F.normalize(vectors, dim=-1)
-            out[start:start + len(lengths)] = vectors.numpy()
+        starts = range(0, len(texts), batch_size)
+        threads = min(threads or min(os.cpu_count() or 1, 4), len(starts))
+        if threads <= 1:
+            for start in starts:
+                self._encode_into(out, start, texts[start:start + batch_size], normalize)
+        else:
+            with ThreadPoolExecutor(threads) as pool:  # list(): a worker's error is raised here
+                list(pool.map(lambda start: self._encode_into(out, start, texts[start:start + batch_size], normalize),
+                              starts))
         return out[0] if single else out
+
+    @torch.inference_mode()
+    def _encode_into(self, out: np.ndarray, start: int, texts: list[str], normalize: bool) -> None:
+        flat, lengths = self.token_ids(texts)
+        vectors = self.pool(torch.from_numpy(flat), torch.from_numpy(_offsets(lengths)))
+        if normalize:
+            vectors = F.normalize(vectors, dim=-1)
+        out[start:start + len(texts)] = vectors.numpy()
 
 
 def check_vocabulary(vocab: int, rows: int, mapping: torch.Tensor | None, weights: torch.Tensor | None,
@@ -268,14 +284,16 @@ def _read_tokenizer(path: Path) -> Tokenizer:
 
 
 def save_static(module: StaticEmbedding, path: str | os.PathLike, normalize: bool = False,
-                config: dict[str, Any] | None = None) -> Path:
+                config: dict[str, Any] | None = None, prompts: dict[str, str] | None = None,
+                default_prompt_name: str | None = None) -> Path:
     """Write ``module`` to the directory ``path`` so that model2vec (``StaticModel.from_pretrained``),
     sentence-transformers (``SentenceTransformer``) and bertkit load it with the same vectors; returns ``path``.
 
     The layout is model2vec's (``model.safetensors`` with ``embeddings`` [+ ``weights``, ``mapping``],
     ``config.json``, ``tokenizer.json`` truncating at ``max_length``) plus sentence-transformers' ``modules.json``
-    (the table at the root, then ``1_Normalize`` when ``normalize``). ``config``: extra model2vec settings kept
-    (e.g. the distillation's). Each file is written atomically, the listing files last.
+    (the table at the root, then ``1_Normalize`` when ``normalize``) and ``config_sentence_transformers.json``
+    (``prompts``, cosine similarity). ``config``: extra model2vec settings kept (e.g. the distillation's). Each file
+    is written atomically, the listing files last.
     """
     from safetensors.torch import save_file
 
@@ -309,6 +327,9 @@ def save_static(module: StaticEmbedding, path: str | os.PathLike, normalize: boo
         modules.append({"idx": 1, "name": "1", "path": "1_Normalize", "type": "sentence_transformers.models.Normalize"})
         (root / "1_Normalize").mkdir(exist_ok=True)
         atomic_write_text(root / "1_Normalize" / "config.json", "{}\n")
+    sentence = {"model_type": "SentenceTransformer", "prompts": dict(prompts or {}),
+                "default_prompt_name": default_prompt_name, "similarity_fn_name": "cosine"}
+    atomic_write_text(root / "config_sentence_transformers.json", json.dumps(sentence, indent=2) + "\n")
     atomic_write_text(root / "config.json", json.dumps(settings, indent=2) + "\n")
     atomic_write_text(root / "modules.json", json.dumps(modules, indent=2) + "\n")
     return root
