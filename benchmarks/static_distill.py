@@ -10,8 +10,8 @@ teacher's scores are the ceiling. "Within noise" is a paired bootstrap over the 
 word pairs (Spearman): the 95 % interval of bertkit minus model2vec.
 
 model2vec's distillation needs its ``distill`` extra, whose transformers pin (< 5.4) the project's environment does
-not take, so it runs in a separate interpreter (``--m2v-python``; build it with
-``python -m venv /tmp/m2v-venv && /tmp/m2v-venv/bin/pip install torch==2.13.0 'model2vec[distill,quantization]==0.10.0'``)::
+not take, so it runs in a separate interpreter (``--m2v-python``; build it with ``python -m venv /tmp/m2v-venv``,
+then ``/tmp/m2v-venv/bin/pip install torch==2.13.0 'model2vec[distill,quantization]==0.10.0'``)::
 
     python benchmarks/static_distill.py --json benchmarks/results/static-distill.json
 
@@ -112,7 +112,7 @@ def score(name: str, encode, held_out, rated) -> tuple[dict, dict]:
     metrics = evaluate(encode, held_out, rated)
     raw = {"ndcg": per_query_ndcg(encode, held_out)}
     raw.update({set_name: pair_cosines(encode, words) for set_name, (words, _) in rated.items()})
-    row = {"model": name, **{k: round(v, 4) for k, v in metrics.items()}}
+    row = {"model": name, **{k: f"{v:.4f}" for k, v in metrics.items()}}
     print(row, flush=True)
     return row, raw
 
@@ -165,7 +165,7 @@ def main(argv: list[str] | None = None) -> None:
 
     metrics = ["ndcg@10", "mrr@10", "recall@10", "recall@100", *rated]
     timing = [{"distiller": name, "wall s": round(t["wall"], 1), "CPU s": round(t["cpu"], 1),
-               "x model2vec (CPU)": round(times["model2vec"]["cpu"] / t["cpu"], 2)} for name, t in times.items()]
+               "model2vec CPU s / this": round(times["model2vec"]["cpu"] / t["cpu"], 2)} for name, t in times.items()]
     difference = [{"metric": k, "bertkit": next(r[k] for r in rows if r["model"] == "bertkit distill static"),
                    "model2vec": next(r[k] for r in rows if r["model"] == "model2vec distill"),
                    "95 % interval of the difference": f"[{lo:+.4f}, {hi:+.4f}]",
@@ -174,7 +174,7 @@ def main(argv: list[str] | None = None) -> None:
     load = ", ".join(f"{x:.2f}" for x in __import__("os").getloadavg())
     tables = [record.table(f"Distilling {pathlib.Path(args.model).name} to {args.dim} dimensions, {threads} threads "
                            f"(load average at the end {load})", timing, ["distiller", "wall s", "CPU s",
-                                                                          "x model2vec (CPU)"]),
+                                                                          "model2vec CPU s / this"]),
               record.table("Quality on the same sets (held-out Persuasion retrieval, SimLex-999, WordSim-353)", rows,
                            ["model", *metrics]),
               record.table(f"bertkit - model2vec: paired bootstrap ({args.bootstrap} rounds)", difference,

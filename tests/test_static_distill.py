@@ -131,7 +131,7 @@ def test_corpus_words_are_the_most_frequent_new_ones(teacher_dir):
 
 def test_cli_distils_with_a_corpus(teacher_dir, tmp_path, capsys):
     corpus = tmp_path / "corpus.txt"
-    corpus.write_text("Netherfield is let at last.\nNetherfield Park is let.\n")
+    corpus.write_text("Netherfield is let at last.\nNetherfield Park.\n")  # one new word seen twice
     out = tmp_path / "static"
     assert main(["distill", "static", str(teacher_dir), "-o", str(out), "--dim", "6", "--weighting", "zipf",
                  "--corpus", str(corpus)]) == 0
@@ -152,8 +152,8 @@ def test_bad_flags_are_one_line(teacher_dir, tmp_path, capsys, flags, message):
     except SystemExit as usage:  # argparse's own checks: exit status 2
         status = usage.code
     assert status in (1, 2)
-    err = capsys.readouterr().err.strip()
-    assert message in err and len(err.splitlines()) == 1 and not (tmp_path / "out").exists()
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("bertkit: error:")]
+    assert len(errors) == 1 and message in errors[0] and not (tmp_path / "out").exists()
 
 
 def test_output_over_the_teacher_is_refused(teacher_dir, capsys):
