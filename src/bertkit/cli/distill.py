@@ -7,11 +7,12 @@ frequent words MODEL's vocabulary lacks) add whole words to the tokenizer. OUT l
 (``bertkit.StaticModel``), model2vec (``StaticModel.from_pretrained``) and sentence-transformers
 (``SentenceTransformer``). See :mod:`bertkit.sentence.distill` for the formulas.
 
-    bertkit distill static sentence-transformers/all-MiniLM-L6-v2 -o minilm-static --dim 256
+    bertkit distill static all-MiniLM-L6-v2/ -o minilm-static --dim 256
 """
 
 from __future__ import annotations
 
+import argparse
 import sys
 import time
 from pathlib import Path
@@ -26,7 +27,7 @@ def main(argv: list[str]) -> int:
     parser = ArgumentParser(prog="bertkit distill", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="kind", required=True)
     static = sub.add_parser("static", help="a static (Model2Vec-style) token table distilled from MODEL",
-                            description=__doc__)
+                            description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     static.add_argument("model", metavar="MODEL", help="a sentence-transformers directory or any BERT bertkit loads")
     static.add_argument("-o", "--output", required=True, help="directory for the static model")
     static.add_argument("--dim", type=int, help="dimensions after PCA (default 256; at most MODEL's)")
