@@ -103,7 +103,7 @@ class StaticEmbedding(nn.Module):
     def tokenize(self, texts: list[str]) -> dict[str, torch.Tensor]:
         """sentence-transformers' features of ``texts``: flat ``input_ids`` and the ``offsets`` where each starts."""
         flat, lengths = self.token_ids(list(texts))
-        return {"input_ids": torch.from_numpy(flat), "offsets": torch.from_numpy(_offsets(lengths))}
+        return {"input_ids": torch.from_numpy(flat), "offsets": torch.from_numpy(offsets_of(lengths))}
 
     # ------------------------------------------------------------------------------------------ vectors
     def forward(self, features: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -124,16 +124,16 @@ class StaticEmbedding(nn.Module):
                threads: int | None = None) -> np.ndarray:
         """Float32 ``[N, D]`` vectors of ``texts`` in order (one string: ``[D]``), L2-normalised if asked.
 
-        Batches of ``batch_size`` texts run on ``threads`` threads (default: the cores, at most 4): the tokenizer
-        works outside Python's lock, so one batch's tokens are cut while another's become vectors; the vectors do
-        not depend on either setting."""
+        Batches of ``batch_size`` texts run on ``threads`` threads (default: torch's thread count, at most 4; a
+        worker process of an embedding job sets it to its share of the cores): the tokenizer works outside Python's
+        lock, so one batch's tokens are cut while another's become vectors. The vectors depend on neither."""
         if batch_size <= 0 or (threads is not None and threads <= 0):
             raise ValueError(f"batch_size and threads must be positive integers, got {batch_size} and {threads}.")
         single = isinstance(texts, str)
         texts = [texts] if single else list(texts)
         out = np.empty((len(texts), self.dim), dtype=np.float32)
         starts = range(0, len(texts), batch_size)
-        threads = min(threads or min(os.cpu_count() or 1, 4), len(starts))
+        threads = min(threads or min(torch.get_num_threads(), 4), len(starts))
         if threads <= 1:
             for start in starts:
                 self._encode_into(out, start, texts[start:start + batch_size], normalize)
@@ -146,10 +146,11 @@ class StaticEmbedding(nn.Module):
     @torch.inference_mode()
     def _encode_into(self, out: np.ndarray, start: int, texts: list[str], normalize: bool) -> None:
         flat, lengths = self.token_ids(texts)
-        vectors = self.pool(torch.from_numpy(flat), torch.from_numpy(_offsets(lengths)))
-        if normalize:
-            vectors = F.normalize(vectors, dim=-1)
-        out[start:start + len(texts)] = vectors.numpy()
+        device = self.embedding.weight.device
+        vectors = self.pool(torch.from_numpy(flat).to(device), torch.from_numpy(offsets_of(lengths)).to(device))
+        if normalize:  # in place: the batch's vectors are a fresh tensor
+            vectors.div_(torch.linalg.vector_norm(vectors, dim=-1, keepdim=True).clamp_(min=1e-12))
+        out[start:start + len(texts)] = vectors.cpu().numpy()
 
 
 def check_vocabulary(vocab: int, rows: int, mapping: torch.Tensor | None, weights: torch.Tensor | None,
@@ -167,7 +168,8 @@ def check_vocabulary(vocab: int, rows: int, mapping: torch.Tensor | None, weight
                          "tokens; save one weight per token id.")
 
 
-def _offsets(lengths: np.ndarray) -> np.ndarray:
+def offsets_of(lengths: np.ndarray) -> np.ndarray:
+    """Where each of consecutive runs of ``lengths`` items starts (int64): sentence-transformers' ``offsets``."""
     offsets = np.zeros(len(lengths), dtype=np.int64)
     np.cumsum(lengths[:-1], out=offsets[1:])
     return offsets
