@@ -105,8 +105,8 @@ def test_a_step_has_sentence_transformers_loss_and_gradients(tokenizer_file, tmp
     loss = STMatryoshka(model, STMNRL(model), matryoshka_dims=[DIM, 8, 3])(features, None)
     loss.backward()
     assert logged["loss"] == pytest.approx(loss.item(), rel=1e-6)
-    assert list(seen) == ["embedding.weight"]
-    torch.testing.assert_close(seen["embedding.weight"], model[0].embedding.weight.grad, rtol=1e-4, atol=1e-6)
+    assert list(seen) == ["static.embedding.weight"]
+    torch.testing.assert_close(seen["static.embedding.weight"], model[0].embedding.weight.grad, rtol=1e-4, atol=1e-6)
 
 
 def test_a_resumed_run_ends_with_the_uninterrupted_runs_table(tokenizer_file, tmp_path):
@@ -127,12 +127,14 @@ def test_a_resumed_run_ends_with_the_uninterrupted_runs_table(tokenizer_file, tm
     torch.testing.assert_close(a["embeddings"], b["embeddings"], rtol=0, atol=0)
 
 
-def test_the_command_trains_with_the_recipes_matryoshka_dims(tokenizer_file, tmp_path):
+def test_the_command_trains_with_the_recipes_defaults_and_saves_the_prompts(tokenizer_file, tmp_path):
     train = write_pairs(tmp_path / "pairs.jsonl", 16)
     out = tmp_path / "out"
     assert cli(["finetune", "embed", "--static-from", str(tokenizer_file), "--dim", "100", "--train", str(train),
-                "-o", str(out), "--max-steps", "2", "--batch-size", "8", "--device", "cpu", "--threads", "1"]) == 0
+                "-o", str(out), "--max-steps", "2", "--batch-size", "8", "--device", "cpu", "--threads", "1",
+                "--query-prompt", "w50 "]) == 0
     run = json.loads((out / "run.json").read_text())
+    assert json.loads((out / "model" / "config_sentence_transformers.json").read_text())["prompts"]["query"] == "w50 "
     assert run["embedding"]["matryoshka_dims"] == recipe_dims(100) == [100, 64, 32]
     assert run["training"]["learning_rate"] == 0.2 and run["training"]["weight_decay"] == 0.0
     assert load_static(out / "model")[0].dim == 100
@@ -140,7 +142,7 @@ def test_the_command_trains_with_the_recipes_matryoshka_dims(tokenizer_file, tmp
 
 @pytest.mark.parametrize("flags, message", [
     (["--loss", "cached-mnrl"], "--loss cached-mnrl does not train a static model"),
-    (["--query-prompt", "q: "], "--query-prompt 'q: ': a static model has no query prompt"),
+    (["--max-seq-length", "9"], "--max-seq-length 9: a static model has no max seq length"),
     (["--pooling", "cls"], "--pooling 'cls': a static model has no pooling"),
     (["--matryoshka-dims", "64,8"], f"--matryoshka-dims 64 is above the embedding dimension {DIM}"),
     (["--dim", "0"], "--dim must be a positive integer"),
@@ -162,8 +164,9 @@ def test_a_model_and_a_new_table_together_are_refused(tokenizer_file, tmp_path, 
 
 
 def test_a_static_from_without_a_tokenizer_is_named(tmp_path, capsys):
-    train = write_pairs(tmp_path / "pairs.jsonl", 16)
-    assert cli(["finetune", "embed", "--static-from", str(tmp_path), "--train", str(train), "-o",
+    train, empty = write_pairs(tmp_path / "pairs.jsonl", 16), tmp_path / "empty"
+    empty.mkdir()
+    assert cli(["finetune", "embed", "--static-from", str(empty), "--train", str(train), "-o",
                 str(tmp_path / "o")]) == 1
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and f"--static-from {tmp_path}: no tokenizer.json there" in err[0]
+    assert len(err) == 1 and f"--static-from {empty}: no tokenizer.json there" in err[0]

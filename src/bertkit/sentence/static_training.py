@@ -7,33 +7,33 @@ Everything but the model is the bi-encoder recipe's (:class:`~bertkit.sentence.t
 files read as batches of rows, the losses (MNRL, Matryoshka, ...), the one run directory with its checkpoints,
 ``--resume``, ``metrics.jsonl`` and the evaluations. What differs:
 
-* a column is tokenized by the table's own tokenizer, special tokens left out, into the flat ``input_ids`` and
-  per-text ``offsets`` the module's ``forward`` pools (sentence-transformers' layout), so a step is the module's
-  mean over each text's token rows, and only the rows of the batch's tokens get a gradient;
+* the model is a :class:`~bertkit.sentence.static_model.StaticSentenceTransformer` (the directory read as
+  sentence-transformers reads it: unknown tokens counted, the tokenizer's own truncation); a column, with its
+  prompt, is tokenized by the table's own tokenizer, special tokens left out, into the flat ``input_ids`` and
+  per-text ``offsets`` its ``forward`` pools (sentence-transformers' layout): a step is the mean over each text's
+  token rows, and only the rows of the batch's tokens get a gradient;
 * the model is saved with :func:`~bertkit.sentence.static.save_static`: one directory that loads in bertkit,
-  sentence-transformers and model2vec;
+  sentence-transformers and model2vec (model2vec leaves unknown tokens out of the mean);
 * the defaults are the recipe sentence-transformers published for ``static-retrieval-mrl-en-v1``
   (:data:`STATIC_DEFAULTS`, :data:`STATIC_RECIPE_DIMS`): a learning rate of 0.2, which is right for a table whose
   rows move only when their token is in the batch and would be far too high for a transformer;
-* what a table has no use for is refused in one line: prompts, a pooling, ``--max-seq-length`` (every token of a
-  text counts), the cached loss (it cuts a column's rows into mini-batches; a table's batch of thousands of rows
-  fits in memory as it is: use ``mnrl``) and gist (its guide re-tokenizes with a transformer's tokenizer).
+* what a table has no use for is refused in one line: a pooling, ``--max-seq-length`` (every token of a text
+  counts), the cached loss (it cuts a column's rows into mini-batches; a table's batch of thousands of rows fits
+  in memory as it is: use ``mnrl``) and gist (its guide re-tokenizes with a transformer's tokenizer).
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
-from torch import nn
 
 from bertkit.sentence.data import PairCollator
-from bertkit.sentence.static import StaticEmbedding, is_static_directory, load_static, save_static
+from bertkit.sentence.static import StaticEmbedding, is_static_directory, load_static
 from bertkit.sentence.training import (
     BATCH_SIZE_COUNTS,
     BatchCollator,
@@ -112,51 +112,27 @@ def static_dimension(source: Any) -> int:
     return source.dim if isinstance(source, StaticInit) else load_static(source)[0].dim
 
 
-class StaticEncoder(nn.Module):
-    """A static table as the recipe trains, scores and saves it: ``module`` (the trained
-    :class:`~bertkit.sentence.static.StaticEmbedding`), ``normalize`` (whether its saved model unit-normalises),
-    ``similarity_fn_name``; ``encode`` as the evaluation calls a SentenceTransformer's (no prompts)."""
-
-    def __init__(self, module: StaticEmbedding, normalize: bool, similarity_fn_name: str = "cosine"):
-        super().__init__()
-        self.prompts: dict[str, str] = {}
-        self.module, self.normalize, self.similarity_fn_name = module, normalize, similarity_fn_name
-
-    def get_sentence_embedding_dimension(self) -> int:
-        return self.module.dim
-
-    def encode(self, texts: Sequence[str], *, batch_size: int = 1024, prompt_name: str | None = None,
-               show_progress_bar: bool = False, **_: Any) -> np.ndarray:
-        return self.module.encode(list(texts), batch_size=batch_size, normalize=self.normalize)
-
-    def save(self, directory: str | os.PathLike) -> None:
-        save_static(self.module, directory, normalize=self.normalize)
-
-
 class StaticBiEncoder(BiEncoder):
-    """:class:`~bertkit.sentence.training.BiEncoder` over a static table: ``embed`` is the module's mean over each
-    text's token rows."""
+    """:class:`~bertkit.sentence.training.BiEncoder` over a static model (a
+    :class:`~bertkit.sentence.static_model.StaticSentenceTransformer`): ``embed`` is its mean over each text's token
+    rows (normalised where the model normalises)."""
 
     def embed(self, inputs: Mapping[str, torch.Tensor]) -> torch.Tensor:
-        return self.model({"input_ids": inputs["input_ids"], "offsets": inputs["offsets"]})["sentence_embedding"]
-
-    def training_step(self, batch: Mapping[str, Any]) -> tuple[torch.Tensor, dict[str, Any]]:
-        from bertkit.sentence.training import on_device
-
-        device = next(self.model.parameters()).device
-        return self.loss(self.embed, on_device(batch["pairs"], device)), {}
+        return self.model(inputs["input_ids"], inputs["offsets"])
 
 
 class StaticCollator(PairCollator):
-    """:class:`~bertkit.sentence.data.PairCollator` whose columns are tokenized by the table's tokenizer into
-    ``{"input_ids": [tokens], "offsets": [n]}`` (``tokenize``: the module's, special tokens left out)."""
+    """:class:`~bertkit.sentence.data.PairCollator` whose columns (with their prompts) are tokenized by the table's
+    tokenizer into ``{"offsets": [n], "input_ids": [tokens]}`` (``tokenize``: the module's, special tokens left
+    out)."""
 
     def __init__(self, tokenize, **options: Any):
         super().__init__(None, **options)
         self.tokenize = tokenize
 
     def _tokenize(self, role: str, texts: list[str]) -> dict[str, torch.Tensor]:
-        encoded = self.tokenize(texts)
+        prompt = self.prompt_of(role)
+        encoded = self.tokenize([prompt + text for text in texts])
         # offsets first: a PairBatch counts a column's rows by its first tensor (input_ids is flat)
         return {"offsets": encoded["offsets"], "input_ids": encoded["input_ids"]}
 
@@ -170,49 +146,52 @@ class StaticRecipe(EmbeddingRecipe):
         super().__init__(source, train_files, config, loss=loss, data=data, evaluation=evaluation)
 
     def start(self, run, config) -> None:
-        from bertkit.sentence.training import RowBatchRecipe
+        from bertkit.sentence import SentenceTransformer
+        from bertkit.sentence.static_model import StaticSentenceTransformer
+        from bertkit.sentence.training import RowBatchRecipe, _prompts
 
         RowBatchRecipe.start(self, run, config)
         torch.manual_seed(config.seed)  # a fresh table is drawn from the seed
-        if isinstance(self.source, StaticInit):
-            module, normalize = self.source.build(), False  # as the recipe's model: cosine, no Normalize module
-        else:
-            module, normalize, _ = load_static(self.source)
-        dimension = module.dim
+        net = StaticSentenceTransformer.from_module(self.source.build()) if isinstance(self.source, StaticInit) \
+            else SentenceTransformer(self.source, optimize=False)  # read as sentence-transformers reads it
+        dimension = net.get_sentence_embedding_dimension()
         above = [d for d in self.loss.matryoshka_dims or [] if d > dimension]
         if above:
             raise ValueError(f"--matryoshka-dims {','.join(map(str, above))} is above the embedding dimension "
-                             f"{dimension} of {describe_source(self.source)}; use dimensions up to {dimension}.")
-        self.net = StaticEncoder(module, normalize, trained_similarity(self.objective) or "cosine")
-        self.prompts = {}
+                             f"{dimension} of {self.source_name()}; use dimensions up to {dimension}.")
+        net.similarity_fn_name = trained_similarity(self.objective) or net.similarity_fn_name
+        self.prompts = _prompts(self.data.query_prompt, self.data.document_prompt)
+        if self.prompts:
+            net.prompts = {**net.prompts, "query": self.data.query_prompt or "",
+                           "document": self.data.document_prompt or ""}
         rank, world = data_parallel()
-        self.collate_fn = BatchCollator(StaticCollator(module.tokenize, rank=rank, world_size=world,
+        self.collate_fn = BatchCollator(StaticCollator(net.static.tokenize, prompts=self.prompts, rank=rank,
+                                                       world_size=world,
                                                        allow_repeated_queries=self.data.allow_repeated_queries))
-        self.model = StaticBiEncoder(module, self.objective)
+        self.net, self.model = net, StaticBiEncoder(net, self.objective)
 
     def source_name(self) -> str:
         return describe_source(self.source)
 
     def settings(self) -> dict[str, Any]:
         loss, data, net = self.loss, self.data, self.net
-        return {"static": True, "dim": net.get_sentence_embedding_dimension(), "normalize": net.normalize,
+        return {"static": True, "dim": net.get_sentence_embedding_dimension(), "normalize": net.normalize_output,
                 "loss": loss.name, "scale": loss.scale, "symmetric": loss.symmetric,
-                "matryoshka_dims": list(loss.matryoshka_dims or []), "columns": data.columns,
+                "matryoshka_dims": list(loss.matryoshka_dims or []), "prompts": self.prompts, "columns": data.columns,
                 "sampling": data.sampling, "batch_size": self.config.batch_size,
                 "batch_size_counts": BATCH_SIZE_COUNTS, "allow_repeated_queries": data.allow_repeated_queries,
                 "similarity_fn_name": net.similarity_fn_name,
                 **({"encoding": data.encoding} if data.encoding != "utf-8" else {})}
 
-    def reopen(self, directory: Path) -> nn.Module:
-        module, normalize, _ = load_static(directory)
-        return StaticEncoder(module, normalize, self.net.similarity_fn_name)
-
     def card(self, trainer, results: Mapping[str, Any], schedule) -> str:
         from bertkit.sentence.training import evaluation_card
 
-        module = self.net.module
-        details = [f"static table: {module.embedding.num_embeddings} rows x {module.dim}, the mean of a text's "
-                   f"token rows; normalized: {self.net.normalize}, similarity: {self.net.similarity_fn_name}"]
+        net = self.net
+        details = [f"static table: {net.static.embedding.num_embeddings} rows x {net.static.dim}, the mean of a "
+                   f"text's token rows; normalized: {net.normalize_output}, similarity: {net.similarity_fn_name}"]
+        if self.prompts:
+            details.append(f"prompts: query {self.data.query_prompt or ''!r}, document "
+                           f"{self.data.document_prompt or ''!r}")
         return model_card("A static embedding model trained with bertkit", ["sentence-transformers", "model2vec",
                                                                            "bertkit", "static-embeddings"],
                           self.source_name(), self.dataset, self.loss.name, self.objective,
@@ -224,9 +203,7 @@ def refuse_for_static(loss, data, pooling) -> None:
     """One line for each option a static table cannot train with (module docstring)."""
     if loss.name in REFUSED_LOSSES:
         raise ValueError(f"--loss {loss.name} does not train a static model: {REFUSED_LOSSES[loss.name]}.")
-    given = [("--pooling", pooling), ("--query-prompt", data.query_prompt), ("--document-prompt", data.document_prompt),
-             ("--max-seq-length", data.max_seq_length)]
-    for flag, value in given:
+    for flag, value in (("--pooling", pooling), ("--max-seq-length", data.max_seq_length)):
         if value is not None:
             raise ValueError(f"{flag} {value!r}: a static model has no {flag[2:].replace('-', ' ')} (it is the mean "
                              f"of every token's row of its table); leave {flag} out.")
