@@ -70,8 +70,9 @@ def matryoshka_dims(dim: int) -> list[int]:
 
 
 def train_bertkit(init: Path, train: Path, out: Path, args, seed: int, dims: list[int]) -> float:
-    """Train; the seconds of the Trainer's loop (its ``elapsed_s``: the steps, without the run directory's
-    set-up, checkpoints and final save, as ``trainer.train()`` is timed on the other side)."""
+    """Train (AdamW's epsilon 1e-8, the static recipe's default, as the Hugging Face trainer's); the seconds of
+    the Trainer's loop (its ``elapsed_s``: the steps, without the run directory's set-up, checkpoints and final
+    save, as ``trainer.train()`` is timed on the other side)."""
     from bertkit.sentence.training import EmbeddingLoss, finetune_embeddings, last_train_record
 
     result = finetune_embeddings(init, [train], out, loss=EmbeddingLoss("mnrl", matryoshka_dims=dims),
@@ -144,9 +145,9 @@ def summary(rows: list[dict], metrics: list[str]) -> list[dict]:
         for metric in [*metrics, "train_s"]:
             values = [r[metric] for r in mine if r.get(metric) is not None]
             if values:
-                spread = f" ± {statistics.stdev(values):.3f}" if len(values) > 1 else ""
-                line[metric] = f"{statistics.mean(values):.3f}{spread}" if metric != "train_s" \
-                    else f"{statistics.mean(values):.1f}{spread.replace('.3f', '.1f')}"
+                digits = 1 if metric == "train_s" else 3
+                spread = f" ± {statistics.stdev(values):.{digits}f}" if len(values) > 1 else ""
+                line[metric] = f"{statistics.mean(values):.{digits}f}{spread}"
         out.append(line)
     return out
 

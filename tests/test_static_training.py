@@ -137,7 +137,10 @@ def test_the_command_trains_with_the_recipes_defaults_and_saves_the_prompts(toke
     assert json.loads((out / "model" / "config_sentence_transformers.json").read_text())["prompts"]["query"] == "w50 "
     assert run["embedding"]["matryoshka_dims"] == recipe_dims(100) == [100, 64, 32]
     assert run["training"]["learning_rate"] == 0.2 and run["training"]["weight_decay"] == 0.0
+    assert run["training"]["adam_epsilon"] == 1e-8 and run["training"]["batch_size"] == 8
     assert load_static(out / "model")[0].dim == 100
+    logged = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert all(r["tokens_per_s"] > 0 for r in logged if r["split"] == "train")  # a flat column's tokens count
 
 
 @pytest.mark.parametrize("flags, message", [

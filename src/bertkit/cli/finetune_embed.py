@@ -121,7 +121,8 @@ def static_recipe_args(parser: argparse.ArgumentParser, argv: list[str], args: a
     stays None when not given: the recipe's value then comes through :func:`run_config`)."""
     from bertkit.sentence.static_training import STATIC_DEFAULTS, recipe_dims, static_dimension
 
-    recipe = {key: value for key, value in STATIC_DEFAULTS.items() if key != "batch_size"}
+    recipe = {key: value for key, value in STATIC_DEFAULTS.items()  # the flags' defaults; the rest: run_config
+              if key != "batch_size" and parser.get_default(key) is not None}
     if args.loss == "mnrl":  # the recipe's loss: Matryoshka over MNRL
         recipe["matryoshka_dims"] = recipe_dims(static_dimension(source))
     parser.set_defaults(**recipe)
