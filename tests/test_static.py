@@ -83,6 +83,10 @@ def test_forward_takes_sentence_transformers_features_and_trains():
     out.pow(2).sum().backward()
     assert module.embedding.weight.grad is not None and module.embedding.weight.grad.abs().sum() > 0
     np.testing.assert_allclose(module.encode(texts), out.detach().numpy(), atol=1e-6)
+    serial = module.encode(TEXTS, batch_size=2, threads=1, normalize=True)  # the threaded path: same rows, in order
+    np.testing.assert_array_equal(module.encode(TEXTS, batch_size=2, threads=3, normalize=True), serial)
+    np.testing.assert_array_equal(module.encode(TEXTS[3], normalize=True), serial[3])
+    assert module.encode([]).shape == (0, module.dim)
 
 
 def test_vocabulary_that_does_not_match_the_table_is_one_line(tmp_path):
@@ -107,3 +111,19 @@ def test_missing_or_damaged_files_name_the_file(tmp_path, damage):
         (path / name).write_text("{ damaged")
     with pytest.raises(ValueError, match=name):
         load_static(path)
+
+
+def test_other_modules_a_mapping_that_does_not_fit_and_a_file_are_refused(tmp_path):
+    path = st_dir(tmp_path / "st")
+    listing = json.loads((path / "modules.json").read_text())
+    (path / "modules.json").write_text(json.dumps([*listing, {"idx": 1, "name": "1", "path": "1_Dense",
+                                                               "type": "sentence_transformers.models.Dense"}]))
+    with pytest.raises(ValueError, match=r"modules\.json lists \['StaticEmbedding', 'Dense'\]"):
+        load_static(path)
+    vocab = tokenizer().get_vocab_size()
+    with pytest.raises(ValueError, match=f"the mapping has {vocab} entries .*each a row below 5"):
+        StaticEmbedding(tokenizer(), table(5, 0), mapping=np.full(vocab, 5))
+    with pytest.raises(ValueError, match="the token weights have shape"):
+        StaticEmbedding(tokenizer(), table(vocab, 0), weights=np.ones(vocab - 1, dtype=np.float32))
+    with pytest.raises(ValueError, match="is not a directory"):
+        load_static(path / "modules.json")
