@@ -173,3 +173,26 @@ def test_a_static_from_without_a_tokenizer_is_named(tmp_path, capsys):
                 str(tmp_path / "o")]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and f"--static-from {empty}: no tokenizer.json there" in err[0]
+
+
+def test_a_quantized_model2vec_directory_trains_its_clusters_and_keeps_its_mapping_and_weights(tmp_path):
+    """model2vec's vocabulary-quantized directory (37 rows shared by the vocabulary through a mapping, per-token
+    weights, normalised): training moves the 37 rows only, and the saved directory keeps the mapping and the
+    weights, reading in model2vec and sentence-transformers with bertkit's vectors."""
+    pytest.importorskip("model2vec")
+    from static_dirs import PLAIN, TEXTS, model2vec_dir, peers
+
+    source = model2vec_dir(tmp_path / "m2v", normalize=True, quantized=True)
+    train = tmp_path / "pairs.jsonl"
+    train.write_text("".join(json.dumps({"anchor": f"the {w} of a static model", "positive": f"{w} and words"})
+                             + "\n" for w in ("token", "vector", "table", "mean", "bag", "row", "text", "query")))
+    result = finetune_embeddings(source, train, tmp_path / "run", max_steps=3, **COMMON)
+    before, after = load_file(source / "model.safetensors"), load_file(result.model_dir / "model.safetensors")
+    assert after["embeddings"].shape == before["embeddings"].shape == (37, 13)
+    assert not torch.equal(after["embeddings"], before["embeddings"])
+    for kept in ("mapping", "weights"):
+        torch.testing.assert_close(after[kept], before[kept].to(after[kept].dtype), rtol=0, atol=0)
+    texts = [TEXTS[i] for i in PLAIN]
+    ours = load_static(result.model_dir)[0].encode(texts, normalize=True)
+    for name, vectors in peers(result.model_dir, texts).items():
+        np.testing.assert_allclose(vectors, ours, atol=1e-6, err_msg=name)
