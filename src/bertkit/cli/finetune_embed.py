@@ -2,6 +2,13 @@
 
     bertkit finetune embed --model SRC --train pairs.jsonl [more files] -o OUT --loss mnrl
     bertkit finetune embed --model SRC --train sts.csv -o OUT --loss cosent --matryoshka-dims 256,64
+    bertkit finetune embed --static-from TOKENIZER --dim 1024 --train pairs.jsonl -o OUT
+
+A static model (a Model2Vec or sentence-transformers StaticEmbedding directory as --model, or a new table over
+a tokenizer's vocabulary: --static-from TOKENIZER --dim D) trains its token table with the recipe
+sentence-transformers published for static-retrieval-mrl-en-v1 unless flags say otherwise: batch 2048, learning
+rate 0.2, 10 % warmup, weight decay 0, 1 epoch, mnrl inside Matryoshka at the table's dimension and
+1024,768,512,256,128,64,32 below it; OUT/model loads in bertkit, sentence-transformers and model2vec.
 
 SRC: a sentence-transformers directory or any BERT checkpoint bertkit loads (mean pooling unless --pooling).
 Training files: JSON lines, CSV/TSV, Parquet, Arrow or a datasets.save_to_disk directory; columns by name
@@ -46,7 +53,8 @@ def main(argv: list[str]) -> int:
 
     parser = ArgumentParser(prog="bertkit finetune embed", description=__doc__,
                             formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_run_flags(parser, EMBEDDING_DEFAULTS, "e.g. ndcg@10 (--eval-beir), spearman_cosine (--eval-sts)")
+    add_run_flags(parser, EMBEDDING_DEFAULTS, "e.g. ndcg@10 (--eval-beir), spearman_cosine (--eval-sts)",
+                  model_required=False)
     loss = parser.add_argument_group("loss")
     loss.add_argument("--loss", default="mnrl", help=f"one of {', '.join(LOSSES)} (default mnrl)")
     loss.add_argument("--scale", type=float, help="mnrl, cached-mnrl, cosent, angle: similarity scale (default 20); "
@@ -63,6 +71,10 @@ def main(argv: list[str]) -> int:
     model.add_argument("--document-prompt", help="prefixed to positives and negatives; saved as 'document'")
     model.add_argument("--allow-repeated-queries", action="store_true",
                        help="let one query come with two different positives in a batch")
+    model.add_argument("--static-from", metavar="TOKENIZER",
+                       help="instead of --model: train a new static table over this tokenizer's vocabulary (a "
+                            "tokenizer.json or a directory holding one), rows drawn from N(0, 1) with --seed")
+    model.add_argument("--dim", type=int, default=1024, help="--static-from: the table's columns (default 1024)")
     add_evaluation_flags(parser, reranker=False)
     args = parser.parse_args(argv)
     check_run_flags(parser, args)
@@ -71,9 +83,12 @@ def main(argv: list[str]) -> int:
 
     if args.guide:
         refuse_output_over_input(("-o", args.output), [], models=[("--guide", args.guide)])
+    source, defaults = model_source(parser, args)
+    if defaults is not EMBEDDING_DEFAULTS:
+        args = static_recipe_args(parser, argv, args, source)
     refuse_output_over_inputs(args)
     result = finetune_embeddings(
-        args.model, args.train, args.output, run_config(args, EMBEDDING_DEFAULTS),
+        source, args.train, args.output, run_config(args, defaults),
         loss=EmbeddingLoss(args.loss, scale=args.scale, symmetric=args.symmetric,
                            mini_batch_size=args.mini_batch_size, matryoshka_dims=args.matryoshka_dims,
                            guide=args.guide),
@@ -86,11 +101,40 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-def add_run_flags(parser: argparse.ArgumentParser, defaults: dict, keep_best: str) -> None:
+def model_source(parser: argparse.ArgumentParser, args: argparse.Namespace) -> tuple[object, dict]:
+    """The model to train (``--model``, or the :class:`~bertkit.sentence.static_training.StaticInit` of
+    ``--static-from``/``--dim``) and its recipe's defaults."""
+    from bertkit.sentence.static_training import STATIC_DEFAULTS, StaticInit, is_static_source
+    from bertkit.sentence.training import EMBEDDING_DEFAULTS
+
+    if (args.model is None) == (args.static_from is None):
+        parser.error("give the model to train: --model DIR, or --static-from TOKENIZER for a new static table "
+                     "(one of the two)")
+    source = StaticInit(args.static_from, args.dim) if args.static_from else args.model
+    return source, STATIC_DEFAULTS if is_static_source(source) else EMBEDDING_DEFAULTS
+
+
+def static_recipe_args(parser: argparse.ArgumentParser, argv: list[str], args: argparse.Namespace,
+                       source) -> argparse.Namespace:
+    """``argv`` read again with the static recipe's values as the defaults of the flags not given: its
+    hyperparameters and, with ``--loss mnrl``, its Matryoshka dimensions up to the table's (``--batch-size``
+    stays None when not given: the recipe's value then comes through :func:`run_config`)."""
+    from bertkit.sentence.static_training import STATIC_DEFAULTS, recipe_dims, static_dimension
+
+    recipe = {key: value for key, value in STATIC_DEFAULTS.items()  # the flags' defaults; the rest: run_config
+              if key != "batch_size" and parser.get_default(key) is not None}
+    if args.loss == "mnrl":  # the recipe's loss: Matryoshka over MNRL
+        recipe["matryoshka_dims"] = recipe_dims(static_dimension(source))
+    parser.set_defaults(**recipe)
+    return parser.parse_args(argv)
+
+
+def add_run_flags(parser: argparse.ArgumentParser, defaults: dict, keep_best: str, *,
+                  model_required: bool = True) -> None:
     """The flags ``finetune embed`` and ``finetune rerank`` share: model, data, the training flags of every
     command (:mod:`bertkit.cli.training_flags`, with the recipe's ``defaults``; ``keep_best``: example metrics),
-    the output directory."""
-    parser.add_argument("--model", required=True, help="the checkpoint to start from")
+    the output directory (``--model`` optional where the command has another way to name it)."""
+    parser.add_argument("--model", required=model_required, help="the checkpoint to start from")
     parser.add_argument("--train", required=True, nargs="+", help="training file(s)")
     parser.add_argument("-o", "--output", required=True, help="the run's directory")
     data = parser.add_argument_group("data")
@@ -161,8 +205,9 @@ def add_evaluation_flags(parser: argparse.ArgumentParser, *, reranker: bool, sts
 def refuse_output_over_inputs(args: argparse.Namespace) -> None:
     """Refuse an output directory over one of the run's inputs: the training files, the model, the evaluation
     data."""
-    refuse_output_over_input(("-o", args.output), [("--train", path) for path in args.train],
-                             models=[("--model", args.model)])
+    models = [(flag, getattr(args, name)) for flag, name in (("--model", "model"), ("--static-from", "static_from"))
+              if getattr(args, name, None) is not None]
+    refuse_output_over_input(("-o", args.output), [("--train", path) for path in args.train], models=models)
     given = [(f"--{name.replace('_', '-')}", getattr(args, name)) for name in
              ("eval_beir", "eval_sts", "eval_rerank", "eval_first_stage") if getattr(args, name, None) is not None]
     refuse_output_over_input(("-o", args.output), given)

@@ -49,8 +49,10 @@ class PairBatch:
 
     @property
     def num_tokens(self) -> torch.Tensor:
-        """The real (unpadded) tokens of every column: what the model reads (the Trainer's tokens per second)."""
-        return sum(inputs["attention_mask"].sum() for inputs in self.inputs if "attention_mask" in inputs)
+        """The real (unpadded) tokens of every column: what the model reads (the Trainer's tokens per second); a
+        static model's column (flat ``input_ids`` with ``offsets``) has no padding."""
+        return sum(inputs["attention_mask"].sum() if "attention_mask" in inputs else inputs["input_ids"].numel()
+                   for inputs in self.inputs if "attention_mask" in inputs or "offsets" in inputs)
 
     def column(self, name: str) -> int:
         """The index of the column named ``name`` (``ValueError`` naming the columns there are)."""

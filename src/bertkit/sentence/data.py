@@ -299,8 +299,12 @@ class PairCollator:
         inputs = [self._tokenize(role, texts) for role, texts in columns.items()]
         return PairBatch(list(columns), inputs, text_ids, labels)
 
+    def prompt_of(self, role: str) -> str:
+        """The prompt of the column ``role`` (``"negative"`` 's for every ``negative_i``), ``""`` without one."""
+        return self.prompts.get(role, self.prompts.get("negative", "") if role.startswith("negative_") else "")
+
     def _tokenize(self, role: str, texts: list[str]) -> dict[str, torch.Tensor]:
-        prompt = self.prompts.get(role, self.prompts.get("negative", "") if role.startswith("negative_") else "")
+        prompt = self.prompt_of(role)
         # cut to what truncation keeps: the whole texts' tokens, at a cost bounded by the limit, not the texts
         texts = cut_texts(self.tokenizer, texts, self.max_length or self.tokenizer.model_max_length,
                           self.tokenizer.truncation_side, prefix=prompt)

@@ -8,6 +8,7 @@ same name (``from_pretrained``, ``encode``, ``save_pretrained``, ``dim``, ``toke
 from __future__ import annotations
 
 import os
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -131,6 +132,12 @@ class StaticSentenceTransformer(SentenceTransformer):
         self.similarity_fn_name = extra.get("similarity_fn_name") or "cosine"
         self.dtype_choice = None
         self.to(resolve_device(device) if device is not None else "cpu").eval()
+
+    @classmethod
+    def from_module(cls, module: StaticEmbedding, normalize: bool = False) -> StaticSentenceTransformer:
+        """A model over a table already built (e.g. a new one to train): no prompts, cosine similarity."""
+        with tempfile.TemporaryDirectory() as directory:  # the one reading of a directory, not a second one here
+            return cls(save_static(module, directory, normalize=normalize), optimize=False)
 
     def optimize_for_inference(self, dtype: Any = None, quantize: str | None = None) -> StaticSentenceTransformer:
         return self  # a table lookup: nothing to prepare

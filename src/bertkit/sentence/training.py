@@ -234,7 +234,11 @@ def finetune_embeddings(model: str | os.PathLike, train_files: str | os.PathLike
     """Fine-tune the sentence-transformers (or plain) checkpoint ``model`` on ``train_files`` with ``loss`` (a name
     of :data:`LOSSES` or an :class:`EmbeddingLoss`) as ``training`` says (a
     :class:`~bertkit.training.TrainingConfig`; default :data:`EMBEDDING_DEFAULTS`) and write ``output_dir``
-    (module docstring); :class:`EmbeddingRecipe` run by :func:`~bertkit.training.run.run_recipe`.
+    (module docstring); :class:`EmbeddingRecipe` run by :func:`~bertkit.training.run.run_recipe`. A static
+    ``model`` (a Model2Vec or sentence-transformers static directory, or a
+    :class:`~bertkit.sentence.static_training.StaticInit` fresh table) trains its token table instead
+    (:class:`~bertkit.sentence.static_training.StaticRecipe`: the default ``training`` is then
+    :data:`~bertkit.sentence.static_training.STATIC_DEFAULTS`, the static-retrieval-mrl-en-v1 recipe).
 
     ``TrainingConfig.batch_size`` is the rows per optimizer step over all processes (module docstring); the
     default ``max_steps`` is ``epochs`` times the steps of an epoch, a checkpoint every epoch. ``data``
@@ -251,12 +255,15 @@ def finetune_embeddings(model: str | os.PathLike, train_files: str | os.PathLike
     ``eval_beir=``, ``progress=``, ...) still work: each sets the field of the same name of ``training`` or of the
     options objects (``eval_X``: ``evaluation.X``).
     """
+    from bertkit.sentence.static_training import STATIC_DEFAULTS, StaticRecipe, is_static_source  # imports this
+
+    static = is_static_source(model)
     if isinstance(loss, str):
         loss = EmbeddingLoss(loss)
     objects, config = split_keywords("finetune_embeddings", keywords, {
         "loss": loss, "data": data or TrainingFiles, "evaluation": evaluation or EmbeddingEvaluation},
-        training, EMBEDDING_DEFAULTS)
-    recipe = EmbeddingRecipe(model, train_files, config, pooling=pooling, **objects)
+        training, STATIC_DEFAULTS if static else EMBEDDING_DEFAULTS)
+    recipe = (StaticRecipe if static else EmbeddingRecipe)(model, train_files, config, pooling=pooling, **objects)
     return run_recipe(recipe, recipe.config, output_dir=output_dir, resume=resume, overwrite=overwrite,
                       apply_changes=apply_changes, callbacks=callbacks)
 
@@ -283,12 +290,16 @@ class RowBatchRecipe(Recipe):
     def checks(self) -> dict[str, Any]:
         from bertkit.training.rundir import file_fingerprint
 
-        return {"model": {"source": os.fspath(self.source)}, "data": {"train": file_fingerprint(self.files)},
+        return {"model": {"source": self.source_name()}, "data": {"train": file_fingerprint(self.files)},
                 self.settings_section: json.loads(json.dumps(self.settings()))}
 
     def settings(self) -> dict[str, Any]:
         """The recipe's settings a resumed run must keep (its run.json :attr:`settings_section`)."""
         raise NotImplementedError
+
+    def source_name(self) -> str:
+        """What the run started from, as run.json records it."""
+        return os.fspath(self.source)
 
     def steps_per_epoch(self, config) -> int:
         return len(self.dataset) // config.gradient_accumulation_steps
