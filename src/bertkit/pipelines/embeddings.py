@@ -31,7 +31,7 @@ from bertkit.sentence.model import SentenceTransformer
 from bertkit.sentence.modules import Pooling, is_sentence_transformer, normalize
 from bertkit.sentence.sides import side_prompts
 from bertkit.sentence.sparse import SparseEncoder, keep_largest
-from bertkit.tasks.sources import SPARSE_ENCODERS, inspect_source
+from bertkit.tasks.sources import SPARSE_ENCODERS, inspect_source, static_kind
 
 OUTPUTS = ("sentence", "tokens")
 
@@ -82,6 +82,13 @@ class EmbeddingsPipeline(_TextsOrIds):
 
     @classmethod
     def from_source(cls, source: str | os.PathLike, **options: Any) -> Pipeline:
+        """A static directory (Model2Vec, sentence-transformers' StaticEmbedding) runs in
+        :class:`~bertkit.pipelines.static_embeddings.StaticEmbeddingsPipeline`; another sentence-transformers
+        directory as :class:`bertkit.SentenceTransformer`; anything else as a BERT, mean-pooled."""
+        if cls is EmbeddingsPipeline and static_kind(source) is not None:
+            from bertkit.pipelines.static_embeddings import StaticEmbeddingsPipeline
+
+            return StaticEmbeddingsPipeline.from_source(source, **options)
         if not is_sentence_transformer(source):
             return super().from_source(source, **options)
         model = SentenceTransformer(source, optimize=False)
