@@ -47,8 +47,9 @@ def dirs(tmp_path_factory) -> dict[str, pathlib.Path]:
     model2vec.StaticModel(table(vocab), tokenizer, normalize=True,
                           weights=rng.uniform(0.2, 2.0, vocab).astype(np.float32),
                           max_length=40).save_pretrained(root / "m2v")
-    model2vec.StaticModel(table(101, seed=2), tokenizer, normalize=False, weights=rng.uniform(0.5, 1.5, vocab)
-                          .astype(np.float32), token_mapping=rng.integers(0, 101, vocab)).save_pretrained(root / "quant")
+    weights = rng.uniform(0.5, 1.5, vocab).astype(np.float32)
+    model2vec.StaticModel(table(101, seed=2), tokenizer, normalize=False, weights=weights,
+                          token_mapping=rng.integers(0, 101, vocab)).save_pretrained(root / "quant")
     module = StaticEmbedding(tokenizer, embedding_weights=table(vocab, 29, seed=3))
     sentence_transformers.SentenceTransformer(modules=[module], device="cpu").save(str(root / "st"))
     return {"m2v": root / "m2v", "quant": root / "quant", "st": root / "st"}
@@ -125,9 +126,8 @@ def test_pipeline_refuses_what_a_static_model_lacks(dirs):
 def server(dirs):
     pytest.importorskip("fastapi")
     pytest.importorskip("uvicorn")
-    from serve_helpers import serving
-
     from bertkit.serving import create_app
+    from serve_helpers import serving
 
     with serving(create_app(dirs["m2v"], api_key="sk-test")) as (url, _):
         yield url
@@ -157,8 +157,8 @@ def test_tei_routes_on_a_static_model(server, dirs):
 
     client = huggingface_hub.InferenceClient(model=server, token="sk-test")
     np.testing.assert_allclose(client.feature_extraction(TEXTS[1]), reference(dirs["m2v"], [TEXTS[1]]), atol=1e-6)
-    scores = client.sentence_similarity(TEXTS[0], other_sentences=TEXTS[1:2] + TEXTS[3:])
-    vectors = reference(dirs["m2v"], TEXTS[:2] + TEXTS[3:])
+    scores = client.sentence_similarity(TEXTS[0], other_sentences=[TEXTS[1], TEXTS[3]])
+    vectors = reference(dirs["m2v"], [TEXTS[0], TEXTS[1], TEXTS[3]])
     np.testing.assert_allclose(scores, vectors[1:] @ vectors[0], atol=1e-6)
     key = {"Authorization": "Bearer sk-test"}
     long = httpx.post(f"{server}/embed", json={"inputs": "word " * 60, "truncate": True}, headers=key)

@@ -9,8 +9,9 @@ The pipeline's tokenizer is the model's own ``tokenizer.json`` without its post-
 truncates at ``max_length`` (the model's own limit: Model2Vec's ``max_length``, the tokenizer's saved truncation,
 else :data:`UNRECORDED_LENGTH`) and shows on ``/tokenize`` are the ones the model averages (Model2Vec's reading
 leaves unknown tokens out of the mean: they are counted, not averaged). Texts cut where the model cuts them are
-read by the model itself (:meth:`~bertkit.sentence.static.StaticEmbedding.token_ids`: its vectors exactly). ``output="tokens"`` answers each token's vector (the row
-the mean takes, weighted where the model weighs); an input may also be a list of token ids.
+read by the model itself (:meth:`~bertkit.sentence.static.StaticEmbedding.token_ids`: its vectors exactly).
+``output="tokens"`` answers each token's vector (the row the mean takes, weighted where the model weighs); an input
+may also be a list of token ids.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from bertkit.inference.precision import DtypeChoice, normalize as dtype_name
+from bertkit.inference.precision import DtypeChoice
+from bertkit.inference.precision import normalize as dtype_name
 from bertkit.pipelines.embeddings import EmbeddingsPipeline
 from bertkit.sentence.modules import normalize
 from bertkit.tokenization.general import TokenizerFast
