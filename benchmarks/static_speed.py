@@ -169,7 +169,7 @@ def main() -> None:
                                    f"{args.serve_texts} passages of 3-300 tokens", served, columns))
     if args.json:
         record.write_result(args.json, "static_speed", tables,
-                            title="Encoding a static model beside model2vec and sentence-transformers (static_speed.py)")
+                            title="A static model's encode, model2vec's, sentence-transformers' (static_speed.py)")
 
 
 if __name__ == "__main__":

