@@ -83,6 +83,10 @@ def test_forward_takes_sentence_transformers_features_and_trains():
     out.pow(2).sum().backward()
     assert module.embedding.weight.grad is not None and module.embedding.weight.grad.abs().sum() > 0
     np.testing.assert_allclose(module.encode(texts), out.detach().numpy(), atol=1e-6)
+    serial = module.encode(TEXTS, batch_size=2, threads=1, normalize=True)  # the threaded path: same rows, in order
+    np.testing.assert_array_equal(module.encode(TEXTS, batch_size=2, threads=3, normalize=True), serial)
+    np.testing.assert_array_equal(module.encode(TEXTS[3], normalize=True), serial[3])
+    assert module.encode([]).shape == (0, module.dim)
 
 
 def test_vocabulary_that_does_not_match_the_table_is_one_line(tmp_path):

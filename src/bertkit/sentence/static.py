@@ -15,6 +15,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -119,21 +120,36 @@ class StaticEmbedding(nn.Module):
         ends = torch.cat([offsets[1:], offsets.new_tensor([len(input_ids)])])
         return summed / (ends - offsets).clamp(min=1)[:, None].to(summed.dtype)
 
-    @torch.inference_mode()
-    def encode(self, texts: str | list[str], batch_size: int = 1024, normalize: bool = False) -> np.ndarray:
-        """Float32 ``[N, D]`` vectors of ``texts`` in order (one string: ``[D]``), L2-normalised if asked."""
-        if batch_size <= 0:
-            raise ValueError(f"batch_size must be a positive integer, got {batch_size}.")
+    def encode(self, texts: str | list[str], batch_size: int = 1024, normalize: bool = False,
+               threads: int | None = None) -> np.ndarray:
+        """Float32 ``[N, D]`` vectors of ``texts`` in order (one string: ``[D]``), L2-normalised if asked.
+
+        Batches of ``batch_size`` texts run on ``threads`` threads (default: the cores, at most 4): the tokenizer
+        works outside Python's lock, so one batch's tokens are cut while another's become vectors; the vectors do
+        not depend on either setting."""
+        if batch_size <= 0 or (threads is not None and threads <= 0):
+            raise ValueError(f"batch_size and threads must be positive integers, got {batch_size} and {threads}.")
         single = isinstance(texts, str)
         texts = [texts] if single else list(texts)
         out = np.empty((len(texts), self.dim), dtype=np.float32)
-        for start in range(0, len(texts), batch_size):
-            flat, lengths = self.token_ids(texts[start:start + batch_size])
-            vectors = self.pool(torch.from_numpy(flat), torch.from_numpy(_offsets(lengths)))
-            if normalize:
-                vectors = F.normalize(vectors, dim=-1)
-            out[start:start + len(lengths)] = vectors.numpy()
+        starts = range(0, len(texts), batch_size)
+        threads = min(threads or min(os.cpu_count() or 1, 4), len(starts))
+        if threads <= 1:
+            for start in starts:
+                self._encode_into(out, start, texts[start:start + batch_size], normalize)
+        else:
+            with ThreadPoolExecutor(threads) as pool:  # list(): a worker's error is raised here
+                list(pool.map(lambda start: self._encode_into(out, start, texts[start:start + batch_size], normalize),
+                              starts))
         return out[0] if single else out
+
+    @torch.inference_mode()
+    def _encode_into(self, out: np.ndarray, start: int, texts: list[str], normalize: bool) -> None:
+        flat, lengths = self.token_ids(texts)
+        vectors = self.pool(torch.from_numpy(flat), torch.from_numpy(_offsets(lengths)))
+        if normalize:
+            vectors = F.normalize(vectors, dim=-1)
+        out[start:start + len(texts)] = vectors.numpy()
 
 
 def check_vocabulary(vocab: int, rows: int, mapping: torch.Tensor | None, weights: torch.Tensor | None,
