@@ -56,6 +56,11 @@ def test_sentence_transformer_on_a_static_directory(tmp_path, make):
     features = model.static.tokenize(TEXTS)
     torch.testing.assert_close(model(features["input_ids"], features["offsets"]), torch.from_numpy(expected),
                                atol=1e-6, rtol=0)
+    rows = model.features(TEXTS)  # the pipelines' two steps
+    assert [len(row["input_ids"]) for row in rows] == np.diff([*features["offsets"].tolist(),
+                                                                len(features["input_ids"])]).tolist()
+    torch.testing.assert_close(torch.stack(model.embed_features(rows)), torch.from_numpy(expected), atol=1e-6, rtol=0)
+    assert model.max_seq_length == (128 if make == "st" else 512)  # the tokenizer's own truncation
     saved = model.save(tmp_path / "saved")
     assert bertkit.SentenceTransformer(saved).prompts == model.prompts
     np.testing.assert_allclose(peers(saved)["sentence-transformers"], expected, atol=1e-6, rtol=0)

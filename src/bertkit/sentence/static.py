@@ -103,7 +103,7 @@ class StaticEmbedding(nn.Module):
     def tokenize(self, texts: list[str]) -> dict[str, torch.Tensor]:
         """sentence-transformers' features of ``texts``: flat ``input_ids`` and the ``offsets`` where each starts."""
         flat, lengths = self.token_ids(list(texts))
-        return {"input_ids": torch.from_numpy(flat), "offsets": torch.from_numpy(_offsets(lengths))}
+        return {"input_ids": torch.from_numpy(flat), "offsets": torch.from_numpy(offsets_of(lengths))}
 
     # ------------------------------------------------------------------------------------------ vectors
     def forward(self, features: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -146,10 +146,11 @@ class StaticEmbedding(nn.Module):
     @torch.inference_mode()
     def _encode_into(self, out: np.ndarray, start: int, texts: list[str], normalize: bool) -> None:
         flat, lengths = self.token_ids(texts)
-        vectors = self.pool(torch.from_numpy(flat), torch.from_numpy(_offsets(lengths)))
+        device = self.embedding.weight.device
+        vectors = self.pool(torch.from_numpy(flat).to(device), torch.from_numpy(offsets_of(lengths)).to(device))
         if normalize:
             vectors = F.normalize(vectors, dim=-1)
-        out[start:start + len(texts)] = vectors.numpy()
+        out[start:start + len(texts)] = vectors.cpu().numpy()
 
 
 def check_vocabulary(vocab: int, rows: int, mapping: torch.Tensor | None, weights: torch.Tensor | None,
@@ -167,7 +168,8 @@ def check_vocabulary(vocab: int, rows: int, mapping: torch.Tensor | None, weight
                          "tokens; save one weight per token id.")
 
 
-def _offsets(lengths: np.ndarray) -> np.ndarray:
+def offsets_of(lengths: np.ndarray) -> np.ndarray:
+    """Where each of consecutive runs of ``lengths`` items starts (int64): sentence-transformers' ``offsets``."""
     offsets = np.zeros(len(lengths), dtype=np.int64)
     np.cumsum(lengths[:-1], out=offsets[1:])
     return offsets

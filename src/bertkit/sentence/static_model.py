@@ -20,7 +20,7 @@ from bertkit.inference.batching import check_batch_size
 from bertkit.io import read_json
 from bertkit.sentence.model import SentenceTransformer
 from bertkit.sentence.modules import normalize as l2_normalize
-from bertkit.sentence.static import StaticEmbedding, load_static, save_static
+from bertkit.sentence.static import StaticEmbedding, load_static, offsets_of, save_static
 from bertkit.sentence.util import PRECISIONS
 
 
@@ -66,6 +66,29 @@ class StaticModel:
         flat, lengths = self.module.token_ids(list(sentences))
         return [part.tolist() for part in np.split(flat, np.cumsum(lengths)[:-1])] if len(lengths) else []
 
+    def features(self, texts: list[str], prefix: str = "", truncation_side: str = "right") -> list[dict]:
+        """Each text's token ids (``{"input_ids": [...]}``) after ``prefix``, as :meth:`encode` reads them."""
+        if truncation_side != "right":
+            raise ValueError(f"truncation_side={truncation_side!r}: a static model's tokenizer cuts texts on the "
+                             "right only.")
+        flat, lengths = self.static.token_ids([prefix + text for text in texts])
+        return [{"input_ids": ids.tolist()} for ids in np.split(flat, np.cumsum(lengths)[:-1])] if texts else []
+
+    def embed_features(self, rows: list[dict], output_value: str | None = "sentence_embedding", prefix: str = "", *,
+                       batch_size: int = 32, batch_tokens: int | None = None, progress: bool = False) -> list[Any]:
+        """The sentence embedding (a float32 CPU tensor) of each row of :meth:`features`, in row order."""
+        if output_value != "sentence_embedding":
+            raise ValueError(f"output_value={output_value!r}: a static model gives sentence embeddings only.")
+        if not rows:
+            return []
+        ids = [np.asarray(row["input_ids"], dtype=np.int64) for row in rows]
+        lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
+        device = self.static.embedding.weight.device
+        with torch.inference_mode():
+            vectors = self(torch.from_numpy(np.concatenate(ids)).to(device),
+                           torch.from_numpy(offsets_of(lengths)).to(device))
+        return list(vectors.float().cpu())
+
     def encode(self, sentences: str | Sequence[str], *, show_progress_bar: bool = False,
                normalize: bool | None = None, batch_size: int = 1024, **ignored: Any) -> np.ndarray:
         """Float32 ``[N, D]`` vectors (one string: ``[D]``); ``normalize`` None uses the model's. model2vec's other
@@ -101,6 +124,7 @@ class StaticSentenceTransformer(SentenceTransformer):
         self.static, self.normalize_output, meta = load_static(model_name_or_path, like="sentence-transformers")
         self.config = meta["config"]
         self.tokenizer = self.static.tokenizer
+        self.max_seq_length = (self.tokenizer.truncation or {}).get("max_length")  # None: texts are never cut
         settings = Path(model_name_or_path) / "config_sentence_transformers.json"
         extra = read_json(settings, "sentence-transformers' settings") if settings.is_file() else {}
         self.prompts, self.default_prompt_name = dict(extra.get("prompts") or {}), extra.get("default_prompt_name")
@@ -124,6 +148,29 @@ class StaticSentenceTransformer(SentenceTransformer):
     def forward(self, input_ids: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
         vectors = self.static.pool(input_ids, offsets)
         return l2_normalize(vectors) if self.normalize_output else vectors
+
+    def features(self, texts: list[str], prefix: str = "", truncation_side: str = "right") -> list[dict]:
+        """Each text's token ids (``{"input_ids": [...]}``) after ``prefix``, as :meth:`encode` reads them."""
+        if truncation_side != "right":
+            raise ValueError(f"truncation_side={truncation_side!r}: a static model's tokenizer cuts texts on the "
+                             "right only.")
+        flat, lengths = self.static.token_ids([prefix + text for text in texts])
+        return [{"input_ids": ids.tolist()} for ids in np.split(flat, np.cumsum(lengths)[:-1])] if texts else []
+
+    def embed_features(self, rows: list[dict], output_value: str | None = "sentence_embedding", prefix: str = "", *,
+                       batch_size: int = 32, batch_tokens: int | None = None, progress: bool = False) -> list[Any]:
+        """The sentence embedding (a float32 CPU tensor) of each row of :meth:`features`, in row order."""
+        if output_value != "sentence_embedding":
+            raise ValueError(f"output_value={output_value!r}: a static model gives sentence embeddings only.")
+        if not rows:
+            return []
+        ids = [np.asarray(row["input_ids"], dtype=np.int64) for row in rows]
+        lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
+        device = self.static.embedding.weight.device
+        with torch.inference_mode():
+            vectors = self(torch.from_numpy(np.concatenate(ids)).to(device),
+                           torch.from_numpy(offsets_of(lengths)).to(device))
+        return list(vectors.float().cpu())
 
     def encode(self, sentences: str | Sequence[str], prompt_name: str | None = None, prompt: str | None = None,
                batch_size: int = 32, show_progress_bar: bool | None = None,
