@@ -29,6 +29,7 @@ from bertkit.inference.precision import normalize as dtype_name
 from bertkit.pipelines.embeddings import EmbeddingsPipeline
 from bertkit.sentence.model import SentenceTransformer
 from bertkit.sentence.modules import normalize
+from bertkit.sentence.static import offsets_of
 from bertkit.tokenization.general import TokenizerFast
 
 #: the length limit of a static directory that records none (sentence-transformers' StaticEmbedding truncates
@@ -103,18 +104,28 @@ class StaticEmbeddingsPipeline(EmbeddingsPipeline):
 
     def run(self, items: list[Any], params: dict[str, Any]) -> list[Any]:
         """Texts tokenised as the model reads them (no special tokens; cut at ``max_length`` on
-        ``truncation_side``) and token-id lists (checked against the vocabulary) averaged through the table,
-        :data:`SLICE` inputs per lookup."""
+        ``truncation_side``) and token-id lists (checked against the vocabulary) averaged through the table. Texts
+        alone, cut where the model cuts them, go through the model's own ``encode`` (its batches on threads);
+        anything else :data:`SLICE` inputs per lookup."""
+        prefix = self.prompt(params["prompt_name"])
+        if params["output"] == "sentence" and self._own_reading(params["truncation_side"]) and \
+                all(isinstance(item, str) for item in items):
+            vectors = torch.from_numpy(self.model.encode([prefix + item for item in items], normalize=self.normalizes))
+            self.finite(vectors.numpy())
+            return [self._finish(v, params) for v in vectors]
         answers: list[Any] = []
         for start in range(0, len(items), SLICE):
-            answers += self._answers(items[start:start + SLICE], params)
+            answers += self._answers(items[start:start + SLICE], prefix, params)
         return answers
 
-    def _answers(self, items: list[Any], params: dict[str, Any]) -> list[Any]:
+    def _own_reading(self, side: str) -> bool:
+        """Whether texts are cut where the model itself cuts them (so its own tokenization answers)."""
+        return side == "right" and self.max_length == (self.own_length or UNRECORDED_LENGTH)
+
+    def _answers(self, items: list[Any], prefix: str, params: dict[str, Any]) -> list[Any]:
         rows: list[np.ndarray] = [None] * len(items)  # type: ignore[list-item]
         texts = [i for i, item in enumerate(items) if isinstance(item, str)]
         if texts:
-            prefix = self.prompt(params["prompt_name"])
             flat, lengths = self._token_ids([prefix + items[i] for i in texts], params["truncation_side"])
             for i, row in zip(texts, np.split(flat, np.cumsum(lengths)[:-1])):
                 rows[i] = row
@@ -134,7 +145,7 @@ class StaticEmbeddingsPipeline(EmbeddingsPipeline):
         cuts where this pipeline does (at its own length, on the right), else this pipeline's tokenizer cut at
         ``max_length`` on ``side``, unknown tokens left out where the model leaves them out."""
         model = self.model
-        if side == "right" and self.max_length == (self.own_length or UNRECORDED_LENGTH):
+        if self._own_reading(side):
             return model.token_ids(texts)
         encoded = self.tokenizer(texts, add_special_tokens=False, truncation=True, max_length=self.max_length,
                                  truncation_side=side, return_attention_mask=False)["input_ids"]
@@ -151,9 +162,8 @@ class StaticEmbeddingsPipeline(EmbeddingsPipeline):
         """The model's mean of each id array (an empty one: zeros) as float32 ``[N, D]``, before normalisation."""
         lengths = np.fromiter(map(len, rows), dtype=np.int64, count=len(rows))
         flat = np.concatenate(rows) if rows else np.zeros(0, dtype=np.int64)
-        offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]]) if rows else lengths
         return self.model.pool(torch.from_numpy(flat.astype(np.int64)),
-                               torch.from_numpy(offsets.astype(np.int64))).float().numpy()
+                               torch.from_numpy(offsets_of(lengths))).float().numpy()
 
 
 def counting_tokenizer(backend: Any) -> TokenizerFast:
