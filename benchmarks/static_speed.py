@@ -13,7 +13,8 @@ With ``--serve``, also ``bertkit serve`` on the static model loaded by benchmark
 (:func:`serve_speed.served`) against the model alone on the same texts.
 
     python benchmarks/static_speed.py [--model DIR] [--sentences 50000] [--stride 25] [--rounds 5] [--threads 2]
-        [--batch-size 1024] [--serve] [--json benchmarks/results/static_speed.json]
+        [--batch-size 1024] [--serve] [--scenarios 48x1,1x32] [--serve-args "..."]
+        [--json benchmarks/results/static_speed.json]
 """
 
 from __future__ import annotations
@@ -109,7 +110,7 @@ def serve_rows(model: pathlib.Path, args: argparse.Namespace) -> list[dict]:
 
     served_args = serve_speed.parse_args(["--model", str(model), "--dtypes", "fp32", "--texts", str(args.serve_texts),
                                           "--threads", str(args.threads), "--scenarios", args.scenarios,
-                                          "--py-spy", ""])
+                                          "--py-spy", "", "--serve-args", args.serve_args])
     served_args.py_spy = None
     pairs = make_texts(minilm(), args.serve_texts, 3, 300, 0)  # passages of 3-300 MiniLM tokens
     module, normalize, _ = load_static(model)
@@ -142,7 +143,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--serve", action="store_true", help="also bertkit serve against the model alone")
     parser.add_argument("--serve-texts", type=int, default=4000)
-    parser.add_argument("--scenarios", default="48x1,1x32")
+    parser.add_argument("--scenarios", default="48x1,1x32", help="the server's loads: CLIENTSxTEXTS_PER_REQUEST")
+    parser.add_argument("--serve-args", default="", help="extra arguments for bertkit serve")
     parser.add_argument("--json", type=pathlib.Path, help="write the tables here (benchmarks/record.py's format)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
