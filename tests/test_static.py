@@ -111,3 +111,19 @@ def test_missing_or_damaged_files_name_the_file(tmp_path, damage):
         (path / name).write_text("{ damaged")
     with pytest.raises(ValueError, match=name):
         load_static(path)
+
+
+def test_other_modules_a_mapping_that_does_not_fit_and_a_file_are_refused(tmp_path):
+    path = st_dir(tmp_path / "st")
+    listing = json.loads((path / "modules.json").read_text())
+    (path / "modules.json").write_text(json.dumps([*listing, {"idx": 1, "name": "1", "path": "1_Dense",
+                                                               "type": "sentence_transformers.models.Dense"}]))
+    with pytest.raises(ValueError, match=r"modules\.json lists \['StaticEmbedding', 'Dense'\]"):
+        load_static(path)
+    vocab = tokenizer().get_vocab_size()
+    with pytest.raises(ValueError, match=f"the mapping has {vocab} entries .*each a row below 5"):
+        StaticEmbedding(tokenizer(), table(5, 0), mapping=np.full(vocab, 5))
+    with pytest.raises(ValueError, match="the token weights have shape"):
+        StaticEmbedding(tokenizer(), table(vocab, 0), weights=np.ones(vocab - 1, dtype=np.float32))
+    with pytest.raises(ValueError, match="is not a directory"):
+        load_static(path / "modules.json")

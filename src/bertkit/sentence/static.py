@@ -124,16 +124,16 @@ class StaticEmbedding(nn.Module):
                threads: int | None = None) -> np.ndarray:
         """Float32 ``[N, D]`` vectors of ``texts`` in order (one string: ``[D]``), L2-normalised if asked.
 
-        Batches of ``batch_size`` texts run on ``threads`` threads (default: the cores, at most 4): the tokenizer
-        works outside Python's lock, so one batch's tokens are cut while another's become vectors; the vectors do
-        not depend on either setting."""
+        Batches of ``batch_size`` texts run on ``threads`` threads (default: torch's thread count, at most 4; a
+        worker process of an embedding job sets it to its share of the cores): the tokenizer works outside Python's
+        lock, so one batch's tokens are cut while another's become vectors. The vectors depend on neither."""
         if batch_size <= 0 or (threads is not None and threads <= 0):
             raise ValueError(f"batch_size and threads must be positive integers, got {batch_size} and {threads}.")
         single = isinstance(texts, str)
         texts = [texts] if single else list(texts)
         out = np.empty((len(texts), self.dim), dtype=np.float32)
         starts = range(0, len(texts), batch_size)
-        threads = min(threads or min(os.cpu_count() or 1, 4), len(starts))
+        threads = min(threads or min(torch.get_num_threads(), 4), len(starts))
         if threads <= 1:
             for start in starts:
                 self._encode_into(out, start, texts[start:start + batch_size], normalize)
@@ -148,8 +148,8 @@ class StaticEmbedding(nn.Module):
         flat, lengths = self.token_ids(texts)
         device = self.embedding.weight.device
         vectors = self.pool(torch.from_numpy(flat).to(device), torch.from_numpy(offsets_of(lengths)).to(device))
-        if normalize:
-            vectors = F.normalize(vectors, dim=-1)
+        if normalize:  # in place: the batch's vectors are a fresh tensor
+            vectors.div_(torch.linalg.vector_norm(vectors, dim=-1, keepdim=True).clamp_(min=1e-12))
         out[start:start + len(texts)] = vectors.cpu().numpy()
 
 
