@@ -88,6 +88,9 @@ def describe(source: str) -> str:
     architecture's head (``config.json``'s ``architectures``) is counted too when bertkit knows it."""
     from bertkit.modeling.counting import POOLED, backbone_parameters, count_parameters
 
+    static = _static(Path(source))
+    if static is not None:
+        return static
     config, architecture = _config_of(source)
     lines = [f"{source}: {_family(config)} L={config.num_hidden_layers} H={config.hidden_size} "
              f"A={config.num_attention_heads} intermediate={config.intermediate_size} vocab={config.vocab_size} "
@@ -99,6 +102,21 @@ def describe(source: str) -> str:
     if held:
         lines.append(held)
     return "\n".join(lines)
+
+
+def _static(path: Path) -> str | None:
+    """A static embedding model's lines (a token table, no transformer config to describe), or None for anything
+    else."""
+    from bertkit.tasks.sources import inspect_source, static_kind
+
+    if static_kind(path) is None:
+        return None
+    info = inspect_source(path)
+    vocabulary, dimensions = info.table
+    return "\n".join([f"{path}: static embedding model ({info.static}) vocab={vocabulary} dim={dimensions}: one "
+                      "vector per token, averaged; no transformer",
+                      f"parameters: {vocabulary * dimensions / 1e6:.1f}M (the token table)",
+                      f"holds: {info.describe()}"])
 
 
 def _what_it_holds(path: Path) -> str | None:

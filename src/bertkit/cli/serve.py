@@ -6,7 +6,8 @@
 
 The task is read from the model (a sentence-transformers directory: embeddings; a classifier: classify, or
 rerank with one label; a tagger: ner; QA; an MLM: fill-mask; a ColBERT directory: colbert, its token vectors on
-/embed_all and MaxSim on /rerank) unless --task names it. --index DIR: /search answers the best documents of that
+/embed_all and MaxSim on /rerank; a static model, Model2Vec or sentence-transformers' StaticEmbedding: embeddings)
+unless --task names it. --index DIR: /search answers the best documents of that
 multi-vector index (exact or PLAID), which the served ColBERT model must have built. --workers N runs N
 processes on one port (each loads the model; the server is stateless, so replicas also go behind any load
 balancer). Needs the serve extra: pip install 'bertkit[serve]'.

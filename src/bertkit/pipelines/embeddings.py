@@ -1,11 +1,12 @@
 """``embeddings``: one vector per text; ``sparse-embeddings``: SPLADE's; ``feature-extraction``: HF's token vectors.
 
 ``embeddings`` on a sentence-transformers directory runs its own modules (pooling, Dense, Normalize:
-:class:`bertkit.sentence.SentenceTransformer`); on any other BERT it mean-pools the last hidden states over
-real tokens (``pooling="cls"``/``"max"``/... picks another mode). ``normalize=True`` L2-normalises;
-``dimensions=d`` keeps the first ``d`` (Matryoshka models; re-normalised when normalising); ``prompt_name``
-puts one of a sentence-transformers model's prompts before each text; ``output="tokens"`` answers every
-token's vector instead (``[L, H]`` per text, text-embeddings-inference's ``/embed_all``). An input is a text
+:class:`bertkit.sentence.SentenceTransformer`); on any other BERT it mean-pools the last hidden states over real
+tokens (``pooling="cls"``/``"max"``/... picks another mode); a static directory (Model2Vec, sentence-transformers'
+``StaticEmbedding``) averages its token table (:mod:`bertkit.pipelines.static_embeddings`). ``normalize=True``
+L2-normalises; ``dimensions=d`` keeps the first ``d`` (Matryoshka models; re-normalised when normalising);
+``prompt_name`` puts one of a sentence-transformers model's prompts before each text; ``output="tokens"`` answers
+every token's vector instead (``[L, H]`` per text, text-embeddings-inference's ``/embed_all``). An input is a text
 or a list of token ids (already the model's: no prompt, no truncation). Answers are lists of floats.
 
 ``sparse-embeddings`` answers one vocabulary-sized vector per text from a sentence-transformers sparse encoder
@@ -31,7 +32,7 @@ from bertkit.sentence.model import SentenceTransformer
 from bertkit.sentence.modules import Pooling, is_sentence_transformer, normalize
 from bertkit.sentence.sides import side_prompts
 from bertkit.sentence.sparse import SparseEncoder, keep_largest
-from bertkit.tasks.sources import SPARSE_ENCODERS, inspect_source
+from bertkit.tasks.sources import SPARSE_ENCODERS, inspect_source, static_kind
 
 OUTPUTS = ("sentence", "tokens")
 
@@ -82,6 +83,13 @@ class EmbeddingsPipeline(_TextsOrIds):
 
     @classmethod
     def from_source(cls, source: str | os.PathLike, **options: Any) -> Pipeline:
+        """A static directory (Model2Vec, sentence-transformers' StaticEmbedding) runs in
+        :class:`~bertkit.pipelines.static_embeddings.StaticEmbeddingsPipeline`; another sentence-transformers
+        directory as :class:`bertkit.SentenceTransformer`; anything else as a BERT, mean-pooled."""
+        if cls is EmbeddingsPipeline and static_kind(source) is not None:
+            from bertkit.pipelines.static_embeddings import StaticEmbeddingsPipeline
+
+            return StaticEmbeddingsPipeline.from_source(source, **options)
         if not is_sentence_transformer(source):
             return super().from_source(source, **options)
         model = SentenceTransformer(source, optimize=False)

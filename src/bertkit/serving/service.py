@@ -38,8 +38,10 @@ class Service:
     weights beside its dense vectors. ``sparse``: the kind (:data:`bertkit.tasks.sources.SPARSE_KINDS`), or None.
     ``pipes["colbert"]``: token vectors after a projection, scored by MaxSim, where the model has them (a ColBERT
     directory: then it is the main pipeline; BGE-M3's ``colbert_linear.pt``); ``multi_vector``: the kind
-    (:data:`bertkit.tasks.sources.MULTI_VECTOR_KINDS`), or None. ``index``: the multi-vector index ``/search``
-    searches (``--index``), or None."""
+    (:data:`bertkit.tasks.sources.MULTI_VECTOR_KINDS`), or None. ``static``: a static model's kind
+    (:data:`bertkit.tasks.sources.STATIC_KINDS`: its pipeline is
+    :class:`~bertkit.pipelines.static_embeddings.StaticEmbeddingsPipeline`), or None. ``index``: the multi-vector
+    index ``/search`` searches (``--index``), or None."""
 
     def __init__(self, settings: ServeSettings):
         import torch
@@ -57,11 +59,15 @@ class Service:
         held = inspect_source(settings.model)
         self.sparse = held.sparse if self.task == "embeddings" else None
         self.multi_vector = held.multi_vector if self.task in ("embeddings", "colbert") else None
+        self.static = held.static if self.task == "embeddings" else None
         if settings.index is not None and self.task != "colbert":
             raise ValueError(f"--index: {settings.name} is served as {self.task}; a multi-vector index is searched "
                              "with the ColBERT model that built it (give that model, or leave --index out).")
         if settings.pooling is not None and self.task != "embeddings":
             raise ValueError(f"--pooling applies to embeddings; this server runs {self.task}.")
+        if settings.pooling is not None and self.static:
+            raise ValueError(f"--pooling: {settings.name} is a static model ({self.static}), which averages its "
+                             "tokens' vectors; it has no pooling to choose: leave --pooling out.")
         if settings.pooling is not None and self.sparse in SPARSE_ENCODERS:
             raise ValueError(f"--pooling: {settings.name} is a sentence-transformers sparse encoder ({self.sparse}) "
                              "whose own modules pool; leave --pooling out.")
@@ -135,7 +141,8 @@ class Service:
     def probe(self) -> None:
         """Run the model once on a short input: a checkpoint that answers NaN or fails stops the start here."""
         probe = served_tasks()[self.task].serve.probe
-        probe = probe.replace("[MASK]", self.tokenizer.mask_token) if isinstance(probe, str) else probe
+        probe = probe.replace("[MASK]", self.tokenizer.mask_token) if isinstance(probe, str) and "[MASK]" in probe \
+            else probe  # a static model's tokenizer has no mask token
         try:
             self._answers("main", [probe], {})
         except ServeError as error:
@@ -262,6 +269,8 @@ class Service:
                 "labels": list(labels["id2label"].values()) if labels and self.task != "rerank" else None,
                 "dtype": choice.as_dict(), "numerics": numerics.describe(self.device, choice.name),
                 **({"sparse": sparse} if sparse else {}),
+                **({"static": {"kind": self.static, "dimensions": self.pipe.dimension,
+                               "vocabulary": len(self.tokenizer)}} if self.static else {}),
                 **({"multi_vector": multi_vector_info(self)} if "colbert" in self.pipes else {})}
 
     def sparse_info(self) -> dict[str, Any] | None:

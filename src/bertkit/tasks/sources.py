@@ -58,6 +58,12 @@ SPARSE_ENCODERS = ("splade", "inference-free", "csr")
 MULTI_VECTOR_KINDS = ("sentence-transformers", "pylate", "stanford", "bge-m3")
 #: the multi-vector kinds :class:`bertkit.MultiVectorEncoder` loads
 COLBERT_LAYOUTS = ("sentence-transformers", "pylate", "stanford")
+#: what :attr:`SourceInfo.static` names: a Model2Vec directory (``model.safetensors`` holding ``embeddings``) or a
+#: sentence-transformers ``StaticEmbedding`` module (``embedding.weight``); both load as
+#: :class:`bertkit.sentence.static.StaticEmbedding` (task ``embeddings``)
+STATIC_KINDS = ("model2vec", "sentence-transformers")
+#: each static kind's table in its ``model.safetensors``
+_STATIC_TABLES = {"model2vec": "embeddings", "sentence-transformers": "embedding.weight"}
 _TRANSFORMERS = ("Transformer", "MLMTransformer")
 #: safetensors' and HF config's names of the float formats -> bertkit's
 _DTYPES = {"F32": "fp32", "BF16": "bf16", "F16": "fp16", "float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
@@ -162,14 +168,16 @@ class SourceInfo:
     ``sparse-embeddings`` — or ``bge-m3``, a dense model with FlagEmbedding's ``sparse_linear.pt``); None for
     others. ``multi_vector``: the late-interaction kind (:data:`MULTI_VECTOR_KINDS`: a ColBERT directory, task
 ``multi-vector``, or ``bge-m3``, a BGE-M3 directory with ``colbert_linear.pt``); None for others. ``modules``: a
-Router's modules are named ``route/Type`` (``query/SparseStaticEmbedding``).
+Router's modules are named ``route/Type`` (``query/SparseStaticEmbedding``). ``static``: a static embedding model
+(:data:`STATIC_KINDS`: a token table, no transformer; layout ``static``, task ``embeddings``), whose ``config`` is
+None and whose ``table`` is ``(vocabulary, dimensions)``; None for others.
     """
 
     source: str
     path: Path
     model_path: Path
     layout: str
-    config: BERTConfig
+    config: BERTConfig | None
     architecture: str | None
     model: str | None
     task: str | None
@@ -182,18 +190,21 @@ Router's modules are named ``route/Type`` (``query/SparseStaticEmbedding``).
     config_path: Path | None = None
     sparse: str | None = None
     multi_vector: str | None = None
+    static: str | None = None
+    table: tuple[int, int] | None = None
 
     @property
     def family(self) -> str:
-        return self.config.family
+        return "static" if self.config is None else self.config.family
 
     @property
-    def positions(self) -> int:
-        return self.config.max_tokens
+    def positions(self) -> int | None:
+        """The longest input the model takes (None: a static model has no positions)."""
+        return None if self.config is None else self.config.max_tokens
 
     @property
     def num_labels(self) -> int:
-        return self.config.num_labels
+        return 0 if self.config is None else self.config.num_labels
 
     @property
     def sentence_transformers(self) -> bool:
@@ -205,16 +216,21 @@ Router's modules are named ``route/Type`` (``query/SparseStaticEmbedding``).
 
     def describe(self) -> str:
         """One line, what ``bertkit info`` prints: ``layout hf (cross-encoder), architecture
-        BertForSequenceClassification, task rerank, labels ['LABEL_0'], max length 128 (takes 512), saved fp32``."""
+        BertForSequenceClassification, task rerank, labels ['LABEL_0'], max length 128 (takes 512), saved fp32``;
+        a static model's: ``layout static (model2vec), architecture StaticEmbedding, task embeddings, ..., table
+        30522 x 256, max length 512 (takes any), saved fp32``."""
         parts = [f"layout {self.layout}" + (" (cross-encoder)" if self.cross_encoder else "")
                  + (f" (sparse: {self.sparse})" if self.sparse else "")
-                 + (f" (multi-vector: {self.multi_vector})" if self.multi_vector else ""),
+                 + (f" (multi-vector: {self.multi_vector})" if self.multi_vector else "")
+                 + (f" ({self.static})" if self.static else ""),
                  f"architecture {self.architecture or 'unknown'}", f"task {self.task or 'none'}"]
         if self.modules:
             parts.append(f"modules {' > '.join(self.modules)}")
         if self.labels is not None:
             parts.append(f"labels {list(self.labels)}")
-        parts.append(f"max length {self.max_length or 'not recorded'} (takes {self.positions})")
+        if self.table is not None:
+            parts.append(f"table {self.table[0]} x {self.table[1]}")
+        parts.append(f"max length {self.max_length or 'not recorded'} (takes {self.positions or 'any'})")
         parts.append(f"saved {self.dtype or 'in a format read only with the weights'}")
         return ", ".join(parts)
 
@@ -228,13 +244,17 @@ def inspect_source(source: str | os.PathLike) -> SourceInfo:
     directory) is ``rerank`` with one label, else ``text-classification``; another sentence-transformers
     directory ``embeddings`` (a sparse encoder's: ``sparse-embeddings``); a ``task.json`` names its task; otherwise
     the architecture's row
-    (:func:`bertkit.tasks.table.task_for_architecture`). ``FileNotFoundError`` when ``source`` holds no
+    (:func:`bertkit.tasks.table.task_for_architecture`); a static model (:func:`static_kind`) ``embeddings``, read
+    from its safetensors header alone. ``FileNotFoundError`` when ``source`` holds no
     checkpoint; ``ValueError`` naming the file for a damaged ``modules.json``, config or ``task.json``.
     """
     from bertkit.weights.download import resolve_source
 
     path = Path(resolve_source(source))
     modules = _modules(path)
+    static = static_kind(path, modules)
+    if static is not None:
+        return _static_info(source, path, modules, static)
     model_path = path / modules[0][1] if modules else (path if path.is_dir() else path.parent)
     config, raw, config_path, checkpoint = _read_config(path, model_path)
     architecture = (raw.get("architectures") or [None])[0]
@@ -315,6 +335,61 @@ def _router_modules(path: Path, folder: str) -> list[tuple[str, str]]:
                          "restore it.")
     return [(f"{route}/{str(types[name]).rsplit('.', 1)[-1]}", os.path.join(folder, name))
             for route, names in structure.items() for name in names]
+
+
+def static_kind(path: str | os.PathLike, modules: list[tuple[str, str]] | None = None) -> str | None:
+    """The static kind of :data:`STATIC_KINDS` a directory holds, or None: a ``StaticEmbedding`` module first in
+    its ``modules.json`` (model2vec writes one too, at ``"."``), or, without one, Model2Vec's files
+    (``model.safetensors`` with ``embeddings`` beside ``tokenizer.json``). Which table the module's
+    ``model.safetensors`` holds tells the two apart; ``modules`` is :func:`_modules`' reading, when made."""
+    path = Path(path)
+    if not path.is_dir():
+        return None
+    modules = _modules(path) if modules is None else modules
+    if modules and modules[0][0] != "StaticEmbedding":
+        return None
+    folder = path / modules[0][1] if modules else path
+    if not modules and not (folder / "tokenizer.json").is_file():
+        return None
+    names = _safetensors_header(folder / "model.safetensors") if (folder / "model.safetensors").is_file() else {}
+    kind = next((kind for kind, table in _STATIC_TABLES.items() if table in names), None)
+    if modules and kind is None:
+        raise ValueError(f"{folder / 'model.safetensors'}: a StaticEmbedding module's weights should hold "
+                         f"{' or '.join(repr(t) for t in _STATIC_TABLES.values())} (the token table); it holds "
+                         f"{sorted(names) or 'no file'}. Restore the file the model was saved with.")
+    return kind
+
+
+def _static_info(source: str | os.PathLike, path: Path, modules: list[tuple[str, str]], kind: str) -> SourceInfo:
+    """:func:`inspect_source`'s answer for a static directory: its table's size and format from the safetensors
+    header, its length limit from Model2Vec's ``config.json`` (``max_length``; sentence-transformers' module has
+    none)."""
+    folder = path / modules[0][1] if modules else path
+    entry = _safetensors_header(folder / "model.safetensors")[_STATIC_TABLES[kind]]
+    config_path = folder / "config.json"
+    config = read_json_object(config_path, "a Model2Vec config") if kind == "model2vec" and config_path.is_file() \
+        else {}
+    max_length = config.get("max_length") if isinstance(config.get("max_length"), int) else None
+    row = find_task("embeddings")
+    return SourceInfo(os.fspath(source), path, folder, "static", None, "StaticEmbedding",
+                      "bertkit.sentence.static:StaticEmbedding", row.name, None, max_length,
+                      _DTYPES.get(entry.get("dtype"), entry.get("dtype")), modules=tuple(k for k, _ in modules),
+                      config_path=config_path if config else None, static=kind,
+                      table=tuple(int(n) for n in entry["shape"]))
+
+
+def _safetensors_header(path: Path) -> dict[str, Any]:
+    """A safetensors file's header: tensor name -> ``{"dtype", "shape", "data_offsets"}`` (and ``__metadata__``);
+    a file too short or not JSON there is a ValueError naming it."""
+    try:
+        with open(path, "rb") as f:
+            size = int.from_bytes(f.read(8), "little")
+            header = json.loads(f.read(size)) if 2 <= size <= 100_000_000 else None
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        header = None
+    if not isinstance(header, dict):
+        raise ValueError(f"{path} is not a safetensors file (its header is damaged or missing): restore it.")
+    return header
 
 
 def _sparse_kind(path: Path, modules: list[tuple[str, str]]) -> str | None:
@@ -413,8 +488,7 @@ def _saved_dtype(folder: Path, raw: dict[str, Any]) -> str | None:
         shards = read_json_object(folder / SAFETENSORS_INDEX_NAME, "a safetensors index").get("weight_map") or {}
         weights = folder / sorted(set(shards.values()))[0] if shards else weights
     if weights.is_file():
-        with open(weights, "rb") as f:
-            header = json.loads(f.read(int.from_bytes(f.read(8), "little")))
+        header = _safetensors_header(weights)
         counts: dict[str, int] = {}
         for entry in header.values():
             name = _DTYPES.get(entry.get("dtype")) if isinstance(entry, dict) else None
@@ -469,8 +543,9 @@ def _fingerprint(checkpoint) -> dict[str, Any]:
 
 
 __all__ = ["COLBERT_LAYOUTS", "COLBERT_LINEAR", "MULTI_VECTOR_KINDS", "SPARSE_ENCODERS", "SPARSE_KINDS",
-           "SPARSE_LINEAR", "TASK_FILE", "LoadedSource",
-           "SourceInfo", "inspect_source", "load_model_and_tokenizer", "load_source", "read_task_file", "source_config"]
+           "SPARSE_LINEAR", "STATIC_KINDS", "TASK_FILE", "LoadedSource",
+           "SourceInfo", "inspect_source", "load_model_and_tokenizer", "load_source", "read_task_file", "source_config",
+           "static_kind"]
 
 
 def require_scoring_head(model: str | os.PathLike, flag: str) -> None:
