@@ -100,15 +100,17 @@ def _load_sparse(spec: ModelSpec) -> tuple[Any, int, str]:
 
 
 def _encode_sparse(encoder: Encoder, texts: list[str]) -> list[tuple[np.ndarray, np.ndarray]]:
-    rows = encoder.model.encode(texts, prompt_name=encoder.spec.prompt_name, batch_size=encoder.spec.batch_size,
-                                show_progress_bar=False, convert_to_tensor=False, convert_to_sparse_tensor=True)
+    import torch
+
     out = []
-    for row in rows:
-        row = row.coalesce()
-        indices, values = row.indices()[0].numpy().astype(np.int32), row.values().float().numpy()
-        if encoder.spec.normalize and len(values):
-            values = values / max(float(np.linalg.norm(values)), 1e-12)
-        out.append((indices, values.astype(np.float32)))
+    with torch.inference_mode():  # encode's rows hold inference tensors: read them in the same mode
+        rows = encoder.model.encode(texts, prompt_name=encoder.spec.prompt_name, batch_size=encoder.spec.batch_size,
+                                    show_progress_bar=False, convert_to_tensor=False, convert_to_sparse_tensor=True)
+        for row in rows:  # built coalesced (one entry per index, sorted)
+            indices, values = row.indices()[0].numpy().astype(np.int32), row.values().float().numpy()
+            if encoder.spec.normalize and len(values):
+                values = values / max(float(np.linalg.norm(values)), 1e-12)
+            out.append((indices, values.astype(np.float32)))
     return out
 
 
