@@ -149,16 +149,34 @@ def test_sparse_and_multi_vector_models(tmp_path):
         np.testing.assert_allclose(g, w, **TOL)
 
 
+def test_static_models_of_both_formats(tmp_path):
+    """A Model2Vec directory (normalising, vocabulary-quantized) and a sentence-transformers StaticEmbedding one:
+    the store holds what bertkit's StaticModel encodes, in --format npy too."""
+    from bertkit.sentence.static import load_static
+    from static_dirs import model2vec_dir, st_dir
+
+    items = texts(30, seed=7)
+    (tmp_path / "c.txt").write_text("\n".join(items) + "\n")
+    for name, path in (("m2v", model2vec_dir(tmp_path / "m2v", normalize=True, quantized=True)),
+                       ("st", st_dir(tmp_path / "st"))):
+        meta = job(path, [tmp_path / "c.txt"], tmp_path / f"{name}-out", shard_rows=7, formats=("npy",))
+        module, normalize, _ = load_static(path)
+        assert meta["model"]["kind"] == "static" and meta["model"]["dim"] == module.dim
+        ids, vectors = read_all(tmp_path / f"{name}-out")
+        assert ids == list(range(30))
+        np.testing.assert_allclose(vectors, module.encode(items, normalize=normalize), **TOL)
+
+
 def test_a_sigkilled_run_resumed_holds_every_id_once(tmp_path):
     """A real subprocess killed with SIGKILL mid-run (a second run into the same directory meanwhile refused by its
     lock), a shard file left written but unrecorded and a temp file of a torn write: --resume keeps the recorded
     shards, rewrites the rest, and the store equals an uninterrupted run's."""
-    items = texts(600, seed=5)
+    items = texts(300, seed=5)
     (tmp_path / "c.txt").write_text("\n".join(items) + "\n")
-    args = [*CLI, "embed", str(MINILM), "--input", str(tmp_path / "c.txt"), "--shard-rows", "10", "--dtype", "fp32",
+    args = [*CLI, "embed", str(MINILM), "--input", str(tmp_path / "c.txt"), "--shard-rows", "5", "--dtype", "fp32",
             "-o"]
     whole = tmp_path / "whole"
-    config = JobConfig(str(MINILM), (str(tmp_path / "c.txt"),), str(whole), shard_rows=10, dtype="fp32",
+    config = JobConfig(str(MINILM), (str(tmp_path / "c.txt"),), str(whole), shard_rows=5, dtype="fp32",
                        progress=False)
     embed_corpus(config)
     killed = tmp_path / "killed"
@@ -188,7 +206,7 @@ def test_a_sigkilled_run_resumed_holds_every_id_once(tmp_path):
     assert rerun.returncode == 0, rerun.stderr
     assert {n: (killed / f"{n}.parquet").stat().st_mtime_ns for n in kept} == kept  # recorded shards not redone
     ids, vectors = read_all(killed)
-    assert ids == list(range(600))  # each id exactly once
+    assert ids == list(range(300))  # each id exactly once
     np.testing.assert_allclose(vectors, read_all(whole)[1], **TOL)
     assert not list(killed.glob(".*.tmp"))
 
