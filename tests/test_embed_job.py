@@ -129,6 +129,9 @@ def test_sparse_and_multi_vector_models(tmp_path):
     items = ["the cat sat on the mat", "berlin is a big city", "what river", "old town"]
     (tmp_path / "c.txt").write_text("\n".join(items) + "\n")
     splade = sparse_dirs(tmp_path / "sparse")["splade"]
+    with pytest.raises(ValueError, match="a sparse model, whose vectors are written as Parquet"):
+        job(splade, [tmp_path / "c.txt"], tmp_path / "s", formats=("npy",))
+    assert not (tmp_path / "s").exists()
     job(splade, [tmp_path / "c.txt"], tmp_path / "s", shard_rows=3)
     store = open_store(tmp_path / "s")
     assert store.kind == "sparse"
