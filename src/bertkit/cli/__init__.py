@@ -118,6 +118,13 @@ def add_dtype_argument(parser, old_precision: bool = False) -> None:
         parser.add_argument("--precision", action=_OldPrecision, dest="dtype", help=argparse.SUPPRESS)
 
 
+def add_flags(group, rows) -> None:
+    """Adds each ``(flag, argparse keywords)`` row of a command's flag table to ``group`` (a parser or an
+    argument group): the commands keep their flags as data, one table a group."""
+    for flag, kwargs in rows:
+        group.add_argument(flag, **kwargs)
+
+
 class _OldPrecision(argparse.Action):
     """``--precision X`` of an inference command: says once it is the old name of ``--dtype``, and sets it."""
 
