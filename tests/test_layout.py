@@ -76,6 +76,9 @@ LAYERS["export"] = {*LAYERS["tasks"], "tasks", "sentence"}
 LAYERS["serving"] = {*LAYERS["pipelines"], "pipelines", "retrieval"}
 # the old import path of bertkit.sentence's and bertkit.retrieval's training API: re-exports only
 LAYERS["embedding"] = {"sentence", "retrieval"}
+# embedding a corpus at scale (bertkit embed MODEL --input CORPUS -o OUT): loads models as the pipelines do, reads
+# the corpus with data's partitions and runs them on its executors, writes an embedding store
+LAYERS["embed_job"] = {*LAYERS["pipelines"], "pipelines", "sentence", "retrieval", "data"}
 
 #: Imports that break the table on purpose: (importing layer, imported layer) -> why. Keep it empty.
 DEVIATIONS: dict[tuple[str, str], str] = {}
