@@ -1,0 +1,110 @@
+"""Mining hard negatives from an embedding store (bertkit.embed_job.mine): the rows equal the in-memory mining's
+on the same embeddings, whatever the shards and chunks; a store meets only its own corpus."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from bertkit.embed_job.mine import mine_from_store
+from bertkit.embed_job.store import open_store, shard_name, write_index, write_shard
+from bertkit.sentence.mining import mine_hard_negatives
+from test_embedding_mining import SETTINGS, bag_of_words, gaussian, texts
+
+
+def store_of(directory, corpus: list[str], encode, cuts=(0, 13, 14, 50), ids=None, kind="dense", formats=("parquet",)):
+    """``corpus`` embedded by ``encode`` into a store of uneven shards (cut at ``cuts``), ids the row numbers."""
+    ids = list(range(len(corpus))) if ids is None else ids
+    bounds = [*cuts, len(corpus)]
+    vectors = encode(corpus)
+    records = [write_shard(directory, shard_name(n), ids[a:b], vectors[a:b], kind, formats)
+               for n, (a, b) in enumerate(itertools.pairwise(bounds))]
+    write_index(directory, {"model": {"path": "m", "fingerprint": "f", "kind": kind, "dtype": "float32",
+                                      "dim": vectors.shape[1], "normalize": False, "prompt": None},
+                            "input": {}, "shards": records, "complete": True})
+    return open_store(directory)
+
+
+def rows_of(corpus: list[str]):
+    return lambda: enumerate(corpus)
+
+
+@pytest.fixture(scope="module")
+def data():
+    """60 pairs (a query with two positives, a positive that is a corpus row, two positives copied into the corpus)
+    and 80 other corpus texts: as test_embedding_mining's, the corpus without repeats."""
+    pool = texts(200, seed=0)
+    queries, positives, corpus = pool[:60], pool[60:120], pool[120:]
+    return [*queries, queries[3]], [*positives, corpus[0]], [*corpus, positives[5], positives[7]]
+
+
+@pytest.mark.parametrize("settings", SETTINGS, ids=lambda s: ",".join(f"{k}={v}" for k, v in s.items()) or "default")
+def test_mined_from_a_store_equals_mined_from_the_texts(data, settings, tmp_path):
+    queries, positives, corpus = data
+    want = mine_hard_negatives(queries, positives, corpus, bag_of_words, similarity="dot", **settings)
+    store = store_of(tmp_path, corpus, bag_of_words)
+    for chunk_size in (7, 10_000):
+        got = mine_from_store(queries, positives, store, rows_of(corpus), bag_of_words, similarity="dot",
+                              chunk_size=chunk_size, **settings)
+        assert got.rows == want.rows and got.summary == want.summary, chunk_size
+    assert want.rows  # every setting finds some rows
+
+
+def test_cosine_npy_shards_and_query_vectors_from_a_store(data, tmp_path):
+    queries, positives, corpus = data
+    want = mine_hard_negatives(queries, positives, corpus, gaussian, relative_margin=0.05)
+    store = store_of(tmp_path / "c", corpus, gaussian, formats=("npy",))
+    asked = store_of(tmp_path / "q", queries, gaussian, cuts=(0, 30))  # the pairs' queries, one row a pair
+    query_vectors = np.concatenate([vectors for _, vectors in asked.iter_batches()])
+    got = mine_from_store(queries, positives, store, rows_of(corpus), gaussian, query_vectors=query_vectors,
+                          relative_margin=0.05, chunk_size=9)
+    assert got.rows == want.rows and len(got.rows) > 10
+
+
+def test_rescore_from_a_store(data, tmp_path):
+    def rescore(pairs):  # a fake cross-encoder: shared words
+        return [float(len(set(q.split()) & set(p.split()))) + 0.01 * len(p) for q, p in pairs]
+
+    queries, positives, corpus = data
+    settings = {"range_max": 15, "absolute_margin": 0.5, "similarity": "dot", "rescore": rescore, "batch_size": 5}
+    want = mine_hard_negatives(queries, positives, corpus, bag_of_words, **settings)
+    got = mine_from_store(queries, positives, store_of(tmp_path, corpus, bag_of_words), rows_of(corpus),
+                          bag_of_words, **settings)
+    assert got.rows == want.rows and len(got.rows) > 10
+
+
+def test_a_repeated_positive_is_never_a_negative_and_the_model_is_needed_only_for_missing_positives(tmp_path):
+    corpus = texts(40, seed=3)
+    queries = texts(45, seed=4)[-5:]
+    positives = corpus[:5]
+    repeated = [*corpus, *corpus[:5]]  # every positive twice in the store
+    store = store_of(tmp_path, repeated, gaussian)
+    got = mine_from_store(queries, positives, store, rows_of(repeated), None, query_vectors=gaussian(queries),
+                          num_negatives=4, range_max=10)
+    assert len(got.rows) == 5
+    for row in got.rows:
+        assert row["positive"] not in [row[f"negative_{k}"] for k in range(1, 5)]
+    with pytest.raises(ValueError, match=r"is in no row of .*give the model"):
+        mine_from_store(queries, ["not in the corpus", *positives[1:]], store, rows_of(repeated), None,
+                        query_vectors=gaussian(queries))
+
+
+def test_a_store_meets_only_its_own_corpus(data, tmp_path):
+    queries, positives, corpus = data
+    store = store_of(tmp_path / "s", corpus, bag_of_words)
+    with pytest.raises(ValueError, match=r"row 0 of the corpus has id 'a' but the store .* has id 0 there"):
+        mine_from_store(queries, positives, store, lambda: (("a", t) for t in corpus), bag_of_words)
+    with pytest.raises(ValueError, match=r"the corpus has 81 rows but the store .* 82"):
+        mine_from_store(queries, positives, store, rows_of(corpus[:-1]), bag_of_words)
+    with pytest.raises(ValueError, match="ends before it"):
+        mine_from_store(queries, positives, store, rows_of([*corpus, "one more"]), bag_of_words)
+    with pytest.raises(ValueError, match=r"the query embeddings have 16 dimensions but .* 24"):
+        mine_from_store(queries, positives, store, rows_of(corpus), gaussian)
+    sparse = [(np.array([1], np.int32), np.array([1.0], np.float32))] * 3
+    records = [write_shard(tmp_path / "p", shard_name(0), [0, 1, 2], sparse, "sparse")]
+    write_index(tmp_path / "p", {"model": {"kind": "sparse", "dim": 9}, "input": {}, "shards": records,
+                                 "complete": True})
+    with pytest.raises(ValueError, match=r"holds a sparse model's embeddings; .* dense or static model"):
+        mine_from_store(queries, positives, open_store(tmp_path / "p"), rows_of(corpus), bag_of_words)
