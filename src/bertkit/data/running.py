@@ -17,6 +17,7 @@ import signal
 import socket
 import time
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -42,11 +43,11 @@ class RunningNote:
 
 def run_all(executor: cf.Executor, window: int, fn: Callable, jobs: Iterator, out: Path, progress: bool,
              desc: str, total: int | None, amount: Callable[[dict[str, Any]], int],
-             unit: str = " blocks") -> list[dict[str, Any]]:
+             unit: str = " blocks", words: RunWords | None = None) -> list[dict[str, Any]]:
     """Every job's marker, in job order (markers hold "partition" or "block", their number); at most ``window``
-    jobs are held (planned, queued) at once; the progress bar advances by ``amount(marker)`` ``unit``. A job's
-    ValueError is raised as it is; a worker that died (killed, out of memory, crashed) ends the run with an
-    error naming what it was doing (:func:`worker_died`)."""
+    jobs are held (planned, queued) at once; the progress bar advances by ``amount(marker)`` ``unit``, called in
+    this process as each job ends. A job's ValueError is raised as it is; a worker that died (killed, out of memory,
+    crashed) ends the run with an error naming what it was doing (:func:`worker_died`, in the run's ``words``)."""
     from bertkit.progress import progress_bar
 
     results: list[dict[str, Any]] = []
@@ -62,7 +63,7 @@ def run_all(executor: cf.Executor, window: int, fn: Callable, jobs: Iterator, ou
                 except (ValueError, KeyboardInterrupt):
                     raise
                 except BaseException as error:  # a dead worker, MemoryError, a Rust panic
-                    raise worker_died(out, job, error) from None
+                    raise worker_died(out, job, error, words or RunWords()) from None
                 results.append(marker)
                 bar.update(amount(marker))
         for job in jobs:
@@ -73,7 +74,19 @@ def run_all(executor: cf.Executor, window: int, fn: Callable, jobs: Iterator, ou
     return sorted(results, key=lambda marker: marker.get("partition", marker.get("block")))
 
 
-def worker_died(out: Path, job: Any, error: BaseException) -> RuntimeError | BaseException:
+@dataclass(frozen=True)
+class RunWords:
+    """How :func:`worker_died` names a run (``task``), the flag that makes a job need less memory (``smaller``) and
+    what a rerun does (``kept``)."""
+
+    task: str = "data creation"
+    smaller: str = "--partition-size"
+    kept: str = ("The partitions and blocks finished so far are kept: run the same command again to continue where "
+                 "it stopped.")
+
+
+def worker_died(out: Path, job: Any, error: BaseException,
+                words: RunWords = RunWords()) -> RuntimeError | BaseException:
     """One line for a job whose worker died or failed outside the checks: what it was doing (a dead worker's
     ``.running-*`` note names it; else the job whose result failed), why, and that a rerun continues."""
     import concurrent.futures.process
@@ -83,15 +96,14 @@ def worker_died(out: Path, job: Any, error: BaseException) -> RuntimeError | Bas
         dead = _dead_workers_jobs(out)
         what = ", ".join(dead) if dead else what
         why = ("its worker process died (killed by a signal, or by the system for want of memory: a smaller "
-               "--partition-size or fewer --workers need less)")
+               f"{words.smaller} or fewer --workers need less)")
     elif isinstance(error, MemoryError):
-        why = (f"out of memory ({error}); a smaller --partition-size or fewer --workers need less")
+        why = (f"out of memory ({error}); a smaller {words.smaller} or fewer --workers need less")
     elif isinstance(error, OSError):
         return error  # a full disk or an unreadable file: its own message names the path
     else:
         why = f"{type(error).__name__}: {error}"
-    return RuntimeError(f"data creation failed on {what}: {why}. The partitions and blocks finished so far are "
-                        "kept: run the same command again to continue where it stopped.")
+    return RuntimeError(f"{words.task} failed on {what}: {why}. {words.kept}")
 
 
 def _dead_workers_jobs(out: Path, patience: float = 2.0) -> list[str]:
