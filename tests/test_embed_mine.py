@@ -4,6 +4,7 @@ on the same embeddings, whatever the shards and chunks; a store meets only its o
 from __future__ import annotations
 
 import itertools
+import json
 
 import numpy as np
 import pytest
@@ -11,7 +12,7 @@ import pytest
 from bertkit.embed_job.mine import mine_from_store
 from bertkit.embed_job.store import open_store, shard_name, write_index, write_shard
 from bertkit.sentence.mining import mine_hard_negatives
-from test_embedding_mining import SETTINGS, bag_of_words, gaussian, texts
+from test_embedding_mining import SETTINGS, bag_of_words, gaussian, texts, word_data  # noqa: F401 (a fixture)
 
 
 def store_of(directory, corpus: list[str], encode, cuts=(0, 13, 14, 50), ids=None, kind="dense", formats=("parquet",)):
@@ -108,3 +109,86 @@ def test_a_store_meets_only_its_own_corpus(data, tmp_path):
                                  "complete": True})
     with pytest.raises(ValueError, match=r"holds a sparse model's embeddings; .* dense or static model"):
         mine_from_store(queries, positives, open_store(tmp_path / "p"), rows_of(corpus), bag_of_words)
+
+
+# ---------------------------------------------------------------------------- bertkit embed mine --corpus-embeddings
+@pytest.fixture(scope="module")
+def job(tmp_path_factory, word_data):  # noqa: F811 (the fixture imported above)
+    """The tiny model, word pairs in pairs.jsonl, the corpus in corpus.jsonl (ids in "doc") embedded by the job
+    into stores of the corpus and of the pairs' queries."""
+    from bertkit.embed_job.plan import ReadOptions
+    from bertkit.embed_job.run import JobConfig, embed_corpus
+    from test_embedding_mining import tiny_model
+
+    root = tmp_path_factory.mktemp("store-mining")
+    model = tiny_model(root / "tiny")
+    queries, positives, corpus = word_data
+    pairs, texts_file = root / "pairs.jsonl", root / "corpus.jsonl"
+    pairs.write_text("".join(json.dumps({"anchor": q, "positive": p}) + "\n" for q, p in zip(queries, positives)))
+    texts_file.write_text("".join(json.dumps({"doc": f"d{i}", "text": t}) + "\n" for i, t in enumerate(corpus)))
+    for inputs, out, read in ((texts_file, "corpus", ReadOptions(id_column="doc")),
+                              (pairs, "queries", ReadOptions(text_column="anchor"))):
+        embed_corpus(JobConfig(str(model), (str(inputs),), str(root / out), read=read, shard_rows=17, dtype="fp32",
+                               progress=False))
+    return root, model, corpus
+
+
+def test_cli_mines_from_a_store_as_from_re_encoding(job, capsys):
+    from bertkit.cli import main
+
+    root, model, corpus = job
+    (root / "corpus.txt").write_text("\n".join(corpus) + "\n")
+    common = ["embed", "mine", str(model), "--data", str(root / "pairs.jsonl"), "--num-negatives", "2",
+              "--range-max", "30", "--absolute-margin", "0.001", "--dtype", "fp32", "--chunk-size", "11"]
+    assert main([*common, "--corpus", str(root / "corpus.txt"), "-o", str(root / "encoded.jsonl")]) == 0
+    encoded = json.loads(capsys.readouterr().out)
+    for extra in ([], ["--query-embeddings", str(root / "queries")]):
+        out = root / f"stored{len(extra)}.jsonl"
+        assert main([*common, "--corpus-embeddings", str(root / "corpus"), *extra, "-o", str(out)]) == 0
+        assert json.loads(capsys.readouterr().out) == encoded
+        assert out.read_text() == (root / "encoded.jsonl").read_text() and encoded["rows"] > 10
+
+
+def test_cli_store_refusals(job, tmp_path, capsys):
+    from bertkit.cli import main
+    from test_embedding_mining import tiny_model
+
+    root, model, _ = job
+    base = ["embed", "mine", str(model), "--data", str(root / "pairs.jsonl"), "-o", str(tmp_path / "x.jsonl")]
+    cases = [
+        (["--corpus-embeddings", str(root / "corpus"), "--corpus", str(root / "pairs.jsonl")], "leave --corpus out"),
+        (["--corpus-embeddings", str(root / "corpus"), "--faiss"], "leave --faiss out"),
+        (["--query-embeddings", str(root / "queries")], "--query-embeddings goes with --corpus-embeddings"),
+        (["--corpus-embeddings", str(root / "corpus"), "--query-embeddings", str(root / "corpus")],
+         "is not the 'anchor' column of --data"),
+        (["--corpus-embeddings", str(root)], "holds no index.json"),
+    ]
+    for flags, message in cases:
+        assert main([*base, *flags]) == 1
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and message in err[0], (flags, err)
+    other = tiny_model(tmp_path / "other", max_positions=48)
+    assert main(["embed", "mine", str(other), *base[3:], "--corpus-embeddings", str(root / "corpus")]) == 1
+    assert "was embedded by" in capsys.readouterr().err
+    assert main([*base[:-1], str(root / "corpus" / "mined.jsonl"), "--corpus-embeddings", str(root / "corpus")]) == 1
+    assert "--corpus-embeddings" in capsys.readouterr().err
+    assert not (tmp_path / "x.jsonl").exists()
+
+
+def test_a_corpus_changed_or_gone_since_its_store_is_named(job, tmp_path):
+    from bertkit.embed_job.mine import store_corpus
+    from bertkit.embed_job.run import JobConfig, embed_corpus
+
+    _, model, corpus = job
+    texts_file = tmp_path / "c.txt"
+    texts_file.write_text("\n".join(corpus[:20]) + "\n")
+    embed_corpus(JobConfig(str(model), (str(texts_file),), str(tmp_path / "s"), shard_rows=7, dtype="fp32",
+                           progress=False))
+    store = open_store(tmp_path / "s")
+    assert list(store_corpus(store)()) == list(enumerate(corpus[:20]))
+    texts_file.write_text("\n".join(corpus[:21]) + "\n")
+    with pytest.raises(ValueError, match=r"c\.txt, the corpus of .* is changed since it was embedded"):
+        store_corpus(store)
+    texts_file.unlink()
+    with pytest.raises(ValueError, match="is gone since"):
+        store_corpus(store)

@@ -21,6 +21,7 @@ module docstring, steps 1-6) with the candidate pool in an :class:`~bertkit.embe
 from __future__ import annotations
 
 import bisect
+import os
 import random
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
@@ -29,7 +30,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from bertkit.embed_job.store import EmbeddingStore
+from bertkit.embed_job.plan import ReadOptions, identity, plan_shards, shard_rows
+from bertkit.embed_job.store import INDEX, EmbeddingStore, model_fingerprint
 from bertkit.retrieval.similarity import pairwise, rowwise
 from bertkit.sentence.mining import (
     FILTERS,
@@ -207,3 +209,49 @@ def _chunks(store: EmbeddingStore, extra: torch.Tensor | None, chunk_size: int, 
             yield F.normalize(chunk, dim=-1) if normalize else chunk
     if extra is not None:
         yield extra
+
+
+def store_corpus(store: EmbeddingStore) -> Corpus:
+    """The ``(id, text)`` rows ``store`` was embedded from, read as its job read them (the files, columns,
+    encoding and shard rows its ``index.json`` records); a corpus file gone or changed since is a ``ValueError``
+    naming it (its row ids would no longer be the store's)."""
+    source = store.meta.get("input") or {}
+    files = source.get("files") or []
+    if not files or "shard_rows" not in source:
+        raise ValueError(f"{store.path / INDEX} names no corpus files: the store was not written by `bertkit embed "
+                         "MODEL --input CORPUS -o OUT`, and its texts cannot be found; embed the corpus with it.")
+    for file in files:
+        try:
+            now = identity(file["path"])
+        except OSError:
+            now = None
+        if now != file:
+            raise ValueError(f"{file['path']}, the corpus of {store.path}, is {'gone' if now is None else 'changed'} "
+                             "since it was embedded: its rows may no longer be the store's; restore it, or embed "
+                             "the corpus again.")
+    read = ReadOptions(source.get("text_column", "text"), source.get("id_column"), source.get("encoding", "utf-8"))
+    shards = list(plan_shards([file["path"] for file in files], source["shard_rows"], read))
+    return lambda: (row for shard in shards for row in shard_rows(shard, read))
+
+
+def check_model(store: EmbeddingStore, model: str, flag: str) -> None:
+    """``ValueError`` unless ``model`` is the model ``store`` was embedded with (by fingerprint): vectors of two
+    models are not comparable."""
+    recorded = store.meta.get("model", {})
+    if model_fingerprint(model) != recorded.get("fingerprint"):
+        raise ValueError(f"{flag} {store.path} was embedded by {recorded.get('path')}, not by MODEL {model} (their "
+                         "fingerprints differ); mine with the model that embedded it.")
+
+
+def pair_vectors(store: EmbeddingStore, pairs: str, column: str, count: int) -> np.ndarray:
+    """The vectors of a store embedded from the ``column`` of the pairs file ``pairs`` (one row a pair, in order),
+    for :func:`mine_from_store`'s ``query_vectors``; ``ValueError`` for a store of anything else."""
+    source = store.meta.get("input") or {}
+    paths = [file.get("path") for file in source.get("files") or []]
+    if store.kind not in SEARCHABLE or paths != [os.path.abspath(pairs)] or source.get("text_column") != column \
+            or len(store) != count:
+        raise ValueError(f"--query-embeddings {store.path} is not the {column!r} column of --data {pairs} embedded "
+                         f"by one model ({len(store)} rows of {paths or 'no files'}, column "
+                         f"{source.get('text_column')!r}, for {count} pairs); make it with `bertkit embed MODEL "
+                         f"--input {pairs} --text-column {column} -o DIR`.")
+    return np.concatenate([np.asarray(vectors, dtype=np.float32) for _, vectors in store.iter_batches()])

@@ -91,8 +91,8 @@ def mine_hard_negatives(queries: Sequence[str], positives: Sequence[str], corpus
     most_positives = max(len(p) for p in positives_of)
     depth = min(range_max + most_positives, len(pool))
 
-    pool_vectors = _embeddings(encode, pool, "encode", "the corpus")
-    query_vectors = _embeddings(encode_queries or encode, unique, "encode_queries" if encode_queries else "encode",
+    pool_vectors = encoded_rows(encode, pool, "encode", "the corpus")
+    query_vectors = encoded_rows(encode_queries or encode, unique, "encode_queries" if encode_queries else "encode",
                                 "the queries")
     if query_vectors.shape[1] != pool_vectors.shape[1]:
         raise ValueError(f"the query embeddings have {query_vectors.shape[1]} dimensions but the corpus "
@@ -227,7 +227,7 @@ def check_arguments(queries, positives, range_min, range_max, num_negatives, sim
             raise ValueError(f"{name} must be at least 1, got {value}.")
 
 
-def _embeddings(encode: Encoder, texts: list[str], name: str, what: str) -> torch.Tensor:
+def encoded_rows(encode: Encoder, texts: list[str], name: str, what: str) -> torch.Tensor:
     """``encode(texts)`` as a float32 ``[n, d]`` CPU tensor; a wrong shape raises ``ValueError``, a non-finite
     row :class:`~bertkit.inference.finite.NonFiniteOutput` naming its text."""
     out = encode(texts)
