@@ -28,7 +28,8 @@ COMMANDS = {
     "finetune": ("finetune", "fine-tune a BERT: classify, tag, qa (SQuAD), choice (SWAG), embed (bi-encoder), rerank"),
     "evaluate": ("evaluate", "score a fine-tuned model on a labelled file"),
     "predict": ("predict", "run a pipeline (fill-mask, text-classification, ...) or a fine-tuned model's task"),
-    "embed": ("embed", "sentence embeddings of a text file, streamed to .npy or .jsonl; `embed mine`: hard negatives"),
+    "embed": ("embed", "sentence embeddings of a text file, streamed to .npy or .jsonl; `embed mine`: hard negatives; "
+                       "`embed dedup`: near-duplicates of a store"),
     "serve": ("serve", "serve a model over HTTP: embeddings, classify, NER, QA, fill-mask, rerank"),
     "export": ("export", "export a model (backbone, any head, sentence-transformers) to ONNX, verified"),
     "fill-mask": ("fill_mask", "print the top-k predictions for each mask token ([MASK], <mask>) in a text"),

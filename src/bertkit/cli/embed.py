@@ -12,6 +12,8 @@ to) MODEL or FILE, nor lie inside MODEL.
 ``bertkit embed mine MODEL --data PAIRS -o OUT.jsonl``: hard negatives for (query, positive) pairs; see
 ``bertkit embed mine --help`` and :mod:`bertkit.sentence.mining`. (A model directory called ``mine`` is still
 embedded with ``bertkit embed mine --input FILE ...``: with ``--input`` the first word is the MODEL.)
+``bertkit embed dedup OUTDIR --threshold 0.95 -o KEEP.jsonl``: the rows of an embedding store left once its
+near-duplicates are dropped; see ``bertkit embed dedup --help``.
 """
 
 from __future__ import annotations
@@ -35,6 +37,10 @@ def main(argv: list[str]) -> int:
         from bertkit.cli.embed_mine import main as mine
 
         return mine(argv[1:])
+    if argv[:1] == ["dedup"] and "--input" not in argv:
+        from bertkit.cli.embed_dedup import main as dedup
+
+        return dedup(argv[1:])
     parser = ArgumentParser(prog="bertkit embed", description=__doc__,
                             formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("model", help="a sentence-transformers directory, or any BERT bertkit loads")
