@@ -192,3 +192,26 @@ def test_a_corpus_changed_or_gone_since_its_store_is_named(job, tmp_path):
     texts_file.unlink()
     with pytest.raises(ValueError, match="is gone since"):
         store_corpus(store)
+
+
+def test_cli_mines_a_static_models_store_as_from_re_encoding(tmp_path, capsys):
+    """A Model2Vec directory: the job's static store, mined and deduplicated through the CLI."""
+    from bertkit.cli import main
+    from static_dirs import model2vec_dir
+
+    model = model2vec_dir(tmp_path / "m2v", normalize=True)
+    words = ["the", "capital", "of", "france", "is", "paris", "emma", "walked", "home", "in", "rain"]
+    corpus = texts(120, seed=5, words=words)
+    (tmp_path / "c.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in corpus))
+    (tmp_path / "c.txt").write_text("\n".join(corpus) + "\n")
+    (tmp_path / "p.jsonl").write_text("".join(json.dumps({"anchor": " ".join(t.split()[:2]), "positive": t}) + "\n"
+                                              for t in corpus[:30]))
+    assert main(["embed", str(model), "--input", str(tmp_path / "c.jsonl"), "-o", str(tmp_path / "store"),
+                 "--shard-rows", "50"]) == 0
+    base = ["embed", "mine", str(model), "--data", str(tmp_path / "p.jsonl"), "--range-max", "20"]
+    assert main([*base, "--corpus", str(tmp_path / "c.txt"), "-o", str(tmp_path / "a.jsonl")]) == 0
+    assert main([*base, "--corpus-embeddings", str(tmp_path / "store"), "-o", str(tmp_path / "b.jsonl")]) == 0
+    assert open_store(tmp_path / "store").kind == "static"
+    assert (tmp_path / "a.jsonl").read_text() == (tmp_path / "b.jsonl").read_text() != ""
+    assert main(["embed", "dedup", str(tmp_path / "store"), "-o", str(tmp_path / "k.jsonl")]) == 0
+    assert json.loads(capsys.readouterr().out.splitlines()[-1])["rows"] == 120
