@@ -9,7 +9,9 @@ minings have the same candidates), embedded once by the job into a store
 - mining from the store: ``mine_from_store`` encoding the queries only, the corpus side read shard by shard
   (``--corpus-embeddings``); the rows must equal the re-encoding's;
 - dedup: ``near_duplicates`` over the store at --threshold, and over a store of random unit vectors of --dedup-rows
-  (its time grows with the square of the rows: the measured rate gives the estimate for larger ones).
+  (its time grows with the square of the rows: the measured rate gives the estimate for larger ones);
+- memory: the peak RSS of a process mining 100 queries from stores of random vectors at each of --memory-rows
+  (its growth beyond the process after its imports), the store written by another process first.
 
 ``python benchmarks/embed_mine.py [--corpus 1500] [--pairs 100] [--dedup-rows 20000] [--json FILE]``
 """
@@ -49,6 +51,43 @@ def random_store(directory: pathlib.Path, rows: int, dim: int, shard_rows: int =
     return open_store(directory)
 
 
+def mining_peak(directory: pathlib.Path, rows: int, dim: int = 64) -> dict:
+    """Peak RSS (MiB) of a fresh process mining 100 queries from a store of ``rows`` random rows (and a corpus file
+    of as many lines), beyond that process's RSS after its imports; the store is written by another process."""
+    import json
+    import subprocess
+
+    here = pathlib.Path(__file__).resolve().parent
+    write = (f"import sys, pathlib; sys.path.insert(0, {str(here)!r}); from embed_mine import random_store; "
+             f"random_store(pathlib.Path({str(directory)!r}), {rows}, {dim}); "
+             f"pathlib.Path({str(directory / 'corpus.txt')!r}).write_text(''.join(f'passage {{i}}\\n' "
+             f"for i in range({rows})))")
+    subprocess.run([sys.executable, "-c", write], check=True)
+    child = subprocess.run([sys.executable, "-c", MINE_CHILD, str(directory), str(dim)], check=True,
+                           capture_output=True, text=True)
+    return json.loads(child.stdout.splitlines()[-1])
+
+
+#: a process that mines from a store and prints its RSS after imports and at its peak (MiB)
+MINE_CHILD = """
+import json, sys
+import numpy as np
+from bertkit.embed_job.mine import mine_from_store
+from bertkit.embed_job.store import open_store
+def rss():  # VmHWM: this process's peak (ru_maxrss would keep the forking parent's across exec)
+    status = open("/proc/self/status").read().split("VmHWM:")[1]
+    return int(status.split()[0]) / 1024
+base = rss()
+store = open_store(sys.argv[1])
+corpus = lambda: enumerate(line.rstrip("\\n") for line in open(sys.argv[1] + "/corpus.txt"))
+queries = [f"query {i}" for i in range(100)]
+positives = [f"passage {i * 7}" for i in range(100)]
+vectors = np.random.default_rng(1).standard_normal((100, int(sys.argv[2]))).astype(np.float32)
+mined = mine_from_store(queries, positives, store, corpus, query_vectors=vectors, range_max=50)
+print(json.dumps({"rows": len(store), "base_mib": base, "peak_mib": rss(), "mined": len(mined.rows)}))
+"""
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--corpus", type=int, default=1500, help="corpus sentences (default 1500)")
@@ -56,6 +95,8 @@ def main() -> None:
     parser.add_argument("--threshold", type=float, default=0.95, help="dedup's cosine threshold (default 0.95)")
     parser.add_argument("--dedup-rows", type=int, default=20_000, help="rows of the random store deduplicated "
                                                                         "(default 20000)")
+    parser.add_argument("--memory-rows", type=int, nargs="*", default=[50_000, 500_000],
+                        help="store sizes of the memory measure (default 50000 500000; none: skip it)")
     parser.add_argument("--json", type=pathlib.Path, help="also write the tables here (benchmarks/record.py)")
     args = parser.parse_args()
     from bertkit.embed_job.dedup import near_duplicates
@@ -80,6 +121,7 @@ def main() -> None:
         verdicts, dedup_s = timed(lambda: list(near_duplicates(store, args.threshold)))
         big = random_store(pathlib.Path(tmp) / "random", args.dedup_rows, store.dim)
         _, big_s = timed(lambda: sum(1 for _ in near_duplicates(big, args.threshold)))
+        peaks = [mining_peak(pathlib.Path(tmp) / f"memory-{rows}", rows) for rows in args.memory_rows]
     equal = stored.rows == encoded.rows
     mining = [
         {"variant": "re-encoding (--corpus)", "seconds": encoded_s, "x re-encoding": 1.0, "rows": len(encoded.rows)},
@@ -93,11 +135,15 @@ def main() -> None:
               "rows/s": len(store) / dedup_s, "duplicates": dropped},
              {"store": f"random unit vectors ({args.dedup_rows} x {store.dim})", "seconds": big_s,
               "rows/s": args.dedup_rows / big_s, "duplicates": None}]
+    memory = [{"store rows (64 dims)": p["rows"], "RSS after imports (MiB)": p["base_mib"],
+               "peak RSS (MiB)": p["peak_mib"], "growth (MiB)": p["peak_mib"] - p["base_mib"]} for p in peaks]
     notes = [f"{args.pairs} pairs, {len(corpus)} corpus sentences, all-MiniLM-L6-v2 fp32; rows equal: {equal}",
              "exact dedup compares every pair: its time grows with rows^2 "
              f"({args.dedup_rows} rows in {big_s:.1f} s: 10x the rows, about 100x the time)"]
     print(record.markdown(mining, list(mining[0])))
     print(record.markdown(dedup, list(dedup[0])))
+    if memory:
+        print(record.markdown(memory, list(memory[0])))
     print("\n".join(notes))
     if not equal:
         sys.exit("the rows mined from the store differ from the re-encoding's")
@@ -105,7 +151,10 @@ def main() -> None:
         record.write_result(args.json, "embed-mine", [record.table("Mining hard negatives: store vs re-encoding",
                                                                    mining, notes=notes[:1]),
                                                       record.table(f"Near-duplicates (--threshold {args.threshold})",
-                                                                   dedup, notes=notes[1:])],
+                                                                   dedup, notes=notes[1:]),
+                                                      *([record.table("Peak memory of mining from a store (100 "
+                                                                      "queries, random vectors)", memory)]
+                                                        if memory else [])],
                             title="Mining and dedup from an embedding store",
                             data={"rows_equal": equal, "pairs": args.pairs, "corpus": len(corpus)})
 
