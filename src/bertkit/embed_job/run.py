@@ -35,6 +35,7 @@ from bertkit.embed_job.plan import (
     identity,
     plan_shards,
     shard_rows_where,
+    where,
 )
 from bertkit.embed_job.store import FORMATS, INDEX, model_fingerprint, read_index, write_index, write_shard
 from bertkit.io import lock_directory, refuse_output_over_input
@@ -88,6 +89,9 @@ def embed_corpus(config: JobConfig) -> dict[str, Any]:
     _check_config(config)
     out = Path(config.out)
     kind = model_kind(config.model)
+    if "npy" in config.formats and kind not in ("dense", "static"):
+        raise ValueError(f"--format npy holds one fixed-size vector per row; MODEL {config.model} is a {kind} model, "
+                         "whose vectors are written as Parquet: use --format parquet.")
     model = {"path": os.path.abspath(config.model), "fingerprint": model_fingerprint(config.model), "kind": kind,
              "dtype": config.dtype, "dim": None, "normalize": config.normalize, "prompt": config.prompt_name}
     files = corpus_files(list(config.inputs))
@@ -121,6 +125,8 @@ def embed_corpus(config: JobConfig) -> dict[str, Any]:
 def _check_config(config: JobConfig) -> None:
     if type(config.workers) is not int or config.workers < 1:
         raise ValueError(f"--workers must be a positive integer, got {config.workers!r}.")
+    if type(config.shard_rows) is not int or config.shard_rows < 1:
+        raise ValueError(f"--shard-rows must be a positive integer, got {config.shard_rows!r}.")
     if config.dask is not None and config.workers != 1:
         raise ValueError("--workers and --dask exclude each other: the Dask cluster's workers do the work.")
     unknown = [f for f in config.formats if f not in FORMATS]
@@ -269,7 +275,8 @@ def _write_id_hashes(task: ShardTask, ids: list) -> str:
 
 def _rows_where(shard: InputShard, read: ReadOptions, positions: set[int]) -> dict[int, str]:
     """Where the shard's rows at ``positions`` (0-based, among its rows) are: ``FILE, line N`` / ``FILE, row N``."""
-    return {n: f"{shard.path}, {row[2]}" for n, row in enumerate(shard_rows_where(shard, read)) if n in positions}
+    return {n: f"{shard.path}, {where(shard.kind, row[2])}" for n, row in enumerate(shard_rows_where(shard, read))
+            if n in positions}
 
 
 def _duplicate(column: str, value: Any, first: str, second: str) -> ValueError:
@@ -308,9 +315,9 @@ def _confirm(value: int, records: list[dict], shards: dict[str, InputShard], rea
     found: list[tuple[Any, str]] = []
     for record in records:
         shard = shards[record["name"]]
-        for row_id, _, where in shard_rows_where(shard, read):
+        for row_id, _, position in shard_rows_where(shard, read):
             if id_hash(row_id) == value:
-                found.append((row_id, f"{shard.path}, {where}"))
+                found.append((row_id, f"{shard.path}, {where(shard.kind, position)}"))
     for (a, where_a), (b, where_b) in itertools.combinations(found, 2):
         if a == b:
             raise _duplicate(read.id_column, a, where_a, where_b)
