@@ -59,6 +59,18 @@ def english_dir(directory: pathlib.Path, cls=bertkit.BERTForSequenceClassificati
     return directory
 
 
+def static_dir(tmp_path: pathlib.Path, **overrides) -> tuple[pathlib.Path, Int8Plan]:
+    """:func:`english_dir` at ``tmp_path/fp32`` and its static int8 checkpoint (the :func:`hand_plan`) at
+    ``tmp_path/int8`` with the tokenizer's files beside it: (the float source, the plan)."""
+    source = english_dir(tmp_path / "fp32", **overrides)
+    model = bertkit.BERTForSequenceClassification.from_pretrained(source)
+    model.int8_plan = hand_plan(model)
+    model.save_pretrained(tmp_path / "int8", dtype="int8")
+    for name in ("vocab.txt", "tokenizer_config.json", "special_tokens_map.json"):
+        (tmp_path / "int8" / name).write_bytes((source / name).read_bytes())
+    return source, model.int8_plan
+
+
 def batch() -> dict[str, torch.Tensor]:
     tokenizer = bertkit.BERTTokenizerFast(vocab_file=BERT_BASE_UNCASED_VOCAB)
     return dict(tokenizer(paragraphs(3), padding=True, truncation=True, max_length=40, return_tensors="pt"))
@@ -107,13 +119,8 @@ def test_every_loader_runs_a_static_checkpoint_with_its_plan(tmp_path):
     from bertkit.sentence import CrossEncoder, SentenceTransformer
     from bertkit.tasks.sources import load_model_and_tokenizer
 
-    source = english_dir(tmp_path / "fp32", num_labels=1)
-    model = bertkit.BERTForSequenceClassification.from_pretrained(source)
-    model.int8_plan = hand_plan(model)
-    model.save_pretrained(tmp_path / "int8", dtype="int8")
-    for name in ("vocab.txt", "tokenizer_config.json", "special_tokens_map.json"):
-        (tmp_path / "int8" / name).write_bytes((source / name).read_bytes())
-    reference = apply(bertkit.BERTForSequenceClassification.from_pretrained(source), model.int8_plan)
+    source, plan = static_dir(tmp_path, num_labels=1)
+    reference = apply(bertkit.BERTForSequenceClassification.from_pretrained(source), plan)
     inputs = batch()
 
     def static(module) -> bool:
@@ -288,12 +295,7 @@ def test_the_onnx_export_of_a_static_checkpoint_holds_its_plan_as_qdq_nodes(tmp_
     onnx = pytest.importorskip("onnx")
     from bertkit.cli import main
 
-    source = english_dir(tmp_path / "fp32", num_labels=3)
-    model = bertkit.BERTForSequenceClassification.from_pretrained(source)
-    model.int8_plan = hand_plan(model)
-    model.save_pretrained(tmp_path / "int8", dtype="int8")
-    for name in ("vocab.txt", "tokenizer_config.json", "special_tokens_map.json"):
-        (tmp_path / "int8" / name).write_bytes((source / name).read_bytes())
+    source, plan = static_dir(tmp_path, num_labels=3)
     assert main(["export", str(tmp_path / "int8"), "-o", str(tmp_path / "onnx")]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert "int8 (static: the checkpoint's calibrated activation scales)" in lines[1]
@@ -301,7 +303,6 @@ def test_the_onnx_export_of_a_static_checkpoint_holds_its_plan_as_qdq_nodes(tmp_
     assert record["int8_activations"] == "static"
     graph = onnx.load(tmp_path / "onnx" / "model.int8.onnx").graph
     ops = [node.op_type for node in graph.node]
-    plan = model.int8_plan
     assert ops.count("QuantizeLinear") == len(plan.int8_layers)
     assert ops.count("DequantizeLinear") == 2 * len(plan.int8_layers)
     scales = {numpy_value(graph, node.input[1]) for node in graph.node if node.op_type == "QuantizeLinear"}
@@ -336,12 +337,7 @@ def test_bertkit_serve_runs_a_static_checkpoint_with_its_plan(tmp_path):
 
     from bertkit.serving import create_app
 
-    source = english_dir(tmp_path / "fp32", num_labels=3, id2label={0: "a", 1: "b", 2: "c"})
-    model = bertkit.BERTForSequenceClassification.from_pretrained(source)
-    model.int8_plan = hand_plan(model)
-    model.save_pretrained(tmp_path / "int8", dtype="int8")
-    for name in ("vocab.txt", "tokenizer_config.json", "special_tokens_map.json"):
-        (tmp_path / "int8" / name).write_bytes((source / name).read_bytes())
+    source, _ = static_dir(tmp_path, num_labels=3, id2label={0: "a", 1: "b", 2: "c"})
     text = " ".join(paragraphs(1)[0].split()[:30])
     pipe = bertkit.pipeline("text-classification", model=tmp_path / "int8", top_k=None)
     assert any(isinstance(m.packed, StaticInt8Kernel) for m in pipe.model.modules() if isinstance(m, Linear))

@@ -28,7 +28,8 @@ COMMANDS = {
     "finetune": ("finetune", "fine-tune a BERT: classify, tag, qa (SQuAD), choice (SWAG), embed (bi-encoder), rerank"),
     "evaluate": ("evaluate", "score a fine-tuned model on a labelled file"),
     "predict": ("predict", "run a pipeline (fill-mask, text-classification, ...) or a fine-tuned model's task"),
-    "embed": ("embed", "sentence embeddings of a text file, streamed to .npy or .jsonl; `embed mine`: hard negatives"),
+    "embed": ("embed", "sentence embeddings of a text file, streamed to .npy or .jsonl; `embed mine`: hard negatives; "
+                       "`embed dedup`: near-duplicates of a store"),
     "serve": ("serve", "serve a model over HTTP: embeddings, classify, NER, QA, fill-mask, rerank"),
     "export": ("export", "export a model (backbone, any head, sentence-transformers) to ONNX, verified"),
     "fill-mask": ("fill_mask", "print the top-k predictions for each mask token ([MASK], <mask>) in a text"),
@@ -117,6 +118,13 @@ def add_dtype_argument(parser, old_precision: bool = False) -> None:
                              "its measured quality is said when chosen)")
     if old_precision:
         parser.add_argument("--precision", action=_OldPrecision, dest="dtype", help=argparse.SUPPRESS)
+
+
+def add_flags(group, rows) -> None:
+    """Adds each ``(flag, argparse keywords)`` row of a command's flag table to ``group`` (a parser or an
+    argument group): the commands keep their flags as data, one table a group."""
+    for flag, kwargs in rows:
+        group.add_argument(flag, **kwargs)
 
 
 class _OldPrecision(argparse.Action):

@@ -13,8 +13,24 @@ written as one (pooling, normalisation and settings kept) and calibrated on its 
 
 from __future__ import annotations
 
-from bertkit.cli import ArgumentParser
+from bertkit.cli import ArgumentParser, add_flags
 from bertkit.io import refuse_output_over_input
+
+#: the conversion's flags (the casing pair apart: a mutually exclusive group)
+CONVERT_FLAGS = (
+    ("--to", dict(choices=("hf", "tf"), default="hf",
+                  help="hf: an HF transformers folder (default); tf: a Google TF1 checkpoint folder")),
+    ("--dtype", dict(choices=("fp32", "int8"),
+                     help="weights format: int8 (bertkit's int8 checkpoint) or fp32 (default: the source's)")),
+    ("--calibration", dict(metavar="FILE",
+                           help="with --dtype int8: the texts that calibrate the activation scales, one per line (at "
+                                "least 64, in the model's language; default: a set of English sentences shipped "
+                                "with bertkit)")),
+    ("--encoding", dict(default="utf-8", help="the --calibration file's text encoding (default utf-8; a byte-order "
+                                              "mark is dropped)")),
+    ("--overwrite", dict(action="store_true", help="replace the contents of DST if it is not empty (kept until the "
+                                                   "conversion succeeds)")),
+)
 
 
 def main(argv: list[str]) -> int:
@@ -22,18 +38,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("source", help="checkpoint directory, weights file, TF checkpoint prefix, or .zip/.tar.gz")
     parser.add_argument("dest", nargs="?", help="output directory")
     parser.add_argument("-o", "--output", help="output directory (instead of DST)")
-    parser.add_argument("--to", choices=("hf", "tf"), default="hf",
-                        help="hf: an HF transformers folder (default); tf: a Google TF1 checkpoint folder")
-    parser.add_argument("--dtype", choices=("fp32", "int8"),
-                        help="weights format: int8 (bertkit's int8 checkpoint) or fp32 (default: the source's)")
-    parser.add_argument("--calibration", metavar="FILE",
-                        help="with --dtype int8: the texts that calibrate the activation scales, one per line (at "
-                             "least 64, in the model's language; default: a set of English sentences shipped with "
-                             "bertkit)")
-    parser.add_argument("--encoding", default="utf-8",
-                        help="the --calibration file's text encoding (default utf-8; a byte-order mark is dropped)")
-    parser.add_argument("--overwrite", action="store_true",
-                        help="replace the contents of DST if it is not empty (kept until the conversion succeeds)")
+    add_flags(parser, CONVERT_FLAGS)
     casing = parser.add_mutually_exclusive_group()
     casing.add_argument("--uncased", dest="do_lower_case", action="store_true", default=None,
                         help="the tokenizer lower-cases (default: from the source, else from its name)")

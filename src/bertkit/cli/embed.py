@@ -30,6 +30,8 @@ static (Model2Vec / StaticEmbedding), sparse (SparseEncoder) or multi-vector (Co
 ``bertkit embed mine MODEL --data PAIRS -o OUT.jsonl``: hard negatives for (query, positive) pairs; see
 ``bertkit embed mine --help`` and :mod:`bertkit.sentence.mining`. (A model directory called ``mine`` is still
 embedded with ``bertkit embed mine --input FILE ...``: with ``--input`` the first word is the MODEL.)
+``bertkit embed dedup OUTDIR --threshold 0.95 -o KEEP.jsonl``: the rows of an embedding store left once its
+near-duplicates are dropped; see ``bertkit embed dedup --help``.
 """
 
 from __future__ import annotations
@@ -53,6 +55,10 @@ def main(argv: list[str]) -> int:
         from bertkit.cli.embed_mine import main as mine
 
         return mine(argv[1:])
+    if argv[:1] == ["dedup"] and "--input" not in argv:
+        from bertkit.cli.embed_dedup import main as dedup
+
+        return dedup(argv[1:])
     parser = ArgumentParser(prog="bertkit embed", description=__doc__,
                             formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("model", help="a sentence-transformers directory, or any BERT bertkit loads")

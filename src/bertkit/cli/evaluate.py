@@ -65,7 +65,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from bertkit.cli import ArgumentParser, add_dtype_argument
+from bertkit.cli import ArgumentParser, add_dtype_argument, add_flags
 from bertkit.cli.evaluate_multivector import add_multivector_arguments, multivector_main, wants_multivector
 from bertkit.cli.evaluate_sparse import add_sparse_arguments, sparse_main, wants_sparse
 from bertkit.cli.finetune import TASK_FLAGS, task_options
@@ -95,9 +95,7 @@ def parser_for(prog: str, doc: str, embedding: bool = False) -> ArgumentParser:
     for task in TASK_FLAGS:  # --encoding is shared by two tasks: add each flag once
         flags = [(flag, kwargs) for flag, kwargs in TASK_FLAGS[task] if flag not in seen]
         seen.update(flag for flag, _ in flags)
-        group = parser.add_argument_group(f"{task} options (override the saved ones)")
-        for flag, kwargs in flags:
-            group.add_argument(flag, **kwargs)
+        add_flags(parser.add_argument_group(f"{task} options (override the saved ones)"), flags)
     return parser
 
 
@@ -123,19 +121,26 @@ def add_embedding_arguments(parser: ArgumentParser, inputs) -> None:
                             "/ evaluation_rerank.json in the current directory)")
     add_sparse_arguments(parser)
     add_multivector_arguments(parser)
-    group = parser.add_argument_group("cross-encoder options (--rerank, --beir with --first-stage)")
-    group.add_argument("--first-stage", metavar="EMBEDDER_DIR|RUN_FILE",
-                       help="--beir with a cross-encoder: what gives each query its candidates, an embedding model "
-                            "directory or a run file (TREC 'qid Q0 docid rank score tag' lines, or .json)")
-    group.add_argument("--top-k", type=int, default=100,
-                       help="--first-stage: the documents reranked per query; --sparse-model: the documents each "
-                            "run gives the fusion (default 100)")
-    group.add_argument("--always-rerank-positives", action="store_true",
-                       help="--first-stage: add the relevant documents the first stage missed to the candidates "
-                            "(the reranker alone); --rerank with 'documents': always on unless "
-                            "--rerank-documents-only")
-    group.add_argument("--rerank-documents-only", action="store_true",
-                       help="--rerank rows of 'documents': rank those alone, a positive they lack being a miss")
+    add_flags(parser.add_argument_group("cross-encoder options (--rerank, --beir with --first-stage)"),
+              CROSS_ENCODER_FLAGS)
+
+
+#: the options of a cross-encoder's evaluation (--rerank, --beir with --first-stage)
+CROSS_ENCODER_FLAGS = (
+    ("--first-stage", dict(metavar="EMBEDDER_DIR|RUN_FILE",
+                           help="--beir with a cross-encoder: what gives each query its candidates, an embedding "
+                                "model directory or a run file (TREC 'qid Q0 docid rank score tag' lines, or .json)")),
+    ("--top-k", dict(type=int, default=100,
+                     help="--first-stage: the documents reranked per query; --sparse-model: the documents each run "
+                          "gives the fusion (default 100)")),
+    ("--always-rerank-positives", dict(action="store_true",
+                                       help="--first-stage: add the relevant documents the first stage missed to the "
+                                            "candidates (the reranker alone); --rerank with 'documents': always on "
+                                            "unless --rerank-documents-only")),
+    ("--rerank-documents-only", dict(action="store_true",
+                                     help="--rerank rows of 'documents': rank those alone, a positive they lack being "
+                                          "a miss")),
+)
 
 
 def k_list(value: str) -> tuple[int, ...]:

@@ -22,7 +22,7 @@ import argparse
 import json
 from typing import Any
 
-from bertkit.cli import ArgumentParser
+from bertkit.cli import ArgumentParser, add_flags
 from bertkit.cli.training_flags import add_training_flags, check_run_flags, run_options, training_config
 from bertkit.io import refuse_output_over_input
 
@@ -78,9 +78,7 @@ TASK_DEFAULTS = {"qa": {"max_seq_length": 384, "epochs": 2.0, "learning_rate": 3
 
 
 def add_task_flags(parser: argparse.ArgumentParser, task: str) -> None:
-    group = parser.add_argument_group(f"{task} options")
-    for flag, kwargs in TASK_FLAGS[task]:
-        group.add_argument(flag, **kwargs)
+    add_flags(parser.add_argument_group(f"{task} options"), TASK_FLAGS[task])
 
 
 def task_options(args: argparse.Namespace, task: str) -> dict[str, Any]:

@@ -29,7 +29,7 @@ import os
 import sys
 from collections.abc import Iterable, Iterator
 
-from bertkit.cli import ArgumentParser, add_dtype_argument
+from bertkit.cli import ArgumentParser, add_dtype_argument, add_flags
 from bertkit.io import refuse_output_over_input
 
 #: call parameters a flag sets: (flag, argparse keyword arguments)
@@ -76,8 +76,7 @@ def pipeline_parser() -> ArgumentParser:
     parser.add_argument("--batch-size", type=int, default=32, help="inputs per forward pass (default 32)")
     parser.add_argument("--device", help="cpu (default), cuda, gpu")
     add_dtype_argument(parser)
-    for flag, kwargs in PIPELINE_FLAGS:
-        parser.add_argument(flag, **kwargs)
+    add_flags(parser, PIPELINE_FLAGS)
     return parser
 
 

@@ -27,7 +27,8 @@ WIDTH = 88
 #: forms a subcommand's ``main`` dispatches on its argv before argparse sees it:
 #: top-level name -> [(nested name, the argv that selects it, one-line help)]. The empty argv is the plain form.
 FORMS = {
-    "embed": [("mine", ["mine"], "hard negatives for (query, positive) pairs, mined with an embedding model")],
+    "embed": [("mine", ["mine"], "hard negatives for (query, positive) pairs, mined with an embedding model"),
+              ("dedup", ["dedup"], "the rows of an embedding store left once its near-duplicates are dropped")],
     "predict": [("MODEL_DIR", [], "the fine-tuned form: a fine-tuned model's predictions on a file in its task's "
                                   "training format")],
 }

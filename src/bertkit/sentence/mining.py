@@ -74,8 +74,8 @@ def mine_hard_negatives(queries: Sequence[str], positives: Sequence[str], corpus
     ``use_faiss`` takes cosine or dot only. ``rescore`` is called with at most ``batch_size`` pairs at a time
     and returns one score per pair. Returns :class:`Mined`; bad arguments raise ``ValueError`` naming them.
     """
-    _check(queries, positives, range_min, range_max, num_negatives, similarity, sampling, batch_size, chunk_size,
-           use_faiss)
+    check_arguments(queries, positives, range_min, range_max, num_negatives, similarity, sampling, batch_size,
+                    chunk_size, use_faiss)
     for i, text in enumerate(corpus):
         if not isinstance(text, str):
             raise ValueError(f"corpus[{i}] is {type(text).__name__} {text!r}; the corpus is a list of texts.")
@@ -91,8 +91,8 @@ def mine_hard_negatives(queries: Sequence[str], positives: Sequence[str], corpus
     most_positives = max(len(p) for p in positives_of)
     depth = min(range_max + most_positives, len(pool))
 
-    pool_vectors = _embeddings(encode, pool, "encode", "the corpus")
-    query_vectors = _embeddings(encode_queries or encode, unique, "encode_queries" if encode_queries else "encode",
+    pool_vectors = encoded_rows(encode, pool, "encode", "the corpus")
+    query_vectors = encoded_rows(encode_queries or encode, unique, "encode_queries" if encode_queries else "encode",
                                 "the queries")
     if query_vectors.shape[1] != pool_vectors.shape[1]:
         raise ValueError(f"the query embeddings have {query_vectors.shape[1]} dimensions but the corpus "
@@ -118,24 +118,32 @@ def mine_hard_negatives(queries: Sequence[str], positives: Sequence[str], corpus
             positive_scores = [rowwise(query_vectors[[q] * len(p)], pool_vectors[p], similarity)
                                for q, p in zip(rows, own)]
         else:
-            scores, positive_scores = _rescored(rescore, batch_size, [unique[q] for q in rows], pool, indices, own)
+            scores, positive_scores = rescored(rescore, batch_size, [unique[q] for q in rows], pool, indices, own)
         for row_scores, row_indices, mine, mine_scores in zip(scores, indices, own, positive_scores):
-            negatives_of.append(_select(row_scores, row_indices, mine, mine_scores.min().item(), skipped, rng,
-                                        range_min=range_min, range_max=range_max, num_negatives=num_negatives,
-                                        sampling=sampling, absolute_margin=absolute_margin,
-                                        relative_margin=relative_margin, max_score=max_score, min_score=min_score))
+            negatives_of.append(select_negatives(
+                row_scores, row_indices, mine, mine_scores.min().item(), skipped, rng, range_min=range_min,
+                range_max=range_max, num_negatives=num_negatives, sampling=sampling, absolute_margin=absolute_margin,
+                relative_margin=relative_margin, max_score=max_score, min_score=min_score))
 
-    rows_out = [{"anchor": query, "positive": pool[p], **{f"negative_{k}": pool[n] for k, n in enumerate(negs, 1)}}
-                for query, mine, negs in zip(unique, positives_of, negatives_of)
-                for p in mine if len(negs) == num_negatives]
-    found = [len(n) for n in negatives_of]
-    summary = {"queries": len(unique), "pairs": sum(len(p) for p in positives_of), "corpus": len(pool),
-               "rows": len(rows_out), "negatives_per_row": num_negatives,
+    return mined_rows(unique, [[pool[p] for p in mine] for mine in positives_of],
+                      [[pool[n] for n in negs] for negs in negatives_of], num_negatives, skipped, len(pool))
+
+
+def mined_rows(queries: Sequence[str], positives: Sequence[list[str]], negatives: Sequence[list[str]],
+               num_negatives: int, skipped: dict[str, int], corpus: int) -> Mined:
+    """One ``anchor, positive, negative_1..n`` row per (query, positive) whose query found ``num_negatives``
+    negatives (step 6), and the summary of the run (``corpus``: the candidate pool's size)."""
+    rows = [{"anchor": query, "positive": positive, **{f"negative_{k}": n for k, n in enumerate(negs, 1)}}
+            for query, mine, negs in zip(queries, positives, negatives)
+            for positive in mine if len(negs) == num_negatives]
+    found = [len(n) for n in negatives]
+    summary = {"queries": len(queries), "pairs": sum(len(p) for p in positives), "corpus": corpus,
+               "rows": len(rows), "negatives_per_row": num_negatives,
                "mean_negatives_found": float(np.mean(found)),
                "queries_without_negatives": sum(1 for n in found if n == 0),
                "queries_with_too_few": sum(1 for n in found if n < num_negatives),
                "skipped": {name: count for name, count in skipped.items() if count}}
-    return Mined(rows_out, summary)
+    return Mined(rows, summary)
 
 
 def top_k(queries: torch.Tensor, corpus: torch.Tensor, k: int, similarity: str = "dot",
@@ -143,17 +151,27 @@ def top_k(queries: torch.Tensor, corpus: torch.Tensor, k: int, similarity: str =
     """The ``k`` most similar rows of ``corpus [m, d]`` for each row of ``queries [n, d]``: scores ``[n, k]``
     (descending) and corpus indices ``[n, k]`` (int64), ties broken by the lower index, exactly as sorting the
     full ``[n, m]`` matrix would; only ``[n, chunk_size]`` scores are held at a time. ``k`` must be <= ``m``."""
-    best_scores = queries.new_empty(len(queries), 0)
-    best_indices = torch.empty(len(queries), 0, dtype=torch.long)
+    best = no_candidates(len(queries))
     for start in range(0, len(corpus), chunk_size):
-        chunk_scores, columns = _best_columns(pairwise(queries, corpus[start:start + chunk_size], similarity), k)
-        # the kept candidates precede the chunk's and have lower indices, and the chunk's are in index order:
-        # a stable sort leaves every tie in index order
-        scores = torch.cat([best_scores, chunk_scores], dim=1)
-        order = torch.sort(scores, dim=1, descending=True, stable=True).indices[:, :k]
-        best_scores = scores.gather(1, order)
-        best_indices = torch.cat([best_indices, columns + start], dim=1).gather(1, order)
-    return best_scores, best_indices
+        best = merge_top_k(best, pairwise(queries, corpus[start:start + chunk_size], similarity), start, k)
+    return best
+
+
+def no_candidates(queries: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The empty running top-k of ``queries`` queries, for :func:`merge_top_k`."""
+    return torch.empty(queries, 0), torch.empty(queries, 0, dtype=torch.long)
+
+
+def merge_top_k(best: tuple[torch.Tensor, torch.Tensor], scores: torch.Tensor, start: int,
+                k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The running top-k ``best`` (scores, indices) merged with the ``scores [n, c]`` of the corpus rows
+    ``start .. start + c``, which must follow every row already seen: ties keep the lower index."""
+    chunk_scores, columns = _best_columns(scores, k)
+    # the kept candidates precede the chunk's and have lower indices, and the chunk's are in index order:
+    # a stable sort leaves every tie in index order
+    merged = torch.cat([best[0].to(chunk_scores.dtype), chunk_scores], dim=1)
+    order = torch.sort(merged, dim=1, descending=True, stable=True).indices[:, :k]
+    return merged.gather(1, order), torch.cat([best[1], columns + start], dim=1).gather(1, order)
 
 
 def _best_columns(scores: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -179,8 +197,9 @@ def write_rows(rows: Sequence[dict[str, str]], path: str | os.PathLike) -> None:
             handle.write(json.dumps(row, ensure_ascii=False) + "\n")
 
 
-def _check(queries, positives, range_min, range_max, num_negatives, similarity, sampling, batch_size, chunk_size,
-           use_faiss) -> None:
+def check_arguments(queries, positives, range_min, range_max, num_negatives, similarity, sampling, batch_size,
+                    chunk_size, use_faiss) -> None:
+    """``ValueError`` naming the first argument of :func:`mine_hard_negatives` that is out of its range."""
     if len(queries) != len(positives):
         raise ValueError(f"queries ({len(queries)}) and positives ({len(positives)}) must pair up one to one.")
     if not queries:
@@ -208,7 +227,7 @@ def _check(queries, positives, range_min, range_max, num_negatives, similarity, 
             raise ValueError(f"{name} must be at least 1, got {value}.")
 
 
-def _embeddings(encode: Encoder, texts: list[str], name: str, what: str) -> torch.Tensor:
+def encoded_rows(encode: Encoder, texts: list[str], name: str, what: str) -> torch.Tensor:
     """``encode(texts)`` as a float32 ``[n, d]`` CPU tensor; a wrong shape raises ``ValueError``, a non-finite
     row :class:`~bertkit.inference.finite.NonFiniteOutput` naming its text."""
     out = encode(texts)
@@ -222,9 +241,10 @@ def _embeddings(encode: Encoder, texts: list[str], name: str, what: str) -> torc
     return check_rows(vectors, lambda i: f"{what}, text {i} ({texts[i]!r:.60})")
 
 
-def _rescored(rescore: Rescorer, batch_size: int, queries: list[str], pool: list[str], indices: torch.Tensor,
-              positives: list[list[int]]) -> tuple[torch.Tensor, list[torch.Tensor]]:
-    """``rescore``'s scores of the retrieved candidates ``[b, k]`` and of each query's positives."""
+def rescored(rescore: Rescorer, batch_size: int, queries: list[str], pool, indices: torch.Tensor,
+             positives: list[list[int]]) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """``rescore``'s scores of the retrieved candidates ``[b, k]`` and of each query's positives; ``pool`` maps a
+    candidate's index to its text (a list, or a mapping holding at least these candidates)."""
     pairs = [(query, pool[i]) for query, row in zip(queries, indices.tolist()) for i in row]
     pairs += [(query, pool[p]) for query, mine in zip(queries, positives) for p in mine]
     values = []
@@ -259,9 +279,10 @@ def _faiss_top_k(index, queries: torch.Tensor, k: int) -> tuple[torch.Tensor, to
     return torch.from_numpy(scores), torch.from_numpy(indices).long()
 
 
-def _select(scores: torch.Tensor, indices: torch.Tensor, positives: list[int], positive_score: float,
-            skipped: dict[str, int], rng: random.Random, *, range_min: int, range_max: int, num_negatives: int,
-            sampling: str, absolute_margin, relative_margin, max_score, min_score) -> list[int]:
+def select_negatives(scores: torch.Tensor, indices: torch.Tensor, positives: list[int], positive_score: float,
+                     skipped: dict[str, int], rng: random.Random, *, range_min: int, range_max: int,
+                     num_negatives: int, sampling: str, absolute_margin, relative_margin, max_score,
+                     min_score) -> list[int]:
     """One query's negatives (pool indices, best first) from its retrieved ``scores``/``indices`` (step 4-5 of
     the module docstring); ``skipped`` counts what each filter removed."""
     keep = ~torch.isin(indices, torch.tensor(positives))
