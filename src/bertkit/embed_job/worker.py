@@ -1,0 +1,130 @@
+"""One worker's encoding loop: a shard's texts in chunks, the tokenizer one chunk ahead of the model.
+
+:func:`encode_shard` cuts a stream of rows into chunks of ``chunk_rows`` texts and yields each chunk with its
+vectors, in input order. While the model embeds chunk k, a thread reads and tokenizes chunk k+1 (file reading,
+the Rust tokenizer and the model's kernels release the GIL, so they overlap); at most one chunk waits tokenized,
+so memory stays bounded by two chunks whatever the shard's size. Within a chunk the model runs length-sorted
+batches (:func:`bertkit.inference.batching.run_sorted`) and hands the vectors back in the chunk's order.
+
+How a model splits into a tokenizing step and an embedding step is :func:`steps_for`, by kind: a
+sentence-transformers dense model (its :meth:`~bertkit.SentenceTransformer.features` then
+:meth:`~bertkit.SentenceTransformer.embed_features`) and a static model (its ``tokenize`` then ``pool``: there the
+tokenizer is most of the work) overlap; sparse, multi-vector and plain-BERT dense models tokenize inside their own
+``encode`` (the transformer is over 99 % of their time, measured in ``benchmarks/embed_job.py``), so their chunks
+run one after the other. The torch threads of a worker are set when its model loads (``cores // workers``,
+:class:`bertkit.embed_job.encoders.ModelSpec`).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import numpy as np
+
+from bertkit.inference.batching import check_batch_size, chunks
+
+T = TypeVar("T")
+
+#: texts per chunk: large enough that length-sorting fills batches evenly, small enough that two chunks of
+#: tokens and one of vectors are a few MB
+CHUNK_ROWS = 4096
+
+
+@dataclass(frozen=True)
+class Steps:
+    """A model as two steps: ``tokenize(texts)`` (no model: what the thread runs ahead) and ``embed(tokens)``
+    (the model: the chunk's vectors in its order, as :meth:`bertkit.embed_job.encoders.Encoder.encode` gives
+    them)."""
+
+    tokenize: Callable[[list[str]], Any]
+    embed: Callable[[Any], Any]
+
+
+def encode_shard(encoder: Any, rows: Iterable[T], batch_size: int | None = None, *,
+                 text: Callable[[T], str] | None = None, chunk_rows: int = CHUNK_ROWS) -> Iterator[tuple[list[T], Any]]:
+    """``(chunk, vectors)`` for consecutive chunks of ``rows`` (at most ``chunk_rows`` each), in order; ``text``
+    picks a row's text (rows are texts when None). ``encoder`` is a loaded
+    :class:`~bertkit.embed_job.encoders.Encoder`; ``batch_size`` the model's batch (its spec's when None). A
+    ValueError of either step (a text the model refuses) is raised here, for the chunk it belongs to."""
+    check_batch_size(chunk_rows, "chunk_rows")
+    steps = steps_for(encoder, batch_size if batch_size is not None else encoder.spec.batch_size)
+    pieces = chunks(rows, chunk_rows)
+
+    def read_ahead() -> tuple[list[T], Any] | None:
+        # runs in the one helper thread, one call after another: the reader is never advanced by two threads
+        chunk = next(pieces, None)
+        if chunk is None:
+            return None
+        return chunk, steps.tokenize(chunk if text is None else [text(row) for row in chunk])
+
+    with cf.ThreadPoolExecutor(1, thread_name_prefix="bertkit-read-ahead") as helper:
+        pending = helper.submit(read_ahead)
+        while (ready := pending.result()) is not None:
+            pending = helper.submit(read_ahead)  # chunk k+1 is read and tokenized while chunk k is embedded
+            try:
+                yield ready[0], steps.embed(ready[1])
+            except BaseException:  # an error, or the caller stopped: the chunk read ahead is not waited for
+                pending.cancel()
+                raise
+
+
+def steps_for(encoder: Any, batch_size: int) -> Steps:
+    """The two steps of ``encoder``'s model (module doc); a model without a separate tokenizing step gets
+    ``tokenize`` = the texts as they are and ``embed`` = its ``encode``."""
+    check_batch_size(batch_size)
+    split = _SPLITS.get(encoder.kind)
+    steps = split(encoder, batch_size) if split is not None else None
+    return steps if steps is not None else Steps(lambda texts: texts, encoder.encode)
+
+
+def _dense_steps(encoder: Any, batch_size: int) -> Steps | None:
+    """A sentence-transformers model's own features and embedding (prompt, casing, pooling, Dense, Normalize),
+    as the ``embeddings`` pipeline runs it, without turning each vector into a list of floats."""
+    import torch
+
+    from bertkit.sentence.model import SentenceTransformer
+    from bertkit.sentence.modules import normalize
+
+    pipe = encoder.model
+    model = getattr(pipe, "model", None)
+    if not isinstance(model, SentenceTransformer) or pipe.params.get("pooling") is not None:
+        return None
+    prefix = model.prompt(encoder.spec.prompt_name)
+    dim = encoder.dim
+
+    def embed(rows: list[dict]) -> np.ndarray:
+        if not rows:
+            return np.zeros((0, dim), np.float32)
+        vectors = torch.stack(model.embed_features(rows, "sentence_embedding", prefix, batch_size=batch_size,
+                                                   batch_tokens=pipe.batch_tokens))
+        pipe.finite(vectors)
+        return (normalize(vectors) if encoder.spec.normalize else vectors).numpy()
+
+    return Steps(lambda texts: model.features(texts, prefix), embed)
+
+
+def _static_steps(encoder: Any, batch_size: int) -> Steps:
+    """A static model's token ids (flat, with offsets) and their pooled table rows, ``batch_size`` texts a pass
+    (a static model has no padding: its batch only bounds the temporary ``[batch, D]`` block)."""
+    import torch
+    import torch.nn.functional as F
+
+    module, normalize = encoder.model
+
+    def tokenize(texts: list[str]) -> list[dict]:
+        return [module.tokenize(texts[start:start + batch_size]) for start in range(0, len(texts), batch_size)]
+
+    @torch.inference_mode()
+    def embed(parts: list[dict]) -> np.ndarray:
+        out = [module.pool(part["input_ids"], part["offsets"]) for part in parts]
+        vectors = torch.cat(out) if out else torch.zeros(0, encoder.dim)
+        return (F.normalize(vectors, dim=-1) if normalize else vectors).float().numpy()
+
+    return Steps(tokenize, embed)
+
+
+_SPLITS: dict[str, Callable[[Any, int], Steps | None]] = {"dense": _dense_steps, "static": _static_steps}
+
