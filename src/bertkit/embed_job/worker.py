@@ -3,16 +3,16 @@
 :func:`encode_shard` cuts a stream of rows into chunks of ``chunk_rows`` texts and yields each chunk with its
 vectors, in input order. While the model embeds chunk k, a thread reads and tokenizes chunk k+1 (file reading,
 the Rust tokenizer and the model's kernels release the GIL, so they overlap); at most one chunk waits tokenized,
-so memory stays bounded by two chunks whatever the shard's size. Within a chunk the model runs length-sorted
+so the loop holds two chunks whatever the shard's size. Within a chunk the model runs length-sorted
 batches (:func:`bertkit.inference.batching.run_sorted`) and hands the vectors back in the chunk's order.
 
 How a model splits into a tokenizing step and an embedding step is :func:`steps_for`, by kind: a
 sentence-transformers dense model (its :meth:`~bertkit.SentenceTransformer.features` then
 :meth:`~bertkit.SentenceTransformer.embed_features`) and a static model (its ``tokenize`` then ``pool``: there the
 tokenizer is most of the work) overlap; sparse, multi-vector and plain-BERT dense models tokenize inside their own
-``encode`` (the transformer is over 99 % of their time, measured in ``benchmarks/embed_job.py``), so their chunks
-run one after the other. The torch threads of a worker are set when its model loads (``cores // workers``,
-:class:`bertkit.embed_job.encoders.ModelSpec`).
+``encode`` (a transformer's forward passes are over 99 % of the time: all-MiniLM-L6-v2 tokenized 4,000 Austen
+sentences in 0.3 s and embedded them in 186 s on 2 busy cores), so only their reading runs ahead. The torch
+threads of a worker are set when its model loads (``cores // workers``: :class:`~bertkit.embed_job.encoders.ModelSpec`).
 """
 
 from __future__ import annotations
