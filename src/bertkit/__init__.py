@@ -72,6 +72,7 @@ _LAZY = {
     "semantic_search": "bertkit.sentence",
     "CrossEncoder": "bertkit.sentence.cross_encoder",
     "SparseEncoder": "bertkit.sentence.sparse",
+    "StaticModel": "bertkit.sentence.static_model",
     "MultiVectorEncoder": "bertkit.sentence.multi_vector",
     "BGEM3": "bertkit.sentence.bge_m3",
     "BGEM3Lexical": "bertkit.sentence.bge_m3",
@@ -101,6 +102,7 @@ if TYPE_CHECKING:  # for IDEs and type checkers
     from bertkit.sentence.cross_encoder import CrossEncoder as CrossEncoder
     from bertkit.sentence.multi_vector import MultiVectorEncoder as MultiVectorEncoder
     from bertkit.sentence.sparse import SparseEncoder as SparseEncoder
+    from bertkit.sentence.static_model import StaticModel as StaticModel
     from bertkit.tokenization import AutoTokenizer as AutoTokenizer
     from bertkit.tokenization import BatchEncoding as BatchEncoding
     from bertkit.tokenization import BERTTokenizer as BERTTokenizer

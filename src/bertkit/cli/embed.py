@@ -1,4 +1,8 @@
-"""``bertkit embed MODEL --input FILE -o OUT.{npy,jsonl}``: sentence embeddings of every line, streamed.
+"""``bertkit embed MODEL --input FILE -o OUT.{npy,jsonl}``: sentence embeddings of every line, streamed; ``bertkit
+embed MODEL --input CORPUS -o OUTDIR``: a whole corpus into a sharded embedding store.
+
+Which one runs: -o OUT.npy / OUT.jsonl writes one file (below); -o a directory, or a path without a suffix, or
+--format parquet|npy runs the sharded job (see "The embedding job" below).
 
 MODEL: a sentence-transformers directory (its pooling, Dense and Normalize modules run) or any BERT bertkit
 loads (mean pooling). FILE: .txt (a text per line), .jsonl (a text or {"text": ...} per line) or .csv (a
@@ -8,6 +12,20 @@ length-sorted batches a chunk at a time, so a file larger than memory is fine; O
 [N, D] array (its space reserved before the first row is written), OUT.jsonl one {"index", "embedding"}
 line per text, both in input order and moved into place only when complete. -o must not be (or resolve
 to) MODEL or FILE, nor lie inside MODEL.
+
+The embedding job: CORPUS is a text, JSON-lines, CSV/TSV, Parquet or Arrow file, a directory of them, or a glob;
+--text-column names the field/column holding the text (default "text"; a text file's lines are its rows).
+OUTDIR gets index.json (the model, its fingerprint, the corpus, the shards) and part-NNNNN.parquet shards of at
+most --shard-rows rows, each an "id" column beside an "embedding" column (or "indices" + "values" for a sparse
+model; a list of token vectors for a multi-vector one); --format npy writes part-NNNNN.npy + .ids.npy instead
+(both: --format parquet,npy). Ids are the --id-column values (as text; checked unique across the corpus), else
+each row's position in the corpus (int: lines of text/JSON-lines files, records of tables, counted from 0 across
+the files in order). --workers N runs N processes here, each with one model and cores/N threads; --dask ADDRESS
+runs the shards on a Dask cluster (started with `dask scheduler` / `dask worker ADDRESS`; OUTDIR, MODEL and CORPUS
+must be reachable by the same paths from every worker). Every shard is written atomically and recorded in
+index.json as it finishes: after a crash or kill, the same command with --resume skips the recorded shards and
+writes the rest, so every row is present exactly once. MODEL may be dense (sentence-transformers or any BERT),
+static (Model2Vec / StaticEmbedding), sparse (SparseEncoder) or multi-vector (ColBERT).
 
 ``bertkit embed mine MODEL --data PAIRS -o OUT.jsonl``: hard negatives for (query, positive) pairs; see
 ``bertkit embed mine --help`` and :mod:`bertkit.sentence.mining`. (A model directory called ``mine`` is still
@@ -38,19 +56,27 @@ def main(argv: list[str]) -> int:
     parser = ArgumentParser(prog="bertkit embed", description=__doc__,
                             formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("model", help="a sentence-transformers directory, or any BERT bertkit loads")
-    parser.add_argument("--input", required=True, help="a .txt, .jsonl or .csv file of texts; a blank line "
-                                                       "gets a row too (the empty text's embedding)")
-    parser.add_argument("-o", "--output", required=True, help="OUT.npy or OUT.jsonl (one row per input line)")
+    parser.add_argument("--input", required=True, help="a .txt, .jsonl or .csv file of texts (a blank line gets a "
+                                                       "row too: the empty text's embedding); for the job also "
+                                                       "Parquet, Arrow, a directory or a glob")
+    parser.add_argument("-o", "--output", required=True, help="OUT.npy or OUT.jsonl (one row per input line), or "
+                                                              "OUTDIR (no suffix, or a directory): the sharded job")
     parser.add_argument("--batch-size", type=int, default=32, help="texts per forward pass (default 32)")
     parser.add_argument("--normalize", action="store_true", help="L2-normalise every vector")
     parser.add_argument("--device", help="cpu (default), cuda, gpu")
     add_dtype_argument(parser)
     parser.add_argument("--encoding", default="utf-8", help="of the input file (default utf-8), e.g. utf-16, cp1252")
+    from bertkit.cli.embed_job import add_job_arguments, is_job, run_job
+
+    add_job_arguments(parser)
     args = parser.parse_args(argv)
+    if is_job(args):
+        return run_job(args)
     refuse_output_over_input(("-o", args.output), [("--input", args.input)], models=[("MODEL", args.model)])
     suffix = os.path.splitext(args.output)[1].lower()
     if suffix not in (".npy", ".jsonl"):
-        raise ValueError(f"-o {args.output}: write .npy or .jsonl.")
+        raise ValueError(f"-o {args.output}: write .npy or .jsonl, or a directory (no suffix, or --format "
+                         "parquet|npy) for the sharded job.")
     from bertkit.inference.finite import check_value
     from bertkit.pipelines import pipeline
     from bertkit.pipelines.files import count_inputs, locate_input, read_inputs

@@ -2,7 +2,7 @@
 
 :func:`model_kind` tells a directory's kind without loading its weights: ``multi-vector`` (a ColBERT directory),
 ``sparse`` (a sentence-transformers sparse encoder), ``static`` (a Model2Vec or sentence-transformers
-``StaticEmbedding`` directory, once :mod:`bertkit.sentence.static` exists), else ``dense`` (a sentence-transformers
+``StaticEmbedding`` directory, :mod:`bertkit.sentence.static`), else ``dense`` (a sentence-transformers
 directory, or any BERT: mean pooling, as the ``embeddings`` pipeline embeds it). :func:`load_encoder` loads it as
 the pipelines do and caches it in the process (a pool worker or Dask worker embeds many shards with one model);
 :meth:`Encoder.encode` gives the store's vectors (:func:`bertkit.embed_job.store.write_shard`), in input order.
@@ -15,8 +15,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-
-from bertkit.io import read_json_object
 
 
 @dataclass(frozen=True)
@@ -37,7 +35,9 @@ class ModelSpec:
 
 def model_kind(path: str | os.PathLike) -> str:
     """``dense``, ``static``, ``sparse`` or ``multi-vector`` (module doc), from the directory's files."""
-    if _is_static(path):
+    from bertkit.sentence.static import is_static_directory
+
+    if is_static_directory(path):
         return "static"
     from bertkit.tasks.sources import inspect_source
 
@@ -47,18 +47,6 @@ def model_kind(path: str | os.PathLike) -> str:
     if info.task == "sparse-embeddings":
         return "sparse"
     return "dense"
-
-
-def _is_static(path: str | os.PathLike) -> bool:
-    """A Model2Vec directory (its config's ``model_type``) or a sentence-transformers one whose first module is a
-    ``StaticEmbedding``."""
-    modules, config = os.path.join(path, "modules.json"), os.path.join(path, "config.json")
-    if os.path.isfile(modules):
-        from bertkit.io import read_json
-
-        listed = read_json(modules, "sentence-transformers' module list")
-        return bool(listed) and isinstance(listed, list) and str(listed[0].get("type", "")).endswith("StaticEmbedding")
-    return os.path.isfile(config) and read_json_object(config, "a model's config").get("model_type") == "model2vec"
 
 
 class Encoder:
@@ -100,15 +88,17 @@ def _load_sparse(spec: ModelSpec) -> tuple[Any, int, str]:
 
 
 def _encode_sparse(encoder: Encoder, texts: list[str]) -> list[tuple[np.ndarray, np.ndarray]]:
-    rows = encoder.model.encode(texts, prompt_name=encoder.spec.prompt_name, batch_size=encoder.spec.batch_size,
-                                show_progress_bar=False, convert_to_tensor=False, convert_to_sparse_tensor=True)
+    import torch
+
     out = []
-    for row in rows:
-        row = row.coalesce()
-        indices, values = row.indices()[0].numpy().astype(np.int32), row.values().float().numpy()
-        if encoder.spec.normalize and len(values):
-            values = values / max(float(np.linalg.norm(values)), 1e-12)
-        out.append((indices, values.astype(np.float32)))
+    with torch.inference_mode():  # encode's rows hold inference tensors: read them in the same mode
+        rows = encoder.model.encode(texts, prompt_name=encoder.spec.prompt_name, batch_size=encoder.spec.batch_size,
+                                    show_progress_bar=False, convert_to_tensor=False, convert_to_sparse_tensor=True)
+        for row in rows:  # built coalesced (one entry per index, sorted)
+            indices, values = row.indices()[0].numpy().astype(np.int32), row.values().float().numpy()
+            if encoder.spec.normalize and len(values):
+                values = values / max(float(np.linalg.norm(values)), 1e-12)
+            out.append((indices, values.astype(np.float32)))
     return out
 
 
@@ -126,14 +116,10 @@ def _encode_multi_vector(encoder: Encoder, texts: list[str]) -> list[np.ndarray]
 
 
 def _load_static(spec: ModelSpec) -> tuple[Any, int, str]:
-    try:
-        from bertkit.sentence.static import load_static
-    except ImportError:
-        raise ValueError(f"MODEL {spec.path} is a static embedding model, which this bertkit does not load yet.") \
-            from None
+    from bertkit.sentence.static import load_static
+
     module, normalize, _ = load_static(spec.path)
-    return (module, normalize or spec.normalize), int(module.embedding.weight.shape[1]) if hasattr(
-        module.embedding, "weight") else int(module.embedding.shape[1]), "fp32"
+    return (module, normalize or spec.normalize), module.dim, "fp32"
 
 
 def _encode_static(encoder: Encoder, texts: list[str]) -> np.ndarray:

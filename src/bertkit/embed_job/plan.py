@@ -39,6 +39,8 @@ KINDS = ("text", "jsonl", "csv", "tsv", "parquet", "arrow")
 #: suffixes (before compression) of the files a directory contributes
 SUFFIXES = (".txt", ".text", ".jsonl", ".ndjson", ".csv", ".tsv", ".parquet", ".arrow")
 _BLOCK = 1 << 22
+#: the record of a text file's row (it has none); shared, never changed
+_NO_RECORD: dict = {}
 
 
 @dataclass(frozen=True)
@@ -197,15 +199,22 @@ def shard_rows(shard: InputShard, read: ReadOptions) -> Iterator[tuple[Any, str]
         yield row_id, text
 
 
-def shard_rows_where(shard: InputShard, read: ReadOptions) -> Iterator[tuple[Any, str, str]]:
-    """:func:`shard_rows` with where each row is in its file (``line N`` / ``row N``)."""
+def shard_rows_where(shard: InputShard, read: ReadOptions) -> Iterator[tuple[Any, str, int]]:
+    """:func:`shard_rows` with each row's position in its file (:func:`where` says it in words)."""
     ids = iter(range(shard.row, shard.row + shard.rows))
-    for where, record, text in read_rows(shard.path, shard.kind, read, shard.first_row, shard.rows, shard.start):
+    for position, record, text in read_rows(shard.path, shard.kind, read, shard.first_row, shard.rows, shard.start):
         number = next(ids)
         if text is None:  # a blank JSON line: no row, its number unused
             continue
-        row_id = number if read.id_column is None else _row_id(record, read.id_column, shard.path, where)
-        yield row_id, text, where
+        if read.id_column is None:
+            yield number, text, position
+        else:
+            yield _row_id(record, read.id_column, shard.path, where(shard.kind, position)), text, position
+
+
+def where(kind: str, position: int) -> str:
+    """``line N`` (1-based) of a text or JSON-lines file, ``row N`` (0-based) of a table."""
+    return f"line {position}" if kind in ("text", "jsonl") else f"row {position}"
 
 
 def _row_id(record: dict, column: str, path: str, where: str) -> str:
@@ -218,9 +227,9 @@ def _row_id(record: dict, column: str, path: str, where: str) -> str:
 
 def read_rows(path: str, kind: str, read: ReadOptions, first: int, count: int | None,
               start: int = 0) -> Iterator[tuple[str, dict, str | None]]:
-    """``(where, record, text)`` for ``count`` rows (None: all) of a file from its row ``first`` (at byte ``start``
-    where it was cut into byte ranges); ``where`` is "line N" (1-based) or "row N" (0-based), ``text`` None for a
-    blank JSON line."""
+    """``(position, record, text)`` for ``count`` rows (None: all) of a file from its row ``first`` (at byte ``start``
+    where it was cut into byte ranges); ``position`` is the 1-based line of a text or JSON-lines file, the 0-based
+    row of a table (:func:`where`); ``text`` None for a blank JSON line. A text file's rows have no record."""
     if kind in ("parquet", "arrow"):
         yield from _table_rows_of(path, kind, read, first, count)
         return
@@ -229,14 +238,13 @@ def read_rows(path: str, kind: str, read: ReadOptions, first: int, count: int | 
         return
     lines = _lines(path, read.encoding, start, skip=0 if start else first)
     for number, line in zip(range(first + 1, first + 1 + count) if count is not None else _count(first + 1), lines):
-        where = f"line {number}"
         if kind == "text":
-            yield where, {}, line.rstrip("\r\n")
+            yield number, _NO_RECORD, line.rstrip("\r\n")
         elif not line.strip():
-            yield where, {}, None
+            yield number, _NO_RECORD, None
         else:
-            record = _json_record(line, path, where)
-            yield where, record, _text(record, read.text_column, path, where)
+            record = _json_record(line, path, number)
+            yield number, record, _text(record, read.text_column, path, f"line {number}")
 
 
 def _count(start: int) -> Iterator[int]:
@@ -266,17 +274,17 @@ def _lines(path: str, encoding: str, start: int, skip: int) -> Iterator[str]:
         raise unreadable_error(path, error) from None
 
 
-def _json_record(line: str, path: str, where: str) -> dict:
+def _json_record(line: str, path: str, number: int) -> dict:
     import json
 
     try:
         record = json.loads(line)
     except json.JSONDecodeError as error:
-        raise ValueError(f"{path}, {where}: not JSON ({error.msg}); a .jsonl corpus holds one JSON object per "
+        raise ValueError(f"{path}, line {number}: not JSON ({error.msg}); a .jsonl corpus holds one JSON object per "
                          "line.") from None
     if not isinstance(record, dict):
-        raise ValueError(f"{path}, {where}: a JSON {type(record).__name__}, not an object; a .jsonl corpus holds one "
-                         "JSON object per line.")
+        raise ValueError(f"{path}, line {number}: a JSON {type(record).__name__}, not an object; a .jsonl corpus "
+                         "holds one JSON object per line.")
     return record
 
 
@@ -301,11 +309,10 @@ def _csv_rows(path: str, kind: str, read: ReadOptions, first: int, count: int | 
             continue
         if count is not None and number >= first + count:
             return
-        where = f"row {number} (line {reader.line_num})"
         if record.get(read.text_column) is None:
-            raise ValueError(f"{path}, {where}: the row ends before column {read.text_column!r}; fix the row or its "
-                             "quoting.")
-        yield where, record, record[read.text_column]
+            raise ValueError(f"{path}, row {number} (line {reader.line_num}): the row ends before column "
+                             f"{read.text_column!r}; fix the row or its quoting.")
+        yield number, record, record[read.text_column]
 
 
 def _table_rows_of(path: str, kind: str, read: ReadOptions, first: int, count: int | None) -> Iterator:
@@ -327,11 +334,12 @@ def _batch_rows(batches: Iterator, path: str, read: ReadOptions, first: int, cou
         if low < high:
             part = batch.slice(low, high - low).to_pydict()
             for i, text in enumerate(part[read.text_column]):
-                where, record = f"row {offset + low + i}", {key: values[i] for key, values in part.items()}
+                record = {key: values[i] for key, values in part.items()}
                 if not isinstance(text, str):
-                    raise ValueError(f"{path}, {where}: {read.text_column!r} holds {type(text).__name__}, not text; "
-                                     "pass the column that holds the text (--text-column), or drop the row.")
-                yield where, record, text
+                    raise ValueError(f"{path}, row {offset + low + i}: {read.text_column!r} holds "
+                                     f"{type(text).__name__}, not text; pass the column that holds the text "
+                                     "(--text-column), or drop the row.")
+                yield offset + low + i, record, text
         offset += batch.num_rows
         if end is not None and offset >= end:
             return

@@ -36,6 +36,7 @@ from bertkit.embed_job.plan import (
     identity,
     plan_shards,
     shard_rows_where,
+    where,
 )
 from bertkit.embed_job.store import FORMATS, INDEX, model_fingerprint, read_index, write_index, write_shard
 from bertkit.embed_job.worker import encode_shard
@@ -267,7 +268,8 @@ def _write_id_hashes(task: ShardTask, ids: list) -> str:
 
 def _rows_where(shard: InputShard, read: ReadOptions, positions: set[int]) -> dict[int, str]:
     """Where the shard's rows at ``positions`` (0-based, among its rows) are: ``FILE, line N`` / ``FILE, row N``."""
-    return {n: f"{shard.path}, {row[2]}" for n, row in enumerate(shard_rows_where(shard, read)) if n in positions}
+    return {n: f"{shard.path}, {where(shard.kind, row[2])}" for n, row in enumerate(shard_rows_where(shard, read))
+            if n in positions}
 
 
 def _duplicate(column: str, value: Any, first: str, second: str) -> ValueError:
@@ -306,9 +308,9 @@ def _confirm(value: int, records: list[dict], shards: dict[str, InputShard], rea
     found: list[tuple[Any, str]] = []
     for record in records:
         shard = shards[record["name"]]
-        for row_id, _, where in shard_rows_where(shard, read):
+        for row_id, _, position in shard_rows_where(shard, read):
             if id_hash(row_id) == value:
-                found.append((row_id, f"{shard.path}, {where}"))
+                found.append((row_id, f"{shard.path}, {where(shard.kind, position)}"))
     for (a, where_a), (b, where_b) in itertools.combinations(found, 2):
         if a == b:
             raise _duplicate(read.id_column, a, where_a, where_b)

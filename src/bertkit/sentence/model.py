@@ -37,6 +37,18 @@ class SentenceTransformer(nn.Module):
     with mean pooling and no normalisation, as sentence-transformers does.
     """
 
+    def __new__(cls, model_name_or_path: str | os.PathLike | None = None, *args: Any, **kwargs: Any):
+        """A static directory (Model2Vec or sentence-transformers' ``StaticEmbedding``) gives a
+        :class:`~bertkit.sentence.static_model.StaticSentenceTransformer`: the same methods, no network."""
+        if cls is SentenceTransformer and model_name_or_path is not None and kwargs.get("layout") is None:
+            from bertkit.sentence.static import is_static_directory
+
+            if is_static_directory(model_name_or_path):
+                from bertkit.sentence.static_model import StaticSentenceTransformer
+
+                return super().__new__(StaticSentenceTransformer)
+        return super().__new__(cls)
+
     def __init__(self, model_name_or_path: str | os.PathLike, device: str | torch.device | None = None, *,
                  dtype: Any = "auto", optimize: bool = True, pooling: str | Sequence[str] | None = None,
                  layout: Layout | None = None):
@@ -59,6 +71,9 @@ class SentenceTransformer(nn.Module):
         if layout.masked_lm or layout.routes or layout.static or layout.autoencoder is not None:
             raise ValueError(f"{path} is a sparse encoder's directory (a masked-LM, Router, static or autoencoder "
                              "module); load it with bertkit.SparseEncoder.")
+        if layout.static_embedding:
+            raise ValueError(f"{path} is a static model's directory; load it with bertkit.SentenceTransformer(path) "
+                             "(without layout=) or bertkit.StaticModel(path).")
         if is_multi_vector(layout):
             raise ValueError(f"{path} is a multi-vector (ColBERT) model's directory; load it with "
                              "bertkit.MultiVectorEncoder.")

@@ -218,6 +218,7 @@ class Layout:
     splade: SpladePooling | None = None
     max_active_dims: int | None = None
     static: bool = False  # ``transformer`` holds a SparseStaticEmbedding: a tokenizer and a weight per token
+    static_embedding: bool = False  # ``transformer`` holds a StaticEmbedding: a tokenizer and a vector per token
     routes: dict[str, Layout] = field(default_factory=dict)  # a Router's pipelines by task (query, document)
     default_route: str | None = None
     autoencoder: SparseAutoEncoder | None = None  # CSR: a sparse head after the dense modules
@@ -264,6 +265,8 @@ def _modules(root: Path, modules: list[tuple[str, str]], listed_in: Path) -> Lay
         if kind in ("Transformer", "MLMTransformer"):
             layout = Layout(transformer=where, **_transformer_settings(where, root))
             layout.masked_lm = kind == "MLMTransformer" or _fill_mask(where, root)
+        elif kind == "StaticEmbedding":  # a tokenizer and a vector per token (bertkit.sentence.static reads it)
+            layout = Layout(transformer=where, static_embedding=True)
         elif kind == "SparseStaticEmbedding":  # a tokenizer and one weight per vocabulary entry, no model
             layout = Layout(transformer=where, static=True)
         elif kind == "Router" and len(modules) == 1:
@@ -291,7 +294,8 @@ def _modules(root: Path, modules: list[tuple[str, str]], listed_in: Path) -> Lay
                                           config.get("activation_function", "relu"))
         else:
             raise ValueError(f"{listed_in} names a {name} module; bertkit runs Transformer, MLMTransformer, "
-                             "Pooling, Dense, Normalize, SpladePooling, SparseStaticEmbedding, SparseAutoEncoder, "
+                             "Pooling, Dense, Normalize, SpladePooling, StaticEmbedding, SparseStaticEmbedding, "
+                             "SparseAutoEncoder, "
                              "MultiVectorMask, HierarchicalTokenPooling and a Router of them.")
     if layout is None:
         raise ValueError(f"{listed_in} has no Transformer module.")
