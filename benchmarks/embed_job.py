@@ -1,14 +1,18 @@
 """The embedding job's throughput, scaling and memory: ``bertkit embed MODEL --input CORPUS -o OUT`` beside the model.
 
-Four measurements, each in fresh processes (so each loads its model as a job does), on a JSON-lines corpus of
+Three tables, each run in fresh processes (so each loads its model as a job does), on a JSON-lines corpus of
 the bundled Austen sentences (benchmarks/embed.py's, repeated to the size asked):
 
 * **rate**: all-MiniLM-L6-v2 at fp32, the model's own ``SentenceTransformer.encode`` (one process, torch's
   threads, timed after loading) against the job on one worker (in process), on 2 workers (a process pool, one
   torch thread each) and on a Dask cluster started from its own CLI (``dask scheduler`` + 2 ``dask worker``
   processes of one thread on 127.0.0.1). Rounds alternate the variants; medians. The job's time is its whole
-  run (planning, model load, reading, writing the Parquet shards and the index); ``load s`` is the model's
-  load time, taken in the model's own process.
+  run (imports, model load, planning, reading, writing the Parquet shards and the index); its start-up is the
+  same job on 4 rows, and "rows/s after start-up" divides the rows by the difference (the model's start-up is
+  its load, taken in its own process).
+* **static** (``--static-rows N``): the same without Dask for a random 256-dimension static model over
+  MiniLM's tokenizer, whose own ``encode`` (batches of 1,024 on its threads) is the rate to keep: there the
+  reading, tokenizing and writing are most of the work.
 * **memory**: the peak resident memory (VmRSS summed over the job's process tree and a Dask cluster's workers,
   sampled every 50 ms) of the job on one worker (one torch thread) at two corpus sizes, with a small random BERT
   (MiniLM's tokenizer, 1 layer of 32, 32 tokens a text) so that hundreds of thousands of rows finish: the job
@@ -16,6 +20,7 @@ the bundled Austen sentences (benchmarks/embed.py's, repeated to the size asked)
 
     python benchmarks/embed_job.py [--rows 2000] [--rounds 2] [--memory-rows 50000 500000]
     python benchmarks/embed_job.py --json benchmarks/results/embed-job.json   # the tables, for the docs
+    python benchmarks/embed_job.py --no-rate --memory-rows --static-rows 200000 --json STATIC.json   # static
 """
 
 from __future__ import annotations
@@ -53,6 +58,20 @@ loaded = time.perf_counter()
 model.encode(texts[:64], batch_size=int(sys.argv[4]), show_progress_bar=False)
 start_encode = time.perf_counter()
 model.encode(texts, batch_size=int(sys.argv[4]), show_progress_bar=False)
+print(json.dumps({"seconds": time.perf_counter() - start_encode, "load_s": loaded - start}))
+"""
+
+#: a static model's own rate, in a fresh process: load, a warm-up, then its encode in batches of 1,024
+STATIC_RUN = """
+import json, sys, time
+from bertkit.sentence.static import load_static
+texts = [json.loads(line)["text"] for line in open(sys.argv[2], encoding="utf-8")]
+start = time.perf_counter()
+module, normalize, _ = load_static(sys.argv[1])
+loaded = time.perf_counter()
+module.encode(texts[:2048], batch_size=1024, normalize=normalize)
+start_encode = time.perf_counter()
+module.encode(texts, batch_size=1024, normalize=normalize)
 print(json.dumps({"seconds": time.perf_counter() - start_encode, "load_s": loaded - start}))
 """
 
@@ -159,26 +178,46 @@ def tiny_model(directory: pathlib.Path) -> pathlib.Path:
     return model.save(directory / "st")
 
 
-def rate_table(args, work: pathlib.Path) -> tuple[dict, dict]:
-    corpus, small = write_corpus(work / "rate.jsonl", args.rows), write_corpus(work / "startup.jsonl", 4)
-    model, out, shard_rows = minilm(), work / "out", max(1, args.rows // 4)
-    cluster = DaskCluster(2, work)
+def static_model(directory: pathlib.Path) -> pathlib.Path:
+    """A random 256-dimension static model over MiniLM's tokenizer (its speed does not depend on the values)."""
+    import torch
+    from tokenizers import Tokenizer
+
+    from bertkit.sentence.static import StaticEmbedding, save_static
+
+    tokenizer = Tokenizer.from_file(str(minilm() / "tokenizer.json"))
+    table = torch.randn(tokenizer.get_vocab_size(), 256, generator=torch.Generator().manual_seed(0))
+    return save_static(StaticEmbedding(tokenizer, table), directory, normalize=True)
+
+
+def rate_table(args, work: pathlib.Path, static: bool = False) -> tuple[dict, dict]:
+    """The model's own rate beside the job's (module doc): all-MiniLM-L6-v2, or with ``static`` a static model
+    (no Dask run)."""
+    count = args.static_rows if static else args.rows
+    corpus, small = write_corpus(work / "rate.jsonl", count), write_corpus(work / "startup.jsonl", 4)
+    model = static_model(work / "static") if static else minilm()
+    out, shard_rows = work / "out", max(1, count // 4)
+    cluster = None if static else DaskCluster(2, work)
 
     def variants(path: pathlib.Path, rows: int) -> dict:
         common = {"dtype": "fp32", "batch_size": args.batch_size, "shard_rows": rows}
-        return {
-            "model encode (1 process)": lambda: run_child(MODEL_RUN, str(model), str(path), "fp32",
-                                                          str(args.batch_size)),
+        own = (lambda: run_child(STATIC_RUN, str(model), str(path))) if static else (
+            lambda: run_child(MODEL_RUN, str(model), str(path), "fp32", str(args.batch_size)))
+        out_variants = {
+            "model encode (1 process)": own,
             "job, 1 worker": lambda: job(model, path, out, **common),
             "job, 2 workers (process pool)": lambda: job(model, path, out, workers=2, **common),
-            "job, Dask: 2 workers x 1 thread": lambda: job(model, path, out, also=cluster.worker_pids,
-                                                           dask=cluster.address, **common),
         }
+        if cluster is not None:
+            out_variants["job, Dask: 2 workers x 1 thread"] = lambda: job(model, path, out, also=cluster.worker_pids,
+                                                                          dask=cluster.address, **common)
+        return out_variants
 
     try:
         # each job's fixed costs (imports, model load, planning, the index) on 4 rows in 4 shards, after one job
         # has warmed the Dask workers (a standing cluster keeps its model loaded); then the rounds
-        variants(small, 1)["job, Dask: 2 workers x 1 thread"]()
+        if cluster is not None:
+            variants(small, 1)["job, Dask: 2 workers x 1 thread"]()
         startup = {name: run()["seconds"] for name, run in list(variants(small, 1).items())[1:]}
         print("start-up", startup, flush=True)
         runs: dict[str, list[dict]] = {name: [] for name in variants(corpus, shard_rows)}
@@ -187,21 +226,23 @@ def rate_table(args, work: pathlib.Path) -> tuple[dict, dict]:
                 runs[name].append(run())
                 print(name, runs[name][-1], flush=True)
     finally:
-        cluster.close()
+        if cluster is not None:
+            cluster.close()
     load = statistics.median(r["load_s"] for r in runs["model encode (1 process)"])
-    base = args.rows / statistics.median(r["seconds"] for r in runs["model encode (1 process)"])
+    base = count / statistics.median(r["seconds"] for r in runs["model encode (1 process)"])
     rows = []
     for name, results in runs.items():
         seconds = statistics.median(r["seconds"] for r in results)
         fixed = startup.get(name)
-        steady = args.rows / (seconds - fixed) if fixed is not None and seconds > fixed else None
-        rows.append({"variant": name, "seconds": seconds, "rows/s": args.rows / seconds,
+        steady = count / (seconds - fixed) if fixed is not None and seconds > fixed else None
+        rows.append({"variant": name, "seconds": seconds, "rows/s": count / seconds,
                      "start-up s": fixed if fixed is not None else load,
                      "rows/s after start-up": steady if steady is not None else base,
                      "x model encode": (steady if steady is not None else base) / base,
                      "peak RSS GB": max(r["peak_rss_gb"] for r in results)})
-    title = (f"all-MiniLM-L6-v2 fp32, {args.rows:,} Austen sentences, batch size {args.batch_size}, "
-             f"{os.cpu_count()} cores, medians of {args.rounds} alternating rounds")
+    what = ("a static model (256 dimensions, MiniLM's tokenizer; its encode in batches of 1,024)" if static else
+            f"all-MiniLM-L6-v2 fp32, batch size {args.batch_size}")
+    title = f"{what}, {count:,} Austen sentences, {os.cpu_count()} cores, medians of {args.rounds} alternating rounds"
     notes = [f"The corpus is cut into 4 shards of {shard_rows:,} rows (--shard-rows), the same for every job.",
              "A job's seconds are its whole run: imports, model load, planning, reading, the Parquet shards, the "
              "index. Its start-up s is the same job on 4 rows; rows/s after start-up = rows / (seconds - start-up). "
@@ -239,7 +280,8 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--memory-rows", type=int, nargs="*", default=[50_000, 500_000],
                         help="corpus sizes of the memory table (none: no memory table)")
-    parser.add_argument("--no-rate", action="store_true", help="the memory table only")
+    parser.add_argument("--no-rate", action="store_true", help="no MiniLM rate table")
+    parser.add_argument("--static-rows", type=int, default=0, help="rows of a static model's rate table (0: none)")
     parser.add_argument("--json", type=pathlib.Path, help="also write the tables here (benchmarks/record.py's format)")
     args = parser.parse_args()
     work = pathlib.Path(tempfile.mkdtemp(prefix="embed-job-bench-"))
@@ -249,6 +291,10 @@ def main() -> None:
             table, data["rate_runs"] = rate_table(args, work)
             tables.append(table)
             print(f"\n{table['title']}\n" + record.markdown(table["rows"], table["columns"]) + "\n", flush=True)
+        if args.static_rows:
+            table, data["static_runs"] = rate_table(args, work, static=True)
+            tables.append(table)
+            print(f"\n{table['title']}\n" + record.markdown(table["rows"], table["columns"]) + "\n", flush=True)
         if args.memory_rows:
             table, data["memory_runs"] = memory_table(args, work)
             tables.append(table)
@@ -256,7 +302,7 @@ def main() -> None:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     if args.json:
-        record.write_result(args.json, "embed-job", tables, data=data,
+        record.write_result(args.json, args.json.stem, tables, data=data,
                             title="The embedding job: rate beside the model, scaling, Dask, memory (embed_job.py)")
 
 
