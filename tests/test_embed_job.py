@@ -129,6 +129,9 @@ def test_sparse_and_multi_vector_models(tmp_path):
     items = ["the cat sat on the mat", "berlin is a big city", "what river", "old town"]
     (tmp_path / "c.txt").write_text("\n".join(items) + "\n")
     splade = sparse_dirs(tmp_path / "sparse")["splade"]
+    with pytest.raises(ValueError, match="a sparse model, whose vectors are written as Parquet"):
+        job(splade, [tmp_path / "c.txt"], tmp_path / "s", formats=("npy",))
+    assert not (tmp_path / "s").exists()
     job(splade, [tmp_path / "c.txt"], tmp_path / "s", shard_rows=3)
     store = open_store(tmp_path / "s")
     assert store.kind == "sparse"
@@ -288,6 +291,9 @@ def test_output_over_input_flags_and_dask_addresses(model, tmp_path, capsys, mon
     (data / "c.txt").write_text("a\nb\n")
     assert "is the input --input" in fails(capsys, model, "--input", data, "-o", data)
     assert "lies inside the input directory --input" in fails(capsys, model, "--input", data, "-o", data / "vec")
+    assert "--shard-rows must be a positive integer" in fails(capsys, model, "--input", data, "-o", tmp_path / "z",
+                                                             "--shard-rows", "0")
+    assert not (tmp_path / "z").exists()  # refused before anything is made
     assert "--workers goes with the sharded job" in fails(capsys, model, "--input", data / "c.txt", "-o",
                                                           tmp_path / "v.npy", "--workers", "2")
     with socket.socket() as server:  # a port that answers, but is no Dask scheduler

@@ -107,6 +107,7 @@ def test_fingerprint_tells_models_apart(tmp_path):
     assert model_fingerprint(model) == first
     (model / "config.json").write_text('{"hidden_size": 9}')
     assert model_fingerprint(model) != first
+    assert model_fingerprint("org/registered-name") != model_fingerprint("org/other-name")
     (model / "config.json").write_text('{"hidden_size": 8}')
     (model / "model.safetensors").write_bytes(b"0" * 101)
     assert model_fingerprint(model) != first

@@ -47,9 +47,10 @@ def run_job(args: argparse.Namespace) -> int:
 
     formats = tuple(f.strip() for f in (args.format or "parquet").split(",") if f.strip())
     read = ReadOptions(args.text_column or "text", args.id_column, args.encoding)
-    config = JobConfig(args.model, (args.input,), args.output, read, formats, args.shard_rows or 50_000, args.dtype,
-                       args.device, args.batch_size, args.normalize, args.prompt_name, args.workers or 1, args.dask,
-                       args.resume)
+    config = JobConfig(args.model, (args.input,), args.output, read, formats,
+                       JobConfig.shard_rows if args.shard_rows is None else args.shard_rows, args.dtype, args.device,
+                       args.batch_size, args.normalize, args.prompt_name, 1 if args.workers is None else args.workers,
+                       args.dask, args.resume)
     meta = embed_corpus(config)
     print(f"{meta['rows']} embeddings in {len(meta['shards'])} shards: {args.output} ({meta['model']['kind']}, "
           f"dim {meta['model']['dim']})", file=sys.stderr)

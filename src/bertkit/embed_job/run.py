@@ -89,6 +89,9 @@ def embed_corpus(config: JobConfig) -> dict[str, Any]:
     _check_config(config)
     out = Path(config.out)
     kind = model_kind(config.model)
+    if "npy" in config.formats and kind not in ("dense", "static"):
+        raise ValueError(f"--format npy holds one fixed-size vector per row; MODEL {config.model} is a {kind} model, "
+                         "whose vectors are written as Parquet: use --format parquet.")
     model = {"path": os.path.abspath(config.model), "fingerprint": model_fingerprint(config.model), "kind": kind,
              "dtype": config.dtype, "dim": None, "normalize": config.normalize, "prompt": config.prompt_name}
     files = corpus_files(list(config.inputs))
@@ -122,6 +125,8 @@ def embed_corpus(config: JobConfig) -> dict[str, Any]:
 def _check_config(config: JobConfig) -> None:
     if type(config.workers) is not int or config.workers < 1:
         raise ValueError(f"--workers must be a positive integer, got {config.workers!r}.")
+    if type(config.shard_rows) is not int or config.shard_rows < 1:
+        raise ValueError(f"--shard-rows must be a positive integer, got {config.shard_rows!r}.")
     if config.dask is not None and config.workers != 1:
         raise ValueError("--workers and --dask exclude each other: the Dask cluster's workers do the work.")
     unknown = [f for f in config.formats if f not in FORMATS]

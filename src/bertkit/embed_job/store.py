@@ -54,9 +54,12 @@ def shard_name(ordinal: int) -> str:
 def model_fingerprint(path: str | os.PathLike) -> str:
     """sha256 of a model directory's configuration (the bytes of its JSON / vocabulary files) and of the names and
     sizes of its other files (weights): what tells two models apart without reading gigabytes. A path that is no
-    directory (a single weights file) counts by its name and size."""
+    directory (a single weights file) counts by its name and size; a name that is no path (a registered model) by
+    the name."""
     digest = hashlib.sha256()
     root = Path(path)
+    if not root.exists():  # a registered name: it stands for itself
+        return hashlib.sha256(os.fspath(path).encode()).hexdigest()
     files = sorted(p for p in root.rglob("*") if p.is_file()) if root.is_dir() else [root]
     for file in files:
         name = file.relative_to(root).as_posix() if root.is_dir() else file.name
