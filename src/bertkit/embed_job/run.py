@@ -21,6 +21,7 @@ import itertools
 import os
 import threading
 from dataclasses import asdict, dataclass, field
+from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
@@ -38,10 +39,9 @@ from bertkit.embed_job.plan import (
     where,
 )
 from bertkit.embed_job.store import FORMATS, INDEX, model_fingerprint, read_index, write_index, write_shard
+from bertkit.embed_job.worker import encode_shard
 from bertkit.io import lock_directory, refuse_output_over_input
 
-#: texts handed to the model at once (it length-sorts them into batches); a shard is embedded chunk by chunk
-CHUNK_ROWS = 4096
 #: id hashes held at once by the final duplicate check
 HASH_BUCKET_ROWS = 1 << 22
 
@@ -225,14 +225,12 @@ def embed_shard(task: ShardTask) -> dict[str, Any]:
             encoder = load_encoder(task.spec)
         ids: list = []
         parts: list = []
-        rows = shard_rows_where(shard, task.read)
-        while chunk := list(itertools.islice(rows, CHUNK_ROWS)):
-            ids += [row[0] for row in chunk]
-            try:
-                vectors = encoder.encode([row[1] for row in chunk])
-            except ValueError as error:
-                raise ValueError(f"{shard.describe()}: {error}") from None
-            parts.append(vectors)
+        try:  # the tokenizer one chunk ahead of the model (bertkit.embed_job.worker)
+            for chunk, vectors in encode_shard(encoder, shard_rows_where(shard, task.read), text=itemgetter(1)):
+                ids += [row[0] for row in chunk]
+                parts.append(vectors)
+        except ValueError as error:
+            raise ValueError(f"{shard.describe()}: {error}") from None
         vectors = _join(parts, encoder.kind, encoder.dim)
         record = write_shard(task.out, shard.name, ids, vectors, encoder.kind, task.formats)
         if task.read.id_column is not None:
