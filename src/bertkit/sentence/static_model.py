@@ -67,29 +67,6 @@ class StaticModel:
         flat, lengths = self.module.token_ids(list(sentences))
         return [part.tolist() for part in np.split(flat, np.cumsum(lengths)[:-1])] if len(lengths) else []
 
-    def features(self, texts: list[str], prefix: str = "", truncation_side: str = "right") -> list[dict]:
-        """Each text's token ids (``{"input_ids": [...]}``) after ``prefix``, as :meth:`encode` reads them."""
-        if truncation_side != "right":
-            raise ValueError(f"truncation_side={truncation_side!r}: a static model's tokenizer cuts texts on the "
-                             "right only.")
-        flat, lengths = self.static.token_ids([prefix + text for text in texts])
-        return [{"input_ids": ids.tolist()} for ids in np.split(flat, np.cumsum(lengths)[:-1])] if texts else []
-
-    def embed_features(self, rows: list[dict], output_value: str | None = "sentence_embedding", prefix: str = "", *,
-                       batch_size: int = 32, batch_tokens: int | None = None, progress: bool = False) -> list[Any]:
-        """The sentence embedding (a float32 CPU tensor) of each row of :meth:`features`, in row order."""
-        if output_value != "sentence_embedding":
-            raise ValueError(f"output_value={output_value!r}: a static model gives sentence embeddings only.")
-        if not rows:
-            return []
-        ids = [np.asarray(row["input_ids"], dtype=np.int64) for row in rows]
-        lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
-        device = self.static.embedding.weight.device
-        with torch.inference_mode():
-            vectors = self(torch.from_numpy(np.concatenate(ids)).to(device),
-                           torch.from_numpy(offsets_of(lengths)).to(device))
-        return list(vectors.float().cpu())
-
     def encode(self, sentences: str | Sequence[str], *, show_progress_bar: bool = False,
                normalize: bool | None = None, batch_size: int = 1024, **ignored: Any) -> np.ndarray:
         """Float32 ``[N, D]`` vectors (one string: ``[D]``); ``normalize`` None uses the model's. model2vec's other
