@@ -138,7 +138,8 @@ def _write_parquet(path: Path, ids: np.ndarray, vectors: Any, kind: str) -> None
         offsets = np.concatenate([[0], np.cumsum([len(t) for t in tokens])]).astype(np.int32)
         columns["embedding"] = pa.ListArray.from_arrays(pa.array(offsets), inner)
     with atomic_path(path) as tmp:
-        pq.write_table(pa.table(columns), tmp)
+        # vectors' floats rarely repeat: a dictionary page of them is written, then dropped, for nothing
+        pq.write_table(pa.table(columns), tmp, use_dictionary=["id", "indices"])
 
 
 def _lists(pa: Any, arrays: list[np.ndarray], type_: Any) -> Any:
