@@ -35,13 +35,11 @@ class ModelSpec:
 
 def model_kind(path: str | os.PathLike) -> str:
     """``dense``, ``static``, ``sparse`` or ``multi-vector`` (module doc), from the directory's files."""
-    from bertkit.sentence.static import is_static_directory
-
-    if is_static_directory(path):
-        return "static"
     from bertkit.tasks.sources import inspect_source
 
     info = inspect_source(path)
+    if info.layout == "static":
+        return "static"
     if info.multi_vector is not None and info.task == "multi-vector":
         return "multi-vector"
     if info.task == "sparse-embeddings":

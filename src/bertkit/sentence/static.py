@@ -25,6 +25,8 @@ import torch.nn.functional as F
 from tokenizers import Tokenizer
 from torch import nn
 
+from bertkit.tasks.sources import static_kind
+
 #: the two readers of a static directory whose behaviour :class:`StaticEmbedding` can follow
 LIKE = ("model2vec", "sentence-transformers")
 #: model2vec's default ``max_length`` (tokens) when its config names none
@@ -229,25 +231,9 @@ def load_static(path: str | os.PathLike, like: str | None = None) -> tuple[Stati
 
 
 def is_static_directory(path: str | os.PathLike) -> bool:
-    """Whether ``path`` holds a static model: ``modules.json`` naming a ``StaticEmbedding``, or model2vec's files."""
-    root = Path(path)
-    if (root / "modules.json").is_file():
-        try:
-            entries = json.loads((root / "modules.json").read_text())
-        except (OSError, ValueError):
-            return False
-        return isinstance(entries, list) and any(_is_static_type(entry.get("type", "")) for entry in entries
-                                                 if isinstance(entry, dict))
-    if not all((root / name).is_file() for name in ("config.json", "model.safetensors", "tokenizer.json")):
-        return False
-    try:
-        return json.loads((root / "config.json").read_text()).get("model_type") == "model2vec"
-    except (OSError, ValueError, AttributeError):
-        return False
-
-
-def _is_static_type(name: str) -> bool:
-    return name.rsplit(".", 1)[-1] == "StaticEmbedding"
+    """Whether ``path`` holds a static model (Model2Vec's files, or a ``StaticEmbedding`` module first in its
+    ``modules.json``): :func:`bertkit.tasks.sources.static_kind`, the one reading of that, answered."""
+    return static_kind(path) is not None
 
 
 def _static_folder(root: Path) -> tuple[Path, bool | None]:
