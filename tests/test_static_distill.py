@@ -176,3 +176,14 @@ def test_a_teacher_that_is_no_embedding_model_is_refused(teacher_dir, tmp_path, 
     static = distill_static(teacher_dir, tmp_path / "static", DistillSettings(dim=4))
     assert main(["distill", "static", str(static), "-o", str(tmp_path / "b")]) == 1
     assert "is a static model already" in capsys.readouterr().err
+
+
+def test_a_folder_that_holds_files_is_refused_and_kept(teacher_dir, tmp_path, capsys):
+    out = tmp_path / "another-model"
+    out.mkdir()
+    (out / "model.safetensors").write_bytes(b"the user's own weights")
+    assert main(["distill", "static", str(teacher_dir), "-o", str(out)]) == 1
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("bertkit: error:")]
+    assert len(errors) == 1 and "-o" in errors[0] and "is not empty (it holds model.safetensors)" in errors[0]
+    assert sorted(p.name for p in out.iterdir()) == ["model.safetensors"]
+    assert (out / "model.safetensors").read_bytes() == b"the user's own weights"

@@ -165,6 +165,20 @@ def refuse_output_over_input(output: tuple[str, str | os.PathLike | None],
                     raise ValueError(_conflict_message(out_flag, os.fspath(out_path), flag, os.fspath(path), how))
 
 
+def refuse_nonempty_folder(flag: str, path: str | os.PathLike, writes: str) -> None:
+    """Raise ``ValueError`` if ``path`` is a file, or a folder that holds anything: a command that writes a new
+    model folder (``writes``, e.g. "the static model") would replace or mix with what is there. Call before any
+    work."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"{flag} {path} is a file; {writes} is a folder: choose a new or empty folder path.")
+    held = sorted(entry.name for entry in path.iterdir()) if path.is_dir() else []
+    if held:
+        shown = ", ".join(held[:5]) + (f" ... ({len(held)} entries)" if len(held) > 5 else "")
+        raise ValueError(f"{flag} {path} is not empty (it holds {shown}); writing {writes} there would replace or mix "
+                         "with those files: choose a new or empty folder, or remove it first.")
+
+
 def _lies_inside(path: str | os.PathLike, directory: str | os.PathLike) -> bool:
     """Whether ``path`` (existing or not, symlinks resolved) lies somewhere beneath ``directory``."""
     target = os.stat(directory)

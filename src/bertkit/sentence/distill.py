@@ -34,7 +34,7 @@ import torch
 from tokenizers import Tokenizer
 
 from bertkit.inference.batching import check_batch_size, pad, run_sorted
-from bertkit.io import refuse_output_over_input
+from bertkit.io import refuse_nonempty_folder, refuse_output_over_input
 from bertkit.sentence.model import SentenceTransformer
 from bertkit.sentence.static import StaticEmbedding, is_static_directory, save_static
 from bertkit.tasks.sources import inspect_source
@@ -255,6 +255,7 @@ def distill_static(model: str | os.PathLike, output: str | os.PathLike, settings
     (:func:`bertkit.sentence.static.save_static`: it loads in bertkit, model2vec and sentence-transformers, its
     vectors normalised); returns ``output``. ``output`` must not be ``model`` nor lie inside it."""
     refuse_output_over_input(("-o", output), [], models=[("MODEL", model)])
+    refuse_nonempty_folder("-o", output, "the static model")
     table = distill_table(load_teacher(model), settings, progress=progress)
     module = StaticEmbedding(table.tokenizer, table.vectors, max_length=MAX_LENGTH)
     return save_static(module, output, normalize=True, config=distill_config(table, os.fspath(model)))
