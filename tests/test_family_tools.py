@@ -1,8 +1,8 @@
-"""``bertkit embed``, ``bertkit finetune classify`` and ``bertkit serve`` on RoBERTa, XLM-RoBERTa, MPNet and
-ModernBERT checkpoints as HF transformers writes them (tests/family_dirs.py: random weights, the family's own
-tokenizer kind), each checked against HF itself: the embeddings against HF's model and tokenizer, the
-fine-tuned directory read back by HF's ``AutoModelForSequenceClassification`` / ``AutoTokenizer``, the served
-routes through huggingface_hub's ``InferenceClient``.
+"""``bertkit embed``, ``bertkit finetune classify`` and ``bertkit serve`` on RoBERTa, XLM-RoBERTa, MPNet, ModernBERT,
+DeBERTa-v2, GTE, NomicBERT, Jina v3 and EuroBERT checkpoints as HF transformers writes them (tests/family_dirs.py:
+random weights, the family's own tokenizer kind), each checked against HF itself: the embeddings against HF's model
+and tokenizer, the fine-tuned directory read back by HF's ``AutoModelForSequenceClassification`` /
+``AutoTokenizer``, the served routes through huggingface_hub's ``InferenceClient``.
 """
 
 from __future__ import annotations
@@ -22,10 +22,11 @@ huggingface_hub = pytest.importorskip("huggingface_hub")
 import bertkit  # noqa: E402
 from bertkit.cli import main as cli  # noqa: E402
 from bertkit.serving import create_app  # noqa: E402
-from family_dirs import FAMILIES, family_dir  # noqa: E402
+from family_dirs import FAMILIES, NEW_FAMILIES, family_dir  # noqa: E402
 from serve_helpers import serving  # noqa: E402
 
 transformers.logging.set_verbosity_error()
+FAMILIES = (*FAMILIES, *NEW_FAMILIES)
 DATA = pathlib.Path(__file__).resolve().parents[1] / "data" / "finetune" / "vader_amazon"
 TEXTS = ["Emma Woodhouse, handsome, clever, and rich.", "naïve café — Ærøskøbing, ça va ? 😀", "", "x " * 200,
          "Anne Elliot waited."]

@@ -86,6 +86,7 @@ def _cpu_name() -> str:
 def describe(source: str) -> str:
     """A few lines on ``source``: a preset size name, a checkpoint directory or a config JSON file. The
     architecture's head (``config.json``'s ``architectures``) is counted too when bertkit knows it."""
+    from bertkit.config import bert_architecture_name
     from bertkit.modeling.counting import POOLED, backbone_parameters, count_parameters
 
     static = _static(Path(source))
@@ -96,8 +97,9 @@ def describe(source: str) -> str:
              f"A={config.num_attention_heads} intermediate={config.intermediate_size} vocab={config.vocab_size} "
              f"act={config.activation_name()} decoder={config.is_decoder}",
              f"backbone parameters: {backbone_parameters(config) / 1e6:.1f}M"]
-    if architecture in POOLED and architecture != "BertModel":
-        lines.append(f"with its head ({architecture}): {count_parameters(config, architecture) / 1e6:.1f}M")
+    counted = bert_architecture_name(architecture) if architecture else None  # RobertaForMaskedLM: BERT's name
+    if counted in POOLED and counted != "BertModel":
+        lines.append(f"with its head ({architecture}): {count_parameters(config, counted) / 1e6:.1f}M")
     held = _what_it_holds(Path(source))
     if held:
         lines.append(held)

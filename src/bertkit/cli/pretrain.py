@@ -7,6 +7,7 @@
     bertkit pretrain --text DOMAIN.txt --init-from CHECKPOINT -o OUT  # continue pretraining a checkpoint
     bertkit pretrain --text BOOK.txt --model small --objective electra -o OUT  # ELECTRA: OUT/model, OUT/generator
     bertkit pretrain --text BOOK.txt --model small --recipe roberta -o OUT     # a RoBERTa, MLM only
+    bertkit pretrain --text BOOK.txt --model small --family gte -o OUT         # a GTE of that size, MLM only
 
 Defaults come from the model size's recipe (learning rate, batch, sequence length, masking
 rate, steps, vocabulary, NSP on or off: ``bertkit.presets.RECIPES``); with --resume, from the run being
@@ -47,6 +48,12 @@ in two ways: a sequence never crosses a document boundary (it ends with its docu
 tokenizer stays BERT's WordPiece ([CLS] A [SEP] B [SEP], one token type). --data directories are used as built
 (`bertkit data create` takes half of its B segments from another document). The size's recipe still sets the
 hyperparameters (--recipe bert, the default, is today's BERT pretraining).
+
+--family NAME pretrains a model of another family (a key of bertkit.presets.FAMILY_PRESETS: roberta, mpnet,
+modernbert, and the newer encoders' names) of --model's size: the family's base config with the size's layers,
+width, heads and feed-forward width (what a config JSON sets; the rest stays the family's, e.g. EuroBERT's SwiGLU),
+masked-LM only, the tokenizer's special ids. With --recipe roberta it gets RoBERTa's data and masking. The output
+loads in HF transformers as that family's masked-LM class.
 """
 
 from __future__ import annotations
@@ -118,7 +125,8 @@ def defaults(args: argparse.Namespace) -> dict[str, Any]:
                 vocab_size=recipe.vocab_size,
                 max_seq_length=recipe.max_seq_length, masked_lm_prob=recipe.masked_lm_prob, encoding="utf-8",
                 format="auto", cased=False, text_field="text", tokenizer_sample_bytes=TOKENIZER_SAMPLE_BYTES,
-                nsp=recipe.next_sentence_prediction and args.objective == "mlm" and args.recipe == "bert")
+                nsp=recipe.next_sentence_prediction and args.objective == "mlm" and args.recipe == "bert"
+                and not getattr(args, "family", None))
     if args.init_from:  # the checkpoint's tokenizer decides vocabulary and case
         base |= dict(learning_rate=min(recipe.learning_rate / 5, CONTINUE_MAX_LEARNING_RATE), vocab_size=None,
                      cased=None, masked_lm_prob=CONTINUE_MASKED_LM_PROB, nsp=False,
@@ -136,6 +144,7 @@ def resolve_objective(args: argparse.Namespace) -> None:
     task = read_run_info(args.output).get("task", {}) if args.resume and holds_run(args.output) else {}
     args.objective = args.objective or task.get("objective", "mlm")
     args.recipe = args.recipe or task.get("recipe", "bert")
+    args.family = args.family or task.get("family")
 
 
 def fill_defaults(args: argparse.Namespace) -> argparse.Namespace:
@@ -155,7 +164,7 @@ def main(argv: list[str]) -> int:
     common = dict(model=None if args.init_from else args.model, init_from=args.init_from,
                   training=training_config(args, output_dir=args.output), **run_options(args),
                   next_sentence_prediction=args.nsp, objective=args.objective, recipe=args.recipe,
-                  generator_size=args.generator_size)
+                  generator_size=args.generator_size, family=args.family)
     if args.data:
         if args.eval_data is None:
             print(NO_HELD_OUT, file=sys.stderr)
@@ -218,6 +227,8 @@ def build_parser() -> ArgumentParser:
     how.add_argument("--recipe", choices=("bert", "roberta"),
                      help="bert (default): BERT as the size's recipe says; roberta: a RoBERTa, MLM only, masks drawn "
                           "per batch, full-length sequences (hyperparameters: still the size's recipe)")
+    how.add_argument("--family", help="pretrain a model of this family of --model's size, masked-LM only (see above): "
+                                      "e.g. modernbert, gte, eurobert (default: BERT; with --recipe roberta, RoBERTa)")
     add_training_flags(parser, {"device": "auto", "threads": "auto"},
                        extra=("--log-every", "--save-every", "--keep-last", "--gradient-checkpointing"),
                        title="training (defaults: the size's recipe, or the resumed run's values)", helps={
@@ -262,7 +273,7 @@ def resolve(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     from bertkit.tasks.pretraining import pretraining_setup
 
     try:  # the combinations of --objective, --recipe, --nsp, --init-from, --generator-size
-        pretraining_setup(args.objective, args.recipe, args.nsp, args.init_from, args.generator_size)
+        pretraining_setup(args.objective, args.recipe, args.nsp, args.init_from, args.generator_size, args.family)
     except ValueError as error:
         parser.error(str(error))
     fill_defaults(args)

@@ -24,6 +24,10 @@ Two other ways to pretrain run through the same loop, data and run directory:
   beside it in ``generator/``;
 * ``recipe="roberta"``: a RoBERTa (``RoBERTaConfig`` of the size, the tokenizer's special ids), MLM only, masks
   drawn per batch, sequences filled to the full length with contiguous text (see :data:`PRETRAINING_RECIPES`).
+
+``family`` (a key of :data:`bertkit.presets.FAMILY_PRESETS`: ``"modernbert"``, ``"gte"``, ``"eurobert"``, ...)
+builds that family's model of the size instead, masked-LM only, with either recipe (``recipe="roberta"``: RoBERTa's
+data and masking for a model of ``family``).
 """
 
 from __future__ import annotations
@@ -122,18 +126,22 @@ def model_config(model: str | os.PathLike | BERTConfig, tokenizer: BERTTokenizer
     pads with its ``[PAD]``, not with fairseq's 1), and the positions cover ``max_seq_length`` tokens (RoBERTa's
     start after the padding id).
     """
+    given = None  # the fields a config JSON sets (the others are BERT's defaults, not the size's)
     if isinstance(model, BERTConfig):
         base = model.to_dict()
     elif str(model) in SIZES:
         base = preset_fields(str(model))
     elif Path(model).is_file():
         base = BERTConfig.from_json_file(model).to_dict()
+        given = set(json.loads(Path(model).read_text(encoding="utf-8")))
     else:
         raise ValueError(f"model must be one of {list(SIZES)} or a config JSON file, got {model!r}.")
     if family is not None and base.get("family", "bert") != family:
         if family not in FAMILY_PRESETS:
             raise ValueError(f"family must be one of {list(FAMILY_PRESETS)}, got {family!r}.")
-        base = {**FAMILY_PRESETS[family], **{k: base[k] for k in SIZE_FIELDS if k in base}}
+        # a field the JSON leaves unset keeps the family's value (EuroBERT's silu, ModernBERT's dropout 0)
+        size = {k: base[k] for k in SIZE_FIELDS if k in base and (given is None or k in given)}
+        base = {**FAMILY_PRESETS[family], **size}
         if family == "electra":  # not ELECTRA-base's 768: as wide as this size (and its overrides)
             base["embedding_size"] = overrides.get("hidden_size", base.get("hidden_size", 768))
     special = {f"{name}_id": tokenizer.vocab[tok] for name, tok in tokenizer.special_tokens.items()}
@@ -153,7 +161,7 @@ def pretrain(data_dir: DataEntry | list[DataEntry], output_dir: str | os.PathLik
              apply_changes: bool = False, next_sentence_prediction: bool | None = None,
              model_overrides: dict[str, Any] | None = None, masking: dict[str, Any] | None = None,
              objective: str = "mlm", recipe: str = "bert", generator_size: float | None = None,
-             callbacks=None) -> PretrainingResult:
+             family: str | None = None, callbacks=None) -> PretrainingResult:
     """Pretrain on ``data_dir``; save the model and tokenizer (HF format) under ``output_dir/model``.
 
     ``data_dir`` is a directory written by :func:`bertkit.data.create_pretraining_data`, or several to
@@ -183,14 +191,15 @@ def pretrain(data_dir: DataEntry | list[DataEntry], output_dir: str | os.PathLik
     ``generator_size``: the generator's width over the discriminator's, default the paper's: 1/3 for the base
     size, 1/4 otherwise); ``init_from`` then continues an ELECTRA pair (see :func:`continue_electra_from`).
     ``recipe="roberta"`` trains a RoBERTa as :data:`PRETRAINING_RECIPES` says: statically masked data is
-    refused (``ValueError``), as is ``init_from``.
+    refused (``ValueError``), as is ``init_from``. ``family`` (see the module doc) builds that family's model of the
+    size, masked-LM only (not with ``init_from`` or ``objective="electra"``).
     ``training.seed`` seeds the model's initialisation, the masks, dropout and the data order:
     the same seed gives the same run.
     The metrics go to ``metrics.jsonl``, a plot of the curves to ``metrics.png`` (with
     matplotlib), the held-out evaluation to ``evaluation.json``.
     """
     training = training or TrainingConfig(max_steps=1000, learning_rate=1e-3, warmup_ratio=0.1)
-    how = pretraining_setup(objective, recipe, next_sentence_prediction, init_from, generator_size)
+    how = pretraining_setup(objective, recipe, next_sentence_prediction, init_from, generator_size, family)
     dataset = open_pretraining_data(data_dir)
     eval_dataset = PretrainingDataset(eval_data_dir) if eval_data_dir is not None else None
     if how.dynamic_masking:
@@ -223,6 +232,7 @@ class PretrainingSetup:
     dynamic_masking: bool
     short_seq_prob: float | None  # of data built from text; None: Google's default
     generator_size: float | None
+    family_switch: bool = False  # the family was asked for (``family=``, --family), not implied by the recipe
 
     @property
     def electra(self) -> bool:
@@ -234,15 +244,17 @@ class PretrainingSetup:
         task: dict[str, Any] = {"name": "pretraining"}
         if self.recipe != "bert":
             task["recipe"] = self.recipe
+        if self.family_switch:
+            task["family"] = self.family
         if self.electra:
             task |= {"objective": self.objective, "generator_size": generator_size, "generator": generator.to_dict()}
         return task
 
 
 def pretraining_setup(objective: str = "mlm", recipe: str = "bert", nsp: bool | None = None, init_from=None,
-                      generator_size: float | None = None) -> PretrainingSetup:
-    """Check a run's combination of objective, recipe, NSP (None: on for BERT's MLM only), ``init_from`` and
-    generator width (``ValueError`` naming the CLI flags) and resolve what it implies."""
+                      generator_size: float | None = None, family: str | None = None) -> PretrainingSetup:
+    """Check a run's combination of objective, recipe, NSP (None: on for BERT's MLM only), ``init_from``,
+    generator width and model family (``ValueError`` naming the CLI flags) and resolve what it implies."""
     if objective not in OBJECTIVES:
         raise ValueError(f"objective must be one of {list(OBJECTIVES)}, got {objective!r}.")
     if recipe not in PRETRAINING_RECIPES:
@@ -266,11 +278,31 @@ def pretraining_setup(objective: str = "mlm", recipe: str = "bert", nsp: bool | 
                          "(--objective electra).")
     if generator_size is not None and not 0 < generator_size <= 1:
         raise ValueError(f"generator_size (--generator-size) must lie in (0, 1], got {generator_size!r}.")
+    _check_family_switch(family, objective, nsp, init_from)
     electra = objective == "electra"
-    family = "electra" if electra else (spec["family"] if recipe != "bert" else None)
-    nsp = nsp if nsp is not None else recipe == "bert" and not electra
+    switch = family is not None
+    family = family or ("electra" if electra else (spec["family"] if recipe != "bert" else None))
+    nsp = nsp if nsp is not None else recipe == "bert" and not electra and not switch
     return PretrainingSetup(objective, recipe, bool(nsp), family, spec.get("dynamic_masking", False),
-                            spec.get("short_seq_prob"), generator_size)
+                            spec.get("short_seq_prob"), generator_size, switch)
+
+
+def _check_family_switch(family: str | None, objective: str, nsp: bool | None, init_from) -> None:
+    """``family`` (--family) names a preset family and builds a new masked-LM model: ``ValueError`` otherwise."""
+    if family is None:
+        return
+    if family not in FAMILY_PRESETS:
+        raise ValueError(f"family={family!r} (--family) is not a family bertkit pretrains; choose one of "
+                         f"{', '.join(FAMILY_PRESETS)}.")
+    if objective == "electra":
+        raise ValueError(f"family={family!r} (--family) and objective='electra' (--objective electra) are "
+                         "alternatives: ELECTRA trains its own discriminator and generator; pass one.")
+    if nsp:
+        raise ValueError(f"next_sentence_prediction=True (--nsp) does not combine with family={family!r} "
+                         "(--family): it pretrains with masked-LM alone; leave --nsp out.")
+    if init_from is not None:
+        raise ValueError(f"family={family!r} (--family) builds a new model of a size (--model); init_from "
+                         "(--init-from) continues a checkpoint of its own family. Pass one.")
 
 
 def _load_init(source, model, seed: int, how: PretrainingSetup, model_overrides) -> LoadedSource:
@@ -471,7 +503,8 @@ def pretrain_from_text(files: list[str | os.PathLike] | str | os.PathLike, outpu
                        init_from: str | os.PathLike | None = None, training: TrainingConfig | None = None,
                        next_sentence_prediction: bool | None = None, model_overrides: dict[str, Any] | None = None,
                        masking: dict[str, Any] | None = None, objective: str = "mlm", recipe: str = "bert",
-                       generator_size: float | None = None, progress: bool = True, resume: bool = False,
+                       generator_size: float | None = None, family: str | None = None, progress: bool = True,
+                       resume: bool = False,
                        overwrite: bool = False, apply_changes: bool = False, callbacks=None,
                        **text_options: Any) -> RunResult:
     """Learn a vocabulary, build train / held-out data (:mod:`bertkit.tasks.text_data`), pretrain.
@@ -494,8 +527,8 @@ def pretrain_from_text(files: list[str | os.PathLike] | str | os.PathLike, outpu
     split text, the tokenizer and both data directories. With ``resume`` they are reused as
     they are — never rebuilt — after checking that ``files`` and the data settings are the
     ones the run was built from. ``training.seed`` also seeds the data creation.
-    ``objective``, ``recipe``, ``generator_size``, ``next_sentence_prediction``, ``model_overrides``, ``masking``
-    and the run's arguments are :func:`pretrain`'s; with ``recipe="roberta"`` every sequence is filled to
+    ``objective``, ``recipe``, ``generator_size``, ``family``, ``next_sentence_prediction``, ``model_overrides``,
+    ``masking`` and the run's arguments are :func:`pretrain`'s; with ``recipe="roberta"`` every sequence is filled to
     ``max_seq_length`` with contiguous text of one document.
     """
     if launched_by_torchrun():
@@ -504,7 +537,7 @@ def pretrain_from_text(files: list[str | os.PathLike] | str | os.PathLike, outpu
     text = (text or TextOptions()).with_options(text_options, "pretrain_from_text")
     files = [f for f in expand_inputs(files) if isinstance(f, str)]  # texts and Documents are for data create
     training = training or TrainingConfig(max_steps=1000, learning_rate=1e-3, warmup_ratio=0.1)
-    how = pretraining_setup(objective, recipe, next_sentence_prediction, init_from, generator_size)
+    how = pretraining_setup(objective, recipe, next_sentence_prediction, init_from, generator_size, family)
     settings = dict(max_seq_length=text.max_seq_length, heldout_every=text.heldout_every,
                     dupe_factor=text.dupe_factor, whole_word=text.whole_word, masked_lm_prob=text.masked_lm_prob,
                     encoding=text.encoding, format=text.format, seed=training.seed, next_sentence_prediction=how.nsp)
