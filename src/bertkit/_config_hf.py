@@ -38,8 +38,8 @@ def to_hf_dict(config: Any, architecture: str | None = None) -> dict[str, Any]:
     spec = config.family_spec
     d = config.to_dict()
     d.pop("family", None)
-    for name in _NON_HF_OPTIONS:
-        if name not in spec.hf_config_keys.values() and not d.pop(name):
+    for name in _NON_HF_OPTIONS:  # a family's fixed value is checked with the others (_family_hf_keys)
+        if name not in spec.hf_config_keys.values() and name not in spec.fixed_fields and not d.pop(name):
             raise ValueError(f"BERTConfig.{name}=False has no HF transformers equivalent, so this model "
                              "cannot be written as an HF checkpoint; save its state_dict with torch.save.")
     d["tie_word_embeddings"] = d.pop("tie_word_embedding")
@@ -91,6 +91,7 @@ def _family_hf_keys(config: Any, d: dict[str, Any]) -> dict[str, Any]:
         d[hf_key] = stands_for[name] if value is None and name in stands_for else value
         if name == "classifier_activation":
             d[hf_key] = _HF_ACTIVATION_NAMES.get(d[hf_key], d[hf_key])
+        d[hf_key] = spec.hf_values.get(name, {}).get(d[hf_key], d[hf_key])  # HF's spelling of the value
     d.update(spec.hf_constants)
     return d
 
@@ -140,7 +141,11 @@ def from_hf_dict(config_class: type, d: Mapping[str, Any]) -> Any:
                     f"position_embedding_type={value!r} is not supported; bertkit implements "
                     "BERT's absolute position embeddings."
                 )
+        elif key == "head_dim":
+            _check_head_dim(d, value)
         elif key in known and value is not None:
+            value = {hf: ours for ours, hf in spec.hf_values.get(key, {}).items()}.get(value, value) \
+                if spec is not None and isinstance(value, str) else value  # a family's spelling of the value
             problem = type_problem(config_class, key, value)
             if problem:
                 raise ValueError(f"{given_key} {problem}.")
@@ -164,6 +169,16 @@ def from_hf_dict(config_class: type, d: Mapping[str, Any]) -> Any:
                 raise ValueError(f"{hf_key} {problem}.")
             kwargs[ours] = d[hf_key]
     return config_class(**kwargs)
+
+
+def _check_head_dim(d: Mapping[str, Any], head_dim: Any) -> None:
+    """HF's ``head_dim`` (Llama-style configs) must be ``hidden_size / num_attention_heads``, the only width bertkit
+    builds; ``ValueError`` otherwise."""
+    hidden, heads = d.get("hidden_size", 768), d.get("num_attention_heads", 12)
+    if head_dim is not None and isinstance(hidden, int) and isinstance(heads, int) and heads > 0 \
+            and head_dim != hidden // heads:
+        raise ValueError(f"head_dim={head_dim!r} is not hidden_size / num_attention_heads = {hidden // heads}; "
+                         "bertkit builds heads of that width only: remove head_dim or make them agree.")
 
 
 def _family_fields(d: Mapping[str, Any]) -> dict[str, Any]:

@@ -56,8 +56,9 @@ ACTIVATION_ALIASES = {
 ATTN_IMPLEMENTATIONS = ("sdpa", "eager")
 
 #: ``classifier_pooling``: the sentence representation of a ``shared_head`` family's classifiers (ModernBERT) is
-#: its first token (``"cls"``) or the mean over its real tokens (``"mean"``)
-CLASSIFIER_POOLINGS = ("cls", "mean")
+#: its first token (``"cls"``) or the mean over its real tokens (``"mean"``); EuroBERT's classifier also averages its
+#: per-token logits over the real tokens (``"late"``). Each family takes those of ``Family.classifier_poolings``.
+CLASSIFIER_POOLINGS = ("cls", "mean", "late")
 
 PROBLEM_TYPES = ("regression", "single_label_classification", "multi_label_classification")
 
@@ -117,6 +118,13 @@ class BERTConfig:
     (the dense layer and activation of the transform that its MLM head and classifiers share; None: the MLM head's
     usual activation) and ``classifier_pooling`` (``"cls"`` or ``"mean"``). Their defaults leave BERT as it is;
     :func:`bertkit.presets.ModernBERTConfig` gives HF's ModernBERT defaults.
+
+    ``family="eurobert"`` builds EuroBERT's Llama-style layers (:mod:`bertkit.modeling.llama_layer`: RMSNorm with
+    ``layer_norm_eps``, grouped-query attention over ``num_key_value_heads`` with the rope of ``rope_theta`` /
+    ``rope_scaling``, SwiGLU, ``attention_bias`` / ``mlp_bias``), embeddings without norm, positions or token types
+    (``embedding_layer_norm=False``), a masked LM that is one ``lm_head`` Linear, and a sequence classifier that pools
+    by ``classifier_pooling`` ``"cls"`` (HF's ``"bos"``), ``"mean"`` or ``"late"``;
+    :func:`bertkit.presets.EuroBERTConfig` gives HF's defaults.
     """
 
     #: Rows of the word-embedding table: the tokenizer's vocabulary size.
@@ -208,6 +216,9 @@ class BERTConfig:
     #: The rest of HF's ``rope_parameters``: ``rope_type`` (``linear``, ``dynamic``, ``yarn``, ``llama3``) and its
     #: keys (``factor``...), ``partial_rotary_factor``; None: the default rope over the whole head.
     rope_scaling: dict | None = None
+    #: Key/value heads of grouped-query attention (EuroBERT's, HF's name): a divisor of ``num_attention_heads``, each
+    #: serving a group of consecutive query heads; None: one per query head.
+    num_key_value_heads: int | None = None
 
     def __post_init__(self) -> None:
         self._check_types()  # before normalising, which relies on them
@@ -358,14 +369,24 @@ class BERTConfig:
         if self.classifier_activation is not None and self.classifier_activation not in ACTIVATIONS:
             raise ValueError(f"BERTConfig.classifier_activation {self.classifier_activation!r} is unknown; use one of "
                              f"{ACTIVATIONS}, or None for the MLM head's usual activation.")
-        if self.classifier_pooling not in CLASSIFIER_POOLINGS:
-            raise ValueError(f"BERTConfig.classifier_pooling must be one of {CLASSIFIER_POOLINGS}, "
+        poolings = self.family_spec.classifier_poolings
+        if self.classifier_pooling not in poolings:
+            raise ValueError(f"BERTConfig.classifier_pooling must be one of {poolings} for family {self.family!r}, "
                              f"got {self.classifier_pooling!r}.")
+        kv_heads = self.num_key_value_heads
+        if kv_heads is not None and (kv_heads <= 0 or self.num_attention_heads % kv_heads):
+            raise ValueError(f"BERTConfig.num_key_value_heads={kv_heads!r} must be a positive divisor of "
+                             f"num_attention_heads ({self.num_attention_heads}), or None for one per query head.")
 
     # ------------------------------------------------------------------ derived
     @property
     def head_dim(self) -> int:
         return self.hidden_size // self.num_attention_heads
+
+    @property
+    def key_value_heads(self) -> int:
+        """Key/value heads per layer: ``num_key_value_heads``, or ``num_attention_heads`` when it is None."""
+        return self.num_attention_heads if self.num_key_value_heads is None else self.num_key_value_heads
 
     @property
     def embedding_width(self) -> int:

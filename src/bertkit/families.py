@@ -81,6 +81,12 @@ class Family:
       (HF's ``rope_parameters`` and ``layer_types``).
     * ``rope``: attention rotates queries and keys with one rope for every layer (GTE, NomicBERT, Jina v3,
       EuroBERT): ``rope_theta`` and ``rope_scaling``, read from and written to HF's flat ``rope_parameters``.
+    * ``mlm_transform``: the MLM head transforms the hidden states (dense, activation, LayerNorm) before its decoder;
+      without it (EuroBERT's ``lm_head``) the decoder reads the encoder's output, biased only with ``mlp_bias``.
+    * ``classifier_poolings``: the ``classifier_pooling`` values the family's sequence classifier takes (``"late"``:
+      EuroBERT's classifier on every token, its logits averaged over the real tokens).
+    * ``hf_values``: field -> {our value: the family's HF value} where HF spells a value otherwise (EuroBERT's
+      ``classifier_pooling`` ``"bos"`` is our ``"cls"``); written so, read back.
     * ``hf_defaults``: our fields' values when an HF config of this family leaves a key out (its HF config
       class's defaults, where they differ from :class:`BERTConfig`'s); also the family's base preset.
 
@@ -112,6 +118,9 @@ class Family:
     shared_head: bool = False
     rotary: bool = False
     rope: bool = False
+    mlm_transform: bool = True
+    classifier_poolings: tuple[str, ...] = ("cls", "mean")
+    hf_values: Mapping[str, Mapping[Any, Any]] = field(default_factory=dict)
     hf_defaults: Mapping[str, Any] = field(default_factory=dict)
 
 
@@ -175,6 +184,25 @@ FAMILIES: dict[str, Family] = {
                          layer_norm_eps=1e-5, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
                          classifier_dropout=0.0, attention_bias=False, norm_bias=False, mlp_bias=False,
                          classifier_bias=False, classifier_activation="gelu", global_attn_every_n_layers=3)),
+    # EuroBERT: a Llama-style pre-norm encoder (the "llama" layer variant: RMSNorm, grouped-query attention with
+    # RoPE, SwiGLU), embeddings without positions, token types or norm; its sequence classifier is BERT's pooler
+    # (HF's top-level dense, with gelu) on the pooled sequence and classifier, its masked LM one lm_head Linear
+    "eurobert": Family(
+        "eurobert", ("eurobert",), ("EuroBert",), next_sentence=False, causal_lm_class=None,
+        special_ids={"pad_token_id": 128001, "cls_token_id": 128000, "sep_token_id": 128001, "mask_token_id": 128002},
+        hf_token_keys={"bos_token_id": "cls_token_id", "eos_token_id": "sep_token_id"},
+        token_types=False, position_embeddings=False, layer="llama", pooler=False, head_activation="gelu",
+        attention_output_dropout=False, rope=True, mlm_transform=False, classifier_poolings=("cls", "mean", "late"),
+        hf_values={"classifier_pooling": {"cls": "bos"}},
+        hf_config_keys={"rms_norm_eps": "layer_norm_eps", "attention_dropout": "attention_probs_dropout_prob",
+                        **{name: name for name in ("attention_bias", "mlp_bias", "num_key_value_heads",
+                                                   "classifier_pooling")}},
+        fixed_fields={"embedding_layer_norm": False, "hidden_dropout_prob": 0.0, "classifier_dropout": None,
+                      "is_decoder": False, "add_cross_attention": False},
+        hf_defaults=dict(vocab_size=128256, hidden_act="silu", max_position_embeddings=8192, layer_norm_eps=1e-5,
+                         hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, tie_word_embedding=False,
+                         embedding_layer_norm=False, attention_bias=False, mlp_bias=False,
+                         classifier_pooling="late")),
 }
 
 #: Fields only some families use, and their defaults. At the default they change nothing (BERT's architecture) and are
@@ -187,6 +215,7 @@ FAMILY_FIELDS: dict[str, Any] = {
     "classifier_activation": None, "classifier_pooling": "cls", "global_attn_every_n_layers": 1,
     "local_attention": 128, "global_rope_theta": 160_000.0, "local_rope_theta": 10_000.0,
     "rope_theta": 10_000.0, "rope_scaling": None,  # one rope for every layer (GTE, NomicBERT, Jina v3, EuroBERT)
+    "num_key_value_heads": None,  # EuroBERT (grouped-query attention; None: num_attention_heads)
 }
 
 #: HF model_type -> family name

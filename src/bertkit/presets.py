@@ -55,6 +55,7 @@ FAMILY_PRESETS: dict[str, dict[str, Any]] = {
     "distilbert": dict(family="distilbert", num_hidden_layers=6, pooler_dropout=0.2, qa_dropout=0.1),
     "electra": dict(family="electra", embedding_size=768),
     "modernbert": dict(family="modernbert", **FAMILIES["modernbert"].hf_defaults),
+    "eurobert": dict(family="eurobert", **FAMILIES["eurobert"].hf_defaults),
 }
 
 
@@ -112,6 +113,15 @@ def ModernBERTConfig(**overrides: Any) -> BERTConfig:
     vocabulary 50368 with pad 50283, [CLS] 50281, [SEP] 50282, [MASK] 50284); ``overrides`` are BERTConfig fields.
     """
     return family_config("modernbert", **overrides)
+
+
+def EuroBERTConfig(**overrides: Any) -> BERTConfig:
+    """A ``BERTConfig(family="eurobert")`` with HF's ``EuroBertConfig`` defaults (EuroBERT-210m's shape: 12 layers of
+    768, silu, RMSNorm eps 1e-5, no biases, untied ``lm_head``, ``classifier_pooling`` ``"late"``, 8192 positions,
+    vocabulary 128256 with ``<|begin_of_text|>`` 128000, ``<|end_of_text|>`` 128001 (also the padding),
+    ``<|mask|>`` 128002); ``overrides`` are BERTConfig fields (``num_key_value_heads``, ``rope_theta``: the released
+    checkpoints use 250000)."""
+    return family_config("eurobert", **overrides)
 
 
 @dataclass(frozen=True)

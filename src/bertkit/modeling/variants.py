@@ -59,6 +59,10 @@ LAYER_VARIANTS: dict[str, LayerVariant] = {
     "modernbert": LayerVariant("bertkit.modeling.modernbert:ModernBERTLayer",
                                context="bertkit.modeling.modernbert:RotaryContext", context_name="rotary",
                                final_norm="bertkit.modeling.modernbert:final_norm"),
+    # EuroBERT's pre-norm Llama-style layer: RMSNorm, grouped-query attention with RoPE, SwiGLU; a final RMSNorm
+    "llama": LayerVariant("bertkit.modeling.llama_layer:LlamaLayer",
+                          context="bertkit.modeling.llama_layer:RopeContext", context_name="rotary",
+                          final_norm="bertkit.modeling.llama_layer:final_norm"),
 }
 
 
