@@ -8,8 +8,8 @@ fast tokenizer files of that family: byte-level BPE (RoBERTa, ModernBERT), Sente
 ``tokenizer.json``), Llama-3-style byte-level BPE with ``<|begin_of_text|>``/``<|end_of_text|>`` (EuroBERT).
 Random weights (seeded), odd sizes.
 
-:data:`NEW_FAMILIES` are the encoders of issue 44; :data:`HF_HEADS` says which task heads HF has for a family (the
-tools are checked against HF only where it has the head).
+:data:`NEW_FAMILIES` are the encoders of issue 44; :data:`MISSING_HEADS` says which task heads HF lacks for a
+family (the tools are checked against HF only where it has the head).
 """
 
 from __future__ import annotations
