@@ -91,7 +91,8 @@ def _family_hf_keys(config: Any, d: dict[str, Any]) -> dict[str, Any]:
         d[hf_key] = stands_for[name] if value is None and name in stands_for else value
         if name == "classifier_activation":
             d[hf_key] = _HF_ACTIVATION_NAMES.get(d[hf_key], d[hf_key])
-        d[hf_key] = spec.hf_values.get(name, {}).get(d[hf_key], d[hf_key])  # HF's spelling of the value
+        if name in spec.hf_values:  # HF's spelling of the value (only for such fields: others may be lists)
+            d[hf_key] = spec.hf_values[name].get(d[hf_key], d[hf_key])
     d.update(spec.hf_constants)
     return d
 
