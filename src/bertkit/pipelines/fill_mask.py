@@ -60,6 +60,9 @@ class FillMaskPipeline(Pipeline):
             for token in candidates[order].tolist():
                 filled = ids.copy()
                 filled[position] = token
+                # HF's sequence leaves out the padding id: the end-of-text too where it pads (EuroBERT)
+                filled = filled[filled != self.tokenizer.pad_token_id] if self.tokenizer.pad_token_id is not None \
+                    else filled
                 row.append({"score": float(probabilities[token]), "token": int(token),
                             "token_str": self.tokenizer.decode([token]),
                             "sequence": self.tokenizer.decode(filled.tolist(), skip_special_tokens=single)})
