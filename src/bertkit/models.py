@@ -7,8 +7,10 @@ from bertkit.presets import (
            CamemBERTConfig,
            DistilBERTConfig,
            ELECTRAConfig,
+           GTEConfig,
            ModernBERTConfig,
            MPNetConfig,
+           NomicBERTConfig,
            RoBERTaConfig,
            XLMRoBERTaConfig,
 )
@@ -16,4 +18,4 @@ from bertkit.tokenization import BERTTokenizer, BERTTokenizerFast
 
 __all__ = ["BERTConfig", "BERTTokenizer", "BERTTokenizerFast", "CamemBERTConfig", "DistilBERTConfig",
            "ELECTRAConfig", "MPNetConfig",
-           "ModernBERTConfig", "RoBERTaConfig", "XLMRoBERTaConfig", *_modeling_all]
+           "ModernBERTConfig", "RoBERTaConfig", "XLMRoBERTaConfig", "GTEConfig", "NomicBERTConfig", *_modeling_all]
