@@ -14,11 +14,11 @@ import torch
 st = pytest.importorskip("sentence_transformers")
 transformers = pytest.importorskip("transformers")
 
-from sentence_transformers.sentence_transformer import modules as st_modules
+from sentence_transformers.sentence_transformer import modules as st_modules  # noqa: E402
 
-from bertkit import SentenceTransformer
-from conftest import randomize_
-from family_dirs import _bert_vocab
+from bertkit import SentenceTransformer  # noqa: E402
+from conftest import randomize_  # noqa: E402
+from family_dirs import _bert_vocab  # noqa: E402
 
 transformers.logging.set_verbosity_error()
 
