@@ -56,6 +56,9 @@ def to_hf_dict(config: Any, architecture: str | None = None) -> dict[str, Any]:
         d[hf_key] = d[ours]
     if spec.rotary:
         d.update(_hf_rotary_keys(config))
+    if spec.rope:
+        d.pop("rope_theta", None), d.pop("rope_scaling", None)
+        d["rope_parameters"] = {"rope_theta": config.rope_theta, "rope_type": "default", **(config.rope_scaling or {})}
     if architecture is not None:
         d["architectures"] = [config.hf_architecture_name(architecture)]
     return _family_hf_keys(config, d)
@@ -71,7 +74,7 @@ def _family_hf_keys(config: Any, d: dict[str, Any]) -> dict[str, Any]:
                              f"{value!r}, so this model cannot be written as an HF checkpoint; set it to that "
                              "value, or save its state_dict with torch.save.")
         d.pop(name, None)
-    supported = set(spec.hf_config_keys.values())
+    supported = set(spec.hf_config_keys.values()) | ({"rope_theta", "rope_scaling"} if spec.rope else set())
     for name, default in FAMILY_FIELDS.items():
         if name not in supported and getattr(config, name) != default:
             raise ValueError(f"BERTConfig.{name}={getattr(config, name)!r} has no equivalent in HF's {prefix} "
@@ -154,6 +157,8 @@ def from_hf_dict(config_class: type, d: Mapping[str, Any]) -> Any:
             del kwargs["id2label"]  # HF's placeholder names carry no information
     if own is not None and own.rotary:
         kwargs.update(_rotary_fields(config_class, d, kwargs.get("num_hidden_layers", 12)))
+    if own is not None and own.rope:
+        kwargs.update(_rope_fields(config_class, d))
     for hf_key, ours in (spec.hf_token_keys if spec is not None else {}).items():
         if d.get(hf_key) is not None and ours not in kwargs:
             problem = type_problem(config_class, ours, d[hf_key])
@@ -205,6 +210,33 @@ def _rotary_fields(config_class: type, d: Mapping[str, Any], num_layers: Any) ->
     layer_types = d.get("layer_types")
     if layer_types is not None:
         out["global_attn_every_n_layers"] = _global_every(layer_types, num_layers)
+    return out
+
+
+def _rope_fields(config_class: type, d: Mapping[str, Any]) -> dict[str, Any]:
+    """``rope_theta`` / ``rope_scaling`` of a family with one rope (:attr:`~bertkit.families.Family.rope`) from HF's
+    flat ``rope_parameters``; an older config's ``rope_scaling`` wins over it and ``rope_theta`` fills in a missing
+    theta, as in HF. A default rope type with nothing else is ``rope_scaling=None``."""
+    given = d.get("rope_scaling") or d.get("rope_parameters")
+    key = "rope_scaling" if d.get("rope_scaling") else "rope_parameters"
+    if given is None:
+        return {}
+    if not isinstance(given, Mapping):
+        raise ValueError(f"{key} must be an object ({{\"rope_theta\": 10000.0, \"rope_type\": \"default\"}}), "
+                         f"got {describe(given)}.")
+    out: dict[str, Any] = {}
+    scaling = {k: v for k, v in given.items() if k != "rope_theta"}
+    if "type" in scaling:  # HF's older spelling of rope_type
+        scaling.setdefault("rope_type", scaling.pop("type"))
+    theta = given.get("rope_theta", d.get("rope_theta"))
+    if theta is not None:
+        problem = type_problem(config_class, "rope_theta", theta)
+        if problem:
+            raise ValueError(f"{key}.rope_theta {problem}.")
+        out["rope_theta"] = theta
+    if scaling.get("rope_type", "default") == "default" and set(scaling) <= {"rope_type"}:
+        scaling = None
+    out["rope_scaling"] = scaling
     return out
 
 

@@ -38,7 +38,7 @@ from typing import Any
 
 import bertkit._config_hf as _config_hf  # not `from bertkit import`: the package's lazy __getattr__ imports modeling
 from bertkit._config_types import type_problem
-from bertkit.families import _FAMILY_OF_MODEL_TYPE, FAMILIES, FAMILY_FIELDS, Family
+from bertkit.families import _FAMILY_OF_MODEL_TYPE, FAMILIES, FAMILY_FIELDS, ROPE_TYPES, Family
 from bertkit.io import atomic_write_text
 
 #: Activation names accepted by ``hidden_act``. "gelu" is the exact erf form used by
@@ -201,6 +201,13 @@ class BERTConfig:
     local_attention: int = 128
     global_rope_theta: float = 160_000.0
     local_rope_theta: float = 10_000.0
+    # the rope of a family with one rope for every layer (Family.rope: GTE, NomicBERT, Jina v3, EuroBERT); HF's
+    # flat rope_parameters is {"rope_theta": rope_theta, **rope_scaling}
+    #: The rotary base (HF's ``rope_parameters["rope_theta"]``).
+    rope_theta: float = 10_000.0
+    #: The rest of HF's ``rope_parameters``: ``rope_type`` (``linear``, ``dynamic``, ``yarn``, ``llama3``) and its
+    #: keys (``factor``...), ``partial_rotary_factor``; None: the default rope over the whole head.
+    rope_scaling: dict | None = None
 
     def __post_init__(self) -> None:
         self._check_types()  # before normalising, which relies on them
@@ -316,6 +323,28 @@ class BERTConfig:
                 "make them agree or drop id2label."
             )
         self._validate_modernbert_fields()
+        self._validate_rope_fields()
+
+    def _validate_rope_fields(self) -> None:
+        if not self.rope_theta > 0:
+            raise ValueError(f"BERTConfig.rope_theta must be > 0, got {self.rope_theta!r}.")
+        if self.rope_scaling is None:
+            return
+        scaling = dict(self.rope_scaling)
+        rope_type = scaling.get("rope_type", scaling.get("type", "default"))
+        if rope_type not in ROPE_TYPES:
+            raise ValueError(f"BERTConfig.rope_scaling rope_type={rope_type!r} is not supported; use one of "
+                             f"{tuple(ROPE_TYPES)} (or rope_scaling=None for the default rope).")
+        for key in ROPE_TYPES[rope_type]:
+            if not isinstance(scaling.get(key), (int, float)) or isinstance(scaling.get(key), bool):
+                raise ValueError(f"BERTConfig.rope_scaling rope_type={rope_type!r} needs the number {key!r}, "
+                                 f"got {scaling.get(key)!r}; add it, e.g. {{'rope_type': {rope_type!r}, "
+                                 f"{key!r}: 2.0}}.")
+        partial = scaling.get("partial_rotary_factor", 1.0)
+        if not (isinstance(partial, (int, float)) and 0 < partial <= 1
+                and int(self.head_dim * partial) % 2 == 0 and int(self.head_dim * partial) > 0):
+            raise ValueError(f"BERTConfig.rope_scaling partial_rotary_factor={partial!r} must lie in (0, 1] and "
+                             f"rotate an even number of the head's {self.head_dim} features.")
 
     def _validate_modernbert_fields(self) -> None:
         for name in ("global_attn_every_n_layers", "local_attention"):

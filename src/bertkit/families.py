@@ -9,6 +9,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+#: The rope types bertkit implements (HF's ``rope_parameters["rope_type"]``) -> the keys each one needs beside
+#: ``rope_theta`` (:func:`bertkit.modeling.rotary.rope_inverse_frequencies`).
+ROPE_TYPES: dict[str, tuple[str, ...]] = {
+    "default": (), "linear": ("factor",), "dynamic": ("factor",), "yarn": ("factor",),
+    "llama3": ("factor", "low_freq_factor", "high_freq_factor"),
+}
+
 #: bert-base-uncased's special token ids: the defaults wherever the vocabulary holds them.
 DEFAULT_SPECIAL_IDS = {"unk_token_id": 100, "cls_token_id": 101, "sep_token_id": 102, "mask_token_id": 103}
 
@@ -72,6 +79,8 @@ class Family:
     * ``rotary``: attention rotates queries and keys (RoPE): global layers with ``global_rope_theta`` every
       ``global_attn_every_n_layers`` layers, sliding-window layers with ``local_rope_theta`` between them
       (HF's ``rope_parameters`` and ``layer_types``).
+    * ``rope``: attention rotates queries and keys with one rope for every layer (GTE, NomicBERT, Jina v3,
+      EuroBERT): ``rope_theta`` and ``rope_scaling``, read from and written to HF's flat ``rope_parameters``.
     * ``hf_defaults``: our fields' values when an HF config of this family leaves a key out (its HF config
       class's defaults, where they differ from :class:`BERTConfig`'s); also the family's base preset.
 
@@ -102,6 +111,7 @@ class Family:
     hf_sdpa: bool = True
     shared_head: bool = False
     rotary: bool = False
+    rope: bool = False
     hf_defaults: Mapping[str, Any] = field(default_factory=dict)
 
 
@@ -176,6 +186,7 @@ FAMILY_FIELDS: dict[str, Any] = {
     "norm_bias": True, "mlp_bias": True, "mlp_dropout": 0.0, "classifier_bias": True,  # ModernBERT
     "classifier_activation": None, "classifier_pooling": "cls", "global_attn_every_n_layers": 1,
     "local_attention": 128, "global_rope_theta": 160_000.0, "local_rope_theta": 10_000.0,
+    "rope_theta": 10_000.0, "rope_scaling": None,  # one rope for every layer (GTE, NomicBERT, Jina v3, EuroBERT)
 }
 
 #: HF model_type -> family name
