@@ -30,7 +30,6 @@ from typing import Any
 
 import torch
 
-
 #: the config.json key that marks the original layout (the adapters' task names)
 ADAPTERS_KEY = "lora_adaptations"
 _ORIGINAL = ".parametrizations.weight.original"
