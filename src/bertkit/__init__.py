@@ -56,6 +56,7 @@ _LAZY = {
     "DistilBERTConfig": "bertkit.presets",
     "ELECTRAConfig": "bertkit.presets",
     "ModernBERTConfig": "bertkit.presets",
+    "JinaEmbeddingsV3Config": "bertkit.presets",
     "BERTTokenizerFast": "bertkit.tokenization",
     "BERTTokenizer": "bertkit.tokenization",
     "TokenizerFast": "bertkit.tokenization",
@@ -89,6 +90,7 @@ if TYPE_CHECKING:  # for IDEs and type checkers
     from bertkit.presets import CamemBERTConfig as CamemBERTConfig
     from bertkit.presets import DistilBERTConfig as DistilBERTConfig
     from bertkit.presets import ELECTRAConfig as ELECTRAConfig
+    from bertkit.presets import JinaEmbeddingsV3Config as JinaEmbeddingsV3Config
     from bertkit.presets import ModernBERTConfig as ModernBERTConfig
     from bertkit.presets import MPNetConfig as MPNetConfig
     from bertkit.presets import RoBERTaConfig as RoBERTaConfig

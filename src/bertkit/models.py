@@ -7,6 +7,7 @@ from bertkit.presets import (
            CamemBERTConfig,
            DistilBERTConfig,
            ELECTRAConfig,
+           JinaEmbeddingsV3Config,
            ModernBERTConfig,
            MPNetConfig,
            RoBERTaConfig,
@@ -15,5 +16,5 @@ from bertkit.presets import (
 from bertkit.tokenization import BERTTokenizer, BERTTokenizerFast
 
 __all__ = ["BERTConfig", "BERTTokenizer", "BERTTokenizerFast", "CamemBERTConfig", "DistilBERTConfig",
-           "ELECTRAConfig", "MPNetConfig",
+           "ELECTRAConfig", "JinaEmbeddingsV3Config", "MPNetConfig",
            "ModernBERTConfig", "RoBERTaConfig", "XLMRoBERTaConfig", *_modeling_all]

@@ -55,6 +55,7 @@ FAMILY_PRESETS: dict[str, dict[str, Any]] = {
     "distilbert": dict(family="distilbert", num_hidden_layers=6, pooler_dropout=0.2, qa_dropout=0.1),
     "electra": dict(family="electra", embedding_size=768),
     "modernbert": dict(family="modernbert", **FAMILIES["modernbert"].hf_defaults),
+    "jina_embeddings_v3": dict(family="jina_embeddings_v3", **FAMILIES["jina_embeddings_v3"].hf_defaults),
 }
 
 
@@ -112,6 +113,15 @@ def ModernBERTConfig(**overrides: Any) -> BERTConfig:
     vocabulary 50368 with pad 50283, [CLS] 50281, [SEP] 50282, [MASK] 50284); ``overrides`` are BERTConfig fields.
     """
     return family_config("modernbert", **overrides)
+
+
+def JinaEmbeddingsV3Config(**overrides: Any) -> BERTConfig:
+    """A ``BERTConfig(family="jina_embeddings_v3")`` with HF's ``JinaEmbeddingsV3Config`` defaults
+    (jina-embeddings-v3: XLM-R large's 24 layers of 1024 with rotary positions of theta 20000, 8194 positions, one
+    token type, vocabulary 250002 with ``<s>`` 0, pad 1, ``</s>`` 2); ``overrides`` are BERTConfig fields. Its task
+    adapters are not part of the config: they are merged into the weights at load (``from_pretrained(task=...)``).
+    """
+    return family_config("jina_embeddings_v3", **overrides)
 
 
 @dataclass(frozen=True)

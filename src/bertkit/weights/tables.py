@@ -155,10 +155,21 @@ MODERNBERT_TABLE: tuple[tuple[str, str], ...] = (
     ("classifier.", "qa_outputs."),  # writing a question-answering model's
 )
 
+#: Jina embeddings v3 (HF's ``JinaEmbeddingsV3*`` classes, the port of jina-embeddings-v3) <-> bertkit: XLM-R's names
+#: (``roberta.*``, the ``lm_head``, ``classifier.dense`` / ``.out_proj``) around layers under ``layers.{i}``, whose
+#: inside keeps HF's names (the rotary layer variant's). A bare ``JinaEmbeddingsV3Model`` has no prefix. The original
+#: layout (flash-attention names, LoRA adapters) is read as this one first: :mod:`bertkit.weights.task_adapters`.
+JINA_TABLE: tuple[tuple[str, str], ...] = (
+    ("roberta.layers.", "bert.encoder.layer."),
+    ("layers.", "encoder.layer."),
+    *ROBERTA_TABLE,
+)
+
 #: ``BERTConfig.family`` -> its HF names table (BERT's HF names are bertkit's: no table).
 HF_FAMILY_TABLES: dict[str, tuple[tuple[str, str], ...]] = {
     "bert": (), "roberta": ROBERTA_TABLE, "mpnet": MPNET_TABLE, "distilbert": DISTILBERT_TABLE,
     "electra": ELECTRA_TABLE, "modernbert": MODERNBERT_TABLE,
+    "jina_embeddings_v3": JINA_TABLE,
 }
 
 #: ``BERTConfig.family`` -> ``(checkpoint prefix, model prefix)`` pairs (bertkit's names): where a model has
