@@ -170,20 +170,28 @@ def test_merged_task_written_as_hfs_port_loads_in_hf(tmp_path):
     torch.testing.assert_close(again[m], want[m], **TOL)
 
 
-def test_sentence_transformer_with_a_task(tmp_path):
-    """Jina's own directory: its custom Transformer module at the root, mean pooling, Normalize, prompts per task."""
-    write_original(tmp_path, _port())
-    _write_tokenizer(tmp_path)
-    (tmp_path / "modules.json").write_text(json.dumps([
+@pytest.fixture(scope="module")
+def jina_st(tmp_path_factory):
+    """Jina's own sentence-transformers directory in the original layout: its custom Transformer module at the
+    root, mean pooling, Normalize, prompts keyed by task."""
+    root = tmp_path_factory.mktemp("jina-st")
+    write_original(root, _port())
+    _write_tokenizer(root)
+    (root / "modules.json").write_text(json.dumps([
         {"idx": 0, "name": "transformer", "path": "", "type": "custom_st.Transformer"},
         {"idx": 1, "name": "pooler", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
         {"idx": 2, "name": "normalizer", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"}]))
-    (tmp_path / "1_Pooling").mkdir()
-    (tmp_path / "1_Pooling" / "config.json").write_text(json.dumps(
+    (root / "1_Pooling").mkdir()
+    (root / "1_Pooling" / "config.json").write_text(json.dumps(
         {"word_embedding_dimension": 36, "pooling_mode_mean_tokens": True}))
-    (tmp_path / "2_Normalize").mkdir()
-    (tmp_path / "config_sentence_transformers.json").write_text(json.dumps(
+    (root / "2_Normalize").mkdir()
+    (root / "config_sentence_transformers.json").write_text(json.dumps(
         {"prompts": INSTRUCTIONS, "default_prompt_name": None, "similarity_fn_name": "cosine"}))
+    return root
+
+
+def test_sentence_transformer_with_a_task(jina_st):
+    tmp_path = jina_st
     model = bertkit.SentenceTransformer(tmp_path, dtype="fp32", task="retrieval.query")
     assert model.default_prompt_name == "retrieval.query" and model.prompt() == INSTRUCTIONS["retrieval.query"]
     plain = bertkit.SentenceTransformer(tmp_path, dtype="fp32")
@@ -236,3 +244,34 @@ def test_fast_path_off_still_matches(tmp_path):
     with torch.no_grad(), fast.fast_path(False):
         torch.testing.assert_close(ours(ids, mask)[0][mask.bool()], hf(ids, mask).last_hidden_state[mask.bool()],
                                    **TOL)
+
+
+def test_embed_cli_and_pipeline_take_the_task(jina_st, tmp_path):
+    import numpy as np
+
+    from bertkit.cli import main
+
+    (tmp_path / "texts.txt").write_text("the cat sat\na dog\n")
+    assert main(["embed", str(jina_st), "--task", "retrieval.passage", "--input", str(tmp_path / "texts.txt"),
+                 "-o", str(tmp_path / "out.npy")]) == 0
+    model = bertkit.SentenceTransformer(jina_st, dtype="fp32", task="retrieval.passage")
+    want = model.encode(["the cat sat", "a dog"])
+    np.testing.assert_allclose(np.load(tmp_path / "out.npy"), want, atol=2e-5)
+    pipe = bertkit.pipeline("embeddings", model=jina_st, dtype="fp32", task="retrieval.passage")
+    np.testing.assert_allclose(np.asarray(pipe("a dog")), want[1], atol=2e-5)
+    with pytest.raises(ValueError, match="--task goes with -o OUT.npy"):
+        main(["embed", str(jina_st), "--task", "separation", "--input", str(tmp_path / "texts.txt"),
+              "-o", str(tmp_path / "store")])
+
+
+def test_server_merges_its_adapter_at_start(jina_st):
+    from fastapi.testclient import TestClient
+
+    from bertkit.serving.app import create_app
+
+    model = bertkit.SentenceTransformer(jina_st, dtype="fp32", task="retrieval.query")
+    with TestClient(create_app(jina_st, adapter="retrieval.query", dtype="fp32")) as client:
+        got = client.post("/embed", json={"inputs": ["the cat sat"]}).json()
+    torch.testing.assert_close(torch.tensor(got[0]), torch.as_tensor(model.encode("the cat sat")), **TOL)
+    with pytest.raises(ValueError, match="task='query' is not one of the task adapters"):
+        create_app(jina_st, adapter="query")

@@ -39,7 +39,7 @@ def to_hf_dict(config: Any, architecture: str | None = None) -> dict[str, Any]:
     d = config.to_dict()
     d.pop("family", None)
     for name in _NON_HF_OPTIONS:
-        if name not in spec.hf_config_keys.values() and not d.pop(name):
+        if name not in spec.hf_config_keys.values() and name not in spec.fixed_fields and not d.pop(name):
             raise ValueError(f"BERTConfig.{name}=False has no HF transformers equivalent, so this model "
                              "cannot be written as an HF checkpoint; save its state_dict with torch.save.")
     d["tie_word_embeddings"] = d.pop("tie_word_embedding")

@@ -21,6 +21,27 @@ DEFAULT_SPECIAL_IDS = {"unk_token_id": 100, "cls_token_id": 101, "sep_token_id":
 
 
 @dataclass(frozen=True)
+class RopeLayer:
+    """The switches of the post-LN rotary layer (the ``"rope"`` variant, :mod:`bertkit.modeling.rotary_layer`)
+    that a family's HF classes hard-code (the attention's biases are ``BERTConfig.attention_bias``):
+
+    * ``gated_mlp``: ``mlp.down_proj(act(gate) * up)`` (GTE, NomicBERT); False: the plain ``mlp.fc2(act(mlp.fc1(x)))``
+      (Jina v3's XLM-R feed-forward).
+    * ``fused_up_gate``: ``up, gate`` are the halves of one ``mlp.up_gate_proj`` (GTE's checkpoints); False: two
+      projections ``mlp.up_proj`` and ``mlp.gate_proj`` (NomicBERT's ``fc11`` / ``fc12``).
+    * ``mlp_input_bias`` / ``mlp_output_bias``: biases of ``gate_proj`` and ``up_proj`` (or ``fc1``) / of
+      ``down_proj`` (or ``fc2``).
+    * ``mlp_dropout``: ``hidden_dropout_prob`` on the gated activation before ``down_proj`` (GTE).
+    """
+
+    gated_mlp: bool = True
+    fused_up_gate: bool = False
+    mlp_input_bias: bool = True
+    mlp_output_bias: bool = True
+    mlp_dropout: bool = False
+
+
+@dataclass(frozen=True)
 class Family:
     """How an encoder family departs from BERT, as data the one engine reads (no second transformer).
 
@@ -81,6 +102,9 @@ class Family:
       (HF's ``rope_parameters`` and ``layer_types``).
     * ``rope``: attention rotates queries and keys with one rope for every layer (GTE, NomicBERT, Jina v3,
       EuroBERT): ``rope_theta`` and ``rope_scaling``, read from and written to HF's flat ``rope_parameters``.
+    * ``rope_layer``: the switches of the ``"rope"`` layer variant (:class:`RopeLayer`), for a family whose
+      ``layer`` is ``"rope"``.
+    * ``optional_token_types``: ``type_vocab_size`` 0 is allowed and means no token-type table (gte-base-en-v1.5).
     * ``hf_defaults``: our fields' values when an HF config of this family leaves a key out (its HF config
       class's defaults, where they differ from :class:`BERTConfig`'s); also the family's base preset.
 
@@ -112,6 +136,8 @@ class Family:
     shared_head: bool = False
     rotary: bool = False
     rope: bool = False
+    rope_layer: RopeLayer | None = None
+    optional_token_types: bool = False
     hf_defaults: Mapping[str, Any] = field(default_factory=dict)
 
 
@@ -175,6 +201,41 @@ FAMILIES: dict[str, Family] = {
                          layer_norm_eps=1e-5, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
                          classifier_dropout=0.0, attention_bias=False, norm_bias=False, mlp_bias=False,
                          classifier_bias=False, classifier_activation="gelu", global_attn_every_n_layers=3)),
+    # GTE (gte-*-v1.5, gte-multilingual): BERT's embeddings without positions (token types optional), post-LN
+    # rotary layers with a gated MLP (biased down_proj only; dropout on the gated activation), XLM-R's MLM head,
+    # BERT's pooler + classifier; the bare GteModel has no pooler
+    "gte": Family(
+        "gte", ("gte",), ("Gte",), mlm_activation="gelu", next_sentence=False, special_ids={"pad_token_id": 1},
+        hf_token_keys={"bos_token_id": "cls_token_id", "eos_token_id": "sep_token_id"}, causal_lm_class=None,
+        position_embeddings=False, layer="rope", pooler=False, rope=True,
+        rope_layer=RopeLayer(gated_mlp=True, fused_up_gate=True, mlp_input_bias=False, mlp_output_bias=True,
+                             mlp_dropout=True),
+        optional_token_types=True,
+        hf_defaults=dict(vocab_size=250048, attention_probs_dropout_prob=0.0, max_position_embeddings=8192,
+                         type_vocab_size=1, pad_token_id=1, rope_theta=160_000.0)),
+    # NomicBERT (nomic-embed-text v1/v1.5): GTE's layer without any bias in attention or MLP and no MLP dropout,
+    # token types, BERT's MLM head (its transform's activation hidden_act, LayerNorm HF-named layer_norm)
+    "nomic_bert": Family(
+        "nomic_bert", ("nomic_bert",), ("NomicBert",), next_sentence=False,
+        special_ids={"pad_token_id": 0, **DEFAULT_SPECIAL_IDS}, causal_lm_class=None, position_embeddings=False,
+        layer="rope", pooler=False, rope=True,
+        rope_layer=RopeLayer(gated_mlp=True, mlp_input_bias=False, mlp_output_bias=False, mlp_dropout=False),
+        fixed_fields={"attention_bias": False},
+        hf_defaults=dict(vocab_size=30528, hidden_act="silu", hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+                         max_position_embeddings=2048, attention_bias=False, rope_theta=1000.0)),
+    # Jina embeddings v3 (HF's port of jina-embeddings-v3): XLM-R's embeddings without position embeddings, its
+    # first-token classifier and MLM head, and the post-LN rotary layer with XLM-R's plain GELU MLP and q/k/v/o
+    # biases; rotary positions 0, 1, ... (not RoBERTa's after the padding). The released checkpoint's task LoRA
+    # adapters are merged at load (bertkit.weights.task_adapters), not part of the config.
+    "jina_embeddings_v3": Family(
+        "jina_embeddings_v3", ("jina_embeddings_v3",), ("JinaEmbeddingsV3",), sequence_head="first_token",
+        mlm_activation="gelu", next_sentence=False,
+        special_ids={"pad_token_id": 1, "cls_token_id": 0, "sep_token_id": 2, "unk_token_id": 3, "mask_token_id": -1},
+        hf_token_keys={"bos_token_id": "cls_token_id", "eos_token_id": "sep_token_id"}, causal_lm_class=None,
+        position_embeddings=False, layer="rope", rope=True, rope_layer=RopeLayer(gated_mlp=False),
+        hf_defaults=dict(vocab_size=250002, hidden_size=1024, num_hidden_layers=24, num_attention_heads=16,
+                         intermediate_size=4096, max_position_embeddings=8194, type_vocab_size=1, layer_norm_eps=1e-5,
+                         pad_token_id=1, rope_theta=20_000.0)),
 }
 
 #: Fields only some families use, and their defaults. At the default they change nothing (BERT's architecture) and are

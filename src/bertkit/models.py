@@ -7,14 +7,17 @@ from bertkit.presets import (
            CamemBERTConfig,
            DistilBERTConfig,
            ELECTRAConfig,
+           GTEConfig,
            JinaEmbeddingsV3Config,
            ModernBERTConfig,
            MPNetConfig,
+           NomicBERTConfig,
            RoBERTaConfig,
            XLMRoBERTaConfig,
 )
 from bertkit.tokenization import BERTTokenizer, BERTTokenizerFast
 
 __all__ = ["BERTConfig", "BERTTokenizer", "BERTTokenizerFast", "CamemBERTConfig", "DistilBERTConfig",
-           "ELECTRAConfig", "JinaEmbeddingsV3Config", "MPNetConfig",
-           "ModernBERTConfig", "RoBERTaConfig", "XLMRoBERTaConfig", *_modeling_all]
+           "ELECTRAConfig", "MPNetConfig",
+           "ModernBERTConfig", "RoBERTaConfig", "XLMRoBERTaConfig", "GTEConfig", "NomicBERTConfig",
+           "JinaEmbeddingsV3Config", *_modeling_all]

@@ -16,9 +16,10 @@ Linear and Embedding of the backbone carrying ``torch.nn.utils.parametrize``'s t
 
 The original applies a task's pair per row of the batch (``adapter_mask``); asked for no task it runs the base
 weights, with every adapter off. bertkit merges the one task asked for into the weights at load (``W_t``), or
-takes the base weights without a task, and renames everything to HF's port (``jina_embeddings_v3``: fused
-``Wqkv`` split into ``q_proj`` / ``k_proj`` / ``v_proj``), whose family table then names it as bertkit does.
-HF's port itself carries no adapters: ``task=`` on its directories is refused (:func:`refuse_task`).
+takes the base weights without a task. What is left is the layout HF's port (``jina_embeddings_v3``) writes, the
+original's names without the parametrizations, which the family's table (:data:`bertkit.weights.tables.JINA_TABLE`)
+names as bertkit does; its config.json is read as the port's (``bertkit._config_hf``). HF's port itself carries
+no adapters: ``task=`` on its directories is refused (:func:`refuse_task`).
 """
 
 from __future__ import annotations
@@ -34,10 +35,6 @@ import torch
 ADAPTERS_KEY = "lora_adaptations"
 _ORIGINAL = ".parametrizations.weight.original"
 _LORA = ".parametrizations.weight.0.lora_"
-
-#: original name pieces (inside ``encoder.layers.{i}.``) -> the port's
-_LAYER_RENAMES = (("mixer.out_proj.", "self_attn.o_proj."), ("norm1.", "post_attention_layernorm."),
-                  ("norm2.", "post_mlp_layernorm."), ("mlp.fc1.", "mlp.fc1."), ("mlp.fc2.", "mlp.fc2."))
 
 
 @dataclass(frozen=True)
@@ -129,30 +126,9 @@ def _merged(state: dict[str, torch.Tensor], module: str, weight: torch.Tensor, a
                      f"with {tasks} tasks ({ADAPTERS_KEY}) of rank {rank} (lora_rank).")
 
 
-def port_names(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """Original (flash-attention) names -> HF port's, bare (the original is a backbone: ``roberta.`` dropped),
-    the fused ``mixer.Wqkv`` split into ``self_attn.q_proj`` / ``k_proj`` / ``v_proj``."""
-    out = {}
-    for name, value in state.items():
-        name = name.removeprefix("roberta.")
-        if name.startswith("emb_ln."):
-            name = "embeddings.LayerNorm." + name.removeprefix("emb_ln.")
-        elif name.startswith("encoder.layers."):
-            index, rest = name.removeprefix("encoder.layers.").split(".", 1)
-            if rest.startswith("mixer.Wqkv."):
-                suffix = rest.removeprefix("mixer.Wqkv.")
-                for part, chunk in zip("qkv", value.chunk(3, dim=0), strict=True):
-                    out[f"layers.{index}.self_attn.{part}_proj.{suffix}"] = chunk.contiguous()
-                continue
-            rest = next((new + rest[len(old):] for old, new in _LAYER_RENAMES if rest.startswith(old)), rest)
-            name = f"layers.{index}.{rest}"
-        out[name] = value
-    return out
-
-
 def read_original(raw: Mapping[str, Any], state: dict[str, torch.Tensor], task: str | None,
                   source: str | os.PathLike) -> dict[str, torch.Tensor]:
-    """The tensors of an original-layout checkpoint (``raw``: its config.json dict) under HF's port's names, with
-    ``task``'s adapters merged, or the base weights for ``task=None``. (The config dict is read as the port's by
-    :meth:`bertkit.BERTConfig.from_hf_dict`.)"""
-    return port_names(merge_adapters(state, adapters_of(raw, source), task, source))
+    """The tensors of an original-layout checkpoint (``raw``: its config.json dict) with ``task``'s adapters merged,
+    or the base weights for ``task=None``: the names HF's port writes (the config dict is read as the port's by
+    :meth:`bertkit.BERTConfig.from_hf_dict`)."""
+    return merge_adapters(state, adapters_of(raw, source), task, source)
