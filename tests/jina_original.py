@@ -1,10 +1,11 @@
 """Jina embeddings v3 checkpoints in their original layout (``XLMRobertaLoRA``), written by the tests.
 
 No library writes this layout offline, so :func:`write_original` makes one from an HF port model
-(``JinaEmbeddingsV3Model``, whose weights are the base weights): HF's port names back to flash-attention's
-(``roberta.encoder.layers.{i}.mixer.Wqkv`` fused, ``norm1`` / ``norm2``, ``emb_ln``), each Linear's and
-Embedding's weight as ``parametrizations.weight.original`` with random ``lora_A`` / ``lora_B`` stacks beside it,
-and the original's config.json keys (``model_type`` "xlm-roberta", ``lora_adaptations``, ``rotary_emb_base``...).
+(``JinaEmbeddingsV3Model``, whose weights are the base weights): the names HF's ``save_pretrained`` writes (the
+original's flash-attention names: ``encoder.layers.{i}.mixer.Wqkv`` fused, ``norm1`` / ``norm2``, ``emb_ln``) under
+``roberta.``, each Linear's and Embedding's weight as ``parametrizations.weight.original`` with random ``lora_A`` /
+``lora_B`` stacks beside it, and the original's config.json keys (``model_type`` "xlm-roberta",
+``lora_adaptations``, ``rotary_emb_base``...).
 :func:`unmerged_hooks` adds a task's adapters to a port model's forward without touching its weights
 (``x W^T + s (x A^T) B^T`` for a Linear, ``W[ids] + s A[ids] B`` for an Embedding): the reference the merged
 weights are tested against.
@@ -13,9 +14,10 @@ weights are tested against.
 from __future__ import annotations
 
 import json
+import shutil
 
 import torch
-from safetensors.torch import save_file
+from safetensors.torch import load_file, save_file
 
 TASKS = ["retrieval.query", "retrieval.passage", "separation", "classification", "text-matching"]
 INSTRUCTIONS = {"retrieval.query": "Represent the query for retrieving evidence documents: ",
@@ -25,26 +27,6 @@ P = ".parametrizations.weight."
 #: port module names (inside layers.{i}.) -> the original's
 _LAYER = {"self_attn.o_proj": "mixer.out_proj", "post_attention_layernorm": "norm1",
           "post_mlp_layernorm": "norm2", "mlp.fc1": "mlp.fc1", "mlp.fc2": "mlp.fc2"}
-
-
-def original_names(port: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """A bare port state dict under the original's plain names (before parametrization); q/k/v fused."""
-    out = {}
-    for name, value in port.items():
-        if name.startswith("embeddings.LayerNorm."):
-            out["roberta.emb_ln." + name.removeprefix("embeddings.LayerNorm.")] = value
-        elif name.startswith("layers."):
-            _, i, rest = name.split(".", 2)
-            module, suffix = rest.rsplit(".", 1)
-            if module.startswith("self_attn.") and module[-6:] in ("q_proj", "k_proj", "v_proj"):
-                if module.endswith("q_proj"):
-                    parts = [port[f"layers.{i}.self_attn.{p}_proj.{suffix}"] for p in "qkv"]
-                    out[f"roberta.encoder.layers.{i}.mixer.Wqkv.{suffix}"] = torch.cat(parts)
-                continue
-            out[f"roberta.encoder.layers.{i}.{_LAYER[module]}.{suffix}"] = value
-        else:
-            out["roberta." + name] = value
-    return out
 
 
 def parametrize(plain: dict[str, torch.Tensor], tasks: int, rank: int, seed: int = 3,
@@ -89,8 +71,10 @@ def write_original(directory, port_model, rank: int = 4, alpha: float = 1.0, **c
     """Write ``port_model`` (a bare ``JinaEmbeddingsV3Model``) as an original-layout directory with random
     adapters; returns the tensors written."""
     directory.mkdir(parents=True, exist_ok=True)
-    state = parametrize(original_names({k: v.detach().clone() for k, v in port_model.state_dict().items()}),
-                        len(TASKS), rank)
+    port_model.save_pretrained(directory / "hf-port")  # HF writes the original's names (flash-attention's)
+    written = load_file(str(directory / "hf-port" / "model.safetensors"))
+    shutil.rmtree(directory / "hf-port")
+    state = parametrize({"roberta." + k: v for k, v in written.items()}, len(TASKS), rank)
     save_file({k: v.contiguous() for k, v in state.items()}, str(directory / "model.safetensors"))
     config = original_config(port_model.config, rank, alpha, **config_extra)
     (directory / "config.json").write_text(json.dumps(config, indent=2))

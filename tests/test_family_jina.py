@@ -22,6 +22,7 @@ import transformers
 
 import bertkit
 from bertkit.modeling import fast
+from bertkit.weights.convert import convert
 from conftest import randomize_
 from family_parity import (
     IMPLEMENTATIONS,
@@ -48,7 +49,7 @@ SIZES = dict(vocab_size=99, hidden_size=36, num_hidden_layers=2, num_attention_h
              max_position_embeddings=64, type_vocab_size=1, layer_norm_eps=1e-5, pad_token_id=PAD)
 HF_SIZES = dict(SIZES, rope_parameters={"rope_type": "default", "rope_theta": 500.0}, bos_token_id=0, eos_token_id=2)
 JINA = FamilySetup("jina_embeddings_v3", transformers.JinaEmbeddingsV3Config, ours=dict(SIZES, rope_theta=500.0),
-                   hf=HF_SIZES, pad=PAD, type_vocab_size=1)
+                   hf=HF_SIZES, pad=PAD, type_vocab_size=1, hf_checkpoint_layout=True)
 
 
 def both(**fields) -> dict:
@@ -121,10 +122,17 @@ def test_factory_has_hfs_defaults():
 
 @pytest.mark.parametrize("case_id", ["model", "seq_cls"])
 def test_fast_and_plain_paths_agree(case_id, monkeypatch):
-    model = randomize_(CASES[case_id].ours(JINA.our_config(CASES[case_id], "sdpa")), std=0.1).eval()
+    """Unpadded execution (the packed tokens through the rotary layers) equals the padded one, gradients too (the
+    first-token classifier: the full and right-padded rows, since it keeps a left-padded batch padded)."""
+    config = JINA.our_config(CASES[case_id], "sdpa")
+    model = bertkit.BERT(config, add_pooling_layer=False) if case_id == "model" else CASES[case_id].ours(config)
+    model = randomize_(model, std=0.1).eval()
     ids, mask = padded_ids(JINA)
-    forward = model.forward
-    monkeypatch.setattr(model, "forward", lambda i, m: forward(input_ids=i, attention_mask=m)[0])
+    if case_id == "seq_cls":
+        ids, mask = ids[:2], mask[:2]
+    if case_id == "model":
+        forward = model.forward
+        monkeypatch.setattr(model, "forward", lambda i, m: forward(input_ids=i, attention_mask=m)[0])
     check_fast_and_plain_paths_agree(model, ids, mask, monkeypatch)
 
 
@@ -154,7 +162,7 @@ def test_task_merged_at_load_equals_the_unmerged_adapters(task, tmp_path):
 def test_merged_task_written_as_hfs_port_loads_in_hf(tmp_path):
     hf = _port()
     state = write_original(tmp_path / "original", hf)
-    bertkit.weights.convert.convert(tmp_path / "original", tmp_path / "port", task="separation")
+    convert(tmp_path / "original", tmp_path / "port", task="separation")
     written = json.loads((tmp_path / "port" / "config.json").read_text())
     assert written["model_type"] == "jina_embeddings_v3" and "lora_adaptations" not in written
     port = hf_from_pretrained(transformers.JinaEmbeddingsV3Model, tmp_path / "port", "eager")
@@ -246,7 +254,7 @@ def test_fast_path_off_still_matches(tmp_path):
                                    **TOL)
 
 
-def test_embed_cli_and_pipeline_take_the_task(jina_st, tmp_path):
+def test_embed_cli_and_pipeline_take_the_task(jina_st, tmp_path, capsys):
     import numpy as np
 
     from bertkit.cli import main
@@ -257,11 +265,11 @@ def test_embed_cli_and_pipeline_take_the_task(jina_st, tmp_path):
     model = bertkit.SentenceTransformer(jina_st, dtype="fp32", task="retrieval.passage")
     want = model.encode(["the cat sat", "a dog"])
     np.testing.assert_allclose(np.load(tmp_path / "out.npy"), want, atol=2e-5)
-    pipe = bertkit.pipeline("embeddings", model=jina_st, dtype="fp32", task="retrieval.passage")
+    pipe = bertkit.pipeline("embeddings", model=jina_st, dtype="fp32", adapter="retrieval.passage")
     np.testing.assert_allclose(np.asarray(pipe("a dog")), want[1], atol=2e-5)
-    with pytest.raises(ValueError, match="--task goes with -o OUT.npy"):
-        main(["embed", str(jina_st), "--task", "separation", "--input", str(tmp_path / "texts.txt"),
-              "-o", str(tmp_path / "store")])
+    assert main(["embed", str(jina_st), "--task", "separation", "--input", str(tmp_path / "texts.txt"),
+                 "-o", str(tmp_path / "store")]) == 1
+    assert "--task goes with -o OUT.npy" in capsys.readouterr().err
 
 
 def test_server_merges_its_adapter_at_start(jina_st):

@@ -11,6 +11,7 @@ import json
 
 import pytest
 import torch
+from safetensors.torch import load_file, save_file
 
 pytest.importorskip("transformers")
 
@@ -46,14 +47,13 @@ def batch():
 
 @pytest.mark.parametrize("rank,alpha", [(4, 1.0), (3, 5.0)])
 def test_merged_task_equals_the_unmerged_adapters(tmp_path, rank, alpha):
+    """The merged tensors, written as HF's port and loaded by HF's own class, give what the adapters give
+    unmerged (the hooks) on the base weights."""
     hf = port_model()
-    state = write_original(tmp_path, hf, rank=rank, alpha=alpha)
+    state = write_original(tmp_path / "original", hf, rank=rank, alpha=alpha)
     ids, mask = batch()
     for task in ("retrieval.query", "text-matching"):
-        port = transformers.JinaEmbeddingsV3Model(hf.config).eval()
-        port_state = _port_state(tmp_path, task)
-        missing, unexpected = port.load_state_dict(port_state, strict=False)
-        assert not unexpected and set(missing) <= {"embeddings.position_ids", "embeddings.token_type_ids"}
+        port = _merged_in_hf(tmp_path / "original", task, tmp_path / task, hf.config)
         reference = port_model()
         handles = unmerged_hooks(reference, state, task, alpha / rank)
         with torch.no_grad():
@@ -64,27 +64,36 @@ def test_merged_task_equals_the_unmerged_adapters(tmp_path, rank, alpha):
         torch.testing.assert_close(got.pooler_output, want.pooler_output, **TOL)
 
 
-def _port_state(directory, task):
-    """The tensors of an original directory under HF's port's names (bertkit's reading, before its family table)."""
-    from safetensors.torch import load_file
-
+def _merged(directory, task):
+    """bertkit's reading of an original directory's tensors with ``task`` merged (before the family table)."""
     raw = json.loads((directory / "config.json").read_text())
     return task_adapters.read_original(raw, load_file(str(directory / "model.safetensors")), task, directory)
 
 
+def _merged_in_hf(directory, task, out, config):
+    """The merged tensors written beside HF's config and loaded by ``JinaEmbeddingsV3Model`` (nothing missing)."""
+    out.mkdir()
+    save_file(_merged(directory, task), str(out / "model.safetensors"))
+    config.save_pretrained(out)
+    model, info = transformers.JinaEmbeddingsV3Model.from_pretrained(out, output_loading_info=True)
+    assert not any(info[k] for k in ("missing_keys", "unexpected_keys", "mismatched_keys")), info
+    return model.eval()
+
+
 def test_no_task_is_the_base_weights(tmp_path):
     hf = port_model()
-    write_original(tmp_path, hf)
-    port = _port_state(tmp_path, None)
-    base = hf.state_dict()
-    assert set(port) == {k for k in base if k not in ("embeddings.position_ids", "embeddings.token_type_ids")}
-    for name, value in port.items():
+    write_original(tmp_path / "original", hf)
+    hf.save_pretrained(tmp_path / "hf")
+    base = {"roberta." + k: v for k, v in load_file(str(tmp_path / "hf" / "model.safetensors")).items()}
+    merged = _merged(tmp_path / "original", None)
+    assert set(merged) == set(base)
+    for name, value in merged.items():
         assert torch.equal(value, base[name]), name
 
 
 def test_every_task_differs(tmp_path):
     write_original(tmp_path, port_model())
-    weights = [_port_state(tmp_path, task)["layers.0.self_attn.q_proj.weight"] for task in TASKS]
+    weights = [_merged(tmp_path, task)["roberta.encoder.layers.0.mixer.Wqkv.weight"] for task in TASKS]
     for i in range(len(TASKS)):
         for j in range(i):
             assert not torch.allclose(weights[i], weights[j])

@@ -94,7 +94,7 @@ def main(argv: list[str]) -> int:
     from bertkit.pipelines.files import count_inputs, locate_input, read_inputs
 
     pipe = pipeline("embeddings", model=args.model, device=args.device, batch_size=args.batch_size,
-                    dtype=args.dtype, normalize=args.normalize, **({"task": args.task} if args.task else {}))
+                    dtype=args.dtype, normalize=args.normalize, **({"adapter": args.task} if args.task else {}))
     texts, embedded = itertools.tee(_text(t) for t in read_inputs(args.input, args.encoding, keep_blank=True))
     # a NaN vector stops the write (the output file is left as it was), naming its line
     place = functools.partial(locate_input, args.input, encoding=args.encoding)

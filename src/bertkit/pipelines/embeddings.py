@@ -86,13 +86,14 @@ class EmbeddingsPipeline(_TextsOrIds):
                     **options: Any) -> Pipeline:
         """A static directory (Model2Vec, sentence-transformers' StaticEmbedding) runs in
         :class:`~bertkit.pipelines.static_embeddings.StaticEmbeddingsPipeline`; another sentence-transformers
-        directory as :class:`bertkit.SentenceTransformer`; anything else as a BERT, mean-pooled. ``task``: the task
-        adapter of a Jina embeddings v3 checkpoint to merge at load (:mod:`bertkit.weights.task_adapters`), also
-        given as ``load={"task": ...}`` (the loading options of :meth:`Pipeline.from_source`)."""
+        directory as :class:`bertkit.SentenceTransformer`; anything else as a BERT, mean-pooled. ``adapter``: the
+        task adapter of a Jina embeddings v3 checkpoint to merge at load (:mod:`bertkit.weights.task_adapters`:
+        ``pipeline("embeddings", model=..., adapter="retrieval.query")``), also given as ``load={"task": ...}``
+        (the loading options of :meth:`Pipeline.from_source`)."""
         load = dict(load or {})
-        if options.get("task") is not None:
-            load["task"] = options.pop("task")
-        options.pop("task", None)
+        adapter = options.pop("adapter", None)
+        if adapter is not None:
+            load["task"] = adapter
         if cls is EmbeddingsPipeline and static_kind(source) is not None:
             from bertkit.weights.task_adapters import refuse_task
 
