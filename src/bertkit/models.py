@@ -10,6 +10,7 @@ from bertkit.presets import (
            ELECTRAConfig,
            EuroBERTConfig,
            GTEConfig,
+           JinaEmbeddingsV3Config,
            ModernBERTConfig,
            MPNetConfig,
            NomicBERTConfig,
@@ -20,4 +21,5 @@ from bertkit.tokenization import BERTTokenizer, BERTTokenizerFast
 
 __all__ = ["BERTConfig", "BERTTokenizer", "BERTTokenizerFast", "CamemBERTConfig", "DeBERTaV2Config", "DistilBERTConfig",
            "ELECTRAConfig", "EuroBERTConfig", "MPNetConfig",
-           "ModernBERTConfig", "RoBERTaConfig", "XLMRoBERTaConfig", "GTEConfig", "NomicBERTConfig", *_modeling_all]
+           "ModernBERTConfig", "RoBERTaConfig", "XLMRoBERTaConfig", "GTEConfig", "NomicBERTConfig",
+           "JinaEmbeddingsV3Config", *_modeling_all]
