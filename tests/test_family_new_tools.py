@@ -132,7 +132,7 @@ def test_finetune_embed_keeps_pooling_and_prompts_and_encodes_as_sentence_transf
                 *flags]) == 0
     trained = out / "model"
     theirs = st.SentenceTransformer(str(trained), device="cpu")
-    assert theirs[1].get_pooling_mode_str() == POOLING[family]
+    assert theirs[1].pooling_mode == POOLING[family]
     assert {k: v for k, v in theirs.prompts.items() if v} == prompts
     ours = bertkit.SentenceTransformer(trained)
     before = bertkit.SentenceTransformer(source).encode(TEXTS)
