@@ -66,7 +66,11 @@ def relative_index(length: int, config: BERTConfig, device: torch.device) -> tor
     """``[L, L]``: the ``rel_embeddings`` row of query ``i`` and key ``j``, ``clamp(bucket(i - j) + span, 0,
     2 * span - 1)``."""
     positions = torch.arange(length, device=device)
-    relative = positions[:, None] - positions[None, :]
+    return relative_rows(positions[:, None] - positions[None, :], config)
+
+
+def relative_rows(relative: torch.Tensor, config: BERTConfig) -> torch.Tensor:
+    """The ``rel_embeddings`` rows of the relative positions ``relative`` (query - key), as :func:`relative_index`."""
     span = relative_span(config)
     if config.position_buckets > 0:
         max_position = config.max_relative_positions if config.max_relative_positions >= 1 \
@@ -96,6 +100,7 @@ class RelativeContext(nn.Module):
             if config.relative_attention else None
         self.LayerNorm = LayerNorm(config.hidden_size, eps=config.layer_norm_eps) \
             if "layer_norm" in config.norm_rel_ebd.lower() else None
+        self._index: tuple | None = None  # (length, device, first row, last row, index): the last length's
 
     def forward(self, hidden_states: torch.Tensor, *, allowed: torch.Tensor | None, position_ids: torch.Tensor,
                 packing: Packing | None = None) -> dict:
@@ -103,15 +108,22 @@ class RelativeContext(nn.Module):
         if self.rel_embeddings is None:
             return {"relative": None}
         length = packing.length if packing is not None else hidden_states.shape[1]
-        index = relative_index(length, self.config, hidden_states.device)
-        first, last = 0, self.rel_embeddings.num_embeddings - 1
-        if not fast.tracing():  # the rows a length-L batch reaches: d(0, L-1) .. d(L-1, 0), from the CPU
-            corners = relative_index(length, self.config, torch.device("cpu"))
-            first, last = int(corners[0, -1]), int(corners[-1, 0])
+        first, last, index = self._rows(length, hidden_states.device)
         rows = self.rel_embeddings.weight[first:last + 1]
         if self.LayerNorm is not None:
             rows = self.LayerNorm(rows)
-        return {"relative": RelativeTables(rows.to(hidden_states.dtype), index - first)}
+        return {"relative": RelativeTables(rows.to(hidden_states.dtype), index)}
+
+    def _rows(self, length: int, device: torch.device) -> tuple[int, int, torch.Tensor]:
+        """``(first, last, index)``: the rows a length-L batch reaches, ``d(0, L-1) .. d(L-1, 0)`` (computed on the
+        CPU, no device sync), and :func:`relative_index` counted from ``first``; kept for the next batch of that
+        length. While tracing, every row (a graph of any length)."""
+        if fast.tracing():
+            return 0, self.rel_embeddings.num_embeddings - 1, relative_index(length, self.config, device)
+        if self._index is None or self._index[:2] != (length, device):
+            first, last = relative_rows(torch.tensor([1 - length, length - 1]), self.config).tolist()
+            self._index = (length, device, first, last, relative_index(length, self.config, device) - first)
+        return self._index[2:]
 
 
 class DeBERTaEmbeddings(nn.Module):
@@ -152,8 +164,7 @@ class DisentangledSelfAttention(BERTSelfAttention):
         super().__init__(config, layer_idx)
         kinds = config.pos_att_type or []
         self.c2p, self.p2c = "c2p" in kinds, "p2c" in kinds
-        self.factor = 1 + self.c2p + self.p2c
-        self.scale = math.sqrt(self.head_dim * self.factor)
+        self.scale = math.sqrt(self.head_dim * (1 + self.c2p + self.p2c))
         h = config.hidden_size
         separate = config.relative_attention and not config.share_att_key
         self.pos_key_proj = Linear(h, h) if separate and self.c2p else None
@@ -180,8 +191,8 @@ class DisentangledSelfAttention(BERTSelfAttention):
             q = q[:, :, queries]
         mask = packing.keys if packing is not None else allowed
         dropout_p = self.dropout_p if self.training else 0.0
-        context, probs = attend(q / math.sqrt(self.factor), k, v, mask, dropout_p,
-                                eager=self.eager or output_attentions, position_bias=bias)
+        context, probs = attend(q, k, v, mask, dropout_p, eager=self.eager or output_attentions,
+                                position_bias=bias, scale=1.0 / self.scale)
         if query_padding is not None:
             context = torch.where(query_padding, v.mean(dim=-2, keepdim=True), context)
         b, n = context.shape[0], context.shape[2]
@@ -197,17 +208,17 @@ class DisentangledSelfAttention(BERTSelfAttention):
         rows = self.pos_dropout(relative.embeddings)  # [R, H]
         b, nh, n, length = q.shape[0], q.shape[1], index.shape[0], k.shape[2]
         scores = None
-        if self.c2p:
+        if self.c2p:  # the position keys divided by the scale: R rows, not the [B, nh, n, L] scores
             pos_key = self._heads((self.key if self.pos_key_proj is None else self.pos_key_proj)(rows)[None])
             q_rows = q if queries is None else q[:, :, queries]
-            c2p = torch.matmul(q_rows, pos_key.transpose(-1, -2))  # [B, nh, n, R]
+            c2p = torch.matmul(q_rows, pos_key.transpose(-1, -2) / self.scale)  # [B, nh, n, R]
             scores = c2p.gather(-1, index.expand(b, nh, n, length))
         if self.p2c:
             pos_query = self._heads((self.query if self.pos_query_proj is None else self.pos_query_proj)(rows)[None])
-            p2c = torch.matmul(k, pos_query.transpose(-1, -2))  # [B, nh, L (keys), R]
+            p2c = torch.matmul(k, pos_query.transpose(-1, -2) / self.scale)  # [B, nh, L (keys), R]
             p2c = p2c.gather(-1, index.t().expand(b, nh, length, n)).transpose(-1, -2)
             scores = p2c if scores is None else scores + p2c
-        return None if scores is None else scores / self.scale
+        return scores
 
 
 class ConvLayer(nn.Module):

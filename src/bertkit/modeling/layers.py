@@ -109,13 +109,14 @@ def default_position_ids(config: BERTConfig, input_ids: torch.Tensor | None,
 
 
 def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed: torch.Tensor | None,
-           dropout_p: float, *, eager: bool,
-           position_bias: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+           dropout_p: float, *, eager: bool, position_bias: torch.Tensor | None = None,
+           scale: float | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Scaled dot-product attention of ``q [B, nh, L, hd]`` over ``k, v [B, nh, S, hd]``.
 
     ``allowed`` is a boolean mask broadcastable to ``[B, nh, L, S]`` (True = attend) with
     at least one True per row, or None. ``position_bias`` (MPNet's relative position bias) is a float
     tensor broadcastable to ``[B, nh, L, S]`` added to the scaled scores before the mask, or None.
+    ``scale``: the scores' factor; None: ``1 / sqrt(hd)`` (DeBERTa's is smaller).
     Returns the context ``[B, nh, L, hd]`` and, on the eager path only, the attention probabilities
     ``[B, nh, L, S]`` (before dropout).
     """
@@ -124,8 +125,9 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed: torch.Ten
         if position_bias is not None:  # one float mask: the bias where allowed, the lowest score elsewhere
             bias = position_bias.to(q.dtype)
             mask = bias if allowed is None else torch.where(allowed, bias, torch.finfo(q.dtype).min)
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p), None
-    scores = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(q.size(-1))  # [B, nh, L, S]
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, scale=scale), None
+    scores = torch.matmul(q, k.transpose(-1, -2))  # [B, nh, L, S]
+    scores = scores / math.sqrt(q.size(-1)) if scale is None else scores * scale
     if position_bias is not None:
         scores = scores + position_bias.to(scores.dtype)
     if allowed is not None:

@@ -282,6 +282,14 @@ HF_FAMILY_SHARED_HEADS: dict[str, tuple[tuple[str, str], ...]] = {
 }
 
 
+#: ``BERTConfig.family`` -> checkpoint keys (bertkit's names) that HF's classes of the family skip when the model
+#: has no place for them, as bertkit then does silently: DeBERTa-v2's ``position_embeddings`` of a config without
+#: ``position_biased_input`` and the released v3 checkpoints' replaced-token-detection head ``mask_predictions.*``.
+HF_FAMILY_IGNORED_KEYS: dict[str, re.Pattern] = {
+    "deberta-v2": re.compile(r"(^|\.)embeddings\.position_embeddings\.weight$|^mask_predictions\."),
+}
+
+
 @dataclass(frozen=True)
 class Rule:
     source: re.Pattern
