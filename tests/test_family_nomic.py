@@ -40,13 +40,17 @@ from test_family_gte import check_fill_mask_top5, fill_mask_dir
 transformers.logging.set_verbosity_error()
 transformers.utils.logging.disable_progress_bar()
 
+#: the norm weights (HF's runtime names and bertkit's) that random weights put around 1
+NORMS = r"(LayerNorm|layernorm|layer_norm|_ln)\.weight$"
+
 #: odd sizes (hidden 36 / 3 heads of 12, inner 26, vocab 99), silu (SwiGLU), a rope theta not the default
 SIZES = dict(vocab_size=99, hidden_size=36, num_hidden_layers=2, num_attention_heads=3, intermediate_size=26,
              max_position_embeddings=64, type_vocab_size=2)
 NOMIC = FamilySetup("nomic_bert", transformers.NomicBertConfig,
                     ours={**SIZES, "rope_theta": 300.0, "attention_bias": False, "hidden_act": "silu"},
                     hf={**SIZES, "rope_parameters": {"rope_type": "default", "rope_theta": 300.0}}, type_vocab_size=2,
-                    hf_checkpoint_layout=True, grads_include=("mlp.gate_proj.weight", "token_type_embeddings.weight"))
+                    hf_checkpoint_layout=True, norms=NORMS,
+                    grads_include=("mlp.gate_proj.weight", "token_type_embeddings.weight"))
 
 
 def both(**fields) -> dict:
@@ -92,7 +96,7 @@ def test_dynamic_rope_beyond_max_positions_matches_hf(tmp_path):
                        ours={**NOMIC.ours, "max_position_embeddings": 12, "rope_scaling": scaling},
                        hf={**NOMIC.hf, "max_position_embeddings": 12,
                            "rope_parameters": {"rope_type": "dynamic", "rope_theta": 300.0, "factor": 2.0}},
-                       type_vocab_size=2, length=30, right=9, left=7, hf_checkpoint_layout=True)
+                       type_vocab_size=2, length=30, right=9, left=7, hf_checkpoint_layout=True, norms=NORMS)
     ours, _ = check_hf_checkpoint(long, CASES["model"], "sdpa", tmp_path)
     assert ours.config.rope_scaling == scaling
 
@@ -100,7 +104,7 @@ def test_dynamic_rope_beyond_max_positions_matches_hf(tmp_path):
 @pytest.mark.parametrize("case_id", ["masked_lm", "seq_cls"])
 def test_unpadded_execution_serves_nomic(case_id, monkeypatch):
     case = CASES[case_id]
-    model = randomize_(case.ours(NOMIC.our_config(case, "sdpa")), std=0.1).eval()
+    model = randomize_(case.ours(NOMIC.our_config(case, "sdpa")), std=0.1, norms=NORMS).eval()
     ids, mask = padded_ids(NOMIC)
     if case_id == "seq_cls":
         ids, mask = ids[:2], mask[:2]
@@ -114,7 +118,8 @@ def test_fill_mask_top5_equals_hfs_pipeline(tmp_path):
 
 def test_untied_nomic_mlm_head_both_ways(tmp_path):
     case = CASES["masked_lm"]
-    ours = randomize_(bertkit.BERTForMaskedLM(NOMIC.our_config(case, "sdpa", tie_word_embedding=False)), std=0.1)
+    ours = randomize_(bertkit.BERTForMaskedLM(NOMIC.our_config(case, "sdpa", tie_word_embedding=False)), std=0.1,
+                      norms=NORMS)
     ours.save_pretrained(tmp_path)
     hf = transformers.NomicBertForMaskedLM.from_pretrained(tmp_path)
     assert hf.cls.predictions.decoder.weight is not hf.nomic_bert.embeddings.word_embeddings.weight

@@ -37,7 +37,8 @@ EMBEDDERS = {
 def embedder_dir(root, family: str):
     config_class, model_class, pooling, prompts, default_prompt = EMBEDDERS[family]
     tokenizer = transformers.BertTokenizerFast(vocab=_bert_vocab())
-    hf = randomize_(model_class(config_class(vocab_size=len(tokenizer), **SIZES)), std=0.1)
+    hf = randomize_(model_class(config_class(vocab_size=len(tokenizer), **SIZES)), std=0.1,
+                    norms=r"(LayerNorm|layernorm)\.weight$")
     hf.save_pretrained(root / "hf")
     tokenizer.save_pretrained(root / "hf")
     modules = [st_modules.Transformer(str(root / "hf"), max_seq_length=64),
