@@ -21,7 +21,9 @@ pytest.importorskip("transformers")
 import transformers
 
 import bertkit
+from bertkit.config import BERTConfig
 from bertkit.modeling import fast
+from bertkit.modeling.counting import count_parameters
 from bertkit.weights.convert import convert
 from conftest import randomize_
 from family_parity import (
@@ -283,3 +285,43 @@ def test_server_merges_its_adapter_at_start(jina_st):
     torch.testing.assert_close(torch.tensor(got[0]), torch.as_tensor(model.encode("the cat sat")), **TOL)
     with pytest.raises(ValueError, match="task='query' is not one of the task adapters"):
         create_app(jina_st, adapter="query")
+
+
+def test_fill_mask_top5_equals_hfs_pipeline(tmp_path):
+    """bertkit's fill-mask pipeline over an HF-written Jina masked LM (an XLM-R-style Unigram tokenizer) gives HF's
+    pipeline's top 5."""
+    hf = randomize_(transformers.JinaEmbeddingsV3ForMaskedLM(JINA.hf_config(CASES["masked_lm"], "eager")),
+                    std=0.3).eval()
+    hf.save_pretrained(tmp_path)
+    _write_tokenizer(tmp_path)
+    text = "the cat <mask> on the mat"
+    theirs = transformers.pipeline("fill-mask", model=str(tmp_path), top_k=5)(text)
+    ours = bertkit.pipeline("fill-mask", model=tmp_path, dtype="fp32")(text, top_k=5)
+    assert [r["token"] for r in ours] == [r["token"] for r in theirs]
+    for a, b in zip(ours, theirs, strict=True):
+        assert a["score"] == pytest.approx(b["score"], abs=2e-5)
+
+
+def test_config_round_trips_names_and_counts():
+    default = BERTConfig.from_hf_dict(transformers.JinaEmbeddingsV3Config().to_dict())
+    assert default.replace(use_cache=False) == bertkit.JinaEmbeddingsV3Config()  # HF writes use_cache true
+    assert bertkit.models.JinaEmbeddingsV3Config is bertkit.JinaEmbeddingsV3Config
+    small = JINA.our_config(CASES["model"], "sdpa")
+    written = small.to_hf_dict("BertForMaskedLM")
+    assert written["architectures"] == ["JinaEmbeddingsV3ForMaskedLM"] and "rope_theta" not in written
+    assert BERTConfig.from_hf_dict(transformers.JinaEmbeddingsV3Config.from_dict(written).to_dict()) == small
+    for case in CASES.values():
+        built = case.ours(JINA.our_config(case, "sdpa"))
+        hf = getattr(transformers, case.hf_class)(JINA.hf_config(case, "eager"))
+        count = sum(p.numel() for p in built.parameters())
+        assert count_parameters(built.config, case.ours.hf_architecture) == count
+        assert count == sum(p.numel() for p in hf.parameters()), case.id
+
+
+@pytest.mark.parametrize(("make", "message"), [
+    (lambda c: bertkit.BERTForPreTraining(c), "family 'jina_embeddings_v3' does not have"),
+    (lambda c: c.replace(is_decoder=True), "family 'jina_embeddings_v3' has no causal LM"),
+])
+def test_what_the_family_lacks_is_refused(make, message):
+    with pytest.raises(ValueError, match=message):
+        make(JINA.our_config(CASES["model"], "sdpa"))
