@@ -42,6 +42,9 @@ from family_parity import (
 transformers.logging.set_verbosity_error()
 transformers.utils.logging.disable_progress_bar()
 
+#: the norm weights (HF's runtime names and bertkit's) that random weights put around 1
+NORMS = r"(LayerNorm|layernorm|layer_norm|_ln)\.weight$"
+
 PAD = 1
 #: odd sizes (hidden 36 / 3 heads of 12, inner 26, vocab 99); a rope theta of neither family default
 SIZES = dict(vocab_size=99, hidden_size=36, num_hidden_layers=2, num_attention_heads=3, intermediate_size=26,
@@ -49,12 +52,12 @@ SIZES = dict(vocab_size=99, hidden_size=36, num_hidden_layers=2, num_attention_h
 ROPE = dict(rope_theta=500.0)
 HF_ROPE = dict(rope_parameters={"rope_type": "default", "rope_theta": 500.0})
 GTE = FamilySetup("gte", transformers.GteConfig, ours={**SIZES, **ROPE}, hf={**SIZES, **HF_ROPE}, pad=PAD,
-                  type_vocab_size=2, hf_checkpoint_layout=True,
+                  type_vocab_size=2, hf_checkpoint_layout=True, norms=NORMS,
                   grads_include=("mlp.down_proj.bias", "mlp.up_proj.weight", "token_type_embeddings.weight"))
 #: gte-base-en-v1.5's shape: no token types, silu
 GTE_EN = FamilySetup("gte", transformers.GteConfig, ours={**SIZES, **ROPE, "type_vocab_size": 0, "hidden_act": "silu"},
                      hf={**SIZES, **HF_ROPE, "type_vocab_size": 0, "hidden_act": "silu"}, pad=PAD,
-                     hf_checkpoint_layout=True)
+                     hf_checkpoint_layout=True, norms=NORMS)
 
 
 def both(**fields) -> dict:
@@ -113,7 +116,8 @@ def test_rope_scaled_gte_beyond_its_length_matches_hf(scaling, impl, tmp_path):
                                                            "rope_scaling": params},
                        hf={**GTE.hf, "max_position_embeddings": positions,
                            "rope_parameters": {**HF_ROPE["rope_parameters"], **params}},
-                       pad=PAD, type_vocab_size=2, length=30, right=9, left=7, hf_checkpoint_layout=True)
+                       pad=PAD, type_vocab_size=2, length=30, right=9, left=7, hf_checkpoint_layout=True,
+                       norms=NORMS)
     ours, _ = check_hf_checkpoint(long, CASES["masked_lm"], impl, tmp_path)
     assert ours.config.rope_scaling == params
     # the scaling matters at this length: the unscaled model differs by more than the parity tolerance
@@ -132,7 +136,7 @@ def test_training_mode_dropout_matches_hf(tmp_path):
     blocks, the token classifier): the same dropout layers in HF's order give the same masks from one seed."""
     case = CASES["token_cls"]
     hf = randomize_(transformers.GteForTokenClassification(
-        GTE.hf_config(case, "eager", hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.2)), std=0.1)
+        GTE.hf_config(case, "eager", hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.2)), std=0.1, norms=NORMS)
     hf.save_pretrained(tmp_path)
     ours = bertkit.BERTForTokenClassification.from_pretrained(tmp_path, attn_implementation="eager")
     inputs = inputs_for(GTE)
@@ -155,7 +159,7 @@ def test_unpadded_execution_serves_gte(case_id, monkeypatch):
     layout of the rotary tables; equal to the padded path, gradients too (the first-token classifier: right
     padding, since it keeps left-padded batches padded)."""
     case = CASES[case_id]
-    model = randomize_(case.ours(GTE.our_config(case, "sdpa")), std=0.1).eval()
+    model = randomize_(case.ours(GTE.our_config(case, "sdpa")), std=0.1, norms=NORMS).eval()
     ids, mask = padded_ids(GTE)
     if case_id == "seq_cls":
         ids, mask = ids[:2], mask[:2]
@@ -163,7 +167,8 @@ def test_unpadded_execution_serves_gte(case_id, monkeypatch):
 
 
 def test_first_token_only_equals_the_full_last_layer():
-    model = randomize_(bertkit.BERT(GTE.our_config(CASES["model"], "sdpa"), add_pooling_layer=True), std=0.1).eval()
+    model = randomize_(bertkit.BERT(GTE.our_config(CASES["model"], "sdpa"), add_pooling_layer=True), std=0.1,
+                       norms=NORMS).eval()
     ids, mask = padded_ids(GTE)
     with torch.no_grad(), fast.fast_path(False):
         full = model.encode(ids, mask)
@@ -179,7 +184,7 @@ def fill_mask_dir(tmp_path, hf_class, hf_config):
 
     tokenizer = transformers.BertTokenizerFast(vocab=_bert_vocab())
     hf = randomize_(hf_class(hf_config.__class__(**{**hf_config.to_dict(), "vocab_size": len(tokenizer),
-                                                  "pad_token_id": 0})), std=0.1).eval()
+                                                  "pad_token_id": 0})), std=0.1, norms=NORMS).eval()
     hf.save_pretrained(tmp_path)
     tokenizer.save_pretrained(tmp_path)
     return tmp_path
@@ -275,8 +280,22 @@ def test_type_vocab_size_zero_is_gtes_alone():
 
 def test_untied_gte_mlm_head_both_ways(tmp_path):
     case = CASES["masked_lm"]
-    ours = randomize_(bertkit.BERTForMaskedLM(GTE.our_config(case, "sdpa", tie_word_embedding=False)), std=0.1)
+    ours = randomize_(bertkit.BERTForMaskedLM(GTE.our_config(case, "sdpa", tie_word_embedding=False)), std=0.1,
+                      norms=NORMS)
     ours.save_pretrained(tmp_path)
     hf = transformers.GteForMaskedLM.from_pretrained(tmp_path)
     assert hf.lm_head.decoder.weight is not hf.gte.embeddings.word_embeddings.weight
     assert_pairs_close(ours_and_hf_outputs(GTE, case, ours.eval(), hf.eval()), "untied (ours writes)")
+
+
+@pytest.mark.filterwarnings("ignore:this CPU has no native")
+@pytest.mark.parametrize("kwargs", [dict(quantize="int8"), dict(dtype="bf16")], ids=["int8", "bf16"])
+def test_int8_and_bf16_inference_serve_the_rope_layer(kwargs):
+    """The rope layer's projections are bertkit's Linear: int8 kernels and bf16 run them, close to float32."""
+    config = GTE.our_config(CASES["model"], "sdpa")
+    reference = randomize_(bertkit.BERT(config), std=0.1, norms=NORMS).eval()
+    fast_model = bertkit.optimize_for_inference(randomize_(bertkit.BERT(config), std=0.1, norms=NORMS), **kwargs)
+    ids, mask = padded_ids(GTE)
+    with torch.no_grad():
+        want, got = reference(ids, mask)[0][mask.bool()], fast_model(ids, mask)[0][mask.bool()].float()
+    assert float(torch.nn.functional.cosine_similarity(got, want, dim=-1).min()) > 0.999
