@@ -50,8 +50,10 @@ PAD = 1
 SIZES = dict(vocab_size=99, hidden_size=36, num_hidden_layers=2, num_attention_heads=3, intermediate_size=26,
              max_position_embeddings=64, type_vocab_size=1, layer_norm_eps=1e-5, pad_token_id=PAD)
 HF_SIZES = dict(SIZES, rope_parameters={"rope_type": "default", "rope_theta": 500.0}, bos_token_id=0, eos_token_id=2)
+#: the norm weights (HF's LayerNorm / post_*_layernorm / layer_norm, bertkit's LayerNorm / attn_ln / mlp_ln) around 1
+NORMS = r"(LayerNorm|layernorm|layer_norm|_ln)\.weight$"
 JINA = FamilySetup("jina_embeddings_v3", transformers.JinaEmbeddingsV3Config, ours=dict(SIZES, rope_theta=500.0),
-                   hf=HF_SIZES, pad=PAD, type_vocab_size=1, hf_checkpoint_layout=True)
+                   hf=HF_SIZES, pad=PAD, type_vocab_size=1, hf_checkpoint_layout=True, norms=NORMS)
 
 
 def both(**fields) -> dict:
@@ -97,7 +99,7 @@ def test_our_jina_checkpoint_loads_in_hf(case, impl, tmp_path):
 def test_untied_mlm_head_both_ways(tmp_path):
     case = CASES["masked_lm"]
     hf = randomize_(transformers.JinaEmbeddingsV3ForMaskedLM(JINA.hf_config(case, "sdpa", tie_word_embeddings=False)),
-                    std=0.1).eval()
+                    std=0.1, norms=NORMS).eval()
     hf.save_pretrained(tmp_path / "hf")
     ours = bertkit.BERTForMaskedLM.from_pretrained(tmp_path / "hf")
     assert not ours.config.tie_word_embedding and ours.load_report.initialized == []
@@ -128,7 +130,7 @@ def test_fast_and_plain_paths_agree(case_id, monkeypatch):
     first-token classifier: the full and right-padded rows, since it keeps a left-padded batch padded)."""
     config = JINA.our_config(CASES[case_id], "sdpa")
     model = bertkit.BERT(config, add_pooling_layer=False) if case_id == "model" else CASES[case_id].ours(config)
-    model = randomize_(model, std=0.1).eval()
+    model = randomize_(model, std=0.1, norms=NORMS).eval()
     ids, mask = padded_ids(JINA)
     if case_id == "seq_cls":
         ids, mask = ids[:2], mask[:2]
@@ -142,7 +144,7 @@ def test_fast_and_plain_paths_agree(case_id, monkeypatch):
 
 def _port(seed: int = 0):
     config = transformers.JinaEmbeddingsV3Config(**HF_SIZES, attn_implementation="eager")
-    return randomize_(transformers.JinaEmbeddingsV3Model(config), seed=seed, std=0.1).eval()
+    return randomize_(transformers.JinaEmbeddingsV3Model(config), seed=seed, std=0.1, norms=NORMS).eval()
 
 
 @pytest.mark.parametrize("task", ["retrieval.passage", "classification", None])
@@ -291,7 +293,7 @@ def test_fill_mask_top5_equals_hfs_pipeline(tmp_path):
     """bertkit's fill-mask pipeline over an HF-written Jina masked LM (an XLM-R-style Unigram tokenizer) gives HF's
     pipeline's top 5."""
     hf = randomize_(transformers.JinaEmbeddingsV3ForMaskedLM(JINA.hf_config(CASES["masked_lm"], "eager")),
-                    std=0.3).eval()
+                    std=0.3, norms=NORMS).eval()
     hf.save_pretrained(tmp_path)
     _write_tokenizer(tmp_path)
     text = "the cat <mask> on the mat"

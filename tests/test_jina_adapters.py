@@ -33,7 +33,8 @@ SIZES = dict(vocab_size=99, hidden_size=36, num_hidden_layers=2, num_attention_h
 
 def port_model(seed: int = 0):
     config = transformers.JinaEmbeddingsV3Config(**SIZES, attn_implementation="eager")
-    return randomize_(transformers.JinaEmbeddingsV3Model(config), seed=seed, std=0.1).eval()
+    return randomize_(transformers.JinaEmbeddingsV3Model(config), seed=seed, std=0.1,
+                      norms=r"(LayerNorm|layernorm|layer_norm|_ln)\.weight$").eval()
 
 
 def batch():
