@@ -327,3 +327,25 @@ def test_config_round_trips_names_and_counts():
 def test_what_the_family_lacks_is_refused(make, message):
     with pytest.raises(ValueError, match=message):
         make(JINA.our_config(CASES["model"], "sdpa"))
+
+
+def test_sentence_transformers_directory_of_hfs_port(tmp_path):
+    """A sentence-transformers directory written by sentence-transformers itself over HF's port (a merged task's,
+    as ``bertkit convert --task`` writes it), with jina-embeddings-v3's prompts and mean pooling: bertkit encodes as
+    sentence-transformers does, with each task's prompt."""
+    st = pytest.importorskip("sentence_transformers")
+    from sentence_transformers.sentence_transformer import modules as st_modules
+
+    write_original(tmp_path / "original", _port())
+    convert(tmp_path / "original", tmp_path / "port", task="retrieval.query")
+    _write_tokenizer(tmp_path / "port")
+    modules = [st_modules.Transformer(str(tmp_path / "port"), max_seq_length=32),
+               st_modules.Pooling(SIZES["hidden_size"], pooling_mode="mean"), st_modules.Normalize()]
+    st.SentenceTransformer(modules=modules, prompts=INSTRUCTIONS, device="cpu").save(str(tmp_path / "st"))
+    ours = bertkit.SentenceTransformer(tmp_path / "st", dtype="fp32")
+    ref = st.SentenceTransformer(str(tmp_path / "st"), device="cpu")
+    assert ours.prompts == ref.prompts
+    texts = ["the cat sat on the mat", "a dog", "mat"]
+    for kwargs in ({}, {"prompt_name": "retrieval.query"}, {"prompt_name": "retrieval.passage"}):
+        torch.testing.assert_close(torch.as_tensor(ours.encode(texts, **kwargs)),
+                                   torch.as_tensor(ref.encode(texts, **kwargs)), **TOL)
