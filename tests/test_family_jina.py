@@ -21,7 +21,9 @@ pytest.importorskip("transformers")
 import transformers
 
 import bertkit
+from bertkit.config import BERTConfig
 from bertkit.modeling import fast
+from bertkit.modeling.counting import count_parameters
 from bertkit.weights.convert import convert
 from conftest import randomize_
 from family_parity import (
@@ -48,8 +50,10 @@ PAD = 1
 SIZES = dict(vocab_size=99, hidden_size=36, num_hidden_layers=2, num_attention_heads=3, intermediate_size=26,
              max_position_embeddings=64, type_vocab_size=1, layer_norm_eps=1e-5, pad_token_id=PAD)
 HF_SIZES = dict(SIZES, rope_parameters={"rope_type": "default", "rope_theta": 500.0}, bos_token_id=0, eos_token_id=2)
+#: the norm weights (HF's LayerNorm / post_*_layernorm / layer_norm, bertkit's LayerNorm / attn_ln / mlp_ln) around 1
+NORMS = r"(LayerNorm|layernorm|layer_norm|_ln)\.weight$"
 JINA = FamilySetup("jina_embeddings_v3", transformers.JinaEmbeddingsV3Config, ours=dict(SIZES, rope_theta=500.0),
-                   hf=HF_SIZES, pad=PAD, type_vocab_size=1, hf_checkpoint_layout=True)
+                   hf=HF_SIZES, pad=PAD, type_vocab_size=1, hf_checkpoint_layout=True, norms=NORMS)
 
 
 def both(**fields) -> dict:
@@ -95,7 +99,7 @@ def test_our_jina_checkpoint_loads_in_hf(case, impl, tmp_path):
 def test_untied_mlm_head_both_ways(tmp_path):
     case = CASES["masked_lm"]
     hf = randomize_(transformers.JinaEmbeddingsV3ForMaskedLM(JINA.hf_config(case, "sdpa", tie_word_embeddings=False)),
-                    std=0.1).eval()
+                    std=0.1, norms=NORMS).eval()
     hf.save_pretrained(tmp_path / "hf")
     ours = bertkit.BERTForMaskedLM.from_pretrained(tmp_path / "hf")
     assert not ours.config.tie_word_embedding and ours.load_report.initialized == []
@@ -126,7 +130,7 @@ def test_fast_and_plain_paths_agree(case_id, monkeypatch):
     first-token classifier: the full and right-padded rows, since it keeps a left-padded batch padded)."""
     config = JINA.our_config(CASES[case_id], "sdpa")
     model = bertkit.BERT(config, add_pooling_layer=False) if case_id == "model" else CASES[case_id].ours(config)
-    model = randomize_(model, std=0.1).eval()
+    model = randomize_(model, std=0.1, norms=NORMS).eval()
     ids, mask = padded_ids(JINA)
     if case_id == "seq_cls":
         ids, mask = ids[:2], mask[:2]
@@ -140,7 +144,7 @@ def test_fast_and_plain_paths_agree(case_id, monkeypatch):
 
 def _port(seed: int = 0):
     config = transformers.JinaEmbeddingsV3Config(**HF_SIZES, attn_implementation="eager")
-    return randomize_(transformers.JinaEmbeddingsV3Model(config), seed=seed, std=0.1).eval()
+    return randomize_(transformers.JinaEmbeddingsV3Model(config), seed=seed, std=0.1, norms=NORMS).eval()
 
 
 @pytest.mark.parametrize("task", ["retrieval.passage", "classification", None])
@@ -283,3 +287,65 @@ def test_server_merges_its_adapter_at_start(jina_st):
     torch.testing.assert_close(torch.tensor(got[0]), torch.as_tensor(model.encode("the cat sat")), **TOL)
     with pytest.raises(ValueError, match="task='query' is not one of the task adapters"):
         create_app(jina_st, adapter="query")
+
+
+def test_fill_mask_top5_equals_hfs_pipeline(tmp_path):
+    """bertkit's fill-mask pipeline over an HF-written Jina masked LM (an XLM-R-style Unigram tokenizer) gives HF's
+    pipeline's top 5."""
+    hf = randomize_(transformers.JinaEmbeddingsV3ForMaskedLM(JINA.hf_config(CASES["masked_lm"], "eager")),
+                    std=0.3, norms=NORMS).eval()
+    hf.save_pretrained(tmp_path)
+    _write_tokenizer(tmp_path)
+    text = "the cat <mask> on the mat"
+    theirs = transformers.pipeline("fill-mask", model=str(tmp_path), top_k=5)(text)
+    ours = bertkit.pipeline("fill-mask", model=tmp_path, dtype="fp32")(text, top_k=5)
+    assert [r["token"] for r in ours] == [r["token"] for r in theirs]
+    for a, b in zip(ours, theirs, strict=True):
+        assert a["score"] == pytest.approx(b["score"], abs=2e-5)
+
+
+def test_config_round_trips_names_and_counts():
+    default = BERTConfig.from_hf_dict(transformers.JinaEmbeddingsV3Config().to_dict())
+    assert default.replace(use_cache=False) == bertkit.JinaEmbeddingsV3Config()  # HF writes use_cache true
+    assert bertkit.models.JinaEmbeddingsV3Config is bertkit.JinaEmbeddingsV3Config
+    small = JINA.our_config(CASES["model"], "sdpa")
+    written = small.to_hf_dict("BertForMaskedLM")
+    assert written["architectures"] == ["JinaEmbeddingsV3ForMaskedLM"] and "rope_theta" not in written
+    assert BERTConfig.from_hf_dict(transformers.JinaEmbeddingsV3Config.from_dict(written).to_dict()) == small
+    for case in CASES.values():
+        built = case.ours(JINA.our_config(case, "sdpa"))
+        hf = getattr(transformers, case.hf_class)(JINA.hf_config(case, "eager"))
+        count = sum(p.numel() for p in built.parameters())
+        assert count_parameters(built.config, case.ours.hf_architecture) == count
+        assert count == sum(p.numel() for p in hf.parameters()), case.id
+
+
+@pytest.mark.parametrize(("make", "message"), [
+    (lambda c: bertkit.BERTForPreTraining(c), "family 'jina_embeddings_v3' does not have"),
+    (lambda c: c.replace(is_decoder=True), "family 'jina_embeddings_v3' has no causal LM"),
+])
+def test_what_the_family_lacks_is_refused(make, message):
+    with pytest.raises(ValueError, match=message):
+        make(JINA.our_config(CASES["model"], "sdpa"))
+
+
+def test_sentence_transformers_directory_of_hfs_port(tmp_path):
+    """A sentence-transformers directory written by sentence-transformers itself over HF's port (a merged task's,
+    as ``bertkit convert --task`` writes it), with jina-embeddings-v3's prompts and mean pooling: bertkit encodes as
+    sentence-transformers does, with each task's prompt."""
+    st = pytest.importorskip("sentence_transformers")
+    from sentence_transformers.sentence_transformer import modules as st_modules
+
+    write_original(tmp_path / "original", _port())
+    convert(tmp_path / "original", tmp_path / "port", task="retrieval.query")
+    _write_tokenizer(tmp_path / "port")
+    modules = [st_modules.Transformer(str(tmp_path / "port"), max_seq_length=32),
+               st_modules.Pooling(SIZES["hidden_size"], pooling_mode="mean"), st_modules.Normalize()]
+    st.SentenceTransformer(modules=modules, prompts=INSTRUCTIONS, device="cpu").save(str(tmp_path / "st"))
+    ours = bertkit.SentenceTransformer(tmp_path / "st", dtype="fp32")
+    ref = st.SentenceTransformer(str(tmp_path / "st"), device="cpu")
+    assert ours.prompts == ref.prompts
+    texts = ["the cat sat on the mat", "a dog", "mat"]
+    for kwargs in ({}, {"prompt_name": "retrieval.query"}, {"prompt_name": "retrieval.passage"}):
+        torch.testing.assert_close(torch.as_tensor(ours.encode(texts, **kwargs)),
+                                   torch.as_tensor(ref.encode(texts, **kwargs)), **TOL)

@@ -33,7 +33,8 @@ SIZES = dict(vocab_size=99, hidden_size=36, num_hidden_layers=2, num_attention_h
 
 def port_model(seed: int = 0):
     config = transformers.JinaEmbeddingsV3Config(**SIZES, attn_implementation="eager")
-    return randomize_(transformers.JinaEmbeddingsV3Model(config), seed=seed, std=0.1).eval()
+    return randomize_(transformers.JinaEmbeddingsV3Model(config), seed=seed, std=0.1,
+                      norms=r"(LayerNorm|layernorm|layer_norm|_ln)\.weight$").eval()
 
 
 def batch():
@@ -140,3 +141,14 @@ def test_lora_of_the_wrong_shape_is_named(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps(config))
     with pytest.raises(ValueError, match=r"the LoRA pair of roberta\.\S+ has shapes .* rank 5 \(lora_rank\)"):
         read_checkpoint(tmp_path, task="separation")
+
+
+def test_task_on_a_checkpoint_whose_weights_hold_no_adapters(tmp_path):
+    hf = port_model()
+    write_original(tmp_path, hf)
+    hf.save_pretrained(tmp_path / "plain")  # the original's names without parametrizations
+    state = {"roberta." + k: v for k, v in load_file(str(tmp_path / "plain" / "model.safetensors")).items()}
+    raw = json.loads((tmp_path / "config.json").read_text())
+    with pytest.raises(ValueError, match="names task adapters .* but its weights hold none"):
+        task_adapters.read_original(raw, state, "separation", tmp_path)
+    assert set(task_adapters.read_original(raw, state, None, tmp_path)) == set(state)

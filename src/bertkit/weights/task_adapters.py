@@ -93,6 +93,10 @@ def merge_adapters(state: dict[str, torch.Tensor], adapters: TaskAdapters, task:
     """``state`` with each parametrized weight made plain: task ``task``'s pair merged into it (module doc), or
     the base weight for no task; the LoRA tensors are dropped."""
     t = None if task is None else adapters.index(task, source)
+    if t is not None and not any(name.endswith(_ORIGINAL) for name in state):
+        raise ValueError(f"task={task!r}: {source} names task adapters ({ADAPTERS_KEY}) but its weights hold none "
+                         "(no parametrizations.weight.original / lora_A / lora_B: a checkpoint saved before its "
+                         "adapters were trained, load_trained_adapters false); leave task out for its weights.")
     out = {}
     for name, value in state.items():
         if _LORA in name:
