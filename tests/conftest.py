@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import socket
 import subprocess
@@ -114,13 +115,15 @@ def tiny_config() -> BERTConfig:
     return BERTConfig(**TINY, mask_token_id=4, cls_token_id=2, sep_token_id=3, unk_token_id=1)
 
 
-def randomize_(model: torch.nn.Module, seed: int = 0, std: float = 0.2) -> torch.nn.Module:
-    """Give every parameter (biases and LayerNorms too) random values, so no zero-init hides a bug."""
+def randomize_(model: torch.nn.Module, seed: int = 0, std: float = 0.2,
+               norms: str = r"LayerNorm\.weight$") -> torch.nn.Module:
+    """Give every parameter (biases and LayerNorms too) random values, so no zero-init hides a bug; the weights
+    whose names match ``norms`` (a family's norm weights) lie around 1."""
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, p in model.named_parameters():
             noise = torch.randn(p.shape, generator=g) * std
-            p.copy_(1.0 + noise if name.endswith("LayerNorm.weight") else noise)
+            p.copy_(1.0 + noise if re.search(norms, name) else noise)
     return model
 
 

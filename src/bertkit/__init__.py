@@ -56,6 +56,8 @@ _LAZY = {
     "DistilBERTConfig": "bertkit.presets",
     "ELECTRAConfig": "bertkit.presets",
     "ModernBERTConfig": "bertkit.presets",
+    "GTEConfig": "bertkit.presets",
+    "NomicBERTConfig": "bertkit.presets",
     "EuroBERTConfig": "bertkit.presets",
     "BERTTokenizerFast": "bertkit.tokenization",
     "BERTTokenizer": "bertkit.tokenization",
@@ -91,8 +93,10 @@ if TYPE_CHECKING:  # for IDEs and type checkers
     from bertkit.presets import DistilBERTConfig as DistilBERTConfig
     from bertkit.presets import ELECTRAConfig as ELECTRAConfig
     from bertkit.presets import EuroBERTConfig as EuroBERTConfig
+    from bertkit.presets import GTEConfig as GTEConfig
     from bertkit.presets import ModernBERTConfig as ModernBERTConfig
     from bertkit.presets import MPNetConfig as MPNetConfig
+    from bertkit.presets import NomicBERTConfig as NomicBERTConfig
     from bertkit.presets import RoBERTaConfig as RoBERTaConfig
     from bertkit.presets import XLMRoBERTaConfig as XLMRoBERTaConfig
     from bertkit.presets import preset_config as preset_config

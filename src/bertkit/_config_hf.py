@@ -141,8 +141,6 @@ def from_hf_dict(config_class: type, d: Mapping[str, Any]) -> Any:
                     f"position_embedding_type={value!r} is not supported; bertkit implements "
                     "BERT's absolute position embeddings."
                 )
-        elif key == "head_dim":
-            _check_head_dim(d, value)
         elif key in known and value is not None:
             value = {hf: ours for ours, hf in spec.hf_values.get(key, {}).items()}.get(value, value) \
                 if spec is not None and isinstance(value, str) else value  # a family's spelling of the value
@@ -169,16 +167,6 @@ def from_hf_dict(config_class: type, d: Mapping[str, Any]) -> Any:
                 raise ValueError(f"{hf_key} {problem}.")
             kwargs[ours] = d[hf_key]
     return config_class(**kwargs)
-
-
-def _check_head_dim(d: Mapping[str, Any], head_dim: Any) -> None:
-    """HF's ``head_dim`` (Llama-style configs) must be ``hidden_size / num_attention_heads``, the only width bertkit
-    builds; ``ValueError`` otherwise."""
-    hidden, heads = d.get("hidden_size", 768), d.get("num_attention_heads", 12)
-    if head_dim is not None and isinstance(hidden, int) and isinstance(heads, int) and heads > 0 \
-            and head_dim != hidden // heads:
-        raise ValueError(f"head_dim={head_dim!r} is not hidden_size / num_attention_heads = {hidden // heads}; "
-                         "bertkit builds heads of that width only: remove head_dim or make them agree.")
 
 
 def _family_fields(d: Mapping[str, Any]) -> dict[str, Any]:
@@ -230,6 +218,11 @@ def _rope_fields(config_class: type, d: Mapping[str, Any]) -> dict[str, Any]:
     """``rope_theta`` / ``rope_scaling`` of a family with one rope (:attr:`~bertkit.families.Family.rope`) from HF's
     flat ``rope_parameters``; an older config's ``rope_scaling`` wins over it and ``rope_theta`` fills in a missing
     theta, as in HF. A default rope type with nothing else is ``rope_scaling=None``."""
+    head_dim = d.get("head_dim")
+    if head_dim is not None and d.get("hidden_size") and d.get("num_attention_heads") and \
+            head_dim * d["num_attention_heads"] != d["hidden_size"]:
+        raise ValueError(f"head_dim={head_dim!r} is not hidden_size / num_attention_heads "
+                         f"({d['hidden_size']} / {d['num_attention_heads']}); bertkit builds heads of that width only.")
     given = d.get("rope_scaling") or d.get("rope_parameters")
     key = "rope_scaling" if d.get("rope_scaling") else "rope_parameters"
     if given is None:

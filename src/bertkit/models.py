@@ -8,8 +8,10 @@ from bertkit.presets import (
            DistilBERTConfig,
            ELECTRAConfig,
            EuroBERTConfig,
+           GTEConfig,
            ModernBERTConfig,
            MPNetConfig,
+           NomicBERTConfig,
            RoBERTaConfig,
            XLMRoBERTaConfig,
 )
@@ -17,4 +19,4 @@ from bertkit.tokenization import BERTTokenizer, BERTTokenizerFast
 
 __all__ = ["BERTConfig", "BERTTokenizer", "BERTTokenizerFast", "CamemBERTConfig", "DistilBERTConfig",
            "ELECTRAConfig", "EuroBERTConfig", "MPNetConfig",
-           "ModernBERTConfig", "RoBERTaConfig", "XLMRoBERTaConfig", *_modeling_all]
+           "ModernBERTConfig", "RoBERTaConfig", "XLMRoBERTaConfig", "GTEConfig", "NomicBERTConfig", *_modeling_all]

@@ -55,6 +55,8 @@ FAMILY_PRESETS: dict[str, dict[str, Any]] = {
     "distilbert": dict(family="distilbert", num_hidden_layers=6, pooler_dropout=0.2, qa_dropout=0.1),
     "electra": dict(family="electra", embedding_size=768),
     "modernbert": dict(family="modernbert", **FAMILIES["modernbert"].hf_defaults),
+    "gte": dict(family="gte", **FAMILIES["gte"].hf_defaults),
+    "nomic_bert": dict(family="nomic_bert", **FAMILIES["nomic_bert"].hf_defaults),
     "eurobert": dict(family="eurobert", **FAMILIES["eurobert"].hf_defaults),
 }
 
@@ -113,6 +115,21 @@ def ModernBERTConfig(**overrides: Any) -> BERTConfig:
     vocabulary 50368 with pad 50283, [CLS] 50281, [SEP] 50282, [MASK] 50284); ``overrides`` are BERTConfig fields.
     """
     return family_config("modernbert", **overrides)
+
+
+def GTEConfig(**overrides: Any) -> BERTConfig:
+    """A ``BERTConfig(family="gte")`` with HF's ``GteConfig`` defaults (gte-multilingual-base: BERT-base's size,
+    vocabulary 250048 with pad 1, one token type, 8192 positions, rope theta 160000, no attention dropout); for
+    gte-base-en-v1.5 ``GTEConfig(vocab_size=30528, type_vocab_size=0, pad_token_id=0, rope_scaling=...)``.
+    ``overrides`` are BERTConfig fields."""
+    return family_config("gte", **overrides)
+
+
+def NomicBERTConfig(**overrides: Any) -> BERTConfig:
+    """A ``BERTConfig(family="nomic_bert")`` with HF's ``NomicBertConfig`` defaults (nomic-embed-text-v1.5:
+    BERT-base's size, vocabulary 30528, SwiGLU, no biases in attention or MLP, no dropout, 2048 positions, rope
+    theta 1000); ``overrides`` are BERTConfig fields."""
+    return family_config("nomic_bert", **overrides)
 
 
 def EuroBERTConfig(**overrides: Any) -> BERTConfig:

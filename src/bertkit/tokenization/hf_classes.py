@@ -68,6 +68,7 @@ BERT_CLASSES = frozenset({"BertTokenizer", "DistilBertTokenizer", "ElectraTokeni
 MODEL_TYPE_CLASSES = {"bert": "BertTokenizer", "distilbert": "BertTokenizer", "electra": "BertTokenizer",
                       "roberta": "RobertaTokenizer", "xlm-roberta": "XLMRobertaTokenizer",
                       "camembert": "CamembertTokenizer", "mpnet": "MPNetTokenizer", "modernbert": "TokenizersBackend",
+                      "gte": "XLMRobertaTokenizer", "nomic_bert": "BertTokenizer",
                       "eurobert": "TokenizersBackend"}
 
 GENERIC = CLASSES["TokenizersBackend"]
