@@ -302,7 +302,8 @@ def test_parameter_count_and_hf_size(case_id):
 
 
 @pytest.mark.parametrize(("make", "message"), [
-    (lambda c: c.replace(classifier_pooling="bos"), r"classifier_pooling must be one of \('cls', 'mean', 'late'\)"),
+    (lambda c: c.replace(classifier_pooling="bos"), r"classifier_pooling must be one of \('cls', 'mean', 'late'\) "
+                                                    r"for family 'eurobert', got 'bos' \(HF's 'bos' is 'cls' here\)"),
     (lambda c: c.replace(num_key_value_heads=4), r"num_key_value_heads=4 must be a positive divisor of "
                                                  r"num_attention_heads \(6\)"),
     (lambda c: c.replace(is_decoder=True), "family 'eurobert' has no causal LM"),
