@@ -5,8 +5,8 @@ one library's ``save_pretrained`` and read by the other's ``from_pretrained``; o
 agree at every real position of a padded batch (full, right- and left-padded rows), with eager and SDPA attention,
 on the fast and the plain engine path. The heads: masked LM (untied; tied with a bias), sequence classification
 with each ``classifier_pooling`` (bos, mean, late; regression and multi-label), token classification. The sizes are
-odd and the attention grouped (6 query heads, 2 key/value heads); RMSNorm weights are random around 1 where a test
-must see the attention work (:func:`strong`), since the shared randomisation leaves them near 0.
+odd and the attention grouped (6 query heads, 2 key/value heads); RMSNorm weights are random around 1 (the family
+setup's ``norms``), and larger weights still where a test must see the attention far from uniform (:func:`strong`).
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ OURS = {**FAMILIES["eurobert"].hf_defaults, **SHAPE, "rope_theta": 500.0, "pad_t
 HF = dict(SHAPE, rope_parameters={"rope_theta": 500.0, "rope_type": "default"}, pad_token_id=PAD,
           bos_token_id=BOS, eos_token_id=EOS, mask_token_id=MASK)
 EUROBERT = FamilySetup("eurobert", transformers.EuroBertConfig, ours=OURS, hf=HF, pad=PAD,
-                       grads_include=("self_attn.k_proj.weight", "model.norm.weight"))
+                       grads_include=("self_attn.k_proj.weight", "model.norm.weight"), norms=r"norm\.weight$")
 
 
 def pooling(name: str, **fields) -> dict:
@@ -302,14 +302,15 @@ def test_parameter_count_and_hf_size(case_id):
 
 
 @pytest.mark.parametrize(("make", "message"), [
-    (lambda c: c.replace(classifier_pooling="bos"), r"classifier_pooling must be one of \('cls', 'mean', 'late'\)"),
+    (lambda c: c.replace(classifier_pooling="bos"), r"classifier_pooling must be one of \('cls', 'mean', 'late'\) "
+                                                    r"for family 'eurobert', got 'bos' \(HF's 'bos' is 'cls' here\)"),
     (lambda c: c.replace(num_key_value_heads=4), r"num_key_value_heads=4 must be a positive divisor of "
                                                  r"num_attention_heads \(6\)"),
     (lambda c: c.replace(is_decoder=True), "family 'eurobert' has no causal LM"),
     (lambda c: bertkit.BERTForPreTraining(c), "family 'eurobert' does not have"),
     (lambda c: c.replace(hidden_dropout_prob=0.1).to_hf_dict("BertModel"), "HF's EuroBert models fix it at 0.0"),
     (lambda c: BERTConfig.from_hf_dict({**c.to_hf_dict("BertModel"), "head_dim": 8}),
-     r"head_dim=8 is not hidden_size / num_attention_heads = 6"),
+     r"head_dim=8 is not hidden_size / num_attention_heads \(36 / 6\)"),
     (lambda c: c.replace(classifier_pooling="late", family="modernbert"), "for family 'modernbert'"),
 ])
 def test_what_eurobert_does_not_have_is_refused(make, message):

@@ -144,8 +144,6 @@ def from_hf_dict(config_class: type, d: Mapping[str, Any]) -> Any:
                     f"position_embedding_type={value!r} is not supported; bertkit implements "
                     "BERT's absolute position embeddings."
                 )
-        elif key == "head_dim":
-            _check_head_dim(d, value)
         elif key in known and value is not None:
             value = {hf: ours for ours, hf in spec.hf_values.get(key, {}).items()}.get(value, value) \
                 if spec is not None and isinstance(value, str) else value  # a family's spelling of the value
@@ -172,16 +170,6 @@ def from_hf_dict(config_class: type, d: Mapping[str, Any]) -> Any:
                 raise ValueError(f"{hf_key} {problem}.")
             kwargs[ours] = d[hf_key]
     return config_class(**kwargs)
-
-
-def _check_head_dim(d: Mapping[str, Any], head_dim: Any) -> None:
-    """HF's ``head_dim`` (Llama-style configs) must be ``hidden_size / num_attention_heads``, the only width bertkit
-    builds; ``ValueError`` otherwise."""
-    hidden, heads = d.get("hidden_size", 768), d.get("num_attention_heads", 12)
-    if head_dim is not None and isinstance(hidden, int) and isinstance(heads, int) and heads > 0 \
-            and head_dim != hidden // heads:
-        raise ValueError(f"head_dim={head_dim!r} is not hidden_size / num_attention_heads = {hidden // heads}; "
-                         "bertkit builds heads of that width only: remove head_dim or make them agree.")
 
 
 def _family_fields(d: Mapping[str, Any]) -> dict[str, Any]:

@@ -416,8 +416,11 @@ class BERTConfig:
                              f"{ACTIVATIONS}, or None for the MLM head's usual activation.")
         poolings = self.family_spec.classifier_poolings
         if self.classifier_pooling not in poolings:
+            hf_spelling = {hf: ours for ours, hf in self.family_spec.hf_values.get("classifier_pooling", {}).items()}
+            hint = f" (HF's {self.classifier_pooling!r} is {hf_spelling[self.classifier_pooling]!r} here)" \
+                if self.classifier_pooling in hf_spelling else ""
             raise ValueError(f"BERTConfig.classifier_pooling must be one of {poolings} for family {self.family!r}, "
-                             f"got {self.classifier_pooling!r}.")
+                             f"got {self.classifier_pooling!r}{hint}.")
         kv_heads = self.num_key_value_heads
         if kv_heads is not None and (kv_heads <= 0 or self.num_attention_heads % kv_heads):
             raise ValueError(f"BERTConfig.num_key_value_heads={kv_heads!r} must be a positive divisor of "

@@ -14,9 +14,9 @@ What differs from BERT's layer:
 * a SwiGLU feed-forward block (:class:`GatedMLP`): ``down_proj(act(gate_proj(x)) * up_proj(x))``, ``act`` =
   ``hidden_act`` (silu), biased only with ``mlp_bias``.
 
-:class:`RopeContext` (``encoder.rotary``, no parameters) computes the cos/sin tables once per forward at the batch's
-position ids (``0 .. L-1`` whatever the padding, as HF's). Attention itself is
-:func:`bertkit.modeling.layers.attend` (SDPA or eager, boolean masks).
+The context is the rope variant's :class:`~bertkit.modeling.rotary_layer.RopeContext` (``encoder.rotary``, no
+parameters): the cos/sin tables once per forward at the batch's position ids (``0 .. L-1`` whatever the padding, as
+HF's). Attention itself is :func:`bertkit.modeling.layers.attend` (SDPA or eager, boolean masks).
 
 Unpadded execution (:mod:`bertkit.modeling.unpad`) is supported: the norms, projections and the feed-forward block
 run on the packed real tokens ``[N, H]``; attention spreads queries, keys and values to ``[B, L]`` (where the rotary
@@ -33,7 +33,7 @@ from bertkit.modeling.fast import Linear
 from bertkit.modeling.layers import activation, attend
 from bertkit.modeling.modernbert import _at  # the query rows of a layer's input, packed or not: one helper
 from bertkit.modeling.norm import RMSNorm
-from bertkit.modeling.rotary import rope_inverse_frequencies, rotary_tables, rotate
+from bertkit.modeling.rotary import rotate
 from bertkit.modeling.unpad import Packing
 
 
@@ -45,26 +45,6 @@ def rms_norm(config: BERTConfig) -> RMSNorm:
 def final_norm(config: BERTConfig) -> RMSNorm:
     """``encoder.final_norm``: the RMSNorm after the last layer (HF's ``model.norm``)."""
     return rms_norm(config)
-
-
-class RopeContext(nn.Module):
-    """What every layer of one forward shares (``encoder.rotary``; no parameters, nothing saved): the rotary tables.
-
-    Called as ``context(hidden_states, allowed=..., position_ids=..., packing=...)``; returns ``{"rotary": (cos,
-    sin)}``, ``[1|B, L, head_dim]`` in the padded layout (packed or not), in the hidden states' dtype.
-    """
-
-    def __init__(self, config: BERTConfig):
-        super().__init__()
-        self.rope_parameters = {"rope_theta": config.rope_theta, **(config.rope_scaling or {})}
-        self.head_dim, self.max_positions = config.head_dim, config.max_position_embeddings
-
-    def forward(self, hidden_states: torch.Tensor, *, allowed: torch.Tensor | None, position_ids: torch.Tensor,
-                packing: Packing | None = None) -> dict:
-        seq_len = int(position_ids.max()) + 1 if self.rope_parameters.get("rope_type") == "dynamic" else None
-        inv_freq, scaling = rope_inverse_frequencies(self.rope_parameters, self.head_dim, self.max_positions,
-                                                     seq_len=seq_len)
-        return {"rotary": rotary_tables(position_ids, inv_freq, scaling, hidden_states.dtype)}
 
 
 class LlamaAttention(nn.Module):
