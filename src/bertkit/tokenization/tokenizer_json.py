@@ -117,17 +117,21 @@ def load_json_tokenizer(cls, source: str | os.PathLike, overrides: dict[str, Any
     else:
         raise ValueError(f"{source} is neither a tokenizer directory nor a {TOKENIZER_JSON_NAME} file.")
     hf_class = hf_classes.class_named(tokenizer_class_of(directory, config) if path.is_dir() else None)
-    if file.is_file():
-        data = read_tokenizer_json(file)
-    else:
+    from_spm = not file.is_file()
+    if from_spm:
         file = spm_file_for(path, hf_class)
         data, config = _from_spm(file, config)
+    else:
+        data = read_tokenizer_json(file)
     _apply_added_token_flags(data, config.get("added_tokens_decoder"), file)
     overrides = dict(overrides)
     named = _special_tokens(config, special_map, hf_class, overrides, data)
     extras = _extra_special_tokens(config, special_map, hf_class, overrides)
     strings = {name: value if isinstance(value, str) else value["content"]
                for name, value in named.items() if value is not None}
+    if from_spm:  # a named special token that is a user-defined piece is special all the same, as in transformers
+        for token in data["added_tokens"]:
+            token["special"] = token["special"] or token["content"] in strings.values()
     if follow_tokenizer_class:
         hf_classes.rebuild(data, hf_class, config, strings, str(file))
     for name, flags in hf_class.added_flags.items():  # the flags the class gives a special token it adds
