@@ -20,7 +20,7 @@ import os
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 SPM_NAME = "spm.model"
 METASPACE = "\u2581"
@@ -37,8 +37,7 @@ class _Damaged(Exception):
     """What is wrong with the bytes (turned into the one-line ValueError naming the file)."""
 
 
-@dataclass(frozen=True)
-class Piece:
+class Piece(NamedTuple):
     """One vocabulary entry: its text, its log-probability score and its kind (NORMAL, CONTROL, ...)."""
 
     text: str
@@ -89,7 +88,7 @@ def read_spm_model(path: str | os.PathLike) -> SentencePieceModel:
     if not data:
         raise ValueError(f"{path} is empty; restore the file (copy {SPM_NAME} from the model's repository again).")
     try:
-        model = _decode_model(memoryview(data))
+        model = _decode_model(data)
     except _Damaged as why:
         raise ValueError(f"{path} is not a SentencePiece model ({why}); restore the file (copy {SPM_NAME} from the "
                          "model's repository again) or save the tokenizer with transformers to get tokenizer.json."
@@ -141,18 +140,23 @@ def check_escaped(model: SentencePieceModel, source: str) -> None:
 
 
 # ---------------------------------------------------------------------------- the wire format
+# Positions into the one bytes object (no copies but each piece's text); a real DeBERTa-v3 model has 128,000 pieces,
+# so a piece's usual fields (text, score, type) are decoded inline.
 
-def _decode_model(data: memoryview) -> SentencePieceModel:
+_PIECE_TEXT, _PIECE_SCORE, _PIECE_TYPE = (1 << 3) | _BYTES, (2 << 3) | _FIXED32, (3 << 3) | _VARINT
+
+
+def _decode_model(data: bytes) -> SentencePieceModel:
     pieces: list[Piece] = []
     found: dict[str, Any] = {}
     seen = set()
-    for number, wire, value in _fields(data):
+    for number, wire, value in _fields(data, 0, len(data)):
         if number == 1:
-            pieces.append(_decode_piece(_message(value, wire, "pieces")))
+            pieces.append(_decode_piece(data, *_span(value, wire, "pieces")))
         elif number == 2:
-            found.update(_decode_fields(_message(value, wire, "trainer_spec"), _TRAINER_FIELDS, "trainer_spec"))
+            found.update(_decode_fields(data, _span(value, wire, "trainer_spec"), _TRAINER_FIELDS, "trainer_spec"))
         elif number == 3:
-            found.update(_decode_fields(_message(value, wire, "normalizer_spec"), _NORMALIZER_FIELDS,
+            found.update(_decode_fields(data, _span(value, wire, "normalizer_spec"), _NORMALIZER_FIELDS,
                                         "normalizer_spec"))
         seen.add(number)
     if not pieces:
@@ -166,67 +170,90 @@ def _decode_model(data: memoryview) -> SentencePieceModel:
     return model
 
 
-def _decode_piece(data: memoryview) -> Piece:
+def _decode_piece(data: bytes, pos: int, end: int) -> Piece:
     text, score, kind = "", 0.0, NORMAL
-    for number, wire, value in _fields(data):
-        if number == 1:
-            text = _text(_message(value, wire, "piece"), "piece")
-        elif number == 2:
-            if wire != _FIXED32:
-                raise _Damaged("a piece's score is not a float")
-            score = struct.unpack("<f", value.to_bytes(4, "little"))[0]
-        elif number == 3:
-            kind = _varint_field(value, wire, "piece type")
+    while pos < end:
+        key, pos = _varint(data, pos, end)
+        if key == _PIECE_TEXT:
+            length, pos = _varint(data, pos, end)
+            if pos + length > end:
+                raise _Damaged("it ends inside a field: a truncated file?")
+            text, pos = _text(data[pos:pos + length], "piece"), pos + length
+        elif key == _PIECE_SCORE:
+            if pos + 4 > end:
+                raise _Damaged("it ends inside a number: a truncated file?")
+            score, pos = struct.unpack_from("<f", data, pos)[0], pos + 4
+        elif key == _PIECE_TYPE:
+            kind, pos = _varint(data, pos, end)
+        elif key >> 3 in (1, 2, 3):
+            raise _Damaged(f"a piece's field {key >> 3} has wire type {key & 7}, not its own")
+        else:
+            pos = _skip(data, pos, end, key)
     if not text:
         raise _Damaged("a piece has no text")
     return Piece(text, score, kind)
 
 
-def _decode_fields(data: memoryview, table: dict[int, tuple[str, Any]], message: str) -> dict[str, Any]:
+def _decode_fields(data: bytes, span: tuple[int, int], table: dict[int, tuple[str, Any]],
+                   message: str) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    for number, wire, value in _fields(data):
+    for number, wire, value in _fields(data, *span):
         if number not in table:
             continue
         name, kind = table[number]
-        if kind is bytes:
-            out[name] = bytes(_message(value, wire, name))
-        elif kind == "text":
-            out[name] = _text(_message(value, wire, name), f"{message}.{name}")
+        if kind is bytes or kind == "text":
+            start, stop = _span(value, wire, f"{message}.{name}")
+            out[name] = data[start:stop] if kind is bytes else _text(data[start:stop], f"{message}.{name}")
+        elif wire != _VARINT:
+            raise _Damaged(f"{message}.{name} is not a number")
         else:
-            out[name] = kind(_varint_field(value, wire, f"{message}.{name}"))
+            out[name] = kind(value)
     return out
 
 
-def _fields(data: memoryview) -> Iterator[tuple[int, int, Any]]:
-    """``(field number, wire type, value)`` of each field: an int for varints and fixed-width numbers, a
-    memoryview for length-delimited bytes."""
-    pos, end = 0, len(data)
+def _fields(data: bytes, pos: int, end: int) -> Iterator[tuple[int, int, Any]]:
+    """``(field number, wire type, value)`` of each field in ``data[pos:end]``: an int for varints and
+    fixed-width numbers, ``(start, stop)`` for length-delimited bytes."""
     while pos < end:
-        key, pos = _varint(data, pos)
-        number, wire = key >> 3, key & 7
-        if number == 0:
-            raise _Damaged(f"field number 0 at byte {pos}")
+        key, pos = _varint(data, pos, end)
+        start = pos
+        pos = _skip(data, pos, end, key)
+        wire = key & 7
         if wire == _VARINT:
-            value, pos = _varint(data, pos)
-        elif wire in (_FIXED64, _FIXED32):
-            width = 8 if wire == _FIXED64 else 4
-            if pos + width > end:
-                raise _Damaged("it ends inside a number: a truncated file?")
-            value, pos = int.from_bytes(data[pos:pos + width], "little"), pos + width
+            value = _varint(data, start, end)[0]
         elif wire == _BYTES:
-            length, pos = _varint(data, pos)
-            if pos + length > end:
-                raise _Damaged("it ends inside a field: a truncated file?")
-            value, pos = data[pos:pos + length], pos + length
+            value = (_varint(data, start, end)[1], pos)
         else:
-            raise _Damaged(f"wire type {wire} at byte {pos} is not one a ModelProto uses")
-        yield number, wire, value
+            value = int.from_bytes(data[start:pos], "little")
+        yield key >> 3, wire, value
 
 
-def _varint(data: memoryview, pos: int) -> tuple[int, int]:
+def _skip(data: bytes, pos: int, end: int, key: int) -> int:
+    """The position after the value of a field with ``key`` starting at ``pos``."""
+    number, wire = key >> 3, key & 7
+    if number == 0:
+        raise _Damaged(f"field number 0 before byte {pos}")
+    if wire == _VARINT:
+        return _varint(data, pos, end)[1]
+    if wire in (_FIXED64, _FIXED32):
+        width = 8 if wire == _FIXED64 else 4
+        if pos + width > end:
+            raise _Damaged("it ends inside a number: a truncated file?")
+        return pos + width
+    if wire == _BYTES:
+        length, pos = _varint(data, pos, end)
+        if pos + length > end:
+            raise _Damaged("it ends inside a field: a truncated file?")
+        return pos + length
+    raise _Damaged(f"wire type {wire} at byte {pos} is not one a ModelProto uses")
+
+
+def _varint(data: bytes, pos: int, end: int) -> tuple[int, int]:
+    if pos < end and data[pos] < 0x80:  # one byte: most keys, lengths and types
+        return data[pos], pos + 1
     value = shift = 0
     while True:
-        if pos >= len(data):
+        if pos >= end:
             raise _Damaged("it ends inside a number: a truncated file?")
         byte = data[pos]
         value |= (byte & 0x7F) << shift
@@ -235,23 +262,17 @@ def _varint(data: memoryview, pos: int) -> tuple[int, int]:
             return value, pos
         shift += 7
         if shift > 63:
-            raise _Damaged(f"a number longer than 10 bytes at byte {pos}")
+            raise _Damaged(f"a number longer than 10 bytes before byte {pos}")
 
 
-def _message(value: Any, wire: int, name: str) -> memoryview:
+def _span(value: Any, wire: int, name: str) -> tuple[int, int]:
     if wire != _BYTES:
         raise _Damaged(f"{name} is not a length-delimited field")
     return value
 
 
-def _varint_field(value: Any, wire: int, name: str) -> int:
-    if wire != _VARINT:
-        raise _Damaged(f"{name} is not a number")
-    return value
-
-
-def _text(value: memoryview, name: str) -> str:
+def _text(value: bytes, name: str) -> str:
     try:
-        return bytes(value).decode("utf-8")
+        return value.decode("utf-8")
     except UnicodeDecodeError:
         raise _Damaged(f"{name} is not UTF-8 text") from None
