@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from bertkit.weights.tables import HF_FAMILY_SHARED_HEADS
+from bertkit.weights.tables import HF_FAMILY_IGNORED_KEYS, HF_FAMILY_SHARED_HEADS
 
 logger = logging.getLogger("bertkit.weights")
 
@@ -156,6 +156,9 @@ def adapt_state_dict(model: nn.Module, state: dict[str, torch.Tensor], *, strict
     state = _rename(state, report)
     state = _fit_prefix(state, prefix)
     state = _fill_shared_heads(state, expected, getattr(model.config, "family", "bert"), report)
+    ignored = HF_FAMILY_IGNORED_KEYS.get(getattr(model.config, "family", "bert"))
+    if ignored is not None:  # keys the family's HF classes skip where the model has no place for them
+        state = {k: v for k, v in state.items() if k in expected or not ignored.search(k)}
 
     # tied aliases: keep the source key; an alias only stands in when its source is absent. Except an
     # untied head's decoder.bias: HF (v5) unties it from predictions.bias too, and its forward adds it.
