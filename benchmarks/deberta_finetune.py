@@ -4,13 +4,14 @@ The checkpoint, built at start in a temporary directory (nothing is downloaded):
 
 1. the tokenizer: a SentencePiece Unigram ``spm.model`` trained on the six bundled Austen novels (the
    ``sentencepiece`` trainer of the test extra; ``--vocab-size``, default 8000) with DeBERTa-v3's ids ([PAD] 0,
-   [CLS] 1, [SEP] 2, [UNK] 3) and deberta-v3-base's ``tokenizer_config.json`` (naming the class); bertkit reads it with its own reader,
-   transformers with ``DebertaV2Tokenizer`` (and protobuf): the same ids, so both sides see the same features;
-2. the model: a small DeBERTa-v3 (``SIZE``: hidden 128, 4 layers; v3's relative attention: c2p + p2c, 256
-   position buckets, shared keys, no absolute positions, no token types) initialised with ``--seed-init`` by
-   bertkit (``--init bertkit``, ``bertkit.DeBERTaV2Config``) or by HF's ``DebertaV2ForMaskedLM`` (``--init hf``);
-3. ``--pretrain-steps N`` (default 0: the random init) pretrains it from there with ``bertkit pretrain --text
-   NOVELS --init-from INIT`` (masked LM) before fine-tuning.
+   [CLS] 1, [SEP] 2, [UNK] 3) and deberta-v3-base's ``tokenizer_config.json`` (with the class named); bertkit
+   reads it with its own reader, transformers with ``DebertaV2Tokenizer`` (and protobuf): the same ids, so both
+   sides see the same features;
+2. the model: a small DeBERTa-v3 (``SIZE``: hidden 128, 2 layers; the rest ``bertkit.DeBERTaV2Config``'s, i.e.
+   deberta-v3-base's: relative attention c2p + p2c over 256 log buckets, shared keys, no absolute positions, no
+   token types) initialised by bertkit with ``--seed-init`` and saved as HF's ``DebertaV2ForMaskedLM`` directory.
+   Random weights, not pretrained: ``bertkit pretrain --init-from`` continues BERT checkpoints only (it needs a
+   next-sentence head), and a run from scratch learns its own WordPiece vocabulary, not this spm.model.
 
 Fine-tuning (the recipe of ``classify_reference.py``): classification of ``data/finetune/vader_amazon`` (2,389
 training, 298 test sentences), 3 epochs, lr 1e-4, batch 32, max length 64, fp32, the final model scored on the test
@@ -48,15 +49,13 @@ import classify_reference as reference  # benchmarks/classify_reference.py: the 
 import finetune as bench  # benchmarks/finetune.py: both libraries' runners
 import record
 
+import bertkit
 from bertkit.resources import austen_novels
 
 SIDES = ("trainer", "bertkit-hf", "bertkit")
 METRICS = ("accuracy", "macro_f1")
-#: DeBERTa-v3's architecture at a size two busy cores fine-tune in seconds
-SIZE = dict(hidden_size=128, num_hidden_layers=4, num_attention_heads=4, intermediate_size=512,
-            max_position_embeddings=512, relative_attention=True, position_buckets=256, max_relative_positions=-1,
-            pos_att_type=["p2c", "c2p"], norm_rel_ebd="layer_norm", share_att_key=True, position_biased_input=False,
-            type_vocab_size=0, hidden_act="gelu", layer_norm_eps=1e-7, pad_token_id=0)
+#: the size (the rest is DeBERTa-v3's: bertkit.DeBERTaV2Config) two busy cores fine-tune in minutes
+SIZE = dict(hidden_size=128, num_hidden_layers=2, num_attention_heads=4, intermediate_size=512)
 #: deberta-v3-base's tokenizer_config.json, with the class named (the tokenizer is read before config.json exists)
 TOKENIZER_CONFIG = {"do_lower_case": False, "vocab_type": "spm", "tokenizer_class": "DebertaV2Tokenizer"}
 
@@ -79,61 +78,36 @@ def write_tokenizer(directory: Path, vocab_size: int) -> None:
     (directory / "tokenizer_config.json").write_text(json.dumps(TOKENIZER_CONFIG))
 
 
-def write_init(directory: Path, vocab_size: int, init: str, seed: int) -> None:
-    """The randomly initialised masked-LM checkpoint (``vocab_size``: the tokenizer's, [MASK] included)."""
+def write_init(directory: Path, vocab_size: int, seed: int) -> None:
+    """The randomly initialised masked-LM checkpoint (``vocab_size``: the tokenizer's, [MASK] included), written by
+    bertkit as HF's ``DebertaV2ForMaskedLM`` directory."""
     torch.manual_seed(seed)
-    if init == "hf":
-        config = transformers.DebertaV2Config(vocab_size=vocab_size, **SIZE)
-        transformers.DebertaV2ForMaskedLM(config).save_pretrained(directory)
-    else:
-        import bertkit
-
-        config = bertkit.DeBERTaV2Config(vocab_size=vocab_size, **SIZE)
-        bertkit.BERTForMaskedLM(config).save_pretrained(directory)
+    config = bertkit.DeBERTaV2Config(vocab_size=vocab_size, **SIZE)
+    bertkit.BERTForMaskedLM(config).save_pretrained(directory)
 
 
 def build_checkpoint(root: Path, args: argparse.Namespace) -> tuple[Path, dict]:
-    """The checkpoint both sides fine-tune, and what was done to make it."""
-    from bertkit import AutoTokenizer
-
+    """The checkpoint both sides fine-tune, and what it is."""
     init = root / "init"
     write_tokenizer(init, args.vocab_size)
-    tokenizer = AutoTokenizer.from_pretrained(init)
-    write_init(init, len(tokenizer), args.init, args.seed_init)
-    made = {"tokenizer": f"spm.model, Unigram, {tokenizer.vocab_size} pieces + [MASK]", "init": args.init,
-            "seed_init": args.seed_init, "size": SIZE, "pretrain_steps": args.pretrain_steps}
-    if not args.pretrain_steps:
-        return init, made
-    from bertkit.cli import main as bertkit_cli
-
-    book = root / "novels.txt"
-    book.write_text("\n".join(novel_lines()) + "\n", encoding="utf-8")
-    out = root / "pretrained"
-    argv = ["pretrain", "--text", str(book), "--init-from", str(init), "-o", str(out), "--max-steps",
-            str(args.pretrain_steps), "--batch-size", "32", "--max-seq-length", "128", "--learning-rate", "5e-4",
-            "--warmup-ratio", "0.06", "--seed", str(args.seed_init)]
-    print("bertkit " + " ".join(argv), flush=True)
-    bertkit_cli(argv)
-    evaluation = json.loads((out / "evaluation.json").read_text()) if (out / "evaluation.json").is_file() else {}
-    made["pretraining"] = {"command": "bertkit " + " ".join(argv[:1] + ["--text", "NOVELS", "--init-from", "INIT",
-                                                                        "-o", "OUT"] + argv[7:]),
-                           "evaluation": evaluation}
-    return out / "model", made
+    tokenizer = bertkit.AutoTokenizer.from_pretrained(init)
+    write_init(init, len(tokenizer), args.seed_init)
+    return init, {"tokenizer": f"spm.model, Unigram, {tokenizer.vocab_size} pieces + [MASK]",
+                  "init": "random (bertkit.DeBERTaV2Config)", "seed_init": args.seed_init, "size": SIZE}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sides", nargs="+", choices=SIDES, default=list(SIDES))
     parser.add_argument("--seeds", nargs="+", type=int, default=[7, 1, 13])
-    parser.add_argument("--init", choices=("bertkit", "hf"), default="bertkit")
     parser.add_argument("--seed-init", type=int, default=0)
     parser.add_argument("--vocab-size", type=int, default=8000)
-    parser.add_argument("--pretrain-steps", type=int, default=0)
     parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--learning-rate", type=float, default=1e-4)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--json", type=Path, help="write the tables and every run here (benchmarks/record.py)")
     args = parser.parse_args()
-    args.learning_rate, args.batch_size, args.precision = 1e-4, 32, "fp32"
+    args.batch_size, args.precision = 32, "fp32"
     torch.set_num_threads(args.threads)
     bench.HF_HEADS["classify"] = transformers.DebertaV2ForSequenceClassification  # the HF side's head here
     name = "vader_amazon"

@@ -28,6 +28,7 @@ pytest.register_assert_rewrite("tokenizer_json_helpers")
 from sentencepiece import sentencepiece_model_pb2  # noqa: E402
 
 import bertkit  # noqa: E402
+import bertkit.tasks.sources  # noqa: E402
 from bertkit.tokenization import TokenizerFast, load_tokenizer  # noqa: E402
 from bertkit.tokenization.sentencepiece import read_spm_model  # noqa: E402
 from test_tokenizer_json import FULL, PAIRS_A, PAIRS_B, check_call  # noqa: E402
@@ -191,6 +192,29 @@ def test_as_written_is_sentencepiece(dirs, name):
     theirs = spm.SentencePieceProcessor(model_file=str(dirs[name] / "spm.model"))
     differ = [text for text in HELDOUT if ours(text, add_special_tokens=False)["input_ids"] != theirs.encode(text)]
     assert set(differ) <= {SPECIALS_LINE, COMBINING_LINE}, differ
+
+
+def test_a_model_directory_with_only_spm_model_runs_in_the_tools(dirs, tmp_path):
+    """microsoft/deberta-v3-base's layout (spm.model, its tokenizer_config.json, config.json; no tokenizer.json):
+    the tools' loader takes its tokenizer from spm.model, and the pipeline equals HF's."""
+    import torch
+
+    d = shutil.copytree(dirs["v3"], tmp_path / "model")
+    config = transformers.DebertaV2Config(
+        vocab_size=len(transformers.AutoTokenizer.from_pretrained(d)), hidden_size=32, num_hidden_layers=2,
+        num_attention_heads=2, intermediate_size=37, relative_attention=True, position_buckets=16,
+        pos_att_type=["p2c", "c2p"], norm_rel_ebd="layer_norm", position_biased_input=False, type_vocab_size=0,
+        num_labels=3)
+    torch.manual_seed(0)
+    transformers.DebertaV2ForSequenceClassification(config).save_pretrained(d)
+    loaded = bertkit.tasks.sources.load_source(d, bertkit.BERTForSequenceClassification)
+    assert loaded.tokenizer.tokenizer_class == "DebertaV2Tokenizer"
+    texts = HELDOUT[:4]
+    want = transformers.pipeline("text-classification", model=str(d), top_k=None)(texts)
+    got = bertkit.pipeline("text-classification", model=d, top_k=None)(texts)
+    for ours, theirs in zip(got, want, strict=True):
+        assert [a["label"] for a in ours] == [a["label"] for a in theirs]
+        assert max(abs(a["score"] - b["score"]) for a, b in zip(ours, theirs)) < 1e-5
 
 
 # ---------------------------------------------------------------------------- bad files
