@@ -262,6 +262,20 @@ def test_truncated_anywhere_is_named(dirs, tmp_path):
             read_spm_model(path)
 
 
+def test_unescaped_whitespace_only_matters_as_written(dirs, tmp_path):
+    """A model that keeps spaces unescaped: DebertaV2Tokenizer's recipe does not read the switch (as in
+    transformers); SentencePiece's own pipeline cannot hold it, and says so."""
+    d = _copy(dirs, tmp_path)
+    proto = sentencepiece_model_pb2.ModelProto()
+    proto.ParseFromString((d / "spm.model").read_bytes())
+    proto.normalizer_spec.escape_whitespaces = False
+    (d / "spm.model").write_bytes(proto.SerializeToString())
+    assert_same(transformers.AutoTokenizer.from_pretrained(d)(HELDOUT, **FULL), load_tokenizer(d)(HELDOUT, **FULL))
+    with pytest.raises(ValueError, match=r"spm\.model keeps whitespace unescaped \(normalizer_spec\.escape_whitespaces "
+                                         r"is false\), which the tokenizers library cannot represent"):
+        TokenizerFast.from_pretrained(d, follow_tokenizer_class=False)
+
+
 def test_bpe_model_is_refused(tmp_path):
     train(tmp_path / "bpe", dict(**_IDS, model_type="bpe"), vocab_size=300)
     (tmp_path / "bpe" / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "DebertaV2Tokenizer"}))

@@ -9,8 +9,9 @@ Reading a directory (:func:`load_json_tokenizer`):
    ``model_type`` implies (:data:`~bertkit.tokenization.hf_classes.MODEL_TYPE_CLASSES`);
 3. special tokens the settings do not name take the class's defaults (``<s>``, ``</s>``, ... for
    RoBERTa-style classes; none for the generic one);
-4. the pipeline: ``tokenizer.json``, rebuilt with transformers' recipe for the class
-   (:func:`~bertkit.tokenization.hf_classes.rebuild`) unless ``follow_tokenizer_class=False``;
+4. the pipeline: ``tokenizer.json`` (or, for a class that reads one, such as DeBERTa-v2's, the directory's
+   SentencePiece ``spm.model``: :mod:`bertkit.tokenization.sentencepiece`), rebuilt with transformers' recipe for
+   the class (:func:`~bertkit.tokenization.hf_classes.rebuild`) unless ``follow_tokenizer_class=False``;
 5. ``model_max_length``, ``padding_side``, ``truncation_side``, ``model_input_names`` and
    ``clean_up_tokenization_spaces`` from the settings, else the class's (HF's) defaults.
 
@@ -120,7 +121,7 @@ def load_json_tokenizer(cls, source: str | os.PathLike, overrides: dict[str, Any
     from_spm = not file.is_file()
     if from_spm:
         file = spm_file_for(path, hf_class)
-        data, config = _from_spm(file, config)
+        data, config = _from_spm(file, config, as_written=not (follow_tokenizer_class and hf_class.recipe))
     else:
         data = read_tokenizer_json(file)
     _apply_added_token_flags(data, config.get("added_tokens_decoder"), file)
@@ -168,11 +169,13 @@ def spm_file_for(directory: Path, hf_class: hf_classes.HFClass) -> Path:
     return file
 
 
-def _from_spm(file: Path, config: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+def _from_spm(file: Path, config: dict[str, Any], as_written: bool) -> tuple[dict[str, Any], dict[str, Any]]:
     """(tokenizer.json data, settings) for an spm.model, as transformers reads one: the model's unknown id and
-    its control / user-defined pieces as extra special tokens replace the config's."""
+    its control / user-defined pieces as extra special tokens replace the config's. ``as_written``: SentencePiece's
+    own pipeline is used (no class recipe replaces it), so it must be one the tokenizers library can hold."""
     model = sentencepiece.read_spm_model(file)
-    sentencepiece.check_escaped(model, str(file))
+    if as_written:
+        sentencepiece.check_escaped(model, str(file))
     config = {**config, "unk_id": model.unk_id, "additional_special_tokens": sentencepiece.special_pieces(model)}
     return sentencepiece.spm_tokenizer_json(model), config
 
