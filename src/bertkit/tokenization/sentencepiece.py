@@ -9,8 +9,8 @@ whitespace switches). :func:`spm_tokenizer_json` turns that into a ``tokenizer.j
 a tokenizer class with a recipe (``DebertaV2Tokenizer``: :mod:`bertkit.tokenization.hf_classes`) then rebuilds
 the pipeline as transformers does.
 
-Only Unigram models are read (every DeBERTa-v2/v3 and mDeBERTa ``spm.model`` is one); a BPE, word or character
-model, an empty, truncated or foreign file is a ValueError naming the file and the fix.
+Only Unigram models are read (DeBERTa-v2/v3's and mDeBERTa's are: transformers builds them as Unigram); a BPE,
+word or character model, an empty, truncated or foreign file is a ValueError naming the file and the fix.
 """
 
 from __future__ import annotations
