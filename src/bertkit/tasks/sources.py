@@ -506,7 +506,7 @@ def _checkpoint_tokenizer(checkpoint, resolved: Path, source: str | os.PathLike)
     files = checkpoint.tokenizer_files
     # named as Google names its releases: the archive, or the folder (of a TF prefix or weights file)
     named = resolved if resolved.is_dir() or _is_archive(resolved) else resolved.parent
-    if "vocab.txt" not in files and "tokenizer.json" not in files:
+    if not {"vocab.txt", "tokenizer.json", "spm.model"} & set(files):
         where = "inside the archive" if _is_archive(resolved) else f"in {named}"
         raise ValueError(f"{source} has no vocabulary: neither vocab.txt nor tokenizer.json {where}, so its "
                          "tokenizer is unknown. Put the vocab.txt the checkpoint was trained with (and its "
@@ -514,7 +514,7 @@ def _checkpoint_tokenizer(checkpoint, resolved: Path, source: str | os.PathLike)
     with tempfile.TemporaryDirectory() as staging:
         for name, data in files.items():
             (Path(staging) / name).write_bytes(data)
-        if "tokenizer_config.json" in files or "tokenizer.json" in files:
+        if {"tokenizer_config.json", "tokenizer.json", "spm.model"} & set(files):
             # the model type decides the tokenizer class where tokenizer_config.json names none, as in HF
             (Path(staging) / "config.json").write_text(json.dumps({"model_type": checkpoint.config.hf_model_type}))
             return load_tokenizer(staging)

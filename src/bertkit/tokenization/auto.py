@@ -19,7 +19,8 @@ The rule (:func:`tokenizer_class_for`), in order:
    TokenizerFast; a directory with only ``vocab.txt`` gets BERTTokenizerFast.
 5. Any other class (RoBERTa, XLM-RoBERTa, CamemBERT, MPNet, ModernBERT's generic one, ...) needs
    ``tokenizer.json`` and gets TokenizerFast. MPNet's is WordPiece with BertNormalizer, but its
-   ``<s> A </s></s> B </s>`` pairs are not BERT's.
+   ``<s> A </s></s> B </s>`` pairs are not BERT's. DeBERTa-v2/v3's ``DebertaV2Tokenizer`` reads
+   SentencePiece's ``spm.model`` when there is no ``tokenizer.json`` (:mod:`bertkit.tokenization.sentencepiece`).
 6. Anything else is a ValueError naming what is missing.
 """
 
@@ -34,7 +35,13 @@ from bertkit.tokenization.base import FastTokenizerBase
 from bertkit.tokenization.files import TOKENIZER_JSON_NAME, VOCAB_NAME
 from bertkit.tokenization.general import TokenizerFast
 from bertkit.tokenization.tokenizer import BERTTokenizerFast
-from bertkit.tokenization.tokenizer_json import _listing, read_settings, read_tokenizer_json, tokenizer_class_of
+from bertkit.tokenization.tokenizer_json import (
+    _listing,
+    read_settings,
+    read_tokenizer_json,
+    spm_file_for,
+    tokenizer_class_of,
+)
 
 
 def load_tokenizer(source: str | os.PathLike, **overrides: Any) -> FastTokenizerBase:
@@ -92,6 +99,9 @@ def _choose(path: Path) -> tuple[type[FastTokenizerBase], dict[str, Any]]:
             return BERTTokenizerFast, {}
         raise ValueError(f"{path} holds neither {TOKENIZER_JSON_NAME} nor {VOCAB_NAME}: it is not a tokenizer "
                          f"directory (found: {_listing(path)}).")
+    if data is None and hf_class.spm_model is not None:
+        spm_file_for(path, hf_class)  # the file must be there: the error names it
+        return TokenizerFast, {}
     if data is None:
         raise ValueError(f"{path} holds no {TOKENIZER_JSON_NAME}, which its tokenizer class {name} needs (bertkit "
                          f"reads tokenizers from tokenizer.json; found: {_listing(path)}). Save the tokenizer with "

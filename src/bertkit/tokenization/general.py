@@ -173,7 +173,8 @@ class TokenizerFast(FastTokenizerBase):
     @classmethod
     def from_pretrained(cls, source: str | os.PathLike, *, follow_tokenizer_class: bool = True,
                         **overrides: Any) -> TokenizerFast:
-        """Load an HF tokenizer directory (``tokenizer.json`` + ``tokenizer_config.json``) or a ``tokenizer.json``.
+        """Load an HF tokenizer directory (``tokenizer.json`` + ``tokenizer_config.json``; a DeBERTa-v2/v3 one may
+        hold SentencePiece's ``spm.model`` instead of ``tokenizer.json``) or a ``tokenizer.json``.
 
         ``follow_tokenizer_class``: build the pipeline as transformers 5 builds the ``tokenizer_class``
         (see :mod:`bertkit.tokenization.hf_classes`); False uses the file's pipeline as written.

@@ -24,6 +24,7 @@ _BERT_SPECIALS = {"unk_token": "[UNK]", "sep_token": "[SEP]", "pad_token": "[PAD
                   "mask_token": "[MASK]"}
 _WITH_TYPES = ("input_ids", "token_type_ids", "attention_mask")
 _WITHOUT_TYPES = ("input_ids", "attention_mask")
+_DEBERTA_V2_SPECIALS = {**_BERT_SPECIALS, "bos_token": "[CLS]", "eos_token": "[SEP]"}
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,7 @@ class HFClass:
     added_flags: dict[str, dict[str, bool]] = field(default_factory=dict)
     model: str | None = None
     recipe: str | None = None
+    spm_model: str | None = None
 
 
 CLASSES = {c.name: c for c in (
@@ -57,6 +59,8 @@ CLASSES = {c.name: c for c in (
             recipe="xlm_roberta"),
     HFClass("MPNetTokenizer", _WITHOUT_TYPES, {**_ROBERTA_SPECIALS, "unk_token": "[UNK]"},
             added_flags={"mask_token": {"lstrip": True}}, model="WordPiece", recipe="mpnet"),
+    HFClass("DebertaV2Tokenizer", ("input_ids", "attention_mask", "token_type_ids"), _DEBERTA_V2_SPECIALS,
+            model="Unigram", recipe="deberta_v2", spm_model="spm.model"),
     HFClass("TokenizersBackend"),
     HFClass("PreTrainedTokenizerFast"),
 )}
@@ -70,7 +74,7 @@ MODEL_TYPE_CLASSES = {"bert": "BertTokenizer", "distilbert": "BertTokenizer", "e
                       "camembert": "CamembertTokenizer", "mpnet": "MPNetTokenizer", "modernbert": "TokenizersBackend",
                       "eurobert": "TokenizersBackend",
                       "gte": "XLMRobertaTokenizer", "nomic_bert": "BertTokenizer",
-                      "jina_embeddings_v3": "XLMRobertaTokenizer"}
+                      "jina_embeddings_v3": "XLMRobertaTokenizer", "deberta-v2": "DebertaV2Tokenizer"}
 
 GENERIC = CLASSES["TokenizersBackend"]
 
@@ -179,7 +183,32 @@ def _bert(data, config, specials, special) -> None:
     data["post_processor"] = _template([cls, "A", sep], [cls, "A", sep, "B:1", f"{sep}:1"], {cls: cls_id, sep: sep_id})
 
 
-_RECIPES = {"roberta": _roberta, "xlm_roberta": _xlm_roberta, "mpnet": _mpnet, "bert": _bert}
+def _deberta_v2(data, config, specials, special) -> None:
+    """transformers 5's DebertaV2Tokenizer: it keeps only the Unigram vocabulary and sets the rest itself. No
+    SentencePiece charsmap (runs of whitespace, tabs and line breaks become one space, NFC, the right end
+    trimmed), Metaspace on every word (the first one too unless ``add_prefix_space`` is false),
+    ``[CLS] A [SEP] B:1 [SEP]:1``; the unknown id is the unk_token's if the vocabulary holds it with score 0,
+    else the config's ``unk_id`` (1 by default; an spm.model's loader sets its own)."""
+    vocab = data["model"]["vocab"]
+    unk = specials.get("unk_token")
+    unk_id = next((i for i, (piece, score) in enumerate(vocab) if piece == unk and score == 0.0),
+                  config.get("unk_id", 1))
+    data["model"].update(unk_id=unk_id, byte_fallback=False)
+    lower = [{"type": "Lowercase"}] if config.get("do_lower_case", False) else []
+    data["normalizer"] = {"type": "Sequence", "normalizers": [
+        *lower, {"type": "Replace", "pattern": {"Regex": r"\s{2,}|[\n\r\t]"}, "content": " "}, {"type": "NFC"},
+        {"type": "Strip", "strip_left": False, "strip_right": True}]}
+    scheme = "always" if config.get("add_prefix_space", True) else "first"
+    metaspace = {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": scheme, "split": True}
+    punctuation = [{"type": "Punctuation", "behavior": "Isolated"}] if config.get("split_by_punct", False) else []
+    data["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [*punctuation, dict(metaspace)]}
+    data["decoder"] = dict(metaspace)
+    (cls, cls_id), (sep, sep_id) = special("cls_token"), special("sep_token")
+    data["post_processor"] = _template([cls, "A", sep], [cls, "A", sep, "B:1", f"{sep}:1"], {cls: cls_id, sep: sep_id})
+
+
+_RECIPES = {"roberta": _roberta, "xlm_roberta": _xlm_roberta, "mpnet": _mpnet, "bert": _bert,
+            "deberta_v2": _deberta_v2}
 
 
 def _precompiled(normalizer: dict[str, Any] | None) -> dict[str, Any] | None:

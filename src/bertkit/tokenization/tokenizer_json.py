@@ -9,8 +9,9 @@ Reading a directory (:func:`load_json_tokenizer`):
    ``model_type`` implies (:data:`~bertkit.tokenization.hf_classes.MODEL_TYPE_CLASSES`);
 3. special tokens the settings do not name take the class's defaults (``<s>``, ``</s>``, ... for
    RoBERTa-style classes; none for the generic one);
-4. the pipeline: ``tokenizer.json``, rebuilt with transformers' recipe for the class
-   (:func:`~bertkit.tokenization.hf_classes.rebuild`) unless ``follow_tokenizer_class=False``;
+4. the pipeline: ``tokenizer.json`` (or, for a class that reads one, such as DeBERTa-v2's, the directory's
+   SentencePiece ``spm.model``: :mod:`bertkit.tokenization.sentencepiece`), rebuilt with transformers' recipe for
+   the class (:func:`~bertkit.tokenization.hf_classes.rebuild`) unless ``follow_tokenizer_class=False``;
 5. ``model_max_length``, ``padding_side``, ``truncation_side``, ``model_input_names`` and
    ``clean_up_tokenization_spaces`` from the settings, else the class's (HF's) defaults.
 
@@ -29,7 +30,7 @@ from typing import Any
 from tokenizers import Tokenizer
 
 from bertkit.io import atomic_write_text, read_json_object
-from bertkit.tokenization import checks, hf_classes
+from bertkit.tokenization import checks, hf_classes, sentencepiece
 from bertkit.tokenization.base import NO_LIMIT, SPECIAL_TOKEN_NAMES
 from bertkit.tokenization.components import check_components
 from bertkit.tokenization.files import CONFIG_NAME, SPECIAL_TOKENS_NAME, TOKENIZER_JSON_NAME
@@ -113,20 +114,25 @@ def load_json_tokenizer(cls, source: str | os.PathLike, overrides: dict[str, Any
         directory, file, config, special_map = path.parent, path, {}, {}
     elif path.is_dir():
         directory, file = path, path / TOKENIZER_JSON_NAME
-        if not file.is_file():
-            raise ValueError(f"{source} holds no {TOKENIZER_JSON_NAME}: a TokenizerFast needs one (found: "
-                             f"{_listing(path)}).")
         config, special_map = read_setting_files(path)
     else:
         raise ValueError(f"{source} is neither a tokenizer directory nor a {TOKENIZER_JSON_NAME} file.")
     hf_class = hf_classes.class_named(tokenizer_class_of(directory, config) if path.is_dir() else None)
-    data = read_tokenizer_json(file)
+    from_spm = not file.is_file()
+    if from_spm:
+        file = spm_file_for(path, hf_class)
+        data, config = _from_spm(file, config, as_written=not (follow_tokenizer_class and hf_class.recipe))
+    else:
+        data = read_tokenizer_json(file)
     _apply_added_token_flags(data, config.get("added_tokens_decoder"), file)
     overrides = dict(overrides)
     named = _special_tokens(config, special_map, hf_class, overrides, data)
     extras = _extra_special_tokens(config, special_map, hf_class, overrides)
     strings = {name: value if isinstance(value, str) else value["content"]
                for name, value in named.items() if value is not None}
+    if from_spm:  # a named special token that is a user-defined piece is special all the same, as in transformers
+        for token in data["added_tokens"]:
+            token["special"] = token["special"] or token["content"] in strings.values()
     if follow_tokenizer_class:
         hf_classes.rebuild(data, hf_class, config, strings, str(file))
     for name, flags in hf_class.added_flags.items():  # the flags the class gives a special token it adds
@@ -147,6 +153,31 @@ def load_json_tokenizer(cls, source: str | os.PathLike, overrides: dict[str, Any
     options.update(overrides)
     return cls._from_backend(backend, str(file), named, extras, init_config=config,
                              follows_class=follow_tokenizer_class and hf_class.recipe is not None, **options)
+
+
+def spm_file_for(directory: Path, hf_class: hf_classes.HFClass) -> Path:
+    """The SentencePiece file a directory without tokenizer.json is read from: the class's (DeBERTa-v2's
+    ``spm.model``); a ValueError naming what is missing when the class reads none or the file is absent."""
+    if hf_class.spm_model is None:
+        raise ValueError(f"{directory} holds no {TOKENIZER_JSON_NAME}: a TokenizerFast needs one (found: "
+                         f"{_listing(directory)}).")
+    file = directory / hf_class.spm_model
+    if not file.is_file():
+        raise ValueError(f"{directory} holds neither {TOKENIZER_JSON_NAME} nor {hf_class.spm_model}, one of which its "
+                         f"tokenizer class {hf_class.name} needs (found: {_listing(directory)}); copy the model's "
+                         f"{hf_class.spm_model} (or tokenizer.json) into it.")
+    return file
+
+
+def _from_spm(file: Path, config: dict[str, Any], as_written: bool) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(tokenizer.json data, settings) for an spm.model, as transformers reads one: the model's unknown id and
+    its control / user-defined pieces as extra special tokens replace the config's. ``as_written``: SentencePiece's
+    own pipeline is used (no class recipe replaces it), so it must be one the tokenizers library can hold."""
+    model = sentencepiece.read_spm_model(file)
+    if as_written:
+        sentencepiece.check_escaped(model, str(file))
+    config = {**config, "unk_id": model.unk_id, "additional_special_tokens": sentencepiece.special_pieces(model)}
+    return sentencepiece.spm_tokenizer_json(model), config
 
 
 def _special_tokens(config: dict[str, Any], special_map: dict[str, Any], hf_class: hf_classes.HFClass,

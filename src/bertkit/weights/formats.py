@@ -32,7 +32,8 @@ from bertkit.weights.archive import safe_extract
 from bertkit.weights.tables import hf_family_to_bertkit, tf_to_hf
 
 CONFIG_NAMES = ("config.json", "bert_config.json")
-TOKENIZER_FILES = ("vocab.txt", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.json")
+#: DeBERTa-v2/v3 directories carry SentencePiece's spm.model instead of tokenizer.json
+TOKENIZER_FILES = ("vocab.txt", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.json", "spm.model")
 TORCH_SUFFIXES = (".bin", ".pt", ".pth")
 ARCHIVE_SUFFIXES = (".zip", ".tar.gz", ".tgz", ".tar")
 
