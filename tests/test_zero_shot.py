@@ -106,6 +106,9 @@ def test_bad_input(tmp_path):
     for template in ("This example is about it.", "It is {label}.", "{0} and {1}", 3):
         with pytest.raises(ValueError, match=r"has no \{\} where the label goes"):
             pipe("text", ["a"], hypothesis_template=template)
+    with pytest.raises(ValueError, match=r"the hypothesis of candidate label 'word word .* leaves no room for the "
+                                         r"text within the model's 64 tokens; use a shorter label"):
+        pipe("text", ["word " * 70])
     with pytest.raises(ValueError, match="multi_label must be true or false"):
         pipe("text", ["a"], multi_label="yes")
     assert pipe(["a", "b"], "x, y")[1]["labels"] in (["x", "y"], ["y", "x"])

@@ -104,9 +104,19 @@ class ZeroShotClassificationPipeline(_SequenceScores):
             raise ValueError(f"zero-shot-classification takes texts, got {type(item).__name__}.")
         if params["candidate_labels"] is None:
             raise ValueError("zero-shot-classification needs candidate_labels: pipe(text, candidate_labels=[...]).")
-        template = params["hypothesis_template"]
-        return [self.encode(item, template.format(label), params, truncation="only_first")
-                for label in params["candidate_labels"]]
+        return [self.pair(item, label, params) for label in params["candidate_labels"]]
+
+    def pair(self, text: str, label: str, params: dict[str, Any]) -> dict[str, Any]:
+        """The feature of (``text``, the hypothesis of ``label``): the text cut to fit, the hypothesis whole."""
+        hypothesis = params["hypothesis_template"].format(label)
+        try:
+            return self.encode(text, hypothesis, params, truncation="only_first")
+        except ValueError as error:
+            if "cannot truncate" not in str(error):
+                raise
+            raise ValueError(f"the hypothesis of candidate label {label!r:.60} ({hypothesis!r:.80}) leaves no room "
+                             f"for the text within the model's {self.max_length} tokens; use a shorter label or "
+                             "hypothesis_template.") from None
 
     def postprocess(self, item: str, features: list[dict], outputs: list[np.ndarray], params: dict) -> dict:
         logits = np.stack(outputs)  # [labels, classes]
