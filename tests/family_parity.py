@@ -18,7 +18,7 @@ import transformers
 
 from bertkit.config import BERTConfig
 from bertkit.modeling import fast, unpad
-from bertkit.weights.tables import bertkit_to_hf_family
+from bertkit.weights.tables import bertkit_to_hf_family, hf_names_key
 from conftest import randomize_
 
 TOL = dict(atol=2e-5, rtol=2e-5)
@@ -174,7 +174,7 @@ def losses_and_gradients(family: FamilySetup, case: Case, ours, hf):
     ref = hf(**inputs, **labels).loss
     ref.backward()
     our_grads = bertkit_to_hf_family({n: p.grad for n, p in ours.named_parameters() if p.grad is not None},
-                                     family.name)
+                                     hf_names_key(ours.config))
     hf_grads = {n: p.grad for n, p in hf.named_parameters() if p.grad is not None}
     assert hf_grads and set(hf_grads) <= set(our_grads), sorted(set(hf_grads) - set(our_grads))
     for ending in family.grads_include:

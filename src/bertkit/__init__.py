@@ -56,6 +56,7 @@ _LAZY = {
     "DistilBERTConfig": "bertkit.presets",
     "ELECTRAConfig": "bertkit.presets",
     "ModernBERTConfig": "bertkit.presets",
+    "DeBERTaV2Config": "bertkit.presets",
     "BERTTokenizerFast": "bertkit.tokenization",
     "BERTTokenizer": "bertkit.tokenization",
     "TokenizerFast": "bertkit.tokenization",
@@ -87,6 +88,7 @@ if TYPE_CHECKING:  # for IDEs and type checkers
     from bertkit.pipelines import pipeline as pipeline
     from bertkit.presets import SIZES as SIZES
     from bertkit.presets import CamemBERTConfig as CamemBERTConfig
+    from bertkit.presets import DeBERTaV2Config as DeBERTaV2Config
     from bertkit.presets import DistilBERTConfig as DistilBERTConfig
     from bertkit.presets import ELECTRAConfig as ELECTRAConfig
     from bertkit.presets import ModernBERTConfig as ModernBERTConfig

@@ -22,6 +22,7 @@ _KINDS: dict[Any, tuple[str, Callable[[Any], bool]]] = {
     float: ("a number", lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)),
     str: ("a string", lambda v: isinstance(v, str)),
     dict: ("a mapping", lambda v: isinstance(v, Mapping)),
+    list: ("a list", lambda v: isinstance(v, list)),
     Callable: ("a callable", callable),
 }
 _JSON_NAMES = {str: "string", bool: "boolean", int: "integer", float: "number", list: "list", dict: "object",

@@ -117,6 +117,14 @@ class BERTConfig:
     (the dense layer and activation of the transform that its MLM head and classifiers share; None: the MLM head's
     usual activation) and ``classifier_pooling`` (``"cls"`` or ``"mean"``). Their defaults leave BERT as it is;
     :func:`bertkit.presets.ModernBERTConfig` gives HF's ModernBERT defaults.
+
+    ``family="deberta-v2"`` (DeBERTa-v2/v3, mDeBERTa; :mod:`bertkit.modeling.deberta`) builds disentangled attention
+    over relative positions from these fields, which keep HF's names: ``relative_attention``, ``pos_att_type``,
+    ``max_relative_positions``, ``position_buckets``, ``share_att_key``, ``norm_rel_ebd``, ``position_biased_input``,
+    ``conv_kernel_size`` / ``conv_groups`` / ``conv_act``, ``legacy`` (the masked LM's head layout), and for its
+    classifiers ``pooler_hidden_act`` and ``context_pooler_dropout`` (HF's ``pooler_dropout``; HF's ``cls_dropout`` is
+    ``pooler_dropout``). ``type_vocab_size`` may be 0 there (no token types); :func:`bertkit.presets.DeBERTaV2Config`
+    gives deberta-v3-base's values.
     """
 
     #: Rows of the word-embedding table: the tokenizer's vocabulary size.
@@ -181,7 +189,7 @@ class BERTConfig:
     #: Label id -> name of a classification or tagging head; saved in config.json, used by pipelines and ``bertkit
     #: serve``.
     id2label: dict[int, str] | None = field(default=None, repr=False)
-    #: The encoder family of the same engine: bert, roberta, mpnet, distilbert, electra or modernbert.
+    #: The encoder family of the same engine: bert, roberta, mpnet, distilbert, electra, modernbert or deberta-v2.
     family: str = "bert"
     #: The HF model type this config came from (xlm-roberta, camembert); None: the family's name.
     model_type: str | None = None
@@ -201,6 +209,34 @@ class BERTConfig:
     local_attention: int = 128
     global_rope_theta: float = 160_000.0
     local_rope_theta: float = 10_000.0
+    # DeBERTa-v2's (HF's names but two; these defaults leave BERT as it is, and to_dict omits them there)
+    #: The pooler's activation (DeBERTa's ``pooler_hidden_act``); None: the family's (BERT's tanh).
+    pooler_hidden_act: str | None = None
+    #: Dropout on the first token before the pooler's dense layer (HF DeBERTa's ``pooler_dropout``; its
+    #: ``cls_dropout``, before the classifier, is ``pooler_dropout`` here).
+    context_pooler_dropout: float = 0.0
+    #: DeBERTa: attention terms over relative positions (``encoder.rel_embeddings``).
+    relative_attention: bool = False
+    #: DeBERTa: relative distances beyond it share one embedding; below 1: ``max_position_embeddings``.
+    max_relative_positions: int = -1
+    #: DeBERTa: relative positions in this many log buckets (deberta-v3: 256); -1: one per distance.
+    position_buckets: int = -1
+    #: DeBERTa's relative attention terms: a list of ``"c2p"`` / ``"p2c"`` (HF's ``"p2c|c2p"`` is read too).
+    pos_att_type: str | list | None = None
+    #: DeBERTa: project the relative embeddings with the layer's key / query projections (else their own).
+    share_att_key: bool = False
+    #: DeBERTa: ``"layer_norm"`` normalises the relative embeddings (deberta-v3); ``"none"`` does not.
+    norm_rel_ebd: str = "none"
+    #: DeBERTa: add absolute position embeddings to the word embeddings (False in deberta-v3).
+    position_biased_input: bool = True
+    #: DeBERTa: the kernel of the convolution after the first layer (deberta-v2-xlarge: 3); 0: none.
+    conv_kernel_size: int = 0
+    #: DeBERTa: groups of that convolution.
+    conv_groups: int = 1
+    #: DeBERTa: the activation after that convolution.
+    conv_act: str = "tanh"
+    #: DeBERTa's masked-LM head layout: True, HF's default ``cls.predictions.*``; False, ``lm_predictions.lm_head.*``.
+    legacy: bool = True
 
     def __post_init__(self) -> None:
         self._check_types()  # before normalising, which relies on them
@@ -210,6 +246,12 @@ class BERTConfig:
             self.classifier_activation = ACTIVATION_ALIASES.get(self.classifier_activation, self.classifier_activation)
         if self.id2label is not None:
             self.id2label = {int(k): str(v) for k, v in self.id2label.items()}
+        if isinstance(self.pos_att_type, str):  # HF's "p2c|c2p" spelling
+            self.pos_att_type = [t.strip() for t in self.pos_att_type.lower().split("|") if t.strip()]
+        for name in ("pooler_hidden_act", "conv_act"):
+            value = getattr(self, name)
+            if value is not None:
+                setattr(self, name, ACTIVATION_ALIASES.get(value, value))
         if self.family in FAMILIES:  # an unknown family is validate()'s error
             for name, default in FAMILIES[self.family].special_ids.items():
                 default = self.vocab_size - 1 if default == -1 else default
@@ -235,7 +277,8 @@ class BERTConfig:
         for name in ("vocab_size", "hidden_size", "num_attention_heads", "num_hidden_layers",
                      "intermediate_size", "max_position_embeddings", "type_vocab_size", "num_labels"):
             value = getattr(self, name)
-            if value <= 0:
+            if value <= 0 and not (name == "type_vocab_size" and value == 0 and self.family in FAMILIES
+                                   and FAMILIES[self.family].optional_token_types):
                 raise ValueError(f"BERTConfig.{name} must be a positive integer, got {value!r}.")
         if self.hidden_size % self.num_attention_heads:
             raise ValueError(
@@ -316,6 +359,7 @@ class BERTConfig:
                 "make them agree or drop id2label."
             )
         self._validate_modernbert_fields()
+        self._validate_deberta_fields()
 
     def _validate_modernbert_fields(self) -> None:
         for name in ("global_attn_every_n_layers", "local_attention"):
@@ -332,6 +376,47 @@ class BERTConfig:
         if self.classifier_pooling not in CLASSIFIER_POOLINGS:
             raise ValueError(f"BERTConfig.classifier_pooling must be one of {CLASSIFIER_POOLINGS}, "
                              f"got {self.classifier_pooling!r}.")
+
+    def _validate_deberta_fields(self) -> None:
+        kinds = self.pos_att_type or []
+        if not all(isinstance(t, str) for t in kinds):
+            raise ValueError(f"BERTConfig.pos_att_type must be a list of 'c2p' / 'p2c' (or HF's 'p2c|c2p'), "
+                             f"got {self.pos_att_type!r}.")
+        unknown = [t for t in kinds if t not in ("c2p", "p2c")]
+        if unknown:
+            raise ValueError(f"BERTConfig.pos_att_type={self.pos_att_type!r}: {unknown[0]!r} is not a DeBERTa-v2 "
+                             "attention term (it has 'c2p' and 'p2c' only; HF's DebertaV2 has no 'p2p'); drop "
+                             f"{unknown[0]!r} (deberta-v3: ['p2c', 'c2p']).")
+        for name in ("pooler_hidden_act", "conv_act"):
+            value = getattr(self, name)
+            if value is not None and value not in ACTIVATIONS:
+                raise ValueError(f"BERTConfig.{name} {value!r} is unknown; use one of {ACTIVATIONS}.")
+        if not 0.0 <= self.context_pooler_dropout < 1.0:
+            raise ValueError(f"BERTConfig.context_pooler_dropout must lie in [0, 1), got "
+                             f"{self.context_pooler_dropout!r}.")
+        norms = [t.strip() for t in self.norm_rel_ebd.lower().split("|")]
+        if any(t not in ("none", "layer_norm") for t in norms):
+            raise ValueError(f"BERTConfig.norm_rel_ebd={self.norm_rel_ebd!r} is not supported; use 'layer_norm' "
+                             "(deberta-v3) or 'none'.")
+        if self.position_buckets == 0 or self.position_buckets == 1:
+            raise ValueError(f"BERTConfig.position_buckets={self.position_buckets!r}: use -1 (no buckets: one "
+                             "relative position per distance) or at least 2 (deberta-v3: 256).")
+        span = self.max_relative_positions if self.max_relative_positions >= 1 else self.max_position_embeddings
+        if self.position_buckets > 1 and span <= self.position_buckets // 2 + 1:
+            raise ValueError(f"BERTConfig.position_buckets={self.position_buckets}: its logarithmic buckets need "
+                             f"max_relative_positions (here {span}) above position_buckets // 2 + 1 = "
+                             f"{self.position_buckets // 2 + 1}; lower position_buckets (deberta-v3: 256 with 512) "
+                             "or raise max_relative_positions.")
+        if self.conv_kernel_size < 0 or (self.conv_kernel_size and self.conv_kernel_size % 2 == 0):
+            raise ValueError(f"BERTConfig.conv_kernel_size={self.conv_kernel_size!r}: use 0 (no convolution) or an "
+                             "odd size (deberta-v2-xlarge: 3), which keeps the sequence length.")
+        if self.conv_groups < 1 or self.hidden_size % self.conv_groups:
+            raise ValueError(f"BERTConfig.conv_groups={self.conv_groups!r} must be a positive divisor of "
+                             f"hidden_size ({self.hidden_size}).")
+        if not self.legacy and not (self.tie_word_embedding and self.embedding_width == self.hidden_size):
+            raise ValueError("BERTConfig.legacy=False (DeBERTa's lm_predictions head) always decodes with the word "
+                             "embeddings, from hidden_size; set tie_word_embedding=True and embedding_size=None, or "
+                             "legacy=True for an untied or narrower decoder.")
 
     # ------------------------------------------------------------------ derived
     @property

@@ -72,6 +72,8 @@ class Family:
     * ``rotary``: attention rotates queries and keys (RoPE): global layers with ``global_rope_theta`` every
       ``global_attn_every_n_layers`` layers, sliding-window layers with ``local_rope_theta`` between them
       (HF's ``rope_parameters`` and ``layer_types``).
+    * ``optional_token_types``: ``type_vocab_size`` 0 is allowed and means no token-type table (HF's DeBERTa-v2:
+      its released checkpoints have none); token type ids are then ignored.
     * ``hf_defaults``: our fields' values when an HF config of this family leaves a key out (its HF config
       class's defaults, where they differ from :class:`BERTConfig`'s); also the family's base preset.
 
@@ -102,6 +104,7 @@ class Family:
     hf_sdpa: bool = True
     shared_head: bool = False
     rotary: bool = False
+    optional_token_types: bool = False
     hf_defaults: Mapping[str, Any] = field(default_factory=dict)
 
 
@@ -165,6 +168,24 @@ FAMILIES: dict[str, Family] = {
                          layer_norm_eps=1e-5, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
                          classifier_dropout=0.0, attention_bias=False, norm_bias=False, mlp_bias=False,
                          classifier_bias=False, classifier_activation="gelu", global_attn_every_n_layers=3)),
+    # DeBERTa-v2/v3 and mDeBERTa: BERT's post-LN layer with disentangled attention (content-to-position and
+    # position-to-content terms over relative positions, the "deberta" layer variant and its own embeddings), no
+    # pooler in the bare backbone, HF's ContextPooler (the pooler with pooler_hidden_act) before its classifiers
+    "deberta-v2": Family(
+        "deberta-v2", ("deberta-v2",), ("DebertaV2",), next_sentence=False,
+        special_ids={"pad_token_id": 0, "cls_token_id": 1, "sep_token_id": 2, "unk_token_id": 3,
+                     "mask_token_id": 128000},
+        causal_lm_class=None, layer="deberta", pooler=False, head_activation="gelu", hf_sdpa=False,
+        optional_token_types=True,
+        hf_config_keys={"cls_dropout": "pooler_dropout", "pooler_dropout": "context_pooler_dropout",
+                        **{name: name for name in (
+                            "embedding_size", "pooler_hidden_act", "relative_attention", "max_relative_positions",
+                            "position_buckets", "pos_att_type", "share_att_key", "norm_rel_ebd",
+                            "position_biased_input", "conv_kernel_size", "conv_groups", "conv_act", "legacy")}},
+        fixed_fields={"is_decoder": False, "add_cross_attention": False},
+        field_defaults={"pooler_hidden_act": "gelu"},
+        hf_defaults=dict(vocab_size=128100, hidden_size=1536, num_hidden_layers=24, num_attention_heads=24,
+                         intermediate_size=6144, type_vocab_size=0, layer_norm_eps=1e-7)),
 }
 
 #: Fields only some families use, and their defaults. At the default they change nothing (BERT's architecture) and are
@@ -176,6 +197,10 @@ FAMILY_FIELDS: dict[str, Any] = {
     "norm_bias": True, "mlp_bias": True, "mlp_dropout": 0.0, "classifier_bias": True,  # ModernBERT
     "classifier_activation": None, "classifier_pooling": "cls", "global_attn_every_n_layers": 1,
     "local_attention": 128, "global_rope_theta": 160_000.0, "local_rope_theta": 10_000.0,
+    "pooler_hidden_act": None, "context_pooler_dropout": 0.0, "relative_attention": False,  # DeBERTa-v2
+    "max_relative_positions": -1, "position_buckets": -1, "pos_att_type": None, "share_att_key": False,
+    "norm_rel_ebd": "none", "position_biased_input": True, "conv_kernel_size": 0, "conv_groups": 1,
+    "conv_act": "tanh", "legacy": True,
 }
 
 #: HF model_type -> family name

@@ -5,6 +5,7 @@ from bertkit.modeling import *  # noqa: F403
 from bertkit.modeling import __all__ as _modeling_all
 from bertkit.presets import (
            CamemBERTConfig,
+           DeBERTaV2Config,
            DistilBERTConfig,
            ELECTRAConfig,
            ModernBERTConfig,
@@ -14,6 +15,6 @@ from bertkit.presets import (
 )
 from bertkit.tokenization import BERTTokenizer, BERTTokenizerFast
 
-__all__ = ["BERTConfig", "BERTTokenizer", "BERTTokenizerFast", "CamemBERTConfig", "DistilBERTConfig",
+__all__ = ["BERTConfig", "BERTTokenizer", "BERTTokenizerFast", "CamemBERTConfig", "DeBERTaV2Config", "DistilBERTConfig",
            "ELECTRAConfig", "MPNetConfig",
            "ModernBERTConfig", "RoBERTaConfig", "XLMRoBERTaConfig", *_modeling_all]

@@ -55,6 +55,12 @@ FAMILY_PRESETS: dict[str, dict[str, Any]] = {
     "distilbert": dict(family="distilbert", num_hidden_layers=6, pooler_dropout=0.2, qa_dropout=0.1),
     "electra": dict(family="electra", embedding_size=768),
     "modernbert": dict(family="modernbert", **FAMILIES["modernbert"].hf_defaults),
+    # microsoft/deberta-v3-base (mdeberta-v3-base: vocab_size=251000): relative attention in 256 log buckets,
+    # shared position projections, no absolute positions nor token types
+    "deberta-v2": dict(family="deberta-v2", vocab_size=128100, max_position_embeddings=512, type_vocab_size=0,
+                       layer_norm_eps=1e-7, relative_attention=True, position_buckets=256, norm_rel_ebd="layer_norm",
+                       share_att_key=True, pos_att_type=["p2c", "c2p"], position_biased_input=False,
+                       pooler_hidden_act="gelu"),
 }
 
 
@@ -112,6 +118,15 @@ def ModernBERTConfig(**overrides: Any) -> BERTConfig:
     vocabulary 50368 with pad 50283, [CLS] 50281, [SEP] 50282, [MASK] 50284); ``overrides`` are BERTConfig fields.
     """
     return family_config("modernbert", **overrides)
+
+
+def DeBERTaV2Config(**overrides: Any) -> BERTConfig:
+    """A ``BERTConfig(family="deberta-v2")`` with microsoft/deberta-v3-base's values (BERT-base sizes, vocabulary
+    128100 with [PAD] 0, [CLS] 1, [SEP] 2, [UNK] 3, [MASK] 128000, relative attention (``pos_att_type`` p2c and c2p,
+    ``share_att_key``) over 256 log buckets of 512 positions, the relative embeddings LayerNorm-ed, no absolute
+    positions nor token types, LayerNorm eps 1e-7); ``overrides`` are BERTConfig fields (mDeBERTa-v3:
+    ``vocab_size=251000``; v2-style: ``position_buckets=-1, share_att_key=False, conv_kernel_size=3``...)."""
+    return family_config("deberta-v2", **overrides)
 
 
 @dataclass(frozen=True)

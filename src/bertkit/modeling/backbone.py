@@ -117,9 +117,10 @@ class BERT(BERTPreTrainedModel):
 
     def __init__(self, config: BERTConfig, add_pooling_layer: bool | None = None):
         super().__init__(config)
-        self.embeddings = BERTEmbeddings(config)
+        self.embeddings = (layer_variant(config).build("embeddings") or BERTEmbeddings)(config)
         self.embeddings_project = Linear(config.embedding_width, config.hidden_size) \
-            if config.embedding_width != config.hidden_size else None
+            if config.embedding_width != config.hidden_size and not getattr(self.embeddings, "projects", False) \
+            else None
         self.encoder = BERTEncoder(config)
         if add_pooling_layer is None:
             add_pooling_layer = config.family_spec.pooler

@@ -34,6 +34,8 @@ def backbone_parameters(config: BERTConfig, pooler: bool | None = None) -> int:
     MPNet's relative position bias table (``relative_attention_num_buckets`` x heads)."""
     h, e = config.hidden_size, config.embedding_width
     spec = config.family_spec
+    if spec.layer == "deberta":  # no pooler in the bare backbone; the classifiers' ContextPooler is BERT's pooler
+        return _deberta_backbone(config) + (h * h + h if pooler else 0)
     tables = config.vocab_size + (config.max_position_embeddings if spec.position_embeddings else 0) \
         + (config.type_vocab_size if spec.token_types else 0)
     embeddings = tables * e
@@ -42,6 +44,29 @@ def backbone_parameters(config: BERTConfig, pooler: bool | None = None) -> int:
     shared = config.relative_attention_num_buckets * config.num_attention_heads if spec.layer == "mpnet" else 0
     pooler = spec.pooler if pooler is None else pooler
     return embeddings + config.num_hidden_layers * layer_parameters(config) + shared + (h * h + h if pooler else 0)
+
+
+def _deberta_backbone(config: BERTConfig) -> int:
+    """DeBERTa-v2's backbone (no pooler): its embeddings (positions with ``position_biased_input``, token types where
+    ``type_vocab_size > 0``, ``embed_proj`` without bias, LayerNorm over H), the layers with their separate position
+    projections, ``rel_embeddings`` (+ LayerNorm) and the first layer's convolution."""
+    h, e = config.hidden_size, config.embedding_width
+    tables = config.vocab_size + (config.max_position_embeddings if config.position_biased_input else 0) \
+        + config.type_vocab_size
+    embeddings = tables * e + (e * h if e != h else 0) + 2 * h
+    kinds = config.pos_att_type or []
+    separate = config.relative_attention and not config.share_att_key
+    projections = (h * h + h) * sum(separate and kind in kinds for kind in ("c2p", "p2c"))
+    relative = 0
+    if config.relative_attention:
+        span = config.position_buckets if config.position_buckets > 0 else (
+            config.max_relative_positions if config.max_relative_positions >= 1 else config.max_position_embeddings)
+        relative = 2 * span * h
+    relative += 2 * h if "layer_norm" in config.norm_rel_ebd.lower() else 0
+    k = config.conv_kernel_size
+    conv = h * (h // config.conv_groups) * k + h + 2 * h if k else 0
+    layers = config.num_hidden_layers * (layer_parameters(config) + projections)
+    return embeddings + layers + relative + conv
 
 
 def _layer_norm(config: BERTConfig, width: int | None = None) -> int:

@@ -160,7 +160,7 @@ def _cache(g: _Given) -> None:
 def _token_types(g: _Given) -> None:
     """Segment ids per token, queued for their range; dropped for a family without segment embeddings."""
     cfg = g.config
-    if not cfg.family_spec.token_types:
+    if not cfg.family_spec.token_types or cfg.type_vocab_size == 0:
         g.token_type_ids = None  # a family without segment embeddings ignores them (tokenizers may still send 0s)
     if g.token_type_ids is None:
         return

@@ -385,16 +385,19 @@ class BERTLayer(nn.Module):
 class BERTPooler(nn.Module):
     """tanh(dense(h[:, 0])): the [CLS] representation used by NSP and classifiers.
 
-    The activation is the family's ``head_activation`` (tanh for BERT; DistilBERT's ``pre_classifier`` is this
-    pooler with relu, ELECTRA's multiple-choice ``sequence_summary`` with gelu)."""
+    The activation is ``pooler_hidden_act``, else the family's ``head_activation`` (tanh for BERT; DistilBERT's
+    ``pre_classifier`` is this pooler with relu, ELECTRA's multiple-choice ``sequence_summary`` with gelu); a
+    dropout of ``context_pooler_dropout`` before the dense layer where set (DeBERTa's ``ContextPooler``)."""
 
     def __init__(self, config: BERTConfig):
         super().__init__()
         self.dense = Linear(config.hidden_size, config.hidden_size)
-        self.activation = ACT_FNS[config.family_spec.head_activation]
+        self.activation = ACT_FNS[config.pooler_hidden_act or config.family_spec.head_activation]
+        self.dropout = Dropout(config.context_pooler_dropout) if config.context_pooler_dropout else None
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        return self.activation(self.dense(hidden_states[:, 0]))  # [B, L, H] -> [B, H]
+        first = hidden_states[:, 0]  # [B, L, H] -> [B, H]
+        return self.activation(self.dense(first if self.dropout is None else self.dropout(first)))
 
 
 class BERTPredictionHeadTransform(nn.Module):

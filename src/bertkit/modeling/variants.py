@@ -18,6 +18,9 @@ A variant's contract:
   to every layer as keywords; each layer takes the entries it needs.
 * ``final_norm`` (optional) builds ``encoder.final_norm``, applied to the last layer's output.
 * ``unpadded``: whether the layer runs on packed tokens (:mod:`bertkit.modeling.unpad`).
+* ``embeddings`` (optional) builds ``embeddings`` in place of
+  :class:`~bertkit.modeling.layers.BERTEmbeddings` (same ``forward``); one with a true ``projects`` attribute maps
+  to H itself (the backbone then adds no ``embeddings_project``).
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ class LayerVariant:
     context_name: str = "context"
     final_norm: str | None = None
     unpadded: bool = True
+    embeddings: str | None = None
 
     def build(self, name: str) -> Callable[..., nn.Module] | None:
         """The builder that field ``name`` names, imported now (None for an absent optional part)."""
@@ -59,6 +63,11 @@ LAYER_VARIANTS: dict[str, LayerVariant] = {
     "modernbert": LayerVariant("bertkit.modeling.modernbert:ModernBERTLayer",
                                context="bertkit.modeling.modernbert:RotaryContext", context_name="rotary",
                                final_norm="bertkit.modeling.modernbert:final_norm"),
+    # BERT's layer with disentangled attention over relative positions (shared by the layers: encoder.relative),
+    # DeBERTa's embeddings (optional positions and token types, embed_proj before the LayerNorm)
+    "deberta": LayerVariant("bertkit.modeling.deberta:DeBERTaLayer",
+                            context="bertkit.modeling.deberta:RelativeContext", context_name="relative",
+                            embeddings="bertkit.modeling.deberta:DeBERTaEmbeddings"),
 }
 
 

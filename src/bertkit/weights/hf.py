@@ -27,7 +27,7 @@ from bertkit.modeling.fast import Linear
 from bertkit.modeling.quantization import dequantized_message
 from bertkit.weights import int8
 from bertkit.weights.adapt import LoadWarning, load_into, tied_aliases
-from bertkit.weights.tables import bertkit_to_hf_family, separate_decoder_bias
+from bertkit.weights.tables import bertkit_to_hf_family, hf_names_key, separate_decoder_bias
 
 CONFIG_NAME = "config.json"
 SAFETENSORS_NAME = "model.safetensors"
@@ -227,7 +227,7 @@ def _hf_plan(model) -> int8.PlanState | None:
     if plan is None:
         return None
     state = int8.PlanState(*plan.to_state())
-    hf_names = bertkit_to_hf_family({name: name for name in state.meta["layers"]}, model.config.family)
+    hf_names = bertkit_to_hf_family({name: name for name in state.meta["layers"]}, hf_names_key(model.config))
     return int8.renamed_plan(state, {old: new for new, old in hf_names.items()})
 
 
@@ -255,15 +255,15 @@ def save_pretrained(model, directory: str | os.PathLike, dtype: str | None = Non
                       if k in aliases and k.endswith("predictions.decoder.bias")})
     dense = [f"{name}.weight" for name, module in model.named_modules()
              if isinstance(module, Linear) and f"{name}.weight" in state]
-    state = bertkit_to_hf_family(state, model.config.family)  # RoBERTa: roberta.* / lm_head.*
+    state = bertkit_to_hf_family(state, hf_names_key(model.config))  # RoBERTa: roberta.* / lm_head.*
     if not model.config.tie_word_embedding:  # HF (v5) unties decoder.bias with the weight and reads it
         untied = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()
                   if k in aliases and k.endswith("predictions.decoder.bias")}
-        for name, tensor in bertkit_to_hf_family(untied, model.config.family).items():
+        for name, tensor in bertkit_to_hf_family(untied, hf_names_key(model.config)).items():
             state.setdefault(name, tensor)  # unless the family's HF names hold one bias (ModernBERT's decoder.bias)
     config = model.config.to_hf_dict(architecture=model.hf_architecture)
     if dtype == "int8":
-        hf_dense = bertkit_to_hf_family(dict.fromkeys(dense), model.config.family)
+        hf_dense = bertkit_to_hf_family(dict.fromkeys(dense), hf_names_key(model.config))
         state, config[int8.KEY] = int8.quantize_state(state, [name.removesuffix(".weight") for name in hf_dense],
                                                       _hf_plan(model))
     atomic_write(d / SAFETENSORS_NAME, lambda tmp: save_file(state, tmp, metadata={"format": "pt"}))

@@ -155,11 +155,55 @@ MODERNBERT_TABLE: tuple[tuple[str, str], ...] = (
     ("classifier.", "qa_outputs."),  # writing a question-answering model's
 )
 
+#: DeBERTa-v2 (HF's ``DebertaV2*`` classes) <-> bertkit: BERT's backbone under ``deberta.`` with the attention's
+#: projections ``query_proj`` / ``key_proj`` / ``value_proj`` named BERT's way (``pos_key_proj`` / ``pos_query_proj``
+#: keep their names), the encoder's ``rel_embeddings`` / ``LayerNorm`` in ``encoder.relative`` (the "deberta"
+#: variant's context), its ``conv`` in the first layer; the ContextPooler ``pooler.dense`` is BERT's pooler. The
+#: masked LM's legacy head (``cls.predictions.*``, HF's default) is BERT's and is written; the ``legacy=False``
+#: layout (``lm_predictions.lm_head.*``, decoding with the word embeddings) is read into the same modules and
+#: written by :data:`DEBERTA_LM_PREDICTIONS_TABLE`.
+_DEBERTA_ATTENTION = tuple((f"attention.self.{name}_proj.", f"attention.self.{name}.") for name in
+                           ("query", "key", "value"))
+_DEBERTA_BACKBONE = (
+    *((_BERT_LAYER + a, _BERT_LAYER + b) for a, b in _DEBERTA_ATTENTION),
+    ("encoder.rel_embeddings.", "encoder.relative.rel_embeddings."),
+    ("encoder.LayerNorm.", "encoder.relative.LayerNorm."),
+    ("encoder.conv.", "encoder.layer.0.conv."),
+)
+_DEBERTA_HEADS = (
+    ("pooler.", "bert.pooler."),  # before the backbone's prefix, which would take it when saving
+    ("deberta.", "bert."),
+)
+DEBERTA_TABLE: tuple[tuple[str, str], ...] = (
+    ("cls.predictions.", "cls.predictions."),  # the legacy head: written as such
+    *_backbone_rows("deberta.", _DEBERTA_BACKBONE),
+    *_DEBERTA_HEADS,
+    ("lm_predictions.lm_head.bias", "cls.predictions.bias"),
+    ("lm_predictions.lm_head.", "cls.predictions.transform."),
+)
+#: A ``legacy=False`` DeBERTa-v2 masked LM's names (its head ``lm_predictions.lm_head.*``): writing only
+#: (:func:`hf_names_key`).
+DEBERTA_LM_PREDICTIONS_TABLE: tuple[tuple[str, str], ...] = (
+    ("lm_predictions.lm_head.bias", "cls.predictions.bias"),
+    ("lm_predictions.lm_head.", "cls.predictions.transform."),
+    *_backbone_rows("deberta.", _DEBERTA_BACKBONE),
+    *_DEBERTA_HEADS,
+)
+
 #: ``BERTConfig.family`` -> its HF names table (BERT's HF names are bertkit's: no table).
 HF_FAMILY_TABLES: dict[str, tuple[tuple[str, str], ...]] = {
     "bert": (), "roberta": ROBERTA_TABLE, "mpnet": MPNET_TABLE, "distilbert": DISTILBERT_TABLE,
     "electra": ELECTRA_TABLE, "modernbert": MODERNBERT_TABLE,
+    "deberta-v2": DEBERTA_TABLE, "deberta-v2/lm_predictions": DEBERTA_LM_PREDICTIONS_TABLE,
 }
+
+
+def hf_names_key(config) -> str:
+    """The :data:`HF_FAMILY_TABLES` key that writes ``config``'s checkpoints: its family, or a layout of it that
+    the config selects (DeBERTa-v2's ``legacy=False`` masked-LM head)."""
+    if config.family == "deberta-v2" and not config.legacy:
+        return "deberta-v2/lm_predictions"
+    return config.family
 
 #: ``BERTConfig.family`` -> ``(checkpoint prefix, model prefix)`` pairs (bertkit's names): where a model has
 #: parameters under the model prefix and the checkpoint none, the checkpoint's under the other prefix fill them.
