@@ -1,5 +1,6 @@
 """``zero-shot-classification`` equal to HF's pipeline on NLI classifiers of several families (tiny random HF
-checkpoints, two orders of the NLI labels and a two-label model), its bad input, the server through
+checkpoints: BERT, RoBERTa, ModernBERT, XLM-R, ELECTRA, DeBERTa-v2/v3; two orders of the NLI labels and a
+two-label model), its bad input, the server through
 huggingface_hub's ``InferenceClient`` on 127.0.0.1, and ``bertkit predict zero-shot-classification``."""
 
 from __future__ import annotations
@@ -27,18 +28,35 @@ CALLS = [dict(candidate_labels=["wealth", "marriage", "sport", "travel"]),
          dict(candidate_labels=["good news", "bad news"], hypothesis_template="The tone is {}.")]
 
 
+SIZES = dict(vocab_size=300, hidden_size=36, num_hidden_layers=2, num_attention_heads=3, intermediate_size=52,
+             max_position_embeddings=64)
+#: HF classes and switches of the families built here (with BERT's WordPiece tokenizer: the pipeline does not care
+#: which kind): BERT, and DeBERTa-v3 (log-bucketed relative positions, c2p + p2c, no token types) and v2 (separate
+#: position projections, token types, the conv layer), as tests/test_family_deberta.py has them
+BUILT = {
+    "bert": (transformers.BertConfig, transformers.BertForSequenceClassification, {}),
+    "deberta-v3": (transformers.DebertaV2Config, transformers.DebertaV2ForSequenceClassification,
+                   dict(type_vocab_size=0, relative_attention=True, position_buckets=8, max_relative_positions=32,
+                        norm_rel_ebd="layer_norm", share_att_key=True, pos_att_type=["p2c", "c2p"],
+                        position_biased_input=False, layer_norm_eps=1e-7, pad_token_id=0)),
+    "deberta-v2": (transformers.DebertaV2Config, transformers.DebertaV2ForSequenceClassification,
+                   dict(type_vocab_size=2, relative_attention=True, max_relative_positions=6, share_att_key=False,
+                        pos_att_type=["c2p", "p2c"], position_biased_input=True, conv_kernel_size=3,
+                        conv_act="gelu", embedding_size=20, layer_norm_eps=1e-7, pad_token_id=0)),
+}
+
+
 def nli_dir(root, family: str, id2label: dict[int, str] = NLI, seed: int = 0):
     """An HF sequence classifier of ``family`` with ``id2label`` (weights spread wide, so the labels' scores
     differ), written by transformers."""
     labels = dict(num_labels=len(id2label), id2label=id2label, label2id={v: k for k, v in id2label.items()},
                   initializer_range=0.6)
-    if family != "bert":
+    if family not in BUILT:
         return family_dir(root, family, "AutoModelForSequenceClassification", seed=seed, **labels)
-    directory = root / "bert-AutoModelForSequenceClassification"
+    config_class, model_class, switches = BUILT[family]
+    directory = root / f"{family}-AutoModelForSequenceClassification"
     torch.manual_seed(seed)
-    config = transformers.BertConfig(vocab_size=300, hidden_size=36, num_hidden_layers=2, num_attention_heads=3,
-                                     intermediate_size=52, max_position_embeddings=64, **labels)
-    transformers.BertForSequenceClassification(config).save_pretrained(directory)
+    model_class(config_class(**SIZES, **switches, **labels)).save_pretrained(directory)
     transformers.BertTokenizerFast(vocab=_bert_vocab(), model_max_length=64).save_pretrained(directory)
     return directory
 
@@ -56,7 +74,8 @@ def assert_same(got, want):
 
 
 @pytest.mark.parametrize(("family", "id2label"), [("bert", NLI), ("roberta", NLI), ("modernbert", NLI),
-                                                  ("xlm-roberta", REVERSED), ("electra", TWO)])
+                                                  ("xlm-roberta", REVERSED), ("electra", TWO),
+                                                  ("deberta-v3", REVERSED), ("deberta-v2", NLI)])
 def test_equal_to_hf_pipeline(tmp_path, family, id2label):
     ours, hf = both(nli_dir(tmp_path, family, id2label))
     assert len(ours.tokenizer(TEXTS[2])["input_ids"]) > ours.max_length  # the premise is cut (only_first)
