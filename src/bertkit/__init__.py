@@ -57,6 +57,7 @@ _LAZY = {
     "ELECTRAConfig": "bertkit.presets",
     "ModernBERTConfig": "bertkit.presets",
     "DeBERTaV2Config": "bertkit.presets",
+    "EuroBERTConfig": "bertkit.presets",
     "BERTTokenizerFast": "bertkit.tokenization",
     "BERTTokenizer": "bertkit.tokenization",
     "TokenizerFast": "bertkit.tokenization",
@@ -91,6 +92,7 @@ if TYPE_CHECKING:  # for IDEs and type checkers
     from bertkit.presets import DeBERTaV2Config as DeBERTaV2Config
     from bertkit.presets import DistilBERTConfig as DistilBERTConfig
     from bertkit.presets import ELECTRAConfig as ELECTRAConfig
+    from bertkit.presets import EuroBERTConfig as EuroBERTConfig
     from bertkit.presets import ModernBERTConfig as ModernBERTConfig
     from bertkit.presets import MPNetConfig as MPNetConfig
     from bertkit.presets import RoBERTaConfig as RoBERTaConfig

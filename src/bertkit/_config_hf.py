@@ -38,8 +38,8 @@ def to_hf_dict(config: Any, architecture: str | None = None) -> dict[str, Any]:
     spec = config.family_spec
     d = config.to_dict()
     d.pop("family", None)
-    for name in _NON_HF_OPTIONS:
-        if name not in spec.hf_config_keys.values() and not d.pop(name):
+    for name in _NON_HF_OPTIONS:  # a family's fixed value is checked with the others (_family_hf_keys)
+        if name not in spec.hf_config_keys.values() and name not in spec.fixed_fields and not d.pop(name):
             raise ValueError(f"BERTConfig.{name}=False has no HF transformers equivalent, so this model "
                              "cannot be written as an HF checkpoint; save its state_dict with torch.save.")
     d["tie_word_embeddings"] = d.pop("tie_word_embedding")
@@ -56,6 +56,9 @@ def to_hf_dict(config: Any, architecture: str | None = None) -> dict[str, Any]:
         d[hf_key] = d[ours]
     if spec.rotary:
         d.update(_hf_rotary_keys(config))
+    if spec.rope:
+        d.pop("rope_theta", None), d.pop("rope_scaling", None)
+        d["rope_parameters"] = {"rope_theta": config.rope_theta, "rope_type": "default", **(config.rope_scaling or {})}
     if architecture is not None:
         d["architectures"] = [config.hf_architecture_name(architecture)]
     return _family_hf_keys(config, d)
@@ -71,7 +74,7 @@ def _family_hf_keys(config: Any, d: dict[str, Any]) -> dict[str, Any]:
                              f"{value!r}, so this model cannot be written as an HF checkpoint; set it to that "
                              "value, or save its state_dict with torch.save.")
         d.pop(name, None)
-    supported = set(spec.hf_config_keys.values())
+    supported = set(spec.hf_config_keys.values()) | ({"rope_theta", "rope_scaling"} if spec.rope else set())
     for name, default in FAMILY_FIELDS.items():
         if name not in supported and getattr(config, name) != default:
             raise ValueError(f"BERTConfig.{name}={getattr(config, name)!r} has no equivalent in HF's {prefix} "
@@ -88,6 +91,8 @@ def _family_hf_keys(config: Any, d: dict[str, Any]) -> dict[str, Any]:
         d[hf_key] = stands_for[name] if value is None and name in stands_for else value
         if name == "classifier_activation":
             d[hf_key] = _HF_ACTIVATION_NAMES.get(d[hf_key], d[hf_key])
+        if name in spec.hf_values:  # HF's spelling of the value (only there: DeBERTa's pos_att_type is a list)
+            d[hf_key] = spec.hf_values[name].get(d[hf_key], d[hf_key])
     d.update(spec.hf_constants)
     return d
 
@@ -137,7 +142,11 @@ def from_hf_dict(config_class: type, d: Mapping[str, Any]) -> Any:
                     f"position_embedding_type={value!r} is not supported; bertkit implements "
                     "BERT's absolute position embeddings."
                 )
+        elif key == "head_dim":
+            _check_head_dim(d, value)
         elif key in known and value is not None:
+            value = {hf: ours for ours, hf in spec.hf_values.get(key, {}).items()}.get(value, value) \
+                if spec is not None and isinstance(value, str) else value  # a family's spelling of the value
             problem = type_problem(config_class, key, value)
             if problem:
                 raise ValueError(f"{given_key} {problem}.")
@@ -152,6 +161,8 @@ def from_hf_dict(config_class: type, d: Mapping[str, Any]) -> Any:
             del kwargs["id2label"]  # HF's placeholder names carry no information
     if own is not None and own.rotary:
         kwargs.update(_rotary_fields(config_class, d, kwargs.get("num_hidden_layers", 12)))
+    if own is not None and own.rope:
+        kwargs.update(_rope_fields(config_class, d))
     for hf_key, ours in (spec.hf_token_keys if spec is not None else {}).items():
         if d.get(hf_key) is not None and ours not in kwargs:
             problem = type_problem(config_class, ours, d[hf_key])
@@ -159,6 +170,16 @@ def from_hf_dict(config_class: type, d: Mapping[str, Any]) -> Any:
                 raise ValueError(f"{hf_key} {problem}.")
             kwargs[ours] = d[hf_key]
     return config_class(**kwargs)
+
+
+def _check_head_dim(d: Mapping[str, Any], head_dim: Any) -> None:
+    """HF's ``head_dim`` (Llama-style configs) must be ``hidden_size / num_attention_heads``, the only width bertkit
+    builds; ``ValueError`` otherwise."""
+    hidden, heads = d.get("hidden_size", 768), d.get("num_attention_heads", 12)
+    if head_dim is not None and isinstance(hidden, int) and isinstance(heads, int) and heads > 0 \
+            and head_dim != hidden // heads:
+        raise ValueError(f"head_dim={head_dim!r} is not hidden_size / num_attention_heads = {hidden // heads}; "
+                         "bertkit builds heads of that width only: remove head_dim or make them agree.")
 
 
 def _family_fields(d: Mapping[str, Any]) -> dict[str, Any]:
@@ -203,6 +224,33 @@ def _rotary_fields(config_class: type, d: Mapping[str, Any], num_layers: Any) ->
     layer_types = d.get("layer_types")
     if layer_types is not None:
         out["global_attn_every_n_layers"] = _global_every(layer_types, num_layers)
+    return out
+
+
+def _rope_fields(config_class: type, d: Mapping[str, Any]) -> dict[str, Any]:
+    """``rope_theta`` / ``rope_scaling`` of a family with one rope (:attr:`~bertkit.families.Family.rope`) from HF's
+    flat ``rope_parameters``; an older config's ``rope_scaling`` wins over it and ``rope_theta`` fills in a missing
+    theta, as in HF. A default rope type with nothing else is ``rope_scaling=None``."""
+    given = d.get("rope_scaling") or d.get("rope_parameters")
+    key = "rope_scaling" if d.get("rope_scaling") else "rope_parameters"
+    if given is None:
+        return {}
+    if not isinstance(given, Mapping):
+        raise ValueError(f"{key} must be an object ({{\"rope_theta\": 10000.0, \"rope_type\": \"default\"}}), "
+                         f"got {describe(given)}.")
+    out: dict[str, Any] = {}
+    scaling = {k: v for k, v in given.items() if k != "rope_theta"}
+    if "type" in scaling:  # HF's older spelling of rope_type
+        scaling.setdefault("rope_type", scaling.pop("type"))
+    theta = given.get("rope_theta", d.get("rope_theta"))
+    if theta is not None:
+        problem = type_problem(config_class, "rope_theta", theta)
+        if problem:
+            raise ValueError(f"{key}.rope_theta {problem}.")
+        out["rope_theta"] = theta
+    if scaling.get("rope_type", "default") == "default" and set(scaling) <= {"rope_type"}:
+        scaling = None
+    out["rope_scaling"] = scaling
     return out
 
 

@@ -38,7 +38,7 @@ from typing import Any
 
 import bertkit._config_hf as _config_hf  # not `from bertkit import`: the package's lazy __getattr__ imports modeling
 from bertkit._config_types import type_problem
-from bertkit.families import _FAMILY_OF_MODEL_TYPE, FAMILIES, FAMILY_FIELDS, Family
+from bertkit.families import _FAMILY_OF_MODEL_TYPE, FAMILIES, FAMILY_FIELDS, ROPE_TYPES, Family
 from bertkit.io import atomic_write_text
 
 #: Activation names accepted by ``hidden_act``. "gelu" is the exact erf form used by
@@ -56,8 +56,9 @@ ACTIVATION_ALIASES = {
 ATTN_IMPLEMENTATIONS = ("sdpa", "eager")
 
 #: ``classifier_pooling``: the sentence representation of a ``shared_head`` family's classifiers (ModernBERT) is
-#: its first token (``"cls"``) or the mean over its real tokens (``"mean"``)
-CLASSIFIER_POOLINGS = ("cls", "mean")
+#: its first token (``"cls"``) or the mean over its real tokens (``"mean"``); EuroBERT's classifier also averages its
+#: per-token logits over the real tokens (``"late"``). Each family takes those of ``Family.classifier_poolings``.
+CLASSIFIER_POOLINGS = ("cls", "mean", "late")
 
 PROBLEM_TYPES = ("regression", "single_label_classification", "multi_label_classification")
 
@@ -125,6 +126,12 @@ class BERTConfig:
     classifiers ``pooler_hidden_act`` and ``context_pooler_dropout`` (HF's ``pooler_dropout``; HF's ``cls_dropout`` is
     ``pooler_dropout``). ``type_vocab_size`` may be 0 there (no token types); :func:`bertkit.presets.DeBERTaV2Config`
     gives deberta-v3-base's values.
+    ``family="eurobert"`` builds EuroBERT's Llama-style layers (:mod:`bertkit.modeling.llama_layer`: RMSNorm with
+    ``layer_norm_eps``, grouped-query attention over ``num_key_value_heads`` with the rope of ``rope_theta`` /
+    ``rope_scaling``, SwiGLU, ``attention_bias`` / ``mlp_bias``), embeddings without norm, positions or token types
+    (``embedding_layer_norm=False``), a masked LM that is one ``lm_head`` Linear, and a sequence classifier that pools
+    by ``classifier_pooling`` ``"cls"`` (HF's ``"bos"``), ``"mean"`` or ``"late"``;
+    :func:`bertkit.presets.EuroBERTConfig` gives HF's defaults.
     """
 
     #: Rows of the word-embedding table: the tokenizer's vocabulary size.
@@ -237,6 +244,16 @@ class BERTConfig:
     conv_act: str = "tanh"
     #: DeBERTa's masked-LM head layout: True, HF's default ``cls.predictions.*``; False, ``lm_predictions.lm_head.*``.
     legacy: bool = True
+    # the rope of a family with one rope for every layer (Family.rope: GTE, NomicBERT, Jina v3, EuroBERT); HF's
+    # flat rope_parameters is {"rope_theta": rope_theta, **rope_scaling}
+    #: The rotary base (HF's ``rope_parameters["rope_theta"]``).
+    rope_theta: float = 10_000.0
+    #: The rest of HF's ``rope_parameters``: ``rope_type`` (``linear``, ``dynamic``, ``yarn``, ``llama3``) and its
+    #: keys (``factor``...), ``partial_rotary_factor``; None: the default rope over the whole head.
+    rope_scaling: dict | None = None
+    #: Key/value heads of grouped-query attention (EuroBERT's, HF's name): a divisor of ``num_attention_heads``, each
+    #: serving a group of consecutive query heads; None: one per query head.
+    num_key_value_heads: int | None = None
 
     def __post_init__(self) -> None:
         self._check_types()  # before normalising, which relies on them
@@ -360,6 +377,28 @@ class BERTConfig:
             )
         self._validate_modernbert_fields()
         self._validate_deberta_fields()
+        self._validate_rope_fields()
+
+    def _validate_rope_fields(self) -> None:
+        if not self.rope_theta > 0:
+            raise ValueError(f"BERTConfig.rope_theta must be > 0, got {self.rope_theta!r}.")
+        if self.rope_scaling is None:
+            return
+        scaling = dict(self.rope_scaling)
+        rope_type = scaling.get("rope_type", scaling.get("type", "default"))
+        if rope_type not in ROPE_TYPES:
+            raise ValueError(f"BERTConfig.rope_scaling rope_type={rope_type!r} is not supported; use one of "
+                             f"{tuple(ROPE_TYPES)} (or rope_scaling=None for the default rope).")
+        for key in ROPE_TYPES[rope_type]:
+            if not isinstance(scaling.get(key), (int, float)) or isinstance(scaling.get(key), bool):
+                raise ValueError(f"BERTConfig.rope_scaling rope_type={rope_type!r} needs the number {key!r}, "
+                                 f"got {scaling.get(key)!r}; add it, e.g. {{'rope_type': {rope_type!r}, "
+                                 f"{key!r}: 2.0}}.")
+        partial = scaling.get("partial_rotary_factor", 1.0)
+        if not (isinstance(partial, (int, float)) and 0 < partial <= 1
+                and int(self.head_dim * partial) % 2 == 0 and int(self.head_dim * partial) > 0):
+            raise ValueError(f"BERTConfig.rope_scaling partial_rotary_factor={partial!r} must lie in (0, 1] and "
+                             f"rotate an even number of the head's {self.head_dim} features.")
 
     def _validate_modernbert_fields(self) -> None:
         for name in ("global_attn_every_n_layers", "local_attention"):
@@ -373,9 +412,14 @@ class BERTConfig:
         if self.classifier_activation is not None and self.classifier_activation not in ACTIVATIONS:
             raise ValueError(f"BERTConfig.classifier_activation {self.classifier_activation!r} is unknown; use one of "
                              f"{ACTIVATIONS}, or None for the MLM head's usual activation.")
-        if self.classifier_pooling not in CLASSIFIER_POOLINGS:
-            raise ValueError(f"BERTConfig.classifier_pooling must be one of {CLASSIFIER_POOLINGS}, "
+        poolings = self.family_spec.classifier_poolings
+        if self.classifier_pooling not in poolings:
+            raise ValueError(f"BERTConfig.classifier_pooling must be one of {poolings} for family {self.family!r}, "
                              f"got {self.classifier_pooling!r}.")
+        kv_heads = self.num_key_value_heads
+        if kv_heads is not None and (kv_heads <= 0 or self.num_attention_heads % kv_heads):
+            raise ValueError(f"BERTConfig.num_key_value_heads={kv_heads!r} must be a positive divisor of "
+                             f"num_attention_heads ({self.num_attention_heads}), or None for one per query head.")
 
     def _validate_deberta_fields(self) -> None:
         kinds = self.pos_att_type or []
@@ -422,6 +466,11 @@ class BERTConfig:
     @property
     def head_dim(self) -> int:
         return self.hidden_size // self.num_attention_heads
+
+    @property
+    def key_value_heads(self) -> int:
+        """Key/value heads per layer: ``num_key_value_heads``, or ``num_attention_heads`` when it is None."""
+        return self.num_attention_heads if self.num_key_value_heads is None else self.num_key_value_heads
 
     @property
     def embedding_width(self) -> int:

@@ -9,6 +9,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+#: The rope types bertkit implements (HF's ``rope_parameters["rope_type"]``) -> the keys each one needs beside
+#: ``rope_theta`` (:func:`bertkit.modeling.rotary.rope_inverse_frequencies`).
+ROPE_TYPES: dict[str, tuple[str, ...]] = {
+    "default": (), "linear": ("factor",), "dynamic": ("factor",), "yarn": ("factor",),
+    "llama3": ("factor", "low_freq_factor", "high_freq_factor"),
+}
+
 #: bert-base-uncased's special token ids: the defaults wherever the vocabulary holds them.
 DEFAULT_SPECIAL_IDS = {"unk_token_id": 100, "cls_token_id": 101, "sep_token_id": 102, "mask_token_id": 103}
 
@@ -74,6 +81,14 @@ class Family:
       (HF's ``rope_parameters`` and ``layer_types``).
     * ``optional_token_types``: ``type_vocab_size`` 0 is allowed and means no token-type table (HF's DeBERTa-v2:
       its released checkpoints have none); token type ids are then ignored.
+    * ``rope``: attention rotates queries and keys with one rope for every layer (GTE, NomicBERT, Jina v3,
+      EuroBERT): ``rope_theta`` and ``rope_scaling``, read from and written to HF's flat ``rope_parameters``.
+    * ``mlm_transform``: the MLM head transforms the hidden states (dense, activation, LayerNorm) before its decoder;
+      without it (EuroBERT's ``lm_head``) the decoder reads the encoder's output, biased only with ``mlp_bias``.
+    * ``classifier_poolings``: the ``classifier_pooling`` values the family's sequence classifier takes (``"late"``:
+      EuroBERT's classifier on every token, its logits averaged over the real tokens).
+    * ``hf_values``: field -> {our value: the family's HF value} where HF spells a value otherwise (EuroBERT's
+      ``classifier_pooling`` ``"bos"`` is our ``"cls"``); written so, read back.
     * ``hf_defaults``: our fields' values when an HF config of this family leaves a key out (its HF config
       class's defaults, where they differ from :class:`BERTConfig`'s); also the family's base preset.
 
@@ -105,6 +120,10 @@ class Family:
     shared_head: bool = False
     rotary: bool = False
     optional_token_types: bool = False
+    rope: bool = False
+    mlm_transform: bool = True
+    classifier_poolings: tuple[str, ...] = ("cls", "mean")
+    hf_values: Mapping[str, Mapping[Any, Any]] = field(default_factory=dict)
     hf_defaults: Mapping[str, Any] = field(default_factory=dict)
 
 
@@ -186,6 +205,25 @@ FAMILIES: dict[str, Family] = {
         field_defaults={"pooler_hidden_act": "gelu"},
         hf_defaults=dict(vocab_size=128100, hidden_size=1536, num_hidden_layers=24, num_attention_heads=24,
                          intermediate_size=6144, type_vocab_size=0, layer_norm_eps=1e-7)),
+    # EuroBERT: a Llama-style pre-norm encoder (the "llama" layer variant: RMSNorm, grouped-query attention with
+    # RoPE, SwiGLU), embeddings without positions, token types or norm; its sequence classifier is BERT's pooler
+    # (HF's top-level dense, with gelu) on the pooled sequence and classifier, its masked LM one lm_head Linear
+    "eurobert": Family(
+        "eurobert", ("eurobert",), ("EuroBert",), next_sentence=False, causal_lm_class=None,
+        special_ids={"pad_token_id": 128001, "cls_token_id": 128000, "sep_token_id": 128001, "mask_token_id": 128002},
+        hf_token_keys={"bos_token_id": "cls_token_id", "eos_token_id": "sep_token_id"},
+        token_types=False, position_embeddings=False, layer="llama", pooler=False, head_activation="gelu",
+        attention_output_dropout=False, rope=True, mlm_transform=False, classifier_poolings=("cls", "mean", "late"),
+        hf_values={"classifier_pooling": {"cls": "bos"}},
+        hf_config_keys={"rms_norm_eps": "layer_norm_eps", "attention_dropout": "attention_probs_dropout_prob",
+                        **{name: name for name in ("attention_bias", "mlp_bias", "num_key_value_heads",
+                                                   "classifier_pooling")}},
+        fixed_fields={"embedding_layer_norm": False, "hidden_dropout_prob": 0.0, "classifier_dropout": None,
+                      "is_decoder": False, "add_cross_attention": False},
+        hf_defaults=dict(vocab_size=128256, hidden_act="silu", max_position_embeddings=8192, layer_norm_eps=1e-5,
+                         hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, tie_word_embedding=False,
+                         embedding_layer_norm=False, attention_bias=False, mlp_bias=False,
+                         classifier_pooling="late")),
 }
 
 #: Fields only some families use, and their defaults. At the default they change nothing (BERT's architecture) and are
@@ -201,6 +239,8 @@ FAMILY_FIELDS: dict[str, Any] = {
     "max_relative_positions": -1, "position_buckets": -1, "pos_att_type": None, "share_att_key": False,
     "norm_rel_ebd": "none", "position_biased_input": True, "conv_kernel_size": 0, "conv_groups": 1,
     "conv_act": "tanh", "legacy": True,
+    "rope_theta": 10_000.0, "rope_scaling": None,  # one rope for every layer (GTE, NomicBERT, Jina v3, EuroBERT)
+    "num_key_value_heads": None,  # EuroBERT (grouped-query attention; None: num_attention_heads)
 }
 
 #: HF model_type -> family name

@@ -8,6 +8,7 @@ from bertkit.presets import (
            DeBERTaV2Config,
            DistilBERTConfig,
            ELECTRAConfig,
+           EuroBERTConfig,
            ModernBERTConfig,
            MPNetConfig,
            RoBERTaConfig,
@@ -16,5 +17,5 @@ from bertkit.presets import (
 from bertkit.tokenization import BERTTokenizer, BERTTokenizerFast
 
 __all__ = ["BERTConfig", "BERTTokenizer", "BERTTokenizerFast", "CamemBERTConfig", "DeBERTaV2Config", "DistilBERTConfig",
-           "ELECTRAConfig", "MPNetConfig",
+           "ELECTRAConfig", "EuroBERTConfig", "MPNetConfig",
            "ModernBERTConfig", "RoBERTaConfig", "XLMRoBERTaConfig", *_modeling_all]

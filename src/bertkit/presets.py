@@ -61,6 +61,7 @@ FAMILY_PRESETS: dict[str, dict[str, Any]] = {
                        layer_norm_eps=1e-7, relative_attention=True, position_buckets=256, norm_rel_ebd="layer_norm",
                        share_att_key=True, pos_att_type=["p2c", "c2p"], position_biased_input=False,
                        pooler_hidden_act="gelu"),
+    "eurobert": dict(family="eurobert", **FAMILIES["eurobert"].hf_defaults),
 }
 
 
@@ -127,6 +128,13 @@ def DeBERTaV2Config(**overrides: Any) -> BERTConfig:
     positions nor token types, LayerNorm eps 1e-7); ``overrides`` are BERTConfig fields (mDeBERTa-v3:
     ``vocab_size=251000``; v2-style: ``position_buckets=-1, share_att_key=False, conv_kernel_size=3``...)."""
     return family_config("deberta-v2", **overrides)
+def EuroBERTConfig(**overrides: Any) -> BERTConfig:
+    """A ``BERTConfig(family="eurobert")`` with HF's ``EuroBertConfig`` defaults (EuroBERT-210m's shape: 12 layers of
+    768, silu, RMSNorm eps 1e-5, no biases, untied ``lm_head``, ``classifier_pooling`` ``"late"``, 8192 positions,
+    vocabulary 128256 with ``<|begin_of_text|>`` 128000, ``<|end_of_text|>`` 128001 (also the padding),
+    ``<|mask|>`` 128002); ``overrides`` are BERTConfig fields (``num_key_value_heads``, ``rope_theta``: the released
+    checkpoints use 250000)."""
+    return family_config("eurobert", **overrides)
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from bertkit import hooks
 from bertkit.config import BERTConfig
 from bertkit.modeling.fast import Linear
 from bertkit.modeling.layers import BERTEmbeddings, BERTLMPredictionHead, sinusoidal_table
+from bertkit.modeling.norm import RMSNorm
 
 
 class hybridmethod:
@@ -81,11 +82,11 @@ class BERTPreTrainedModel(nn.Module):
             module.weight.normal_(0.0, std)
             if module.padding_idx is not None:
                 module.weight[module.padding_idx].zero_()
-        elif isinstance(module, nn.LayerNorm):
+        elif isinstance(module, (nn.LayerNorm, RMSNorm)):
             module.weight.fill_(1.0)
-            if module.bias is not None:
+            if getattr(module, "bias", None) is not None:
                 module.bias.zero_()
-        elif isinstance(module, BERTLMPredictionHead):
+        elif isinstance(module, BERTLMPredictionHead) and module.bias is not None:
             module.bias.zero_()
         elif isinstance(module, BERTEmbeddings) and self.config.sinusoidal_pos_embds \
                 and module.position_embeddings is not None:
@@ -151,9 +152,11 @@ class BERTPreTrainedModel(nn.Module):
         out = self.get_output_embeddings()
         if out is not None:
             predictions = self.cls.predictions
-            bias = nn.Parameter(torch.zeros(new_num_tokens, device=old.weight.device, dtype=out.bias.dtype))
-            with torch.no_grad():
-                bias[:n] = predictions.bias[:n]
+            bias = None  # a head without bias (EuroBERT's lm_head without mlp_bias) keeps none
+            if predictions.bias is not None:
+                bias = nn.Parameter(torch.zeros(new_num_tokens, device=old.weight.device, dtype=out.bias.dtype))
+                with torch.no_grad():
+                    bias[:n] = predictions.bias[:n]
             decoder = Linear(old.embedding_dim, new_num_tokens, device=old.weight.device,
                                 dtype=old.weight.dtype)
             self.init_module_weights(decoder)

@@ -42,6 +42,7 @@ def backbone_parameters(config: BERTConfig, pooler: bool | None = None) -> int:
     embeddings += _layer_norm(config, e) if config.embedding_layer_norm else 0
     embeddings += e * h + h if e != h else 0  # embeddings_project
     shared = config.relative_attention_num_buckets * config.num_attention_heads if spec.layer == "mpnet" else 0
+    shared += h if spec.layer == "llama" else 0  # the final RMSNorm
     pooler = spec.pooler if pooler is None else pooler
     return embeddings + config.num_hidden_layers * layer_parameters(config) + shared + (h * h + h if pooler else 0)
 
@@ -79,9 +80,15 @@ def layer_parameters(config: BERTConfig) -> int:
 
     A ModernBERT layer: ``attn_norm``, fused ``Wqkv`` and ``Wo``, ``mlp_norm``, GeGLU ``Wi`` (to twice the
     intermediate size) and ``Wo``. Its first layer has no ``attn_norm`` and the encoder ends with ``final_norm``,
-    one LayerNorm each: counting one per layer counts both.
+    one LayerNorm each: counting one per layer counts both. A Llama-style layer (EuroBERT): ``q_proj``, ``o_proj``,
+    ``k_proj`` and ``v_proj`` of ``key_value_heads``, the gated MLP, two RMSNorms (the encoder's final RMSNorm is
+    counted with the backbone).
     """
     h, i = config.hidden_size, config.intermediate_size
+    if config.family_spec.layer == "llama":  # q, o; k, v of the key/value heads; gated MLP; two RMSNorms
+        kv = config.key_value_heads * config.head_dim
+        attention = 2 * h * h + 2 * h * kv + (2 * h + 2 * kv if config.attention_bias else 0)
+        return attention + 3 * h * i + (2 * i + h if config.mlp_bias else 0) + 2 * h
     if config.family_spec.layer == "modernbert":
         attention = 4 * h * h + (4 * h if config.attention_bias else 0)
         feed_forward = 3 * h * i + (2 * i + h if config.mlp_bias else 0)
@@ -98,6 +105,8 @@ def head_parameters(config: BERTConfig, architecture: str) -> int:
     h, v, e = config.hidden_size, config.vocab_size, config.embedding_width
     transform = h * e + (e if config.classifier_bias else 0) + _layer_norm(config, e)
     lm = transform + v + (0 if config.tie_word_embedding else v * e)  # transform, bias, decoder
+    if not config.family_spec.mlm_transform:  # EuroBERT's lm_head: the decoder alone, biased with mlp_bias
+        lm = (v if config.mlp_bias else 0) + (0 if config.tie_word_embedding else v * e)
     heads = {
         "BertModel": 0, "BertForPreTraining": lm + 2 * h + 2, "BertForMaskedLM": lm, "BertLMHeadModel": lm,
         "BertForNextSentencePrediction": 2 * h + 2, "BertForSequenceClassification": (h + 1) * config.num_labels,

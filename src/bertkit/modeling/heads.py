@@ -79,6 +79,8 @@ class TaskModel(BERTPreTrainedModel):
         (heads that read nothing else); in a ``shared_head`` family (ModernBERT) ``head`` on the sequence pooled as
         :func:`pool_sequence` says (``first_real_token``: multiple choice's first token, see there)."""
         if not self.config.family_spec.shared_head:
+            if self.config.classifier_pooling == "mean":  # the pooler on the mean of the sequence (EuroBERT's)
+                return self.bert.pooler.transform(pool_sequence(self.bert, "mean", *inputs, **kw_inputs))
             return self.bert.encode(*inputs, **kw_inputs, first_token_only=True).pooled_output
         return self.head(pool_sequence(self.bert, self.config.classifier_pooling, *inputs,
                                        first_real_token=first_real_token, **kw_inputs))
@@ -203,7 +205,9 @@ class BERTForSequenceClassification(_ClassifierHead):
     ``pooler_dropout``), or (``"first_token"``, RoBERTa, ELECTRA) a :class:`FirstTokenClassifier` named
     ``classifier`` (``classifier.dense``, ``classifier.out_proj``) on the first token, without a pooler. In a
     ``shared_head`` family (ModernBERT) the pooled output is ``head`` on the pooled sequence
-    (:meth:`TaskModel._pooled`), without a pooler.
+    (:meth:`TaskModel._pooled`), without a pooler. ``classifier_pooling`` ``"mean"`` pools the mean of the real
+    tokens instead of the first token; ``"late"`` (EuroBERT's) runs the pooler's dense layer and activation, the
+    dropout and ``classifier`` at every token and averages the logits over the real tokens.
 
     The loss follows ``config.problem_type``; when unset it is inferred as HF does:
     regression for ``num_labels == 1``, single-label for integer labels, multi-label otherwise.
@@ -231,6 +235,10 @@ class BERTForSequenceClassification(_ClassifierHead):
         if self.config.family_spec.sequence_head in SEQUENCE_HEADS:  # the last layer at the first token: [B, 1, H]
             first = self.bert.encode(*inputs, first_token_only=True).last_hidden_state[:, 0]
             return self.classifier(first)
+        if self.config.classifier_pooling == "late" and self.bert.pooler is not None:
+            mask = _padding_mask(self.bert, "late", *inputs)
+            seq = self.bert.encode(*inputs).last_hidden_state
+            return masked_mean(self.classifier(self.dropout(self.bert.pooler.transform(seq))), mask)  # [B, C]
         return self.classifier(self.dropout(self._pooled(*inputs)))
 
     def problem_type(self, labels: torch.Tensor | None = None) -> str:
@@ -436,18 +444,31 @@ def pool_sequence(bert: BERT, pooling: str, *inputs, first_real_token: bool = Fa
     """
     if pooling == "cls" and not first_real_token:
         return bert.encode(*inputs, **kw_inputs, first_token_only=True).last_hidden_state[:, 0]
-    mask = bert.validate_inputs(*inputs, **kw_inputs).attention_mask
-    if mask is not None and mask.dim() != 2:
-        raise ValueError(f"classifier_pooling={pooling!r} reads a padding mask attention_mask [batch, seq]; got "
-                         f"one of shape {tuple(mask.shape)} (per query).")
+    mask = _padding_mask(bert, pooling, *inputs, **kw_inputs)
     seq = bert.encode(*inputs, **kw_inputs).last_hidden_state  # [B, L, H]
     if pooling == "cls":
         first = mask.int().argmax(dim=-1) if mask is not None else torch.zeros_like(seq[:, 0, 0], dtype=torch.long)
         return seq[torch.arange(seq.shape[0], device=seq.device), first]
+    return masked_mean(seq, mask)
+
+
+def _padding_mask(bert: BERT, pooling: str, *inputs, **kw_inputs) -> torch.Tensor | None:
+    """The checked padding mask ``[B, L]`` (or None) of the inputs; a per-query mask is refused (pooling reads
+    which tokens are real)."""
+    mask = bert.validate_inputs(*inputs, **kw_inputs).attention_mask
+    if mask is not None and mask.dim() != 2:
+        raise ValueError(f"classifier_pooling={pooling!r} reads a padding mask attention_mask [batch, seq]; got "
+                         f"one of shape {tuple(mask.shape)} (per query).")
+    return mask
+
+
+def masked_mean(x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """``x [B, L, ...]`` averaged over the positions ``mask [B, L]`` keeps (all without a mask; a row with none
+    gives 0)."""
     if mask is None:
-        return seq.mean(dim=1)
-    weights = mask.to(seq.dtype)[..., None]  # [B, L, 1]
-    return (seq * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1)
+        return x.mean(dim=1)
+    weights = mask.to(x.dtype)[..., None]  # [B, L, 1]
+    return (x * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1)
 
 
 def gather_positions(sequence_output: torch.Tensor, pred_positions: torch.Tensor | None) -> torch.Tensor:

@@ -396,8 +396,12 @@ class BERTPooler(nn.Module):
         self.dropout = Dropout(config.context_pooler_dropout) if config.context_pooler_dropout else None
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        first = hidden_states[:, 0]  # [B, L, H] -> [B, H]
-        return self.activation(self.dense(first if self.dropout is None else self.dropout(first)))
+        return self.transform(hidden_states[:, 0])  # [B, L, H] -> [B, H]
+
+    def transform(self, x: torch.Tensor) -> torch.Tensor:
+        """``activation(dense(x))`` (DeBERTa's ContextPooler: dropout on ``x`` first) on any ``[..., H]``: the pooler
+        on another sentence representation (EuroBERT's mean) or on every token (its ``"late"`` classifier)."""
+        return self.activation(self.dense(x if self.dropout is None else self.dropout(x)))
 
 
 class BERTPredictionHeadTransform(nn.Module):
@@ -426,13 +430,17 @@ class BERTLMPredictionHead(nn.Module):
     ``decoder.weight`` is tied to the word embeddings when ``config.tie_word_embedding``;
     ``decoder.bias`` is the same parameter as ``bias`` (``cls.predictions.bias`` in checkpoints).
     Works on any leading shape: ``[..., H] -> [..., V]`` (through ``config.embedding_width``).
+    A family without the transform (``Family.mlm_transform=False``, EuroBERT's ``lm_head``) has the identity there,
+    and a bias only with ``mlp_bias`` (else ``bias`` is None).
     """
 
     def __init__(self, config: BERTConfig):
         super().__init__()
-        self.transform = BERTPredictionHeadTransform(config)
-        self.decoder = Linear(config.embedding_width, config.vocab_size)
-        self.bias = nn.Parameter(torch.zeros(config.vocab_size))
+        spec = config.family_spec
+        self.transform = BERTPredictionHeadTransform(config) if spec.mlm_transform else nn.Identity()
+        has_bias = spec.mlm_transform or config.mlp_bias
+        self.decoder = Linear(config.embedding_width, config.vocab_size, bias=has_bias)
+        self.bias = nn.Parameter(torch.zeros(config.vocab_size)) if has_bias else None
         self.decoder.bias = self.bias
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:

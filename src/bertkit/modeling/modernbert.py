@@ -7,8 +7,8 @@ layer: ``attn_norm``, ``attn.Wqkv``, ``attn.Wo``, ``mlp_norm``, ``mlp.Wi``, ``ml
   (the embeddings end with a LayerNorm), and the encoder ends with ``final_norm``. LayerNorms have a bias only
   with ``norm_bias``; the projections only with ``attention_bias`` / ``mlp_bias``;
 * one fused ``Wqkv`` projection (rows: every head's queries, then keys, then values);
-* rotary position embeddings on queries and keys (no absolute position table): theta ``global_rope_theta`` in
-  the global layers, ``local_rope_theta`` in the others;
+* rotary position embeddings on queries and keys (no absolute position table; :mod:`bertkit.modeling.rotary`):
+  theta ``global_rope_theta`` in the global layers, ``local_rope_theta`` in the others;
 * alternating attention: layer ``i`` is global when ``i % global_attn_every_n_layers == 0``; the others attend
   within a sliding window, query ``i`` to keys ``j`` with ``|i - j| <= local_attention // 2`` (HF's rule);
 * a GeGLU feed-forward block: ``Wi`` projects to ``2 * intermediate_size``, split into input and gate;
@@ -35,6 +35,7 @@ from bertkit.modeling.fast import Dropout, Linear
 from bertkit.modeling.inputs import value_checks_disabled
 from bertkit.modeling.layers import activation, attend
 from bertkit.modeling.norm import LayerNorm
+from bertkit.modeling.rotary import rope_inverse_frequencies, rotary_tables, rotate
 from bertkit.modeling.unpad import Packing
 
 
@@ -51,26 +52,6 @@ def final_norm(config: BERTConfig) -> nn.LayerNorm:
 def is_global_layer(config: BERTConfig, layer_idx: int) -> bool:
     """Whether layer ``layer_idx`` attends globally (else within the sliding window)."""
     return layer_idx % config.global_attn_every_n_layers == 0
-
-
-def rotary_tables(position_ids: torch.Tensor, head_dim: int, theta: float,
-                  dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(cos, sin)`` ``[1|B, L, head_dim]`` of rotary embeddings with base ``theta`` at ``position_ids [1|B, L]``,
-    computed in float32 (the frequencies repeat over both halves of a head, as :func:`rotate` expects)."""
-    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float, device=position_ids.device)
-                                / head_dim))
-    angles = position_ids[..., None].float() * inv_freq  # [1|B, L, hd / 2]
-    angles = torch.cat((angles, angles), dim=-1)
-    return angles.cos().to(dtype), angles.sin().to(dtype)
-
-
-def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotary embedding of ``x [B, nh, L, hd]`` with ``cos, sin [1|B, L, hd]``, in float32 like HF's, in x's dtype:
-    ``x * cos + rotate_half(x) * sin`` where ``rotate_half([x1, x2]) = [-x2, x1]`` over the halves of a head."""
-    x32 = x.float()
-    x1, x2 = x32.chunk(2, dim=-1)
-    rotated = torch.cat((-x2, x1), dim=-1)
-    return (x32 * cos[:, None] + rotated * sin[:, None]).to(x.dtype)
 
 
 def sliding_window_mask(allowed: torch.Tensor | None, length: int, half_window: int,
@@ -99,8 +80,10 @@ class RotaryContext(nn.Module):
 
     def __init__(self, config: BERTConfig):
         super().__init__()
-        self.head_dim = config.head_dim
-        self.thetas = {"global": config.global_rope_theta, "local": config.local_rope_theta}
+        thetas = {"global": config.global_rope_theta, "local": config.local_rope_theta}
+        self.frequencies = {kind: rope_inverse_frequencies({"rope_theta": theta}, config.head_dim,
+                                                           config.max_position_embeddings)
+                            for kind, theta in thetas.items()}
         self.half_window = config.local_attention // 2
         self.has_local = config.global_attn_every_n_layers > 1 and config.num_hidden_layers > 1
 
@@ -109,8 +92,8 @@ class RotaryContext(nn.Module):
         """``hidden_states [B, L, H]``, or the packed ``[N, H]`` with ``packing``; ``allowed`` and ``position_ids``
         are laid out ``[B, L]`` either way, and so are the tables and masks returned."""
         length = packing.length if packing is not None else hidden_states.shape[1]
-        rotary = {kind: rotary_tables(position_ids, self.head_dim, theta, hidden_states.dtype)
-                  for kind, theta in self.thetas.items() if kind == "global" or self.has_local}
+        rotary = {kind: rotary_tables(position_ids, *frequencies, hidden_states.dtype)
+                  for kind, frequencies in self.frequencies.items() if kind == "global" or self.has_local}
         local_allowed = sliding_window_mask(allowed, length, self.half_window,
                                             hidden_states.device) if self.has_local else None
         keyless = None

@@ -66,3 +66,22 @@ class LayerNorm(nn.LayerNorm):
             with torch.autocast("cpu", enabled=False):
                 return _LayerNorm.apply(x.float(), self.weight, self.bias, self.eps)
         return _LayerNorm.apply(x, self.weight, self.bias, self.eps)
+
+
+class RMSNorm(nn.Module):
+    """Root-mean-square norm (Llama's, EuroBERT's): ``weight * x / sqrt(mean(x ** 2) + eps)`` over the last
+    dimension, no centring and no bias. The statistics are taken in float32 and the normalised ``x`` cast back to
+    its dtype before the weight multiplies it, as HF's ``LlamaRMSNorm`` does (so bf16 rounds where HF's does)."""
+
+    def __init__(self, hidden_size: int, eps: float = 1e-5):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(hidden_size))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x32 = x.float()
+        normalised = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * normalised.to(x.dtype)
+
+    def extra_repr(self) -> str:
+        return f"{tuple(self.weight.shape)}, eps={self.eps}"

@@ -68,6 +68,10 @@ LAYER_VARIANTS: dict[str, LayerVariant] = {
     "deberta": LayerVariant("bertkit.modeling.deberta:DeBERTaLayer",
                             context="bertkit.modeling.deberta:RelativeContext", context_name="relative",
                             embeddings="bertkit.modeling.deberta:DeBERTaEmbeddings"),
+    # EuroBERT's pre-norm Llama-style layer: RMSNorm, grouped-query attention with RoPE, SwiGLU; a final RMSNorm
+    "llama": LayerVariant("bertkit.modeling.llama_layer:LlamaLayer",
+                          context="bertkit.modeling.llama_layer:RopeContext", context_name="rotary",
+                          final_norm="bertkit.modeling.llama_layer:final_norm"),
 }
 
 

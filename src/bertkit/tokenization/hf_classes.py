@@ -67,7 +67,8 @@ BERT_CLASSES = frozenset({"BertTokenizer", "DistilBertTokenizer", "ElectraTokeni
 #: config.json ``model_type`` -> the class AutoTokenizer uses when tokenizer_config.json names none
 MODEL_TYPE_CLASSES = {"bert": "BertTokenizer", "distilbert": "BertTokenizer", "electra": "BertTokenizer",
                       "roberta": "RobertaTokenizer", "xlm-roberta": "XLMRobertaTokenizer",
-                      "camembert": "CamembertTokenizer", "mpnet": "MPNetTokenizer", "modernbert": "TokenizersBackend"}
+                      "camembert": "CamembertTokenizer", "mpnet": "MPNetTokenizer", "modernbert": "TokenizersBackend",
+                      "eurobert": "TokenizersBackend"}
 
 GENERIC = CLASSES["TokenizersBackend"]
 

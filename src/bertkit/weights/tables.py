@@ -190,11 +190,29 @@ DEBERTA_LM_PREDICTIONS_TABLE: tuple[tuple[str, str], ...] = (
     *_DEBERTA_HEADS,
 )
 
+#: EuroBERT (HF's ``EuroBert*`` classes) <-> bertkit. The backbone (``model.*``; a bare ``EuroBertModel``'s without
+#: the prefix) is renamed to BERT's embeddings and encoder; inside a layer the names are HF's (the ``"llama"`` layer
+#: variant keeps them). The sequence classifier's top-level ``dense`` is BERT's pooler (gelu); ``lm_head`` is the
+#: masked LM's decoder (no transform) and its bias, present with ``mlp_bias``, the head's bias. ``classifier`` is the
+#: same on both sides.
+EUROBERT_TABLE: tuple[tuple[str, str], ...] = (
+    ("model.embed_tokens.", "bert.embeddings.word_embeddings."),
+    ("model.layers.", "bert.encoder.layer."),
+    ("model.norm.", "bert.encoder.final_norm."),
+    ("embed_tokens.", "embeddings.word_embeddings."),
+    ("layers.", "encoder.layer."),
+    ("norm.", "encoder.final_norm."),
+    ("dense.", "bert.pooler.dense."),
+    ("lm_head.bias", "cls.predictions.bias"),
+    ("lm_head.", "cls.predictions.decoder."),
+)
+
 #: ``BERTConfig.family`` -> its HF names table (BERT's HF names are bertkit's: no table).
 HF_FAMILY_TABLES: dict[str, tuple[tuple[str, str], ...]] = {
     "bert": (), "roberta": ROBERTA_TABLE, "mpnet": MPNET_TABLE, "distilbert": DISTILBERT_TABLE,
     "electra": ELECTRA_TABLE, "modernbert": MODERNBERT_TABLE,
     "deberta-v2": DEBERTA_TABLE, "deberta-v2/lm_predictions": DEBERTA_LM_PREDICTIONS_TABLE,
+    "eurobert": EUROBERT_TABLE,
 }
 
 
