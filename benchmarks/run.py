@@ -13,6 +13,7 @@ kind (fp32, bf16 or int8) measured at the start of the run.
     python benchmarks/run.py                 # everything, BERT-base (~10 min on 2 cores)
     python benchmarks/run.py --only inference --rounds 9
     python benchmarks/run.py --only families # one row per family (RoBERTa, MPNet, ...), HF vs bertkit vs ORT
+    python benchmarks/run.py --only families --families deberta-v2 eurobert   # some of them
     python benchmarks/run.py --only embedding  # all-MiniLM-L6-v2 vs sentence-transformers: step, cached-loss memory
     python benchmarks/run.py --only precision  # bf16 / int8 speed targets: embeddings, pretraining, serving
     python benchmarks/run.py --quick         # a tiny model, one round: checks that it all runs
@@ -247,9 +248,12 @@ def family_inference(family: str, spec: dict, size: dict, args, workdir: Path) -
 
 
 def families(size: dict, args, workdir: Path) -> tuple[list[dict], list[str]]:
-    """Rows of every family of :data:`FAMILY_MODELS` the installed bertkit runs, and a note for each it does not."""
+    """Rows of every family of :data:`FAMILY_MODELS` (those of ``--families``) the installed bertkit runs, and a
+    note for each it does not."""
     rows, notes = [], []
     for family, spec in FAMILY_MODELS.items():
+        if args.families and family not in args.families:
+            continue
         lack = bertkit_lacks(family, spec)
         if lack:
             notes.append(f"{family}: {lack}")
@@ -419,6 +423,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--quick", action="store_true", help="tiny model, one round: a check that everything runs")
     parser.add_argument("--no-onnx", action="store_true", help="skip ONNX Runtime")
+    parser.add_argument("--families", nargs="+", choices=list(FAMILY_MODELS), metavar="FAMILY",
+                        help=f"the families section's rows: only these ({', '.join(FAMILY_MODELS)}; default all)")
     parser.add_argument("--json", type=Path, help="also write every row here")
     parser.add_argument("--memory-probe", help=argparse.SUPPRESS)
     args = parser.parse_args()
