@@ -58,6 +58,8 @@ _LAZY = {
     "ModernBERTConfig": "bertkit.presets",
     "DeBERTaV2Config": "bertkit.presets",
     "EuroBERTConfig": "bertkit.presets",
+    "GTEConfig": "bertkit.presets",
+    "NomicBERTConfig": "bertkit.presets",
     "BERTTokenizerFast": "bertkit.tokenization",
     "BERTTokenizer": "bertkit.tokenization",
     "TokenizerFast": "bertkit.tokenization",
@@ -93,8 +95,10 @@ if TYPE_CHECKING:  # for IDEs and type checkers
     from bertkit.presets import DistilBERTConfig as DistilBERTConfig
     from bertkit.presets import ELECTRAConfig as ELECTRAConfig
     from bertkit.presets import EuroBERTConfig as EuroBERTConfig
+    from bertkit.presets import GTEConfig as GTEConfig
     from bertkit.presets import ModernBERTConfig as ModernBERTConfig
     from bertkit.presets import MPNetConfig as MPNetConfig
+    from bertkit.presets import NomicBERTConfig as NomicBERTConfig
     from bertkit.presets import RoBERTaConfig as RoBERTaConfig
     from bertkit.presets import XLMRoBERTaConfig as XLMRoBERTaConfig
     from bertkit.presets import preset_config as preset_config

@@ -231,6 +231,11 @@ def _rope_fields(config_class: type, d: Mapping[str, Any]) -> dict[str, Any]:
     """``rope_theta`` / ``rope_scaling`` of a family with one rope (:attr:`~bertkit.families.Family.rope`) from HF's
     flat ``rope_parameters``; an older config's ``rope_scaling`` wins over it and ``rope_theta`` fills in a missing
     theta, as in HF. A default rope type with nothing else is ``rope_scaling=None``."""
+    head_dim = d.get("head_dim")
+    if head_dim is not None and d.get("hidden_size") and d.get("num_attention_heads") and \
+            head_dim * d["num_attention_heads"] != d["hidden_size"]:
+        raise ValueError(f"head_dim={head_dim!r} is not hidden_size / num_attention_heads "
+                         f"({d['hidden_size']} / {d['num_attention_heads']}); bertkit builds heads of that width only.")
     given = d.get("rope_scaling") or d.get("rope_parameters")
     key = "rope_scaling" if d.get("rope_scaling") else "rope_parameters"
     if given is None:

@@ -294,8 +294,10 @@ class BERTConfig:
         for name in ("vocab_size", "hidden_size", "num_attention_heads", "num_hidden_layers",
                      "intermediate_size", "max_position_embeddings", "type_vocab_size", "num_labels"):
             value = getattr(self, name)
-            if value <= 0 and not (name == "type_vocab_size" and value == 0 and self.family in FAMILIES
-                                   and FAMILIES[self.family].optional_token_types):
+            spec = FAMILIES.get(self.family, FAMILIES["bert"])  # an unknown family: its error comes below
+            if value == 0 and name == "type_vocab_size" and spec.optional_token_types:
+                continue  # no token-type table (gte-base-en-v1.5)
+            if value <= 0:
                 raise ValueError(f"BERTConfig.{name} must be a positive integer, got {value!r}.")
         if self.hidden_size % self.num_attention_heads:
             raise ValueError(

@@ -21,6 +21,27 @@ DEFAULT_SPECIAL_IDS = {"unk_token_id": 100, "cls_token_id": 101, "sep_token_id":
 
 
 @dataclass(frozen=True)
+class RopeLayer:
+    """The switches of the post-LN rotary layer (the ``"rope"`` variant, :mod:`bertkit.modeling.rotary_layer`)
+    that a family's HF classes hard-code (the attention's biases are ``BERTConfig.attention_bias``):
+
+    * ``gated_mlp``: ``mlp.down_proj(act(gate) * up)`` (GTE, NomicBERT); False: the plain ``mlp.fc2(act(mlp.fc1(x)))``
+      (Jina v3's XLM-R feed-forward).
+    * ``fused_up_gate``: ``up, gate`` are the halves of one ``mlp.up_gate_proj`` (GTE's checkpoints); False: two
+      projections ``mlp.up_proj`` and ``mlp.gate_proj`` (NomicBERT's ``fc11`` / ``fc12``).
+    * ``mlp_input_bias`` / ``mlp_output_bias``: biases of ``gate_proj`` and ``up_proj`` (or ``fc1``) / of
+      ``down_proj`` (or ``fc2``).
+    * ``mlp_dropout``: ``hidden_dropout_prob`` on the gated activation before ``down_proj`` (GTE).
+    """
+
+    gated_mlp: bool = True
+    fused_up_gate: bool = False
+    mlp_input_bias: bool = True
+    mlp_output_bias: bool = True
+    mlp_dropout: bool = False
+
+
+@dataclass(frozen=True)
 class Family:
     """How an encoder family departs from BERT, as data the one engine reads (no second transformer).
 
@@ -89,6 +110,8 @@ class Family:
       EuroBERT's classifier on every token, its logits averaged over the real tokens).
     * ``hf_values``: field -> {our value: the family's HF value} where HF spells a value otherwise (EuroBERT's
       ``classifier_pooling`` ``"bos"`` is our ``"cls"``); written so, read back.
+    * ``rope_layer``: the switches of the ``"rope"`` layer variant (:class:`RopeLayer`), for a family whose
+      ``layer`` is ``"rope"``.
     * ``hf_defaults``: our fields' values when an HF config of this family leaves a key out (its HF config
       class's defaults, where they differ from :class:`BERTConfig`'s); also the family's base preset.
 
@@ -124,6 +147,7 @@ class Family:
     mlm_transform: bool = True
     classifier_poolings: tuple[str, ...] = ("cls", "mean")
     hf_values: Mapping[str, Mapping[Any, Any]] = field(default_factory=dict)
+    rope_layer: RopeLayer | None = None
     hf_defaults: Mapping[str, Any] = field(default_factory=dict)
 
 
@@ -224,6 +248,28 @@ FAMILIES: dict[str, Family] = {
                          hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, tie_word_embedding=False,
                          embedding_layer_norm=False, attention_bias=False, mlp_bias=False,
                          classifier_pooling="late")),
+    # GTE (gte-*-v1.5, gte-multilingual): BERT's embeddings without positions (token types optional), post-LN
+    # rotary layers with a gated MLP (biased down_proj only; dropout on the gated activation), XLM-R's MLM head,
+    # BERT's pooler + classifier; the bare GteModel has no pooler
+    "gte": Family(
+        "gte", ("gte",), ("Gte",), mlm_activation="gelu", next_sentence=False, special_ids={"pad_token_id": 1},
+        hf_token_keys={"bos_token_id": "cls_token_id", "eos_token_id": "sep_token_id"}, causal_lm_class=None,
+        position_embeddings=False, layer="rope", pooler=False, rope=True,
+        rope_layer=RopeLayer(gated_mlp=True, fused_up_gate=True, mlp_input_bias=False, mlp_output_bias=True,
+                             mlp_dropout=True),
+        optional_token_types=True,
+        hf_defaults=dict(vocab_size=250048, attention_probs_dropout_prob=0.0, max_position_embeddings=8192,
+                         type_vocab_size=1, pad_token_id=1, rope_theta=160_000.0)),
+    # NomicBERT (nomic-embed-text v1/v1.5): GTE's layer without any bias in attention or MLP and no MLP dropout,
+    # token types, BERT's MLM head (its transform's activation hidden_act, LayerNorm HF-named layer_norm)
+    "nomic_bert": Family(
+        "nomic_bert", ("nomic_bert",), ("NomicBert",), next_sentence=False,
+        special_ids={"pad_token_id": 0, **DEFAULT_SPECIAL_IDS}, causal_lm_class=None, position_embeddings=False,
+        layer="rope", pooler=False, rope=True,
+        rope_layer=RopeLayer(gated_mlp=True, mlp_input_bias=False, mlp_output_bias=False, mlp_dropout=False),
+        fixed_fields={"attention_bias": False},
+        hf_defaults=dict(vocab_size=30528, hidden_act="silu", hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+                         max_position_embeddings=2048, attention_bias=False, rope_theta=1000.0)),
 }
 
 #: Fields only some families use, and their defaults. At the default they change nothing (BERT's architecture) and are

@@ -9,8 +9,10 @@ from bertkit.presets import (
            DistilBERTConfig,
            ELECTRAConfig,
            EuroBERTConfig,
+           GTEConfig,
            ModernBERTConfig,
            MPNetConfig,
+           NomicBERTConfig,
            RoBERTaConfig,
            XLMRoBERTaConfig,
 )
@@ -18,4 +20,5 @@ from bertkit.tokenization import BERTTokenizer, BERTTokenizerFast
 
 __all__ = ["BERTConfig", "BERTTokenizer", "BERTTokenizerFast", "CamemBERTConfig", "DeBERTaV2Config", "DistilBERTConfig",
            "ELECTRAConfig", "EuroBERTConfig", "MPNetConfig",
-           "ModernBERTConfig", "RoBERTaConfig", "XLMRoBERTaConfig", *_modeling_all]
+           "ModernBERTConfig", "RoBERTaConfig", "XLMRoBERTaConfig", "GTEConfig", "NomicBERTConfig",
+           *_modeling_all]

@@ -62,6 +62,8 @@ FAMILY_PRESETS: dict[str, dict[str, Any]] = {
                        share_att_key=True, pos_att_type=["p2c", "c2p"], position_biased_input=False,
                        pooler_hidden_act="gelu"),
     "eurobert": dict(family="eurobert", **FAMILIES["eurobert"].hf_defaults),
+    "gte": dict(family="gte", **FAMILIES["gte"].hf_defaults),
+    "nomic_bert": dict(family="nomic_bert", **FAMILIES["nomic_bert"].hf_defaults),
 }
 
 
@@ -135,6 +137,19 @@ def EuroBERTConfig(**overrides: Any) -> BERTConfig:
     ``<|mask|>`` 128002); ``overrides`` are BERTConfig fields (``num_key_value_heads``, ``rope_theta``: the released
     checkpoints use 250000)."""
     return family_config("eurobert", **overrides)
+def GTEConfig(**overrides: Any) -> BERTConfig:
+    """A ``BERTConfig(family="gte")`` with HF's ``GteConfig`` defaults (gte-multilingual-base: BERT-base's size,
+    vocabulary 250048 with pad 1, one token type, 8192 positions, rope theta 160000, no attention dropout); for
+    gte-base-en-v1.5 ``GTEConfig(vocab_size=30528, type_vocab_size=0, pad_token_id=0, rope_scaling=...)``.
+    ``overrides`` are BERTConfig fields."""
+    return family_config("gte", **overrides)
+
+
+def NomicBERTConfig(**overrides: Any) -> BERTConfig:
+    """A ``BERTConfig(family="nomic_bert")`` with HF's ``NomicBertConfig`` defaults (nomic-embed-text-v1.5:
+    BERT-base's size, vocabulary 30528, SwiGLU, no biases in attention or MLP, no dropout, 2048 positions, rope
+    theta 1000); ``overrides`` are BERTConfig fields."""
+    return family_config("nomic_bert", **overrides)
 
 
 @dataclass(frozen=True)

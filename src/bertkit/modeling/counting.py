@@ -93,6 +93,12 @@ def layer_parameters(config: BERTConfig) -> int:
         attention = 4 * h * h + (4 * h if config.attention_bias else 0)
         feed_forward = 3 * h * i + (2 * i + h if config.mlp_bias else 0)
         return attention + feed_forward + 2 * _layer_norm(config)
+    if config.family_spec.layer == "rope":  # q/k/v/o, the gated (or plain) MLP, two LayerNorms
+        rope = config.family_spec.rope_layer
+        inputs = 2 if rope.gated_mlp else 1
+        feed_forward = (inputs + 1) * h * i + (inputs * i if rope.mlp_input_bias else 0) \
+            + (h if rope.mlp_output_bias else 0)
+        return 4 * h * h + (4 * h if config.attention_bias else 0) + feed_forward + 2 * _layer_norm(config)
     attention = 4 * h * h + (4 * h if config.attention_bias else 0) + 2 * h  # q, k, v, output; its LayerNorm
     feed_forward = (h * i + i) + (i * h + h) + 2 * h  # intermediate, output, LayerNorm
     return attention * (2 if config.add_cross_attention else 1) + feed_forward

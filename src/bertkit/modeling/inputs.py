@@ -171,6 +171,12 @@ def _token_types(g: _Given) -> None:
                                 "use 0 for the first text and 1 for the second"))
 
 
+def _grows_beyond_positions(config) -> bool:
+    """Whether ``config``'s positions extend past ``max_position_embeddings`` by design: a ``dynamic`` rope (its
+    base grows with the sequence; :mod:`bertkit.modeling.rotary`)."""
+    return config.family_spec.rope and (config.rope_scaling or {}).get("rope_type") == "dynamic"
+
+
 def _positions(g: _Given) -> None:
     """Position ids (or the cache slots, or the length after the cache) within the model's positions."""
     cfg = g.config
@@ -187,7 +193,7 @@ def _positions(g: _Given) -> None:
         g.ranges.append(_RangeCheck("cache_position", g.cache_position, cfg.max_tokens,
                                     f"this model's {cfg.max_tokens} token positions (max_position_embeddings="
                                     f"{cfg.max_position_embeddings}{offset_note})", positions_hint))
-    elif g.past + g.length > cfg.max_tokens:
+    elif g.past + g.length > cfg.max_tokens and not _grows_beyond_positions(cfg):
         cached = f" after {g.past} cached tokens" if g.past else ""
         limit = f"{cfg.max_tokens} tokens (max_position_embeddings={cfg.max_position_embeddings}{offset_note})" \
             if cfg.position_offset else f"max_position_embeddings={cfg.max_position_embeddings}"

@@ -61,7 +61,8 @@ class BERTEmbeddings(nn.Module):
         position_padding = config.pad_token_id if spec.positions_after_padding else None
         self.position_embeddings = nn.Embedding(config.max_position_embeddings, width,
                                                 padding_idx=position_padding) if spec.position_embeddings else None
-        self.token_type_embeddings = nn.Embedding(config.type_vocab_size, width) if spec.token_types else None
+        self.token_type_embeddings = nn.Embedding(config.type_vocab_size, width) \
+            if spec.token_types and config.type_vocab_size else None  # 0: none (Family.optional_token_types)
         self.LayerNorm = (LayerNorm(width, eps=config.layer_norm_eps, bias=config.norm_bias)
                           if config.embedding_layer_norm else None)
         self.dropout = Dropout(config.hidden_dropout_prob)

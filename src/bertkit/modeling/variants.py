@@ -72,6 +72,10 @@ LAYER_VARIANTS: dict[str, LayerVariant] = {
     "llama": LayerVariant("bertkit.modeling.llama_layer:LlamaLayer",
                           context="bertkit.modeling.llama_layer:RopeContext", context_name="rotary",
                           final_norm="bertkit.modeling.llama_layer:final_norm"),
+    # post-LN rotary layers (GTE, NomicBERT, Jina v3): one rope for every layer, its tables computed once per
+    # forward by encoder.rotary in the padded layout (the packed path's attention spreads to it)
+    "rope": LayerVariant("bertkit.modeling.rotary_layer:RotaryLayer",
+                         context="bertkit.modeling.rotary_layer:RopeContext", context_name="rotary"),
 }
 
 

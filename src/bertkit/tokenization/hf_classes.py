@@ -68,7 +68,8 @@ BERT_CLASSES = frozenset({"BertTokenizer", "DistilBertTokenizer", "ElectraTokeni
 MODEL_TYPE_CLASSES = {"bert": "BertTokenizer", "distilbert": "BertTokenizer", "electra": "BertTokenizer",
                       "roberta": "RobertaTokenizer", "xlm-roberta": "XLMRobertaTokenizer",
                       "camembert": "CamembertTokenizer", "mpnet": "MPNetTokenizer", "modernbert": "TokenizersBackend",
-                      "eurobert": "TokenizersBackend"}
+                      "eurobert": "TokenizersBackend",
+                      "gte": "XLMRobertaTokenizer", "nomic_bert": "BertTokenizer"}
 
 GENERIC = CLASSES["TokenizersBackend"]
 

@@ -207,12 +207,48 @@ EUROBERT_TABLE: tuple[tuple[str, str], ...] = (
     ("lm_head.", "cls.predictions.decoder."),
 )
 
+
+def _rope_backbone_rows(hf_prefix: str, hf_layers: str, inside: tuple[tuple[str, str], ...] = (),
+                        embedding_norm: str = "embeddings.LayerNorm.") -> tuple[tuple[str, str], ...]:
+    """A post-LN rotary family's backbone, in a task model (``hf_prefix``) and bare: its layers (``hf_layers``,
+    HF's names inside a layer renamed by ``inside`` to the ``"rope"`` variant's), its embeddings' LayerNorm, the
+    rest under the prefix."""
+    layer = hf_layers + ".{i}."
+    rows = (*((layer + a, _BERT_LAYER + b) for a, b in inside), (hf_layers + ".", "encoder.layer."),
+            (embedding_norm, "embeddings.LayerNorm."))
+    return (*_backbone_rows(hf_prefix, rows), (hf_prefix, "bert."))
+
+
+#: GTE (HF's ``Gte*``; the checkpoints HF writes keep the original layout, whose layer names the ``"rope"`` variant
+#: uses) <-> bertkit: the backbone under ``gte.``; XLM-R's MLM head ``lm_head`` (its LayerNorm ``norm``), whose
+#: decoder holds the head's bias (one Linear, no ``lm_head.bias``). ``classifier`` is the same on both sides.
+GTE_TABLE: tuple[tuple[str, str], ...] = (
+    *_rope_backbone_rows("gte.", "encoder.layer"),
+    ("lm_head.dense.", "cls.predictions.transform.dense."),
+    ("lm_head.norm.", "cls.predictions.transform.LayerNorm."),
+    ("lm_head.decoder.bias", "cls.predictions.bias"),
+    ("lm_head.decoder.", "cls.predictions.decoder."),
+)
+
+#: NomicBERT (HF's ``NomicBert*``, written in nomic-embed's original layout) <-> bertkit: the backbone under
+#: ``nomic_bert.`` (layers ``encoder.layers.{i}``: ``attn.Wqkv``, ``attn.out_proj``, ``norm1``, ``mlp.fc11`` (up),
+#: ``mlp.fc12`` (gate), ``mlp.fc2`` (down), ``norm2``; the embeddings' LayerNorm ``emb_ln``); BERT's MLM head but
+#: for its transform's LayerNorm, HF-named ``layer_norm``.
+NOMIC_BERT_TABLE: tuple[tuple[str, str], ...] = (
+    *_rope_backbone_rows("nomic_bert.", "encoder.layers", (
+        ("attn.Wqkv.", "attention.qkv_proj."), ("attn.out_proj.", "attention.o_proj."), ("norm1.", "attn_ln."),
+        ("mlp.fc11.", "mlp.up_proj."), ("mlp.fc12.", "mlp.gate_proj."), ("mlp.fc2.", "mlp.down_proj."),
+        ("norm2.", "mlp_ln.")), embedding_norm="emb_ln."),
+    ("cls.predictions.transform.layer_norm.", "cls.predictions.transform.LayerNorm."),
+)
+
 #: ``BERTConfig.family`` -> its HF names table (BERT's HF names are bertkit's: no table).
 HF_FAMILY_TABLES: dict[str, tuple[tuple[str, str], ...]] = {
     "bert": (), "roberta": ROBERTA_TABLE, "mpnet": MPNET_TABLE, "distilbert": DISTILBERT_TABLE,
     "electra": ELECTRA_TABLE, "modernbert": MODERNBERT_TABLE,
     "deberta-v2": DEBERTA_TABLE, "deberta-v2/lm_predictions": DEBERTA_LM_PREDICTIONS_TABLE,
     "eurobert": EUROBERT_TABLE,
+    "gte": GTE_TABLE, "nomic_bert": NOMIC_BERT_TABLE,
 }
 
 
