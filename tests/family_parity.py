@@ -178,6 +178,9 @@ def losses_and_gradients(family: FamilySetup, case: Case, ours, hf):
     ref.backward()
     our_grads = bertkit_to_hf_family({n: p.grad for n, p in ours.named_parameters() if p.grad is not None},
                                      hf_names_key(ours.config))
+    for name, p in ours.named_parameters(remove_duplicate=False):  # a tied weight under each of its names too: HF
+        if p.grad is not None:  # may name it by the head (Jina's lm_head comes before its backbone)
+            our_grads.setdefault(next(iter(bertkit_to_hf_family({name: None}, hf_names_key(ours.config)))), p.grad)
     hf_grads = {n: p.grad for n, p in hf.named_parameters() if p.grad is not None}
     for ending in family.grads_include:
         assert any(n.endswith(ending) for n in hf_grads), ending

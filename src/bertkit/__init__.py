@@ -60,6 +60,7 @@ _LAZY = {
     "EuroBERTConfig": "bertkit.presets",
     "GTEConfig": "bertkit.presets",
     "NomicBERTConfig": "bertkit.presets",
+    "JinaEmbeddingsV3Config": "bertkit.presets",
     "BERTTokenizerFast": "bertkit.tokenization",
     "BERTTokenizer": "bertkit.tokenization",
     "TokenizerFast": "bertkit.tokenization",
@@ -96,6 +97,7 @@ if TYPE_CHECKING:  # for IDEs and type checkers
     from bertkit.presets import ELECTRAConfig as ELECTRAConfig
     from bertkit.presets import EuroBERTConfig as EuroBERTConfig
     from bertkit.presets import GTEConfig as GTEConfig
+    from bertkit.presets import JinaEmbeddingsV3Config as JinaEmbeddingsV3Config
     from bertkit.presets import ModernBERTConfig as ModernBERTConfig
     from bertkit.presets import MPNetConfig as MPNetConfig
     from bertkit.presets import NomicBERTConfig as NomicBERTConfig

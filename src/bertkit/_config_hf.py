@@ -110,6 +110,8 @@ def _hf_rotary_keys(config: Any) -> dict[str, Any]:
 def from_hf_dict(config_class: type, d: Mapping[str, Any]) -> Any:
     """A ``config_class`` from the mapping ``d`` (HF's, Google's or bertkit's keys): see
     ``BERTConfig.from_hf_dict``, which checks that ``d`` is a mapping."""
+    if _JINA_ADAPTERS_KEY in d:
+        d = _jina_original_as_port(d)
     known = {f.name for f in fields(config_class)} - {"model_type", "family"}
     kwargs: dict[str, Any] = _family_fields(d)
     family = kwargs.get("family", "bert")
@@ -272,3 +274,37 @@ def _global_every(layer_types: Any, num_layers: Any) -> int:
         raise ValueError(f"layer_types {layer_types} are not global attention every n layers from the first, the "
                          "pattern bertkit builds (global_attn_every_n_layers).")
     return n
+
+
+# ---------------------------------------------------------------------------- Jina v3's original config.json
+#: the key of Jina embeddings v3's original config.json (``XLMRobertaFlashConfig``, ``model_type`` "xlm-roberta")
+#: that names its task adapters; its tensors are read by :mod:`bertkit.weights.task_adapters`
+_JINA_ADAPTERS_KEY = "lora_adaptations"
+
+#: keys HF's port (``jina_embeddings_v3``) reads as the original writes them
+_JINA_SHARED_KEYS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+                     "hidden_act", "hidden_dropout_prob", "attention_probs_dropout_prob", "max_position_embeddings",
+                     "type_vocab_size", "initializer_range", "layer_norm_eps", "pad_token_id", "bos_token_id",
+                     "eos_token_id", "classifier_dropout", "id2label", "label2id", "attn_implementation")
+
+#: the original's rotary options whose only value the port (and bertkit) implements
+_JINA_ROTARY_CONSTANTS = {"position_embedding_type": "rotary", "rotary_emb_interleaved": False,
+                          "rotary_emb_scale_base": None}
+
+
+def _jina_original_as_port(d: Mapping[str, Any]) -> dict[str, Any]:
+    """Jina embeddings v3's original config dict as HF's port's: the model's keys, ``rotary_emb_base`` as
+    ``rope_parameters``; the adapters' keys, flash-attention's and the pooling options are not the model's."""
+    for key, value in _JINA_ROTARY_CONSTANTS.items():
+        if d.get(key, value) != value:
+            raise ValueError(f"{key}={d[key]!r} is not supported; Jina embeddings v3 (and bertkit) implement "
+                             f"{key}={value!r}.")
+    hidden, heads, rotary_dim = d.get("hidden_size", 1024), d.get("num_attention_heads", 16), d.get("rotary_emb_dim")
+    if rotary_dim is not None and isinstance(hidden, int) and isinstance(heads, int) and heads > 0 \
+            and rotary_dim != hidden // heads:
+        raise ValueError(f"rotary_emb_dim={rotary_dim!r} rotates part of each head; bertkit implements Jina "
+                         f"embeddings v3's rotation of the whole head (rotary_emb_dim {hidden // heads}).")
+    out = {key: d[key] for key in _JINA_SHARED_KEYS if key in d}
+    out["model_type"] = "jina_embeddings_v3"
+    out["rope_parameters"] = {"rope_type": "default", "rope_theta": d.get("rotary_emb_base", 10_000.0)}
+    return out

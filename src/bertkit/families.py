@@ -270,6 +270,19 @@ FAMILIES: dict[str, Family] = {
         fixed_fields={"attention_bias": False},
         hf_defaults=dict(vocab_size=30528, hidden_act="silu", hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
                          max_position_embeddings=2048, attention_bias=False, rope_theta=1000.0)),
+    # Jina embeddings v3 (HF's port of jina-embeddings-v3): XLM-R's embeddings without position embeddings, its
+    # first-token classifier and MLM head, and the post-LN rotary layer with XLM-R's plain GELU MLP and q/k/v/o
+    # biases; rotary positions 0, 1, ... (not RoBERTa's after the padding). The released checkpoint's task LoRA
+    # adapters are merged at load (bertkit.weights.task_adapters), not part of the config.
+    "jina_embeddings_v3": Family(
+        "jina_embeddings_v3", ("jina_embeddings_v3",), ("JinaEmbeddingsV3",), sequence_head="first_token",
+        mlm_activation="gelu", next_sentence=False,
+        special_ids={"pad_token_id": 1, "cls_token_id": 0, "sep_token_id": 2, "unk_token_id": 3, "mask_token_id": -1},
+        hf_token_keys={"bos_token_id": "cls_token_id", "eos_token_id": "sep_token_id"}, causal_lm_class=None,
+        position_embeddings=False, layer="rope", rope=True, rope_layer=RopeLayer(gated_mlp=False),
+        hf_defaults=dict(vocab_size=250002, hidden_size=1024, num_hidden_layers=24, num_attention_heads=16,
+                         intermediate_size=4096, max_position_embeddings=8194, type_vocab_size=1, layer_norm_eps=1e-5,
+                         pad_token_id=1, rope_theta=20_000.0)),
 }
 
 #: Fields only some families use, and their defaults. At the default they change nothing (BERT's architecture) and are

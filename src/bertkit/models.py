@@ -10,6 +10,7 @@ from bertkit.presets import (
            ELECTRAConfig,
            EuroBERTConfig,
            GTEConfig,
+           JinaEmbeddingsV3Config,
            ModernBERTConfig,
            MPNetConfig,
            NomicBERTConfig,
@@ -21,4 +22,4 @@ from bertkit.tokenization import BERTTokenizer, BERTTokenizerFast
 __all__ = ["BERTConfig", "BERTTokenizer", "BERTTokenizerFast", "CamemBERTConfig", "DeBERTaV2Config", "DistilBERTConfig",
            "ELECTRAConfig", "EuroBERTConfig", "MPNetConfig",
            "ModernBERTConfig", "RoBERTaConfig", "XLMRoBERTaConfig", "GTEConfig", "NomicBERTConfig",
-           *_modeling_all]
+           "JinaEmbeddingsV3Config", *_modeling_all]

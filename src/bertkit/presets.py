@@ -64,6 +64,7 @@ FAMILY_PRESETS: dict[str, dict[str, Any]] = {
     "eurobert": dict(family="eurobert", **FAMILIES["eurobert"].hf_defaults),
     "gte": dict(family="gte", **FAMILIES["gte"].hf_defaults),
     "nomic_bert": dict(family="nomic_bert", **FAMILIES["nomic_bert"].hf_defaults),
+    "jina_embeddings_v3": dict(family="jina_embeddings_v3", **FAMILIES["jina_embeddings_v3"].hf_defaults),
 }
 
 
@@ -150,6 +151,15 @@ def NomicBERTConfig(**overrides: Any) -> BERTConfig:
     BERT-base's size, vocabulary 30528, SwiGLU, no biases in attention or MLP, no dropout, 2048 positions, rope
     theta 1000); ``overrides`` are BERTConfig fields."""
     return family_config("nomic_bert", **overrides)
+
+
+def JinaEmbeddingsV3Config(**overrides: Any) -> BERTConfig:
+    """A ``BERTConfig(family="jina_embeddings_v3")`` with HF's ``JinaEmbeddingsV3Config`` defaults
+    (jina-embeddings-v3: XLM-R large's 24 layers of 1024 with rotary positions of theta 20000, 8194 positions, one
+    token type, vocabulary 250002 with ``<s>`` 0, pad 1, ``</s>`` 2); ``overrides`` are BERTConfig fields. Its task
+    adapters are not part of the config: they are merged into the weights at load (``from_pretrained(task=...)``).
+    """
+    return family_config("jina_embeddings_v3", **overrides)
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,8 @@ CONVERT_FLAGS = (
                                 "with bertkit)")),
     ("--encoding", dict(default="utf-8", help="the --calibration file's text encoding (default utf-8; a byte-order "
                                               "mark is dropped)")),
+    ("--task", dict(help="a Jina embeddings v3 checkpoint (original layout): the task adapter to merge into the "
+                         "written weights (default: the base weights, no adapter)")),
     ("--overwrite", dict(action="store_true", help="replace the contents of DST if it is not empty (kept until the "
                                                    "conversion succeeds)")),
 )
@@ -68,7 +70,7 @@ def main(argv: list[str]) -> int:
 
     prepare = calibrator(args.source, args.calibration, args.encoding) if args.dtype == "int8" else None
     out = convert(args.source, dest, to=args.to, do_lower_case=args.do_lower_case, overwrite=args.overwrite,
-                  dtype=args.dtype, prepare=prepare)
+                  dtype=args.dtype, prepare=prepare, task=args.task)
     print(f"wrote {what}{args.to.upper()} checkpoint to {out}{_calibration_note(out)}")
     return 0
 

@@ -72,11 +72,17 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--device", help="cpu (default), cuda, gpu")
     add_dtype_argument(parser)
     parser.add_argument("--encoding", default="utf-8", help="of the input file (default utf-8), e.g. utf-16, cp1252")
+    parser.add_argument("--task", help="a Jina embeddings v3 model's task adapter (retrieval.query, "
+                                       "retrieval.passage, separation, classification, text-matching), merged into "
+                                       "its weights, with that task's prompt")
     from bertkit.cli.embed_job import add_job_arguments, is_job, run_job
 
     add_job_arguments(parser)
     args = parser.parse_args(argv)
     if is_job(args):
+        if args.task is not None:
+            raise ValueError("--task goes with -o OUT.npy / OUT.jsonl; the sharded job does not take it yet: embed "
+                             "into one file, or convert the model with its task first (bertkit convert --task).")
         return run_job(args)
     refuse_output_over_input(("-o", args.output), [("--input", args.input)], models=[("MODEL", args.model)])
     suffix = os.path.splitext(args.output)[1].lower()
@@ -88,7 +94,7 @@ def main(argv: list[str]) -> int:
     from bertkit.pipelines.files import count_inputs, locate_input, read_inputs
 
     pipe = pipeline("embeddings", model=args.model, device=args.device, batch_size=args.batch_size,
-                    dtype=args.dtype, normalize=args.normalize)
+                    dtype=args.dtype, normalize=args.normalize, **({"adapter": args.task} if args.task else {}))
     texts, embedded = itertools.tee(_text(t) for t in read_inputs(args.input, args.encoding, keep_blank=True))
     # a NaN vector stops the write (the output file is left as it was), naming its line
     place = functools.partial(locate_input, args.input, encoding=args.encoding)

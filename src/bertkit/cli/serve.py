@@ -54,6 +54,10 @@ def main(argv: list[str]) -> int:
                                           "empty or blank key is refused")
     parser.add_argument("--workers", type=int, default=1, help="server processes on this port")
     parser.add_argument("--device", help="cpu (default), cuda, gpu")
+    parser.add_argument("--adapter", metavar="TASK",
+                        help="a Jina embeddings v3 model's task adapter (retrieval.query, retrieval.passage, "
+                             "separation, classification, text-matching) merged into its weights at start; every "
+                             "request runs it (start one server per task)")
     parser.add_argument("--max-connections", type=int, default=1024,
                         help="open connections; beyond, new ones are closed at once")
     parser.add_argument("--timeout-keep-alive", type=float, default=5.0,
@@ -72,7 +76,8 @@ def main(argv: list[str]) -> int:
                              tokenization_workers=args.tokenization_workers, dtype=args.dtype, api_key=api_key,
                              workers=args.workers, device=args.device, max_connections=args.max_connections,
                              timeout_keep_alive=args.timeout_keep_alive, body_timeout=args.body_timeout,
-                             max_response_bytes=args.max_response_bytes, index=args.index).check()
+                             max_response_bytes=args.max_response_bytes, index=args.index,
+                             adapter=args.adapter).check()
     try:
         import uvicorn
     except ImportError:

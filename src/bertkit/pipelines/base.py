@@ -67,15 +67,16 @@ class Pipeline:
         self.params = self.check({**COMMON, **type(self).defaults, **defaults})
 
     @classmethod
-    def from_source(cls, source: str | os.PathLike, **options: Any) -> Pipeline:
+    def from_source(cls, source: str | os.PathLike, *, load: dict[str, Any] | None = None, **options: Any) -> Pipeline:
         """Load ``source`` (anything bertkit loads) into :attr:`model_class` with its own tokenizer. A head the
         checkpoint lacks is initialised at random and said in a :class:`bertkit.LoadWarning` (its answers mean
-        nothing until trained); heads the task does not use (NSP for fill-mask) are dropped quietly."""
+        nothing until trained); heads the task does not use (NSP for fill-mask) are dropped quietly. ``load``:
+        options of the loading (:func:`bertkit.tasks.sources.load_source`'s, e.g. Jina v3's ``task``)."""
         from bertkit.modeling.backbone import BERT
         from bertkit.tasks.sources import load_model_and_tokenizer
         from bertkit.weights import LoadWarning
 
-        model, tokenizer = load_model_and_tokenizer(source, cls.model_class, warn=False)
+        model, tokenizer = load_model_and_tokenizer(source, cls.model_class, warn=False, **(load or {}))
         report = getattr(model, "load_report", None)
         new = sorted(k for k in (report.initialized + report.resized if report is not None else [])
                      if not (cls.model_class is BERT and k.startswith("pooler.")))  # token outputs: no pooler

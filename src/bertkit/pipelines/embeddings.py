@@ -82,17 +82,28 @@ class EmbeddingsPipeline(_TextsOrIds):
     token_level = True  # the generic path: token vectors trimmed to each text, pooled by postprocess
 
     @classmethod
-    def from_source(cls, source: str | os.PathLike, **options: Any) -> Pipeline:
+    def from_source(cls, source: str | os.PathLike, *, load: dict[str, Any] | None = None,
+                    **options: Any) -> Pipeline:
         """A static directory (Model2Vec, sentence-transformers' StaticEmbedding) runs in
         :class:`~bertkit.pipelines.static_embeddings.StaticEmbeddingsPipeline`; another sentence-transformers
-        directory as :class:`bertkit.SentenceTransformer`; anything else as a BERT, mean-pooled."""
+        directory as :class:`bertkit.SentenceTransformer`; anything else as a BERT, mean-pooled. ``adapter``: the
+        task adapter of a Jina embeddings v3 checkpoint to merge at load (:mod:`bertkit.weights.task_adapters`:
+        ``pipeline("embeddings", model=..., adapter="retrieval.query")``), also given as ``load={"task": ...}``
+        (the loading options of :meth:`Pipeline.from_source`)."""
+        load = dict(load or {})
+        adapter = options.pop("adapter", None)
+        if adapter is not None:
+            load["task"] = adapter
         if cls is EmbeddingsPipeline and static_kind(source) is not None:
+            from bertkit.weights.task_adapters import refuse_task
+
+            refuse_task(load.get("task"), source)
             from bertkit.pipelines.static_embeddings import StaticEmbeddingsPipeline
 
             return StaticEmbeddingsPipeline.from_source(source, **options)
         if not is_sentence_transformer(source):
-            return super().from_source(source, **options)
-        model = SentenceTransformer(source, optimize=False)
+            return super().from_source(source, load=load, **options)
+        model = SentenceTransformer(source, optimize=False, **load)
         return cls(model, model.tokenizer, max_length=model.max_seq_length, **options)
 
     def check(self, params: dict[str, Any]) -> dict[str, Any]:

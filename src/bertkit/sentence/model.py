@@ -51,7 +51,7 @@ class SentenceTransformer(nn.Module):
 
     def __init__(self, model_name_or_path: str | os.PathLike, device: str | torch.device | None = None, *,
                  dtype: Any = "auto", optimize: bool = True, pooling: str | Sequence[str] | None = None,
-                 layout: Layout | None = None):
+                 layout: Layout | None = None, task: str | None = None):
         """``dtype``: ``"auto"`` (bf16 where the hardware computes it natively and the measured embedding
         quality allows, else fp32: :mod:`bertkit.inference.precision`), ``"fp32"`` (exact), ``"bf16"``,
         ``"int8"``, a torch dtype, or None (as loaded); what it became is :attr:`dtype_choice`.
@@ -59,7 +59,11 @@ class SentenceTransformer(nn.Module):
         directory's (a plain checkpoint has none: mean). ``layout``: the directory read already (the dense
         part of a sparse encoder's CSR directory, whose sparse head runs in :class:`bertkit.SparseEncoder`).
         ``optimize=False`` keeps the model trainable
-        (``model.train()``; ``model(**inputs)`` gives embeddings with gradients), in float32 under ``"auto"``."""
+        (``model.train()``; ``model(**inputs)`` gives embeddings with gradients), in float32 under ``"auto"``.
+        ``task``: the task adapter of a Jina embeddings v3 checkpoint in its original layout, merged into the
+        weights at load (:mod:`bertkit.weights.task_adapters`); that task's prompt (``prompts`` keyed by task, as
+        jina-embeddings-v3's directory has them) becomes the default prompt unless the directory names one, as the
+        original's ``encode(task=...)`` puts the task's instruction first."""
         super().__init__()
         from bertkit.modeling.backbone import BERT
         from bertkit.modeling.text import resolve_device
@@ -81,12 +85,16 @@ class SentenceTransformer(nn.Module):
             layout.pooling = Pooling((pooling,) if isinstance(pooling, str) else tuple(pooling),
                                      include_prompt=layout.pooling.include_prompt)
         self.layout = layout
-        self.bert, self.tokenizer = load_model_and_tokenizer(layout.transformer, BERT, warn=False)
+        self.bert, self.tokenizer = load_model_and_tokenizer(layout.transformer, BERT, warn=False,
+                                                             **({"task": task} if task is not None else {}))
         self.pooling, self.dense = layout.pooling, nn.ModuleList(layout.dense)
         self.normalize_output = layout.normalize
         limit = self.bert.config.max_tokens
         self.max_seq_length = min(layout.max_seq_length or limit, limit)
         self.prompts, self.default_prompt_name = layout.prompts, layout.default_prompt_name
+        self.task = task
+        if task is not None and self.default_prompt_name is None and task in self.prompts:
+            self.default_prompt_name = task
         self.similarity_fn_name = layout.similarity_fn_name or "cosine"
         self.to(resolve_device(device) if device is not None else "cpu").eval()
         self.dtype_choice = None

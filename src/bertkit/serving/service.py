@@ -82,6 +82,8 @@ class Service:
         name = "sparse-embeddings" if self.splade else PIPELINE_TASKS[self.task]
         defaults = {"pooling": settings.pooling} if self.task == "embeddings" and not self.splade \
             and settings.pooling else {}
+        if settings.adapter is not None:  # Jina v3's task adapter, merged when the model loads
+            defaults["load"] = {"task": settings.adapter}
         self.pipe = pipeline(name, model=settings.model, device=device, dtype=settings.dtype, batch_size=FORWARD_BATCH,
                              batch_tokens=FORWARD_TOKENS.get(device.type), **defaults)
         self.pipes = {"main": self.pipe}

@@ -67,6 +67,9 @@ class ServeSettings:
     max_response_bytes: int = MAX_RESPONSE_BYTES
     #: A multi-vector index (exact or PLAID) that ``/search`` searches; built by the served ColBERT model.
     index: str | None = None
+    #: A Jina embeddings v3 task adapter (``retrieval.query``...) merged into the weights at start; None: the base
+    #: weights. One per server: every request runs that task (start one server per task).
+    adapter: str | None = None
 
     def check(self) -> ServeSettings:
         if self.task not in TASKS:

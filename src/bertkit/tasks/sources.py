@@ -125,7 +125,7 @@ def load_source(source: str | os.PathLike, model_class: type[M], *, warn: bool =
     strict = overrides.pop("strict", True)
     dtype = overrides.pop("dtype", None)
     resolved = Path(resolve_source(source))
-    checkpoint = read_checkpoint(resolved)
+    checkpoint = read_checkpoint(resolved, task=overrides.pop("task", None))  # Jina v3's task adapter, merged
     tokenizer = _checkpoint_tokenizer(checkpoint, resolved, source)
     config = checkpoint.config.replace(**overrides) if overrides else checkpoint.config
     if tokenizer.vocab_size > config.vocab_size:

@@ -69,7 +69,8 @@ MODEL_TYPE_CLASSES = {"bert": "BertTokenizer", "distilbert": "BertTokenizer", "e
                       "roberta": "RobertaTokenizer", "xlm-roberta": "XLMRobertaTokenizer",
                       "camembert": "CamembertTokenizer", "mpnet": "MPNetTokenizer", "modernbert": "TokenizersBackend",
                       "eurobert": "TokenizersBackend",
-                      "gte": "XLMRobertaTokenizer", "nomic_bert": "BertTokenizer"}
+                      "gte": "XLMRobertaTokenizer", "nomic_bert": "BertTokenizer",
+                      "jina_embeddings_v3": "XLMRobertaTokenizer"}
 
 GENERIC = CLASSES["TokenizersBackend"]
 

@@ -17,19 +17,21 @@ from bertkit.config import BERTConfig
 class AutoModel:
     """``AutoModel.from_pretrained(source)``: the model ``source`` holds (anything bertkit loads), of the class its
     architecture names, with its weights, in eval mode. Unlike HF's ``AutoModel`` (the bare backbone), the head
-    comes too; take ``model.bert`` for the backbone."""
+    comes too; take ``model.bert`` for the backbone. ``task``: the task adapter of a Jina embeddings v3 checkpoint
+    in its original layout, merged into the weights (:mod:`bertkit.weights.task_adapters`; None: the base
+    weights); a ValueError naming the tasks for one it lacks, or for a checkpoint without adapters."""
 
     def __init__(self) -> None:
         raise TypeError("AutoModel is not instantiated; use AutoModel.from_pretrained(source).")
 
     @staticmethod
-    def from_pretrained(source: str | os.PathLike, *, warn: bool = True) -> Any:
+    def from_pretrained(source: str | os.PathLike, *, warn: bool = True, task: str | None = None) -> Any:
         from bertkit.weights.convert import model_for_checkpoint
         from bertkit.weights.download import resolve_source
         from bertkit.weights.formats import read_checkpoint
 
         resolved = resolve_source(source)
-        return model_for_checkpoint(read_checkpoint(resolved), source=resolved, warn=warn)
+        return model_for_checkpoint(read_checkpoint(resolved, task=task), source=resolved, warn=warn)
 
 
 class AutoConfig:

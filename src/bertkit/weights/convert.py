@@ -95,7 +95,7 @@ def _guess_class(checkpoint: Checkpoint) -> type[BERTPreTrainedModel]:
 
 def convert(source: str | os.PathLike, dest: str | os.PathLike, *, to: str = "hf",
             do_lower_case: bool | None = None, overwrite: bool = False, dtype: str | None = None,
-            prepare: Callable[[BERTPreTrainedModel, Checkpoint], None] | None = None) -> Path:
+            prepare: Callable[[BERTPreTrainedModel, Checkpoint], None] | None = None, task: str | None = None) -> Path:
     """Read ``source`` in any supported format and write it to the folder ``dest`` as ``to`` ("hf" or "tf").
 
     The tokenizer files travel along: the source's own, or a ``vocab.txt`` with
@@ -106,7 +106,9 @@ def convert(source: str | os.PathLike, dest: str | os.PathLike, *, to: str = "hf
     weights (an int8 source's dequantized ones), None the source's format. ``to="tf"`` is float32 only.
     ``prepare(model, checkpoint)`` runs on the loaded model before anything is written: a calibration that puts a
     static int8 plan on it (:func:`bertkit.tasks.calibrated.calibrator`), which ``dtype="int8"`` then writes. A
-    static int8 source keeps its plan.
+    static int8 source keeps its plan. ``task``: the task adapter of a Jina embeddings v3 checkpoint in its original
+    layout, merged into the written weights (HF's ``jina_embeddings_v3`` port, which has no adapters;
+    :mod:`bertkit.weights.task_adapters`); None writes its base weights.
 
     ``dest`` must not exist or be empty; with ``overwrite=True`` a non-empty ``dest`` has its whole
     content replaced (``source`` may then be ``dest`` itself: it is read before anything is written).
@@ -122,7 +124,7 @@ def convert(source: str | os.PathLike, dest: str | os.PathLike, *, to: str = "hf
         raise ValueError("dtype='int8' writes bertkit's int8 format, an HF-style folder; Google's TF format holds "
                          "float32 only. Use to='hf' (bertkit convert: --to hf) for int8.")
     _check_destination(Path(dest), overwrite)  # before a long preparation; checked again when writing
-    checkpoint = read_checkpoint(source)
+    checkpoint = read_checkpoint(source, task=task)
     model = model_for_checkpoint(checkpoint, source=source)
     model.quantization = checkpoint.quantization  # saved as it came unless dtype says otherwise
     model.int8_plan = None if checkpoint.int8_plan is None else fitted_plan(checkpoint.int8_plan, model)

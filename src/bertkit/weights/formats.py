@@ -27,7 +27,7 @@ import torch
 
 from bertkit.config import BERTConfig
 from bertkit.io import check_link, read_json_object
-from bertkit.weights import hf, int8
+from bertkit.weights import hf, int8, task_adapters
 from bertkit.weights.archive import safe_extract
 from bertkit.weights.tables import hf_family_to_bertkit, tf_to_hf
 
@@ -54,19 +54,22 @@ class Checkpoint:
     int8_plan: int8.PlanState | None = None
 
 
-def read_checkpoint(source: str | os.PathLike, *, verify: bool = True) -> Checkpoint:
-    """Read the checkpoint at ``source`` (see the module doc); errors name the file and the problem."""
+def read_checkpoint(source: str | os.PathLike, *, verify: bool = True, task: str | None = None) -> Checkpoint:
+    """Read the checkpoint at ``source`` (see the module doc); errors name the file and the problem.
+
+    ``task``: the task adapter to merge into the weights of a Jina embeddings v3 checkpoint in its original layout
+    (:mod:`bertkit.weights.task_adapters`; None: its base weights); a ValueError for any other checkpoint."""
     path = Path(source)
     check_link(path)
     if path.is_file() and path.name.endswith(ARCHIVE_SUFFIXES):
-        return _read_archive(path, verify)
+        return _read_archive(path, verify, task)
     if path.is_dir():
-        return _read_directory(path, verify)
+        return _read_directory(path, verify, task)
     if path.with_name(path.name + ".index").is_file() or (path.is_file() and path.suffix == ".index"):
         prefix = path.with_suffix("") if path.suffix == ".index" else path
-        return _with_config(_read_tf(prefix, verify), prefix.parent, "tf1")
+        return _with_config(_read_tf(prefix, verify), prefix.parent, "tf1", task)
     if path.is_file() and path.name.endswith((".safetensors", *TORCH_SUFFIXES)):
-        return _with_config(_read_torch(path), path.parent, "pytorch")
+        return _with_config(_read_torch(path), path.parent, "pytorch", task)
     if not path.exists():
         from bertkit.weights.download import missing_source
 
@@ -80,32 +83,32 @@ def read_checkpoint(source: str | os.PathLike, *, verify: bool = True) -> Checkp
 
 # ---------------------------------------------------------------------------- per source kind
 
-def _read_directory(d: Path, verify: bool) -> Checkpoint:
+def _read_directory(d: Path, verify: bool, task: str | None = None) -> Checkpoint:
     for file in d.iterdir():  # a weights file or config that is a broken link is named, not passed over
         if file.name in (*hf.WEIGHT_NAMES, *CONFIG_NAMES) or file.name.endswith((".safetensors", *TORCH_SUFFIXES)):
             check_link(file)
     if hf.has_weights(d):
-        return _with_config(_unwrap(hf.read_state_dict(d)), d, "hf")
+        return _with_config(_unwrap(hf.read_state_dict(d)), d, "hf", task)
     tf_indexes = sorted(d.glob("*.ckpt*.index")) or sorted(d.glob("*.index"))
     if tf_indexes:
-        return _with_config(_read_tf(tf_indexes[0].with_suffix(""), verify), d, "tf1")
+        return _with_config(_read_tf(tf_indexes[0].with_suffix(""), verify), d, "tf1", task)
     others = sorted(p for p in d.iterdir() if p.name.endswith((".safetensors", *TORCH_SUFFIXES)))
     if others:
-        return _with_config(_read_torch(others[0]), d, "pytorch")
+        return _with_config(_read_torch(others[0]), d, "pytorch", task)
     subdirs = [p for p in d.iterdir() if p.is_dir()]
     if len(subdirs) == 1 and not any(p.is_file() and p.name in CONFIG_NAMES for p in d.iterdir()):
-        return _read_directory(subdirs[0], verify)  # an unpacked release: one folder inside
+        return _read_directory(subdirs[0], verify, task)  # an unpacked release: one folder inside
     raise FileNotFoundError(f"{d} holds no weights: expected model.safetensors or pytorch_model.bin (or their "
                             "*.index.json when sharded), a TF checkpoint (*.ckpt.index + .data-*), or a .pt / "
                             ".safetensors file.")
 
 
-def _read_archive(path: Path, verify: bool) -> Checkpoint:
+def _read_archive(path: Path, verify: bool, task: str | None = None) -> Checkpoint:
     import tempfile
 
     with tempfile.TemporaryDirectory() as tmp:
         safe_extract(path, tmp)
-        checkpoint = _read_directory(Path(tmp), verify)
+        checkpoint = _read_directory(Path(tmp), verify, task)
         checkpoint.vocab_file = None  # the temporary copy is gone; the contents are in tokenizer_files
         return checkpoint
 
@@ -136,13 +139,17 @@ def _unwrap(state: dict, path: Path | None = None) -> dict[str, torch.Tensor]:
     return state
 
 
-def _with_config(state: dict[str, torch.Tensor], directory: Path, fmt: str) -> Checkpoint:
+def _with_config(state: dict[str, torch.Tensor], directory: Path, fmt: str, task: str | None = None) -> Checkpoint:
     config_path = next((directory / n for n in CONFIG_NAMES if (directory / n).is_file()), None)
     if config_path is None:
         raise FileNotFoundError(f"{directory} has no config.json or bert_config.json next to the weights; "
                                 "bertkit needs the architecture to build the model.")
     raw = read_json_object(config_path, "a model config")
     config = BERTConfig.from_json_file(config_path)
+    if task_adapters.is_original(raw):  # Jina v3's original layout: its adapters merged (or dropped), HF's port
+        state = task_adapters.read_original(raw, state, task, directory)
+    else:
+        task_adapters.refuse_task(task, directory)
     quantization, plan = int8.read_block(raw, directory), None
     if quantization is not None:  # float32 weights from here on; the model is made int8 again when loaded
         state, plan = int8.take_plan(state, quantization, directory)

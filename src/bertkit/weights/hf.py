@@ -169,7 +169,8 @@ def load_pretrained(self_or_cls, source: str | os.PathLike, config_overrides: di
     dequantized float weights (a warning says so); ``"int8"`` quantizes any checkpoint; a float checkpoint
     otherwise loads as it is. They may also arrive inside ``config_overrides``
     (``from_pretrained`` forwards its keyword arguments there): they are taken out before the
-    rest overrides the config.
+    rest overrides the config. So may ``task``: the task adapter of a Jina embeddings v3 checkpoint in its original
+    layout, merged into the weights (:mod:`bertkit.weights.task_adapters`).
     """
     from bertkit.weights.formats import read_checkpoint
 
@@ -177,7 +178,7 @@ def load_pretrained(self_or_cls, source: str | os.PathLike, config_overrides: di
     strict = config_overrides.pop("strict", strict)
     warn = config_overrides.pop("warn", warn)
     dtype = config_overrides.pop("dtype", None)
-    checkpoint = read_checkpoint(source)
+    checkpoint = read_checkpoint(source, task=config_overrides.pop("task", None))
     if isinstance(self_or_cls, type):
         config = checkpoint.config.replace(**config_overrides) if config_overrides else checkpoint.config
         model = self_or_cls(config)

@@ -242,6 +242,18 @@ NOMIC_BERT_TABLE: tuple[tuple[str, str], ...] = (
     ("cls.predictions.transform.layer_norm.", "cls.predictions.transform.LayerNorm."),
 )
 
+#: Jina embeddings v3 (HF's ``JinaEmbeddingsV3*``, the port of jina-embeddings-v3, written in its original layout)
+#: <-> bertkit: the backbone under ``roberta.`` (layers ``encoder.layers.{i}``: ``mixer.Wqkv``, ``mixer.out_proj``,
+#: ``norm1``, ``mlp.fc1`` / ``mlp.fc2`` (the ``"rope"`` variant's plain MLP), ``norm2``; the embeddings' LayerNorm
+#: ``emb_ln``); XLM-R's heads (``lm_head``, ``classifier.dense`` / ``.out_proj``). The released checkpoint's LoRA
+#: tensors are merged (or dropped) first: :mod:`bertkit.weights.task_adapters`.
+JINA_TABLE: tuple[tuple[str, str], ...] = (
+    *_rope_backbone_rows("roberta.", "encoder.layers", (
+        ("mixer.Wqkv.", "attention.qkv_proj."), ("mixer.out_proj.", "attention.o_proj."), ("norm1.", "attn_ln."),
+        ("norm2.", "mlp_ln.")), embedding_norm="emb_ln."),
+    *(row for row in ROBERTA_TABLE if row[0].startswith("lm_head")),  # RoBERTa's MLM head
+)
+
 #: ``BERTConfig.family`` -> its HF names table (BERT's HF names are bertkit's: no table).
 HF_FAMILY_TABLES: dict[str, tuple[tuple[str, str], ...]] = {
     "bert": (), "roberta": ROBERTA_TABLE, "mpnet": MPNET_TABLE, "distilbert": DISTILBERT_TABLE,
@@ -249,6 +261,7 @@ HF_FAMILY_TABLES: dict[str, tuple[tuple[str, str], ...]] = {
     "deberta-v2": DEBERTA_TABLE, "deberta-v2/lm_predictions": DEBERTA_LM_PREDICTIONS_TABLE,
     "eurobert": EUROBERT_TABLE,
     "gte": GTE_TABLE, "nomic_bert": NOMIC_BERT_TABLE,
+    "jina_embeddings_v3": JINA_TABLE,
 }
 
 
