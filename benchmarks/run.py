@@ -13,7 +13,8 @@ kind (fp32, bf16 or int8) measured at the start of the run.
     python benchmarks/run.py                 # everything, BERT-base (~10 min on 2 cores)
     python benchmarks/run.py --only inference --rounds 9
     python benchmarks/run.py --only families # one row per family (RoBERTa, MPNet, ...), HF vs bertkit vs ORT
-    python benchmarks/run.py --only families --families deberta-v2 eurobert   # some of them
+    python benchmarks/run.py --only families --families deberta-v2 eurobert --tag new \
+        --json benchmarks/results/run-families-new.json    # some of them, recorded beside the full table
     python benchmarks/run.py --only embedding  # all-MiniLM-L6-v2 vs sentence-transformers: step, cached-loss memory
     python benchmarks/run.py --only precision  # bf16 / int8 speed targets: embeddings, pretraining, serving
     python benchmarks/run.py --quick         # a tiny model, one round: checks that it all runs
@@ -425,6 +426,8 @@ def main() -> None:
     parser.add_argument("--no-onnx", action="store_true", help="skip ONNX Runtime")
     parser.add_argument("--families", nargs="+", choices=list(FAMILY_MODELS), metavar="FAMILY",
                         help=f"the families section's rows: only these ({', '.join(FAMILY_MODELS)}; default all)")
+    parser.add_argument("--tag", help="a suffix of the --json result's name (run-families-TAG), for a run of part of "
+                                      "a section beside the full one")
     parser.add_argument("--json", type=Path, help="also write every row here")
     parser.add_argument("--memory-probe", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -482,7 +485,7 @@ def main() -> None:
         if "precision" in sections:
             results["precision"] = precision(args, peaks, tables)
     if args.json:
-        name = "run" + "".join(f"-{s}" for s in sections if args.only)
+        name = "run" + "".join(f"-{s}" for s in sections if args.only) + (f"-{args.tag}" if args.tag else "")
         record.write_result(args.json, name, tables, data=results, title=f"run.py: {', '.join(sections)}"
                             + (" (--quick)" if args.quick else ""))
 
