@@ -14,7 +14,7 @@ import torch
 transformers = pytest.importorskip("transformers")
 
 import bertkit  # noqa: E402
-from family_dirs import _bert_vocab, family_dir  # noqa: E402
+from family_dirs import _bert_vocab, family_dir, hf_tokenizer  # noqa: E402
 
 NLI = {0: "contradiction", 1: "neutral", 2: "entailment"}
 REVERSED = {0: "ENTAILMENT", 1: "NEUTRAL", 2: "CONTRADICTION"}  # MoritzLaurer's DeBERTa NLI models' order
@@ -30,9 +30,9 @@ CALLS = [dict(candidate_labels=["wealth", "marriage", "sport", "travel"]),
 
 SIZES = dict(vocab_size=300, hidden_size=36, num_hidden_layers=2, num_attention_heads=3, intermediate_size=52,
              max_position_embeddings=64)
-#: HF classes and switches of the families built here (with BERT's WordPiece tokenizer: the pipeline does not care
-#: which kind): BERT, and DeBERTa-v3 (log-bucketed relative positions, c2p + p2c, no token types) and v2 (separate
-#: position projections, token types, the conv layer), as tests/test_family_deberta.py has them
+#: HF classes and switches of the families built here (BERT's WordPiece tokenizer; Jina, which has one token type,
+#: XLM-R's): BERT, GTE, NomicBERT, Jina v3, EuroBERT, DeBERTa-v3 (log-bucketed relative positions, c2p + p2c, no
+#: token types) and v2 (separate position projections, token types, the conv layer) as test_family_deberta.py's
 BUILT = {
     "bert": (transformers.BertConfig, transformers.BertForSequenceClassification, {}),
     "deberta-v3": (transformers.DebertaV2Config, transformers.DebertaV2ForSequenceClassification,
@@ -43,6 +43,13 @@ BUILT = {
                    dict(type_vocab_size=2, relative_attention=True, max_relative_positions=6, share_att_key=False,
                         pos_att_type=["c2p", "p2c"], position_biased_input=True, conv_kernel_size=3,
                         conv_act="gelu", embedding_size=20, layer_norm_eps=1e-7, pad_token_id=0)),
+    "gte": (transformers.GteConfig, transformers.GteForSequenceClassification, dict(type_vocab_size=0, pad_token_id=0)),
+    "nomic_bert": (transformers.NomicBertConfig, transformers.NomicBertForSequenceClassification,
+                   dict(pad_token_id=0)),
+    "jina_embeddings_v3": (transformers.JinaEmbeddingsV3Config,  # XLM-R's tokenizer: one token type
+                           transformers.JinaEmbeddingsV3ForSequenceClassification, dict(pad_token_id=1)),
+    "eurobert": (transformers.EuroBertConfig, transformers.EuroBertForSequenceClassification,
+                 dict(pad_token_id=0, bos_token_id=2, eos_token_id=3, mask_token_id=4, num_key_value_heads=1)),
 }
 
 
@@ -56,8 +63,13 @@ def nli_dir(root, family: str, id2label: dict[int, str] = NLI, seed: int = 0):
     config_class, model_class, switches = BUILT[family]
     directory = root / f"{family}-AutoModelForSequenceClassification"
     torch.manual_seed(seed)
-    model_class(config_class(**SIZES, **switches, **labels)).save_pretrained(directory)
-    transformers.BertTokenizerFast(vocab=_bert_vocab(), model_max_length=64).save_pretrained(directory)
+    if family == "jina_embeddings_v3":
+        tokenizer = hf_tokenizer("xlm-roberta")
+    else:
+        tokenizer = transformers.BertTokenizerFast(vocab=_bert_vocab(), model_max_length=64)
+    sizes = {**SIZES, "vocab_size": len(tokenizer)}
+    model_class(config_class(**sizes, **switches, **labels)).save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
     return directory
 
 
@@ -75,7 +87,9 @@ def assert_same(got, want):
 
 @pytest.mark.parametrize(("family", "id2label"), [("bert", NLI), ("roberta", NLI), ("modernbert", NLI),
                                                   ("xlm-roberta", REVERSED), ("electra", TWO),
-                                                  ("deberta-v3", REVERSED), ("deberta-v2", NLI)])
+                                                  ("deberta-v3", REVERSED), ("deberta-v2", NLI), ("gte", NLI),
+                                                  ("nomic_bert", TWO), ("jina_embeddings_v3", REVERSED),
+                                                  ("eurobert", NLI)])
 def test_equal_to_hf_pipeline(tmp_path, family, id2label):
     ours, hf = both(nli_dir(tmp_path, family, id2label))
     assert len(ours.tokenizer(TEXTS[2])["input_ids"]) > ours.max_length  # the premise is cut (only_first)
