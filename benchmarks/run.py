@@ -13,6 +13,8 @@ kind (fp32, bf16 or int8) measured at the start of the run.
     python benchmarks/run.py                 # everything, BERT-base (~10 min on 2 cores)
     python benchmarks/run.py --only inference --rounds 9
     python benchmarks/run.py --only families # one row per family (RoBERTa, MPNet, ...), HF vs bertkit vs ORT
+    python benchmarks/run.py --only families --families deberta-v2 eurobert --tag new \
+        --json benchmarks/results/run-families-new.json    # some of them, recorded beside the full table
     python benchmarks/run.py --only embedding  # all-MiniLM-L6-v2 vs sentence-transformers: step, cached-loss memory
     python benchmarks/run.py --only precision  # bf16 / int8 speed targets: embeddings, pretraining, serving
     python benchmarks/run.py --quick         # a tiny model, one round: checks that it all runs
@@ -146,7 +148,7 @@ def inference(cfg: dict, args, peaks: dict[str, float], workdir: Path) -> list[d
 #: family -> how its row is built, as data. ``hf_config`` / ``hf_model``: transformers' classes; ``sizes``: the
 #: HF config keys of the benchmark's size dict where they differ (a tuple: several keys take the value);
 #: ``kwargs``: the rest of the HF config (the family's released base checkpoint's, where HF's defaults are not);
-#: ``attention``: HF's attention (MPNet has no SDPA in HF; ModernBERT's flash attention needs a GPU);
+#: ``attention``: HF's attention (MPNet and DeBERTa-v2 have no SDPA in HF; ModernBERT's flash attention needs a GPU);
 #: ``bertkit``: the bertkit config factory whose presence (building a config of this family) says that the
 #: installed bertkit runs the family. The inputs are those HF's forward takes (no token types for
 #: DistilBERT, MPNet, ModernBERT); padded positions hold the config's ``pad_token_id``.
@@ -169,6 +171,26 @@ FAMILY_MODELS: dict[str, dict] = {
                        kwargs=dict(vocab_size=50368, max_position_embeddings=8192, pad_token_id=50283,
                                    bos_token_id=50281, eos_token_id=50282, cls_token_id=50281, sep_token_id=50282,
                                    global_attn_every_n_layers=3, local_attention=128)),
+    # HF's DeBERTa-v2 has no SDPA; deberta-v3-base's switches (log-bucketed relative positions, c2p + p2c)
+    "deberta-v2": dict(hf_config="DebertaV2Config", hf_model="DebertaV2Model", bertkit="DeBERTaV2Config",
+                       attention="eager",
+                       kwargs=dict(vocab_size=128100, max_position_embeddings=512, type_vocab_size=0, pad_token_id=0,
+                                   relative_attention=True, max_relative_positions=-1, position_buckets=256,
+                                   norm_rel_ebd="layer_norm", share_att_key=True, pos_att_type=["p2c", "c2p"],
+                                   position_biased_input=False, layer_norm_eps=1e-7)),
+    "gte": dict(hf_config="GteConfig", hf_model="GteModel", bertkit="GTEConfig",  # gte-base-en-v1.5
+                kwargs=dict(vocab_size=30528, type_vocab_size=0, pad_token_id=0, max_position_embeddings=8192,
+                            rope_parameters={"rope_type": "default", "rope_theta": 500000.0})),
+    "nomic_bert": dict(hf_config="NomicBertConfig", hf_model="NomicBertModel", bertkit="NomicBERTConfig",
+                       kwargs=dict(vocab_size=30528, max_position_embeddings=8192,  # nomic-embed-text-v1.5
+                                   rope_parameters={"rope_type": "default", "rope_theta": 1000.0})),
+    "jina_embeddings_v3": dict(hf_config="JinaEmbeddingsV3Config", hf_model="JinaEmbeddingsV3Model",
+                               bertkit="JinaEmbeddingsV3Config",  # jina-embeddings-v3's switches at the base size
+                               kwargs=dict(vocab_size=250002, max_position_embeddings=8194, pad_token_id=1,
+                                           rope_parameters={"rope_type": "default", "rope_theta": 20000.0})),
+    "eurobert": dict(hf_config="EuroBertConfig", hf_model="EuroBertModel", bertkit="EuroBERTConfig",
+                     kwargs=dict(vocab_size=128256, max_position_embeddings=8192,  # EuroBERT-210m
+                                 rope_parameters={"rope_type": "default", "rope_theta": 250000.0})),
 }
 
 FAMILY_WORKLOADS = [Workload("8 x 128, 30 % padding", 8, 128, 0.7), Workload("8 x 128", 8, 128, 1.0)]
@@ -227,9 +249,12 @@ def family_inference(family: str, spec: dict, size: dict, args, workdir: Path) -
 
 
 def families(size: dict, args, workdir: Path) -> tuple[list[dict], list[str]]:
-    """Rows of every family of :data:`FAMILY_MODELS` the installed bertkit runs, and a note for each it does not."""
+    """Rows of every family of :data:`FAMILY_MODELS` (those of ``--families``) the installed bertkit runs, and a
+    note for each it does not."""
     rows, notes = [], []
     for family, spec in FAMILY_MODELS.items():
+        if args.families and family not in args.families:
+            continue
         lack = bertkit_lacks(family, spec)
         if lack:
             notes.append(f"{family}: {lack}")
@@ -399,6 +424,10 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--quick", action="store_true", help="tiny model, one round: a check that everything runs")
     parser.add_argument("--no-onnx", action="store_true", help="skip ONNX Runtime")
+    parser.add_argument("--families", nargs="+", choices=list(FAMILY_MODELS), metavar="FAMILY",
+                        help=f"the families section's rows: only these ({', '.join(FAMILY_MODELS)}; default all)")
+    parser.add_argument("--tag", help="a suffix of the --json result's name (run-families-TAG), for a run of part of "
+                                      "a section beside the full one")
     parser.add_argument("--json", type=Path, help="also write every row here")
     parser.add_argument("--memory-probe", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -456,7 +485,7 @@ def main() -> None:
         if "precision" in sections:
             results["precision"] = precision(args, peaks, tables)
     if args.json:
-        name = "run" + "".join(f"-{s}" for s in sections if args.only)
+        name = "run" + "".join(f"-{s}" for s in sections if args.only) + (f"-{args.tag}" if args.tag else "")
         record.write_result(args.json, name, tables, data=results, title=f"run.py: {', '.join(sections)}"
                             + (" (--quick)" if args.quick else ""))
 

@@ -111,12 +111,15 @@ def test_every_family_bertkit_runs_has_its_rows_and_agrees_with_hf(report):
     for family in set(bench.FAMILY_MODELS) - present:
         assert f"- {family}: " in stdout, family
     assert "| mpnet | 8 x 128, 30 % padding | HF fp32 (eager) |" in stdout  # HF's MPNet has no SDPA
+    if "deberta-v2" in present:  # nor has HF's DeBERTa-v2
+        assert "| deberta-v2 | 8 x 128, 30 % padding | HF fp32 (eager) |" in stdout
 
 
-@pytest.mark.parametrize("family", ["bert", "roberta", "mpnet", "distilbert", "electra", "modernbert"])
+@pytest.mark.parametrize("family", ["bert", "roberta", "mpnet", "distilbert", "electra", "modernbert", "deberta-v2",
+                                    "gte", "nomic_bert", "jina_embeddings_v3", "eurobert"])
 def test_family_table_builds_each_hf_model_at_the_benchmark_size(family):
     """Every row of the table, bertkit's support or not: HF's config takes the size dict (DistilBERT under its own
-    names), the inputs are those of HF's forward (no token types for DistilBERT, MPNet, ModernBERT), and HF's
+    names), the inputs are those of HF's forward (no token types for DistilBERT, MPNet, ModernBERT, EuroBERT), and HF's
     model runs on a padded batch of them."""
     pytest.importorskip("transformers")
     import torch
@@ -128,7 +131,7 @@ def test_family_table_builds_each_hf_model_at_the_benchmark_size(family):
         assert getattr(config, "hidden_dim" if key == "intermediate_size" and family == "distilbert" else key) == value
     model = getattr(__import__("transformers"), spec["hf_model"])(config).eval()
     names = bench.forward_inputs(model)
-    assert ("token_type_ids" in names) == (family in ("bert", "roberta", "electra"))
+    assert ("token_type_ids" in names) == (family not in ("distilbert", "mpnet", "modernbert", "eurobert"))
     inputs = bench.model_inputs(2, 12, 0.7, config.vocab_size, names, config.pad_token_id)
     assert (inputs["input_ids"][inputs["attention_mask"] == 0] == config.pad_token_id).all()
     with torch.inference_mode():

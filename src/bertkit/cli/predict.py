@@ -1,12 +1,13 @@
 """``bertkit predict``: answers from a pipeline, or a fine-tuned model's predictions on a labelled-format file.
 
 Pipeline form (TASK is fill-mask, embeddings, feature-extraction, text-classification, token-classification,
-question-answering, rerank, or an alias such as ner / qa):
+question-answering, rerank, zero-shot-classification, or an alias such as ner / qa):
 
     bertkit predict fill-mask bert-base-uncased "Paris is the [MASK] of France."
     bertkit predict ner out/model --input texts.txt -o entities.jsonl --aggregation-strategy simple
     bertkit predict question-answering squad/model --input questions.jsonl    # {"question", "context"} lines
     bertkit predict rerank cross-encoder/ "who wrote emma?" "Emma is a novel by Jane Austen." "Paris."
+    bertkit predict zero-shot nli/model "The match ended 2-1." --candidate-labels sport politics --multi-label
 
 TEXTs on the command line or --input FILE (.txt: a text per line; .jsonl: a text or an object per line;
 .csv with a header); one JSON line per input ({"input", "output"}) to -o OUT.jsonl or stdout, in input
@@ -47,6 +48,14 @@ PIPELINE_FLAGS = [
     ("--max-answer-len", {"type": int, "help": "question-answering: the longest answer in tokens (default 15)"}),
     ("--handle-impossible-answer", {"action": "store_true", "default": None,
                                     "help": "question-answering: an empty answer may win (SQuAD 2.0)"}),
+    ("--candidate-labels", {"nargs": "+", "metavar": "LABEL",
+                            "help": "zero-shot-classification: the labels (arguments, or comma-separated)"}),
+    ("--hypothesis-template", {"help": "zero-shot-classification: the hypothesis with {} for the label (default "
+                                      "'This example is {}.')"}),
+    ("--multi-label", {"action": "store_true", "default": None,
+                       "help": "zero-shot-classification: score each label on its own (entailment vs contradiction)"}),
+    ("--entailment-label", {"help": "zero-shot-classification: the model's label of the entailment class (default: "
+                                    "the one starting with 'entail')"}),
     ("--normalize", {"action": "store_true", "default": None, "help": "embeddings: L2-normalise"}),
     ("--pooling", {"help": "embeddings: cls, mean, max, ... (default: the model's own, else mean)"}),
 ]
@@ -92,6 +101,8 @@ def pipeline_main(argv: list[str]) -> int:
     task = pipeline_class(args.task).task
     params = {flag[2:].replace("-", "_"): getattr(args, flag[2:].replace("-", "_")) for flag, _ in PIPELINE_FLAGS}
     params = {k: v for k, v in params.items() if v is not None}
+    if "candidate_labels" in params:  # several arguments, or one of comma-separated labels, or both
+        params["candidate_labels"] = ",".join(params["candidate_labels"])
     pipe = pipeline(task, model=args.model, device=args.device, batch_size=args.batch_size, dtype=args.dtype)
     if task == "rerank":
         items = ([{"query": args.texts[0], "passages": args.texts[1:]}] if args.texts

@@ -46,7 +46,8 @@ QUALITY_FILE = "precision_quality.json"
 TASK_ROW = {"embeddings": "embeddings", "sparse-embeddings": "embeddings", "feature-extraction": "embeddings",
             "text-classification": "text-classification", "rerank": "text-classification",
             "token-classification": "token-classification", "question-answering": "question-answering",
-            "fill-mask": "fill-mask", "multi-vector": "embeddings"}  # MultiVectorEncoder is checked as embeddings
+            "fill-mask": "fill-mask", "multi-vector": "embeddings",
+            "zero-shot-classification": "text-classification"}  # MultiVectorEncoder is checked as embeddings
 
 #: per table row: the (metric, bound, kind) that must all hold, where kind "min" means other[metric] >= bound,
 #: "drop" means fp32[metric] - other[metric] <= bound and "relative drop" means that drop <= bound * fp32[metric].

@@ -1,18 +1,19 @@
 """Answers, not tensors: ``bertkit.pipeline(task, model=SRC)``.
 
-=========================  ====================================================================
-task                       answers
-=========================  ====================================================================
-``fill-mask``              top-k tokens per mask (``targets`` restricts them)
-``embeddings``             one vector per text (sentence-transformers modules, or mean pooling)
-``sparse-embeddings``      SPLADE vectors over the vocabulary from a masked-LM head
-``feature-extraction``     HF's token vectors ``[1, L, H]`` per text
-``text-classification``    labels and scores; pairs, softmax / sigmoid / none, top-k, multi-label
-``token-classification``   entities with character offsets (``ner``), five aggregation strategies
-``question-answering``     spans of contexts of any length (doc-stride windows), top-k, impossible
-``rerank``                 cross-encoder scores of passages for a query, best first
-``multi-vector``           a ColBERT's token vectors per side, MaxSim of (query, text) pairs
-=========================  ====================================================================
+==============================  ====================================================================
+task                            answers
+==============================  ====================================================================
+``fill-mask``                   top-k tokens per mask (``targets`` restricts them)
+``embeddings``                  one vector per text (sentence-transformers modules, or mean pooling)
+``sparse-embeddings``           SPLADE vectors over the vocabulary from a masked-LM head
+``feature-extraction``          HF's token vectors ``[1, L, H]`` per text
+``text-classification``         labels and scores; pairs, softmax / sigmoid / none, top-k, multi-label
+``token-classification``        entities with character offsets (``ner``), five aggregation strategies
+``question-answering``          spans of contexts of any length (doc-stride windows), top-k, impossible
+``rerank``                      cross-encoder scores of passages for a query, best first
+``zero-shot-classification``    candidate labels scored by an NLI model (entailment), multi-label, templates
+``multi-vector``                a ColBERT's token vectors per side, MaxSim of (query, text) pairs
+==============================  ====================================================================
 
 ``SRC`` is anything bertkit loads (a directory, a TF checkpoint, a registered name); the model runs on
 bertkit's fast inference path in length-sorted batches of ``batch_size``. Inputs: one item, a list, or any

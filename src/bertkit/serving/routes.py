@@ -294,6 +294,9 @@ async def _root_embeddings(service: Service, data: dict[str, Any], parameters: d
 async def _root_classify(service: Service, data: dict[str, Any], parameters: dict[str, Any], read: Read):
     if "parameters" not in data:  # TEI's /predict; with parameters, HF's Inference API
         return await predict(service, await read(schemas.PredictRequest, _known(data, schemas.PredictRequest)))
+    if "candidate_labels" in parameters:  # HF's zero-shot-classification (an NLI model)
+        given = await read(schemas.ZeroShotInference, data)
+        return await _answer(service, "/", await _inference_zero_shot(service, given.inputs, given.parameters))
     given = await read(schemas.ClassifyInference, data)
     return await _answer(service, "/", await _inference_classify(service, given.inputs,
                                                                  given.parameters or schemas.ClassifyParameters()))
@@ -364,6 +367,32 @@ async def _inference_classify(service: Service, inputs: Any, parameters: schemas
     prepared = await service.prepare(texts, parameters.truncate)
     return await service.answer(prepared, {"top_k": parameters.top_k,
                                            "function_to_apply": parameters.function_to_apply})
+
+
+async def _inference_zero_shot(service: Service, inputs: str | list[str], parameters: schemas.ZeroShotParameters):
+    """HF's Inference API zero-shot classification: ``[{label, score}]`` best first (a list of those per text for a
+    list). Each text is scored with every label, so texts x labels count against --max-client-batch-size; the
+    text is cut to fit beside its hypothesis, as HF's pipeline cuts it."""
+    if "zero-shot" not in service.pipes:
+        raise ServeError(422, f"candidate_labels: {service.zero_shot_refusal}", param="parameters.candidate_labels")
+    texts = [inputs] if isinstance(inputs, str) else inputs
+    params = {"candidate_labels": parameters.candidate_labels, "multi_label": bool(parameters.multi_label),
+              "truncation_side": parameters.truncation_direction.lower()}
+    if parameters.hypothesis_template is not None:
+        params["hypothesis_template"] = parameters.hypothesis_template
+    pipe = service.pipes["zero-shot"]
+    try:
+        params = pipe.check({**pipe.params, **params})
+    except ValueError as error:
+        raise ServeError(422, str(error), param="parameters") from None
+    labels = len(params["candidate_labels"])
+    service.check_batch(texts, extra=len(texts) * (labels - 1))
+    service.batcher.admit()
+    prepared = await service.prepare(texts, None, limit=False)
+    tokens = [min(n, service.max_input_length) * labels for n in prepared.tokens]
+    answers = await service.answer(Prepared(texts, tokens), params, "zero-shot")
+    listed = [[{"label": label, "score": score} for label, score in zip(a["labels"], a["scores"])] for a in answers]
+    return listed[0] if isinstance(inputs, str) else listed
 
 
 def _prompt(service: Service, pipe: str, prompt_name: str | None, task: str | None = None) -> str:

@@ -166,6 +166,20 @@ class ClassifyInference(Lenient):
     parameters: ClassifyParameters | None = None
 
 
+class ZeroShotParameters(Lenient):
+    """HF's Inference API's zero-shot-classification ``parameters`` (``POST /`` on an NLI classifier)."""
+
+    candidate_labels: list[str] | str = Field(description="the labels, or one comma-separated string of them")
+    multi_label: bool | None = False
+    hypothesis_template: str | None = None
+    truncation_direction: Direction = "right"
+
+
+class ZeroShotInference(Lenient):
+    inputs: Text | list[Text] = Field(description=TEXTS_FORMS)
+    parameters: ZeroShotParameters
+
+
 class InferenceRequest(Lenient):
     """``POST /`` as HF's Inference API (``huggingface_hub.InferenceClient``) sends it: ``inputs`` and the task's
     ``parameters``; TEI's clients send a TEI route's body instead, read by that route's model."""

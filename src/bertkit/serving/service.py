@@ -98,6 +98,9 @@ class Service:
             self.pipes["sparse"] = SparseEmbeddingsPipeline(self.pipe.model, self.pipe.tokenizer, dtype=None,
                                                             batch_size=FORWARD_BATCH,
                                                             batch_tokens=FORWARD_TOKENS.get(device.type))
+        self.zero_shot_refusal = None
+        if self.task == "classify":
+            self._zero_shot()
         self.index = None
         if self.task == "colbert":
             self.pipes["colbert"] = self.pipe
@@ -128,6 +131,18 @@ class Service:
         encoder.colbert_linear = linear.to(encoder.device)
         self.pipes["colbert"] = MultiVectorPipeline(encoder, encoder.tokenizer, dtype=None, batch_size=FORWARD_BATCH,
                                                     batch_tokens=FORWARD_TOKENS.get(self.device.type))
+
+    def _zero_shot(self) -> None:
+        """Zero-shot classification (HF's Inference API on ``POST /``) by the served classifier, where its labels name
+        an entailment class; otherwise why not, said to a zero-shot request (:attr:`zero_shot_refusal`)."""
+        from bertkit.pipelines.zero_shot import ZeroShotClassificationPipeline
+
+        try:
+            self.pipes["zero-shot"] = ZeroShotClassificationPipeline(
+                self.pipe.model, self.pipe.tokenizer, dtype=None, batch_size=FORWARD_BATCH,
+                batch_tokens=FORWARD_TOKENS.get(self.device.type))
+        except ValueError as error:
+            self.zero_shot_refusal = str(error)
 
     def _input_limit(self) -> int:
         """``--max-input-length``, else the length the model was fine-tuned at (a reranker: saved with), at most

@@ -117,6 +117,9 @@ TABLE: tuple[TaskRow, ...] = (
     TaskRow("multi-vector", "bertkit.sentence.multi_vector:MultiVectorEncoder", ("colbert", "late-interaction"),
             pipeline="bertkit.pipelines.multi_vector:MultiVectorPipeline", routes=("/embed_all", "/rerank", "/search"),
             serve=Served("colbert", "probe", "embedding")),
+    # an NLI classifier scoring candidate labels; a classify server answers it on POST / (HF's Inference API)
+    TaskRow("zero-shot-classification", f"{_HEADS}:BERTForSequenceClassification", ("zero-shot", "nli"),
+            pipeline="bertkit.pipelines.zero_shot:ZeroShotClassificationPipeline"),
     TaskRow("sparse-embeddings", f"{_LM}:BERTForMaskedLM", ("splade",),
             pipeline="bertkit.pipelines.embeddings:SparseEmbeddingsPipeline", routes=("/embed_sparse",)),
     TaskRow("feature-extraction", "bertkit.modeling.backbone:BERT", ("backbone",),
