@@ -39,6 +39,7 @@ from typing import Any
 import bertkit._config_hf as _config_hf  # not `from bertkit import`: the package's lazy __getattr__ imports modeling
 from bertkit._config_types import type_problem
 from bertkit.families import _FAMILY_OF_MODEL_TYPE, FAMILIES, FAMILY_FIELDS, ROPE_TYPES, Family
+from bertkit.families import RopeLayer as RopeLayer  # re-exported: modeling reads family records via config
 from bertkit.io import atomic_write_text
 
 #: Activation names accepted by ``hidden_act``. "gelu" is the exact erf form used by

@@ -7,7 +7,7 @@ backbone and every head.
 
 from __future__ import annotations
 
-from bertkit.config import BERTConfig
+from bertkit.config import BERTConfig, RopeLayer
 
 #: HF architecture name -> whether the model builds the backbone's pooler (the bare backbone: where its family has one;
 #: a first-token classifier without pooler, RoBERTa's and ELECTRA's, has as many parameters as the pooler)
@@ -88,20 +88,25 @@ def layer_parameters(config: BERTConfig) -> int:
     if config.family_spec.layer == "llama":  # q, o; k, v of the key/value heads; gated MLP; two RMSNorms
         kv = config.key_value_heads * config.head_dim
         attention = 2 * h * h + 2 * h * kv + (2 * h + 2 * kv if config.attention_bias else 0)
-        return attention + 3 * h * i + (2 * i + h if config.mlp_bias else 0) + 2 * h
+        swiglu = RopeLayer(mlp_input_bias=config.mlp_bias, mlp_output_bias=config.mlp_bias)
+        return attention + _feed_forward(h, i, swiglu) + 2 * h
     if config.family_spec.layer == "modernbert":
         attention = 4 * h * h + (4 * h if config.attention_bias else 0)
         feed_forward = 3 * h * i + (2 * i + h if config.mlp_bias else 0)
         return attention + feed_forward + 2 * _layer_norm(config)
     if config.family_spec.layer == "rope":  # q/k/v/o, the gated (or plain) MLP, two LayerNorms
-        rope = config.family_spec.rope_layer
-        inputs = 2 if rope.gated_mlp else 1
-        feed_forward = (inputs + 1) * h * i + (inputs * i if rope.mlp_input_bias else 0) \
-            + (h if rope.mlp_output_bias else 0)
+        feed_forward = _feed_forward(h, i, config.family_spec.rope_layer)
         return 4 * h * h + (4 * h if config.attention_bias else 0) + feed_forward + 2 * _layer_norm(config)
     attention = 4 * h * h + (4 * h if config.attention_bias else 0) + 2 * h  # q, k, v, output; its LayerNorm
     feed_forward = (h * i + i) + (i * h + h) + 2 * h  # intermediate, output, LayerNorm
     return attention * (2 if config.add_cross_attention else 1) + feed_forward
+
+
+
+def _feed_forward(h: int, i: int, spec: RopeLayer) -> int:
+    """The parameters of :class:`~bertkit.modeling.rotary_layer.RopeMLP` with switches ``spec``."""
+    inputs = 2 if spec.gated_mlp else 1
+    return (inputs + 1) * h * i + (inputs * i if spec.mlp_input_bias else 0) + (h if spec.mlp_output_bias else 0)
 
 
 def head_parameters(config: BERTConfig, architecture: str) -> int:

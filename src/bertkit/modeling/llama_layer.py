@@ -11,8 +11,8 @@ What differs from BERT's layer:
   head ``j // (num_attention_heads / num_key_value_heads)``;
 * rotary position embeddings on queries and keys (:mod:`bertkit.modeling.rotary`: ``rope_theta``,
   ``rope_scaling``), no absolute position table;
-* a SwiGLU feed-forward block (:class:`GatedMLP`): ``down_proj(act(gate_proj(x)) * up_proj(x))``, ``act`` =
-  ``hidden_act`` (silu), biased only with ``mlp_bias``.
+* a SwiGLU feed-forward block, the rope variant's :class:`~bertkit.modeling.rotary_layer.RopeMLP`:
+  ``down_proj(act(gate_proj(x)) * up_proj(x))``, ``act`` = ``hidden_act`` (silu), biased only with ``mlp_bias``.
 
 The context is the rope variant's :class:`~bertkit.modeling.rotary_layer.RopeContext` (``encoder.rotary``, no
 parameters): the cos/sin tables once per forward at the batch's position ids (``0 .. L-1`` whatever the padding, as
@@ -28,13 +28,13 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from bertkit.config import BERTConfig
+from bertkit.config import BERTConfig, RopeLayer
 from bertkit.modeling.fast import Linear
-from bertkit.modeling.layers import activation, attend
-from bertkit.modeling.modernbert import _at  # the query rows of a layer's input, packed or not: one helper
+from bertkit.modeling.layers import attend
 from bertkit.modeling.norm import RMSNorm
 from bertkit.modeling.rotary import rotate
-from bertkit.modeling.unpad import Packing
+from bertkit.modeling.rotary_layer import RopeMLP
+from bertkit.modeling.unpad import Packing, query_rows
 
 
 def rms_norm(config: BERTConfig) -> RMSNorm:
@@ -92,22 +92,6 @@ class LlamaAttention(nn.Module):
         return self.o_proj(context), probs
 
 
-class GatedMLP(nn.Module):
-    """SwiGLU (with ``hidden_act`` silu): ``down_proj(act(gate_proj(x)) * up_proj(x))``, biased with ``mlp_bias``
-    (HF's ``mlp``)."""
-
-    def __init__(self, config: BERTConfig):
-        super().__init__()
-        h, inner, bias = config.hidden_size, config.intermediate_size, config.mlp_bias
-        self.gate_proj = Linear(h, inner, bias=bias)
-        self.up_proj = Linear(h, inner, bias=bias)
-        self.down_proj = Linear(inner, h, bias=bias)
-        self.act = activation(config)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(self.act(self.gate_proj(x)) * self.up_proj(x))
-
-
 class LlamaLayer(nn.Module):
     """One pre-norm layer (``encoder.layer.{i}``; HF's ``model.layers.{i}``)."""
 
@@ -122,7 +106,8 @@ class LlamaLayer(nn.Module):
         self.input_layernorm = rms_norm(config)
         self.self_attn = LlamaAttention(config)
         self.post_attention_layernorm = rms_norm(config)
-        self.mlp = GatedMLP(config)
+        # SwiGLU: the rope variant's gated block, unfused, biased with mlp_bias, no dropout
+        self.mlp = RopeMLP(config, RopeLayer(mlp_input_bias=config.mlp_bias, mlp_output_bias=config.mlp_bias))
         self.layer_idx = layer_idx
 
     def forward(self, hidden_states: torch.Tensor, allowed: torch.Tensor | None, *, rotary: tuple,
@@ -140,7 +125,7 @@ class LlamaLayer(nn.Module):
             raise ValueError("EuroBERT layers keep no cache (they are encoder layers); pass no past_key_values.")
         residual = hidden_states
         if query_positions is not None:  # the rows of those queries
-            residual = _at(hidden_states, query_positions, packing)
+            residual = query_rows(hidden_states, query_positions, packing)
             if allowed is not None and allowed.shape[-2] != 1:
                 allowed = allowed[..., query_positions, :]
         attn, probs = self.self_attn(self.input_layernorm(hidden_states), allowed, *rotary,

@@ -36,7 +36,7 @@ from bertkit.modeling.inputs import value_checks_disabled
 from bertkit.modeling.layers import activation, attend
 from bertkit.modeling.norm import LayerNorm
 from bertkit.modeling.rotary import rope_inverse_frequencies, rotary_tables, rotate
-from bertkit.modeling.unpad import Packing
+from bertkit.modeling.unpad import Packing, query_rows
 
 
 def layer_norm(config: BERTConfig) -> nn.LayerNorm:
@@ -202,7 +202,7 @@ class ModernBERTLayer(nn.Module):
         mask, keyless = (allowed, None) if self.kind == "global" else (local_allowed, local_keyless)
         residual = hidden_states
         if query_positions is not None:  # the rows of those queries
-            residual = _at(hidden_states, query_positions, packing)
+            residual = query_rows(hidden_states, query_positions, packing)
             if mask is not None and mask.shape[-2] != 1:
                 mask = mask[..., query_positions, :]
             keyless = keyless[..., query_positions, :] if keyless is not None else None
@@ -211,12 +211,3 @@ class ModernBERTLayer(nn.Module):
                                 packing=packing)
         x = residual + attn
         return x + self.mlp(self.mlp_norm(x)), probs, None
-
-
-def _at(x: torch.Tensor, positions: slice, packing: Packing | None) -> torch.Tensor:
-    """``x [B, L, H]`` at ``positions``: ``[B, n, H]``; packed ``x [N, H]``: each row's first token ``[B, 1, H]``."""
-    if packing is None:
-        return x[:, positions]
-    if positions != slice(0, 1):
-        raise ValueError("with unpadded execution only query_positions=slice(0, 1) is supported.")
-    return packing.first_tokens(x)

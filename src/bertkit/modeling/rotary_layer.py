@@ -24,7 +24,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from bertkit.config import BERTConfig
+from bertkit.config import BERTConfig, RopeLayer
 from bertkit.modeling.fast import Dropout, Linear
 from bertkit.modeling.layers import activation, attend
 from bertkit.modeling.norm import LayerNorm
@@ -100,9 +100,11 @@ class RopeMLP(nn.Module):
     ``down_proj(act(gate) * up)`` with ``up, gate`` from one fused ``up_gate_proj`` (rows: up, then gate; GTE) or
     from ``up_proj`` and ``gate_proj`` (NomicBERT), or plain ``fc2(act(fc1(x)))`` (Jina v3)."""
 
-    def __init__(self, config: BERTConfig):
+    def __init__(self, config: BERTConfig, spec: RopeLayer | None = None):
+        """``spec``: the switches; None: the family's (``config.family_spec.rope_layer``). EuroBERT's Llama layer
+        passes its own (a gated MLP biased with ``mlp_bias``): one feed-forward block for every gated family."""
         super().__init__()
-        spec = config.family_spec.rope_layer
+        spec = spec or config.family_spec.rope_layer
         h, i = config.hidden_size, config.intermediate_size
         self.gated, self.fused = spec.gated_mlp, spec.gated_mlp and spec.fused_up_gate
         if self.fused:

@@ -111,3 +111,13 @@ def plan(mask: torch.Tensor | None, keys: torch.Tensor, *, need_first: bool = Fa
     if rows > real:  # the first padding positions, carried along
         index = torch.cat([index, (~flat).nonzero().squeeze(1)[: rows - real]])
     return Packing(index=index, batch=b, length=length, keys=keys, first=first, starts_real=starts_real, real=real)
+
+
+def query_rows(x: torch.Tensor, positions: slice, packing: Packing | None) -> torch.Tensor:
+    """A pre-norm layer's residual rows at its query positions: ``x [B, L, H]`` at ``positions`` -> ``[B, n, H]``;
+    packed ``x [N, H]`` -> each row's first token ``[B, 1, H]`` (the only positions a packed layer takes)."""
+    if packing is None:
+        return x[:, positions]
+    if positions != slice(0, 1):
+        raise ValueError("with unpadded execution only query_positions=slice(0, 1) is supported.")
+    return packing.first_tokens(x)
