@@ -179,12 +179,12 @@ class DisentangledSelfAttention(BERTSelfAttention):
         ``[N, H]``; ``[B, n, H]`` at the positions ``queries``) and the eager probabilities. ``query_padding``
         (``[B, 1, L|n, 1]``, True at padding queries): their context is the mean of every value, as in HF."""
         fused = self._fused_projections(hidden_states)
-        if fused is not None:
-            q, k, v = fused.chunk(3, dim=-1)
+        if fused is not None:  # [.., 3H]: spread once when packed
+            q, k, v = (fused if packing is None else packing.spread(fused)).chunk(3, dim=-1)
         else:
             q, k, v = (proj(hidden_states) for proj in (self.query, self.key, self.value))
-        if packing is not None:
-            q, k, v = (packing.spread(t) for t in (q, k, v))
+            if packing is not None:
+                q, k, v = (packing.spread(t) for t in (q, k, v))
         q, k, v = self._heads(q), self._heads(k), self._heads(v)  # [B, nh, L, hd]
         bias = self._relative_scores(q, k, relative, queries) if relative is not None else None
         if queries is not None:
