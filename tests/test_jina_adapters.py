@@ -149,6 +149,6 @@ def test_task_on_a_checkpoint_whose_weights_hold_no_adapters(tmp_path):
     hf.save_pretrained(tmp_path / "plain")  # the original's names without parametrizations
     state = {"roberta." + k: v for k, v in load_file(str(tmp_path / "plain" / "model.safetensors")).items()}
     raw = json.loads((tmp_path / "config.json").read_text())
-    with pytest.raises(ValueError, match="names task adapters .* but its weights hold none"):
+    with pytest.raises(ValueError, match=r"names task adapters .* but its weights hold none"):
         task_adapters.read_original(raw, state, "separation", tmp_path)
     assert set(task_adapters.read_original(raw, state, None, tmp_path)) == set(state)
