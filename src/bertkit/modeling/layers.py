@@ -79,6 +79,18 @@ class BERTEmbeddings(nn.Module):
         return self.dropout(self.LayerNorm(x) if self.LayerNorm is not None else x)
 
 
+def refuse_decoder_settings(config: BERTConfig) -> None:
+    """``ValueError`` naming the first decoder-only setting (``is_decoder``, ``add_cross_attention``,
+    ``chunk_size_feed_forward``) of ``config``: the encoder-only layer variants (ModernBERT, rope, Llama) have no
+    caches, cross-attention or feed-forward chunking, and neither do their HF classes."""
+    unsupported = [name for name in ("is_decoder", "add_cross_attention", "chunk_size_feed_forward")
+                   if getattr(config, name)]
+    if unsupported:
+        raise ValueError(f"BERTConfig.{unsupported[0]}={getattr(config, unsupported[0])!r} is not supported by "
+                         f"family {config.family!r}: its layers are encoder layers without caches, "
+                         "cross-attention or feed-forward chunking (HF has none either); leave it at its default.")
+
+
 def sinusoidal_table(num_positions: int, dim: int) -> torch.Tensor:
     """The fixed position table ``[num_positions, dim]`` (float32) of DistilBERT's ``sinusoidal_pos_embds``, as HF
     computes it: angle ``pos / 10000 ** (2 * (j // 2) / dim)`` (in float64), its sine in the even columns ``j`` and

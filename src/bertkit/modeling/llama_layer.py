@@ -30,7 +30,7 @@ from torch import nn
 
 from bertkit.config import BERTConfig, RopeLayer
 from bertkit.modeling.fast import Linear
-from bertkit.modeling.layers import attend
+from bertkit.modeling.layers import attend, refuse_decoder_settings
 from bertkit.modeling.norm import RMSNorm
 from bertkit.modeling.rotary import rotate
 from bertkit.modeling.rotary_layer import RopeMLP
@@ -97,12 +97,7 @@ class LlamaLayer(nn.Module):
 
     def __init__(self, config: BERTConfig, layer_idx: int):
         super().__init__()
-        unsupported = [name for name in ("is_decoder", "add_cross_attention", "chunk_size_feed_forward")
-                       if getattr(config, name)]
-        if unsupported:
-            raise ValueError(f"BERTConfig.{unsupported[0]}={getattr(config, unsupported[0])!r} is not supported by "
-                             f"family {config.family!r}: its layers are encoder layers without caches, "
-                             "cross-attention or feed-forward chunking (HF has none either); leave it at its default.")
+        refuse_decoder_settings(config)
         self.input_layernorm = rms_norm(config)
         self.self_attn = LlamaAttention(config)
         self.post_attention_layernorm = rms_norm(config)

@@ -33,7 +33,7 @@ from torch import nn
 from bertkit.config import BERTConfig
 from bertkit.modeling.fast import Dropout, Linear
 from bertkit.modeling.inputs import value_checks_disabled
-from bertkit.modeling.layers import activation, attend
+from bertkit.modeling.layers import activation, attend, refuse_decoder_settings
 from bertkit.modeling.norm import LayerNorm
 from bertkit.modeling.rotary import rope_inverse_frequencies, rotary_tables, rotate
 from bertkit.modeling.unpad import Packing, query_rows
@@ -169,12 +169,7 @@ class ModernBERTLayer(nn.Module):
 
     def __init__(self, config: BERTConfig, layer_idx: int):
         super().__init__()
-        unsupported = [name for name in ("is_decoder", "add_cross_attention", "chunk_size_feed_forward")
-                       if getattr(config, name)]
-        if unsupported:
-            raise ValueError(f"BERTConfig.{unsupported[0]}={getattr(config, unsupported[0])!r} is not supported by "
-                             f"family {config.family!r}: its layers are encoder layers without caches, "
-                             "cross-attention or feed-forward chunking (HF has none either); leave it at its default.")
+        refuse_decoder_settings(config)
         self.attn_norm = nn.Identity() if layer_idx == 0 else layer_norm(config)
         self.attn = ModernBERTAttention(config)
         self.mlp_norm = layer_norm(config)
