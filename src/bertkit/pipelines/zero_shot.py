@@ -74,6 +74,10 @@ def nli_ids(id2label: dict[int, str], entailment_label: str | None = None) -> tu
 
 
 class ZeroShotClassificationPipeline(_SequenceScores):
+    """An NLI sequence classifier scoring candidate labels (the module doc); made with
+    ``bertkit.pipeline("zero-shot-classification", model=DIR)``, which fails at once, naming the labels, for a model
+    without an entailment class."""
+
     task = "zero-shot-classification"
     defaults: ClassVar[dict[str, Any]] = {"candidate_labels": None, "hypothesis_template": TEMPLATE,
                                           "multi_label": False, "entailment_label": None}
@@ -85,6 +89,7 @@ class ZeroShotClassificationPipeline(_SequenceScores):
         return super().__call__(inputs, **params)
 
     def stream(self, inputs: Any, candidate_labels: Any = None, **params: Any) -> Any:
+        """:meth:`Pipeline.stream` taking the labels as ``__call__`` does."""
         if candidate_labels is not None:
             params["candidate_labels"] = candidate_labels
         return super().stream(inputs, **params)
