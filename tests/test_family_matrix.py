@@ -52,8 +52,9 @@ BYTE_LEVEL = ("roberta", "modernbert", "eurobert")
 #: the mask token of each family's tokenizer (``<mask>`` where not listed)
 MASKS = {"distilbert": "[MASK]", "electra": "[MASK]", "deberta-v2": "[MASK]", "gte": "[MASK]", "nomic_bert": "[MASK]",
          "eurobert": "<|mask|>"}
-#: families whose tokenizer returns token_type_ids that the model ignores (gte-base-en-v1.5: type_vocab_size 0)
-TYPES_IGNORED = ("gte",)
+#: families whose tokenizer returns token_type_ids that the model ignores (type_vocab_size 0: gte-base-en-v1.5,
+#: deberta-v3, whose DebertaV2Tokenizer gives token types as HF's does)
+TYPES_IGNORED = ("gte", "deberta-v2")
 QA_FAMILIES = families_with("AutoModelForQuestionAnswering")
 CHOICE_FAMILIES = families_with("AutoModelForMultipleChoice")
 FAST = ["--epochs", "1", "--batch-size", "8", "--max-seq-length", "32", "--learning-rate", "1e-3"]

@@ -37,7 +37,7 @@ class _Damaged(Exception):
     """What is wrong with the bytes (turned into the one-line ValueError naming the file)."""
 
 
-class Piece(NamedTuple):
+class SpmPiece(NamedTuple):
     """One vocabulary entry: its text, its log-probability score and its kind (NORMAL, CONTROL, ...)."""
 
     text: str
@@ -49,7 +49,7 @@ class Piece(NamedTuple):
 class SentencePieceModel:
     """The parts of a ``ModelProto`` a tokenizer needs (the protobuf defaults where a field is absent)."""
 
-    pieces: tuple[Piece, ...]
+    pieces: tuple[SpmPiece, ...]
     model_type: int = 1
     unk_id: int = 0
     bos_id: int = 1
@@ -147,7 +147,7 @@ _PIECE_TEXT, _PIECE_SCORE, _PIECE_TYPE = (1 << 3) | _BYTES, (2 << 3) | _FIXED32,
 
 
 def _decode_model(data: bytes) -> SentencePieceModel:
-    pieces: list[Piece] = []
+    pieces: list[SpmPiece] = []
     found: dict[str, Any] = {}
     seen = set()
     for number, wire, value in _fields(data, 0, len(data)):
@@ -170,7 +170,7 @@ def _decode_model(data: bytes) -> SentencePieceModel:
     return model
 
 
-def _decode_piece(data: bytes, pos: int, end: int) -> Piece:
+def _decode_piece(data: bytes, pos: int, end: int) -> SpmPiece:
     text, score, kind = "", 0.0, NORMAL
     while pos < end:
         key, pos = _varint(data, pos, end)
@@ -191,7 +191,7 @@ def _decode_piece(data: bytes, pos: int, end: int) -> Piece:
             pos = _skip(data, pos, end, key)
     if not text:
         raise _Damaged("a piece has no text")
-    return Piece(text, score, kind)
+    return SpmPiece(text, score, kind)
 
 
 def _decode_fields(data: bytes, span: tuple[int, int], table: dict[int, tuple[str, Any]],
